@@ -1,0 +1,172 @@
+"""amcommit's error hierarchy: a closed set of storage errors plus engine errors.
+
+Every backend maps its failures onto exactly these classes, so the engine can decide what
+to do (retry, recover, fail) without knowing which store it talks to.
+
+* Retryable: :class:`Throttled` and :class:`Transient` (``retryable`` is ``True``).
+* Everything else is final for the operation that raised it.
+
+Messages name the path and operation but never credentials: backends must pass only
+redacted URLs and headers into these errors (see :func:`amcommit.store.redact.redact`).
+"""
+
+from __future__ import annotations
+
+
+class AmcommitError(Exception):
+    """Base class of every error amcommit raises on purpose."""
+
+
+class StoreError(AmcommitError):
+    """A storage operation failed.
+
+    Attributes:
+        path: the store path the operation was about (may be empty).
+        op: the operation name (``"rename"``, ``"put"``, ...).
+        status: the HTTP status for HTTP backends, else ``None``.
+        code: the service error code (``x-ms-error-code``, GCS ``reason``), else ``None``.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str = "",
+        op: str = "",
+        status: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.op = op
+        self.status = status
+        self.code = code
+        self.attempts = 1
+        """How many attempts were made before this error was raised (set by retries)."""
+
+    def __str__(self) -> str:
+        parts = []
+        if self.op:
+            parts.append(self.op)
+        if self.path:
+            parts.append(repr(self.path))
+        prefix = " ".join(parts)
+        extra = []
+        if self.status is not None:
+            extra.append(f"HTTP {self.status}")
+        if self.code:
+            extra.append(self.code)
+        suffix = f" ({', '.join(extra)})" if extra else ""
+        return f"{prefix}: {self.message}{suffix}" if prefix else f"{self.message}{suffix}"
+
+
+class NotFound(StoreError):
+    """The path (or the source of a rename) does not exist."""
+
+
+class AlreadyExists(StoreError):
+    """The destination exists and the operation must not overwrite it."""
+
+
+class PreconditionFailed(StoreError):
+    """An etag / generation precondition did not hold (the object changed)."""
+
+
+class Throttled(StoreError):
+    """The service asked us to slow down (HTTP 429/503). Retryable.
+
+    ``retry_after`` is the server's hint in seconds, when it gave one.
+    """
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        path: str = "",
+        op: str = "",
+        status: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path, op=op, status=status, code=code)
+        self.retry_after = retry_after
+
+
+class Transient(StoreError):
+    """A failure that may succeed when retried (timeouts, resets, 5xx). Retryable.
+
+    Note: a transient failure of a non-idempotent operation may hide an operation that did
+    happen ("lost response"); callers that retry such an operation must be ready to find
+    its effect already done.
+    """
+
+    retryable = True
+
+
+class PermissionDenied(StoreError):
+    """Authenticated, but not allowed (HTTP 403 that is not an auth failure)."""
+
+
+class Unauthenticated(StoreError):
+    """Credentials missing, expired or wrong (HTTP 401, signature mismatch)."""
+
+
+class NotSupported(StoreError):
+    """The store cannot do this operation (e.g. a feature absent on an emulator)."""
+
+
+class InvalidInput(StoreError):
+    """The request was malformed: bad path, bad argument, or a 400 from the service."""
+
+
+class ConfigError(AmcommitError, ValueError):
+    """Invalid configuration (unknown key, bad value, malformed URL)."""
+
+
+class ManifestError(AmcommitError, ValueError):
+    """A manifest is corrupt, foreign or violates the protocol. Names the manifest."""
+
+    def __init__(self, message: str, *, manifest: str = "") -> None:
+        super().__init__(f"{manifest}: {message}" if manifest else message)
+        self.manifest = manifest
+
+
+class CommitError(AmcommitError):
+    """A job or task commit failed. ``stage`` names the stage that failed."""
+
+    def __init__(self, message: str, *, stage: str = "") -> None:
+        super().__init__(f"{stage}: {message}" if stage else message)
+        self.stage = stage
+
+
+class ConflictError(CommitError):
+    """The destination holds data this commit must not overwrite (conflict mode)."""
+
+
+class RollbackError(CommitError):
+    """A rollback could not complete; the job directory and journal are kept for retry."""
+
+
+__all__ = [
+    "AlreadyExists",
+    "AmcommitError",
+    "CommitError",
+    "ConfigError",
+    "ConflictError",
+    "InvalidInput",
+    "ManifestError",
+    "NotFound",
+    "NotSupported",
+    "PermissionDenied",
+    "PreconditionFailed",
+    "RollbackError",
+    "StoreError",
+    "Throttled",
+    "Transient",
+    "Unauthenticated",
+]

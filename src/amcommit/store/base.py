@@ -1,0 +1,222 @@
+"""The storage protocol every backend implements, and the small types it speaks.
+
+Paths are keys relative to the store's root (a bucket, an ADLS filesystem, or ``/`` for
+local files): ``"a/b/c.parquet"``, no leading or trailing ``/``, no empty, ``.`` or ``..``
+segments. ``""`` is the root itself. :func:`check_path` enforces this.
+
+What is atomic, per operation (all backends):
+
+* ``put``: the object appears whole or not at all. ``PutMode.CREATE`` never overwrites;
+  ``UpdateIf(etag)`` replaces only the version with that etag.
+* ``rename``: never overwrites an existing destination. It is atomic for a file on stores
+  with ``Capabilities.atomic_rename`` (local, ADLS Gen2, GCS ``objects.move``); elsewhere it
+  is copy-then-delete and, for a moment, both source and destination exist.
+* ``delete(recursive=True)``: not atomic on any store; a failure may leave part of the tree.
+* ``list``: not a snapshot; entries changed during a listing may or may not appear.
+
+Idempotency: ``stat``, ``get``, ``list``, ``mkdirs`` and ``delete`` may be repeated freely.
+``rename`` repeated after success raises :class:`~amcommit.errors.NotFound` for the source;
+backends that can prove the earlier attempt succeeded (etag kept on rename, or the
+``rename_id`` provenance mark) return ``RenameResult(recovered=True)`` instead.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from amcommit.errors import InvalidInput
+from amcommit.iostats import IOStatistics
+
+
+class PutMode(enum.Enum):
+    """How ``put`` treats an existing object."""
+
+    OVERWRITE = "overwrite"
+    """Replace whatever is there."""
+    CREATE = "create"
+    """Fail with :class:`~amcommit.errors.AlreadyExists` if the path exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateIf:
+    """``put`` mode: replace only the object whose current etag is ``etag``
+    (else :class:`~amcommit.errors.PreconditionFailed`)."""
+
+    etag: str
+
+
+WriteMode = PutMode | UpdateIf
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a store knows about one path.
+
+    ``etag`` identifies a version of the content (opaque; compare for equality only).
+    ``rename_id`` is the provenance mark a copy-based rename wrote on the destination, when
+    the store keeps one (Blob, GCS); it lets a retried rename prove it already happened.
+    """
+
+    path: str
+    size: int
+    etag: str | None = None
+    is_dir: bool = False
+    mtime: float | None = None
+    rename_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenameResult:
+    """Outcome of a rename: ``recovered`` is True when the rename had already happened
+    (a retry after a lost response, or a resumed job commit) and was proven by the store."""
+
+    dst: str
+    etag: str | None = None
+    recovered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a store can promise; the engine adapts to these, never to the backend's name."""
+
+    atomic_rename: bool
+    """A file rename is one atomic operation (no moment with both or neither visible)."""
+    directories: bool
+    """Directories exist on their own (local, ADLS Gen2); else they are implied by keys."""
+    etag_kept_on_rename: bool
+    """The destination of a rename has the source's etag (proves a rename happened)."""
+    rename_provenance: bool = False
+    """Renames record ``rename_id`` on the destination (proves a copy-based rename)."""
+    conditional_put: bool = True
+    """``PutMode.CREATE`` and ``UpdateIf`` are enforced by the store."""
+    name: str = ""
+    """Short backend name for reports (``"local"``, ``"dfs"``, ``"blob"``, ``"gcs"``)."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The asynchronous storage protocol. See the module docstring for atomicity."""
+
+    capabilities: Capabilities
+    iostats: IOStatistics
+
+    @property
+    def root_uri(self) -> str:
+        """URI of the store's root, e.g. ``file:///``, ``gs://bucket/``,
+        ``abfs://fs@account.dfs.core.windows.net/``."""
+        ...
+
+    async def stat(self, path: str) -> ObjectInfo:
+        """Info of a file or directory; :class:`~amcommit.errors.NotFound` if absent."""
+        ...
+
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        """Entries below directory ``prefix``.
+
+        ``recursive=True`` yields every file (never directories) below ``prefix``.
+        ``recursive=False`` yields the direct children, files and directories
+        (``is_dir=True``). A missing prefix yields nothing. Order is unspecified.
+        """
+        ...
+
+    async def get(self, path: str) -> bytes:
+        """The whole content of a file."""
+        ...
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        """Write a whole file atomically (creating parent directories as needed)."""
+        ...
+
+    async def rename(
+        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+    ) -> RenameResult:
+        """Rename a file; never overwrites ``dst`` (:class:`~amcommit.errors.AlreadyExists`).
+
+        ``src_etag``: fail with :class:`~amcommit.errors.PreconditionFailed` unless the
+        source still has this etag. ``rename_id``: an opaque id recorded on the destination
+        by copy-based stores so a retry can prove this rename happened. Creates missing
+        parent directories of ``dst``.
+        """
+        ...
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        """Delete a file, or a directory (with ``recursive=True`` when not empty).
+
+        Returns False if nothing was there (idempotent). Deleting a non-empty directory
+        without ``recursive`` raises :class:`~amcommit.errors.PreconditionFailed`.
+        """
+        ...
+
+    async def mkdirs(self, path: str) -> None:
+        """Create a directory and its parents; no-op where directories are virtual.
+
+        Raises :class:`~amcommit.errors.AlreadyExists` if a file is in the way.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections. Idempotent."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------
+# path helpers (pure)
+
+
+def check_path(path: str, *, allow_root: bool = True) -> str:
+    """Validate a store path and return it; raise InvalidInput naming the bad path."""
+    if path == "":
+        if allow_root:
+            return path
+        raise InvalidInput("empty path", path=path)
+    if path.startswith("/") or path.endswith("/"):
+        raise InvalidInput("path must not start or end with '/'", path=path)
+    for seg in path.split("/"):
+        if seg in ("", ".", ".."):
+            raise InvalidInput("path has an empty, '.' or '..' segment", path=path)
+        if "\x00" in seg:
+            raise InvalidInput("path contains a NUL character", path=path)
+    return path
+
+
+def join(*parts: str) -> str:
+    """Join path segments, skipping empty ones: ``join("a", "", "b/c") == "a/b/c"``."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def parent(path: str) -> str:
+    """Parent directory of ``path`` (``""`` for top-level names)."""
+    i = path.rfind("/")
+    return path[:i] if i >= 0 else ""
+
+
+def basename(path: str) -> str:
+    return path[path.rfind("/") + 1 :]
+
+
+def ancestors(path: str) -> list[str]:
+    """Proper ancestors of ``path`` from the top, excluding the root: ``a/b/c`` ->
+    ``["a", "a/b"]``."""
+    segs = path.split("/")
+    return ["/".join(segs[:i]) for i in range(1, len(segs))]
+
+
+def is_within(path: str, directory: str) -> bool:
+    """True if ``path`` is ``directory`` or below it."""
+    if directory == "":
+        return True
+    return path == directory or path.startswith(directory + "/")
+
+
+def relative_to(path: str, directory: str) -> str:
+    """``path`` relative to ``directory`` (which must contain it)."""
+    if directory == "":
+        return path
+    if path == directory:
+        return ""
+    if not path.startswith(directory + "/"):
+        raise InvalidInput(f"not below {directory!r}", path=path)
+    return path[len(directory) + 1 :]

@@ -1,0 +1,246 @@
+"""A store wrapper that injects failures: for tests, benchmarks and chaos drills.
+
+Rules select operations by name (``stat``, ``list``, ``get``, ``put``, ``rename``,
+``delete``, ``mkdirs``), by path glob (``fnmatch``; for ``rename`` the source *or* the
+destination may match), by probability and by count (``after`` matches are let through
+first, then at most ``count`` are hit). Kinds of fault:
+
+* ``error``: raise a :class:`~amcommit.errors.StoreError` subclass *instead of* the call;
+* ``throttle``: raise :class:`~amcommit.errors.Throttled` with ``retry_after``;
+* ``latency``: sleep ``seconds`` before the call (which then runs normally);
+* ``lost_response``: run the call, then raise :class:`~amcommit.errors.Transient`, as if
+  the answer had been lost on the way back: the effect happened, the caller cannot know.
+
+Everything else passes through to the wrapped store unchanged. Rules are checked in the
+order added; the first error-type rule that fires wins (latency rules always add up).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+import anyio
+
+from amcommit.errors import StoreError, Throttled, Transient
+from amcommit.iostats import IOStatistics
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameResult,
+    Store,
+    WriteMode,
+)
+
+T = TypeVar("T")
+
+FaultKind = Literal["error", "throttle", "latency", "lost_response"]
+OPS = frozenset({"stat", "list", "get", "put", "rename", "delete", "mkdirs"})
+
+
+@dataclass
+class FaultRule:
+    """One injection rule. See the module docstring."""
+
+    kind: FaultKind
+    ops: frozenset[str] | None = None
+    path: str | None = None
+    probability: float = 1.0
+    count: int | None = None
+    after: int = 0
+    error: type[StoreError] = Transient
+    retry_after: float | None = None
+    seconds: float = 0.0
+    matched: int = field(default=0, init=False)
+    fired: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.ops is not None:
+            unknown = set(self.ops) - OPS
+            if unknown:
+                raise ValueError(f"unknown operation(s) {sorted(unknown)}; known: {sorted(OPS)}")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"probability must be within [0, 1], got {self.probability}")
+
+    def selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        if self.ops is not None and op not in self.ops:
+            return False
+        return self.path is None or any(fnmatch.fnmatchcase(p, self.path) for p in paths)
+
+    def fire(self, rng: random.Random) -> bool:
+        self.matched += 1
+        if self.matched <= self.after:
+            return False
+        if self.count is not None and self.fired >= self.count:
+            return False
+        if self.probability < 1.0 and rng.random() >= self.probability:
+            return False
+        self.fired += 1
+        return True
+
+
+def _ops(op: str | list[str] | tuple[str, ...] | None) -> frozenset[str] | None:
+    if op is None:
+        return None
+    return frozenset([op]) if isinstance(op, str) else frozenset(op)
+
+
+class FaultyStore:
+    """Wraps any :class:`~amcommit.store.base.Store` and injects faults by rule."""
+
+    def __init__(self, inner: Store, *, seed: int | None = 0) -> None:
+        self.inner = inner
+        self.rules: list[FaultRule] = []
+        self.injected: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+
+    # -- rule builders -------------------------------------------------------------------
+    def add(self, rule: FaultRule) -> FaultRule:
+        self.rules.append(rule)
+        return rule
+
+    def fail(
+        self,
+        op: str | list[str] | tuple[str, ...] | None = None,
+        *,
+        error: type[StoreError] = Transient,
+        path: str | None = None,
+        probability: float = 1.0,
+        count: int | None = None,
+        after: int = 0,
+    ) -> FaultRule:
+        """Raise ``error`` instead of running matching operations."""
+        return self.add(FaultRule("error", _ops(op), path, probability, count, after, error))
+
+    def throttle(
+        self,
+        op: str | list[str] | tuple[str, ...] | None = None,
+        *,
+        retry_after: float | None = 0.05,
+        path: str | None = None,
+        probability: float = 1.0,
+        count: int | None = None,
+        after: int = 0,
+    ) -> FaultRule:
+        """Answer matching operations with :class:`Throttled` (``retry_after`` seconds)."""
+        return self.add(
+            FaultRule("throttle", _ops(op), path, probability, count, after, retry_after=retry_after)
+        )
+
+    def latency(
+        self,
+        seconds: float,
+        op: str | list[str] | tuple[str, ...] | None = None,
+        *,
+        path: str | None = None,
+        probability: float = 1.0,
+        count: int | None = None,
+        after: int = 0,
+    ) -> FaultRule:
+        """Delay matching operations by ``seconds``."""
+        return self.add(FaultRule("latency", _ops(op), path, probability, count, after, seconds=seconds))
+
+    def lose_response(
+        self,
+        op: str | list[str] | tuple[str, ...] | None = None,
+        *,
+        path: str | None = None,
+        probability: float = 1.0,
+        count: int | None = None,
+        after: int = 0,
+    ) -> FaultRule:
+        """Run matching operations, then raise :class:`Transient` as if the reply was lost."""
+        return self.add(FaultRule("lost_response", _ops(op), path, probability, count, after))
+
+    def clear(self) -> None:
+        self.rules.clear()
+
+    # -- machinery -----------------------------------------------------------------------
+    async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        lost = False
+        delay = 0.0
+        raise_err: StoreError | None = None
+        for rule in self.rules:
+            if not rule.selects(op, paths):
+                continue
+            if rule.kind == "latency":
+                if rule.fire(self._rng):
+                    delay += rule.seconds
+                continue
+            if raise_err is not None or lost:
+                continue
+            if not rule.fire(self._rng):
+                continue
+            self.injected[f"{rule.kind}:{op}"] += 1
+            if rule.kind == "error":
+                raise_err = rule.error("injected fault", op=op, path=paths[0])
+            elif rule.kind == "throttle":
+                raise_err = Throttled(
+                    "injected throttling", retry_after=rule.retry_after, op=op, path=paths[0]
+                )
+            else:
+                lost = True
+        if delay:
+            await anyio.sleep(delay)
+        if raise_err is not None:
+            raise raise_err
+        result = await fn()
+        if lost:
+            raise Transient("injected lost response (the operation did happen)", op=op, path=paths[0])
+        return result
+
+    # -- Store protocol ------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    @property
+    def iostats(self) -> IOStatistics:
+        return self.inner.iostats
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    def __repr__(self) -> str:
+        return f"FaultyStore({self.inner!r}, rules={len(self.rules)})"
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self._call("stat", (path,), lambda: self.inner.stat(path))
+
+    async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        async def start() -> AsyncIterator[ObjectInfo]:
+            return self.inner.list(prefix, recursive=recursive)
+
+        it = await self._call("list", (prefix,), start)
+        async for info in it:
+            yield info
+
+    async def get(self, path: str) -> bytes:
+        return await self._call("get", (path,), lambda: self.inner.get(path))
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        return await self._call("put", (path,), lambda: self.inner.put(path, data, mode=mode))
+
+    async def rename(
+        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+    ) -> RenameResult:
+        return await self._call(
+            "rename",
+            (src, dst),
+            lambda: self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id),
+        )
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        return await self._call("delete", (path,), lambda: self.inner.delete(path, recursive=recursive))
+
+    async def mkdirs(self, path: str) -> None:
+        await self._call("mkdirs", (path,), lambda: self.inner.mkdirs(path))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,248 @@
+"""Shared HTTP machinery for the cloud backends (aiohttp).
+
+:class:`HttpClient` owns one ``aiohttp.ClientSession`` per store and sends every request
+through the store's :class:`~amcommit.store.limits.Limiter`, with retries
+(:mod:`amcommit.store.retry`), per-operation IO statistics and a backend-supplied error
+classifier. Requests are signed per attempt (``sign`` callback), because signatures
+include the date.
+
+Retries: by default only requests marked ``idempotent`` are retried on retryable errors
+(timeouts, connection resets, 5xx, throttling). A backend that can recognise the effect of
+an earlier attempt (e.g. a rename that already happened) may pass ``idempotent=True`` and
+handle the "already done" answer itself; the attempt count is on
+:attr:`HttpResponse.attempts` and on raised errors as ``attempts``.
+
+Credentials: never put keys, SAS tokens or bearer tokens into messages; use
+:func:`redact_url` on URLs before they enter an error.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from multidict import CIMultiDictProxy
+from yarl import URL
+
+from amcommit.errors import (
+    AlreadyExists,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    PreconditionFailed,
+    StoreError,
+    Throttled,
+    Transient,
+    Unauthenticated,
+)
+from amcommit.iostats import IOStatistics
+from amcommit.store.limits import Limiter
+from amcommit.store.retry import RetryPolicy, call_with_retries
+
+_SECRET_QUERY_KEYS = {
+    "sig",
+    "signature",
+    "se",
+    "sv",
+    "sp",
+    "st",
+    "spr",
+    "srt",
+    "ss",
+    "skoid",
+    "sktid",
+    "skt",
+    "ske",
+    "sks",
+    "skv",
+    "code",
+    "access_token",
+    "token",
+}
+
+
+def redact_url(url: str | URL) -> str:
+    """The URL without its query's secret parts (SAS signature, tokens)."""
+    u = url if isinstance(url, URL) else URL(url, encoded=True)
+    if not u.query_string:
+        return str(u)
+    q = [(k, "REDACTED" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in u.query.items()]
+    return str(u.with_query(q))
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        dt = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, dt.timestamp() - time.time())
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: bytes
+    attempts: int = 1
+
+
+Signer = Callable[[str, URL, dict[str, str]], Awaitable[None]]
+"""``sign(method, url, headers)``: add auth headers in place (per attempt)."""
+
+Classifier = Callable[[HttpResponse, str, str], StoreError | None]
+"""``classify(response, op, path)``: the error for a response, or None on success."""
+
+
+def default_classify(resp: HttpResponse, op: str, path: str) -> StoreError | None:
+    """Status-only mapping; backends refine it with their error codes."""
+    s = resp.status
+    if s < 300 or s == 304:
+        return None
+    cls: type[StoreError]
+    if s == 404:
+        cls, msg = NotFound, "not found"
+    elif s == 409:
+        cls, msg = AlreadyExists, "conflict"
+    elif s == 412:
+        cls, msg = PreconditionFailed, "precondition failed"
+    elif s == 401:
+        cls, msg = Unauthenticated, "unauthenticated"
+    elif s == 403:
+        cls, msg = PermissionDenied, "permission denied"
+    elif s in (429, 503):
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+        return Throttled("throttled", retry_after=retry_after, path=path, op=op, status=s)
+    elif s == 408 or s >= 500:
+        cls, msg = Transient, "server error"
+    elif s == 400:
+        cls, msg = InvalidInput, "bad request"
+    else:
+        cls, msg = StoreError, f"unexpected HTTP status {s}"
+    return cls(msg, path=path, op=op, status=s)
+
+
+class HttpClient:
+    """One aiohttp session plus limiter, retries, statistics and error classification."""
+
+    def __init__(
+        self,
+        *,
+        limiter: Limiter,
+        retry: RetryPolicy | None = None,
+        stats: IOStatistics | None = None,
+        classify: Classifier = default_classify,
+        sign: Signer | None = None,
+        keepalive_timeout: float = 4.0,
+        request_timeout: float = 60.0,
+        connector_limit: int | None = None,
+    ) -> None:
+        self.limiter = limiter
+        self.retry = retry or RetryPolicy()
+        self.stats = stats or IOStatistics()
+        self.classify = classify
+        self.sign = sign
+        self._keepalive = keepalive_timeout
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10.0)
+        self._connector_limit = connector_limit or max(limiter.max_concurrency, 8)
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._connector_limit,
+                keepalive_timeout=self._keepalive,
+                enable_cleanup_closed=True,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                auto_decompress=False,
+                skip_auto_headers=("Content-Type", "User-Agent", "Accept-Encoding"),
+                headers={"User-Agent": "amcommit/0.1"},
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def _once(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        headers: Mapping[str, str],
+        data: bytes | None,
+        path: str,
+        attempt: int,
+    ) -> HttpResponse:
+        hdrs = dict(headers)
+        if self.sign is not None:
+            await self.sign(method, url, hdrs)
+        t0 = time.perf_counter()
+        async with self.limiter.slot():
+            try:
+                async with self.session().request(
+                    method, url, headers=hdrs, data=data, allow_redirects=False
+                ) as r:
+                    body = await r.read()
+                    resp = HttpResponse(r.status, r.headers, body, attempt)
+            except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+                self.stats.record(op, time.perf_counter() - t0, failed=True)
+                raise Transient(f"connection failed: {type(e).__name__}", path=path, op=op) from None
+        err = self.classify(resp, op, path)
+        if err is not None:
+            err.attempts = attempt
+            self.stats.record(op, time.perf_counter() - t0, failed=True)
+            raise err
+        self.stats.record(op, time.perf_counter() - t0)
+        self.limiter.succeeded()
+        return resp
+
+    async def request(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        *,
+        path: str = "",
+        headers: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+        idempotent: bool = True,
+        retry: RetryPolicy | None = None,
+    ) -> HttpResponse:
+        """Send one logical request (with retries if ``idempotent``); raise a typed error.
+
+        ``url`` must be built with ``encoded=True`` (it is signed and sent as is).
+        """
+        policy = retry or self.retry
+        if not idempotent:
+            policy = RetryPolicy(max_attempts=1)
+        hdrs = headers or {}
+
+        async def attempt(n: int) -> HttpResponse:
+            return await self._once(op, method, url, hdrs, data, path, n)
+
+        return await call_with_retries(attempt, policy=policy, limiter=self.limiter, stats=self.stats)
+
+
+__all__ = [
+    "HttpClient",
+    "HttpResponse",
+    "Throttled",
+    "default_classify",
+    "parse_retry_after",
+    "redact_url",
+]

@@ -1,0 +1,189 @@
+"""Bounded concurrency plus an adaptive token-bucket rate limit.
+
+One :class:`Limiter` guards every request a store sends. Share one limiter between all the
+jobs of a process that talk to the same account or bucket (:func:`shared_limiter`), so that
+together they respect the service's limits.
+
+Behaviour:
+
+* at most ``max_concurrency`` operations in flight;
+* at most ``rate`` operations started per second (token bucket, bursts of ``burst``);
+  ``rate=None`` means no rate limit until the service throttles us;
+* on a throttling answer (:meth:`Limiter.throttled`) the rate drops to ``decrease`` times
+  the current (or observed) rate, never below ``min_rate``, at most once per ``cooldown``
+  seconds, and no new operation starts before the server's Retry-After has passed;
+* after ``recover_after`` quiet seconds the rate grows by ``increase`` (multiplicative)
+  each further quiet interval, until it reaches ``rate`` again (or, if the configured rate
+  was unlimited, until it passes ``unlimited_above``, when the limit is lifted).
+
+A limiter belongs to one event loop (it is not thread-safe).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from amcommit.errors import ConfigError
+
+
+class Limiter:
+    """Concurrency + adaptive rate limiter. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        max_concurrency: int = 64,
+        rate: float | None = None,
+        burst: float | None = None,
+        min_rate: float = 5.0,
+        decrease: float = 0.5,
+        increase: float = 1.25,
+        cooldown: float = 1.0,
+        recover_after: float = 2.0,
+        unlimited_above: float = 20_000.0,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if rate is not None and rate <= 0:
+            raise ConfigError(f"rate must be > 0 ops/s or None, got {rate}")
+        if not 0 < decrease < 1:
+            raise ConfigError(f"decrease must be in (0, 1), got {decrease}")
+        if increase <= 1:
+            raise ConfigError(f"increase must be > 1, got {increase}")
+        self.max_concurrency = max_concurrency
+        self.max_rate = rate
+        self.rate: float | None = rate
+        self._burst_cfg = burst
+        self.min_rate = min_rate
+        self.decrease = decrease
+        self.increase = increase
+        self.cooldown = cooldown
+        self.recover_after = recover_after
+        self.unlimited_above = unlimited_above
+        self._sem = anyio.Semaphore(max_concurrency)
+        now = time.monotonic()
+        self._tokens = self._burst()
+        self._last_refill = now
+        self._paused_until = 0.0
+        self._last_throttle = -math.inf
+        self._last_change = now
+        # observed completions per second (one-second buckets)
+        self._bucket_start = now
+        self._bucket_count = 0
+        self._observed = 0.0
+        # statistics
+        self.throttle_events = 0
+        self.rate_decreases = 0
+        self.waited_seconds = 0.0
+
+    def _burst(self) -> float:
+        if self._burst_cfg is not None:
+            return max(1.0, self._burst_cfg)
+        if self.rate is None:
+            return 1.0
+        return max(1.0, self.rate / 10.0)
+
+    @property
+    def in_flight(self) -> int:
+        return self.max_concurrency - int(self._sem.value)
+
+    async def _take_token(self) -> None:
+        while True:
+            now = time.monotonic()
+            if self._paused_until > now:
+                wait = self._paused_until - now
+                self.waited_seconds += wait
+                await anyio.sleep(wait)
+                continue
+            rate = self.rate
+            if rate is None:
+                return
+            self._tokens = min(self._burst(), self._tokens + (now - self._last_refill) * rate)
+            self._last_refill = now
+            self._tokens -= 1.0
+            if self._tokens >= 0:
+                return
+            # reservation: sleep until our token has accrued
+            wait = -self._tokens / rate
+            self.waited_seconds += wait
+            await anyio.sleep(wait)
+            return
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Wait for a token and a concurrency slot; hold the slot for the block."""
+        await self._take_token()
+        async with self._sem:
+            yield
+
+    def succeeded(self) -> None:
+        """Report a completed operation (drives the observed rate and the recovery)."""
+        now = time.monotonic()
+        if now - self._bucket_start >= 1.0:
+            self._observed = self._bucket_count / (now - self._bucket_start)
+            self._bucket_start = now
+            self._bucket_count = 0
+        self._bucket_count += 1
+        if self.rate is None:
+            return
+        quiet = now - self._last_throttle
+        if quiet >= self.recover_after and now - self._last_change >= self.cooldown:
+            new = self.rate * self.increase
+            if self.max_rate is not None and new >= self.max_rate:
+                new = self.max_rate
+            elif self.max_rate is None and new >= self.unlimited_above:
+                self.rate = None
+                self._last_change = now
+                return
+            self.rate = new
+            self._last_change = now
+
+    def throttled(self, retry_after: float | None = None) -> None:
+        """Report a throttling answer; slows the bucket and honours ``retry_after``."""
+        now = time.monotonic()
+        self.throttle_events += 1
+        if retry_after is not None and retry_after > 0:
+            self._paused_until = max(self._paused_until, now + min(retry_after, 60.0))
+        self._last_throttle = now
+        if now - self._last_change < self.cooldown and self.rate is not None:
+            return
+        if self.rate is not None:
+            base = self.rate
+        else:
+            elapsed = now - self._bucket_start
+            current = self._bucket_count / elapsed if elapsed > 0.05 else 0.0
+            base = max(self._observed, current, self.min_rate / self.decrease)
+        self.rate = max(self.min_rate, base * self.decrease)
+        self._tokens = min(self._tokens, self._burst())
+        self._last_change = now
+        self.rate_decreases += 1
+
+    def describe(self) -> dict[str, float | int | None]:
+        return {
+            "max_concurrency": self.max_concurrency,
+            "rate": self.rate,
+            "max_rate": self.max_rate,
+            "throttle_events": self.throttle_events,
+            "rate_decreases": self.rate_decreases,
+            "waited_seconds": round(self.waited_seconds, 3),
+        }
+
+
+_shared: dict[str, Limiter] = {}
+
+
+def shared_limiter(key: str, **options: object) -> Limiter:
+    """The process-wide limiter for ``key`` (e.g. ``"gcs:bucket"``, ``"azure:account"``).
+
+    Created with ``options`` on first use; later calls return the same limiter and ignore
+    ``options``.
+    """
+    lim = _shared.get(key)
+    if lim is None:
+        lim = _shared[key] = Limiter(**options)  # type: ignore[arg-type]
+    return lim

@@ -1,0 +1,345 @@
+"""Local filesystem store (``file://`` URLs and plain paths): the embedded default.
+
+Blocking calls run in worker threads, bounded by the store's limiter.
+
+Atomicity on a POSIX filesystem:
+
+* ``put`` writes a hidden temporary file in the target directory, fsyncs it, then renames it
+  into place: readers see the old or the new content, never a partial file.
+  ``PutMode.CREATE`` uses ``renameat2(RENAME_NOREPLACE)`` (or ``link`` + ``unlink`` where that
+  is unavailable), so it never overwrites, even against other processes. ``UpdateIf``
+  compares the etag and replaces under a per-process lock: another *process* writing the
+  same file between the check and the replace is not detected.
+* ``rename`` is atomic and never overwrites (``RENAME_NOREPLACE``). The ``src_etag`` check
+  happens just before the rename, not atomically with it.
+* The etag is ``inode-mtime_ns-size`` (hex): a rename keeps it, any rewrite changes it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import shutil
+import stat as stat_mod
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
+
+import anyio
+
+from amcommit.errors import (
+    AlreadyExists,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    PreconditionFailed,
+    StoreError,
+    Transient,
+)
+from amcommit.iostats import IOStatistics
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameResult,
+    UpdateIf,
+    WriteMode,
+    check_path,
+    join,
+    parent,
+)
+from amcommit.store.limits import Limiter
+
+T = TypeVar("T")
+
+TMP_PREFIX = ".amcommit-tmp-"
+"""Hidden temporary files of in-flight ``put`` calls; never listed."""
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def _load_renameat2() -> Callable[[bytes, bytes], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+
+    def call(src: bytes, dst: bytes) -> int:
+        return int(fn(_AT_FDCWD, src, _AT_FDCWD, dst, _RENAME_NOREPLACE))
+
+    return call
+
+
+_renameat2 = _load_renameat2()
+
+
+def rename_noreplace(src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` atomically, failing with FileExistsError if ``dst`` exists."""
+    global _renameat2
+    if _renameat2 is not None:
+        if _renameat2(os.fsencode(src), os.fsencode(dst)) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), src, None, dst)
+        # filesystem without RENAME_NOREPLACE support: fall back below
+    if os.path.isdir(src):
+        if os.path.lexists(dst):
+            raise FileExistsError(errno.EEXIST, "destination exists", dst)
+        os.rename(src, dst)
+        return
+    os.link(src, dst)  # atomic create-only
+    os.unlink(src)
+
+
+def _etag(st: os.stat_result) -> str:
+    return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
+
+
+def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
+    msg = e.strerror or str(e)
+    if isinstance(e, FileNotFoundError):
+        return NotFound(msg, op=op, path=path)
+    if isinstance(e, FileExistsError):
+        return AlreadyExists(msg, op=op, path=path)
+    if isinstance(e, NotADirectoryError):
+        return AlreadyExists(f"a file is in the way: {msg}", op=op, path=path)
+    if isinstance(e, PermissionError):
+        return PermissionDenied(msg, op=op, path=path)
+    if e.errno == errno.ENOTEMPTY:
+        return PreconditionFailed("directory not empty", op=op, path=path)
+    if isinstance(e, IsADirectoryError):
+        return InvalidInput(f"is a directory: {msg}", op=op, path=path)
+    if e.errno in (errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT):
+        return Transient(msg, op=op, path=path)
+    return StoreError(msg, op=op, path=path)
+
+
+class LocalStore:
+    """A :class:`~amcommit.store.base.Store` over a local directory tree rooted at ``root``."""
+
+    def __init__(
+        self,
+        root: str = "/",
+        *,
+        limiter: Limiter | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.root = os.path.abspath(root)
+        self.limiter = limiter or Limiter(max_concurrency=32)
+        self.fsync = fsync
+        self.iostats = IOStatistics()
+        self.capabilities = Capabilities(
+            atomic_rename=True,
+            directories=True,
+            etag_kept_on_rename=True,
+            rename_provenance=False,
+            conditional_put=True,
+            name="local",
+        )
+        self._locks: dict[str, threading.Lock] = {}
+        self._closed = False
+
+    @property
+    def root_uri(self) -> str:
+        from amcommit.uris import encode_path
+
+        r = self.root.rstrip("/")
+        return "file://" + encode_path(r) + "/"
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r})"
+
+    def os_path(self, path: str) -> str:
+        """The filesystem path of store path ``path``."""
+        check_path(path)
+        return os.path.join(self.root, path) if path else self.root
+
+    async def _run(self, op: str, path: str, fn: Callable[[], T]) -> T:
+        t0 = time.perf_counter()
+        async with self.limiter.slot():
+            try:
+                result = await anyio.to_thread.run_sync(fn)
+            except OSError as e:
+                self.iostats.record(op, time.perf_counter() - t0, failed=True)
+                raise _map_oserror(e, op, path) from None
+            except StoreError:
+                self.iostats.record(op, time.perf_counter() - t0, failed=True)
+                raise
+        self.iostats.record(op, time.perf_counter() - t0)
+        self.limiter.succeeded()
+        return result
+
+    def _info(self, path: str, st: os.stat_result) -> ObjectInfo:
+        is_dir = stat_mod.S_ISDIR(st.st_mode)
+        return ObjectInfo(
+            path=path,
+            size=0 if is_dir else st.st_size,
+            etag=None if is_dir else _etag(st),
+            is_dir=is_dir,
+            mtime=st.st_mtime,
+        )
+
+    async def stat(self, path: str) -> ObjectInfo:
+        p = self.os_path(path)
+        return await self._run("stat", path, lambda: self._info(path, os.stat(p)))
+
+    async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        check_path(prefix)
+        pending = [prefix]
+        while pending:
+            d = pending.pop()
+            osd = self.os_path(d)
+
+            def scan(d: str = d, osd: str = osd) -> list[tuple[str, os.stat_result]]:
+                out = []
+                try:
+                    with os.scandir(osd) as it:
+                        for ent in it:
+                            if ent.name.startswith(TMP_PREFIX):
+                                continue
+                            try:
+                                out.append((join(d, ent.name), ent.stat()))
+                            except FileNotFoundError:
+                                continue
+                except (FileNotFoundError, NotADirectoryError):
+                    return []
+                return out
+
+            for p, st in await self._run("list", d, scan):
+                info = self._info(p, st)
+                if info.is_dir:
+                    if recursive:
+                        pending.append(p)
+                    else:
+                        yield info
+                else:
+                    yield info
+
+    async def get(self, path: str) -> bytes:
+        p = self.os_path(path)
+
+        def read() -> bytes:
+            with open(p, "rb") as f:
+                return f.read()
+
+        return await self._run("get", path, read)
+
+    def _lock(self, p: str) -> threading.Lock:
+        lk = self._locks.get(p)
+        if lk is None:
+            lk = self._locks.setdefault(p, threading.Lock())
+        return lk
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        check_path(path, allow_root=False)
+        p = self.os_path(path)
+
+        def write() -> ObjectInfo:
+            d = os.path.dirname(p)
+            os.makedirs(d, exist_ok=True)
+            tmp = os.path.join(d, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    if self.fsync:
+                        f.flush()
+                        os.fsync(f.fileno())
+                if mode is PutMode.CREATE:
+                    rename_noreplace(tmp, p)
+                elif isinstance(mode, UpdateIf):
+                    with self._lock(p):
+                        try:
+                            cur = _etag(os.stat(p))
+                        except FileNotFoundError:
+                            raise PreconditionFailed("no object to update", op="put", path=path) from None
+                        if cur != mode.etag:
+                            raise PreconditionFailed(
+                                f"etag is {cur}, expected {mode.etag}", op="put", path=path
+                            )
+                        os.replace(tmp, p)
+                else:
+                    if os.path.isdir(p):
+                        raise IsADirectoryError(errno.EISDIR, "is a directory", p)
+                    os.replace(tmp, p)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                raise
+            return self._info(path, os.stat(p))
+
+        return await self._run("put", path, write)
+
+    async def rename(
+        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+    ) -> RenameResult:
+        check_path(src, allow_root=False)
+        check_path(dst, allow_root=False)
+        ps, pd = self.os_path(src), self.os_path(dst)
+
+        def mv() -> RenameResult:
+            st = os.stat(ps)
+            if src_etag is not None and not stat_mod.S_ISDIR(st.st_mode) and _etag(st) != src_etag:
+                raise PreconditionFailed(
+                    f"source etag is {_etag(st)}, expected {src_etag}", op="rename", path=src
+                )
+            dpar = os.path.dirname(pd)
+            if not os.path.isdir(dpar):
+                os.makedirs(dpar, exist_ok=True)
+            try:
+                rename_noreplace(ps, pd)
+            except FileExistsError:
+                raise AlreadyExists("destination exists", op="rename", path=dst) from None
+            return RenameResult(dst=dst, etag=None if stat_mod.S_ISDIR(st.st_mode) else _etag(st))
+
+        return await self._run("rename", src, mv)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        check_path(path, allow_root=False)
+        p = self.os_path(path)
+
+        def rm() -> bool:
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                return False
+            if stat_mod.S_ISDIR(st.st_mode):
+                if recursive:
+                    shutil.rmtree(p)
+                else:
+                    os.rmdir(p)
+            else:
+                os.unlink(p)
+            return True
+
+        return await self._run("delete", path, rm)
+
+    async def mkdirs(self, path: str) -> None:
+        if path == "":
+            return
+        check_path(path)
+        p = self.os_path(path)
+
+        def mk() -> None:
+            try:
+                os.makedirs(p, exist_ok=True)
+            except FileExistsError:
+                raise AlreadyExists("a file is in the way", op="mkdirs", path=path) from None
+
+        await self._run("mkdirs", path, mk)
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+
+__all__ = ["TMP_PREFIX", "LocalStore", "parent", "rename_noreplace"]

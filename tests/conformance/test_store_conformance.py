@@ -1,0 +1,216 @@
+"""Every promise of the Store protocol, checked on every backend in CONFORMANCE_BACKENDS."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from amcommit.errors import AlreadyExists, InvalidInput, NotFound, PreconditionFailed
+from amcommit.store.base import PutMode, UpdateIf, join
+from tests.backends import StoreUnderTest
+
+NAMES = ["plain.txt", "with space.bin", "unicodé-ü.txt", "pct%41.txt", "plus+sign.txt", "hash#tag.txt"]
+
+
+async def listing(sut: StoreUnderTest, prefix: str, recursive: bool = True) -> dict[str, int]:
+    return {i.path: i.size async for i in sut.store.list(prefix, recursive=recursive) if not i.is_dir}
+
+
+async def test_put_get_stat_roundtrip(sut: StoreUnderTest) -> None:
+    s, p = sut.store, join(sut.base, "a/b/file.bin")
+    data = bytes(range(256)) * 17
+    info = await s.put(p, data)
+    assert info.path == p and info.size == len(data) and info.etag
+    assert await s.get(p) == data
+    st = await s.stat(p)
+    assert st.size == len(data) and not st.is_dir and st.etag == info.etag
+
+
+async def test_empty_file(sut: StoreUnderTest) -> None:
+    p = join(sut.base, "empty")
+    await sut.store.put(p, b"")
+    assert await sut.store.get(p) == b""
+    assert (await sut.store.stat(p)).size == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_special_characters_in_names(sut: StoreUnderTest, name: str) -> None:
+    s = sut.store
+    src = join(sut.base, "dir with space", name)
+    dst = join(sut.base, "out", "ü dir", name)
+    await s.put(src, name.encode())
+    assert (await s.stat(src)).size == len(name.encode())
+    assert await listing(sut, join(sut.base, "dir with space")) == {src: len(name.encode())}
+    await s.rename(src, dst)
+    assert await s.get(dst) == name.encode()
+    assert await listing(sut, join(sut.base, "out")) == {dst: len(name.encode())}
+
+
+async def test_missing_paths_raise_not_found(sut: StoreUnderTest) -> None:
+    s, p = sut.store, join(sut.base, "nope")
+    with pytest.raises(NotFound):
+        await s.stat(p)
+    with pytest.raises(NotFound):
+        await s.get(p)
+    with pytest.raises(NotFound):
+        await s.rename(p, join(sut.base, "elsewhere"))
+    assert await listing(sut, p) == {}
+
+
+async def test_put_modes(sut: StoreUnderTest) -> None:
+    s, p = sut.store, join(sut.base, "modes")
+    first = await s.put(p, b"one", mode=PutMode.CREATE)
+    with pytest.raises(AlreadyExists):
+        await s.put(p, b"two", mode=PutMode.CREATE)
+    assert await s.get(p) == b"one"
+    second = await s.put(p, b"two!", mode=PutMode.OVERWRITE)
+    assert second.etag != first.etag
+    assert await s.get(p) == b"two!"
+    with pytest.raises(PreconditionFailed):
+        await s.put(p, b"three", mode=UpdateIf(first.etag or "x"))
+    assert await s.get(p) == b"two!"
+    third = await s.put(p, b"three", mode=UpdateIf(second.etag or "x"))
+    assert await s.get(p) == b"three" and third.etag not in (first.etag, second.etag)
+
+
+async def test_concurrent_create_only_one_wins(sut: StoreUnderTest) -> None:
+    s, p = sut.store, join(sut.base, "race")
+    wins: list[int] = []
+    losses: list[int] = []
+
+    async def one(i: int) -> None:
+        try:
+            await s.put(p, f"writer {i}".encode(), mode=PutMode.CREATE)
+            wins.append(i)
+        except AlreadyExists:
+            losses.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(one, i)
+    assert len(wins) == 1 and len(losses) == 7
+    assert await s.get(p) == f"writer {wins[0]}".encode()
+
+
+async def test_list_recursive_and_children(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    files = {join(b, "top.txt"): 1, join(b, "d1/x.txt"): 2, join(b, "d1/d2/y.txt"): 3, join(b, "d3/z"): 4}
+    for p, n in files.items():
+        await s.put(p, b"x" * n)
+    assert await listing(sut, b) == files
+    assert await listing(sut, join(b, "d1")) == {join(b, "d1/x.txt"): 2, join(b, "d1/d2/y.txt"): 3}
+    children = {i.path: i.is_dir async for i in s.list(b, recursive=False)}
+    assert children == {join(b, "top.txt"): False, join(b, "d1"): True, join(b, "d3"): True}
+    # a prefix is a directory, not a string prefix
+    assert await listing(sut, join(b, "d")) == {}
+
+
+async def test_rename_moves_and_never_overwrites(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    src, dst = join(b, "src/part-0"), join(b, "dst/deep/part-0")
+    info = await s.put(src, b"payload")
+    res = await s.rename(src, dst, src_etag=info.etag)
+    assert res.dst == dst and not res.recovered
+    assert await s.get(dst) == b"payload"
+    with pytest.raises(NotFound):
+        await s.stat(src)
+    if s.capabilities.etag_kept_on_rename:
+        assert (await s.stat(dst)).etag == info.etag
+    # never overwrite
+    await s.put(src, b"second")
+    with pytest.raises(AlreadyExists):
+        await s.rename(src, dst)
+    assert await s.get(dst) == b"payload"
+    assert await s.get(src) == b"second"
+
+
+async def test_rename_source_etag_precondition(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    src, dst = join(b, "s"), join(b, "d")
+    old = await s.put(src, b"v1")
+    await s.put(src, b"v2 changed")
+    with pytest.raises(PreconditionFailed):
+        await s.rename(src, dst, src_etag=old.etag)
+    assert await s.get(src) == b"v2 changed"
+    with pytest.raises(NotFound):
+        await s.stat(dst)
+
+
+async def test_rename_provenance_mark(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    if not s.capabilities.rename_provenance:
+        pytest.skip("store keeps the etag on rename; no provenance mark needed")
+    await s.put(join(b, "s"), b"data")
+    await s.rename(join(b, "s"), join(b, "d"), rename_id="op-123")
+    assert (await s.stat(join(b, "d"))).rename_id == "op-123"
+
+
+async def test_concurrent_renames_of_one_source(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    if not s.capabilities.atomic_rename:
+        pytest.skip("copy-based rename: concurrent renames of one source are not exclusive")
+    src = join(b, "one")
+    await s.put(src, b"x")
+    ok: list[str] = []
+
+    async def one(i: int) -> None:
+        try:
+            await s.rename(src, join(b, f"to-{i}"))
+            ok.append(str(i))
+        except NotFound:
+            pass
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(one, i)
+    assert len(ok) == 1
+    assert set(await listing(sut, b)) == {join(b, f"to-{ok[0]}")}
+
+
+async def test_delete(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    await s.put(join(b, "f"), b"1")
+    assert await s.delete(join(b, "f")) is True
+    assert await s.delete(join(b, "f")) is False
+    for i in range(5):
+        await s.put(join(b, f"tree/sub{i % 2}/f{i}"), b"x")
+    if s.capabilities.directories:
+        with pytest.raises(PreconditionFailed):
+            await s.delete(join(b, "tree"))
+    assert await s.delete(join(b, "tree"), recursive=True) is True
+    assert await listing(sut, join(b, "tree")) == {}
+    assert await s.delete(join(b, "tree"), recursive=True) is False
+
+
+async def test_mkdirs(sut: StoreUnderTest) -> None:
+    s, b = sut.store, sut.base
+    await s.mkdirs(join(b, "x/y/z"))
+    await s.mkdirs(join(b, "x/y/z"))  # idempotent
+    if s.capabilities.directories:
+        st = await s.stat(join(b, "x/y"))
+        assert st.is_dir
+        await s.put(join(b, "file"), b"f")
+        with pytest.raises(AlreadyExists):
+            await s.mkdirs(join(b, "file/sub"))
+
+
+async def test_large_file(sut: StoreUnderTest) -> None:
+    s, p = sut.store, join(sut.base, "big.bin")
+    data = bytes(range(251)) * (9 * 1024 * 1024 // 251)  # ~9 MiB: exercises chunked uploads
+    await s.put(p, data)
+    assert (await s.stat(p)).size == len(data)
+    assert await s.get(p) == data
+
+
+@pytest.mark.parametrize("bad", ["/abs", "trail/", "a//b", "a/../b", "./a"])
+async def test_bad_paths_rejected(sut: StoreUnderTest, bad: str) -> None:
+    with pytest.raises(InvalidInput):
+        await sut.store.put(bad, b"x")
+
+
+async def test_root_uri_round_trip(sut: StoreUnderTest) -> None:
+    from amcommit.uris import path_to_uri, uri_to_path
+
+    p = join(sut.base, "d ir/f%#+é")
+    uri = path_to_uri(sut.store.root_uri, p)
+    assert uri_to_path(sut.store.root_uri, uri) == p

@@ -1,0 +1,46 @@
+"""Shared fixtures: backends for the conformance/engine suites, temp dirs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from amcommit.store.faulty import FaultyStore
+from amcommit.store.local import LocalStore
+from tests.backends import CONFORMANCE_BACKENDS, ENGINE_BACKENDS, StoreUnderTest
+
+
+def _local_base(tmp_path: Path) -> tuple[LocalStore, str]:
+    root = tmp_path / "store root"
+    root.mkdir()
+    store = LocalStore(str(root), fsync=False)
+    return store, f"t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def backend_local(tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    store, base = _local_base(tmp_path)
+    yield StoreUnderTest(store, base, name="local")
+    await store.aclose()
+
+
+@pytest.fixture
+async def backend_faulty_local(tmp_path: Path) -> AsyncIterator[StoreUnderTest]:
+    store, base = _local_base(tmp_path)
+    yield StoreUnderTest(FaultyStore(store, seed=1), base, name="faulty(local)", faulty=True)
+    await store.aclose()
+
+
+@pytest.fixture(params=CONFORMANCE_BACKENDS)
+def sut(request: pytest.FixtureRequest) -> StoreUnderTest:
+    """The store under test, for the conformance suite."""
+    return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=ENGINE_BACKENDS)
+def engine_sut(request: pytest.FixtureRequest) -> StoreUnderTest:
+    """The store under test, for the engine (job commit) suite."""
+    return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
