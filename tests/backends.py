@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from amcommit.store.base import Store
+from tests.plugins import azure_backends, gcs_backends
 
 
 @dataclass
@@ -24,6 +25,17 @@ class StoreUnderTest:
     """Backend-specific handles (e.g. an SDK client used as an oracle)."""
 
 
-# Fixture names, in the order tests are parametrised. Backend modules append theirs.
-CONFORMANCE_BACKENDS: list[str] = ["backend_local", "backend_faulty_local"]
-ENGINE_BACKENDS: list[str] = ["backend_local", "backend_faulty_local"]
+# Fixture names, in the order tests are parametrised. Each backend plugin (tests/plugins/)
+# lists its own fixtures.
+CONFORMANCE_BACKENDS: list[str] = [
+    "backend_local",
+    "backend_faulty_local",
+    *azure_backends.CONFORMANCE,
+    *gcs_backends.CONFORMANCE,
+]
+ENGINE_BACKENDS: list[str] = [
+    "backend_local",
+    "backend_faulty_local",
+    *azure_backends.ENGINE,
+    *gcs_backends.ENGINE,
+]

@@ -12,6 +12,8 @@ from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.backends import CONFORMANCE_BACKENDS, ENGINE_BACKENDS, StoreUnderTest
 
+pytest_plugins = ["tests.plugins.azure_backends", "tests.plugins.gcs_backends"]
+
 
 def _local_base(tmp_path: Path) -> tuple[LocalStore, str]:
     root = tmp_path / "store root"
