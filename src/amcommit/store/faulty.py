@@ -176,7 +176,8 @@ class FaultyStore:
                 continue
             if not rule.fire(self._rng):
                 continue
-            self.injected[f"{rule.kind}:{op}"] += 1
+            if rule.kind != "lost_response":
+                self.injected[f"{rule.kind}:{op}"] += 1
             if rule.kind == "error":
                 raise_err = rule.error("injected fault", op=op, path=paths[0])
             elif rule.kind == "throttle":
@@ -191,6 +192,7 @@ class FaultyStore:
             raise raise_err
         result = await fn()
         if lost:
+            self.injected[f"lost_response:{op}"] += 1
             raise Transient("injected lost response (the operation did happen)", op=op, path=paths[0])
         return result
 

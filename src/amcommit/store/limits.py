@@ -72,10 +72,9 @@ class Limiter:
         self._paused_until = 0.0
         self._last_throttle = -math.inf
         self._last_change = now
-        # observed completions per second (one-second buckets)
-        self._bucket_start = now
-        self._bucket_count = 0
-        self._observed = 0.0
+        # observed completion rate: EWMA of the interval between completions
+        self._last_done = 0.0
+        self._ewma_interval = 0.0
         # statistics
         self.throttle_events = 0
         self.rate_decreases = 0
@@ -87,6 +86,14 @@ class Limiter:
         if self.rate is None:
             return 1.0
         return max(1.0, self.rate / 10.0)
+
+    @property
+    def observed_rate(self) -> float:
+        """Recent completions per second (EWMA); before any completion, a guess of
+        20 operations/s per concurrency slot (50 ms per operation)."""
+        if self._ewma_interval > 0:
+            return 1.0 / self._ewma_interval
+        return 20.0 * self.max_concurrency
 
     @property
     def in_flight(self) -> int:
@@ -124,11 +131,10 @@ class Limiter:
     def succeeded(self) -> None:
         """Report a completed operation (drives the observed rate and the recovery)."""
         now = time.monotonic()
-        if now - self._bucket_start >= 1.0:
-            self._observed = self._bucket_count / (now - self._bucket_start)
-            self._bucket_start = now
-            self._bucket_count = 0
-        self._bucket_count += 1
+        if self._last_done:
+            gap = now - self._last_done
+            self._ewma_interval = gap if not self._ewma_interval else 0.9 * self._ewma_interval + 0.1 * gap
+        self._last_done = now
         if self.rate is None:
             return
         quiet = now - self._last_throttle
@@ -155,9 +161,7 @@ class Limiter:
         if self.rate is not None:
             base = self.rate
         else:
-            elapsed = now - self._bucket_start
-            current = self._bucket_count / elapsed if elapsed > 0.05 else 0.0
-            base = max(self._observed, current, self.min_rate / self.decrease)
+            base = max(self.observed_rate, self.min_rate / self.decrease)
         self.rate = max(self.min_rate, base * self.decrease)
         self._tokens = min(self._tokens, self._burst())
         self._last_change = now

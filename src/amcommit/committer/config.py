@@ -1,0 +1,190 @@
+"""Committer configuration: typed, validated, and readable from Hadoop/Spark key names.
+
+:meth:`CommitterConfig.from_mapping` accepts our names (``io_threads``), the same with
+dashes or dots (``io-threads``), the ``spark.amcommit.`` prefix, and Hadoop's
+``mapreduce.manifest.committer.*`` keys (also under ``spark.hadoop.``) where they mean the
+same. Values may be strings (as Spark passes them). Unknown keys are an error that names
+the key and suggests the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, get_args
+
+from amcommit.errors import ConfigError
+
+ConflictMode = Literal["append", "fail", "replace", "overwrite"]
+"""What job commit does with data already in the destination:
+
+* ``append``: add the new files; a new file whose name exists already is a conflict
+  (the commit fails and rolls back) unless ``delete_target_files`` is set;
+* ``fail``: refuse (before touching anything) if any partition directory written to
+  already holds files;
+* ``replace``: dynamic partition overwrite: the partitions written are replaced, others
+  kept;
+* ``overwrite``: the whole destination is replaced.
+
+In ``replace`` and ``overwrite`` the new files go in first and the old ones are removed
+after, under the job-commit journal: the destination is never empty or missing.
+"""
+
+HADOOP_PREFIX = "mapreduce.manifest.committer."
+
+# Hadoop key (without prefix, or full) -> our field
+HADOOP_KEYS: dict[str, str] = {
+    "mapreduce.manifest.committer.io.threads": "io_threads",
+    "mapreduce.manifest.committer.io.rate": "io_rate",
+    "mapreduce.manifest.committer.validate.output": "validate_output",
+    "mapreduce.manifest.committer.summary.report.directory": "summary_report_directory",
+    "mapreduce.manifest.committer.cleanup.parallel.delete": "cleanup_parallel_delete",
+    "mapreduce.manifest.committer.cleanup.parallel.delete.base.first": "cleanup_base_first",
+    "mapreduce.manifest.committer.delete.target.files": "delete_target_files",
+    "mapreduce.manifest.committer.manifest.save.attempts": "manifest_save_attempts",
+    "mapreduce.manifest.committer.writer.queue.capacity": "load_queue_capacity",
+    "mapreduce.fileoutputcommitter.cleanup.skipped": "cleanup_skipped",
+    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "success_marker",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CommitterConfig:
+    """Every knob of the committer. Defaults suit cloud stores; see README for tuning."""
+
+    io_threads: int = 64
+    """Concurrent file operations (renames, deletes, mkdirs) during job commit."""
+    io_rate: float | None = None
+    """Upper bound on file operations started per second by one job commit (None: none);
+    the store's own limiter adapts further to throttling."""
+    load_threads: int = 16
+    """Manifests loaded concurrently (bounds memory: at most this many are decoded at once)."""
+    load_queue_capacity: int = 64
+    """Batches of loaded entries buffered between manifest loading and the spool."""
+    conflict_mode: ConflictMode = "append"
+    delete_target_files: bool = False
+    """In ``append`` mode, replace existing files with the same name instead of failing
+    (they are moved aside first and deleted after all renames: no moment without a file)."""
+    validate_output: bool = False
+    """After renaming, check every destination's size (and etag where a rename keeps it)."""
+    summary_report_directory: str | None = None
+    """URL of a directory where a ``summary-<jobId>.json`` report is written, also on failure."""
+    success_marker: bool = True
+    """Write the ``_SUCCESS`` JSON report."""
+    success_filenames: int = 100
+    """How many destination names the report lists."""
+    cleanup_skipped: bool = False
+    """Leave the job's temporary directory in place after commit (debugging)."""
+    cleanup_parallel_delete: bool = True
+    """Delete task attempt directories in parallel before deleting the job directory."""
+    cleanup_base_first: bool = False
+    """Try deleting the whole job directory at once first (fast on ADLS Gen2 / local)."""
+    manifest_save_attempts: int = 5
+    """Attempts to save a task manifest before the task commit fails."""
+    rename_attempts: int = 8
+    """Attempts per file operation on transient errors / throttling (decorrelated jitter)."""
+    retry_base_delay: float = 0.05
+    retry_max_delay: float = 5.0
+    rollback_on_failure: bool = True
+    """When a commit fails for a reason retrying cannot fix (conflict, changed source,
+    bad manifest), roll back what was renamed before raising."""
+    spool_dir: str | None = None
+    """Local directory for the spool of rename entries (default: the system temp dir)."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "io_threads",
+            "load_threads",
+            "load_queue_capacity",
+            "manifest_save_attempts",
+            "rename_attempts",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.io_rate is not None and self.io_rate <= 0:
+            raise ConfigError(f"io_rate must be > 0 or unset, got {self.io_rate!r}")
+        if self.conflict_mode not in get_args(ConflictMode):
+            raise ConfigError(
+                f"conflict_mode must be one of {', '.join(get_args(ConflictMode))}, got {self.conflict_mode!r}"
+            )
+        if self.success_filenames < 0:
+            raise ConfigError("success_filenames must be >= 0")
+
+    def with_options(self, **changes: Any) -> CommitterConfig:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_mapping(
+        cls,
+        options: Mapping[str, Any],
+        *,
+        base: CommitterConfig | None = None,
+        ignore_unknown_prefixes: tuple[str, ...] = (),
+    ) -> CommitterConfig:
+        """Build a config from a mapping of our or Hadoop's key names (see module doc).
+
+        Keys starting with one of ``ignore_unknown_prefixes`` that are not ours are skipped
+        (e.g. other ``spark.hadoop.`` settings); every other unknown key is a ConfigError.
+        """
+        known = {f.name: f for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        for raw_key, raw in options.items():
+            name = normalise_key(raw_key)
+            if name is None or name not in known:
+                if any(raw_key.startswith(p) for p in ignore_unknown_prefixes):
+                    continue
+                hint = difflib.get_close_matches(
+                    (name or raw_key).replace(".", "_"), list(known) + list(HADOOP_KEYS), n=1
+                )
+                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+                raise ConfigError(f"unknown committer option {raw_key!r}{suggestion}")
+            changes[name] = _coerce(raw_key, raw, known[name].type)
+        return replace(base or cls(), **changes)
+
+
+def normalise_key(key: str) -> str | None:
+    """Our field name for ``key``, or None if it is not a committer key."""
+    k = key.strip()
+    for prefix in ("spark.hadoop.", "spark.amcommit.", "amcommit."):
+        if k.startswith(prefix):
+            k = k[len(prefix) :]
+            break
+    if k in HADOOP_KEYS:
+        return HADOOP_KEYS[k]
+    if k.startswith("mapreduce."):
+        return None
+    return k.replace("-", "_").replace(".", "_").lower()
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    t = str(typ)
+    if isinstance(value, str):
+        v = value.strip()
+        if "bool" in t:
+            if v.lower() in ("true", "1", "yes", "on"):
+                return True
+            if v.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ConfigError(f"option {key!r} must be true or false, got {value!r}")
+        if "None" in t and v.lower() in ("", "none", "null"):
+            return None
+        if "int" in t:
+            try:
+                return int(v)
+            except ValueError:
+                raise ConfigError(f"option {key!r} must be an integer, got {value!r}") from None
+        if "float" in t:
+            try:
+                f = float(v)
+            except ValueError:
+                raise ConfigError(f"option {key!r} must be a number, got {value!r}") from None
+            return None if f == 0 and key.endswith("io.rate") else f
+        return v
+    if "bool" in t and not isinstance(value, bool):
+        raise ConfigError(f"option {key!r} must be a boolean, got {value!r}")
+    return value
+
+
+DEFAULT_CONFIG = CommitterConfig()

@@ -1,0 +1,288 @@
+"""Job side of the protocol: setup, commit (with resume), abort (with rollback), cleanup.
+
+``commit_job`` runs the stages in order, keeping a journal on the store so that a commit
+interrupted at any point (even by a killed process) can be completed by running
+``commit_job`` again, or undone by ``abort_job``:
+
+====================  ===========================================================
+journal state          ``commit_job`` again            ``abort_job``
+====================  ===========================================================
+(none)                 fresh commit                    delete the job directory
+``renaming``           resume the renames              roll back, then delete
+``renamed``            finish (delete old files, ...)  completes the commit instead
+``committed``          only cleanup remains            completes the cleanup
+====================  ===========================================================
+
+What is atomic: each file rename (on stores with atomic rename). What is not: the job
+commit as a whole; its all-or-nothing outcome comes from the journal and the rules above.
+A failure a retry cannot fix (conflict, a changed source, a bad manifest) rolls back what
+was renamed before the error is raised (``config.rollback_on_failure``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import JobContext
+from amcommit.committer.journal import Journal, load_journal, save_journal
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
+from amcommit.committer.stages.rollback import rollback
+from amcommit.errors import AlreadyExists, CommitError, ManifestError, NotFound, RollbackError
+from amcommit.manifest import TaskManifest, decode_success
+from amcommit.store.base import PutMode, Store
+from amcommit.store.limits import Limiter
+from amcommit.uris import path_to_uri
+
+
+async def setup_job(store: Store, dest: str, job_id: str, *, job_attempt: int = 0) -> JobLayout:
+    """Create the job directory. CommitError if this job was set up before."""
+    layout = JobLayout(dest, job_id, job_attempt)
+    body = f'{{"jobId": "{job_id}", "created": {time.time()}, "layout": "amcommit/1"}}'.encode()
+    try:
+        await store.put(layout.job_marker, body, mode=PutMode.CREATE)
+    except AlreadyExists:
+        raise CommitError(f"job {job_id} was already set up in {dest!r}", stage="setup_job") from None
+    await store.mkdirs(layout.manifests_dir)
+    await store.mkdirs(layout.tasks_dir)
+    return layout
+
+
+async def _exists(store: Store, prefix: str) -> bool:
+    async for _ in store.list(prefix, recursive=False):
+        return True
+    return False
+
+
+async def resolve_layout(store: Store, dest: str, job_id: str, job_attempt: int = 0) -> JobLayout | None:
+    """The job's layout on the store: ours, else Hadoop's (``_temporary/$jobId``); None if
+    neither job directory exists."""
+    ours = JobLayout(dest, job_id, job_attempt)
+    if await _exists(store, ours.job_dir):
+        return ours
+    hadoop = JobLayout(dest, job_id, job_attempt, hadoop=True)
+    if await _exists(store, hadoop.job_dir):
+        return hadoop
+    return None
+
+
+def _new_context(
+    store: Store,
+    layout: JobLayout,
+    config: CommitterConfig,
+    progress: ProgressCallback | None,
+    limiter: Limiter | None,
+) -> JobContext:
+    report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest))
+    report.conflict_mode = config.conflict_mode
+    lim = limiter or Limiter(max_concurrency=config.io_threads, rate=config.io_rate)
+    return JobContext(store, layout, config, report, lim, progress)
+
+
+async def _already_committed(store: Store, layout: JobLayout) -> JobReport | None:
+    try:
+        data = await store.get(layout.success_path)
+    except NotFound:
+        return None
+    try:
+        success = decode_success(data, name="_SUCCESS")
+    except ManifestError:
+        return None
+    if success.job_id != layout.job_id or not success.success:
+        return None
+    report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
+    report.files = success.metrics.get("files", 0)
+    report.bytes = success.metrics.get("bytes", 0)
+    report.filenames = success.filenames
+    report.finished = time.time()
+    return report
+
+
+async def commit_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    manifests: Sequence[TaskManifest] | None = None,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
+    """Commit (or resume committing) job ``job_id`` into ``dest``; return its report.
+
+    ``manifests``: the task manifests if the caller has them (Spark commit messages);
+    otherwise they are loaded from the job directory. Committing a job that is already
+    committed and cleaned up returns the report read back from ``_SUCCESS``.
+    """
+    layout = await resolve_layout(store, dest, job_id, job_attempt)
+    if layout is None:
+        done = await _already_committed(store, JobLayout(dest, job_id, job_attempt))
+        if done is not None:
+            return done
+        if manifests is None:
+            raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
+        layout = JobLayout(dest, job_id, job_attempt)
+    ctx = _new_context(store, layout, config, progress, limiter)
+    report = ctx.report
+    try:
+        await _run_commit(ctx, manifests)
+        report.success = True
+    except BaseException as e:
+        report.success = False
+        report.error = _describe(e)
+        report.finished = time.time()
+        await _after_failure(ctx, e)
+        raise
+    finally:
+        if ctx.spool is not None:
+            ctx.spool.close()
+    report.finished = time.time()
+    try:
+        await finish.write_summary(ctx)
+    except Exception as e:  # the commit succeeded; a report directory problem is not fatal
+        report.error = f"summary report not written: {_describe(e)}"
+    async with ctx.stage("cleanup"):
+        await finish.cleanup(ctx)
+    return report
+
+
+async def _run_commit(ctx: JobContext, manifests: Sequence[TaskManifest] | None) -> None:
+    store, layout, report = ctx.store, ctx.layout, ctx.report
+    journal = await load_journal(store, layout)
+    if journal is not None:
+        report.resumed = True
+        journal.runs += 1
+    ctx.journal = journal
+    if journal is not None and journal.state == "committed":
+        return
+    if journal is not None and journal.conflict_mode != ctx.config.conflict_mode:
+        # a resumed commit keeps the mode it started with
+        ctx.config = ctx.config.with_options(conflict_mode=journal.conflict_mode)
+        report.conflict_mode = journal.conflict_mode
+
+    async with ctx.stage("load_manifests"):
+        await load_manifests.load_manifests(ctx, manifests)
+
+    if journal is None:
+        async with ctx.stage("check_conflicts"):
+            if ctx.config.conflict_mode == "fail":
+                await check_conflicts.check_fail_mode(ctx)
+            chunks = 0
+            if ctx.config.conflict_mode in ("replace", "overwrite"):
+                chunks = await check_conflicts.record_victims(ctx)
+        journal = Journal(
+            job_id=layout.job_id,
+            state="renaming",
+            conflict_mode=ctx.config.conflict_mode,
+            victim_chunks=chunks,
+            layout="hadoop" if layout.hadoop else "amcommit",
+        )
+        ctx.journal = journal
+    await save_journal(store, layout, journal)
+
+    if journal.state == "renaming":
+        async with ctx.stage("prepare_dirs"):
+            await prepare_dirs.prepare_dirs(ctx)
+        async with ctx.stage("rename_files"):
+            await rename_files.rename_files(ctx)
+        journal.state = "renamed"
+        await save_journal(store, layout, journal)
+    else:
+        report.renamed = 0
+    async with ctx.stage("delete_victims"):
+        await finish.delete_victims(ctx, journal.victim_chunks)
+    if ctx.config.validate_output:
+        async with ctx.stage("validate_output"):
+            await finish.validate_output(ctx)
+    report.success = True  # everything is in place; the report says so
+    report.finished = time.time()
+    if ctx.config.success_marker:
+        async with ctx.stage("save_success"):
+            await finish.save_success(ctx)
+    journal.state = "committed"
+    await save_journal(store, layout, journal)
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _unfixable(e: BaseException) -> bool:
+    """Errors a retry of the same commit cannot fix: conflicts, changed or missing sources,
+    bad manifests. Store failures (outages, permissions) are not: the journal is kept so
+    the commit can be resumed once the store is healthy."""
+    return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, RollbackError)
+
+
+async def _after_failure(ctx: JobContext, e: BaseException) -> None:
+    """Roll back (for unfixable errors during the renames, before the point of no return)
+    and write the summary report. Never raises over the original error."""
+    journal = ctx.journal
+    if (
+        ctx.config.rollback_on_failure
+        and _unfixable(e)
+        and ctx.spool is not None
+        and journal is not None
+        and journal.state == "renaming"
+        and ctx.report.failed_stage in ("prepare_dirs", "rename_files")
+    ):
+        try:
+            async with ctx.stage("rollback"):
+                await rollback(ctx)
+                await finish.cleanup(ctx)
+        except Exception as re:  # keep the journal; abort_job can finish the rollback
+            ctx.report.error = f"{ctx.report.error}; rollback failed: {_describe(re)}"
+    try:
+        await finish.write_summary(ctx)
+    except Exception as we:
+        ctx.report.error = f"{ctx.report.error}; summary report not written: {_describe(we)}"
+
+
+async def abort_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
+    """Abort job ``job_id``: the destination ends as it was before the job, unless the
+    commit had passed its point of no return (journal ``renamed``/``committed``), in
+    which case the commit is completed instead. Idempotent.
+    """
+    layout = await resolve_layout(store, dest, job_id, job_attempt)
+    if layout is None:
+        report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
+        report.finished = time.time()
+        return report
+    journal = await load_journal(store, layout)
+    if journal is not None and journal.state in ("renamed", "committed"):
+        return await commit_job(
+            store,
+            dest,
+            job_id,
+            config=config.with_options(conflict_mode=journal.conflict_mode),
+            progress=progress,
+            job_attempt=job_attempt,
+            limiter=limiter,
+        )
+    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
+    try:
+        if journal is not None:
+            async with ctx.stage("load_manifests"):
+                await load_manifests.load_manifests(ctx)
+            async with ctx.stage("rollback"):
+                await rollback(ctx)
+        async with ctx.stage("cleanup"):
+            await finish.cleanup(ctx)
+    finally:
+        if ctx.spool is not None:
+            ctx.spool.close()
+    ctx.report.finished = time.time()
+    return ctx.report

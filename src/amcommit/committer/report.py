@@ -1,0 +1,117 @@
+"""The job report: ``_SUCCESS`` / summary JSON, metrics, progress events."""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from amcommit.iostats import IOStatistics, IOStatisticsSnapshot
+from amcommit.manifest import SuccessData
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A progress event: ``stage`` name, ``done`` of ``total`` units (files, manifests).
+
+    ``phase`` is ``"start"`` and ``"end"`` at stage boundaries, ``"progress"`` between.
+    """
+
+    stage: str
+    done: int
+    total: int
+    phase: str = "progress"
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class JobReport:
+    """What a job commit did. ``to_success_data()`` gives the ``_SUCCESS`` JSON."""
+
+    job_id: str
+    dest_uri: str
+    success: bool = False
+    files: int = 0
+    bytes: int = 0
+    manifests: int = 0
+    directories_created: int = 0
+    renamed: int = 0
+    recovered_renames: int = 0
+    retries: int = 0
+    victims_deleted: int = 0
+    moved_aside: int = 0
+    resumed: bool = False
+    rolled_back: bool = False
+    conflict_mode: str = "append"
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    finished: float = 0.0
+    error: str | None = None
+    failed_stage: str | None = None
+    filenames: list[str] = field(default_factory=list)
+    job_stats: IOStatistics = field(default_factory=IOStatistics)
+    task_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
+    store_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
+
+    @property
+    def duration(self) -> float:
+        return (self.finished or time.time()) - self.started
+
+    @property
+    def rename_rate(self) -> float:
+        t = self.stage_seconds.get("rename_files", 0.0)
+        return self.renamed / t if t > 0 else 0.0
+
+    def to_success_data(self) -> SuccessData:
+        now = time.time()
+        stats = IOStatisticsSnapshot()
+        stats.merge(self.task_stats)
+        stats.merge(self.store_stats)
+        stats.merge(self.job_stats.snapshot(prefix="job_stage_"))
+        metrics = {
+            "files": self.files,
+            "bytes": self.bytes,
+            "manifests": self.manifests,
+            "directories_created": self.directories_created,
+            "renamed": self.renamed,
+            "recovered_renames": self.recovered_renames,
+            "retries": self.retries,
+            "victims_deleted": self.victims_deleted,
+            "moved_aside": self.moved_aside,
+            "duration_ms": int(self.duration * 1000),
+        }
+        for stage, secs in self.stage_seconds.items():
+            metrics[f"stage_{stage}_ms"] = int(secs * 1000)
+        diagnostics = {
+            "stage": self.failed_stage or "committed",
+            "conflict_mode": self.conflict_mode,
+            "resumed": str(self.resumed).lower(),
+            "rename_rate_per_s": f"{self.rename_rate:.1f}",
+            "destination": self.dest_uri,
+        }
+        try:
+            diagnostics["principal"] = getpass.getuser()
+        except Exception:  # pragma: no cover - no user name in some containers
+            pass
+        if self.error:
+            diagnostics["exception"] = self.error
+        if self.rolled_back:
+            diagnostics["rolled_back"] = "true"
+        return SuccessData(
+            timestamp=int(now * 1000),
+            date=datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(),
+            hostname=socket.gethostname(),
+            description=f"amcommit job commit of {self.files} files into {self.dest_uri}",
+            job_id=self.job_id,
+            job_id_source="amcommit",
+            success=self.success,
+            metrics=metrics,
+            diagnostics=diagnostics,
+            filenames=list(self.filenames),
+            iostatistics=stats,
+        )

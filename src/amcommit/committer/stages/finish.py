@@ -1,0 +1,143 @@
+"""Stages 5-8: delete the old files (overwrite), validate output, save ``_SUCCESS``,
+write the summary report, clean up.
+
+These run after every file is in place (journal state ``renamed``): none of them can make
+the new output incomplete. A failure here is resumed by running ``commit_job`` again.
+"""
+
+from __future__ import annotations
+
+from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.stages.check_conflicts import load_victims
+from amcommit.committer.stages.rename_files import is_ours, rename_id
+from amcommit.errors import AlreadyExists, CommitError, NotFound, PreconditionFailed, StoreError
+from amcommit.manifest import RenameEntry, encode_json
+from amcommit.store.base import ObjectInfo, PutMode, is_within, join, parent
+
+
+async def delete_victims(ctx: JobContext, chunks: int) -> int:
+    """Delete the recorded old files (skipping paths a new file now occupies) and the trash;
+    then remove directories the deletion emptied. Returns the number of files deleted."""
+    assert ctx.spool is not None
+    spool = ctx.spool
+    deleted = 0
+    emptied: set[str] = set()
+
+    async def one(path: str) -> None:
+        nonlocal deleted
+        if spool.has_dest(path):
+            return  # a new file has this name; the old one went to the trash
+        if await ctx.call(lambda: ctx.store.delete(path)):
+            deleted += 1
+            emptied.add(parent(path))
+
+    for chunk in await load_victims(ctx, chunks):
+        await run_parallel(chunk, one, ctx.config.io_threads)
+    await ctx.call(lambda: ctx.store.delete(ctx.layout.trash_dir, recursive=True))
+    if ctx.store.capabilities.directories:
+        await _remove_empty_dirs(ctx, emptied)
+    ctx.report.victims_deleted += deleted
+    return deleted
+
+
+async def _remove_empty_dirs(ctx: JobContext, dirs: set[str]) -> None:
+    """Delete now-empty directories bottom-up (never the destination itself)."""
+    todo = set(dirs)
+    while todo:
+        d = max(todo, key=lambda p: p.count("/"))
+        todo.discard(d)
+        if not d or d == ctx.layout.dest or not is_within(d, ctx.layout.dest):
+            continue
+        try:
+            await ctx.store.delete(d)
+        except (PreconditionFailed, NotFound):
+            continue
+        except StoreError:
+            continue
+        todo.add(parent(d))
+
+
+async def validate_output(ctx: JobContext) -> None:
+    """Check each destination's size (and etag / provenance); CommitError listing mismatches."""
+    assert ctx.spool is not None
+    bad: list[str] = []
+
+    async def one(e: RenameEntry) -> None:
+        try:
+            info = await ctx.call(lambda: ctx.store.stat(e.dst))
+        except NotFound:
+            bad.append(f"{e.dst} is missing")
+            return
+        if info.size != e.size:
+            bad.append(f"{e.dst} has {info.size} bytes, expected {e.size}")
+        elif not is_ours(ctx.store, e, info, rename_id(ctx.layout.job_id, e.dst)):
+            bad.append(f"{e.dst} is not the file the task wrote (etag/provenance differs)")
+
+    await run_parallel(ctx.spool.entries(), one, ctx.config.io_threads)
+    if bad:
+        raise CommitError(f"output validation failed for {len(bad)} file(s): " + "; ".join(sorted(bad)[:5]))
+
+
+async def save_success(ctx: JobContext) -> None:
+    """Write ``_SUCCESS`` via a temporary file and a rename (replacing an older one)."""
+    layout, store = ctx.layout, ctx.store
+    data = encode_json(ctx.report.to_success_data())
+    await ctx.call(lambda: store.put(layout.success_tmp_path, data, mode=PutMode.OVERWRITE))
+    for _ in range(3):
+        await ctx.call(lambda: store.delete(layout.success_path))
+        try:
+            await ctx.call(lambda: store.rename(layout.success_tmp_path, layout.success_path))
+            return
+        except AlreadyExists:
+            continue
+    raise CommitError("could not replace _SUCCESS (another job keeps writing it)")
+
+
+async def write_summary(ctx: JobContext) -> None:
+    """Write ``summary-<jobId>.json`` to ``config.summary_report_directory`` (best effort
+    on failure paths: errors here are recorded, never raised over the original error)."""
+    from amcommit.store.urls import open_location
+
+    url = ctx.config.summary_report_directory
+    if not url:
+        return
+    store, base = open_location(url)
+    try:
+        data = encode_json(ctx.report.to_success_data())
+        await store.put(join(base, f"summary-{ctx.layout.job_id}.json"), data, mode=PutMode.OVERWRITE)
+    finally:
+        if store is not ctx.store:
+            await store.aclose()
+
+
+async def cleanup(ctx: JobContext) -> None:
+    """Delete the job directory: task attempt directories in parallel first, then the rest;
+    finally ``_temporary`` itself if no other job uses it. Idempotent."""
+    if ctx.config.cleanup_skipped:
+        return
+    store, layout = ctx.store, ctx.layout
+    if store.capabilities.directories:
+        if ctx.config.cleanup_base_first:
+            try:
+                await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
+            except StoreError:
+                pass
+        if ctx.config.cleanup_parallel_delete:
+            children = [i.path async for i in store.list(layout.tasks_dir, recursive=False)]
+
+            async def rm_dir(p: str) -> None:
+                await ctx.call(lambda: store.delete(p, recursive=True))
+
+            await run_parallel(children, rm_dir, ctx.config.io_threads)
+        await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
+        try:
+            await store.delete(layout.temp_root)  # only if empty: other jobs may use it
+        except StoreError:
+            pass
+    else:
+        files = store.list(layout.job_dir, recursive=True)
+
+        async def rm(info: ObjectInfo) -> None:
+            await ctx.call(lambda: store.delete(info.path))
+
+        await run_parallel(files, rm, ctx.config.io_threads)

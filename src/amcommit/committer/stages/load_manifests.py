@@ -1,0 +1,76 @@
+"""Stage 1: load and validate every task manifest into the bounded-memory spool.
+
+Manifests are read with ``config.load_threads`` in parallel; each is decoded, validated
+(:func:`amcommit.manifest.check_manifest`) and appended to the spool, then dropped, so at
+most ``load_threads`` manifests are in memory. Duplicate destinations across manifests are
+found exactly and reported with the manifests that name them, before anything is renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.layout import MANIFEST_SUFFIX
+from amcommit.committer.spool import EntrySpool
+from amcommit.errors import ManifestError
+from amcommit.manifest import TaskManifest, check_manifest, decode_manifest
+from amcommit.store.base import basename
+
+
+async def list_manifest_paths(ctx: JobContext) -> list[str]:
+    """Committed manifests of the job attempt (``*-manifest.json``; ``.tmp`` excluded)."""
+    paths = [
+        i.path
+        async for i in ctx.store.list(ctx.layout.manifests_dir, recursive=False)
+        if not i.is_dir and i.path.endswith(MANIFEST_SUFFIX)
+    ]
+    return sorted(paths)
+
+
+async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | None = None) -> EntrySpool:
+    """Fill ``ctx.spool`` and ``ctx.dirs``; return the spool. ManifestError on bad input."""
+    spool = EntrySpool(directory=ctx.config.spool_dir)
+    ctx.spool = spool
+    scope = ctx.scope
+    job_id = ctx.layout.job_id
+    task_ids: dict[str, str] = {}
+    done = 0
+
+    def accept(m: TaskManifest, name: str) -> None:
+        nonlocal done
+        entries, dirs = check_manifest(m, job_id=job_id, scope=scope, name=name)
+        other = task_ids.get(m.task_id)
+        if other is not None:
+            raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
+        task_ids[m.task_id] = name
+        spool.append(entries, spool.add_manifest(name))
+        ctx.dirs |= dirs
+        ctx.report.task_stats.merge(m.iostatistics)
+        done += 1
+
+    if manifests is not None:
+        total = len(manifests)
+        for m in manifests:
+            accept(m, f"manifest of {m.task_attempt_id}")
+            ctx.emit("load_manifests", done, total)
+    else:
+        paths = await list_manifest_paths(ctx)
+        total = len(paths)
+
+        async def load(path: str) -> None:
+            data = await ctx.call(lambda: ctx.store.get(path))
+            accept(decode_manifest(data, name=basename(path)), basename(path))
+            ctx.emit("load_manifests", done, total)
+
+        await run_parallel(paths, load, ctx.config.load_threads)
+
+    dups = spool.find_duplicates()
+    if dups:
+        dst, names = dups[0]
+        more = f" (and {len(dups) - 1} more)" if len(dups) > 1 else ""
+        raise ManifestError(f"destination {dst!r} is written by several tasks: {', '.join(names)}{more}")
+    ctx.report.manifests = done
+    ctx.report.files = spool.count
+    ctx.report.bytes = spool.total_bytes
+    return spool

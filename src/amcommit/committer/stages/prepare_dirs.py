@@ -1,0 +1,74 @@
+"""Stage 3: create the destination directories once, before any rename.
+
+Planning is pure (:func:`plan_directories`): deduplicate, and create only the leaves
+(``mkdirs`` creates their parents). On stores with real directories, each planned
+directory is checked first: a *file* where a directory must go is moved aside to the trash
+when the commit replaces that part of the destination, and is a conflict otherwise (an
+append never deletes a user's file). Flat stores (Blob, GCS) have nothing to create.
+"""
+
+from __future__ import annotations
+
+from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.stages.check_conflicts import in_replace_scope, replace_scope, trash_path
+from amcommit.errors import ConflictError, NotFound
+from amcommit.store.base import is_within
+
+
+def plan_directories(dirs: set[str]) -> list[str]:
+    """Leaf directories of ``dirs`` (no other directory of the set lies below them)."""
+    ordered = sorted(dirs)
+    leaves = []
+    for i, d in enumerate(ordered):
+        nxt = ordered[i + 1] if i + 1 < len(ordered) else None
+        # sorted order puts every descendant of d right after d (prefix + "/")
+        if nxt is None or not is_within(nxt, d) or nxt == d:
+            leaves.append(d)
+    return leaves
+
+
+def with_ancestors(dirs: set[str], dest: str) -> set[str]:
+    """``dirs`` plus all their ancestors below ``dest`` (pure)."""
+    out = set()
+    for d in dirs:
+        while d and d != dest and is_within(d, dest):
+            if d in out:
+                break
+            out.add(d)
+            d = d.rpartition("/")[0]
+    return out
+
+
+async def prepare_dirs(ctx: JobContext) -> int:
+    """Create the planned directories; return how many leaves were created."""
+    if not ctx.store.capabilities.directories or not ctx.dirs:
+        return 0
+    store = ctx.store
+    replacing = ctx.config.conflict_mode in ("replace", "overwrite")
+    roots = replace_scope(ctx) if replacing else []
+    missing: set[str] = set()
+
+    async def check(d: str) -> None:
+        try:
+            info = await ctx.call(lambda: store.stat(d))
+        except NotFound:
+            missing.add(d)
+            return
+        if info.is_dir:
+            return
+        if replacing and in_replace_scope(ctx, d, roots):
+            await ctx.call(lambda: store.rename(d, trash_path(ctx, d)))
+            ctx.report.moved_aside += 1
+            missing.add(d)
+            return
+        raise ConflictError(f"a file is in the way of directory {d!r}")
+
+    await run_parallel(sorted(with_ancestors(ctx.dirs, ctx.layout.dest)), check, ctx.config.io_threads)
+    leaves = plan_directories(missing)
+
+    async def make(d: str) -> None:
+        await ctx.call(lambda: store.mkdirs(d))
+
+    await run_parallel(leaves, make, ctx.config.io_threads)
+    ctx.report.directories_created = len(leaves)
+    return len(leaves)

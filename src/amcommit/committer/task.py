@@ -1,0 +1,183 @@
+"""Task side of the protocol: setup, commit (scan -> manifest -> publish), abort.
+
+Nothing is renamed into the destination at task commit. Task commit lists the attempt's
+working directory, builds a :class:`~amcommit.manifest.TaskManifest`, saves it under a
+temporary name and publishes it by a rename to ``$taskId-manifest.json``. If another
+attempt of the same task committed before, its manifest is replaced: the last successful
+attempt wins, and the loser's files are never renamed (they are deleted at job cleanup).
+
+Atomicity: the publication rename is atomic on local, ADLS Gen2 and GCS-with-move; on
+copy-based stores the manifest appears whole (a copy) or not at all. Between the deletion of
+an earlier attempt's manifest and the rename there is a moment with no manifest for the
+task; a job commit must not run concurrently with task commits (Spark guarantees it).
+"""
+
+from __future__ import annotations
+
+import time
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.layout import JobLayout
+from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
+from amcommit.iostats import IOStatistics
+from amcommit.manifest import (
+    TASK_MANIFEST_TYPE,
+    TASK_MANIFEST_VERSION,
+    DirEntry,
+    DirStatus,
+    FileEntry,
+    TaskManifest,
+    encode_json,
+)
+from amcommit.store.base import ObjectInfo, PutMode, Store, join, parent, relative_to
+from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.uris import path_to_uri
+
+
+async def setup_task(store: Store, layout: JobLayout, task_attempt_id: str) -> str:
+    """Prepare a task attempt; return its working directory (a store path).
+
+    Fails with CommitError if this attempt was set up before (attempt ids are single-use).
+    """
+    marker = layout.task_attempt_marker(task_attempt_id)
+    try:
+        await store.put(marker, f'{{"created": {time.time()}}}'.encode(), mode=PutMode.CREATE)
+    except AlreadyExists:
+        raise CommitError(f"task attempt {task_attempt_id} was already set up", stage="setup_task") from None
+    work = layout.task_attempt_dir(task_attempt_id)
+    await store.mkdirs(work)
+    return work
+
+
+async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], set[str]]:
+    """Files below ``work_dir`` and every directory (including empty ones where the store
+    has directories), as paths relative to ``work_dir``'s tree."""
+    files: list[ObjectInfo] = []
+    dirs: set[str] = set()
+    if store.capabilities.directories:
+        pending = [work_dir]
+        while pending:
+            d = pending.pop()
+            async for info in store.list(d, recursive=False):
+                if info.is_dir:
+                    dirs.add(info.path)
+                    pending.append(info.path)
+                else:
+                    files.append(info)
+    else:
+        async for info in store.list(work_dir, recursive=True):
+            files.append(info)
+            p = parent(info.path)
+            while p != work_dir and p not in dirs:
+                dirs.add(p)
+                p = parent(p)
+    return files, dirs
+
+
+async def build_manifest(
+    store: Store,
+    layout: JobLayout,
+    task_id: str,
+    task_attempt_id: str,
+    *,
+    extra_data: dict[str, str] | None = None,
+    stats: IOStatistics | None = None,
+) -> TaskManifest:
+    """Scan the attempt directory and describe it as a manifest (no I/O besides listing)."""
+    work = layout.task_attempt_dir(task_attempt_id)
+    stats = stats or IOStatistics()
+    with stats.time("task_stage_scan_directory"):
+        files, dirs = await scan_attempt(store, work)
+    root = store.root_uri
+    file_entries = []
+    total = 0
+    for f in sorted(files, key=lambda i: i.path):
+        rel = relative_to(f.path, work)
+        total += f.size
+        file_entries.append(
+            FileEntry(path_to_uri(root, f.path), path_to_uri(root, join(layout.dest, rel)), f.size, f.etag)
+        )
+    dir_entries = [
+        DirEntry(
+            path_to_uri(root, join(layout.dest, relative_to(d, work))),
+            DirStatus.UNKNOWN,
+            relative_to(d, work).count("/") + 1,
+        )
+        for d in sorted(dirs)
+    ]
+    stats.incr("committer_task_file_count", len(file_entries))
+    stats.incr("committer_task_file_size", total)
+    stats.incr("committer_task_directory_count", len(dir_entries))
+    return TaskManifest(
+        type=TASK_MANIFEST_TYPE,
+        version=TASK_MANIFEST_VERSION,
+        job_id=layout.job_id,
+        job_attempt_number=layout.job_attempt,
+        task_id=task_id,
+        task_attempt_id=task_attempt_id,
+        task_attempt_dir=path_to_uri(root, work),
+        files=file_entries,
+        directories=dir_entries,
+        extra_data=dict(extra_data or {}),
+    )
+
+
+async def commit_task(
+    store: Store,
+    layout: JobLayout,
+    task_id: str,
+    task_attempt_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    extra_data: dict[str, str] | None = None,
+) -> TaskManifest:
+    """Commit a task attempt: build its manifest and publish it. Returns the manifest.
+
+    Retries saving up to ``config.manifest_save_attempts`` times on transient errors.
+    Idempotent for the same attempt (a repeated commit republishes the same manifest).
+    """
+    stats = IOStatistics()
+    t0 = time.perf_counter()
+    manifest = await build_manifest(
+        store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats
+    )
+    stats.record("task_stage_commit", time.perf_counter() - t0)
+    manifest.iostatistics = stats.snapshot(prefix="")
+    data = encode_json(manifest)
+    tmp = layout.manifest_tmp_path(task_attempt_id)
+    final = layout.manifest_path(task_id)
+    policy = RetryPolicy(max_attempts=config.manifest_save_attempts, base_delay=0.05, max_delay=2.0)
+
+    async def publish(_attempt: int) -> None:
+        await store.put(tmp, data, mode=PutMode.OVERWRITE)
+        await store.delete(final)  # last successful attempt wins
+        try:
+            await store.rename(tmp, final)
+        except AlreadyExists:
+            # a concurrent commit of another attempt of this task: retry (last wins)
+            raise _Retry("manifest published concurrently", path=final, op="rename") from None
+
+    try:
+        await call_with_retries(publish, policy=policy)
+    except StoreError as e:
+        raise CommitError(
+            f"could not save the manifest of {task_attempt_id}: {e}", stage="commit_task"
+        ) from e
+    return manifest
+
+
+class _Retry(StoreError):
+    retryable = True
+
+
+async def abort_task(store: Store, layout: JobLayout, task_attempt_id: str) -> None:
+    """Delete a task attempt's output and temporary manifest. Idempotent; never touches
+    the destination or another attempt's committed manifest."""
+    await store.delete(layout.task_attempt_dir(task_attempt_id), recursive=True)
+    try:
+        await store.delete(layout.manifest_tmp_path(task_attempt_id))
+    except NotFound:
+        pass
+
+
+__all__ = ["abort_task", "build_manifest", "commit_task", "scan_attempt", "setup_task"]

@@ -1,0 +1,204 @@
+"""Task manifests and the ``_SUCCESS`` report: msgspec models, JSON codecs, validation.
+
+The JSON is Hadoop's manifest committer format (Hadoop 3.5): a manifest written by
+Hadoop's ``ManifestCommitter`` loads here, and ours load there. Unknown keys are ignored on
+read. Paths inside are URIs as Hadoop prints them (see :mod:`amcommit.uris`).
+
+Validation (:func:`check_manifest`) happens before anything is renamed: wrong type or
+version, a foreign job id, missing fields, negative sizes, duplicate destinations, sources
+outside the task attempt's own directory, destinations outside the job's destination (or
+inside its ``_temporary``) are all rejected with a :class:`~amcommit.errors.ManifestError`
+naming the manifest and the bad entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from amcommit.errors import InvalidInput, ManifestError
+from amcommit.iostats import IOStatisticsSnapshot
+from amcommit.store.base import is_within, parent
+from amcommit.uris import uri_to_path
+
+TASK_MANIFEST_TYPE = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.files.TaskManifest/1"
+TASK_MANIFEST_VERSION = 1
+SUCCESS_NAME = "org.apache.hadoop.fs.s3a.commit.files.SuccessData/1"
+COMMITTER_NAME = "amcommit"
+
+
+class FileEntry(msgspec.Struct, omit_defaults=True):
+    """One file to rename at job commit: ``s`` source URI, ``d`` destination URI,
+    ``z`` size in bytes, ``e`` etag (absent when the store has none)."""
+
+    source: str = msgspec.field(name="s")
+    dest: str = msgspec.field(name="d")
+    size: int = msgspec.field(name="z")
+    etag: str | None = msgspec.field(name="e", default=None)
+
+
+class DirStatus:
+    """``DirEntry.t`` codes (Hadoop ``EntryStatus``)."""
+
+    UNKNOWN = 0
+    NOT_FOUND = 1
+    FILE = 2
+    DIR = 3
+    CREATED = 4
+
+
+class DirEntry(msgspec.Struct):
+    """A destination directory: ``d`` URI, ``t`` status (:class:`DirStatus`), ``l`` depth."""
+
+    dir: str = msgspec.field(name="d")
+    type: int = msgspec.field(name="t", default=DirStatus.UNKNOWN)
+    level: int = msgspec.field(name="l", default=0)
+
+
+class TaskManifest(msgspec.Struct):
+    """What one task attempt wrote (Hadoop ``TaskManifest`` JSON)."""
+
+    type: str
+    version: int
+    job_id: str = msgspec.field(name="jobId")
+    job_attempt_number: int = msgspec.field(name="jobAttemptNumber")
+    task_id: str = msgspec.field(name="taskID")
+    task_attempt_id: str = msgspec.field(name="taskAttemptID")
+    task_attempt_dir: str | None = msgspec.field(name="taskAttemptDir", default=None)
+    files: list[FileEntry] = msgspec.field(default_factory=list)
+    directories: list[DirEntry] = msgspec.field(default_factory=list)
+    iostatistics: IOStatisticsSnapshot = msgspec.field(default_factory=IOStatisticsSnapshot)
+    extra_data: dict[str, str] = msgspec.field(name="extraData", default_factory=dict)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+class SuccessData(msgspec.Struct, omit_defaults=False):
+    """The ``_SUCCESS`` JSON (Hadoop ``ManifestSuccessData``) and the summary report."""
+
+    name: str = SUCCESS_NAME
+    timestamp: int = 0
+    date: str = ""
+    hostname: str = ""
+    committer: str = COMMITTER_NAME
+    description: str = ""
+    job_id: str = msgspec.field(name="jobId", default="")
+    job_id_source: str = msgspec.field(name="jobIdSource", default="")
+    success: bool = False
+    metrics: dict[str, int] = msgspec.field(default_factory=dict)
+    diagnostics: dict[str, str] = msgspec.field(default_factory=dict)
+    filenames: list[str] = msgspec.field(default_factory=list)
+    iostatistics: IOStatisticsSnapshot = msgspec.field(default_factory=IOStatisticsSnapshot)
+
+
+_manifest_decoder = msgspec.json.Decoder(TaskManifest)
+_success_decoder = msgspec.json.Decoder(SuccessData)
+_encoder = msgspec.json.Encoder()
+
+
+def encode_json(obj: object) -> bytes:
+    """Compact JSON (Hadoop reads it; humans use ``amcommit manifest``/``success``)."""
+    return _encoder.encode(obj)
+
+
+def decode_manifest(data: bytes, *, name: str = "") -> TaskManifest:
+    """Parse manifest JSON; ManifestError (naming ``name``) if it is not one."""
+    try:
+        return _manifest_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise ManifestError(f"not a valid task manifest: {e}", manifest=name) from None
+
+
+def decode_success(data: bytes, *, name: str = "") -> SuccessData:
+    try:
+        return _success_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raise ManifestError(f"not a valid _SUCCESS report: {e}", manifest=name) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RenameEntry:
+    """A validated rename in store paths (what job commit executes)."""
+
+    src: str
+    dst: str
+    size: int
+    etag: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where a job's manifests may point: the store root URI, the destination directory,
+    the job's temporary directory (excluded from destinations) and its task directory."""
+
+    root_uri: str
+    dest: str
+    temp_dir: str
+    tasks_dir: str
+
+
+def _path(scope: Scope, uri: str, what: str, name: str) -> str:
+    try:
+        return uri_to_path(scope.root_uri, uri)
+    except InvalidInput as e:
+        raise ManifestError(f"{what} {uri!r} is not usable: {e.message}", manifest=name) from None
+
+
+def check_manifest(
+    m: TaskManifest, *, job_id: str, scope: Scope, name: str = ""
+) -> tuple[list[RenameEntry], set[str]]:
+    """Validate a manifest for job ``job_id``; return its renames and directories (paths).
+
+    Raises ManifestError naming ``name`` and the first bad entry. Duplicate destinations
+    *within* the manifest are caught here; across manifests, by the job commit.
+    """
+    if m.type != TASK_MANIFEST_TYPE:
+        raise ManifestError(
+            f"wrong manifest type {m.type!r} (expected {TASK_MANIFEST_TYPE!r})", manifest=name
+        )
+    if m.version != TASK_MANIFEST_VERSION:
+        raise ManifestError(f"unsupported manifest version {m.version}", manifest=name)
+    if m.job_id != job_id:
+        raise ManifestError(f"manifest belongs to job {m.job_id!r}, not to job {job_id!r}", manifest=name)
+    if not m.task_id or not m.task_attempt_id or "/" in m.task_attempt_id:
+        raise ManifestError("missing or malformed task id / task attempt id", manifest=name)
+    attempt_dir = f"{scope.tasks_dir}/{m.task_attempt_id}" if scope.tasks_dir else m.task_attempt_id
+    entries: list[RenameEntry] = []
+    dirs: set[str] = set()
+    seen: set[str] = set()
+    for f in m.files:
+        if f.size < 0:
+            raise ManifestError(f"negative size {f.size} for {f.dest!r}", manifest=name)
+        src = _path(scope, f.source, "source", name)
+        dst = _path(scope, f.dest, "destination", name)
+        if not is_within(src, attempt_dir) or src == attempt_dir:
+            raise ManifestError(
+                f"source {f.source!r} is outside the task attempt directory of {m.task_attempt_id}",
+                manifest=name,
+            )
+        _check_dest(scope, dst, f.dest, name)
+        if dst == scope.dest:
+            raise ManifestError(f"destination {f.dest!r} is the destination directory itself", manifest=name)
+        if dst in seen:
+            raise ManifestError(f"duplicate destination {f.dest!r}", manifest=name)
+        seen.add(dst)
+        entries.append(RenameEntry(src, dst, f.size, f.etag or None))
+        d = parent(dst)
+        if d != scope.dest:
+            dirs.add(d)
+    for de in m.directories:
+        d = _path(scope, de.dir, "directory", name)
+        _check_dest(scope, d, de.dir, name)
+        if d != scope.dest:
+            dirs.add(d)
+    return entries, dirs
+
+
+def _check_dest(scope: Scope, path: str, uri: str, name: str) -> None:
+    if not is_within(path, scope.dest):
+        raise ManifestError(f"destination {uri!r} is outside the job's destination", manifest=name)
+    if is_within(path, scope.temp_dir):
+        raise ManifestError(f"destination {uri!r} lies inside the job's temporary directory", manifest=name)
