@@ -1,0 +1,157 @@
+"""Authentication for the GCS JSON API: anonymous (emulators) or OAuth2 bearer tokens.
+
+A :data:`TokenProvider` is an async callable returning an :class:`AccessToken`. Tokens are
+cached by :class:`BearerAuth` until shortly before they expire and are only ever placed in
+the ``Authorization`` header of a request: never in URLs, errors, reprs or logs.
+
+Providers:
+
+* :func:`static_token` for a token obtained elsewhere (tests, short jobs);
+* :func:`google_auth_provider` wraps ``google-auth`` credentials (the optional ``gcs``
+  extra: ``pip install amcommit[gcs]``); the blocking refresh runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from yarl import URL
+
+from amcommit.errors import ConfigError, Unauthenticated
+
+CLOUD_PLATFORM_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
+"""OAuth2 scopes amcommit asks for (objects read/write; no bucket administration)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccessToken:
+    """A bearer token and its expiry (epoch seconds; None = unknown / never)."""
+
+    token: str = field(repr=False)
+    expires_at: float | None = None
+
+    def __repr__(self) -> str:
+        return f"AccessToken(<redacted>, expires_at={self.expires_at!r})"
+
+
+TokenProvider = Callable[[], Awaitable[AccessToken]]
+"""``await provider()`` -> a fresh :class:`AccessToken`."""
+
+
+def static_token(token: str, *, expires_at: float | None = None) -> TokenProvider:
+    """A provider that always returns ``token``."""
+    tok = AccessToken(token, expires_at)
+
+    async def provide() -> AccessToken:
+        return tok
+
+    return provide
+
+
+def google_auth_provider(
+    credentials: Any = None, *, scopes: tuple[str, ...] = CLOUD_PLATFORM_SCOPES
+) -> TokenProvider:
+    """A provider over ``google-auth`` credentials (``google.auth.default()`` if None).
+
+    Raises :class:`~amcommit.errors.ConfigError` if ``google-auth`` is not installed.
+    """
+    try:
+        import google.auth
+    except ImportError as e:  # pragma: no cover - depends on the optional extra
+        raise ConfigError(
+            "GCS credentials need the optional 'google-auth' package (pip install amcommit[gcs])"
+        ) from e
+    creds = credentials
+    if creds is None:
+        creds, _project = google.auth.default(scopes=list(scopes))
+
+    def refresh() -> AccessToken:
+        try:
+            from google.auth.transport.requests import Request
+        except ImportError:  # pragma: no cover - requests is normally present
+            from google.auth.transport.urllib3 import Request  # type: ignore[assignment]
+        try:
+            if not creds.valid:
+                creds.refresh(Request())
+        except Exception as e:  # google.auth.exceptions.RefreshError and transport errors
+            # The message of a refresh error never contains the new token; keep only the type.
+            raise Unauthenticated(f"could not refresh GCS credentials ({type(e).__name__})") from None
+        expiry = getattr(creds, "expiry", None)
+        exp = expiry.replace(tzinfo=expiry.tzinfo or _utc()).timestamp() if expiry is not None else None
+        return AccessToken(str(creds.token), exp)
+
+    async def provide() -> AccessToken:
+        return await anyio.to_thread.run_sync(refresh)
+
+    return provide
+
+
+def _utc() -> Any:
+    import datetime
+
+    return datetime.UTC
+
+
+class BearerAuth:
+    """Signs requests with ``Authorization: Bearer`` from a cached provider token.
+
+    The token is refreshed when less than ``refresh_margin`` seconds of validity remain;
+    concurrent requests share one refresh.
+    """
+
+    def __init__(self, provider: TokenProvider, *, refresh_margin: float = 120.0) -> None:
+        self._provider = provider
+        self._margin = refresh_margin
+        self._token: AccessToken | None = None
+        self._lock: anyio.Lock | None = None
+        self.refreshes = 0
+
+    def __repr__(self) -> str:
+        return "BearerAuth(<redacted>)"
+
+    def _fresh(self) -> bool:
+        t = self._token
+        if t is None:
+            return False
+        return t.expires_at is None or t.expires_at - time.time() > self._margin
+
+    async def token(self) -> str:
+        if not self._fresh():
+            if self._lock is None:
+                self._lock = anyio.Lock()
+            async with self._lock:
+                if not self._fresh():
+                    self._token = await self._provider()
+                    self.refreshes += 1
+        assert self._token is not None
+        return self._token.token
+
+    def invalidate(self) -> None:
+        """Forget the cached token (after a 401), so the next request fetches a new one."""
+        self._token = None
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        headers["Authorization"] = "Bearer " + await self.token()
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``headers`` safe to log (Authorization replaced)."""
+    return {
+        k: ("<redacted>" if k.lower() in ("authorization", "proxy-authorization") else v)
+        for k, v in headers.items()
+    }
+
+
+__all__ = [
+    "CLOUD_PLATFORM_SCOPES",
+    "AccessToken",
+    "BearerAuth",
+    "TokenProvider",
+    "google_auth_provider",
+    "redact_headers",
+    "static_token",
+]

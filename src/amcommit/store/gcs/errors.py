@@ -1,0 +1,109 @@
+"""Mapping of GCS JSON API answers onto amcommit's typed errors.
+
+GCS answers errors as ``{"error": {"code": 412, "message": "...", "errors": [{"reason":
+"conditionNotMet", ...}]}}``. The ``reason`` becomes :attr:`StoreError.code`; the message is
+kept (shortened) because GCS messages never carry credentials. URLs are never put into an
+error (they could carry a resumable-upload session id, which is a bearer credential).
+
+Status mapping (see the GCS retry strategy):
+
+* 404 -> :class:`NotFound`; 409 -> :class:`AlreadyExists`; 412 -> :class:`PreconditionFailed`;
+* 401 -> :class:`Unauthenticated`; 403 -> :class:`PermissionDenied`, except the legacy
+  ``rateLimitExceeded`` / ``userRateLimitExceeded`` reasons, which are :class:`Throttled`;
+* 429 and 503 -> :class:`Throttled` (with the ``Retry-After`` hint; they slow the limiter);
+* 408, 500, 502, 504 and other 5xx -> :class:`Transient`;
+* 400 and 411/413/416 -> :class:`InvalidInput`; 405/501 -> :class:`NotSupported`;
+* 308 (resumable upload incomplete) is not an error.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from amcommit.errors import (
+    AlreadyExists,
+    InvalidInput,
+    NotFound,
+    NotSupported,
+    PermissionDenied,
+    PreconditionFailed,
+    StoreError,
+    Throttled,
+    Transient,
+    Unauthenticated,
+)
+from amcommit.store.http import HttpResponse, parse_retry_after
+
+_THROTTLE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "slowDown"})
+
+
+class _ErrorItem(msgspec.Struct):
+    reason: str | None = None
+    message: str | None = None
+
+
+class _ErrorBody(msgspec.Struct):
+    code: int | None = None
+    message: str | None = None
+    errors: list[_ErrorItem] | None = None
+
+
+class _ErrorEnvelope(msgspec.Struct):
+    error: _ErrorBody | None = None
+
+
+_decoder = msgspec.json.Decoder(_ErrorEnvelope)
+
+
+def parse_error(body: bytes) -> tuple[str | None, str | None]:
+    """``(reason, message)`` of a GCS JSON error body; ``(None, None)`` if it is not one."""
+    if not body or body[:1] != b"{":
+        return None, None
+    try:
+        env = _decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, None
+    if env.error is None:
+        return None, None
+    reason = None
+    if env.error.errors:
+        reason = env.error.errors[0].reason
+    msg = env.error.message
+    if msg is not None and len(msg) > 300:
+        msg = msg[:300] + "..."
+    return reason, msg
+
+
+def classify(resp: HttpResponse, op: str, path: str) -> StoreError | None:
+    """The typed error for a GCS response, or None if it is a success (2xx, 304, 308)."""
+    s = resp.status
+    if s < 300 or s in (304, 308):
+        return None
+    reason, message = parse_error(resp.body)
+    msg = message or f"HTTP {s}"
+    if s in (429, 503) or (s == 403 and reason in _THROTTLE_REASONS):
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+        return Throttled(msg, retry_after=retry_after, path=path, op=op, status=s, code=reason)
+    cls: type[StoreError]
+    if s == 404:
+        cls = NotFound
+    elif s == 409:
+        cls = AlreadyExists
+    elif s == 412:
+        cls = PreconditionFailed
+    elif s == 401:
+        cls = Unauthenticated
+    elif s == 403:
+        cls = PermissionDenied
+    elif s == 408 or (s >= 500 and s != 501):
+        cls = Transient
+    elif s in (405, 501):
+        cls = NotSupported
+    elif s in (400, 411, 413, 416):
+        cls = InvalidInput
+    else:
+        cls = StoreError
+    return cls(msg, path=path, op=op, status=s, code=reason)
+
+
+__all__ = ["classify", "parse_error"]
