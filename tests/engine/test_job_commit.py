@@ -214,7 +214,7 @@ async def test_duplicate_destinations_across_tasks(engine_sut: StoreUnderTest) -
     layout = await setup_job(s, dest, JOB)
     await run_task(s, layout, 0, {"same.txt": b"0", "a": b"a"})
     await run_task(s, layout, 1, {"same.txt": b"1", "b": b"b"})
-    with pytest.raises(ManifestError, match="same.txt"):
+    with pytest.raises(ManifestError, match=r"same\.txt"):
         await commit_job(s, dest, JOB)
     assert await snapshot(s, dest) == {}
 
@@ -263,9 +263,11 @@ async def test_lost_rename_responses_are_recovered(engine_sut: StoreUnderTest) -
     expected = {f"f{i}": f"content {i}".encode() for i in range(12)}
     await run_task(s, layout, 0, expected)
     faulty = FaultyStore(s, seed=5)
-    faulty.lose_response("rename", path=f"{dest}/_temporary/*", probability=0.5)
+    faulty.lose_response("rename", path=f"{dest}/_temporary/*/tasks/*", probability=0.5)
     report = await commit_job(faulty, dest, JOB, config=CommitterConfig(retry_base_delay=0.001))
-    assert report.recovered_renames == faulty.injected["lost_response:rename"] > 0
+    # a retried rename may lose its (recovered) answer again: count files, not injections
+    files_hit = {paths[1] for kind, op, paths in faulty.events if kind == "lost_response"}
+    assert report.recovered_renames == len(files_hit) > 0
     assert await snapshot(s, dest) == expected
     success = await success_of(engine_sut, dest)
     assert success["metrics"]["recovered_renames"] == report.recovered_renames  # type: ignore[index]
@@ -288,7 +290,7 @@ async def test_append_conflict_rolls_back(engine_sut: StoreUnderTest) -> None:
     await s.put(join(dest, "p=1/clash.txt"), b"old")
     layout = await setup_job(s, dest, JOB)
     await run_task(s, layout, 0, {f"p=1/n{i}": b"new" for i in range(10)} | {"p=1/clash.txt": b"new"})
-    with pytest.raises(ConflictError, match="clash.txt"):
+    with pytest.raises(ConflictError, match=r"clash\.txt"):
         await commit_job(s, dest, JOB, config=CommitterConfig(io_threads=2))
     assert await snapshot(s, dest) == {"p=1/clash.txt": b"old"}
     assert await temp_files(s, dest) == []

@@ -97,6 +97,8 @@ class FaultyStore:
         self.inner = inner
         self.rules: list[FaultRule] = []
         self.injected: Counter[str] = Counter()
+        self.events: list[tuple[str, str, tuple[str, ...]]] = []
+        """Every injected fault as ``(kind, op, paths)``, in order."""
         self._rng = random.Random(seed)
 
     # -- rule builders -------------------------------------------------------------------
@@ -178,6 +180,7 @@ class FaultyStore:
                 continue
             if rule.kind != "lost_response":
                 self.injected[f"{rule.kind}:{op}"] += 1
+                self.events.append((rule.kind, op, paths))
             if rule.kind == "error":
                 raise_err = rule.error("injected fault", op=op, path=paths[0])
             elif rule.kind == "throttle":
@@ -193,6 +196,7 @@ class FaultyStore:
         result = await fn()
         if lost:
             self.injected[f"lost_response:{op}"] += 1
+            self.events.append(("lost_response", op, paths))
             raise Transient("injected lost response (the operation did happen)", op=op, path=paths[0])
         return result
 

@@ -111,8 +111,10 @@ async def write_summary(ctx: JobContext) -> None:
 
 
 async def cleanup(ctx: JobContext) -> None:
-    """Delete the job directory: task attempt directories in parallel first, then the rest;
-    finally ``_temporary`` itself if no other job uses it. Idempotent."""
+    """Delete the job directory: task attempt directories in parallel first, then the job
+    attempt directory (manifests), then the rest, the journal last, so a cleanup
+    interrupted at any point resumes as "committed"; finally ``_temporary`` itself if no
+    other job uses it. Idempotent."""
     if ctx.config.cleanup_skipped:
         return
     store, layout = ctx.store, ctx.layout
@@ -129,15 +131,18 @@ async def cleanup(ctx: JobContext) -> None:
                 await ctx.call(lambda: store.delete(p, recursive=True))
 
             await run_parallel(children, rm_dir, ctx.config.io_threads)
+        await ctx.call(lambda: store.delete(layout.attempt_dir, recursive=True))
         await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
         try:
             await store.delete(layout.temp_root)  # only if empty: other jobs may use it
         except StoreError:
             pass
     else:
-        files = store.list(layout.job_dir, recursive=True)
+        journal = layout.journal_path
 
         async def rm(info: ObjectInfo) -> None:
-            await ctx.call(lambda: store.delete(info.path))
+            if info.path != journal:
+                await ctx.call(lambda: store.delete(info.path))
 
-        await run_parallel(files, rm, ctx.config.io_threads)
+        await run_parallel(store.list(layout.job_dir, recursive=True), rm, ctx.config.io_threads)
+        await ctx.call(lambda: store.delete(journal))

@@ -49,12 +49,28 @@ def is_ours(store: Store, entry: RenameEntry, dst_info: ObjectInfo, rid: str) ->
     return dst_info.size == entry.size
 
 
+def is_our_copy(store: Store, entry: RenameEntry, dst_info: ObjectInfo, rid: str) -> bool:
+    """A copy-based rename's destination carrying this job's provenance mark (pure)."""
+    return (
+        store.capabilities.rename_provenance
+        and not dst_info.is_dir
+        and dst_info.rename_id == rid
+        and dst_info.size == entry.size
+    )
+
+
 async def proven_renamed(ctx: JobContext, entry: RenameEntry, rid: str) -> bool:
-    """True if the source is gone and the destination is this job's file."""
-    if await ctx.call(lambda: _stat(ctx.store, entry.src)) is not None:
-        return False
+    """True if the destination is provably this job's file; completes a copy-based rename
+    that stopped between its copy and its delete (the source is then deleted)."""
     info = await ctx.call(lambda: _stat(ctx.store, entry.dst))
-    return info is not None and is_ours(ctx.store, entry, info, rid)
+    if info is None:
+        return False
+    if await ctx.call(lambda: _stat(ctx.store, entry.src)) is None:
+        return is_ours(ctx.store, entry, info, rid)
+    if is_our_copy(ctx.store, entry, info, rid):
+        await ctx.call(lambda: ctx.store.delete(entry.src))
+        return True
+    return False
 
 
 async def rename_one(ctx: JobContext, entry: RenameEntry, roots: list[str] | None) -> RenameResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.stages.finish import _remove_empty_dirs
-from amcommit.committer.stages.rename_files import is_ours, rename_id
+from amcommit.committer.stages.rename_files import is_our_copy, is_ours, rename_id
 from amcommit.errors import AlreadyExists, NotFound, RollbackError, StoreError
 from amcommit.manifest import RenameEntry
 from amcommit.store.base import ObjectInfo, join, relative_to
@@ -27,12 +27,16 @@ async def rollback(ctx: JobContext) -> None:
                 info = await ctx.call(lambda: store.stat(e.dst))
             except NotFound:
                 return
+            rid = rename_id(layout.job_id, e.dst)
+            if is_our_copy(store, e, info, rid):
+                await ctx.call(lambda: store.delete(e.dst))  # ours, even if the copy's source remains
+                return
             try:
                 await ctx.call(lambda: store.stat(e.src))
                 return  # source still there: this destination was never ours
             except NotFound:
                 pass
-            if is_ours(store, e, info, rename_id(layout.job_id, e.dst)):
+            if is_ours(store, e, info, rid):
                 await ctx.call(lambda: store.delete(e.dst))
 
         await run_parallel(ctx.spool.entries(), undo, ctx.config.io_threads)

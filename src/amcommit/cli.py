@@ -1,0 +1,300 @@
+"""``amcommit`` command line.
+
+    amcommit success URL [--json]            show a _SUCCESS report (URL: the file or its directory)
+    amcommit manifest URL [--json]           show a task manifest
+    amcommit commit-job DEST --job-id ID     run or resume a job commit, with a progress bar
+    amcommit abort-job DEST --job-id ID      abort a job (roll back, or finish past the point of no return)
+    amcommit demo [--target local|gcs|azurite]   a real job commit on an embedded default
+
+User errors print one line (``amcommit: error: ...``) and exit with status 1 (2 for bad
+usage); no tracebacks. Credentials come from options or the environment
+(``AZURE_STORAGE_CONNECTION_STRING``, ``AZURE_STORAGE_KEY``, ``AZURE_STORAGE_SAS_TOKEN``,
+``STORAGE_EMULATOR_HOST``) and are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import msgspec
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.report import JobReport, Progress
+from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
+from amcommit.manifest import SuccessData, decode_manifest, decode_success
+from amcommit.store.base import basename
+
+
+class ProgressBar:
+    """A one-line progress display on stderr (a plain line per stage when not a TTY)."""
+
+    def __init__(self, stream: TextIO | None = None, min_interval: float = 0.1) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.min_interval = min_interval
+        self._last = 0.0
+        self._stage = ""
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        if p.phase == "start":
+            self._stage = p.stage
+            if not self.tty:
+                print(f"  {p.stage} ...", file=self.stream, flush=True)
+            return
+        if p.phase == "end":
+            if self.tty:
+                self.stream.write("\r\x1b[K")
+                print(f"  {p.stage} done", file=self.stream, flush=True)
+            return
+        if not self.tty or (now - self._last < self.min_interval and p.done < p.total):
+            return
+        self._last = now
+        width = 30
+        frac = p.done / p.total if p.total else 1.0
+        bar = "#" * int(frac * width)
+        self.stream.write(f"\r\x1b[K  {p.stage:<16} [{bar:<{width}}] {p.done}/{p.total}")
+        self.stream.flush()
+
+
+def _store_options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    env = os.environ
+    if getattr(args, "endpoint", None):
+        opts["endpoint"] = args.endpoint
+    url = getattr(args, "url", "") or getattr(args, "dest", "")
+    if url.startswith(("abfs", "wasb")):
+        if env.get("AZURE_STORAGE_CONNECTION_STRING"):
+            opts["connection_string"] = env["AZURE_STORAGE_CONNECTION_STRING"]
+        elif env.get("AZURE_STORAGE_KEY"):
+            opts["account_key"] = env["AZURE_STORAGE_KEY"]
+        elif env.get("AZURE_STORAGE_SAS_TOKEN"):
+            opts["sas_token"] = env["AZURE_STORAGE_SAS_TOKEN"]
+    for item in getattr(args, "store_option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--store-option expects KEY=VALUE, got {item!r}")
+        opts[key.strip()] = value
+    return opts
+
+
+def _config(args: argparse.Namespace) -> CommitterConfig:
+    conf: dict[str, str] = {}
+    for item in args.conf or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--conf expects KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    if getattr(args, "mode", None):
+        conf["conflict_mode"] = args.mode
+    if getattr(args, "io_threads", None):
+        conf["io_threads"] = str(args.io_threads)
+    return CommitterConfig.from_mapping(conf)
+
+
+def _read(url: str, opts: dict[str, Any]) -> bytes:
+    from amcommit.committer.sync import run_blocking
+    from amcommit.store.urls import open_location
+
+    async def main() -> bytes:
+        store, path = open_location(url, **opts)
+        try:
+            return await store.get(path)
+        finally:
+            await store.aclose()
+
+    return run_blocking(main)
+
+
+def format_success(s: SuccessData) -> str:
+    m = s.metrics
+    lines = [
+        f"job            {s.job_id}  ({'SUCCESS' if s.success else 'FAILED'})",
+        f"committer      {s.committer}",
+        f"date           {s.date}  on {s.hostname}",
+    ]
+    if "files" in m:
+        dur = m.get("duration_ms", 0) / 1000
+        lines.append(f"files          {m.get('files', 0):,}  ({m.get('bytes', 0):,} bytes) in {dur:.2f} s")
+        lines.append(
+            f"renames        {m.get('renamed', 0):,} (recovered {m.get('recovered_renames', 0)}, "
+            f"retries {m.get('retries', 0)})  from {m.get('manifests', 0)} manifests"
+        )
+        if m.get("victims_deleted") or m.get("moved_aside"):
+            lines.append(f"replaced       {m.get('victims_deleted', 0)} old files deleted")
+        stages = {k[6:-3]: v for k, v in m.items() if k.startswith("stage_") and k.endswith("_ms")}
+        if stages:
+            lines.append("stages (ms)    " + ", ".join(f"{k} {v}" for k, v in stages.items()))
+    for k, v in s.diagnostics.items():
+        lines.append(f"{k:<14} {v}")
+    if s.filenames:
+        lines.append(f"files (first {len(s.filenames)}):")
+        lines.extend(f"  {f}" for f in s.filenames[:10])
+        if len(s.filenames) > 10:
+            lines.append(f"  ... {len(s.filenames) - 10} more")
+    return "\n".join(lines)
+
+
+def format_report(r: JobReport) -> str:
+    rate = r.rename_rate
+    out = [
+        f"job {r.job_id}: {'committed' if r.success else 'FAILED'} {r.files:,} files ({r.bytes:,} bytes) "
+        f"from {r.manifests} task manifests into {r.dest_uri}",
+        f"  rename rate {rate:,.0f} files/s, recovered renames {r.recovered_renames}, "
+        f"directories created {r.directories_created}, total {r.duration:.2f} s"
+        + (" (resumed)" if r.resumed else ""),
+        "  stages: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in r.stage_seconds.items()),
+    ]
+    if r.victims_deleted or r.moved_aside:
+        out.append(f"  replaced old data: {r.victims_deleted + r.moved_aside} files")
+    return "\n".join(out)
+
+
+def cmd_success(args: argparse.Namespace) -> int:
+    opts = _store_options(args)
+    url = args.url
+    candidates = [url] if basename(url.rstrip("/")) == "_SUCCESS" else [url.rstrip("/") + "/_SUCCESS", url]
+    data = None
+    for candidate in candidates:
+        try:
+            data = _read(candidate, opts)
+            url = candidate
+            break
+        except NotFound:
+            continue
+        except InvalidInput:
+            continue
+    if data is None:
+        raise NotFound(
+            "no _SUCCESS report found (not found as a file, nor in it as a directory)", path=args.url
+        )
+    if args.json:
+        sys.stdout.write(data.decode("utf-8") + "\n")
+        return 0
+    print(format_success(decode_success(data, name=url)))
+    return 0
+
+
+def cmd_manifest(args: argparse.Namespace) -> int:
+    data = _read(args.url, _store_options(args))
+    m = decode_manifest(data, name=args.url)
+    if args.json:
+        print(json.dumps(json.loads(data), indent=2, ensure_ascii=False))
+        return 0
+    print(f"task           {m.task_id}")
+    print(f"attempt        {m.task_attempt_id}  (job {m.job_id}, job attempt {m.job_attempt_number})")
+    print(f"files          {len(m.files):,}  ({m.total_bytes:,} bytes)")
+    print(f"directories    {len(m.directories):,}")
+    for f in m.files[:20]:
+        print(f"  {f.size:>12,}  {f.dest}")
+    if len(m.files) > 20:
+        print(f"  ... {len(m.files) - 20} more")
+    return 0
+
+
+def cmd_commit_job(args: argparse.Namespace) -> int:
+    from amcommit.committer.sync import BlockingCommitter
+
+    committer = BlockingCommitter(
+        args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
+    )
+    report = committer.commit_job(progress=None if args.quiet else ProgressBar())
+    print(format_report(report))
+    return 0
+
+
+def cmd_abort_job(args: argparse.Namespace) -> int:
+    from amcommit.committer.sync import BlockingCommitter
+
+    committer = BlockingCommitter(
+        args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
+    )
+    report = committer.abort_job(progress=None if args.quiet else ProgressBar())
+    if report.success:
+        print(f"job {args.job_id} had passed its point of no return: the commit was completed instead")
+        print(format_report(report))
+    elif report.rolled_back:
+        print(f"job {args.job_id} aborted: renamed files rolled back, temporary data deleted")
+    else:
+        print(f"job {args.job_id} aborted: temporary data deleted (destination untouched)")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from amcommit.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="amcommit", description="Async job-commit engine for ABFS, GCS and local files."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def store_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--endpoint", help="service endpoint (emulators), e.g. http://127.0.0.1:10000/devstoreaccount1"
+        )
+        sp.add_argument("--store-option", action="append", metavar="KEY=VALUE", help="extra store option")
+
+    sp = sub.add_parser("success", help="show a _SUCCESS report")
+    sp.add_argument("url")
+    sp.add_argument("--json", action="store_true", help="print the raw JSON")
+    store_args(sp)
+    sp.set_defaults(func=cmd_success)
+
+    sp = sub.add_parser("manifest", help="show a task manifest")
+    sp.add_argument("url")
+    sp.add_argument("--json", action="store_true", help="print the JSON, pretty")
+    store_args(sp)
+    sp.set_defaults(func=cmd_manifest)
+
+    for name, func, helptext in (
+        ("commit-job", cmd_commit_job, "run or resume the job commit from the manifests in the store"),
+        ("abort-job", cmd_abort_job, "abort a job: roll back or clean up"),
+    ):
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("dest", help="destination directory URL (file://, abfs://, wasb://, gs:// or a path)")
+        sp.add_argument("--job-id", required=True)
+        sp.add_argument("--mode", choices=["append", "fail", "replace", "overwrite"], help="conflict mode")
+        sp.add_argument("--io-threads", type=int, help="concurrent file operations")
+        sp.add_argument(
+            "--conf",
+            action="append",
+            metavar="KEY=VALUE",
+            help="committer option (ours or mapreduce.manifest.committer.*)",
+        )
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        store_args(sp)
+        sp.set_defaults(func=func)
+
+    sp = sub.add_parser("demo", help="run a real job commit demo on an embedded default")
+    from amcommit.demo import add_demo_arguments
+
+    add_demo_arguments(sp)
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("amcommit: interrupted", file=sys.stderr)
+        return 130
+    except (AmcommitError, msgspec.DecodeError, OSError) as e:
+        print(f"amcommit: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

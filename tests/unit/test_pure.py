@@ -1,0 +1,196 @@
+"""Pure pieces: URIs, config, planning, spool, limiter, retry policy, fault rules."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.layout import JobLayout, check_id
+from amcommit.committer.spool import EntrySpool
+from amcommit.committer.stages.check_conflicts import minimal_roots
+from amcommit.committer.stages.prepare_dirs import plan_directories, with_ancestors
+from amcommit.errors import ConfigError, InvalidInput, NotFound, Throttled, Transient
+from amcommit.manifest import RenameEntry
+from amcommit.store.faulty import FaultyStore
+from amcommit.store.limits import Limiter
+from amcommit.store.local import LocalStore
+from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.uris import decode_path, encode_path, parse_uri, uri_to_path
+
+
+@pytest.mark.parametrize(
+    ("raw", "encoded"),
+    [
+        ("/a b/c", "/a%20b/c"),
+        ("/x%y", "/x%25y"),
+        ("/h#t", "/h%23t"),
+        ("/p+q=r", "/p+q=r"),
+        ("/é ü", "/é%20ü"),
+        ("/q?x", "/q%3Fx"),
+        ("/[b]{c}|^`\\", "/%5Bb%5D%7Bc%7D%7C%5E%60%5C"),
+    ],
+)
+def test_encode_like_hadoop(raw: str, encoded: str) -> None:
+    assert encode_path(raw) == encoded
+    assert decode_path(encoded) == raw
+
+
+def test_parse_and_map_uris() -> None:
+    assert parse_uri("file:/a%20b/c").path == "a b/c"
+    assert parse_uri("file:///a/b").path == "a/b"
+    assert parse_uri("file://localhost/a").path == "a"
+    assert uri_to_path("gs://bucket/", "gs://bucket/x/y%20z") == "x/y z"
+    assert (
+        uri_to_path("abfs://fs@acct.dfs.core.windows.net/", "abfss://fs@ACCT.dfs.core.windows.net/p") == "p"
+    )
+    for bad in ("gs://other/x", "gs://bucket/a/../b", "relative/path", "file://remote/x"):
+        with pytest.raises(InvalidInput):
+            uri_to_path("gs://bucket/" if bad.startswith("gs") else "file:///", bad)
+
+
+def test_config_accepts_hadoop_and_spark_keys() -> None:
+    c = CommitterConfig.from_mapping(
+        {
+            "spark.hadoop.mapreduce.manifest.committer.io.threads": "12",
+            "mapreduce.manifest.committer.validate.output": "true",
+            "spark.amcommit.conflict-mode": "replace",
+            "mapreduce.fileoutputcommitter.cleanup.skipped": "false",
+            "io_rate": "250",
+        }
+    )
+    assert (c.io_threads, c.validate_output, c.conflict_mode, c.cleanup_skipped, c.io_rate) == (
+        12,
+        True,
+        "replace",
+        False,
+        250.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"io_thread": "4"}, "did you mean 'io_threads'"),
+        ({"mapreduce.manifest.committer.no.such": "1"}, "unknown committer option"),
+        ({"io_threads": "many"}, "must be an integer"),
+        ({"io_threads": "0"}, ">= 1"),
+        ({"validate_output": "maybe"}, "true or false"),
+        ({"conflict_mode": "merge"}, "conflict_mode must be one of"),
+    ],
+)
+def test_config_errors_name_the_bad_key(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        CommitterConfig.from_mapping(options)
+
+
+def test_ids_are_checked() -> None:
+    for bad in ("", "../x", "a/b", ".hidden", "x.tmp", "a b"):
+        with pytest.raises(ConfigError):
+            check_id(bad, "job id")
+    with pytest.raises(ConfigError):
+        JobLayout("d", "job/1")
+
+
+def test_directory_planning() -> None:
+    assert plan_directories({"d/a", "d/a/b", "d/a/b/c", "d/x", "d/ab"}) == ["d/a/b/c", "d/ab", "d/x"]
+    assert with_ancestors({"d/a/b"}, "d") == {"d/a", "d/a/b"}
+    assert minimal_roots({"d/a", "d/a/b", "d/c"}) == ["d/a", "d/c"]
+
+
+def test_spool_round_trip_and_exact_duplicates(tmp_path: object) -> None:
+    sp = EntrySpool(batch_size=7)
+    m0 = sp.add_manifest("m0")
+    m1 = sp.add_manifest("m1")
+    sp.append([RenameEntry(f"s{i}", f"d/{i}", i, None) for i in range(50)], m0)
+    sp.append([RenameEntry("s-x", "d/7", 1, "e"), RenameEntry("s-y", "d/new", 2, None)], m1)
+    assert sp.count == 52 and [e.dst for e in sp.entries()][:3] == ["d/0", "d/1", "d/2"]
+    assert sp.find_duplicates() == [("d/7", ["m0", "m1"])]
+    assert sp.has_dest("d/new") and not sp.has_dest("d/none")
+    sp.close()
+
+
+async def test_limiter_bounds_concurrency_and_rate() -> None:
+    lim = Limiter(max_concurrency=3, rate=200, burst=1)
+    peak = 0
+    active = 0
+
+    async def op() -> None:
+        nonlocal peak, active
+        async with lim.slot():
+            active += 1
+            peak = max(peak, active)
+            await anyio.sleep(0.01)
+            active -= 1
+            lim.succeeded()
+
+    t0 = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        for _ in range(40):
+            tg.start_soon(op)
+    assert peak <= 3
+    assert time.monotonic() - t0 >= 39 / 200 * 0.9  # token bucket paces starts
+
+
+async def test_limiter_adapts_to_throttling() -> None:
+    lim = Limiter(max_concurrency=8, rate=None, cooldown=0.0, recover_after=0.0)
+    for _ in range(20):
+        lim.succeeded()
+        await anyio.sleep(0.001)
+    lim.throttled(retry_after=0.05)
+    assert lim.rate is not None and lim.throttle_events == 1
+    slowed = lim.rate
+    t0 = time.monotonic()
+    async with lim.slot():
+        pass
+    assert time.monotonic() - t0 >= 0.04  # Retry-After honoured
+    for _ in range(50):
+        lim.succeeded()
+    assert lim.rate is None or lim.rate > slowed  # recovers gradually
+
+
+async def test_retry_policy_retries_only_retryable() -> None:
+    calls = 0
+
+    async def flaky(attempt: int) -> str:
+        nonlocal calls
+        calls += 1
+        if attempt < 3:
+            raise Throttled("slow down", retry_after=0.001) if attempt == 1 else Transient("reset")
+        return "ok"
+
+    assert await call_with_retries(flaky, policy=RetryPolicy(5, 0.001, 0.002)) == "ok" and calls == 3
+
+    async def missing(attempt: int) -> str:
+        raise NotFound("gone")
+
+    with pytest.raises(NotFound) as ei:
+        await call_with_retries(missing, policy=RetryPolicy(5, 0.001, 0.002))
+    assert ei.value.attempts == 1
+    with pytest.raises(Transient) as ei2:
+        await call_with_retries(lambda a: flaky(0), policy=RetryPolicy(2, 0.001, 0.002))
+    assert ei2.value.attempts == 2
+
+
+async def test_faulty_store_rules(tmp_path: object) -> None:
+    inner = LocalStore(str(tmp_path), fsync=False)
+    f = FaultyStore(inner, seed=1)
+    f.fail("put", error=NotFound, path="a/*", count=1, after=1)
+    await f.put("a/1", b"1")  # let through (after=1)
+    with pytest.raises(NotFound):
+        await f.put("a/2", b"2")
+    await f.put("a/3", b"3")  # count exhausted
+    f.lose_response("delete")
+    with pytest.raises(Transient):
+        await f.delete("a/1")
+    assert not await inner.delete("a/1")  # the delete did happen
+    f.clear()
+    f.latency(0.05, "stat")
+    t0 = time.monotonic()
+    await f.stat("a/3")
+    assert time.monotonic() - t0 >= 0.045
+    assert f.injected == {"error:put": 1, "lost_response:delete": 1}
+    with pytest.raises(ValueError, match="unknown operation"):
+        f.fail("rename_all")
