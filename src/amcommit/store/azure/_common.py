@@ -1,0 +1,246 @@
+"""What the Blob and Data Lake stores share: endpoints, URL building, the HTTP client."""
+
+from __future__ import annotations
+
+import email.utils
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+from yarl import URL
+
+from amcommit.errors import ConfigError, InvalidInput
+from amcommit.iostats import IOStatistics
+from amcommit.store.azure.auth import (
+    Credential,
+    TokenProvider,
+    make_credential,
+    parse_connection_string,
+)
+from amcommit.store.azure.codes import classify
+from amcommit.store.http import HttpClient, HttpResponse
+from amcommit.store.limits import Limiter
+from amcommit.store.retry import RetryPolicy
+from amcommit.uris import ParsedUri
+
+API_VERSION = "2025-01-05"
+"""``x-ms-version`` sent by default (accepted by Azure and by Azurite 3.37 without flags)."""
+
+META_RENAME_ID = "amcommitrenameid"
+"""Blob metadata key holding the rename-operation id (provenance of a copy-based rename)."""
+META_PUT_ID = "amcommitputid"
+"""Blob metadata key holding the id of a conditional put (proves a retried put happened)."""
+
+
+def quote_path(path: str) -> str:
+    """Percent-encode a store path for a URL (``/`` kept; as the Azure SDKs do)."""
+    return quote(path, safe="/~")
+
+
+def norm_etag(etag: str | None) -> str | None:
+    """One form for etags: the quoted header form (``"0x8D..."``); listings omit quotes."""
+    if not etag:
+        return None
+    if etag.startswith('"') or etag.startswith('W/"'):
+        return etag
+    return f'"{etag}"'
+
+
+def parse_http_date(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def split_authority(authority: str) -> tuple[str, str]:
+    """``"container@host"`` -> ``(container, host)``."""
+    container, at, host = authority.partition("@")
+    if not at or not container or not host:
+        raise ConfigError(f"expected container@account.host in the URL, got {authority!r}")
+    return container, host
+
+
+class AzureBase:
+    """Endpoint, credential, HTTP client and statistics of one container / filesystem."""
+
+    _service = ""
+
+    def __init__(
+        self,
+        container: str,
+        *,
+        endpoint: str,
+        account: str | None = None,
+        credential: Credential | None = None,
+        account_key: Any = None,
+        sas_token: Any = None,
+        token_provider: TokenProvider | None = None,
+        limiter: Limiter | None = None,
+        retry: RetryPolicy | None = None,
+        root_uri: str | None = None,
+        api_version: str = API_VERSION,
+        request_timeout: float = 60.0,
+        keepalive_timeout: float = 4.0,
+    ) -> None:
+        if not container or "/" in container:
+            raise ConfigError(f"invalid container / filesystem name {container!r}")
+        ep = URL(endpoint.rstrip("/"))
+        if ep.scheme not in ("http", "https") or not ep.host:
+            raise ConfigError("endpoint must be an http(s) URL")
+        if ep.query_string or ep.fragment:
+            raise ConfigError("endpoint must not carry a query (pass sas_token separately)")
+        if account is None:
+            path_account = ep.path.strip("/")
+            account = path_account or ep.host.split(".")[0]
+        self.account = account
+        self.container = container
+        self.endpoint = str(ep)
+        self.credential = make_credential(
+            account=account,
+            account_key=account_key,
+            sas_token=sas_token,
+            token_provider=token_provider,
+            credential=credential,
+        )
+        self.api_version = api_version
+        self._sas = self.credential.query
+        self._container_url = f"{self.endpoint}/{quote_path(container)}"
+        self._root_uri = root_uri or self._default_root_uri()
+        self.limiter = limiter or Limiter(max_concurrency=64)
+        self.retry = retry or RetryPolicy()
+        self.iostats = IOStatistics()
+        self._http = HttpClient(
+            limiter=self.limiter,
+            retry=self.retry,
+            stats=self.iostats,
+            classify=classify,
+            sign=self.credential.sign,
+            keepalive_timeout=keepalive_timeout,
+            request_timeout=request_timeout,
+        )
+
+    def _default_root_uri(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def root_uri(self) -> str:
+        return self._root_uri
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(container={self.container!r}, endpoint={self.endpoint!r}, "
+            f"auth={self.credential.kind})"
+        )
+
+    # -- URLs ------------------------------------------------------------------------------
+    def url(self, path: str, query: str = "") -> URL:
+        """Encoded URL of ``path`` in the container (``""``: the container itself)."""
+        base = f"{self._container_url}/{quote_path(path)}" if path else self._container_url
+        if self._sas:
+            query = f"{query}&{self._sas}" if query else self._sas
+        return URL(f"{base}?{query}" if query else base, encoded=True)
+
+    def headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        h = {"x-ms-version": self.api_version}
+        if extra:
+            h.update(extra)
+        return h
+
+    async def request(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        *,
+        path: str,
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+        idempotent: bool = True,
+        retry: RetryPolicy | None = None,
+    ) -> HttpResponse:
+        hdrs = self.headers(headers)
+        if data:
+            hdrs["Content-Length"] = str(len(data))
+        elif method in ("PUT", "POST", "PATCH"):
+            hdrs["Content-Length"] = "0"
+        if method in ("GET", "HEAD"):
+            return await self._http.request(
+                op, method, url, path=path, headers=hdrs, data=None, idempotent=idempotent, retry=retry
+            )
+        # A mutation in flight settles (answer, error or timeout) before a cancellation of the
+        # caller takes effect: nothing lands on the service after the caller has moved on.
+        with anyio.CancelScope(shield=True):
+            resp = await self._http.request(
+                op,
+                method,
+                url,
+                path=path,
+                headers=hdrs,
+                data=data or None,
+                idempotent=idempotent,
+                retry=retry,
+            )
+        return resp
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AzureBase:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def store_options_from_url(parsed: ParsedUri, service: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Constructor arguments for a store rooted at the container named by ``parsed``.
+
+    ``service`` is ``"dfs"`` or ``"blob"``. Options: ``endpoint`` (e.g. Azurite's
+    ``http://127.0.0.1:10000/devstoreaccount1``), ``connection_string``, ``account_key``,
+    ``sas_token``, ``token_provider``, ``credential``, ``account``, ``limiter``, ``retry``
+    and the store's own tuning options.
+    """
+    container, host = split_authority(parsed.authority)
+    opts = dict(options)
+    conn = opts.pop("connection_string", None)
+    endpoint = opts.pop("endpoint", None)
+    if conn is not None:
+        info = parse_connection_string(conn)
+        ep = info.dfs_endpoint if service == "dfs" else info.blob_endpoint
+        if service == "dfs" and ep is None:
+            ep = info.blob_endpoint  # emulator-style strings: one endpoint serves both
+        endpoint = endpoint or ep
+        opts.setdefault("account", info.account)
+        if not any(k in opts for k in ("account_key", "sas_token", "token_provider", "credential")):
+            if info.account_key is not None:
+                opts["account_key"] = info.account_key
+            elif info.sas_token is not None:
+                opts["sas_token"] = info.sas_token
+    if endpoint is None:
+        if host.startswith(("127.", "localhost")):
+            raise InvalidInput(
+                "a loopback authority needs an explicit endpoint option", path=parsed.authority
+            )
+        endpoint = f"https://{host}"
+        opts.setdefault("account", host.split(".")[0])
+    opts["endpoint"] = endpoint
+    opts.setdefault("root_uri", f"{parsed.scheme}://{parsed.authority}/")
+    opts["container"] = container
+    return opts
+
+
+__all__ = [
+    "API_VERSION",
+    "META_PUT_ID",
+    "META_RENAME_ID",
+    "AzureBase",
+    "norm_etag",
+    "parse_http_date",
+    "quote_path",
+    "split_authority",
+    "store_options_from_url",
+]

@@ -1,0 +1,469 @@
+"""Azure Storage authentication: Shared Key, SAS tokens, bearer tokens, connection strings.
+
+Every credential object hides its secret: ``repr``/``str`` never show keys, SAS signatures
+or tokens, and the stores never put them into errors or log records.
+
+* :class:`SharedKey` signs each request (Blob and Data Lake "Shared Key" scheme, service
+  version 2009-09-19 and later). It signs the URL exactly as sent (already percent-encoded),
+  with ``x-ms-date`` set and the ``Date`` line empty, and sorts ``x-ms-*`` headers with the
+  collation the service uses (:func:`header_sort_key`).
+* :class:`SasToken` adds its query string to every URL (nothing is signed per request).
+* :class:`BearerToken` sends ``Authorization: Bearer`` from any token provider: an async or
+  sync callable returning a token string or ``(token, expires_on)``, or an object with a
+  ``get_token(*scopes)`` method (azure-identity credentials, sync or ``.aio``). Tokens are
+  cached until five minutes before they expire.
+* :func:`parse_connection_string` reads ``AccountName=...;AccountKey=...;BlobEndpoint=...``
+  strings, including ``UseDevelopmentStorage=true`` (Azurite's well-known account).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.utils
+import hashlib
+import hmac
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import unquote
+
+import anyio
+from yarl import URL
+
+from amcommit.errors import ConfigError, Unauthenticated
+
+STORAGE_SCOPE = "https://storage.azure.com/.default"
+
+AZURITE_ACCOUNT = "devstoreaccount1"
+"""Azurite's (and the Azure storage emulator's) well-known account name."""
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+"""Azurite's published well-known account key (not a secret)."""
+
+
+class Secret:
+    """A string that never shows itself in ``repr``/``str``/f-strings."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return "***"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash(("Secret", len(self._value)))
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Secret values are not picklable")
+
+
+class Credential(Protocol):
+    """How a store authenticates its requests."""
+
+    @property
+    def kind(self) -> str:
+        """``"shared_key"``, ``"sas"``, ``"bearer"`` or ``"anonymous"`` (for reprs, reports)."""
+        ...
+
+    @property
+    def query(self) -> str:
+        """Query string (without ``?``) to append to every URL, or ``""``."""
+        ...
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        """Add authentication headers in place (called for every attempt)."""
+        ...
+
+    def secrets(self) -> list[str]:
+        """The secret strings (for scrubbing text in tests and error paths)."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------
+# dates
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def http_date(now: float | None = None) -> str:
+    """RFC 1123 date for ``x-ms-date`` (cached per second: it is on every request)."""
+    global _date_cache
+    t = int(time.time() if now is None else now)
+    if _date_cache[0] != t:
+        _date_cache = (t, email.utils.formatdate(t, usegmt=True))
+    return _date_cache[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Shared Key
+
+# Collation of the storage service for x-ms-* header names: at the first level these
+# characters weigh nothing (they are skipped); the rest sort in this order, letters
+# case-insensitively. At the second level only apostrophe and hyphen count.
+_LEVEL0_IGNORED = frozenset("\"'(),-/:;<=>?@[\\]{}")
+_LEVEL0_ORDER = "!#$%&*.^_`|~+0123456789abcdefghijklmnopqrstuvwxyz"
+_LEVEL0_WEIGHT = {c: i + 1 for i, c in enumerate(_LEVEL0_ORDER)}
+_LEVEL1_WEIGHT = {"'": 1, "-": 2}
+
+
+def header_sort_key(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Sort key reproducing the service's ordering of canonicalized ``x-ms-*`` headers."""
+    lvl0 = []
+    for c in name.lower():
+        if c in _LEVEL0_IGNORED:
+            continue
+        w = _LEVEL0_WEIGHT.get(c)
+        lvl0.append(w if w is not None else 1000 + ord(c))
+    lvl1 = tuple(_LEVEL1_WEIGHT[c] for c in name if c in _LEVEL1_WEIGHT)
+    return tuple(lvl0), lvl1
+
+
+_SIGNED_HEADERS = (
+    "content-encoding",
+    "content-language",
+    "content-length",
+    "content-md5",
+    "content-type",
+    "date",
+    "if-modified-since",
+    "if-match",
+    "if-none-match",
+    "if-unmodified-since",
+    "range",
+)
+
+
+def canonical_query(raw_query: str) -> list[tuple[str, str]]:
+    """Decoded ``(lowercased name, value)`` pairs of a raw (encoded) query string."""
+    out = []
+    for part in raw_query.split("&"):
+        if not part:
+            continue
+        k, _, v = part.partition("=")
+        out.append((unquote(k).lower(), unquote(v)))
+    return out
+
+
+def string_to_sign(
+    method: str,
+    account: str,
+    raw_path: str,
+    query: Iterable[tuple[str, str]],
+    headers: Mapping[str, str],
+) -> str:
+    """The Shared Key string-to-sign for a Blob / Data Lake request.
+
+    ``raw_path`` is the URL path exactly as sent (percent-encoded); ``query`` holds decoded
+    ``(name, value)`` pairs; ``headers`` the request headers (any case).
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    if lower.get("content-length") == "0":
+        lower["content-length"] = ""
+    parts = [method.upper()]
+    parts.extend(lower.get(h, "") for h in _SIGNED_HEADERS)
+    xms = sorted(
+        ((k, v) for k, v in lower.items() if k.startswith("x-ms-")), key=lambda kv: header_sort_key(kv[0])
+    )
+    canon_headers = "".join(f"{k}:{v.strip()}\n" for k, v in xms)
+    grouped: dict[str, list[str]] = {}
+    for k, v in query:
+        grouped.setdefault(k.lower(), []).append(v)
+    resource = f"/{account}{raw_path or '/'}"
+    canon_query = "".join(f"\n{k}:{','.join(sorted(vs))}" for k, vs in sorted(grouped.items()))
+    return "\n".join(parts) + "\n" + canon_headers + resource + canon_query
+
+
+def hmac_sha256_b64(key: bytes, text: str) -> str:
+    return base64.b64encode(hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()).decode()
+
+
+class SharedKey:
+    """Shared Key credential: ``account`` name and base64 ``key``. Signs each request."""
+
+    kind = "shared_key"
+    query = ""
+
+    def __init__(self, account: str, key: str | Secret) -> None:
+        raw = key.reveal() if isinstance(key, Secret) else key
+        try:
+            self._key = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError("the account key is not valid base64") from None
+        if not self._key:
+            raise ConfigError("the account key is empty")
+        self._key_text = Secret(raw)
+        self.account = account
+
+    def __repr__(self) -> str:
+        return f"SharedKey(account={self.account!r}, key=***)"
+
+    def signature(self, text: str) -> str:
+        return hmac_sha256_b64(self._key, text)
+
+    def sign_sync(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        headers.setdefault("x-ms-date", http_date())
+        sts = string_to_sign(
+            method, self.account, url.raw_path, canonical_query(url.raw_query_string), headers
+        )
+        headers["Authorization"] = f"SharedKey {self.account}:{self.signature(sts)}"
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        self.sign_sync(method, url, headers)
+
+    def secrets(self) -> list[str]:
+        return [self._key_text.reveal()]
+
+
+class SasToken:
+    """A shared access signature; its query string is appended to every URL."""
+
+    kind = "sas"
+
+    def __init__(self, token: str | Secret) -> None:
+        raw = (token.reveal() if isinstance(token, Secret) else token).strip().lstrip("?")
+        if not raw or "sig=" not in raw:
+            raise ConfigError("a SAS token needs a 'sig=' parameter")
+        self._token = Secret(raw)
+
+    def __repr__(self) -> str:
+        return "SasToken(***)"
+
+    @property
+    def query(self) -> str:
+        return self._token.reveal()
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        headers.setdefault("x-ms-date", http_date())
+
+    def secrets(self) -> list[str]:
+        raw = self._token.reveal()
+        sigs = [p[4:] for p in raw.split("&") if p.startswith("sig=")]
+        return [raw, *sigs, *(unquote(s) for s in sigs)]
+
+
+TokenProvider = Any
+"""An async/sync callable returning ``str`` or ``(str, expires_on)``, or an object with a
+(sync or async) ``get_token(*scopes)`` returning something with ``.token``/``.expires_on``."""
+
+
+class BearerToken:
+    """OAuth bearer tokens from a token provider (see :data:`TokenProvider`).
+
+    Tokens are fetched lazily, cached, and refreshed five minutes before ``expires_on``
+    (tokens without an expiry are cached for ``default_ttl`` seconds). Concurrent requests
+    share one refresh.
+    """
+
+    kind = "bearer"
+    query = ""
+
+    def __init__(self, provider: TokenProvider, *, scope: str = STORAGE_SCOPE, default_ttl: float = 600.0):
+        if provider is None:
+            raise ConfigError("token_provider is None")
+        self._provider = provider
+        self._scope = scope
+        self._default_ttl = default_ttl
+        self._token: Secret | None = None
+        self._expires = 0.0
+        self._lock: anyio.Lock | None = None
+        self._seen: list[Secret] = []
+
+    def __repr__(self) -> str:
+        return f"BearerToken(provider={type(self._provider).__name__})"
+
+    async def _fetch(self) -> tuple[str, float | None]:
+        p = self._provider
+        get_token: Callable[..., Any] | None = getattr(p, "get_token", None)
+        try:
+            if get_token is not None:
+                if inspect.iscoroutinefunction(get_token):
+                    res = await get_token(self._scope)
+                else:
+                    res = await anyio.to_thread.run_sync(get_token, self._scope)
+            else:
+                res = p()
+            if isinstance(res, Awaitable):
+                res = await res
+        except Exception as e:  # the provider's own errors may carry secrets: drop the text
+            raise Unauthenticated(f"token provider failed ({type(e).__name__})", op="auth") from None
+        if isinstance(res, str):
+            return res, None
+        if isinstance(res, tuple):
+            return str(res[0]), float(res[1]) if res[1] is not None else None
+        token = getattr(res, "token", None)
+        if not isinstance(token, str):
+            raise Unauthenticated("token provider returned no token", op="auth")
+        exp = getattr(res, "expires_on", None)
+        return token, float(exp) if exp is not None else None
+
+    async def token(self) -> str:
+        now = time.time()
+        if self._token is not None and now < self._expires:
+            return self._token.reveal()
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            now = time.time()
+            if self._token is not None and now < self._expires:
+                return self._token.reveal()
+            tok, exp = await self._fetch()
+            self._token = Secret(tok)
+            self._seen.append(self._token)
+            del self._seen[:-4]
+            self._expires = (exp - 300.0) if exp is not None else now + self._default_ttl
+            if self._expires <= now:
+                self._expires = now + 1.0
+            return tok
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        headers.setdefault("x-ms-date", http_date())
+        headers["Authorization"] = f"Bearer {await self.token()}"
+
+    def secrets(self) -> list[str]:
+        return [s.reveal() for s in self._seen]
+
+
+class Anonymous:
+    """No authentication (public containers, test servers without auth)."""
+
+    kind = "anonymous"
+    query = ""
+
+    def __repr__(self) -> str:
+        return "Anonymous()"
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        headers.setdefault("x-ms-date", http_date())
+
+    def secrets(self) -> list[str]:
+        return []
+
+
+# ---------------------------------------------------------------------------------------
+# connection strings
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """What a connection string says. ``account_key``/``sas_token`` are :class:`Secret`."""
+
+    account: str
+    blob_endpoint: str | None
+    dfs_endpoint: str | None
+    account_key: Secret | None = None
+    sas_token: Secret | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"ConnectionInfo(account={self.account!r}, blob_endpoint={self.blob_endpoint!r}, "
+            f"dfs_endpoint={self.dfs_endpoint!r}, key={'***' if self.account_key else None}, "
+            f"sas={'***' if self.sas_token else None})"
+        )
+
+
+def parse_connection_string(conn: str | Secret) -> ConnectionInfo:
+    """Parse an Azure Storage connection string (secrets stay wrapped in :class:`Secret`).
+
+    Understands ``AccountName``, ``AccountKey``, ``SharedAccessSignature``,
+    ``DefaultEndpointsProtocol``, ``EndpointSuffix``, ``BlobEndpoint``, ``DfsEndpoint`` and
+    ``UseDevelopmentStorage=true`` (``DevelopmentStorageProxyUri`` sets the host).
+    """
+    raw = conn.reveal() if isinstance(conn, Secret) else conn
+    fields: dict[str, str] = {}
+    for part in raw.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        k, sep, v = part.partition("=")
+        if not sep:
+            raise ConfigError("malformed connection string (expected Key=Value pairs separated by ';')")
+        fields[k.strip().lower()] = v.strip()
+    if fields.get("usedevelopmentstorage", "").lower() == "true":
+        proxy = fields.get("developmentstorageproxyuri", "http://127.0.0.1").rstrip("/")
+        return ConnectionInfo(
+            AZURITE_ACCOUNT,
+            f"{proxy}:10000/{AZURITE_ACCOUNT}",
+            None,
+            account_key=Secret(AZURITE_KEY),
+        )
+    account = fields.get("accountname", "")
+    blob = fields.get("blobendpoint")
+    dfs = fields.get("dfsendpoint")
+    proto = fields.get("defaultendpointsprotocol", "https")
+    suffix = fields.get("endpointsuffix", "core.windows.net")
+    if not account and blob:
+        host = URL(blob).host or ""
+        account = host.split(".")[0] if "." in host and not host[0].isdigit() else URL(blob).path.strip("/")
+    if not account:
+        raise ConfigError("connection string has no AccountName")
+    if blob is None:
+        blob = f"{proto}://{account}.blob.{suffix}"
+    if dfs is None and ".blob." in blob:
+        dfs = blob.replace(".blob.", ".dfs.", 1)
+    key = fields.get("accountkey")
+    sas = fields.get("sharedaccesssignature")
+    return ConnectionInfo(
+        account,
+        blob.rstrip("/"),
+        dfs.rstrip("/") if dfs else None,
+        account_key=Secret(key) if key else None,
+        sas_token=Secret(sas) if sas else None,
+    )
+
+
+def make_credential(
+    *,
+    account: str,
+    account_key: str | Secret | None = None,
+    sas_token: str | Secret | None = None,
+    token_provider: TokenProvider | None = None,
+    credential: Credential | None = None,
+) -> Credential:
+    """Pick the credential from the options (exactly one of them, or anonymous)."""
+    given = [x is not None for x in (account_key, sas_token, token_provider, credential)]
+    if sum(given) > 1:
+        raise ConfigError("give only one of account_key, sas_token, token_provider, credential")
+    if credential is not None:
+        return credential
+    if account_key is not None:
+        return SharedKey(account, account_key)
+    if sas_token is not None:
+        return SasToken(sas_token)
+    if token_provider is not None:
+        return BearerToken(token_provider)
+    return Anonymous()
+
+
+__all__ = [
+    "AZURITE_ACCOUNT",
+    "AZURITE_KEY",
+    "STORAGE_SCOPE",
+    "Anonymous",
+    "BearerToken",
+    "ConnectionInfo",
+    "Credential",
+    "SasToken",
+    "Secret",
+    "SharedKey",
+    "canonical_query",
+    "header_sort_key",
+    "http_date",
+    "make_credential",
+    "parse_connection_string",
+    "string_to_sign",
+]

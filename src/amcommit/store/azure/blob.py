@@ -1,0 +1,475 @@
+"""Azure Blob API store (flat-namespace accounts, Azurite), straight over aiohttp.
+
+Operations and their limits:
+
+* ``put``: Put Blob (one request) up to ``single_put_max`` bytes, else Put Block + Put Block
+  List. Either way the blob appears whole or not at all. ``PutMode.CREATE`` sends
+  ``If-None-Match: *``; ``UpdateIf`` sends ``If-Match``. Conditional puts also write a
+  random id into the blob's metadata (``amcommitputid``), so a retry whose first attempt
+  did land (lost response) is recognised as success instead of "already exists".
+* ``rename`` = Get Properties (source) + Copy Blob + conditional Delete Blob: *not atomic*;
+  for a moment both names exist. The copy never overwrites (``If-None-Match: *``), copies
+  only the version it saw (``x-ms-source-if-match``), re-sends the source's metadata (any
+  ``x-ms-meta-*`` replaces all of it) plus ``amcommitrenameid=<rename_id>``, and waits for
+  a pending copy. The source is deleted only if still that version (``If-Match``); if it
+  changed in between, the copy is deleted again and the rename fails with
+  :class:`~amcommit.errors.PreconditionFailed`. A copy gets a new etag, so a retried rename
+  proves an earlier success by the destination's ``rename_id`` (and size): ``stat`` exposes
+  it as :attr:`ObjectInfo.rename_id`. Without a caller's ``rename_id`` one is generated per
+  call (internal retries can still prove success; a later call cannot). Two concurrent
+  renames of one source are not exclusive (both copies may succeed).
+* Directories are virtual: ``mkdirs`` is a no-op and writes no ``hdi_isfolder`` marker
+  blobs (they cost a request per directory and nothing needs them); markers written by
+  other tools are recognised by ``stat`` and ``list`` and removed by recursive deletes.
+  ``stat`` of a prefix with blobs below it reports a directory.
+* ``delete(recursive=True)`` lists and deletes blob by blob: not atomic.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote, unquote
+
+import anyio
+from multidict import CIMultiDictProxy
+
+from amcommit.errors import (
+    AlreadyExists,
+    InvalidInput,
+    NotFound,
+    NotSupported,
+    PreconditionFailed,
+    StoreError,
+    Transient,
+)
+from amcommit.store.azure._common import (
+    META_PUT_ID,
+    META_RENAME_ID,
+    AzureBase,
+    norm_etag,
+    parse_http_date,
+    store_options_from_url,
+)
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameResult,
+    UpdateIf,
+    WriteMode,
+    check_path,
+)
+from amcommit.uris import ParsedUri
+
+_META = "x-ms-meta-"
+_MiB = 1024 * 1024
+
+
+def _meta(headers: CIMultiDictProxy[str]) -> dict[str, str]:
+    return {k[len(_META) :].lower(): v for k, v in headers.items() if k.lower().startswith(_META)}
+
+
+class BlobStore(AzureBase):
+    """A :class:`~amcommit.store.base.Store` over one Blob container. See the module doc."""
+
+    capabilities = Capabilities(
+        atomic_rename=False,
+        directories=False,
+        etag_kept_on_rename=False,
+        rename_provenance=True,
+        conditional_put=True,
+        name="blob",
+    )
+
+    def __init__(
+        self,
+        container: str,
+        *,
+        single_put_max: int = 4 * _MiB,
+        block_size: int = 4 * _MiB,
+        copy_poll_interval: float = 0.05,
+        copy_timeout: float = 600.0,
+        delete_concurrency: int = 32,
+        **options: Any,
+    ) -> None:
+        super().__init__(container, **options)
+        if block_size < 1 or single_put_max < 0:
+            raise InvalidInput("block_size must be >= 1 and single_put_max >= 0")
+        self.single_put_max = single_put_max
+        self.block_size = block_size
+        self.copy_poll_interval = copy_poll_interval
+        self.copy_timeout = copy_timeout
+        self.delete_concurrency = delete_concurrency
+
+    def _default_root_uri(self) -> str:
+        return f"wasb://{self.container}@{self.account}.blob.core.windows.net/"
+
+    # -- container -------------------------------------------------------------------------
+    async def create_container(self) -> bool:
+        """Create the container; False if it already existed."""
+        try:
+            await self.request("container", "PUT", self.url("", "restype=container"), path="")
+        except AlreadyExists:
+            return False
+        return True
+
+    async def delete_container(self) -> bool:
+        """Delete the container and everything in it; False if it did not exist."""
+        try:
+            await self.request("container", "DELETE", self.url("", "restype=container"), path="")
+        except NotFound:
+            return False
+        return True
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _info(self, path: str, headers: CIMultiDictProxy[str]) -> ObjectInfo:
+        is_dir = headers.get("x-ms-meta-hdi_isfolder", "").lower() == "true"
+        return ObjectInfo(
+            path=path,
+            size=0 if is_dir else int(headers.get("Content-Length", "0")),
+            etag=None if is_dir else norm_etag(headers.get("ETag")),
+            is_dir=is_dir,
+            mtime=parse_http_date(headers.get("Last-Modified")),
+            rename_id=headers.get(f"{_META}{META_RENAME_ID}"),
+        )
+
+    async def _head(self, path: str, op: str) -> CIMultiDictProxy[str]:
+        return (await self.request(op, "HEAD", self.url(path), path=path)).headers
+
+    async def _list_page(
+        self, prefix: str, *, delimiter: bool, marker: str | None, max_results: int = 5000
+    ) -> tuple[list[tuple[str, dict[str, str], dict[str, str]]], list[str], str | None]:
+        """One List Blobs page: ``(blobs as (name, properties, metadata), prefixes, marker)``."""
+        q = [f"restype=container&comp=list&include=metadata&maxresults={max_results}"]
+        if prefix:
+            q.append(f"prefix={quote(prefix, safe='')}")
+        if delimiter:
+            q.append("delimiter=%2F")
+        if marker:
+            q.append(f"marker={quote(marker, safe='')}")
+        r = await self.request("list", "GET", self.url("", "&".join(q)), path=prefix.rstrip("/"))
+        try:
+            root = ET.fromstring(r.body)
+        except ET.ParseError:
+            raise Transient("malformed List Blobs answer", op="list", path=prefix) from None
+        blobs: list[tuple[str, dict[str, str], dict[str, str]]] = []
+        prefixes: list[str] = []
+        container = root.find("Blobs")
+        if container is not None:
+            for el in container:
+                name_el = el.find("Name")
+                if name_el is None or name_el.text is None:
+                    continue
+                name = name_el.text
+                if name_el.get("Encoded") == "true":
+                    name = unquote(name)
+                if el.tag == "Blob":
+                    pe, me = el.find("Properties"), el.find("Metadata")
+                    props = {c.tag: c.text or "" for c in pe} if pe is not None else {}
+                    meta = {c.tag.lower(): c.text or "" for c in me} if me is not None else {}
+                    blobs.append((name, props, meta))
+                elif el.tag == "BlobPrefix":
+                    prefixes.append(name)
+        nm = root.findtext("NextMarker")
+        return blobs, prefixes, nm or None
+
+    async def _has_children(self, path: str) -> bool:
+        blobs, prefixes, _ = await self._list_page(path + "/", delimiter=True, marker=None, max_results=1)
+        return bool(blobs or prefixes)
+
+    # -- Store protocol --------------------------------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        """Properties of a blob; a prefix with blobs below it is a directory."""
+        check_path(path)
+        if path == "":
+            return ObjectInfo("", 0, is_dir=True)
+        try:
+            return self._info(path, await self._head(path, "stat"))
+        except NotFound:
+            if await self._has_children(path):
+                return ObjectInfo(path, 0, is_dir=True)
+            raise
+
+    async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        """Blobs below ``prefix`` (List Blobs with marker paging; not a snapshot)."""
+        check_path(prefix)
+        p = f"{prefix}/" if prefix else ""
+        marker: str | None = None
+        dirs: set[str] = set()
+        while True:
+            blobs, prefixes, marker = await self._list_page(p, delimiter=not recursive, marker=marker)
+            for name, props, meta in blobs:
+                if name.endswith("/"):
+                    continue
+                if meta.get("hdi_isfolder", "").lower() == "true":
+                    if not recursive and name not in dirs:
+                        dirs.add(name)
+                        yield ObjectInfo(name, 0, is_dir=True)
+                    continue
+                yield ObjectInfo(
+                    path=name,
+                    size=int(props.get("Content-Length") or 0),
+                    etag=norm_etag(props.get("Etag")),
+                    mtime=parse_http_date(props.get("Last-Modified")),
+                    rename_id=meta.get(META_RENAME_ID),
+                )
+            for d in prefixes:
+                name = d.rstrip("/")
+                if name and name not in dirs:
+                    dirs.add(name)
+                    yield ObjectInfo(name, 0, is_dir=True)
+            if not marker:
+                return
+
+    async def get(self, path: str) -> bytes:
+        """The whole blob (one Get Blob)."""
+        check_path(path, allow_root=False)
+        return (await self.request("get", "GET", self.url(path), path=path)).body
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        """Write a whole blob atomically (see the module doc for modes and retries)."""
+        check_path(path, allow_root=False)
+        cond: dict[str, str] = {}
+        put_id: str | None = None
+        if mode is PutMode.CREATE:
+            cond["If-None-Match"] = "*"
+        elif isinstance(mode, UpdateIf):
+            cond["If-Match"] = mode.etag
+        if mode is not PutMode.OVERWRITE:
+            put_id = uuid.uuid4().hex
+            cond[f"{_META}{META_PUT_ID}"] = put_id
+        try:
+            if len(data) <= self.single_put_max:
+                r = await self.request(
+                    "put",
+                    "PUT",
+                    self.url(path),
+                    path=path,
+                    headers={"x-ms-blob-type": "BlockBlob", **cond},
+                    data=data,
+                )
+            else:
+                r = await self._put_blocks(path, data, cond)
+        except (AlreadyExists, PreconditionFailed, NotFound) as e:
+            return await self._put_conflict(path, data, mode, put_id, e)
+        return ObjectInfo(
+            path,
+            len(data),
+            norm_etag(r.headers.get("ETag")),
+            mtime=parse_http_date(r.headers.get("Last-Modified")),
+        )
+
+    async def _put_blocks(self, path: str, data: bytes, cond: dict[str, str]) -> Any:
+        prefix = uuid.uuid4().hex
+        ids = []
+        for i, off in enumerate(range(0, len(data), self.block_size)):
+            bid = base64.b64encode(f"{prefix}-{i:08d}".encode()).decode()
+            ids.append(bid)
+            await self.request(
+                "put_block",
+                "PUT",
+                self.url(path, f"comp=block&blockid={quote(bid, safe='')}"),
+                path=path,
+                data=data[off : off + self.block_size],
+            )
+        body = (
+            '<?xml version="1.0" encoding="utf-8"?><BlockList>'
+            + "".join(f"<Latest>{b}</Latest>" for b in ids)
+            + "</BlockList>"
+        ).encode()
+        return await self.request(
+            "put", "PUT", self.url(path, "comp=blocklist"), path=path, headers=cond, data=body
+        )
+
+    async def _put_conflict(
+        self, path: str, data: bytes, mode: WriteMode, put_id: str | None, e: StoreError
+    ) -> ObjectInfo:
+        if put_id is not None and e.attempts > 1:
+            # an earlier attempt of this call may have landed (lost response): prove it
+            try:
+                h = await self._head(path, "put")
+            except NotFound:
+                h = None
+            if h is not None and h.get(f"{_META}{META_PUT_ID}") == put_id:
+                return self._info(path, h)
+        if mode is PutMode.CREATE and isinstance(e, (AlreadyExists, PreconditionFailed)):
+            raise AlreadyExists("blob exists", op="put", path=path, status=e.status, code=e.code) from None
+        if isinstance(mode, UpdateIf):
+            raise PreconditionFailed(
+                f"blob is not at etag {mode.etag}", op="put", path=path, status=e.status, code=e.code
+            ) from None
+        raise e
+
+    async def rename(
+        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+    ) -> RenameResult:
+        """Copy + conditional delete; never overwrites ``dst``. See the module doc."""
+        check_path(src, allow_root=False)
+        check_path(dst, allow_root=False)
+        if src == dst:
+            raise AlreadyExists("source and destination are the same", op="rename", path=dst)
+        rid = rename_id or uuid.uuid4().hex
+        try:
+            sh = await self._head(src, "rename")
+        except NotFound:
+            return await self._recover(src, dst, rename_id, None)
+        source = self._info(src, sh)
+        if source.is_dir:
+            raise NotSupported("directory rename on a flat namespace", op="rename", path=src)
+        if src_etag is not None and norm_etag(src_etag) != source.etag:
+            raise PreconditionFailed(
+                f"source etag is {source.etag}, expected {src_etag}", op="rename", path=src
+            )
+        assert source.etag is not None
+        headers = {k: v for k, v in sh.items() if k.lower().startswith(_META)}
+        for k in list(headers):
+            if k.lower() in (f"{_META}{META_RENAME_ID}", f"{_META}{META_PUT_ID}"):
+                del headers[k]
+        headers.update(
+            {
+                "x-ms-copy-source": str(self.url(src)),
+                "If-None-Match": "*",
+                "x-ms-source-if-match": source.etag,
+                f"{_META}{META_RENAME_ID}": rid,
+            }
+        )
+        # copy + delete settle together: a cancelled caller never leaves both names behind
+        with anyio.CancelScope(shield=True):
+            result = await self._copy_then_delete(src, dst, source, headers, rid, rename_id)
+        return result
+
+    async def _copy_then_delete(
+        self,
+        src: str,
+        dst: str,
+        source: ObjectInfo,
+        headers: dict[str, str],
+        rid: str,
+        rename_id: str | None,
+    ) -> RenameResult:
+        assert source.etag is not None
+        recovered = False
+        try:
+            r = await self.request("rename", "PUT", self.url(dst), path=dst, headers=headers)
+            dst_etag = norm_etag(r.headers.get("ETag"))
+            if r.headers.get("x-ms-copy-status", "success") != "success":
+                dst_etag = await self._wait_copy(dst, r.headers.get("x-ms-copy-id"))
+        except (AlreadyExists, PreconditionFailed) as e:
+            if e.code == "SourceConditionNotMet":
+                raise PreconditionFailed("source changed", op="rename", path=src, status=e.status) from None
+            try:
+                d = self._info(dst, await self._head(dst, "rename"))
+            except NotFound:
+                # (Azurite answers a failed source condition with ConditionNotMet)
+                raise PreconditionFailed("source changed", op="rename", path=src, status=e.status) from None
+            if d.rename_id != rid or d.size != source.size:
+                raise AlreadyExists("destination exists", op="rename", path=dst, status=e.status) from None
+            dst_etag, recovered = d.etag, True  # our own copy, from an earlier attempt
+        except NotFound:
+            # the source went away between Get Properties and Copy Blob
+            return await self._recover(src, dst, rename_id, source.size)
+        try:
+            await self.request("rename", "DELETE", self.url(src), path=src, headers={"If-Match": source.etag})
+        except NotFound as e:
+            recovered = recovered or e.attempts > 1
+        except PreconditionFailed:
+            # the source was rewritten after the copy: take the copy back, publish nothing
+            try:
+                await self.request(
+                    "rename", "DELETE", self.url(dst), path=dst, headers={"If-Match": dst_etag or "*"}
+                )
+            except (NotFound, PreconditionFailed):
+                pass
+            raise PreconditionFailed(
+                "source changed during the rename; the copy was removed", op="rename", path=src
+            ) from None
+        return RenameResult(dst=dst, etag=dst_etag, recovered=recovered)
+
+    async def _recover(self, src: str, dst: str, rename_id: str | None, size: int | None) -> RenameResult:
+        """The source is gone: did this rename (``rename_id``) already happen?"""
+        if rename_id is not None:
+            try:
+                d = self._info(dst, await self._head(dst, "rename"))
+            except NotFound:
+                d = None
+            if d is not None and d.rename_id == rename_id and (size is None or d.size == size):
+                return RenameResult(dst=dst, etag=d.etag, recovered=True)
+        raise NotFound("source does not exist", op="rename", path=src)
+
+    async def _wait_copy(self, dst: str, copy_id: str | None) -> str | None:
+        delay = self.copy_poll_interval
+        with anyio.fail_after(self.copy_timeout):
+            while True:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                h = await self._head(dst, "rename")
+                if copy_id and h.get("x-ms-copy-id") not in (None, copy_id):
+                    raise AlreadyExists("destination replaced during the copy", op="rename", path=dst)
+                status = h.get("x-ms-copy-status", "success")
+                if status == "success":
+                    return norm_etag(h.get("ETag"))
+                if status != "pending":
+                    try:
+                        await self.request(
+                            "rename",
+                            "DELETE",
+                            self.url(dst),
+                            path=dst,
+                            headers={"If-Match": h.get("ETag", "*")},
+                        )
+                    except (NotFound, PreconditionFailed):
+                        pass
+                    raise Transient(f"copy {status}", op="rename", path=dst)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        """Delete a blob, or (``recursive``) every blob below ``path/``; not atomic."""
+        check_path(path, allow_root=False)
+        deleted = False
+        try:
+            await self.request("delete", "DELETE", self.url(path), path=path)
+            deleted = True
+            if not recursive:
+                return True
+        except NotFound as e:
+            deleted = e.attempts > 1  # an earlier attempt of ours deleted it
+        prefix = path + "/"
+        marker: str | None = None
+        first = True
+        while True:
+            blobs, _, marker = await self._list_page(prefix, delimiter=False, marker=marker)
+            if first and not blobs:
+                return deleted
+            if first and not recursive:
+                raise PreconditionFailed("directory not empty", op="delete", path=path)
+            first = False
+            names = [b[0] for b in blobs]
+
+            async def rm(name: str, sem: anyio.Semaphore) -> None:
+                async with sem:
+                    try:
+                        await self.request("delete", "DELETE", self.url(name), path=name)
+                    except NotFound:
+                        pass
+
+            sem = anyio.Semaphore(self.delete_concurrency)
+            async with anyio.create_task_group() as tg:
+                for n in names:
+                    tg.start_soon(rm, n, sem)
+            if not marker:
+                return True
+
+    async def mkdirs(self, path: str) -> None:
+        """No-op: directories are virtual on a flat namespace (no marker blobs written)."""
+        check_path(path)
+
+
+def blob_from_url(parsed: ParsedUri, **options: Any) -> BlobStore:
+    """``open_store`` factory for ``wasb[s]://container@account.blob.core.windows.net/``."""
+    return BlobStore(**store_options_from_url(parsed, "blob", options))
+
+
+__all__ = ["BlobStore", "blob_from_url"]
