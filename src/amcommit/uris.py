@@ -10,6 +10,7 @@ percent-encoding (UTF-8). Paths are compared only in decoded form.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -102,9 +103,14 @@ def path_to_uri(root_uri: str, path: str) -> str:
     return root_uri + encode_path(path)
 
 
+@functools.lru_cache(maxsize=64)
+def _parse_root(root_uri: str) -> ParsedUri:
+    return parse_uri(root_uri)
+
+
 def uri_to_path(root_uri: str, uri: str) -> str:
     """Store path of ``uri``; InvalidInput if it lies outside the store's root."""
-    root = parse_uri(root_uri)
+    root = _parse_root(root_uri)
     target = parse_uri(uri)
     if not same_root(root, target):
         raise InvalidInput(f"URI is not in this store ({root_uri})", path=uri)

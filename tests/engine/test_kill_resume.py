@@ -18,7 +18,9 @@ from tests.engine.helpers import run_task, snapshot, temp_files
 
 JOB = "202611220002_0001"
 OLD = {"p=1/same.parquet": b"old same", "p=1/old.parquet": b"old 1", "p=2/old.parquet": b"old 2"}
-NEW = {"p=1/same.parquet": b"new same"} | {f"p={i % 3}/new-{i}.parquet": f"new {i}".encode() for i in range(8)}
+NEW = {"p=1/same.parquet": b"new same"} | {
+    f"p={i % 3}/new-{i}.parquet": f"new {i}".encode() for i in range(8)
+}
 
 # (kill point, past the point of no return?)
 POINTS = [

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from amcommit.committer import commit_job, resolve_layout
-from amcommit.manifest import check_manifest, decode_manifest, decode_success
-from amcommit.manifest import Scope
+from amcommit.manifest import Scope, check_manifest, decode_manifest, decode_success
 from amcommit.store.local import LocalStore
 from amcommit.uris import encode_path
 
@@ -61,7 +60,7 @@ def test_hadoop_manifests_load_and_validate(tmp_path: Path) -> None:
         m = decode_manifest(path.read_bytes(), name=path.name)
         assert m.job_id == JOB_ID and m.task_id in FACTS["manifest_owner"]
         assert FACTS["manifest_owner"][m.task_id] == m.task_attempt_id
-        entries, dirs = check_manifest(m, job_id=JOB_ID, scope=scope, name=path.name)
+        entries, _dirs = check_manifest(m, job_id=JOB_ID, scope=scope, name=path.name)
         total += len(entries)
         assert all(e.src.startswith(rel_dest + "/_temporary/") for e in entries)
         assert m.iostatistics.counters  # Hadoop's statistics came through

@@ -141,6 +141,7 @@ async def commit_job(
         if ctx.spool is not None:
             ctx.spool.close()
     report.finished = time.time()
+    report.store_stats = store.iostats.snapshot(prefix="store_")
     try:
         await finish.write_summary(ctx)
     except Exception as e:  # the commit succeeded; a report directory problem is not fatal
@@ -200,6 +201,7 @@ async def _run_commit(ctx: JobContext, manifests: Sequence[TaskManifest] | None)
             await finish.validate_output(ctx)
     report.success = True  # everything is in place; the report says so
     report.finished = time.time()
+    report.store_stats = store.iostats.snapshot(prefix="store_")
     if ctx.config.success_marker:
         async with ctx.stage("save_success"):
             await finish.save_success(ctx)
