@@ -456,6 +456,31 @@ class GcsDouble:
             r["metadata"] = dict(o.metadata)
         return r
 
+    @staticmethod
+    def _media_headers(o: StoredObject) -> dict[str, str]:
+        """Headers of an ``alt=media`` answer, as GCS sends them (clients read properties
+        and verify checksums from these)."""
+        h = {
+            "Content-Type": o.content_type,
+            "ETag": o.etag,
+            "X-Goog-Generation": str(o.generation),
+            "X-Goog-Metageneration": str(o.metageneration),
+            "X-Goog-Storage-Class": "STANDARD",
+            "X-Goog-Stored-Content-Length": str(len(o.data)),
+            "X-Goog-Hash": f"crc32c={o.crc},md5={o.md5}",
+        }
+        for key, header in (
+            ("contentEncoding", "X-Goog-Stored-Content-Encoding"),
+            ("cacheControl", "Cache-Control"),
+            ("contentLanguage", "Content-Language"),
+            ("contentDisposition", "Content-Disposition"),
+        ):
+            if key in o.extra:
+                h[header] = o.extra[key]
+        for k, v in (o.metadata or {}).items():
+            h[f"X-Goog-Meta-{k}"] = v
+        return h
+
     def _bucket_resource(self, base: str, b: Bucket) -> Json:
         return {
             "kind": "storage#bucket",
@@ -625,7 +650,7 @@ class GcsDouble:
                 raise _not_found(f"{name}#{params['generation']}")
             self._check(o, params)
             if op == "media":
-                return 200, o.data, {"Content-Type": o.content_type, "X-Goog-Generation": str(o.generation)}
+                return 200, o.data, self._media_headers(o)
             return 200, self._resource(base, bucket.name, o), {}
         if op == "patch":
             if o is None:
@@ -714,10 +739,11 @@ class GcsDouble:
             if not name.startswith(prefix) or (start is not None and name < start):
                 continue
             key = name
+            is_prefix = False
             if delim:
                 i = name.find(delim, len(prefix))
                 if i >= 0:
-                    key = name[: i + len(delim)]
+                    key, is_prefix = name[: i + len(delim)], True
             if after is not None and key <= after:
                 continue  # before the page token (names of a common prefix are contiguous)
             if key == last:
@@ -725,7 +751,7 @@ class GcsDouble:
             if count == max_results:
                 more = True
                 break
-            if key != name:
+            if is_prefix:
                 prefixes.append(key)
             else:
                 items.append(self._resource(base, bucket.name, bucket.objects[name]))
@@ -791,23 +817,30 @@ class GcsDouble:
         delim = b"--" + boundary.encode()
         parts = body.split(delim)
         # parts[0] is the preamble; the last is "--\r\n"
-        payloads: list[bytes] = []
+        payloads: list[tuple[str, bytes]] = []
         for p in parts[1:]:
             if p.startswith(b"--"):
                 break
-            _head, sep, content = p.partition(b"\r\n\r\n")
+            head, sep, content = p.partition(b"\r\n\r\n")
             if not sep:
                 raise GcsError(400, "invalid", "malformed multipart part")
             if content.endswith(b"\r\n"):
                 content = content[:-2]
-            payloads.append(content)
+            ctype = ""
+            for line in head.decode("latin-1").split("\r\n"):
+                k, _, v = line.partition(":")
+                if k.strip().lower() == "content-type":
+                    ctype = v.strip()
+            payloads.append((ctype, content))
         if len(payloads) != 2:
             raise GcsError(400, "invalid", f"multipart upload needs 2 parts, got {len(payloads)}")
         try:
-            res = json.loads(payloads[0] or b"{}")
+            res = json.loads(payloads[0][1] or b"{}")
         except ValueError:
             raise GcsError(400, "parseError", "metadata part is not JSON") from None
-        return res, payloads[1]
+        if not res.get("contentType") and payloads[1][0]:
+            res["contentType"] = payloads[1][0]  # the media part's type, as GCS does
+        return res, payloads[1][1]
 
     def _upload_chunk(
         self, params: dict[str, str], body: bytes, base: str, request: web.Request

@@ -32,6 +32,7 @@ _OPTIONS = frozenset(
         "chunk_size",
         "request_timeout",
         "shield_timeout",
+        "page_size",
         "user_project",
     }
 )

@@ -153,6 +153,7 @@ class GcsStore:
             multipart request, larger ones by a resumable upload in chunks.
         shield_timeout: how long a started mutation (put, rename, delete of an object)
             may keep running after its caller was cancelled (see ``_shielded``).
+        page_size: objects per list request (at most 1,000).
         user_project: project billed for requester-pays buckets.
     """
 
@@ -175,6 +176,7 @@ class GcsStore:
         chunk_size: int = 8 * MiB,
         request_timeout: float = 60.0,
         shield_timeout: float = 120.0,
+        page_size: int = 1000,
         user_project: str | None = None,
     ) -> None:
         if not _bucket_ok(bucket):
@@ -191,6 +193,7 @@ class GcsStore:
         self.chunk_size = chunk_size
         self.user_project = user_project
         self.shield_timeout = shield_timeout
+        self.page_size = max(1, min(page_size, 1000))
         self.iostats = IOStatistics()
 
         if anonymous is None:
@@ -362,7 +365,7 @@ class GcsStore:
         while True:
             params: dict[str, str | int | None] = {
                 "prefix": pfx or None,
-                "maxResults": 1000,
+                "maxResults": self.page_size,
                 "pageToken": token,
                 "fields": _LIST_FIELDS,
             }
@@ -784,7 +787,7 @@ class GcsStore:
             while True:
                 params: dict[str, str | int | None] = {
                     "prefix": pfx,
-                    "maxResults": 1000,
+                    "maxResults": self.page_size,
                     "pageToken": token,
                     "fields": "items(name,generation),nextPageToken",
                 }
