@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from functools import lru_cache
 from urllib.parse import quote
 
 import msgspec
@@ -51,9 +52,24 @@ def qname(name: str) -> str:
     return quote(name, safe="")
 
 
+@lru_cache(maxsize=256)
+def _quote_const(value: str) -> str:
+    return quote(value, safe="")
+
+
 def query(params: dict[str, str | int | None]) -> str:
     """An encoded query string from ``params`` (None values left out)."""
-    return "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items() if v is not None)
+    out = []
+    for k, v in params.items():
+        if v is None:
+            continue
+        if isinstance(v, int) or v.isdigit():
+            out.append(f"{k}={v}")
+        elif k in ("fields", "uploadType", "alt", "delimiter"):
+            out.append(f"{k}={_quote_const(v)}")  # a few constant values: cached
+        else:
+            out.append(f"{k}={quote(v, safe='')}")
+    return "&".join(out)
 
 
 class GcsObject(msgspec.Struct, rename="camel"):
