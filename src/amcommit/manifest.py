@@ -13,14 +13,16 @@ naming the manifest and the bad entry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
 from amcommit.errors import InvalidInput, ManifestError
 from amcommit.iostats import IOStatisticsSnapshot
-from amcommit.store.base import is_within, parent
-from amcommit.uris import uri_to_path
+from amcommit.store.base import is_within
+from amcommit.uris import path_mapper
 
 TASK_MANIFEST_TYPE = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.files.TaskManifest/1"
 TASK_MANIFEST_VERSION = 1
@@ -119,9 +121,9 @@ def decode_success(data: bytes, *, name: str = "") -> SuccessData:
         raise ManifestError(f"not a valid _SUCCESS report: {e}", manifest=name) from None
 
 
-@dataclass(frozen=True, slots=True)
-class RenameEntry:
-    """A validated rename in store paths (what job commit executes)."""
+class RenameEntry(NamedTuple):
+    """A validated rename in store paths (what job commit executes). A tuple: millions of
+    them are created, spooled and read back."""
 
     src: str
     dst: str
@@ -140,9 +142,9 @@ class Scope:
     tasks_dir: str
 
 
-def _path(scope: Scope, uri: str, what: str, name: str) -> str:
+def _path(to_path: Callable[[str], str], uri: str, what: str, name: str) -> str:
     try:
-        return uri_to_path(scope.root_uri, uri)
+        return to_path(uri)
     except InvalidInput as e:
         raise ManifestError(f"{what} {uri!r} is not usable: {e.message}", manifest=name) from None
 
@@ -153,7 +155,7 @@ def check_manifest(
     """Validate a manifest for job ``job_id``; return its renames and directories (paths).
 
     Raises ManifestError naming ``name`` and the first bad entry. Duplicate destinations
-    *within* the manifest are caught here; across manifests, by the job commit.
+    (within or across manifests) are caught exactly by the job commit's spool.
     """
     if m.type != TASK_MANIFEST_TYPE:
         raise ManifestError(
@@ -166,31 +168,31 @@ def check_manifest(
     if not m.task_id or not m.task_attempt_id or "/" in m.task_attempt_id:
         raise ManifestError("missing or malformed task id / task attempt id", manifest=name)
     attempt_dir = f"{scope.tasks_dir}/{m.task_attempt_id}" if scope.tasks_dir else m.task_attempt_id
+    attempt_prefix = attempt_dir + "/"
+    to_path = path_mapper(scope.root_uri)
     entries: list[RenameEntry] = []
     dirs: set[str] = set()
-    seen: set[str] = set()
+    dest_prefix = scope.dest + "/" if scope.dest else ""
+    temp_prefix = scope.temp_dir + "/"
     for f in m.files:
         if f.size < 0:
             raise ManifestError(f"negative size {f.size} for {f.dest!r}", manifest=name)
-        src = _path(scope, f.source, "source", name)
-        dst = _path(scope, f.dest, "destination", name)
-        if not is_within(src, attempt_dir) or src == attempt_dir:
+        src = _path(to_path, f.source, "source", name)
+        dst = _path(to_path, f.dest, "destination", name)
+        if not src.startswith(attempt_prefix):
             raise ManifestError(
                 f"source {f.source!r} is outside the task attempt directory of {m.task_attempt_id}",
                 manifest=name,
             )
-        _check_dest(scope, dst, f.dest, name)
-        if dst == scope.dest:
+        if not dst.startswith(dest_prefix) or dst.startswith(temp_prefix) or dst == scope.temp_dir:
+            _check_dest(scope, dst, f.dest, name)
             raise ManifestError(f"destination {f.dest!r} is the destination directory itself", manifest=name)
-        if dst in seen:
-            raise ManifestError(f"duplicate destination {f.dest!r}", manifest=name)
-        seen.add(dst)
         entries.append(RenameEntry(src, dst, f.size, f.etag or None))
-        d = parent(dst)
+        d = dst.rpartition("/")[0]
         if d != scope.dest:
             dirs.add(d)
     for de in m.directories:
-        d = _path(scope, de.dir, "directory", name)
+        d = _path(to_path, de.dir, "directory", name)
         _check_dest(scope, d, de.dir, name)
         if d != scope.dest:
             dirs.add(d)

@@ -11,6 +11,7 @@ percent-encoding (UTF-8). Paths are compared only in decoded form.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -108,8 +109,55 @@ def _parse_root(root_uri: str) -> ParsedUri:
     return parse_uri(root_uri)
 
 
+@functools.lru_cache(maxsize=64)
+def _fast_prefixes(root_uri: str) -> tuple[str, ...]:
+    """Literal prefixes under which a URI maps to a store path by slicing alone."""
+    if root_uri.startswith("file:"):
+        path = "/" + _parse_root(root_uri).path
+        enc = encode_path(path.rstrip("/") + "/")
+        return ("file://" + enc, "file:" + enc, "file://localhost" + enc)
+    return (root_uri if root_uri.endswith("/") else root_uri + "/",)
+
+
+def _plain_path(p: str) -> bool:
+    """A path that surely needs no decoding or normalisation (a few substring scans;
+    a false "no" only sends the URI down the exact, slower path)."""
+    return (
+        bool(p)
+        and "%" not in p
+        and "//" not in p
+        and "/." not in p
+        and "?" not in p
+        and "#" not in p
+        and p[0] not in "/."
+        and p[-1] != "/"
+    )
+
+
+def path_mapper(root_uri: str) -> Callable[[str], str]:
+    """``uri_to_path`` bound to one root (prefixes computed once; for hot loops)."""
+    prefixes = _fast_prefixes(root_uri)
+
+    def to_path(uri: str) -> str:
+        for prefix in prefixes:
+            if uri.startswith(prefix):
+                rest = uri[len(prefix) :]
+                if _plain_path(rest):
+                    return rest
+                break
+        return uri_to_path(root_uri, uri)
+
+    return to_path
+
+
 def uri_to_path(root_uri: str, uri: str) -> str:
     """Store path of ``uri``; InvalidInput if it lies outside the store's root."""
+    for prefix in _fast_prefixes(root_uri):
+        if uri.startswith(prefix):
+            rest = uri[len(prefix) :]
+            if _plain_path(rest):
+                return rest
+            break
     root = _parse_root(root_uri)
     target = parse_uri(uri)
     if not same_root(root, target):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import anyio
+import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from amcommit.committer.config import CommitterConfig
@@ -98,9 +99,34 @@ async def run_parallel(
 ) -> None:
     """Run ``worker(item)`` for every item with at most ``concurrency`` at once.
 
-    Items are pulled lazily (at most ``concurrency`` are held). The first failure cancels
-    the rest and is raised (unwrapped from the exception group when alone).
+    Items are pulled lazily (at most ``concurrency`` are in progress). A synchronous
+    iterable is shared directly by the workers (no hand-off cost per item); an async
+    iterator is fed through a small stream. The first failure cancels the rest and is
+    raised (unwrapped from the exception group).
     """
+    try:
+        async with anyio.create_task_group() as tg:
+            if hasattr(items, "__aiter__"):
+                await _feed_async(tg, items, worker, concurrency)  # type: ignore[arg-type]
+            else:
+                shared = iter(items)
+
+                async def pull() -> None:
+                    for item in shared:  # one event loop: next() never runs concurrently
+                        await worker(item)
+
+                for _ in range(concurrency):
+                    tg.start_soon(pull)
+    except BaseExceptionGroup as eg:
+        raise _first_error(eg) from None
+
+
+async def _feed_async(
+    tg: anyio.abc.TaskGroup,
+    items: AsyncIterator[T],
+    worker: Callable[[T], Awaitable[None]],
+    concurrency: int,
+) -> None:
     send, receive = anyio.create_memory_object_stream[T](concurrency)
 
     async def consume(r: MemoryObjectReceiveStream[T]) -> None:
@@ -108,20 +134,12 @@ async def run_parallel(
             async for item in r:
                 await worker(item)
 
-    try:
-        async with anyio.create_task_group() as tg:
-            for _ in range(concurrency):
-                tg.start_soon(consume, receive.clone())
-            receive.close()
-            async with send:
-                if hasattr(items, "__aiter__"):
-                    async for item in items:
-                        await send.send(item)
-                else:
-                    for item in items:
-                        await send.send(item)
-    except BaseExceptionGroup as eg:
-        raise _first_error(eg) from None
+    for _ in range(concurrency):
+        tg.start_soon(consume, receive.clone())
+    receive.close()
+    async with send:
+        async for item in items:
+            await send.send(item)
 
 
 def _first_error(eg: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -78,7 +78,9 @@ def _new_context(
 ) -> JobContext:
     report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest))
     report.conflict_mode = config.conflict_mode
-    lim = limiter or Limiter(max_concurrency=config.io_threads, rate=config.io_rate)
+    # the job's workers already bound concurrency (io_threads); its own limiter adds the
+    # rate limit and throttling feedback. A caller's (shared) limiter is used as given.
+    lim = limiter or Limiter(max_concurrency=None, rate=config.io_rate)
     return JobContext(store, layout, config, report, lim, progress)
 
 

@@ -9,7 +9,6 @@ collisions are resolved exactly in a second pass over the spool, so the check is
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -20,14 +19,14 @@ import msgspec
 from amcommit.manifest import RenameEntry
 
 _HDR = struct.Struct("<I")
-Row = tuple[str, str, int, "str | None", int]
-"""(src, dst, size, etag, manifest index)"""
+Frame = tuple[int, list[RenameEntry]]
+"""(manifest index, entries of that manifest)"""
 
 
 def dest_hash(dst: str) -> int:
-    return int.from_bytes(
-        hashlib.blake2b(dst.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
-    )
+    """64-bit hash of a destination: Python's string hash (fast, cached on the string,
+    per process). The spool never persists hashes; collisions are resolved exactly."""
+    return hash(dst)
 
 
 class EntrySpool:
@@ -36,44 +35,43 @@ class EntrySpool:
     def __init__(self, *, directory: str | None = None, batch_size: int = 2048) -> None:
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="amcommit-spool-", dir=directory)
         self._enc = msgspec.msgpack.Encoder()
-        self._dec = msgspec.msgpack.Decoder(list[tuple[str, str, int, str | None, int]])
+        self._dec = msgspec.msgpack.Decoder(tuple[int, list[RenameEntry]])
         self.batch_size = batch_size
         self.count = 0
         self.total_bytes = 0
         self.hashes: set[int] = set()
         self.suspects: set[int] = set()
         self.sources: list[str] = []
-        """Manifest names, indexed by the row's manifest index."""
+        """Manifest names, indexed by a frame's manifest index."""
 
     def add_manifest(self, name: str) -> int:
         self.sources.append(name)
         return len(self.sources) - 1
 
     def append(self, entries: list[RenameEntry], manifest_index: int) -> None:
-        """Add the entries of one manifest (frames of ``batch_size``)."""
-        rows: list[Row] = []
+        """Add the entries of one manifest (frames of at most ``batch_size``)."""
+        hashes, suspects = self.hashes, self.suspects
+        size = 0
         for e in entries:
-            h = dest_hash(e.dst)
-            if h in self.hashes:
-                self.suspects.add(h)
+            h = hash(e.dst)
+            if h in hashes:
+                suspects.add(h)
             else:
-                self.hashes.add(h)
-            rows.append((e.src, e.dst, e.size, e.etag, manifest_index))
-            self.total_bytes += e.size
-            if len(rows) >= self.batch_size:
-                self._write(rows)
-                rows = []
-        if rows:
-            self._write(rows)
+                hashes.add(h)
+            size += e.size
+        self.total_bytes += size
+        step = self.batch_size
+        for i in range(0, len(entries), step):
+            self._write((manifest_index, entries[i : i + step]))
         self.count += len(entries)
 
-    def _write(self, rows: list[Row]) -> None:
-        payload = self._enc.encode(rows)
+    def _write(self, frame: Frame) -> None:
+        payload = self._enc.encode(frame)
         self._file.seek(0, 2)
         self._file.write(_HDR.pack(len(payload)))
         self._file.write(payload)
 
-    def batches(self) -> Iterator[list[Row]]:
+    def frames(self) -> Iterator[Frame]:
         """Read the spool from the start, one frame at a time."""
         pos = 0
         while True:
@@ -82,30 +80,29 @@ class EntrySpool:
             if len(hdr) < _HDR.size:
                 return
             (n,) = _HDR.unpack(hdr)
-            rows = self._dec.decode(self._file.read(n))
+            frame = self._dec.decode(self._file.read(n))
             pos += _HDR.size + n
-            yield rows
+            yield frame
 
     def entries(self) -> Iterator[RenameEntry]:
-        for rows in self.batches():
-            for src, dst, size, etag, _ in rows:
-                yield RenameEntry(src, dst, size, etag)
+        for _, rows in self.frames():
+            yield from rows
 
     def find_duplicates(self, limit: int = 10) -> list[tuple[str, list[str]]]:
         """Exact duplicate destinations (with the manifests naming them), up to ``limit``."""
         if not self.suspects:
             return []
         owners: dict[str, list[str]] = {}
-        for rows in self.batches():
-            for _, dst, _, _, mi in rows:
-                if dest_hash(dst) in self.suspects:
-                    owners.setdefault(dst, []).append(self.sources[mi])
+        for mi, rows in self.frames():
+            for e in rows:
+                if hash(e.dst) in self.suspects:
+                    owners.setdefault(e.dst, []).append(self.sources[mi])
         dups = [(d, names) for d, names in owners.items() if len(names) > 1]
         return sorted(dups)[:limit]
 
     def has_dest(self, dst: str) -> bool:
         """Probably a destination of this job (exact for 'False'; hash-based for 'True')."""
-        return dest_hash(dst) in self.hashes
+        return hash(dst) in self.hashes
 
     def close(self) -> None:
         self._file.close()

@@ -154,7 +154,7 @@ class HttpClient:
         self.sign = sign
         self._keepalive = keepalive_timeout
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10.0)
-        self._connector_limit = connector_limit or max(limiter.max_concurrency, 8)
+        self._connector_limit = connector_limit or max(limiter.max_concurrency or 100, 8)
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:
@@ -171,6 +171,12 @@ class HttpClient:
                 skip_auto_headers=("Content-Type", "User-Agent", "Accept-Encoding"),
                 headers={"User-Agent": "amcommit/0.1"},
             )
+            # aiohttp silently resends PUT/DELETE (and GET/HEAD) once when a reused keep-alive
+            # connection drops mid-request. That hides a possibly executed first attempt from
+            # ``idempotent=False`` callers and from recovery logic that counts attempts; all
+            # retrying happens here, visibly (``attempts``), instead.
+            if hasattr(self._session, "_retry_connection"):
+                self._session._retry_connection = False
         return self._session
 
     async def aclose(self) -> None:

@@ -37,7 +37,7 @@ class Limiter:
     def __init__(
         self,
         *,
-        max_concurrency: int = 64,
+        max_concurrency: int | None = 64,
         rate: float | None = None,
         burst: float | None = None,
         min_rate: float = 5.0,
@@ -47,8 +47,8 @@ class Limiter:
         recover_after: float = 2.0,
         unlimited_above: float = 20_000.0,
     ) -> None:
-        if max_concurrency < 1:
-            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
         if rate is not None and rate <= 0:
             raise ConfigError(f"rate must be > 0 ops/s or None, got {rate}")
         if not 0 < decrease < 1:
@@ -65,7 +65,7 @@ class Limiter:
         self.cooldown = cooldown
         self.recover_after = recover_after
         self.unlimited_above = unlimited_above
-        self._sem = anyio.Semaphore(max_concurrency)
+        self._sem = anyio.Semaphore(max_concurrency) if max_concurrency is not None else None
         now = time.monotonic()
         self._tokens = self._burst()
         self._last_refill = now
@@ -93,10 +93,12 @@ class Limiter:
         20 operations/s per concurrency slot (50 ms per operation)."""
         if self._ewma_interval > 0:
             return 1.0 / self._ewma_interval
-        return 20.0 * self.max_concurrency
+        return 20.0 * (self.max_concurrency or 64)
 
     @property
     def in_flight(self) -> int:
+        if self._sem is None or self.max_concurrency is None:
+            return 0
         return self.max_concurrency - int(self._sem.value)
 
     async def _take_token(self) -> None:
@@ -124,9 +126,20 @@ class Limiter:
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Wait for a token and a concurrency slot; hold the slot for the block."""
-        await self._take_token()
-        async with self._sem:
+        if self.rate is not None or self._paused_until:
+            await self._take_token()
+        sem = self._sem
+        if sem is None:
             yield
+            return
+        try:
+            sem.acquire_nowait()  # fast path: no scheduling round trip when a slot is free
+        except anyio.WouldBlock:
+            await sem.acquire()
+        try:
+            yield
+        finally:
+            sem.release()
 
     def succeeded(self) -> None:
         """Report a completed operation (drives the observed rate and the recovery)."""

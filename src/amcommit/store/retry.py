@@ -66,7 +66,7 @@ async def call_with_retries(
     ``retry_if`` returns True, when given). The final error is raised with an
     ``attempts`` attribute set.
     """
-    delays = policy.delays()
+    delays: Iterator[float] | None = None  # created on the first failure only
     attempt = 0
     while True:
         attempt += 1
@@ -81,6 +81,8 @@ async def call_with_retries(
                     stats.incr("store_io_throttled")
             if not e.retryable or (retry_if is not None and not retry_if(e)):
                 raise
+            if delays is None:
+                delays = policy.delays()
             delay = next(delays, None)
             if delay is None:
                 raise

@@ -69,6 +69,8 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
     if dups:
         dst, names = dups[0]
         more = f" (and {len(dups) - 1} more)" if len(dups) > 1 else ""
+        if len(set(names)) == 1:
+            raise ManifestError(f"duplicate destination {dst!r}{more}", manifest=names[0])
         raise ManifestError(f"destination {dst!r} is written by several tasks: {', '.join(names)}{more}")
     ctx.report.manifests = done
     ctx.report.files = spool.count

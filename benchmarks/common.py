@@ -1,0 +1,110 @@
+"""Shared benchmark helpers: measurement, tables, JSON results."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    """What ran the benchmark (for the results table)."""
+    mem = 0
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) // 1024 // 1024
+    except OSError:
+        pass
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "memory_gib": mem,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass
+class Measure:
+    """Wall time and process CPU time of a block (``with Measure() as m: ...``)."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+    _w: float = field(default=0.0, repr=False)
+    _c: float = field(default=0.0, repr=False)
+
+    def __enter__(self) -> Measure:
+        self._w, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._w
+        self.cpu = time.process_time() - self._c
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> str:
+    """A Markdown table of ``rows`` (dicts) with the given ``columns``."""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            if abs(v) >= 100:
+                return f"{v:,.0f}"
+            if abs(v) >= 1:
+                return f"{v:.2f}"
+            return f"{v:.3f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return "" if v is None else str(v)
+
+    out = [f"### {title}", ""] if title else []
+    out.append("| " + " | ".join(columns) + " |")
+    out.append("|" + "|".join("---" for _ in columns) + "|")
+    for r in rows:
+        out.append("| " + " | ".join(fmt(r.get(c)) for c in columns) + " |")
+    return "\n".join(out)
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"machine": machine(), **payload}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    return path
+
+
+def run_isolated(module: str, args: Sequence[str], timeout: float = 3600) -> dict[str, Any]:
+    """Run ``python -m module args`` in a fresh process (so peak RSS is its own) and
+    return the JSON it prints on its last stdout line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(Path(__file__).parent.parent),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
