@@ -580,13 +580,6 @@ class AdlsTestServer:
                 "MissingRequiredQueryParameter",
                 "A query parameter that's mandatory for this request is not specified.",
             )
-        if pos < len(node.data):
-            return self._error(
-                400,
-                "InvalidFlushPosition",
-                "The uploaded data is not contiguous or the position query parameter value is not equal to the "
-                "length of the file after appending the uploaded data.",
-            )
         if body:
             node.pending[pos] = body
         if q.get("flush", "").lower() == "true":

@@ -264,8 +264,9 @@ TokenProvider = Any
 class BearerToken:
     """OAuth bearer tokens from a token provider (see :data:`TokenProvider`).
 
-    Tokens are fetched lazily, cached, and refreshed five minutes before ``expires_on``
-    (tokens without an expiry are cached for ``default_ttl`` seconds). Concurrent requests
+    Tokens are fetched lazily, cached, and refreshed five minutes before ``expires_on`` (or
+    halfway through a shorter life; tokens without an expiry are cached for ``default_ttl``
+    seconds). Concurrent requests
     share one refresh.
     """
 
@@ -325,9 +326,10 @@ class BearerToken:
             self._token = Secret(tok)
             self._seen.append(self._token)
             del self._seen[:-4]
-            self._expires = (exp - 300.0) if exp is not None else now + self._default_ttl
-            if self._expires <= now:
-                self._expires = now + 1.0
+            if exp is None:
+                self._expires = now + self._default_ttl
+            else:  # refresh 5 minutes early (or halfway, for short-lived tokens)
+                self._expires = exp - min(300.0, max(0.0, exp - now) / 2)
             return tok
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:

@@ -288,8 +288,8 @@ class BlobStore(AzureBase):
     async def _put_conflict(
         self, path: str, data: bytes, mode: WriteMode, put_id: str | None, e: StoreError
     ) -> ObjectInfo:
-        if put_id is not None and e.attempts > 1:
-            # an earlier attempt of this call may have landed (lost response): prove it
+        if put_id is not None:
+            # an earlier attempt of this call may have landed (lost answer): prove it
             try:
                 h = await self._head(path, "put")
             except NotFound:
@@ -377,6 +377,12 @@ class BlobStore(AzureBase):
         except NotFound as e:
             recovered = recovered or e.attempts > 1
         except PreconditionFailed:
+            try:
+                await self._head(src, "rename")
+            except NotFound:
+                # gone: an earlier attempt's delete landed (the service may answer a
+                # conditional delete of a missing blob with 412)
+                return RenameResult(dst=dst, etag=dst_etag, recovered=True)
             # the source was rewritten after the copy: take the copy back, publish nothing
             try:
                 await self.request(

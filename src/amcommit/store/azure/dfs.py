@@ -212,10 +212,8 @@ class DfsStore(AzureBase):
                 "put", "PUT", self.url(tmp, "resource=file"), path=tmp, headers={"If-None-Match": "*"}
             )
             etag = norm_etag(r.headers.get("ETag"))
-        except AlreadyExists as e:
-            if e.attempts == 1:
-                raise
-            etag = None  # our own earlier attempt created it (the name is unique)
+        except AlreadyExists:
+            etag = None  # an earlier attempt of ours created it (lost answer): the name is unique
         for off in range(0, len(data), self.append_size):
             await self.request(
                 "put",
@@ -309,10 +307,9 @@ class DfsStore(AzureBase):
                         status=e.status,
                         code=e.code,
                     ) from None
-                if e.attempts > 1:
-                    proof = await self._proven(dst, known)
-                    if proof is not None:
-                        return proof
+                proof = await self._proven(dst, known)  # an earlier attempt's answer lost?
+                if proof is not None:
+                    return proof
                 if "If-Match" in dst_headers:
                     raise PreconditionFailed(
                         f"destination is not at etag {dst_headers['If-Match']}",
