@@ -18,7 +18,7 @@ from amcommit.committer import (
 )
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import commit_task, setup_task
-from amcommit.errors import CommitError, ConflictError, ManifestError, Transient
+from amcommit.errors import CommitError, ConflictError, ManifestError, PermissionDenied, Transient
 from amcommit.manifest import decode_success
 from amcommit.store.base import PutMode, join
 from amcommit.store.faulty import FaultyStore
@@ -426,3 +426,25 @@ async def test_job_layout_paths() -> None:
     assert ours.manifests_dir == "d/_temporary/manifest_j1/00/manifests"
     assert ours.task_attempt_dir("attempt_x_0") == "d/_temporary/manifest_j1/00/tasks/attempt_x_0"
     assert JobLayout("d", "j1", 3, hadoop=True).attempt_dir == "d/_temporary/j1/03"
+
+
+async def test_cleanup_failure_after_commit(engine_sut: StoreUnderTest) -> None:
+    s, dest = engine_sut.store, dest_of(engine_sut)
+    layout = await setup_job(s, dest, JOB)
+    await run_task(s, layout, 0, {"a": b"1"})
+    faulty = FaultyStore(s, seed=1)
+    faulty.fail("delete", error=PermissionDenied, path=f"{dest}/_temporary/*")
+    with pytest.raises(CommitError, match="output is committed"):
+        await commit_job(faulty, dest, JOB)
+    assert await snapshot(s, dest) == {"a": b"1"}
+    assert (await success_of(engine_sut, dest))["success"] is True
+    report = await commit_job(s, dest, JOB)  # finishes the cleanup
+    assert report.success and await temp_files(s, dest) == []
+    # with cleanup failures ignored, the commit reports instead of raising
+    d2 = dest_of(engine_sut, "d2")
+    l2 = await setup_job(s, d2, JOB)
+    await run_task(s, l2, 0, {"b": b"2"})
+    f2 = FaultyStore(s, seed=1)
+    f2.fail("delete", error=PermissionDenied, path=f"{d2}/_temporary/*")
+    r2 = await commit_job(f2, d2, JOB, config=CommitterConfig(cleanup_failures_ignored=True))
+    assert r2.success and r2.error and "cleanup failed" in r2.error

@@ -45,6 +45,7 @@ HADOOP_KEYS: dict[str, str] = {
     "mapreduce.manifest.committer.manifest.save.attempts": "manifest_save_attempts",
     "mapreduce.manifest.committer.writer.queue.capacity": "load_queue_capacity",
     "mapreduce.fileoutputcommitter.cleanup.skipped": "cleanup_skipped",
+    "mapreduce.fileoutputcommitter.cleanup-failures.ignored": "cleanup_failures_ignored",
     "mapreduce.fileoutputcommitter.marksuccessfuljobs": "success_marker",
 }
 
@@ -61,7 +62,8 @@ class CommitterConfig:
     load_threads: int = 16
     """Manifests loaded concurrently (bounds memory: at most this many are decoded at once)."""
     load_queue_capacity: int = 64
-    """Batches of loaded entries buffered between manifest loading and the spool."""
+    """Accepted for compatibility with Hadoop's ``writer.queue.capacity``; amcommit's
+    loaders append to the spool directly, so nothing is queued."""
     conflict_mode: ConflictMode = "append"
     delete_target_files: bool = False
     """In ``append`` mode, replace existing files with the same name instead of failing
@@ -76,6 +78,9 @@ class CommitterConfig:
     """How many destination names the report lists."""
     cleanup_skipped: bool = False
     """Leave the job's temporary directory in place after commit (debugging)."""
+    cleanup_failures_ignored: bool = False
+    """A failed cleanup after a successful commit is logged in the report instead of
+    raised (the output is complete either way; ``commit_job`` again finishes the cleanup)."""
     cleanup_parallel_delete: bool = True
     """Delete task attempt directories in parallel before deleting the job directory."""
     cleanup_base_first: bool = False

@@ -31,7 +31,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
 from amcommit.committer.stages.rollback import rollback
-from amcommit.errors import AlreadyExists, CommitError, ManifestError, NotFound, RollbackError
+from amcommit.errors import AlreadyExists, CommitError, ManifestError, NotFound, RollbackError, StoreError
 from amcommit.manifest import TaskManifest, decode_success
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
@@ -148,8 +148,17 @@ async def commit_job(
         await finish.write_summary(ctx)
     except Exception as e:  # the commit succeeded; a report directory problem is not fatal
         report.error = f"summary report not written: {_describe(e)}"
-    async with ctx.stage("cleanup"):
-        await finish.cleanup(ctx)
+    try:
+        async with ctx.stage("cleanup"):
+            await finish.cleanup(ctx)
+    except StoreError as e:
+        if not config.cleanup_failures_ignored:
+            raise CommitError(
+                f"the output is committed, but cleaning up the job directory failed ({e}); "
+                "run commit_job again to finish the cleanup",
+                stage="cleanup",
+            ) from e
+        report.error = f"cleanup failed: {_describe(e)}"
     return report
 
 

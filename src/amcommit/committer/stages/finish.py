@@ -33,7 +33,10 @@ async def delete_victims(ctx: JobContext, chunks: int) -> int:
 
     for chunk in await load_victims(ctx, chunks):
         await run_parallel(chunk, one, ctx.config.io_threads)
-    await ctx.call(lambda: ctx.store.delete(ctx.layout.trash_dir, recursive=True))
+    cfg = ctx.config
+    if chunks or cfg.delete_target_files or cfg.conflict_mode in ("replace", "overwrite"):
+        # only these modes move old files aside (possibly in an earlier, interrupted run)
+        await ctx.call(lambda: ctx.store.delete(ctx.layout.trash_dir, recursive=True))
     if ctx.store.capabilities.directories:
         await _remove_empty_dirs(ctx, emptied)
     ctx.report.victims_deleted += deleted
