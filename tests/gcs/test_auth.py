@@ -149,3 +149,19 @@ async def test_failed_refresh_is_unauthenticated_without_details() -> None:
     with pytest.raises(Unauthenticated) as ei:
         await google_auth_provider(Broken())()
     assert "s3cr3t" not in str(ei.value) and ei.value.__cause__ is None
+
+
+async def test_rejected_token_is_replaced_once(secured: tuple[GcsDouble, str]) -> None:
+    """A token the service no longer accepts (revoked, clock skew) is fetched anew."""
+    d, bucket = secured
+    tokens = [SECRET + "-revoked", SECRET]
+
+    async def provider() -> AccessToken:
+        return AccessToken(tokens.pop(0) if len(tokens) > 1 else tokens[0], time.time() + 3600)
+
+    store = _store(d, bucket, token_provider=provider)
+    try:
+        await store.put("x", b"1")
+        assert (await store.stat("x")).size == 1
+    finally:
+        await store.aclose()

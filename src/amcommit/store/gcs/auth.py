@@ -55,7 +55,8 @@ def static_token(token: str, *, expires_at: float | None = None) -> TokenProvide
 def google_auth_provider(
     credentials: Any = None, *, scopes: tuple[str, ...] = CLOUD_PLATFORM_SCOPES
 ) -> TokenProvider:
-    """A provider over ``google-auth`` credentials (``google.auth.default()`` if None).
+    """A provider over ``google-auth`` credentials (``google.auth.default()`` if None,
+    resolved on first use in a worker thread, since it may consult the environment).
 
     Raises :class:`~amcommit.errors.ConfigError` if ``google-auth`` is not installed.
     """
@@ -65,9 +66,7 @@ def google_auth_provider(
         raise ConfigError(
             "GCS credentials need the optional 'google-auth' package (pip install amcommit[gcs])"
         ) from e
-    creds = credentials
-    if creds is None:
-        creds, _project = google.auth.default(scopes=list(scopes))
+    holder: list[Any] = [credentials]
 
     def refresh() -> AccessToken:
         try:
@@ -75,11 +74,14 @@ def google_auth_provider(
         except ImportError:  # pragma: no cover - requests is normally present
             from google.auth.transport.urllib3 import Request  # type: ignore[assignment]
         try:
+            if holder[0] is None:
+                holder[0], _project = google.auth.default(scopes=list(scopes))
+            creds = holder[0]
             if not creds.valid:
                 creds.refresh(Request())
-        except Exception as e:  # google.auth.exceptions.RefreshError and transport errors
-            # The message of a refresh error never contains the new token; keep only the type.
-            raise Unauthenticated(f"could not refresh GCS credentials ({type(e).__name__})") from None
+        except Exception as e:  # DefaultCredentialsError, RefreshError, transport errors
+            # Only the type: a refresh error's text is not ours to vet for secrets.
+            raise Unauthenticated(f"could not obtain GCS credentials ({type(e).__name__})") from None
         expiry = getattr(creds, "expiry", None)
         exp = expiry.replace(tzinfo=expiry.tzinfo or _utc()).timestamp() if expiry is not None else None
         return AccessToken(str(creds.token), exp)

@@ -11,6 +11,7 @@ retried only after HTTP 429, which GCS answers before doing anything. Throttling
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
 from urllib.parse import quote
@@ -18,7 +19,7 @@ from urllib.parse import quote
 import msgspec
 from yarl import URL
 
-from amcommit.errors import ConfigError, StoreError, Throttled
+from amcommit.errors import ConfigError, StoreError, Throttled, Unauthenticated
 from amcommit.iostats import IOStatistics
 from amcommit.store.gcs.errors import classify
 from amcommit.store.http import HttpClient, HttpResponse, Signer
@@ -153,6 +154,7 @@ class GcsHttpClient(HttpClient):
         retry: RetryPolicy | None = None,
         stats: IOStatistics | None = None,
         sign: Signer | None = None,
+        on_unauthenticated: Callable[[], None] | None = None,
         request_timeout: float = 60.0,
         keepalive_timeout: float = 4.0,
     ) -> None:
@@ -166,6 +168,7 @@ class GcsHttpClient(HttpClient):
             keepalive_timeout=keepalive_timeout,
         )
         self.write_gate = write_gate
+        self.on_unauthenticated = on_unauthenticated
 
     async def send(
         self,
@@ -188,7 +191,14 @@ class GcsHttpClient(HttpClient):
                 async with gate.slot():
                     pass
             try:
-                resp = await self._once(op, method, url, hdrs, data, path, n)
+                try:
+                    resp = await self._once(op, method, url, hdrs, data, path, n)
+                except Unauthenticated:
+                    if self.on_unauthenticated is None:
+                        raise
+                    # an expired token: GCS did nothing; fetch a new token and try once more
+                    self.on_unauthenticated()
+                    resp = await self._once(op, method, url, hdrs, data, path, n)
             except Throttled as e:
                 if gate is not None:
                     gate.throttled(e.retry_after)

@@ -216,6 +216,7 @@ class GcsStore:
             retry=retry,
             stats=self.iostats,
             sign=self._auth.sign if self._auth is not None else None,
+            on_unauthenticated=self._auth.invalidate if self._auth is not None else None,
             request_timeout=request_timeout,
         )
         self._use_move = use_move
