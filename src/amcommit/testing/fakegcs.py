@@ -126,11 +126,13 @@ class FakeGcsServer:
 
     @property
     def log_path(self) -> Path:
+        """The server's output (stdout and stderr)."""
         assert self.workdir is not None, "server not started"
         return self.workdir / "fake-gcs-server.log"
 
     @property
     def running(self) -> bool:
+        """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> FakeGcsServer:

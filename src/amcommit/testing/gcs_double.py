@@ -173,6 +173,7 @@ class StoredObject:
 
     @property
     def etag(self) -> str:
+        """Opaque, new for every generation and metageneration (never the MD5)."""
         return base64.b64encode(f"{self.generation}/{self.metageneration}".encode()).decode()
 
 
@@ -308,6 +309,7 @@ class GcsDouble:
     # -- lifecycle -----------------------------------------------------------------------
     @property
     def url(self) -> str:
+        """Base URL (the ``endpoint`` for GcsStore and google-cloud-storage)."""
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> GcsDouble:
@@ -324,6 +326,7 @@ class GcsDouble:
         return self
 
     async def stop(self) -> None:
+        """Stop serving (idempotent)."""
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -355,6 +358,7 @@ class GcsDouble:
         return self
 
     def stop_thread(self) -> None:
+        """Stop the background thread started by :meth:`start_in_thread`."""
         if self._thread is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
@@ -407,6 +411,7 @@ class GcsDouble:
         return f
 
     def clear_faults(self) -> None:
+        """Remove every injection rule."""
         with self._lock:
             self.faults.clear()
 

@@ -93,9 +93,11 @@ class GcsObject(msgspec.Struct, rename="camel"):
 
     @property
     def rename_id(self) -> str | None:
+        """The ``amcommitRenameId`` custom metadata value, if any."""
         return self.metadata.get(RENAME_ID_KEY) if self.metadata else None
 
     def mtime(self) -> float | None:
+        """``updated`` as epoch seconds."""
         if not self.updated:
             return None
         try:
@@ -121,12 +123,16 @@ class GcsObject(msgspec.Struct, rename="camel"):
 
 
 class ObjectList(msgspec.Struct, rename="camel"):
+    """One page of ``objects.list``."""
+
     items: list[GcsObject] | None = None
     prefixes: list[str] | None = None
     next_page_token: str | None = None
 
 
 class RewriteResponse(msgspec.Struct, rename="camel"):
+    """An ``objects.rewrite`` answer (``resource`` only when ``done``)."""
+
     done: bool = False
     rewrite_token: str | None = None
     resource: GcsObject | None = None

@@ -239,6 +239,7 @@ class GcsStore:
 
     @property
     def root_uri(self) -> str:
+        """``gs://bucket/``."""
         return f"gs://{self.bucket}/"
 
     @property
