@@ -1,0 +1,366 @@
+"""Write options of ``df.write.format("amcommit")``: parsing and validation (no pyspark import).
+
+Everything is checked on the driver in ``DataSource.writer()``, before any task runs, and
+turned into a :class:`WritePlan`: a small picklable value that every task and the job
+commit receive (the writer object is pickled once, after ``writer()``).
+
+Option names are case-insensitive (Spark lowercases them). Three families, plus test hooks:
+
+* writer options (:data:`WRITER_OPTIONS`): ``partitionBy``, ``compression``,
+  ``partitionOverwriteMode``, ``maxRecordsPerFile``, row-group and file sizes, ``format``;
+* store options (:data:`STORE_OPTIONS`, or any store keyword as ``store.<name>``):
+  ``endpoint``, ``account``, ``account_key``, ``sas_token``, ``connection_string``, ...;
+  their values never appear in messages, logs or reprs;
+* committer options: every key :meth:`CommitterConfig.from_mapping` accepts (``io_threads``,
+  ``spark.amcommit.io_threads``, ``mapreduce.manifest.committer.io.threads``, ...).
+
+Spark conf (``spark.amcommit.<option>`` and Hadoop's
+``spark.hadoop.mapreduce.manifest.committer.*``) provides defaults when the source was
+registered with :func:`amcommit.spark.register` (Python data sources do not see the session
+conf themselves). Anything unknown is an error naming the key and the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from amcommit.committer.config import HADOOP_KEYS, CommitterConfig, ConflictMode, normalise_key
+from amcommit.errors import AmcommitError, ConfigError
+from amcommit.store.urls import parse_location
+
+SOURCE_NAME = "amcommit"
+
+MiB = 1024 * 1024
+
+WRITER_OPTIONS: dict[str, str] = {
+    "path": "destination URL (set by save(url))",
+    "format": "file format: parquet (the only one)",
+    "partitionby": "comma-separated partition columns (Hive-style directories)",
+    "compression": "snappy (default), zstd, gzip, lz4, brotli, none",
+    "compressionlevel": "codec level (zstd, gzip, brotli)",
+    "partitionoverwritemode": "static (default: replace everything) or dynamic (replace written partitions)",
+    "maxrecordsperfile": "roll to a new file after this many rows (0: no limit)",
+    "rowgrouprows": "rows per Parquet row group (default 1048576)",
+    "rowgroupbytes": "in-memory bytes per row group (default 128 MiB)",
+    "maxfilebytes": "roll to a new file past this size (default: none local, 512 MiB remote)",
+    "maxopenfiles": "open files per task before the least recently used is closed (default 100)",
+}
+"""Writer options (lowercase) and what they mean."""
+
+STORE_OPTIONS = frozenset(
+    {"endpoint", "account", "account_key", "sas_token", "connection_string", "credentials", "anonymous"}
+)
+"""Store options accepted by name; any other store keyword goes as ``store.<name>``."""
+STORE_PREFIX = "store."
+_STRING_STORE_OPTIONS = STORE_OPTIONS | {"user_project", "token", "root_uri"}
+
+TESTING_PREFIX = "amcommit.testing."
+"""Test-only hooks (see :mod:`amcommit.spark.testing`); never needed in production."""
+TESTING_OPTIONS = frozenset({"fail_task", "driver_faults"})
+
+SPARK_CONF_PREFIX = "spark.amcommit."
+_SPARK_HADOOP_PREFIX = "spark.hadoop."
+
+COMPRESSIONS: dict[str, str | None] = {
+    "snappy": "snappy",
+    "zstd": "zstd",
+    "gzip": "gzip",
+    "lz4": "lz4",
+    "lz4_raw": "lz4",
+    "brotli": "brotli",
+    "none": None,
+    "uncompressed": None,
+}
+
+PARTITION_TYPES = frozenset(
+    {
+        "StringType",
+        "VarcharType",
+        "CharType",
+        "IntegerType",
+        "LongType",
+        "ShortType",
+        "ByteType",
+        "BooleanType",
+        "DateType",
+        "TimestampType",
+        "TimestampNTZType",
+        "DecimalType",
+        "DoubleType",
+        "FloatType",
+    }
+)
+"""Spark types usable as partition columns (their values become directory names)."""
+
+_COMMITTER_FIELDS = frozenset(f.name for f in fields(CommitterConfig))
+
+
+class Schema(Protocol):
+    """The parts of ``pyspark.sql.types.StructType`` used here."""
+
+    @property
+    def fields(self) -> list[Any]: ...
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything a task and the job commit need to know about one write. Picklable.
+
+    ``store_options`` hold credentials: they are excluded from ``repr`` and never logged.
+    """
+
+    url: str
+    job_id: str
+    overwrite: bool
+    conflict_mode: ConflictMode
+    partition_columns: tuple[str, ...]
+    data_columns: tuple[str, ...]
+    data_schema_json: str
+    """Spark schema (JSON) of the columns stored in the files (partition columns excluded)."""
+    compression: str | None = "snappy"
+    compression_level: int | None = None
+    row_group_rows: int = 1024 * 1024
+    row_group_bytes: int = 128 * MiB
+    max_records_per_file: int = 0
+    max_file_bytes: int = 0
+    max_open_files: int = 100
+    committer_options: dict[str, Any] = field(default_factory=dict)
+    store_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    testing: dict[str, str] = field(default_factory=dict)
+    remote: bool = False
+    """True unless the destination is a local path (then Parquet is written in place)."""
+    spark_version: str = ""
+
+    def config(self) -> CommitterConfig:
+        """The committer configuration (conflict mode decided by the save mode)."""
+        return CommitterConfig.from_mapping(self.committer_options).with_options(
+            conflict_mode=self.conflict_mode
+        )
+
+    def file_name(self, partition: int, n: int) -> str:
+        """``part-<partition:05d>-<jobId>-<n:03d>.parquet``: unique per job, task and file."""
+        return f"part-{partition:05d}-{self.job_id}-{n:03d}.parquet"
+
+
+def new_job_id() -> str:
+    """A fresh job id: UTC time plus 48 random bits (unique per write, valid path segment)."""
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime()) + "_" + uuid.uuid4().hex[:12]
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"; did you mean {hint[0]!r}?" if hint else ""
+
+
+def _int(key: str, value: Any, minimum: int = 0) -> int:
+    try:
+        v = int(str(value).strip().replace("_", ""))
+    except ValueError:
+        raise ConfigError(f"option {key!r} must be an integer, got {value!r}") from None
+    if v < minimum:
+        raise ConfigError(f"option {key!r} must be >= {minimum}, got {v}")
+    return v
+
+
+def _store_value(key: str, value: Any) -> Any:
+    """Spark passes strings; convert booleans and numbers for store keywords that take them."""
+    if not isinstance(value, str) or key in _STRING_STORE_OPTIONS:
+        return value
+    v = value.strip()
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    if re.fullmatch(r"-?\d+", v):
+        return int(v)
+    if re.fullmatch(r"-?\d*\.\d+(e-?\d+)?", v, re.IGNORECASE):
+        return float(v)
+    return v
+
+
+def session_defaults(conf: Mapping[str, str]) -> dict[str, str]:
+    """The options a Spark conf contributes: ``spark.amcommit.<option>`` (any option) and
+    Hadoop's committer keys under ``spark.hadoop.`` (other ``spark.hadoop.`` keys are for
+    other writers and are ignored)."""
+    out: dict[str, str] = {}
+    for k, v in conf.items():
+        if k.startswith(SPARK_CONF_PREFIX):
+            out[k[len(SPARK_CONF_PREFIX) :].lower()] = v
+        elif k.startswith(_SPARK_HADOOP_PREFIX) and k[len(_SPARK_HADOOP_PREFIX) :] in HADOOP_KEYS:
+            out[k[len(_SPARK_HADOOP_PREFIX) :]] = v
+    return out
+
+
+def build_plan(
+    options: Mapping[str, Any],
+    schema: Schema,
+    overwrite: bool,
+    *,
+    session_conf: Mapping[str, str] | None = None,
+    job_id: str | None = None,
+    spark_version: str = "",
+) -> WritePlan:
+    """Validate the write options against ``schema`` and make the plan of this write.
+
+    Raises :class:`~amcommit.errors.ConfigError` with a one-line message naming the bad
+    option (never its value if it is a store option) on any problem.
+    """
+    merged: dict[str, Any] = dict(session_defaults(session_conf or {}))
+    merged.update({str(k).lower(): v for k, v in options.items()})
+
+    writer: dict[str, Any] = {}
+    store: dict[str, Any] = {}
+    committer: dict[str, Any] = {}
+    testing: dict[str, str] = {}
+    unknown: list[str] = []
+    for key, value in merged.items():
+        if key in WRITER_OPTIONS:
+            writer[key] = value
+        elif key in STORE_OPTIONS:
+            store[key] = _store_value(key, value)
+        elif key.startswith(STORE_PREFIX) and len(key) > len(STORE_PREFIX):
+            name = key[len(STORE_PREFIX) :]
+            store[name] = _store_value(name, value)
+        elif key.startswith(TESTING_PREFIX):
+            name = key[len(TESTING_PREFIX) :]
+            if name not in TESTING_OPTIONS:
+                unknown.append(key)
+            testing[name] = str(value)
+        else:
+            field_name = normalise_key(key)
+            if field_name is not None and field_name in _COMMITTER_FIELDS:
+                committer[key] = value
+            else:
+                unknown.append(key)
+    if unknown:
+        known = [*WRITER_OPTIONS, *sorted(STORE_OPTIONS), *sorted(_COMMITTER_FIELDS), *HADOOP_KEYS]
+        key = sorted(unknown)[0]
+        raise ConfigError(
+            f"unknown option {key!r} for format {SOURCE_NAME!r}{_suggest(key, known)} "
+            f"(writer options: {', '.join(sorted(WRITER_OPTIONS))}; store options: "
+            f"{', '.join(sorted(STORE_OPTIONS))} or store.<name>; committer options: "
+            "see CommitterConfig, also as mapreduce.manifest.committer.*)"
+        )
+
+    url = str(writer.get("path") or "").strip()
+    if not url:
+        raise ConfigError(f"no destination: use df.write.format({SOURCE_NAME!r}).save(url)")
+    try:
+        parsed = parse_location(url)
+    except AmcommitError as e:
+        raise ConfigError(f"bad destination URL {url!r}: {e}") from None
+
+    fmt = str(writer.get("format", "parquet")).strip().lower()
+    if fmt != "parquet":
+        raise ConfigError(f"unsupported file format {fmt!r}: amcommit writes parquet only")
+
+    comp_name = str(writer.get("compression", "snappy")).strip().lower()
+    if comp_name not in COMPRESSIONS:
+        raise ConfigError(
+            f"unsupported compression {comp_name!r} (supported: {', '.join(sorted(COMPRESSIONS))})"
+        )
+    level = writer.get("compressionlevel")
+    compression_level = None if level in (None, "") else _int("compressionLevel", level, minimum=-100)
+
+    # --- partition columns -----------------------------------------------------------------
+    all_fields = list(schema.fields)
+    by_lower = {f.name.lower(): f for f in all_fields}
+    parts: list[str] = []
+    raw_parts = str(writer.get("partitionby", "") or "")
+    for raw in raw_parts.split(","):
+        name = raw.strip().strip("`")
+        if not name:
+            continue
+        f = by_lower.get(name.lower())
+        if f is None:
+            raise ConfigError(
+                f"partition column {name!r} is not in the DataFrame's columns "
+                f"({', '.join(x.name for x in all_fields)}){_suggest(name, [x.name for x in all_fields])}"
+            )
+        if f.name in parts:
+            raise ConfigError(f"partition column {f.name!r} is listed twice in partitionBy")
+        tname = type(f.dataType).__name__
+        if tname not in PARTITION_TYPES:
+            raise ConfigError(
+                f"partition column {f.name!r} has type {f.dataType.simpleString()}, "
+                "which cannot be a partition value (use strings, numbers, booleans, dates or timestamps)"
+            )
+        parts.append(f.name)
+    data_fields = [f for f in all_fields if f.name not in parts]
+    if parts and not data_fields:
+        raise ConfigError("every column is a partition column: at least one data column must remain")
+    if not all_fields:
+        raise ConfigError("the DataFrame has no columns")
+    data_schema_json = json.dumps(
+        {"type": "struct", "fields": [f.jsonValue() for f in data_fields]}, separators=(",", ":")
+    )
+
+    # --- save mode -> conflict mode ----------------------------------------------------------
+    pom = str(writer.get("partitionoverwritemode", "static")).strip().lower()
+    if pom not in ("static", "dynamic"):
+        raise ConfigError(f"partitionOverwriteMode must be static or dynamic, got {pom!r}")
+    try:
+        base = CommitterConfig.from_mapping(committer)
+    except ConfigError as e:
+        raise ConfigError(f"bad committer option: {e}") from None
+    explicit_mode = any(normalise_key(k) == "conflict_mode" for k in committer)
+    mode: ConflictMode
+    if overwrite:
+        mode = "replace" if pom == "dynamic" else "overwrite"
+        if explicit_mode and base.conflict_mode != mode:
+            raise ConfigError(
+                f"conflict_mode {base.conflict_mode!r} contradicts mode('overwrite') "
+                f"(which uses {mode!r}; set partitionOverwriteMode=dynamic for 'replace')"
+            )
+    else:
+        if base.conflict_mode in ("replace", "overwrite"):
+            raise ConfigError(
+                f"conflict_mode {base.conflict_mode!r} needs mode('overwrite') "
+                "(with partitionOverwriteMode=dynamic for 'replace')"
+            )
+        mode = base.conflict_mode
+
+    from amcommit.spark.testing import parse_driver_faults, parse_task_failure
+
+    parse_task_failure(testing.get("fail_task"))
+    parse_driver_faults(testing.get("driver_faults"))
+
+    remote = parsed.scheme != "file"
+    max_file_bytes_default = 512 * MiB if remote else 0
+    return WritePlan(
+        url=url,
+        job_id=job_id or new_job_id(),
+        overwrite=overwrite,
+        conflict_mode=mode,
+        partition_columns=tuple(parts),
+        data_columns=tuple(f.name for f in data_fields),
+        data_schema_json=data_schema_json,
+        compression=COMPRESSIONS[comp_name],
+        compression_level=compression_level,
+        row_group_rows=_int("rowGroupRows", writer.get("rowgrouprows", 1024 * 1024), minimum=1),
+        row_group_bytes=_int("rowGroupBytes", writer.get("rowgroupbytes", 128 * MiB), minimum=1),
+        max_records_per_file=_int("maxRecordsPerFile", writer.get("maxrecordsperfile", 0)),
+        max_file_bytes=_int("maxFileBytes", writer.get("maxfilebytes", max_file_bytes_default)),
+        max_open_files=_int("maxOpenFiles", writer.get("maxopenfiles", 100), minimum=1),
+        committer_options=committer,
+        store_options=store,
+        testing=testing,
+        remote=remote,
+        spark_version=spark_version,
+    )
+
+
+__all__ = [
+    "SOURCE_NAME",
+    "STORE_OPTIONS",
+    "WRITER_OPTIONS",
+    "WritePlan",
+    "build_plan",
+    "new_job_id",
+    "session_defaults",
+]

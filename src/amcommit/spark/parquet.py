@@ -1,0 +1,319 @@
+"""Parquet writing for one task: Arrow batches in, Hive-style partitioned files out.
+
+Batches are split by the partition columns (Hive-style ``col=value`` directories, values
+escaped as Spark escapes them, nulls as ``__HIVE_DEFAULT_PARTITION__``), buffered per
+partition and written as row groups of ``row_group_rows`` rows / ``row_group_bytes`` bytes
+(not one row group per Arrow batch). All buffers together stay below ``buffer_bytes``: past
+it the largest buffer is written out early. At most ``max_open_files`` files are open; the
+least recently used one is finished first. ``max_records_per_file`` and ``max_file_bytes``
+roll to a new file.
+
+Files are written to ``local_path(rel)`` and handed to ``on_closed(rel, local_path)`` once
+complete (the task uploads them there for cloud stores; for local destinations the local
+path *is* the task attempt directory). Nothing here is atomic: the files sit in the task
+attempt's private directory until the job commit renames them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from amcommit.store.base import join
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
+SPARK_VERSION_KEY = b"org.apache.spark.version"
+
+# characters Spark's ExternalCatalogUtils.escapePathName escapes (besides controls)
+_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
+
+
+def escape_path_name(s: str) -> str:
+    """Escape a partition column name or value as Spark does (``%XX``)."""
+    if not any(c in _ESCAPED or ord(c) < 0x20 for c in s):
+        return s
+    return "".join(f"%{ord(c):02X}" if (c in _ESCAPED or ord(c) < 0x20) else c for c in s)
+
+
+def partition_value(v: Any) -> str:
+    """A partition value as Spark prints it in a directory name (unescaped)."""
+    if v is None:
+        return HIVE_DEFAULT_PARTITION
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
+    if isinstance(v, decimal.Decimal):
+        return format(v, "f")
+    if isinstance(v, datetime.datetime):
+        s = v.strftime("%Y-%m-%d %H:%M:%S")
+        if v.microsecond:
+            s += f".{v.microsecond:06d}".rstrip("0")
+        return s
+    if isinstance(v, datetime.date):
+        return v.isoformat()
+    s = str(v)
+    return s if s else HIVE_DEFAULT_PARTITION
+
+
+def partition_dir(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
+    """``a=1/b=x`` for the given partition values."""
+    return "/".join(
+        f"{escape_path_name(c)}={escape_path_name(partition_value(v))}"
+        for c, v in zip(columns, values, strict=True)
+    )
+
+
+@dataclass
+class WriteStats:
+    """What a task wrote."""
+
+    files: int = 0
+    rows: int = 0
+    bytes: int = 0
+    row_groups: int = 0
+    paths: list[str] = field(default_factory=list)
+    """Relative paths of the finished files."""
+
+
+@dataclass
+class _Sink:
+    """One partition directory: buffered batches and the file being written."""
+
+    rel_dir: str
+    buf: list[pa.RecordBatch] = field(default_factory=list)
+    buf_rows: int = 0
+    buf_bytes: int = 0
+    writer: pq.ParquetWriter | None = None
+    rel_path: str = ""
+    local_path: str = ""
+    file_rows: int = 0
+
+
+class PartitionedParquetWriter:
+    """Writes one task's rows as Parquet files (see module docstring). Not thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        partition_columns: tuple[str, ...],
+        file_name: Callable[[int], str],
+        local_path: Callable[[str], str],
+        on_closed: Callable[[str, str], None],
+        compression: str | None = "snappy",
+        compression_level: int | None = None,
+        row_group_rows: int = 1024 * 1024,
+        row_group_bytes: int = 128 * 1024 * 1024,
+        max_records_per_file: int = 0,
+        max_file_bytes: int = 0,
+        max_open_files: int = 100,
+        buffer_bytes: int = 256 * 1024 * 1024,
+        spark_schema_json: str | None = None,
+        spark_version: str = "",
+    ) -> None:
+        self.partition_columns = partition_columns
+        self.file_name = file_name
+        self.local_path = local_path
+        self.on_closed = on_closed
+        self.compression = compression
+        self.compression_level = compression_level
+        self.row_group_rows = row_group_rows
+        self.row_group_bytes = row_group_bytes
+        self.max_records_per_file = max_records_per_file
+        self.max_file_bytes = max_file_bytes
+        self.max_open_files = max_open_files
+        self.buffer_bytes = buffer_bytes
+        self.spark_schema_json = spark_schema_json
+        self.spark_version = spark_version
+        self.stats = WriteStats()
+        self._sinks: dict[str, _Sink] = {}
+        self._open: OrderedDict[str, _Sink] = OrderedDict()  # LRU of sinks with an open file
+        self._buffered = 0
+        self._n = 0
+        self._schema: pa.Schema | None = None
+        self._part_idx: list[int] = []
+
+    # -- input ---------------------------------------------------------------------------
+    def _data_schema(self, batch_schema: pa.Schema) -> pa.Schema:
+        if self._schema is None:
+            self._part_idx = [batch_schema.get_field_index(c) for c in self.partition_columns]
+            if any(i < 0 for i in self._part_idx):
+                raise ValueError(
+                    f"partition columns {self.partition_columns} not all in {batch_schema.names}"
+                )
+            keep = [f for i, f in enumerate(batch_schema) if i not in self._part_idx]
+            meta: dict[bytes, bytes] = {}
+            if self.spark_schema_json:
+                meta[SPARK_SCHEMA_KEY] = self.spark_schema_json.encode()
+            if self.spark_version:
+                meta[SPARK_VERSION_KEY] = self.spark_version.encode()
+            self._schema = pa.schema(keep, metadata=meta or None)
+        return self._schema
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Add a batch (with the partition columns, if any)."""
+        if batch.num_rows == 0:
+            self._data_schema(batch.schema)
+            return
+        schema = self._data_schema(batch.schema)
+        self.stats.rows += batch.num_rows
+        if not self.partition_columns:
+            self._append("", batch.replace_schema_metadata(None))
+            return
+        data_idx = [i for i in range(batch.num_columns) if i not in self._part_idx]
+        keys = [batch.column(i) for i in self._part_idx]
+        if all(k.null_count == 0 and _single_value(k) for k in keys):
+            values = tuple(k[0].as_py() for k in keys)
+            self._append(partition_dir(self.partition_columns, values), _select(batch, data_idx, schema))
+            return
+        table = pa.Table.from_arrays(
+            [*keys, pa.array(range(batch.num_rows), pa.int64())],
+            names=[*[f"k{i}" for i in range(len(keys))], "row"],
+        )
+        groups = table.group_by([f"k{i}" for i in range(len(keys))], use_threads=False).aggregate(
+            [("row", "list")]
+        )
+        rows_col = groups.column("row_list")
+        key_cols = [groups.column(f"k{i}") for i in range(len(keys))]
+        for g in range(groups.num_rows):
+            values = tuple(c[g].as_py() for c in key_cols)
+            idx = rows_col[g].values
+            part = _select(batch.take(idx), data_idx, schema)
+            self._append(partition_dir(self.partition_columns, values), part)
+
+    def _append(self, rel_dir: str, batch: pa.RecordBatch) -> None:
+        sink = self._sinks.get(rel_dir)
+        if sink is None:
+            sink = self._sinks[rel_dir] = _Sink(rel_dir)
+        size = batch.nbytes
+        sink.buf.append(batch)
+        sink.buf_rows += batch.num_rows
+        sink.buf_bytes += size
+        self._buffered += size
+        if sink.buf_rows >= self.row_group_rows or sink.buf_bytes >= self.row_group_bytes:
+            self._flush(sink)
+        while self._buffered > self.buffer_bytes:
+            largest = max(self._sinks.values(), key=lambda s: s.buf_bytes)
+            if largest.buf_bytes == 0:
+                break
+            self._flush(largest)
+
+    # -- output --------------------------------------------------------------------------
+    def _open_file(self, sink: _Sink) -> pq.ParquetWriter:
+        if sink.writer is not None:
+            self._open.move_to_end(sink.rel_dir)
+            return sink.writer
+        while len(self._open) >= self.max_open_files:
+            _, lru = next(iter(self._open.items()))
+            self._close_file(lru)  # its later rows go to a new file
+        assert self._schema is not None
+        name = self.file_name(self._n)
+        self._n += 1
+        sink.rel_path = join(sink.rel_dir, name)
+        sink.local_path = self.local_path(sink.rel_path)
+        os.makedirs(os.path.dirname(sink.local_path), exist_ok=True)
+        kwargs: dict[str, Any] = {"compression": self.compression or "none"}
+        if self.compression_level is not None and self.compression:
+            kwargs["compression_level"] = self.compression_level
+        sink.writer = pq.ParquetWriter(sink.local_path, self._schema, **kwargs)
+        sink.file_rows = 0
+        self._open[sink.rel_dir] = sink
+        return sink.writer
+
+    def _flush(self, sink: _Sink) -> None:
+        """Write the sink's buffer as one row group (split only to honour file limits)."""
+        if not sink.buf:
+            return
+        assert self._schema is not None
+        table = pa.Table.from_batches(sink.buf).replace_schema_metadata(self._schema.metadata)
+        self._buffered -= sink.buf_bytes
+        sink.buf, sink.buf_rows, sink.buf_bytes = [], 0, 0
+        offset = 0
+        while offset < table.num_rows:
+            writer = self._open_file(sink)
+            n = table.num_rows - offset
+            if self.max_records_per_file:
+                n = min(n, self.max_records_per_file - sink.file_rows)
+            writer.write_table(table.slice(offset, n), row_group_size=max(1, n))
+            self.stats.row_groups += 1
+            sink.file_rows += n
+            offset += n
+            if (self.max_records_per_file and sink.file_rows >= self.max_records_per_file) or (
+                self.max_file_bytes and os.path.getsize(sink.local_path) >= self.max_file_bytes
+            ):
+                self._close_file(sink)
+
+    def _close_file(self, sink: _Sink) -> None:
+        if sink.writer is None:
+            return
+        writer, sink.writer = sink.writer, None
+        self._open.pop(sink.rel_dir, None)
+        writer.close()
+        self.stats.files += 1
+        self.stats.bytes += os.path.getsize(sink.local_path)
+        self.stats.paths.append(sink.rel_path)
+        self.on_closed(sink.rel_path, sink.local_path)
+
+    def close(self) -> WriteStats:
+        """Write every buffer and finish every file; returns what was written."""
+        for sink in list(self._sinks.values()):
+            self._flush(sink)
+            self._close_file(sink)
+        return self.stats
+
+    def write_empty_file(self, schema: pa.Schema) -> None:
+        """Write one file with the schema and no rows (an empty unpartitioned job stays
+        readable, as with Spark's own writer)."""
+        self._data_schema(schema)
+        sink = self._sinks.setdefault("", _Sink(""))
+        self._open_file(sink)
+        self._close_file(sink)
+
+    def abort(self) -> None:
+        """Close open files without finishing them properly; errors are ignored."""
+        for sink in self._sinks.values():
+            if sink.writer is not None:
+                try:
+                    sink.writer.close()
+                except Exception:
+                    pass
+                sink.writer = None
+        self._open.clear()
+        self._sinks.clear()
+        self._buffered = 0
+
+
+def _single_value(arr: pa.Array) -> bool:
+    if len(arr) <= 1:
+        return True
+    first = arr[0]
+    return bool(pc.all(pc.equal(arr, first)).as_py())
+
+
+def _select(batch: pa.RecordBatch, idx: list[int], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([batch.column(i) for i in idx], schema=schema.remove_metadata())
+
+
+__all__ = [
+    "HIVE_DEFAULT_PARTITION",
+    "PartitionedParquetWriter",
+    "WriteStats",
+    "escape_path_name",
+    "partition_dir",
+    "partition_value",
+]

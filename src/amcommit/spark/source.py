@@ -1,0 +1,168 @@
+"""The Python Data Source ``amcommit``: ``df.write.format("amcommit")``.
+
+Where each piece runs (PySpark 4 Python Data Source API):
+
+* :meth:`AmcommitDataSource.writer` runs once per write in a Python worker on the driver
+  host. It validates every option against the DataFrame's schema (bad options fail here,
+  before any task writes) and creates the job id. The writer object is then pickled once
+  and the same bytes reach every task and the job commit.
+* :meth:`AmcommitWriter.write` runs in executor Python workers, once per task attempt, with
+  pyarrow RecordBatches (:mod:`amcommit.spark.task`).
+* :meth:`AmcommitWriter.commit` / :meth:`AmcommitWriter.abort` run in a Python worker on the
+  driver host (:mod:`amcommit.spark.driver`). ``abort`` also follows a failed ``commit``.
+
+Save modes: ``append`` (conflict mode ``append``, or ``fail`` with
+``option("conflict_mode", "fail")``), ``overwrite`` (the whole destination is replaced;
+with ``option("partitionOverwriteMode", "dynamic")`` only the partitions written). Spark
+rejects the other save modes and ``.partitionBy()`` for Python data sources before they get
+here: partition columns are given as ``option("partitionBy", "a,b")``.
+
+Streaming (later): a ``streamWriter`` can reuse the task side unchanged with one job id per
+micro-batch (``<queryJobId>_<batchId>``) and ``commit_write`` per epoch; nothing here
+assumes a batch write except the choice of ``writer()``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from amcommit.committer.sync import run_blocking
+from amcommit.errors import AmcommitError, ConfigError, NotFound
+from amcommit.spark.driver import abort_write, commit_write
+from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
+from amcommit.spark.task import TaskResult, run_task
+from amcommit.store.urls import open_location
+
+
+@dataclass
+class AmcommitCommitMessage(WriterCommitMessage):
+    """Commit message of one task attempt: its manifest (msgspec MessagePack) and counts."""
+
+    result: TaskResult
+
+
+class AmcommitWriter(DataSourceArrowWriter):
+    """Writer of one job: pickled once after ``writer()``, then used by every task and by
+    the job commit. Holds only the :class:`~amcommit.spark.options.WritePlan`."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def __repr__(self) -> str:
+        return f"AmcommitWriter(job_id={self.plan.job_id!r}, url={self.plan.url!r})"
+
+    def _empty_schema(self) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = StructType.fromJson(json.loads(self.plan.data_schema_json))
+        return to_arrow_schema(schema, timezone="UTC")
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> AmcommitCommitMessage:
+        """Write this task attempt's rows and commit the task (manifest published)."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        result = run_task(
+            self.plan, iterator, partition=partition, attempt=attempt, empty_schema=self._empty_schema
+        )
+        return AmcommitCommitMessage(result)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Job commit on the authorised attempts' manifests; writes ``_SUCCESS``."""
+        commit_write(
+            self.plan, [m.result if isinstance(m, AmcommitCommitMessage) else None for m in messages]
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Roll back (or complete, past the point of no return) and clean up."""
+        abort_write(self.plan)
+
+
+def _check_destination(plan: WritePlan) -> None:
+    """Open the store and list the destination once: bad URLs, options and credentials fail
+    on the driver before any task starts. Messages never contain option values."""
+
+    async def probe() -> None:
+        store, dest = open_location(plan.url, **plan.store_options)
+        try:
+            async for _ in store.list(dest, recursive=False):
+                break
+        except NotFound:
+            pass
+        finally:
+            await store.aclose()
+
+    try:
+        run_blocking(probe)
+    except AmcommitError as e:
+        raise ConfigError(f"cannot use destination {plan.url!r}: {e}") from None
+
+
+class AmcommitDataSource(DataSource):
+    """``format("amcommit")``: Parquet through amcommit's manifest committer.
+
+    ``session_conf`` holds Spark conf defaults (``spark.amcommit.*``, Hadoop committer keys)
+    captured by :func:`register`; options given to the writer take precedence.
+    """
+
+    session_conf: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
+        import pyspark
+
+        plan = build_plan(
+            dict(self.options),
+            schema,
+            overwrite,
+            session_conf=self.session_conf,
+            spark_version=pyspark.__version__,
+        )
+        _check_destination(plan)
+        return AmcommitWriter(plan)
+
+
+def _conf_snapshot(spark: Any) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    try:
+        conf.update(dict(spark.sparkContext.getConf().getAll()))
+    except Exception:  # Spark Connect: no SparkContext
+        pass
+    try:
+        conf.update(dict(spark.conf.getAll))
+    except Exception:
+        pass
+    return {k: v for k, v in conf.items() if k.startswith(("spark.amcommit.", "spark.hadoop.mapreduce."))}
+
+
+def register(spark: Any) -> type[AmcommitDataSource]:
+    """Register ``format("amcommit")`` with ``spark``, with the session's ``spark.amcommit.*``
+    and ``spark.hadoop.mapreduce.manifest.committer.*`` settings as defaults.
+
+    Python data sources never see the Spark conf themselves, so the conf is captured now:
+    call ``register`` again after changing it. Without ``register`` the auto-registered
+    source (module ``pyspark_amcommit``) uses ``.option()`` values only.
+    """
+    conf = _conf_snapshot(spark)
+    cls = type(
+        "SessionAmcommitDataSource",
+        (AmcommitDataSource,),
+        {"session_conf": conf, "__module__": __name__, "__qualname__": "SessionAmcommitDataSource"},
+    )
+    spark.dataSource.register(cls)
+    return cls
+
+
+__all__ = ["AmcommitCommitMessage", "AmcommitDataSource", "AmcommitWriter", "register"]

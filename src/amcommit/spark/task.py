@@ -1,0 +1,264 @@
+"""Executor side of a write: one Spark task attempt writes its rows and commits its task.
+
+Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d>_<n>``):
+
+1. make sure the job directory exists (idempotent: the first task creates it; writes that
+   never start a task leave nothing behind), set up the attempt (its id is single-use: a
+   retried stage whose attempt numbers start again at 0 gets ``n = k << 16 | attempt``, as
+   Spark's own file writer numbers them);
+2. write Parquet (:mod:`amcommit.spark.parquet`) straight into the attempt directory for a
+   local destination, or to local temporary files uploaded with ``store.put`` (up to
+   :data:`UPLOADS_IN_FLIGHT` at once, overlapping with encoding) for a cloud one;
+3. commit the task: the manifest is built, saved and published (an atomic rename where the
+   store has one); the manifest travels to the driver inside the commit message, with the
+   published manifest's etag so the driver can tell whether the store holds this attempt's
+   manifest or another one's.
+
+On any error the attempt deletes its own directory (``abort_task``) before the error goes
+back to Spark: Spark has no per-task abort hook for Python data sources. Files of attempts
+that die without cleaning up (killed executors) or are denied the commit by Spark stay in
+their own attempt directory, are never renamed (only manifests Spark hands to the driver
+are committed) and are deleted by the job commit's cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from amcommit.committer.job import setup_job
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.task import abort_task, commit_task, setup_task
+from amcommit.errors import CommitError
+from amcommit.manifest import TaskManifest
+from amcommit.spark.options import WritePlan
+from amcommit.spark.parquet import PartitionedParquetWriter
+from amcommit.spark.testing import InjectedTaskFailure, parse_task_failure
+from amcommit.store.base import Store, join
+from amcommit.store.local import LocalStore
+from amcommit.store.urls import open_location
+
+UPLOADS_IN_FLIGHT = 4
+"""Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
+
+_manifest_encoder = msgspec.msgpack.Encoder()
+_manifest_decoder = msgspec.msgpack.Decoder(TaskManifest)
+
+
+def encode_manifest(m: TaskManifest) -> bytes:
+    """MessagePack transport of a manifest (commit messages)."""
+    return _manifest_encoder.encode(m)
+
+
+def decode_manifest(data: bytes) -> TaskManifest:
+    return _manifest_decoder.decode(data)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one committed task attempt reports to the driver."""
+
+    manifest: bytes
+    """The task manifest, msgspec MessagePack."""
+    manifest_etag: str | None
+    """Etag of the manifest as published on the store (None if unknown)."""
+    task_attempt_id: str
+    rows: int
+    files: int
+    bytes: int
+    seconds: float
+
+
+def task_ids(job_id: str, partition: int, attempt: int) -> tuple[str, str]:
+    """Hadoop-style ``(task id, task attempt id)`` for a Spark partition and attempt number."""
+    base = f"{job_id}_m_{partition:06d}"
+    return f"task_{base}", f"attempt_{base}_{attempt}"
+
+
+async def _open(plan: WritePlan) -> tuple[Store, str]:
+    return open_location(plan.url, **plan.store_options)
+
+
+async def ensure_job(store: Store, layout: JobLayout) -> None:
+    """Create the job directory unless another task did already (idempotent)."""
+    with contextlib.suppress(CommitError):
+        await setup_job(store, layout.dest, layout.job_id, job_attempt=layout.job_attempt)
+
+
+async def setup_attempt(store: Store, layout: JobLayout, partition: int, attempt: int) -> tuple[str, str]:
+    """Set up the attempt; returns ``(task attempt id, work dir)``."""
+    for k in range(64):
+        n = (k << 16) | attempt
+        _, attempt_id = task_ids(layout.job_id, partition, n)
+        try:
+            return attempt_id, await setup_task(store, layout, attempt_id)
+        except CommitError:  # this id was used by an earlier stage attempt
+            continue
+    raise CommitError(f"no free task attempt id for partition {partition}", stage="setup_task")
+
+
+class _Uploads:
+    """Finished local files uploaded in the background through the portal's event loop."""
+
+    def __init__(self, portal: BlockingPortal, store: Store, work: str) -> None:
+        self.portal, self.store, self.work = portal, store, work
+        self.pending: deque[Future[Any]] = deque()
+
+    def __call__(self, rel: str, local: str) -> None:
+        with open(local, "rb") as f:
+            data = f.read()
+        os.unlink(local)
+        while len(self.pending) >= UPLOADS_IN_FLIGHT:
+            self.pending.popleft().result()
+        self.pending.append(self.portal.start_task_soon(self.store.put, join(self.work, rel), data))
+
+    def wait(self) -> None:
+        while self.pending:
+            self.pending.popleft().result()
+
+    def cancel(self) -> None:
+        while self.pending:
+            fut = self.pending.popleft()
+            fut.cancel()
+            with contextlib.suppress(BaseException):
+                fut.result()
+
+
+def run_task(
+    plan: WritePlan,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    partition: int,
+    attempt: int,
+    empty_schema: Callable[[], pa.Schema] | None = None,
+) -> TaskResult:
+    """Write ``batches`` as task attempt ``attempt`` of ``partition`` and commit the task.
+
+    ``empty_schema`` gives the Arrow schema when partition 0 of an unpartitioned write
+    receives no rows at all: a file with the schema and no rows is written, so an empty
+    job stays readable (as with Spark's own writer).
+
+    Blocking; runs its own event loop in a helper thread for the store calls.
+    """
+    t0 = time.perf_counter()
+    failure = parse_task_failure(plan.testing.get("fail_task"))
+    if failure is not None and not failure.applies(partition, attempt):
+        failure = None
+    config = plan.config()
+    with start_blocking_portal() as portal:
+        store, dest = portal.call(_open, plan)
+        try:
+            layout = JobLayout(dest, plan.job_id)
+            portal.call(ensure_job, store, layout)
+            attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt)
+            task_id, _ = task_ids(plan.job_id, partition, 0)
+            tmp: str | None = None
+            uploads: _Uploads | None = None
+            if plan.remote or not isinstance(store, LocalStore):
+                tmp = tempfile.mkdtemp(prefix=f"amcommit-{attempt_id}-")
+                tmp_dir = tmp
+                uploads = _Uploads(portal, store, work)
+
+                def local_path(rel: str) -> str:
+                    return os.path.join(tmp_dir, rel)
+
+                on_closed: Any = uploads
+            else:
+                local_store: LocalStore = store
+
+                def local_path(rel: str) -> str:
+                    return local_store.os_path(join(work, rel))
+
+                def on_closed(rel: str, local: str) -> None:
+                    pass
+
+            writer = PartitionedParquetWriter(
+                partition_columns=plan.partition_columns,
+                file_name=lambda n: plan.file_name(partition, n),
+                local_path=local_path,
+                on_closed=on_closed,
+                compression=plan.compression,
+                compression_level=plan.compression_level,
+                row_group_rows=plan.row_group_rows,
+                row_group_bytes=plan.row_group_bytes,
+                max_records_per_file=plan.max_records_per_file,
+                max_file_bytes=plan.max_file_bytes,
+                max_open_files=plan.max_open_files,
+                spark_schema_json=plan.data_schema_json,
+                spark_version=plan.spark_version,
+            )
+            try:
+                schema: pa.Schema | None = None
+                for batch in batches:
+                    schema = batch.schema
+                    writer.write(batch)
+                    if failure is not None and writer.stats.rows >= failure.after_rows:
+                        _fail(failure.how, writer, uploads)
+                if failure is not None:
+                    _fail(failure.how, writer, uploads)
+                stats = writer.close()
+                if stats.files == 0 and partition == 0 and not plan.partition_columns:
+                    if schema is None and empty_schema is not None:
+                        schema = empty_schema()
+                    if schema is not None:
+                        writer.write_empty_file(schema)
+                if uploads is not None:
+                    uploads.wait()
+                manifest: TaskManifest = portal.call(
+                    lambda: commit_task(
+                        store,
+                        layout,
+                        task_id,
+                        attempt_id,
+                        config=config,
+                        extra_data={"rows": str(stats.rows), "spark.partition": str(partition)},
+                    )
+                )
+                info = portal.call(store.stat, layout.manifest_path(task_id))
+            except BaseException:
+                writer.abort()
+                if uploads is not None:
+                    uploads.cancel()
+                with contextlib.suppress(Exception):
+                    portal.call(abort_task, store, layout, attempt_id)
+                raise
+            finally:
+                if tmp is not None:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            with contextlib.suppress(Exception):
+                portal.call(store.aclose)
+    return TaskResult(
+        manifest=encode_manifest(manifest),
+        manifest_etag=info.etag,
+        task_attempt_id=attempt_id,
+        rows=stats.rows,
+        files=stats.files,
+        bytes=stats.bytes,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _fail(how: str, writer: PartitionedParquetWriter, uploads: _Uploads | None) -> None:
+    """TEST-ONLY (``amcommit.testing.fail_task``): fail this attempt after it wrote files."""
+    if how == "exit":
+        writer.close()  # leave complete files behind, as a crash after writing would
+        if uploads is not None:
+            uploads.wait()
+        os._exit(17)
+    raise InjectedTaskFailure("amcommit.testing.fail_task: injected task failure")
+
+
+__all__ = ["TaskResult", "decode_manifest", "encode_manifest", "run_task", "setup_attempt", "task_ids"]

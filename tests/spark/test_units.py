@@ -1,0 +1,276 @@
+"""The Spark adapter's pure parts, without a SparkSession: option validation, partition
+directory names, Parquet row groups and file rolling, the task and driver sides driven
+directly (as Spark would, including a denied attempt whose manifest was published last)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from amcommit.committer.layout import JobLayout
+from amcommit.errors import ConfigError
+from amcommit.spark.driver import abort_write, commit_write
+from amcommit.spark.options import build_plan, session_defaults
+from amcommit.spark.parquet import HIVE_DEFAULT_PARTITION, PartitionedParquetWriter, partition_dir
+from amcommit.spark.task import decode_manifest, run_task
+from amcommit.store.local import LocalStore
+
+SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("day", DateType()),
+        StructField("cat", StringType()),
+        StructField("tags", ArrayType(StringType())),
+    ]
+)
+
+
+def plan(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
+    opts = {"path": str(tmp_path / "dest"), **{k.lower(): v for k, v in options.items()}}
+    return build_plan(opts, SCHEMA, overwrite)
+
+
+@pytest.mark.parametrize(
+    ("options", "overwrite", "message"),
+    [
+        ({"partitionBy": "nope"}, False, "partition column 'nope' is not in the DataFrame's columns"),
+        ({"partitionBy": "tags"}, False, "cannot be a partition value"),
+        ({"partitionBy": "id,id"}, False, "listed twice"),
+        ({"partitionBy": "id,day,cat,tags"}, False, "cannot be a partition value"),
+        ({"format": "csv"}, False, "unsupported file format 'csv'"),
+        ({"compression": "lzo"}, False, "unsupported compression 'lzo'"),
+        ({"partitionby2": "id"}, False, "did you mean 'partitionby'"),
+        ({"io_threadz": "3"}, False, "did you mean 'io_threads'"),
+        ({"io_threads": "zero"}, False, "must be an integer"),
+        ({"partitionOverwriteMode": "sometimes"}, True, "static or dynamic"),
+        ({"conflict_mode": "overwrite"}, False, "needs mode('overwrite')"),
+        ({"conflict_mode": "append"}, True, "contradicts mode('overwrite')"),
+        ({"maxRecordsPerFile": "-1"}, False, "must be >= 0"),
+        ({"amcommit.testing.fail_task": "{"}, False, "not valid JSON"),
+    ],
+)
+def test_bad_options(tmp_path: Path, options: dict[str, str], overwrite: bool, message: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        plan(tmp_path, overwrite, **options)
+    assert message in str(ei.value)
+    assert "\n" not in str(ei.value)
+
+
+def test_store_option_values_never_in_messages(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as ei:
+        plan(tmp_path, account_key="s3cr3t-key", io_threadz="1")
+    assert "s3cr3t" not in str(ei.value)
+    p = plan(tmp_path, account_key="s3cr3t-key")
+    assert "s3cr3t" not in repr(p)
+
+
+def test_modes_and_conf(tmp_path: Path) -> None:
+    assert plan(tmp_path).conflict_mode == "append"
+    assert plan(tmp_path, conflict_mode="fail").conflict_mode == "fail"
+    assert plan(tmp_path, True).conflict_mode == "overwrite"
+    assert plan(tmp_path, True, partitionOverwriteMode="dynamic").conflict_mode == "replace"
+    conf = {
+        "spark.amcommit.io_threads": "7",
+        "spark.amcommit.compression": "zstd",
+        "spark.hadoop.mapreduce.manifest.committer.validate.output": "true",
+        "spark.hadoop.fs.s3a.endpoint": "ignored",
+    }
+    assert session_defaults(conf) == {
+        "io_threads": "7",
+        "compression": "zstd",
+        "mapreduce.manifest.committer.validate.output": "true",
+    }
+    p = build_plan({"path": str(tmp_path), "io_threads": "9"}, SCHEMA, False, session_conf=conf)
+    cfg = p.config()
+    assert (cfg.io_threads, cfg.validate_output, p.compression) == (9, True, "zstd")
+    assert plan(tmp_path, partitionBy=" Day , CAT ").partition_columns == ("day", "cat")
+
+
+def test_partition_dir_names() -> None:
+    cols = ("a", "b")
+    assert partition_dir(cols, (1, "x/y=z")) == "a=1/b=x%2Fy%3Dz"
+    assert partition_dir(cols, (None, "")) == f"a={HIVE_DEFAULT_PARTITION}/b={HIVE_DEFAULT_PARTITION}"
+    assert partition_dir(("d",), (datetime.date(2026, 11, 22),)) == "d=2026-11-22"
+    ts = datetime.datetime(2026, 11, 22, 10, 30, 0, 500000, tzinfo=datetime.UTC)
+    assert partition_dir(("t",), (ts,)) == "t=2026-11-22 10%3A30%3A00.5"
+    assert partition_dir(("p",), (decimal.Decimal("1.50"),)) == "p=1.50"
+    assert partition_dir(("f", "g"), (True, float("nan"))) == "f=true/g=NaN"
+
+
+def _batches(n: int, size: int, parts: int = 3) -> list[pa.RecordBatch]:
+    out = []
+    for start in range(0, n, size):
+        ids = list(range(start, min(n, start + size)))
+        out.append(
+            pa.record_batch(
+                {"id": pa.array(ids, pa.int64()), "k": pa.array([i % parts for i in ids], pa.int32())}
+            )
+        )
+    return out
+
+
+def _writer(tmp_path: Path, closed: list[str], **kw: Any) -> PartitionedParquetWriter:
+    return PartitionedParquetWriter(
+        partition_columns=kw.pop("partition_columns", ("k",)),
+        file_name=lambda n: f"part-{n:03d}.parquet",
+        local_path=lambda rel: str(tmp_path / rel),
+        on_closed=lambda rel, local: closed.append(rel),
+        **kw,
+    )
+
+
+def test_row_groups_are_not_arrow_batches(tmp_path: Path) -> None:
+    closed: list[str] = []
+    w = _writer(tmp_path, closed, row_group_rows=4000)
+    for b in _batches(30_000, 1000):
+        w.write(b)
+    stats = w.close()
+    assert stats.rows == 30_000 and stats.files == 3 and sorted(closed) == sorted(stats.paths)
+    for rel in closed:
+        md = pq.ParquetFile(tmp_path / rel).metadata
+        assert md.num_rows == 10_000
+        assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [4000, 4000, 2000]
+        assert pq.read_schema(tmp_path / rel).names == ["id"]  # partition column not stored
+
+
+def test_rolling_and_open_file_limit(tmp_path: Path) -> None:
+    closed: list[str] = []
+    w = _writer(tmp_path, closed, row_group_rows=500, max_records_per_file=1200, max_open_files=2)
+    for b in _batches(9_000, 700, parts=3):
+        w.write(b)
+    stats = w.close()
+    assert stats.rows == 9_000
+    total = 0
+    for rel in closed:
+        n = pq.ParquetFile(tmp_path / rel).metadata.num_rows
+        assert n <= 1200
+        total += n
+    assert total == 9_000 and len(set(closed)) == len(closed)
+    got = sorted(
+        i
+        for rel in closed
+        for i in pq.read_table(tmp_path / rel).column("id").to_pylist()
+        if rel.startswith("k=1/")
+    )
+    assert got == [i for i in range(9_000) if i % 3 == 1]
+
+
+def test_bounded_buffers(tmp_path: Path) -> None:
+    closed: list[str] = []
+    w = _writer(tmp_path, closed, row_group_rows=10**9, buffer_bytes=64 * 1024)
+    for b in _batches(50_000, 1000, parts=10):
+        w.write(b)
+        assert w._buffered <= 64 * 1024 + b.nbytes
+    assert w.close().rows == 50_000
+
+
+def _drive_task(p: Any, partition: int, attempt: int, n: int = 3000) -> Any:
+    batches = [
+        pa.record_batch(
+            {
+                "id": pa.array(range(partition * n, (partition + 1) * n), pa.int64()),
+                "day": pa.array([datetime.date(2026, 11, 1 + i % 2) for i in range(n)], pa.date32()),
+                "cat": pa.array([f"c{attempt}"] * n),
+                "tags": pa.array([["t"]] * n, pa.list_(pa.string())),
+            }
+        )
+    ]
+    return run_task(p, batches, partition=partition, attempt=attempt)
+
+
+def _visible(dest: Path) -> dict[str, int]:
+    out = {}
+    for root, _dirs, files in os.walk(dest):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), dest)
+            out[rel] = os.path.getsize(os.path.join(root, f))
+    return out
+
+
+def test_denied_attempt_published_last_never_visible(tmp_path: Path) -> None:
+    """Speculation: attempts 0 and 1 of task 0 both commit their task; attempt 1 publishes
+    its manifest last but Spark authorised attempt 0. Only attempt 0's rows are visible,
+    also after a failed job commit rolled back by abort() (which reads the store's
+    manifests: the driver must have replaced attempt 1's)."""
+    p = plan(
+        tmp_path,
+        partitionBy="day",
+        **{
+            "amcommit.testing.driver_faults": json.dumps(
+                [
+                    {
+                        "phase": "commit",
+                        "op": "rename",
+                        "path": "*.parquet",
+                        "after": 2,
+                        "error": "PermissionDenied",
+                    }
+                ]
+            )
+        },
+    )
+    r0 = _drive_task(p, 0, 0)
+    r1 = _drive_task(p, 1, 0)
+    denied = _drive_task(p, 0, 1)  # published last
+    assert decode_manifest(denied.manifest).task_attempt_id.endswith("_1")
+    dest = tmp_path / "dest"
+    with pytest.raises(Exception, match="rename"):
+        commit_write(p, [r0, r1])
+    abort_write(p)
+    assert _visible(dest) == {}
+
+    p2 = plan(tmp_path, partitionBy="day")
+    results = [_drive_task(p2, 0, 0), _drive_task(p2, 1, 0)]
+    _drive_task(p2, 0, 1)  # denied, published last
+    report = commit_write(p2, results)
+    assert report.files == 4 and report.success
+    files = _visible(dest)
+    assert "_temporary" not in {f.split("/")[0] for f in files}
+    cats = set()
+    rows = 0
+    for rel in files:
+        if rel.endswith(".parquet"):
+            t = pq.read_table(dest / rel)
+            cats |= set(t.column("cat").to_pylist())
+            rows += t.num_rows
+    assert cats == {"c0"} and rows == 6000
+
+
+def test_task_error_cleans_its_attempt(tmp_path: Path) -> None:
+    p = plan(tmp_path, **{"amcommit.testing.fail_task": '{"after_rows": 1}'})
+    with pytest.raises(RuntimeError, match="injected task failure"):
+        _drive_task(p, 0, 0)
+    layout = JobLayout(str(tmp_path / "dest").lstrip("/"), p.job_id)
+    store = LocalStore("/")
+    work = store.os_path(layout.tasks_dir)
+    assert os.path.isdir(work) and os.listdir(work) == []
+    anyio.run(store.aclose)
+    abort_write(p)
+    assert not (tmp_path / "dest" / "_temporary").exists()
+
+
+def test_setup_attempt_ids_are_single_use(tmp_path: Path) -> None:
+    """A retried stage starts attempt numbers at 0 again: the id gets a stage bit."""
+    p = plan(tmp_path)
+    a = _drive_task(p, 0, 0)
+    b = _drive_task(p, 0, 0)
+    assert a.task_attempt_id.endswith("_m_000000_0")
+    assert b.task_attempt_id.endswith(f"_m_000000_{1 << 16}")
+    assert commit_write(p, [b]).files == 1
