@@ -22,7 +22,7 @@ import msgspec
 from amcommit.errors import InvalidInput, ManifestError
 from amcommit.iostats import IOStatisticsSnapshot
 from amcommit.store.base import is_within
-from amcommit.uris import path_mapper
+from amcommit.uris import _fast_prefixes, _plain_path, path_mapper
 
 TASK_MANIFEST_TYPE = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.files.TaskManifest/1"
 TASK_MANIFEST_VERSION = 1
@@ -149,11 +149,20 @@ def _path(to_path: Callable[[str], str], uri: str, what: str, name: str) -> str:
         raise ManifestError(f"{what} {uri!r} is not usable: {e.message}", manifest=name) from None
 
 
+def manifest_is_plain(raw: bytes) -> bool:
+    """True if no URI in this manifest JSON has ``%``, ``?``, ``#`` or ``\\`` (single-byte
+    scans in C). Lets :func:`check_manifest` map URIs to paths by prefix slicing; ``//``
+    and ``/.`` are still checked per path."""
+    return b"%" not in raw and b"?" not in raw and b"#" not in raw and b"\\" not in raw
+
+
 def check_manifest(
-    m: TaskManifest, *, job_id: str, scope: Scope, name: str = ""
+    m: TaskManifest, *, job_id: str, scope: Scope, name: str = "", plain: bool = False
 ) -> tuple[list[RenameEntry], set[str]]:
     """Validate a manifest for job ``job_id``; return its renames and directories (paths).
 
+    ``plain``: the caller checked the raw JSON with :func:`manifest_is_plain` (enables the
+    fast path; every entry is still checked, and any doubt takes the exact path).
     Raises ManifestError naming ``name`` and the first bad entry. Duplicate destinations
     (within or across manifests) are caught exactly by the job commit's spool.
     """
@@ -174,7 +183,34 @@ def check_manifest(
     dirs: set[str] = set()
     dest_prefix = scope.dest + "/" if scope.dest else ""
     temp_prefix = scope.temp_dir + "/"
-    for f in m.files:
+    files = m.files
+    fast_src = fast_dst = fast_tmp = ""
+    if plain and files:
+        fast_src, fast_dst, fast_tmp = _fast_prefixes_for(scope, attempt_prefix, dest_prefix, files[0])
+    if fast_src:
+        # fast path: prefix checks and slices; any entry in doubt goes the exact way below
+        ls, ld = len(fast_src) - len(attempt_prefix), len(fast_dst) - len(dest_prefix)
+        slow = []
+        append = entries.append
+        add_dir = dirs.add
+        for f in files:
+            s_uri, d_uri = f.source, f.dest
+            if (
+                f.size >= 0
+                and s_uri.startswith(fast_src)
+                and d_uri.startswith(fast_dst)
+                and not d_uri.startswith(fast_tmp)
+                and d_uri[-1] != "/"
+                and len(s_uri) > len(fast_src)
+            ):
+                src, dst = s_uri[ls:], d_uri[ld:]
+                if "//" not in src and "/." not in src and "//" not in dst and "/." not in dst:
+                    append(RenameEntry(src, dst, f.size, f.etag or None))
+                    add_dir(dst.rpartition("/")[0])
+                    continue
+            slow.append(f)
+        files = slow
+    for f in files:
         if f.size < 0:
             raise ManifestError(f"negative size {f.size} for {f.dest!r}", manifest=name)
         src = _path(to_path, f.source, "source", name)
@@ -196,7 +232,23 @@ def check_manifest(
         _check_dest(scope, d, de.dir, name)
         if d != scope.dest:
             dirs.add(d)
+    dirs.discard(scope.dest)
     return entries, dirs
+
+
+def _fast_prefixes_for(
+    scope: Scope, attempt_prefix: str, dest_prefix: str, first: FileEntry
+) -> tuple[str, str, str]:
+    """URI prefixes (source, destination, temporary dir) for the fast path, chosen to match
+    the URI form of the manifest's first entry; empty strings when not applicable."""
+    if not (_plain_path(attempt_prefix[:-1]) and (not dest_prefix or _plain_path(dest_prefix[:-1]))):
+        return "", "", ""
+    prefixes = _fast_prefixes(scope.root_uri)
+    src_root = next((p for p in prefixes if first.source.startswith(p)), None)
+    dst_root = next((p for p in prefixes if first.dest.startswith(p)), None)
+    if src_root is None or dst_root is None:
+        return "", "", ""
+    return src_root + attempt_prefix, dst_root + dest_prefix, dst_root + scope.temp_dir + "/"
 
 
 def _check_dest(scope: Scope, path: str, uri: str, name: str) -> None:

@@ -194,3 +194,37 @@ async def test_faulty_store_rules(tmp_path: object) -> None:
     assert f.injected == {"error:put": 1, "lost_response:delete": 1}
     with pytest.raises(ValueError, match="unknown operation"):
         f.fail("rename_all")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda f: setattr(f, "source", f.source.replace("/tasks/attempt_j_m_000000_0/", "/tasks/other/")),
+            "outside the task attempt",
+        ),
+        (lambda f: setattr(f, "dest", f.dest.replace("/dest/", "/dest/_temporary/")), "temporary directory"),
+        (
+            lambda f: setattr(f, "dest", f.dest.replace("/dest/", "/elsewhere/")),
+            "outside the job's destination",
+        ),
+        (lambda f: setattr(f, "dest", f.dest.replace("/dest/", "/dest/../escape/")), "not usable"),
+        (lambda f: setattr(f, "dest", f.dest.replace("/dest/", "/dest//")), "not usable"),
+        (lambda f: setattr(f, "size", -5), "negative size"),
+    ],
+)
+@pytest.mark.parametrize("plain", [True, False])
+def test_manifest_validation_fast_and_exact_paths_agree(mutate: object, message: str, plain: bool) -> None:
+    from amcommit.errors import ManifestError
+    from amcommit.manifest import TASK_MANIFEST_TYPE, FileEntry, Scope, TaskManifest, check_manifest
+
+    root = "gs://bucket/"
+    tdir = f"{root}dest/_temporary/manifest_j/00/tasks/attempt_j_m_000000_0"
+    files = [FileEntry(f"{tdir}/p=1/f{i}", f"{root}dest/p=1/f{i}", i, "e") for i in range(5)]
+    m = TaskManifest(TASK_MANIFEST_TYPE, 1, "j", 0, "task_j_m_000000", "attempt_j_m_000000_0", tdir, files)
+    scope = Scope(root, "dest", "dest/_temporary", "dest/_temporary/manifest_j/00/tasks")
+    entries, dirs = check_manifest(m, job_id="j", scope=scope, plain=plain)
+    assert [e.dst for e in entries] == [f"dest/p=1/f{i}" for i in range(5)] and dirs == {"dest/p=1"}
+    mutate(files[3])  # type: ignore[operator]
+    with pytest.raises(ManifestError, match=message):
+        check_manifest(m, job_id="j", scope=scope, plain=plain)

@@ -14,7 +14,7 @@ from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.spool import EntrySpool
 from amcommit.errors import ManifestError
-from amcommit.manifest import TaskManifest, check_manifest, decode_manifest
+from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, manifest_is_plain
 from amcommit.store.base import basename
 
 
@@ -37,9 +37,9 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
     task_ids: dict[str, str] = {}
     done = 0
 
-    def accept(m: TaskManifest, name: str) -> None:
+    def accept(m: TaskManifest, name: str, plain: bool = False) -> None:
         nonlocal done
-        entries, dirs = check_manifest(m, job_id=job_id, scope=scope, name=name)
+        entries, dirs = check_manifest(m, job_id=job_id, scope=scope, name=name, plain=plain)
         other = task_ids.get(m.task_id)
         if other is not None:
             raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
@@ -60,7 +60,7 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
 
         async def load(path: str) -> None:
             data = await ctx.call(lambda: ctx.store.get(path))
-            accept(decode_manifest(data, name=basename(path)), basename(path))
+            accept(decode_manifest(data, name=basename(path)), basename(path), manifest_is_plain(data))
             ctx.emit("load_manifests", done, total)
 
         await run_parallel(paths, load, ctx.config.load_threads)
