@@ -6,7 +6,9 @@ path glob and presence of a header; kinds:
 * ``lose``: forward, then drop the connection (the operation happened; the answer is lost);
 * ``throttle``: answer 503 ``ServerBusy`` (with ``Retry-After``) without forwarding;
 * ``before``: call ``hook()`` (sync, in the proxy thread) before forwarding, e.g. to change
-  the source of a rename between two of its requests.
+  the source of a rename between two of its requests;
+* ``rewrite``: forward, then replace response headers with ``set_headers`` (e.g. make a
+  finished copy look ``pending``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-Kind = Literal["lose", "throttle", "before"]
+Kind = Literal["lose", "throttle", "before", "rewrite"]
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 
 
@@ -39,6 +41,7 @@ class ProxyRule:
     count: int | None = 1
     retry_after: float | None = None
     hook: Callable[[], None] | None = None
+    set_headers: dict[str, str] | None = None
     fired: int = 0
 
     def matches(self, method: str, path: str, headers: object) -> bool:
@@ -149,6 +152,8 @@ class FaultProxy:
             status = up.status
             length = up.headers.get("Content-Length")
         self.forwarded += 1
+        if rule is not None and rule.kind == "rewrite" and rule.set_headers:
+            out_headers.update(rule.set_headers)
         if rule is not None and rule.kind == "lose":
             if request.transport is not None:
                 request.transport.abort()

@@ -84,3 +84,20 @@ async def test_conditional_answers_of_azurite(blob_env: BlobEnv) -> None:
     with pytest.raises(PreconditionFailed):
         await s.rename("c/a", "c/b", src_etag=old.etag)
     assert not blob_env.sdk.get_blob_client("c/b").exists()
+
+
+async def test_two_request_rename_without_metadata(blob_env: BlobEnv) -> None:
+    s = blob_env.store(preserve_metadata=False, via_proxy=True)
+    blob_env.sdk.upload_blob("src/a", b"aaa", metadata={"owner": "spark"})
+    etag = blob_env.sdk.get_blob_client("src/a").get_blob_properties().etag
+    before = blob_env.proxy.forwarded
+    res = await s.rename("src/a", "dst/a", src_etag=etag, rename_id="r-a")
+    assert blob_env.proxy.forwarded - before == 2  # Copy Blob + Delete Blob
+    assert blob_env.sdk.get_blob_client("dst/a").get_blob_properties().metadata == {"amcommitrenameid": "r-a"}
+    assert (await s.rename("src/a", "dst/a", src_etag=etag, rename_id="r-a")).recovered
+    assert res.etag == (await s.stat("dst/a")).etag
+    info = await s.put("src/b", b"v1")
+    await s.put("src/b", b"v2")
+    with pytest.raises(PreconditionFailed):
+        await s.rename("src/b", "dst/b", src_etag=info.etag, rename_id="r-b")
+    assert not blob_env.sdk.get_blob_client("dst/b").exists()

@@ -214,3 +214,17 @@ async def test_blob_throttling_storm(blob_env: BlobEnv) -> None:
     assert blob_env.proxy.rules[0].fired == 20
     assert s.limiter.throttle_events >= 20
     assert sorted(b.name for b in blob_env.sdk.list_blobs()) == sorted(f"out/f{i}" for i in range(8))
+
+
+async def test_blob_pending_copy_is_polled(blob_env: BlobEnv) -> None:
+    # Azurite copies synchronously; the service may answer "pending" and finish later
+    s = blob_env.store(via_proxy=True, copy_poll_interval=0.01)
+    await s.put("src/a", b"aaa")
+    rule = blob_env.proxy.add(
+        "rewrite", method="PUT", header="x-ms-copy-source", set_headers={"x-ms-copy-status": "pending"}
+    )
+    polls = blob_env.proxy.add("before", method="HEAD", path="dst/a", count=None, hook=lambda: None)
+    res = await s.rename("src/a", "dst/a")
+    assert rule.fired == 1 and polls.fired >= 1 and not res.recovered
+    assert res.etag == (await s.stat("dst/a")).etag
+    assert not blob_env.sdk.get_blob_client("src/a").exists()

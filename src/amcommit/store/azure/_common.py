@@ -143,6 +143,11 @@ class AzureBase:
             query = f"{query}&{self._sas}" if query else self._sas
         return URL(f"{base}?{query}" if query else base, encoded=True)
 
+    def url_text(self, path: str) -> str:
+        """The URL of ``path`` as text (with the SAS query, if any), e.g. for a copy source."""
+        base = f"{self._container_url}/{quote_path(path)}"
+        return f"{base}?{self._sas}" if self._sas else base
+
     def headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         h = {"x-ms-version": self.api_version}
         if extra:

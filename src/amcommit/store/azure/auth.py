@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import email.utils
+import functools
 import hashlib
 import hmac
 import inspect
@@ -121,6 +122,7 @@ _LEVEL0_WEIGHT = {c: i + 1 for i, c in enumerate(_LEVEL0_ORDER)}
 _LEVEL1_WEIGHT = {"'": 1, "-": 2}
 
 
+@functools.lru_cache(maxsize=4096)
 def header_sort_key(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Sort key reproducing the service's ordering of canonicalized ``x-ms-*`` headers."""
     lvl0 = []

@@ -17,7 +17,9 @@ Operations and their limits:
   proves an earlier success by the destination's ``rename_id`` (and size): ``stat`` exposes
   it as :attr:`ObjectInfo.rename_id`. Without a caller's ``rename_id`` one is generated per
   call (internal retries can still prove success; a later call cannot). Two concurrent
-  renames of one source are not exclusive (both copies may succeed).
+  renames of one source are not exclusive (both copies may succeed). With
+  ``preserve_metadata=False`` and a known ``src_etag`` the Get Properties is skipped (two
+  requests per rename) and the copy carries only ``amcommitrenameid``.
 * Directories are virtual: ``mkdirs`` is a no-op and writes no ``hdi_isfolder`` marker
   blobs (they cost a request per directory and nothing needs them); markers written by
   other tools are recognised by ``stat`` and ``list`` and removed by recursive deletes.
@@ -94,6 +96,7 @@ class BlobStore(AzureBase):
         copy_poll_interval: float = 0.05,
         copy_timeout: float = 600.0,
         delete_concurrency: int = 32,
+        preserve_metadata: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(container, **options)
@@ -104,6 +107,7 @@ class BlobStore(AzureBase):
         self.copy_poll_interval = copy_poll_interval
         self.copy_timeout = copy_timeout
         self.delete_concurrency = delete_concurrency
+        self.preserve_metadata = preserve_metadata
 
     def _default_root_uri(self) -> str:
         return f"wasb://{self.container}@{self.account}.blob.core.windows.net/"
@@ -313,45 +317,51 @@ class BlobStore(AzureBase):
         if src == dst:
             raise AlreadyExists("source and destination are the same", op="rename", path=dst)
         rid = rename_id or uuid.uuid4().hex
-        try:
-            sh = await self._head(src, "rename")
-        except NotFound:
-            return await self._recover(src, dst, rename_id, None)
-        source = self._info(src, sh)
-        if source.is_dir:
-            raise NotSupported("directory rename on a flat namespace", op="rename", path=src)
-        if src_etag is not None and norm_etag(src_etag) != source.etag:
-            raise PreconditionFailed(
-                f"source etag is {source.etag}, expected {src_etag}", op="rename", path=src
-            )
-        assert source.etag is not None
-        headers = {k: v for k, v in sh.items() if k.lower().startswith(_META)}
-        for k in list(headers):
-            if k.lower() in (f"{_META}{META_RENAME_ID}", f"{_META}{META_PUT_ID}"):
-                del headers[k]
+        headers: dict[str, str] = {}
+        if src_etag is not None and not self.preserve_metadata:
+            etag, size = norm_etag(src_etag), None  # two requests: copy + delete
+        else:
+            try:
+                sh = await self._head(src, "rename")
+            except NotFound:
+                return await self._recover(src, dst, rename_id, None)
+            source = self._info(src, sh)
+            if source.is_dir:
+                raise NotSupported("directory rename on a flat namespace", op="rename", path=src)
+            if src_etag is not None and norm_etag(src_etag) != source.etag:
+                raise PreconditionFailed(
+                    f"source etag is {source.etag}, expected {src_etag}", op="rename", path=src
+                )
+            etag, size = source.etag, source.size
+            if self.preserve_metadata:
+                drop = (f"{_META}{META_RENAME_ID}", f"{_META}{META_PUT_ID}")
+                headers = {
+                    k: v for k, v in sh.items() if k.lower().startswith(_META) and k.lower() not in drop
+                }
+        assert etag is not None
         headers.update(
             {
-                "x-ms-copy-source": str(self.url(src)),
+                "x-ms-copy-source": self.url_text(src),
                 "If-None-Match": "*",
-                "x-ms-source-if-match": source.etag,
+                "x-ms-source-if-match": etag,
                 f"{_META}{META_RENAME_ID}": rid,
             }
         )
         # copy + delete settle together: a cancelled caller never leaves both names behind
         with anyio.CancelScope(shield=True):
-            result = await self._copy_then_delete(src, dst, source, headers, rid, rename_id)
+            result = await self._copy_then_delete(src, dst, etag, size, headers, rid, rename_id)
         return result
 
     async def _copy_then_delete(
         self,
         src: str,
         dst: str,
-        source: ObjectInfo,
+        etag: str,
+        size: int | None,
         headers: dict[str, str],
         rid: str,
         rename_id: str | None,
     ) -> RenameResult:
-        assert source.etag is not None
         recovered = False
         try:
             r = await self.request("rename", "PUT", self.url(dst), path=dst, headers=headers)
@@ -366,14 +376,14 @@ class BlobStore(AzureBase):
             except NotFound:
                 # (Azurite answers a failed source condition with ConditionNotMet)
                 raise PreconditionFailed("source changed", op="rename", path=src, status=e.status) from None
-            if d.rename_id != rid or d.size != source.size:
+            if d.rename_id != rid or (size is not None and d.size != size):
                 raise AlreadyExists("destination exists", op="rename", path=dst, status=e.status) from None
             dst_etag, recovered = d.etag, True  # our own copy, from an earlier attempt
         except NotFound:
             # the source went away between Get Properties and Copy Blob
-            return await self._recover(src, dst, rename_id, source.size)
+            return await self._recover(src, dst, rename_id, size)
         try:
-            await self.request("rename", "DELETE", self.url(src), path=src, headers={"If-Match": source.etag})
+            await self.request("rename", "DELETE", self.url(src), path=src, headers={"If-Match": etag})
         except NotFound as e:
             recovered = recovered or e.attempts > 1
         except PreconditionFailed:

@@ -1,0 +1,248 @@
+"""Rename throughput and client CPU per rename on Azurite: BlobStore vs the official
+azure-storage-blob client, in the same run, interleaved.
+
+    .venv/bin/python -m benchmarks.azure_rename [--n 2000] [--rounds 2] [--size 1024]
+
+Workload: ``n`` blobs of ``size`` bytes are uploaded (not measured), then each is renamed
+``src/i -> dst/i`` the way a job commit does it: never overwriting (``If-None-Match: *``),
+copying only the version the manifest saw (``x-ms-source-if-match``), marking the copy with
+``amcommitrenameid``, then deleting the source only if unchanged (``If-Match``). Measured:
+wall time and *process* CPU time of the rename phase (Azurite runs in its own process; its
+CPU is reported separately). Rows:
+
+* ``BlobStore (3 req)``: the default: Get Properties (to re-send the source's metadata) +
+  Copy Blob + Delete Blob;
+* ``BlobStore (2 req)``: ``preserve_metadata=False`` with the etag known: Copy + Delete;
+* ``azure-storage-blob (3 req)`` / ``(2 req)``: the same requests with
+  ``get_blob_properties`` / ``start_copy_from_url`` / ``delete_blob`` from a thread pool
+  with as many threads as the concurrency.
+
+Every configuration runs at concurrency 8 and 32, ``rounds`` times, interleaved (the order
+alternates), each run on a fresh Azurite (its Delete Blob slows down with every blob it has
+ever held); the table shows medians. Results: ``benchmarks/results/azure_rename.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+import anyio
+
+from amcommit.store.azure import BlobStore
+from amcommit.store.limits import Limiter
+from amcommit.testing.azurite import Azurite
+from benchmarks.common import table, write_json
+
+SDK_API_VERSION = "2026-06-06"  # the newest Azurite 3.37 accepts
+
+Run = Callable[[Azurite, str, list[str], int], dict[str, float]]
+
+
+def server_cpu(pid: int | None) -> float | None:
+    """CPU seconds of the emulator process tree so far (psutil), or None."""
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        procs = [p, *p.children(recursive=True)]
+        return float(sum(x.cpu_times().user + x.cpu_times().system for x in procs))
+    except Exception:
+        return None
+
+
+def _store(az: Azurite, container: str, concurrency: int, **options: Any) -> BlobStore:
+    return BlobStore(container, limiter=Limiter(max_concurrency=concurrency), **az.store_options(), **options)
+
+
+async def _prepare(az: Azurite, container: str, n: int, size: int) -> list[str]:
+    """Create the container and n source blobs; return their etags."""
+    store = _store(az, container, 32)
+    await store.create_container()
+    data = os.urandom(size)
+    etags = [""] * n
+    it = iter(range(n))
+
+    async def worker() -> None:
+        for i in it:
+            etags[i] = (await store.put(f"src/{i:06d}", data)).etag or ""
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(32):
+            tg.start_soon(worker)
+    await store.aclose()
+    return etags
+
+
+def run_store(
+    az: Azurite, container: str, etags: list[str], concurrency: int, *, preserve: bool
+) -> dict[str, float]:
+    async def main() -> dict[str, float]:
+        store = _store(az, container, concurrency, preserve_metadata=preserve)
+        await store.stat("src/000000")  # open the session outside the measurement
+        warm = sum(store.iostats.count(op) + store.iostats.failures(op) for op in ("stat", "rename"))
+        it = iter(range(len(etags)))
+
+        async def worker() -> None:
+            for i in it:
+                await store.rename(f"src/{i:06d}", f"dst/{i:06d}", src_etag=etags[i], rename_id=f"bench-{i}")
+
+        w0, c0 = time.perf_counter(), time.process_time()
+        async with anyio.create_task_group() as tg:
+            for _ in range(concurrency):
+                tg.start_soon(worker)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        requests = (
+            sum(store.iostats.count(op) + store.iostats.failures(op) for op in ("stat", "rename")) - warm
+        )
+        await store.aclose()
+        return {"wall": wall, "cpu": cpu, "requests": requests}
+
+    return anyio.run(main)
+
+
+def run_sdk(
+    az: Azurite, container: str, etags: list[str], concurrency: int, *, preserve: bool
+) -> dict[str, float]:
+    import requests
+    from azure.core import MatchConditions
+    from azure.core.pipeline.transport import RequestsTransport
+    from azure.storage.blob import ContainerClient
+
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=concurrency * 2)
+    session.mount("http://", adapter)
+    cc = ContainerClient(
+        az.endpoint,
+        container,
+        credential={"account_name": az.account, "account_key": az.account_key},
+        api_version=SDK_API_VERSION,
+        transport=RequestsTransport(session=session, session_owner=False),
+    )
+    cc.get_blob_client("src/000000").get_blob_properties()  # warm up
+
+    def one(i: int) -> None:
+        src = cc.get_blob_client(f"src/{i:06d}")
+        dst = cc.get_blob_client(f"dst/{i:06d}")
+        etag, meta = etags[i], {}
+        if preserve:
+            props = src.get_blob_properties()
+            etag, meta = props.etag, dict(props.metadata)
+        meta["amcommitrenameid"] = f"bench-{i}"
+        r = dst.start_copy_from_url(
+            src.url,
+            metadata=meta,
+            match_condition=MatchConditions.IfMissing,
+            source_etag=etag,
+            source_match_condition=MatchConditions.IfNotModified,
+        )
+        while r["copy_status"] == "pending":
+            time.sleep(0.05)
+            r = {"copy_status": dst.get_blob_properties().copy.status}
+        src.delete_blob(etag=etag, match_condition=MatchConditions.IfNotModified)
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        w0, c0 = time.perf_counter(), time.process_time()
+        list(pool.map(one, range(len(etags))))
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    cc.close()
+    session.close()
+    return {"wall": wall, "cpu": cpu, "requests": (3 if preserve else 2) * len(etags)}
+
+
+CLIENTS: dict[str, Callable[..., dict[str, float]]] = {
+    "BlobStore (3 req)": partial(run_store, preserve=True),
+    "BlobStore (2 req)": partial(run_store, preserve=False),
+    "azure-storage-blob (3 req)": partial(run_sdk, preserve=True),
+    "azure-storage-blob (2 req)": partial(run_sdk, preserve=False),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--n", type=int, default=2000, help="renames per run")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per configuration")
+    ap.add_argument("--size", type=int, default=1024, help="blob size in bytes")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    args = ap.parse_args(argv)
+
+    plan = [(label, conc) for conc in args.concurrency for label in CLIENTS]
+    samples: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for rnd in range(args.rounds):
+        for label, conc in plan if rnd % 2 == 0 else list(reversed(plan)):
+            with Azurite() as az:
+                container = f"bench{uuid.uuid4().hex[:12]}"
+                etags = anyio.run(_prepare, az, container, args.n, args.size)
+                pid = az._proc.pid if az._proc is not None else None
+                s0 = server_cpu(pid)
+                r = CLIENTS[label](az, container, etags, conc)
+                s1 = server_cpu(pid)
+            r["server_cpu"] = (s1 - s0) if s0 is not None and s1 is not None else float("nan")
+            samples.setdefault((label, conc), []).append(r)
+            print(
+                f"  round {rnd + 1} {label} c={conc}: {args.n / r['wall']:,.0f} renames/s, "
+                f"{r['cpu'] / args.n * 1000:.3f} client CPU ms/rename",
+                file=sys.stderr,
+            )
+
+    rows = []
+    for (label, conc), runs in sorted(
+        samples.items(), key=lambda kv: (kv[0][1], list(CLIENTS).index(kv[0][0]))
+    ):
+        rows.append(
+            {
+                "client": label,
+                "concurrency": conc,
+                "renames_per_s": round(statistics.median(args.n / r["wall"] for r in runs), 1),
+                "client_cpu_ms_per_rename": round(
+                    statistics.median(r["cpu"] for r in runs) / args.n * 1000, 3
+                ),
+                "server_cpu_ms_per_rename": round(
+                    statistics.median(r["server_cpu"] for r in runs) / args.n * 1000, 3
+                ),
+                "requests_per_rename": round(statistics.median(r["requests"] for r in runs) / args.n, 2),
+                "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+            }
+        )
+    cols = [
+        "client",
+        "concurrency",
+        "renames_per_s",
+        "client_cpu_ms_per_rename",
+        "server_cpu_ms_per_rename",
+        "requests_per_rename",
+    ]
+    title = (
+        f"Blob renames on Azurite 3.37 (in memory), {args.n} x {args.size} B blobs, "
+        f"median of {args.rounds} interleaved rounds"
+    )
+    print()
+    print(table(rows, cols, title))
+    out = write_json(
+        "azure_rename",
+        {
+            "benchmark": "azure_rename",
+            "params": {
+                "n": args.n,
+                "rounds": args.rounds,
+                "size": args.size,
+                "concurrency": args.concurrency,
+            },
+            "emulator": "Azurite 3.37 (azurite-blob --silent --inMemoryPersistence --disableTelemetry)",
+            "rows": rows,
+        },
+    )
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
