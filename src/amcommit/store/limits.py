@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import anyio
 
@@ -123,23 +121,10 @@ class Limiter:
             await anyio.sleep(wait)
             return
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Wait for a token and a concurrency slot; hold the slot for the block."""
-        if self.rate is not None or self._paused_until:
-            await self._take_token()
-        sem = self._sem
-        if sem is None:
-            yield
-            return
-        try:
-            sem.acquire_nowait()  # fast path: no scheduling round trip when a slot is free
-        except anyio.WouldBlock:
-            await sem.acquire()
-        try:
-            yield
-        finally:
-            sem.release()
+    def slot(self) -> _Slot:
+        """``async with limiter.slot():`` wait for a token and a concurrency slot; hold the
+        slot for the block. (A plain class, not a generator: this runs once per request.)"""
+        return _Slot(self)
 
     def succeeded(self) -> None:
         """Report a completed operation (drives the observed rate and the recovery)."""
@@ -189,6 +174,31 @@ class Limiter:
             "rate_decreases": self.rate_decreases,
             "waited_seconds": round(self.waited_seconds, 3),
         }
+
+
+class _Slot:
+    __slots__ = ("_held", "_lim")
+
+    def __init__(self, lim: Limiter) -> None:
+        self._lim = lim
+        self._held = False
+
+    async def __aenter__(self) -> None:
+        lim = self._lim
+        if lim.rate is not None or lim._paused_until:
+            await lim._take_token()
+        sem = lim._sem
+        if sem is not None:
+            try:
+                sem.acquire_nowait()  # fast path: no scheduling round trip when a slot is free
+            except anyio.WouldBlock:
+                await sem.acquire()
+            self._held = True
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._held and self._lim._sem is not None:
+            self._lim._sem.release()
+            self._held = False
 
 
 _shared: dict[str, Limiter] = {}

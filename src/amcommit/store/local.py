@@ -300,19 +300,24 @@ class LocalStore:
         ps, pd = self.os_path(src), self.os_path(dst)
 
         def mv() -> RenameResult:
-            st = os.stat(ps)
-            if src_etag is not None and not stat_mod.S_ISDIR(st.st_mode) and _etag(st) != src_etag:
-                raise PreconditionFailed(
-                    f"source etag is {_etag(st)}, expected {src_etag}", op="rename", path=src
-                )
-            dpar = os.path.dirname(pd)
-            if not os.path.isdir(dpar):
-                os.makedirs(dpar, exist_ok=True)
+            if src_etag is not None:
+                st = os.stat(ps)
+                if not stat_mod.S_ISDIR(st.st_mode) and _etag(st) != src_etag:
+                    raise PreconditionFailed(
+                        f"source etag is {_etag(st)}, expected {src_etag}", op="rename", path=src
+                    )
             try:
-                rename_noreplace(ps, pd)
+                rename_noreplace(ps, pd)  # optimistic: the parent usually exists already
             except FileExistsError:
                 raise AlreadyExists("destination exists", op="rename", path=dst) from None
-            return RenameResult(dst=dst, etag=None if stat_mod.S_ISDIR(st.st_mode) else _etag(st))
+            except FileNotFoundError:
+                os.stat(ps)  # a missing source raises NotFound here
+                os.makedirs(os.path.dirname(pd), exist_ok=True)
+                try:
+                    rename_noreplace(ps, pd)
+                except FileExistsError:
+                    raise AlreadyExists("destination exists", op="rename", path=dst) from None
+            return RenameResult(dst=dst, etag=src_etag)
 
         return await self._run("rename", src, mv, inline=True)
 

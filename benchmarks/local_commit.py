@@ -1,0 +1,145 @@
+"""Local job commit: amcommit vs a sequential rename loop, same files, same run.
+
+Each round prepares a fresh job (``--tasks`` task attempts x ``--files`` files, task
+commits done through amcommit), then runs one contender in a fresh process (so its CPU
+time and peak RSS are its own):
+
+* ``amcommit``: ``commit_job`` with default settings;
+* ``sequential``: the FileOutputCommitter v1 way: one thread renames every file of every
+  committed attempt into place, one at a time (``os.renames``), then writes ``_SUCCESS``.
+
+Rounds alternate between contenders. The destination is verified after every round.
+
+    python -m benchmarks.local_commit --tasks 200 --files 100 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+import anyio
+
+from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job
+from amcommit.committer.layout import JobLayout
+from amcommit.store.local import LocalStore
+from benchmarks.common import Measure, peak_rss_mb, run_isolated, table, write_json
+
+JOB = "202611220200_0001"
+
+
+def write_task_files(root: str, layout: JobLayout, tasks: int, files: int) -> None:
+    for t in range(tasks):
+        work = os.path.join(root, layout.task_attempt_dir(f"attempt_{JOB}_m_{t:06d}_0"))
+        for i in range(files):
+            d = os.path.join(work, f"day={i % 10}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"part-{t:05d}-{i:04d}.parquet"), "wb") as f:
+                f.write(b"x" * 1024)
+
+
+async def prepare(root: str, tasks: int, files: int) -> None:
+    store = LocalStore(root, fsync=False)
+    layout = await setup_job(store, "dest", JOB)
+    write_task_files(root, layout, tasks, files)
+    async with anyio.create_task_group() as tg:
+        for t in range(tasks):
+            tg.start_soon(commit_task, store, layout, f"task_{JOB}_m_{t:06d}", f"attempt_{JOB}_m_{t:06d}_0")
+
+
+def contender(name: str, root: str) -> dict[str, Any]:
+    layout = JobLayout("dest", JOB)
+    dest = os.path.join(root, "dest")
+    with Measure() as m:
+        if name == "amcommit":
+            report = anyio.run(
+                lambda: commit_job(LocalStore(root, fsync=False), "dest", JOB, config=CommitterConfig())
+            )
+            files = report.files
+        else:
+            files = 0
+            tasks_dir = os.path.join(root, layout.tasks_dir)
+            for attempt in sorted(os.listdir(tasks_dir)):
+                base = os.path.join(tasks_dir, attempt)
+                for dirpath, _, names in os.walk(base):
+                    for n in names:
+                        src = os.path.join(dirpath, n)
+                        os.renames(src, os.path.join(dest, os.path.relpath(src, base)))
+                        files += 1
+            with open(os.path.join(dest, "_SUCCESS"), "wb"):
+                pass
+            shutil.rmtree(os.path.join(dest, "_temporary"))
+    return {
+        "contender": name,
+        "files": files,
+        "seconds": m.wall,
+        "files_per_s": files / m.wall,
+        "cpu_ms_per_file": m.cpu * 1000 / files,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def verify(root: str, expected: int) -> None:
+    dest = os.path.join(root, "dest")
+    n = sum(len([f for f in fs if f != "_SUCCESS"]) for d, _, fs in os.walk(dest))
+    if n != expected or os.path.exists(os.path.join(dest, "_temporary")):
+        raise SystemExit(f"verification failed: {n} files, expected {expected}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tasks", type=int, default=200)
+    p.add_argument("--files", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--worker", nargs=2, metavar=("CONTENDER", "ROOT"), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        print(json.dumps(contender(*a.worker)))
+        return
+    rows = []
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    for r in range(a.rounds):
+        for name in ("amcommit", "sequential") if r % 2 == 0 else ("sequential", "amcommit"):
+            root = tempfile.mkdtemp(prefix="amc-local-", dir=base)
+            try:
+                anyio.run(prepare, root, a.tasks, a.files)
+                row = run_isolated("benchmarks.local_commit", ["--worker", name, root])
+                verify(root, a.tasks * a.files)
+                rows.append(row | {"round": r})
+                print(f"round {r} {name}: {row['seconds']:.2f} s", file=sys.stderr)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    best = {
+        n: min((x for x in rows if x["contender"] == n), key=lambda x: x["seconds"])
+        for n in ("amcommit", "sequential")
+    }
+    summary = [best["amcommit"], best["sequential"]]
+    ratio = best["sequential"]["seconds"] / best["amcommit"]["seconds"]
+    print(
+        table(
+            summary,
+            ["contender", "files", "seconds", "files_per_s", "cpu_ms_per_file", "peak_rss_mb"],
+            f"Local job commit, {a.tasks * a.files:,} files in {a.tasks} manifests (best of {a.rounds})",
+        )
+    )
+    print(f"\namcommit is {ratio:.1f}x the sequential rename loop")
+    write_json(
+        "local_commit",
+        {
+            "rows": rows,
+            "best": summary,
+            "speedup_vs_sequential": ratio,
+            "files": a.tasks * a.files,
+            "when": time.time(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
