@@ -228,3 +228,11 @@ def test_manifest_validation_fast_and_exact_paths_agree(mutate: object, message:
     mutate(files[3])  # type: ignore[operator]
     with pytest.raises(ManifestError, match=message):
         check_manifest(m, job_id="j", scope=scope, plain=plain)
+
+
+def test_new_limiter_reacts_to_the_first_throttle() -> None:
+    lim = Limiter(max_concurrency=4, rate=1000.0)
+    lim.throttled()
+    assert lim.rate == 500.0 and lim.rate_decreases == 1
+    lim.throttled()  # within the cooldown: one decrease per interval
+    assert lim.rate == 500.0

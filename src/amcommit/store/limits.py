@@ -69,7 +69,7 @@ class Limiter:
         self._last_refill = now
         self._paused_until = 0.0
         self._last_throttle = -math.inf
-        self._last_change = now
+        self._last_change = -math.inf  # the first throttling answer always counts
         # observed completion rate: EWMA of the interval between completions
         self._last_done = 0.0
         self._ewma_interval = 0.0
