@@ -1,5 +1,6 @@
-"""A SparkSession per test module (``local[2,3]``: 2 cores, a task may fail 3 times, so
-retries happen), helpers to read the destination back.
+"""One SparkSession for all Spark test modules (``local[2,3]``: 2 cores, a task may fail 3
+times, so retries happen). Starting a session and warming up its Python workers takes
+15-30 s on this machine, so the modules share it (package scope).
 
 The Python workers must run this interpreter (pyarrow, amcommit): ``PYSPARK_PYTHON`` is
 set before the session starts."""
@@ -10,7 +11,6 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ def _java_ok() -> bool:
     return bool(shutil.which("java") or (home and os.path.exists(os.path.join(home, "bin", "java"))))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[Any]:
     if not _java_ok():
         pytest.skip("Java is not available")
@@ -46,19 +46,3 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-def data_files(dest: Path) -> dict[str, int]:
-    """Visible files below ``dest`` (relative path -> size), ``_temporary`` included."""
-    out = {}
-    for root, _dirs, files in os.walk(dest):
-        for f in files:
-            full = os.path.join(root, f)
-            out[os.path.relpath(full, dest)] = os.path.getsize(full)
-    return out
-
-
-def rows(df: Any, *cols: str) -> list[tuple[Any, ...]]:
-    """Sorted rows of ``df`` (selected ``cols``) as tuples."""
-    sel = df.select(*cols) if cols else df
-    return sorted(tuple(r) for r in sel.collect())

@@ -29,6 +29,7 @@ from amcommit.errors import ConfigError
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import build_plan, session_defaults
 from amcommit.spark.parquet import HIVE_DEFAULT_PARTITION, PartitionedParquetWriter, partition_dir
+from amcommit.spark.source import _setup_job
 from amcommit.spark.task import decode_manifest, run_task
 from amcommit.store.local import LocalStore
 
@@ -45,6 +46,13 @@ SCHEMA = StructType(
 def plan(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
     opts = {"path": str(tmp_path / "dest"), **{k.lower(): v for k, v in options.items()}}
     return build_plan(opts, SCHEMA, overwrite)
+
+
+def job(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
+    """A plan whose job is set up (as the driver's ``writer()`` does)."""
+    p = plan(tmp_path, overwrite, **options)
+    _setup_job(p)
+    return p
 
 
 @pytest.mark.parametrize(
@@ -209,7 +217,7 @@ def test_denied_attempt_published_last_never_visible(tmp_path: Path) -> None:
     its manifest last but Spark authorised attempt 0. Only attempt 0's rows are visible,
     also after a failed job commit rolled back by abort() (which reads the store's
     manifests: the driver must have replaced attempt 1's)."""
-    p = plan(
+    p = job(
         tmp_path,
         partitionBy="day",
         **{
@@ -236,7 +244,7 @@ def test_denied_attempt_published_last_never_visible(tmp_path: Path) -> None:
     abort_write(p)
     assert _visible(dest) == {}
 
-    p2 = plan(tmp_path, partitionBy="day")
+    p2 = job(tmp_path, partitionBy="day")
     results = [_drive_task(p2, 0, 0), _drive_task(p2, 1, 0)]
     _drive_task(p2, 0, 1)  # denied, published last
     report = commit_write(p2, results)
@@ -254,21 +262,41 @@ def test_denied_attempt_published_last_never_visible(tmp_path: Path) -> None:
 
 
 def test_task_error_cleans_its_attempt(tmp_path: Path) -> None:
-    p = plan(tmp_path, **{"amcommit.testing.fail_task": '{"after_rows": 1}'})
+    p = job(tmp_path, **{"amcommit.testing.fail_task": '{"after_rows": 1}'})
     with pytest.raises(RuntimeError, match="injected task failure"):
         _drive_task(p, 0, 0)
     layout = JobLayout(str(tmp_path / "dest").lstrip("/"), p.job_id)
     store = LocalStore("/")
-    work = store.os_path(layout.tasks_dir)
-    assert os.path.isdir(work) and os.listdir(work) == []
+    assert os.listdir(store.os_path(layout.tasks_dir)) == []
+    assert os.listdir(os.path.dirname(store.os_path(layout.task_attempt_marker("x")))) == []
     anyio.run(store.aclose)
     abort_write(p)
     assert not (tmp_path / "dest" / "_temporary").exists()
 
 
+def test_zombie_attempts_leave_nothing(tmp_path: Path) -> None:
+    """Spark aborts the job while an attempt still runs (or commits it before a speculative
+    attempt finishes): the attempt fails and removes what is left of the job directory."""
+    p = job(tmp_path)
+    batches = iter([pa.record_batch({"id": pa.array([1], pa.int64())})])
+
+    def aborted_midway() -> Any:
+        yield next(batches)
+        abort_write(p)  # the driver aborts while this task writes
+        yield pa.record_batch({"id": pa.array([2], pa.int64())})
+
+    with pytest.raises(Exception, match="not active"):
+        run_task(p, aborted_midway(), partition=3, attempt=0)
+    assert not (tmp_path / "dest").exists() or _visible(tmp_path / "dest") == {}
+    assert not (tmp_path / "dest" / "_temporary").exists()
+    with pytest.raises(Exception, match="not active"):  # a task starting after the job ended
+        _drive_task(p, 0, 0)
+    assert not (tmp_path / "dest" / "_temporary").exists()
+
+
 def test_setup_attempt_ids_are_single_use(tmp_path: Path) -> None:
     """A retried stage starts attempt numbers at 0 again: the id gets a stage bit."""
-    p = plan(tmp_path)
+    p = job(tmp_path)
     a = _drive_task(p, 0, 0)
     b = _drive_task(p, 0, 0)
     assert a.task_attempt_id.endswith("_m_000000_0")

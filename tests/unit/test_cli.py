@@ -77,6 +77,22 @@ def test_errors_are_one_line(argv: list[str], message: str, capsys: pytest.Captu
 
 
 def test_demo_local(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--tasks", "6", "--files", "5", "--failed-attempts", "2"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--no-spark",
+                "--target",
+                "local",
+                "--tasks",
+                "6",
+                "--files",
+                "5",
+                "--failed-attempts",
+                "2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "verified: 30 files" in out and "-> OK" in out

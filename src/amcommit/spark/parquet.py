@@ -147,6 +147,7 @@ class PartitionedParquetWriter:
         self._n = 0
         self._schema: pa.Schema | None = None
         self._part_idx: list[int] = []
+        self._rows_cache: pa.Array | None = None
 
     # -- input ---------------------------------------------------------------------------
     def _data_schema(self, batch_schema: pa.Schema) -> pa.Schema:
@@ -182,7 +183,7 @@ class PartitionedParquetWriter:
             self._append(partition_dir(self.partition_columns, values), _select(batch, data_idx, schema))
             return
         table = pa.Table.from_arrays(
-            [*keys, pa.array(range(batch.num_rows), pa.int64())],
+            [*keys, self._row_numbers(batch.num_rows)],
             names=[*[f"k{i}" for i in range(len(keys))], "row"],
         )
         groups = table.group_by([f"k{i}" for i in range(len(keys))], use_threads=False).aggregate(
@@ -195,6 +196,12 @@ class PartitionedParquetWriter:
             idx = rows_col[g].values
             part = _select(batch.take(idx), data_idx, schema)
             self._append(partition_dir(self.partition_columns, values), part)
+
+    def _row_numbers(self, n: int) -> pa.Array:
+        """``0..n-1`` as an int64 array (a zero-copy slice of a cached one)."""
+        if self._rows_cache is None or len(self._rows_cache) < n:
+            self._rows_cache = pa.array(range(max(n, 65_536)), pa.int64())
+        return self._rows_cache.slice(0, n)
 
     def _append(self, rel_dir: str, batch: pa.RecordBatch) -> None:
         sink = self._sinks.get(rel_dir)

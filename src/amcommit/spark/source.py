@@ -4,8 +4,9 @@ Where each piece runs (PySpark 4 Python Data Source API):
 
 * :meth:`AmcommitDataSource.writer` runs once per write in a Python worker on the driver
   host. It validates every option against the DataFrame's schema (bad options fail here,
-  before any task writes) and creates the job id. The writer object is then pickled once
-  and the same bytes reach every task and the job commit.
+  before anything is written), checks the destination is reachable, creates the job id and
+  sets the job up (``_temporary/manifest_<jobId>/``). The writer object is then pickled
+  once and the same bytes reach every task and the job commit.
 * :meth:`AmcommitWriter.write` runs in executor Python workers, once per task attempt, with
   pyarrow RecordBatches (:mod:`amcommit.spark.task`).
 * :meth:`AmcommitWriter.commit` / :meth:`AmcommitWriter.abort` run in a Python worker on the
@@ -33,6 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from amcommit.committer.job import setup_job
 from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, ConfigError, NotFound
 from amcommit.spark.driver import abort_write, commit_write
@@ -107,6 +109,20 @@ def _check_destination(plan: WritePlan) -> None:
         raise ConfigError(f"cannot use destination {plan.url!r}: {e}") from None
 
 
+def _setup_job(plan: WritePlan) -> None:
+    """Create the job directory (once, on the driver). Tasks refuse to write once its marker
+    is gone: after the job was committed or aborted."""
+
+    async def setup() -> None:
+        store, dest = open_location(plan.url, **plan.store_options)
+        try:
+            await setup_job(store, dest, plan.job_id)
+        finally:
+            await store.aclose()
+
+    run_blocking(setup)
+
+
 class AmcommitDataSource(DataSource):
     """``format("amcommit")``: Parquet through amcommit's manifest committer.
 
@@ -131,6 +147,7 @@ class AmcommitDataSource(DataSource):
             spark_version=pyspark.__version__,
         )
         _check_destination(plan)
+        _setup_job(plan)
         return AmcommitWriter(plan)
 
 

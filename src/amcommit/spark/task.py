@@ -2,10 +2,10 @@
 
 Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d>_<n>``):
 
-1. make sure the job directory exists (idempotent: the first task creates it; writes that
-   never start a task leave nothing behind), set up the attempt (its id is single-use: a
-   retried stage whose attempt numbers start again at 0 gets ``n = k << 16 | attempt``, as
-   Spark's own file writer numbers them);
+1. check that the job is still active (the driver set it up in ``writer()``; its marker is
+   deleted when the job is committed or aborted), set up the attempt (its id is single-use:
+   a retried stage whose attempt numbers start again at 0 gets ``n = k << 16 | attempt``,
+   as Spark's own file writer numbers them);
 2. write Parquet (:mod:`amcommit.spark.parquet`) straight into the attempt directory for a
    local destination, or to local temporary files uploaded with ``store.put`` (up to
    :data:`UPLOADS_IN_FLIGHT` at once, overlapping with encoding) for a cloud one;
@@ -14,11 +14,14 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    published manifest's etag so the driver can tell whether the store holds this attempt's
    manifest or another one's.
 
-On any error the attempt deletes its own directory (``abort_task``) before the error goes
-back to Spark: Spark has no per-task abort hook for Python data sources. Files of attempts
-that die without cleaning up (killed executors) or are denied the commit by Spark stay in
-their own attempt directory, are never renamed (only manifests Spark hands to the driver
-are committed) and are deleted by the job commit's cleanup.
+On any error the attempt deletes everything it created (``abort_task`` and its attempt
+marker) before the error goes back to Spark: Spark has no per-task abort hook for Python
+data sources. Spark calls the job's ``abort()`` as soon as one task has failed for good,
+while other attempts may still run until they are killed: such a zombie finds the job
+marker gone when it fails or finishes and then removes what is left of the job directory.
+Files of attempts that die without cleaning up (killed executors) or are denied the commit
+by Spark stay in their own attempt directory, are never renamed (only manifests Spark hands
+to the driver are committed) and are deleted by the job commit's cleanup.
 """
 
 from __future__ import annotations
@@ -38,10 +41,9 @@ import msgspec
 import pyarrow as pa
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from amcommit.committer.job import setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import abort_task, commit_task, setup_task
-from amcommit.errors import CommitError
+from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
 from amcommit.spark.options import WritePlan
 from amcommit.spark.parquet import PartitionedParquetWriter
@@ -91,10 +93,37 @@ async def _open(plan: WritePlan) -> tuple[Store, str]:
     return open_location(plan.url, **plan.store_options)
 
 
-async def ensure_job(store: Store, layout: JobLayout) -> None:
-    """Create the job directory unless another task did already (idempotent)."""
-    with contextlib.suppress(CommitError):
-        await setup_job(store, layout.dest, layout.job_id, job_attempt=layout.job_attempt)
+async def job_active(store: Store, layout: JobLayout) -> bool:
+    """True while the job is set up and neither committed nor aborted (its marker exists)."""
+    try:
+        await store.stat(layout.job_marker)
+    except NotFound:
+        return False
+    return True
+
+
+async def check_job_active(store: Store, layout: JobLayout) -> None:
+    if not await job_active(store, layout):
+        raise CommitError(
+            f"job {layout.job_id} is not active (already committed or aborted): this task attempt "
+            "is a leftover and writes nothing",
+            stage="setup_task",
+        )
+
+
+async def discard_attempt(store: Store, layout: JobLayout, attempt_id: str) -> None:
+    """Delete everything this attempt created. If the job is over meanwhile (a zombie
+    attempt: Spark aborted or committed the job while it ran), also delete what is left of
+    the job directory, and ``_temporary`` if that is then empty. Errors are ignored."""
+    with contextlib.suppress(Exception):
+        await abort_task(store, layout, attempt_id)
+    with contextlib.suppress(Exception):
+        await store.delete(layout.task_attempt_marker(attempt_id))
+    with contextlib.suppress(Exception):
+        if not await job_active(store, layout):
+            await store.delete(layout.job_dir, recursive=True)
+            with contextlib.suppress(Exception):
+                await store.delete(layout.temp_root)  # only if empty
 
 
 async def setup_attempt(store: Store, layout: JobLayout, partition: int, attempt: int) -> tuple[str, str]:
@@ -161,7 +190,7 @@ def run_task(
         store, dest = portal.call(_open, plan)
         try:
             layout = JobLayout(dest, plan.job_id)
-            portal.call(ensure_job, store, layout)
+            portal.call(check_job_active, store, layout)
             attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt)
             task_id, _ = task_ids(plan.job_id, partition, 0)
             tmp: str | None = None
@@ -227,12 +256,13 @@ def run_task(
                     )
                 )
                 info = portal.call(store.stat, layout.manifest_path(task_id))
+                portal.call(check_job_active, store, layout)  # not a zombie of a finished job
             except BaseException:
                 writer.abort()
                 if uploads is not None:
                     uploads.cancel()
-                with contextlib.suppress(Exception):
-                    portal.call(abort_task, store, layout, attempt_id)
+                with contextlib.suppress(BaseException):
+                    portal.call(discard_attempt, store, layout, attempt_id)
                 raise
             finally:
                 if tmp is not None:

@@ -1,0 +1,63 @@
+"""Helpers of the Spark tests: a DataFrame with many column types, writing through amcommit
+and reading the destination back."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def make_df(spark: Any, n: int = 20_000, start: int = 0, cats: str = "abc", parts: int = 4) -> Any:
+    from pyspark.sql import functions as F
+
+    k = len(cats)
+    return (
+        spark.range(start, start + n, numPartitions=parts)
+        .withColumn("cat", F.substring(F.lit(cats), (F.col("id") % k + 1).cast("int"), 1))
+        .withColumn("day", F.date_add(F.lit("2026-11-01").cast("date"), (F.col("id") % 2).cast("int")))
+        .withColumn("amount", (F.col("id") * 1.5).cast("double"))
+        .withColumn("price", (F.col("id") / 100).cast("decimal(12,2)"))
+        .withColumn("flag", F.col("id") % 7 == 0)
+        .withColumn("ts", F.timestamp_seconds(F.col("id") + 1_790_000_000))
+        .withColumn("name", F.when(F.col("id") % 11 == 0, None).otherwise(F.concat(F.lit("n"), F.col("id"))))
+        .withColumn("tags", F.array(F.col("cat"), F.lit("t")))
+    )
+
+
+def read(spark: Any, dest: Path, schema: Any) -> Any:
+    """The destination read back with the written schema, columns in the written order
+    (Spark puts partition columns last)."""
+    return spark.read.schema(schema).parquet(str(dest)).select(*schema.fieldNames())
+
+
+def success(dest: Path) -> dict[str, Any]:
+    return dict(json.loads((dest / "_SUCCESS").read_text()))
+
+
+def no_temporary(dest: Path) -> bool:
+    return not (dest / "_temporary").exists()
+
+
+def writer(df: Any, mode: str = "append", **options: Any) -> Any:
+    w = df.write.format("amcommit").mode(mode)
+    for k, v in options.items():
+        w = w.option(k, v if isinstance(v, str) else json.dumps(v))
+    return w
+
+
+def data_files(dest: Path) -> dict[str, int]:
+    """Visible files below ``dest`` (relative path -> size), ``_temporary`` included."""
+    out = {}
+    for root, _dirs, files in os.walk(dest):
+        for f in files:
+            full = os.path.join(root, f)
+            out[os.path.relpath(full, dest)] = os.path.getsize(full)
+    return out
+
+
+def rows(df: Any, *cols: str) -> list[tuple[Any, ...]]:
+    """Sorted rows of ``df`` (selected ``cols``) as tuples."""
+    sel = df.select(*cols) if cols else df
+    return sorted(tuple(r) for r in sel.collect())

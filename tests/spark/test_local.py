@@ -1,0 +1,239 @@
+"""``df.write.format("amcommit")`` on local files with a real SparkSession (local[2,3]).
+
+Covers the round trip, task retries after writing (the failed attempt's files never become
+visible), jobs whose tasks all fail, a job commit failing midway followed by Spark's
+abort(), overwrite and dynamic partition overwrite (also failing), bad options, Spark conf
+through ``register``, and empty DataFrames.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from amcommit.committer.sync import BlockingCommitter
+from tests.spark.helpers import data_files, make_df, no_temporary, read, rows, success, writer
+
+pytestmark = pytest.mark.spark
+
+N = 20_000
+
+
+def test_round_trip_and_append(spark: Any, tmp_path: Path) -> None:
+    """Auto-registered source (module pyspark_amcommit): every row comes back, typed."""
+    dest = tmp_path / "events"
+    df = make_df(spark)
+    writer(df, partitionBy="cat,day").save(str(dest))
+    back = read(spark, dest, df.schema)
+    assert rows(back) == rows(df)
+    s = success(dest)
+    assert s["success"] and s["committer"] == "amcommit" and s["metrics"]["manifests"] == 4
+    files = [f for f in data_files(dest) if f.endswith(".parquet")]
+    assert len(files) == s["metrics"]["files"] == 4 * 3 * 2
+    assert all(f.split("/")[0].startswith("cat=") and f.split("/")[1].startswith("day=") for f in files)
+    assert all(s["jobId"] in f for f in files) and no_temporary(dest)
+    md = pq.ParquetFile(dest / files[0]).metadata
+    assert md.row_group(0).column(0).compression == "SNAPPY"
+    assert b"org.apache.spark.sql.parquet.row.metadata" in md.metadata
+
+    more = make_df(spark, n=5_000, start=N)
+    writer(more, partitionBy="cat,day").save(str(dest))
+    assert rows(read(spark, dest, df.schema)) == rows(df.unionByName(more))
+
+
+def test_task_retried_after_writing_files(spark: Any, tmp_path: Path) -> None:
+    """Partition 1's first attempt writes files (small row groups), then raises: it cleans up
+    its own attempt, Spark retries it, every row is there exactly once."""
+    dest = tmp_path / "retry"
+    df = make_df(spark)
+    writer(
+        df,
+        partitionBy="cat",
+        rowGroupRows="500",
+        maxRecordsPerFile="1000",
+        **{"amcommit.testing.fail_task": {"partitions": [1], "attempts": [0], "after_rows": 4000}},
+    ).save(str(dest))
+    assert rows(read(spark, dest, df.schema)) == rows(df)
+    assert no_temporary(dest) and success(dest)["metrics"]["manifests"] == 4
+
+
+def test_crashed_attempt_files_never_visible(spark: Any, tmp_path: Path) -> None:
+    """Partition 0's first attempt finishes its files and then its Python worker dies (no
+    cleanup at all). Its files stay in its attempt directory and are never renamed; the
+    committed job's cleanup (run here by resuming the commit, since cleanup was skipped to
+    look at them) deletes them."""
+    dest = tmp_path / "crash"
+    df = make_df(spark)
+    writer(
+        df,
+        partitionBy="cat",
+        cleanup_skipped="true",
+        **{
+            "amcommit.testing.fail_task": {
+                "partitions": [0],
+                "attempts": [0],
+                "after_rows": 3000,
+                "how": "exit",
+            }
+        },
+    ).save(str(dest))
+    job_id = success(dest)["jobId"]
+    files = data_files(dest)
+    leftovers = [f for f in files if f.startswith("_temporary/") and f.endswith(".parquet")]
+    crashed = [f for f in leftovers if f"attempt_{job_id}_m_000000_0/" in f]
+    assert crashed, f"the crashed attempt's files should be in its attempt dir: {sorted(files)}"
+    assert rows(read(spark, dest, df.schema)) == rows(df)  # no duplicates, nothing missing
+
+    BlockingCommitter(str(dest), job_id).commit_job()  # already committed: cleanup only
+    assert no_temporary(dest)
+    assert rows(read(spark, dest, df.schema)) == rows(df)
+
+
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [("append", {}), ("overwrite", {}), ("overwrite", {"partitionOverwriteMode": "dynamic"})],
+    ids=["append", "overwrite", "dynamic"],
+)
+def test_all_tasks_fail_destination_as_before(
+    spark: Any, tmp_path: Path, mode: str, options: dict[str, str]
+) -> None:
+    dest = tmp_path / "allfail"
+    old = make_df(spark, n=3_000)
+    writer(old, partitionBy="cat").save(str(dest))
+    before = data_files(dest)
+    fail = {"partitions": None, "attempts": [0, 1, 2, 3], "after_rows": 100}
+    with pytest.raises(Exception, match="injected task failure"):
+        writer(
+            make_df(spark, n=6_000, start=10_000, cats="bd", parts=2),
+            mode,
+            partitionBy="cat",
+            rowGroupRows="100",
+            **options,
+            **{"amcommit.testing.fail_task": fail},
+        ).save(str(dest))
+    assert data_files(dest) == before
+    assert rows(read(spark, dest, old.schema)) == rows(old)
+
+
+def _fault(path: str, op: str, after: int) -> str:
+    return json.dumps(
+        [{"phase": "commit", "op": op, "path": path, "after": after, "error": "PermissionDenied"}]
+    )
+
+
+def test_commit_fails_midway_then_abort_rolls_back(spark: Any, tmp_path: Path) -> None:
+    """An overwrite whose job commit fails after a few renames: abort() rolls back, the old
+    data is all there and only there."""
+    dest = tmp_path / "midway"
+    old = make_df(spark, n=3_000)
+    writer(old, partitionBy="cat").save(str(dest))
+    before = data_files(dest)
+    new = make_df(spark, n=4_000, start=50_000)
+    with pytest.raises(Exception, match=r"PermissionDenied|rename"):
+        writer(
+            new,
+            "overwrite",
+            partitionBy="cat",
+            **{"amcommit.testing.driver_faults": _fault("*.parquet", "rename", 3)},
+        ).save(str(dest))
+    assert data_files(dest) == before
+    assert rows(read(spark, dest, old.schema)) == rows(old)
+
+
+def test_commit_fails_past_point_of_no_return_then_abort_completes(spark: Any, tmp_path: Path) -> None:
+    """The overwrite's renames are done, deleting the old files fails: abort() completes the
+    commit (the destination holds exactly the new data) although Spark reports a failure."""
+    dest = tmp_path / "pnr"
+    old = make_df(spark, n=3_000)
+    writer(old, partitionBy="cat").save(str(dest))
+    old_job = success(dest)["jobId"]
+    new = make_df(spark, n=4_000, start=50_000)
+    with pytest.raises(Exception, match=r"PermissionDenied|delete"):
+        writer(
+            new,
+            "overwrite",
+            partitionBy="cat",
+            **{"amcommit.testing.driver_faults": _fault(f"*{old_job}*.parquet", "delete", 1)},
+        ).save(str(dest))
+    assert rows(read(spark, dest, new.schema)) == rows(new)
+    assert no_temporary(dest) and success(dest)["jobId"] != old_job
+
+
+def test_overwrite_static_and_dynamic(spark: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "ow"
+    old = make_df(spark, n=3_000, cats="abc")
+    writer(old, partitionBy="cat").save(str(dest))
+    new = make_df(spark, n=2_000, start=10_000, cats="bd")
+    writer(new, "overwrite", partitionBy="cat", partitionOverwriteMode="dynamic").save(str(dest))
+    expected = old.where("cat in ('a', 'c')").unionByName(new)
+    back = read(spark, dest, old.schema)
+    assert rows(back) == rows(expected)
+    assert sorted(p for p in data_files(dest) if "=" in p.split("/")[0]) and no_temporary(dest)
+    assert {f.split("/")[0] for f in data_files(dest) if f.endswith(".parquet")} == {
+        "cat=a",
+        "cat=b",
+        "cat=c",
+        "cat=d",
+    }
+
+    newest = make_df(spark, n=1_000, start=90_000, cats="e")
+    writer(newest, "overwrite", partitionBy="cat").save(str(dest))
+    assert rows(read(spark, dest, old.schema)) == rows(newest)
+    assert {f.split("/")[0] for f in data_files(dest) if f.endswith(".parquet")} == {"cat=e"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "message"),
+    [
+        ("append", {"format": "orc"}, "unsupported file format 'orc'"),
+        (
+            "append",
+            {"partitionBy": "category"},
+            "partition column 'category' is not in the DataFrame's columns",
+        ),
+        ("append", {"partitionBy": "tags"}, "cannot be a partition value"),
+        ("append", {"compresion": "zstd"}, "did you mean 'compression'"),
+        ("ignore", {}, "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"),
+        ("errorifexists", {}, "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"),
+    ],
+)
+def test_bad_options_fail_before_any_task(
+    spark: Any, tmp_path: Path, mode: str, options: dict[str, str], message: str
+) -> None:
+    dest = tmp_path / "bad"
+    with pytest.raises(Exception, match=message):
+        writer(make_df(spark, n=100), mode, **options).save(str(dest))
+    assert not dest.exists()
+
+
+def test_partition_by_is_rejected_by_spark(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="partitioning"):
+        make_df(spark, n=10).write.format("amcommit").mode("append").partitionBy("cat").save(str(tmp_path))
+
+
+def test_spark_conf_through_register_and_empty_dataframe(spark: Any, tmp_path: Path) -> None:
+    from amcommit.spark import register
+
+    spark.conf.set("spark.amcommit.compression", "gzip")
+    spark.conf.set("spark.hadoop.mapreduce.manifest.committer.io.threads", "4")
+    try:
+        register(spark)
+        dest = tmp_path / "conf"
+        df = make_df(spark, n=1_000)
+        writer(df).save(str(dest))
+        f = next(p for p in data_files(dest) if p.endswith(".parquet"))
+        assert pq.ParquetFile(dest / f).metadata.row_group(0).column(0).compression == "GZIP"
+        assert rows(read(spark, dest, df.schema)) == rows(df)
+
+        empty = tmp_path / "empty"
+        writer(df.where("id < 0"), "overwrite").save(str(empty))
+        back = spark.read.parquet(str(empty))  # schema readable from the one empty file
+        assert back.count() == 0 and back.columns == df.columns
+    finally:
+        spark.conf.unset("spark.amcommit.compression")
+        spark.conf.unset("spark.hadoop.mapreduce.manifest.committer.io.threads")
+        register(spark)
