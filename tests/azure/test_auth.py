@@ -277,3 +277,22 @@ async def test_open_store_urls(azurite: Azurite, adls_server: AdlsTestServer) ->
         open_store("abfs://fs@127.0.0.1:1/")
     with pytest.raises(ConfigError):
         open_store("abfs://nofilesystem.dfs.core.windows.net/")
+
+
+async def test_connection_failures_do_not_show_the_sas() -> None:
+    import traceback
+
+    from amcommit.errors import Transient
+    from amcommit.store.retry import RetryPolicy
+    from amcommit.testing.azurite import free_port
+
+    store = BlobStore(
+        "cont",
+        endpoint=f"http://127.0.0.1:{free_port()}/devstoreaccount1",  # nothing listens here
+        sas_token="sv=2025-01-05&sp=r&sig=CONNSECRET%3D",
+        retry=RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.002),
+    )
+    with pytest.raises(Transient) as ei:
+        await store.get("f")
+    await store.aclose()
+    assert "CONNSECRET" not in "".join(traceback.format_exception(ei.value))

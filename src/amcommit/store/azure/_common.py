@@ -64,7 +64,16 @@ def split_authority(authority: str) -> tuple[str, str]:
 
 
 class AzureBase:
-    """Endpoint, credential, HTTP client and statistics of one container / filesystem."""
+    """Endpoint, credential, HTTP client and statistics of one container / filesystem.
+
+    ``endpoint`` is the account endpoint: ``https://acct.blob.core.windows.net``,
+    ``https://acct.dfs.core.windows.net`` or, path style, ``http://127.0.0.1:PORT/acct``
+    (Azurite, the ADLS test server). ``account`` defaults to the endpoint's path or first
+    host label. Credentials: one of ``account_key``, ``sas_token``, ``token_provider``,
+    ``credential`` (else anonymous). ``limiter`` defaults to a private
+    ``Limiter(max_concurrency=64)``; pass :func:`~amcommit.store.limits.shared_limiter` to
+    share one budget per account across stores and jobs.
+    """
 
     _service = ""
 
@@ -149,6 +158,7 @@ class AzureBase:
         return f"{base}?{self._sas}" if self._sas else base
 
     def headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """Request headers: ``x-ms-version`` plus ``extra`` (auth is added per attempt)."""
         h = {"x-ms-version": self.api_version}
         if extra:
             h.update(extra)
@@ -166,6 +176,14 @@ class AzureBase:
         idempotent: bool = True,
         retry: RetryPolicy | None = None,
     ) -> HttpResponse:
+        """Send one logical request through the shared HTTP client (limiter, retries,
+        statistics, typed errors).
+
+        ``idempotent=False`` disables retries (a lost answer then surfaces as
+        :class:`~amcommit.errors.Transient`). Mutations (anything but GET/HEAD) run shielded
+        from cancellation: once sent, the caller waits for the answer, an error or the
+        request timeout, so nothing lands on the service after the caller has moved on.
+        """
         hdrs = self.headers(headers)
         if data:
             hdrs["Content-Length"] = str(len(data))

@@ -25,11 +25,12 @@ Operations and their limits:
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
+
+import msgspec
 
 from amcommit.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, Transient
 from amcommit.store.azure._common import (
@@ -142,8 +143,8 @@ class DfsStore(AzureBase):
                     raise
                 return
             try:
-                paths = json.loads(r.body).get("paths", [])
-            except (ValueError, AttributeError):
+                paths = msgspec.json.decode(r.body).get("paths", [])
+            except (msgspec.DecodeError, AttributeError):
                 raise Transient("malformed List Paths answer", op="list", path=prefix) from None
             for p in paths:
                 name = p.get("name", "")
