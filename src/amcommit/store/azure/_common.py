@@ -9,7 +9,7 @@ from urllib.parse import quote
 import anyio
 from yarl import URL
 
-from amcommit.errors import ConfigError, InvalidInput
+from amcommit.errors import AlreadyExists, ConfigError, InvalidInput, NotFound
 from amcommit.iostats import IOStatistics
 from amcommit.store.azure.auth import (
     Credential,
@@ -145,6 +145,22 @@ class AzureBase:
         )
 
     # -- URLs ------------------------------------------------------------------------------
+    async def _create_root(self, op: str, query: str) -> bool:
+        """Create the container / filesystem (``query`` selects which); False if it existed."""
+        try:
+            await self.request(op, "PUT", self.url("", query), path="")
+        except AlreadyExists:
+            return False
+        return True
+
+    async def _delete_root(self, op: str, query: str) -> bool:
+        """Delete the container / filesystem and everything in it; False if it did not exist."""
+        try:
+            await self.request(op, "DELETE", self.url("", query), path="")
+        except NotFound:
+            return False
+        return True
+
     def url(self, path: str, query: str = "") -> URL:
         """Encoded URL of ``path`` in the container (``""``: the container itself)."""
         base = f"{self._container_url}/{quote_path(path)}" if path else self._container_url

@@ -115,19 +115,11 @@ class BlobStore(AzureBase):
     # -- container -------------------------------------------------------------------------
     async def create_container(self) -> bool:
         """Create the container; False if it already existed."""
-        try:
-            await self.request("container", "PUT", self.url("", "restype=container"), path="")
-        except AlreadyExists:
-            return False
-        return True
+        return await self._create_root("container", "restype=container")
 
     async def delete_container(self) -> bool:
         """Delete the container and everything in it; False if it did not exist."""
-        try:
-            await self.request("container", "DELETE", self.url("", "restype=container"), path="")
-        except NotFound:
-            return False
-        return True
+        return await self._delete_root("container", "restype=container")
 
     # -- helpers ---------------------------------------------------------------------------
     def _info(self, path: str, headers: CIMultiDictProxy[str]) -> ObjectInfo:

@@ -94,19 +94,11 @@ class DfsStore(AzureBase):
     # -- filesystem ------------------------------------------------------------------------
     async def create_filesystem(self) -> bool:
         """Create the filesystem; False if it already existed."""
-        try:
-            await self.request("filesystem", "PUT", self.url("", "resource=filesystem"), path="")
-        except AlreadyExists:
-            return False
-        return True
+        return await self._create_root("filesystem", "resource=filesystem")
 
     async def delete_filesystem(self) -> bool:
         """Delete the filesystem and everything in it; False if it did not exist."""
-        try:
-            await self.request("filesystem", "DELETE", self.url("", "resource=filesystem"), path="")
-        except NotFound:
-            return False
-        return True
+        return await self._delete_root("filesystem", "resource=filesystem")
 
     create_container = create_filesystem
     delete_container = delete_filesystem
