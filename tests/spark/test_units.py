@@ -32,6 +32,7 @@ from amcommit.spark.parquet import HIVE_DEFAULT_PARTITION, PartitionedParquetWri
 from amcommit.spark.source import _setup_job
 from amcommit.spark.task import decode_manifest, run_task
 from amcommit.store.local import LocalStore
+from amcommit.store.urls import open_location
 
 SCHEMA = StructType(
     [
@@ -109,6 +110,9 @@ def test_modes_and_conf(tmp_path: Path) -> None:
     cfg = p.config()
     assert (cfg.io_threads, cfg.validate_output, p.compression) == (9, True, "zstd")
     assert plan(tmp_path, partitionBy=" Day , CAT ").partition_columns == ("day", "cat")
+    rel = build_plan({"path": "rel/dir"}, SCHEMA, False)
+    assert rel.url == os.path.abspath("rel/dir") and not rel.remote  # executors may have another cwd
+    assert build_plan({"path": "gs://b/x"}, SCHEMA, False).remote
 
 
 def test_partition_dir_names() -> None:
@@ -302,3 +306,34 @@ def test_setup_attempt_ids_are_single_use(tmp_path: Path) -> None:
     assert a.task_attempt_id.endswith("_m_000000_0")
     assert b.task_attempt_id.endswith(f"_m_000000_{1 << 16}")
     assert commit_write(p, [b]).files == 1
+
+
+def test_remote_task_uploads_rolled_files(fake_gcs: Any, tmp_path: Path) -> None:
+    """Cloud destination: files are written locally, uploaded (several in flight, bounded),
+    and the job commit renames exactly them."""
+    import uuid
+
+    bucket = f"amc-units-{uuid.uuid4().hex[:10]}"
+    fake_gcs.create_bucket(bucket)
+    url = f"gs://{bucket}/t/events"
+    p = build_plan(
+        {"path": url, "endpoint": fake_gcs.url, "partitionby": "day", "maxrecordsperfile": "700"},
+        SCHEMA,
+        False,
+    )
+    _setup_job(p)
+    results = [_drive_task(p, i, 0) for i in range(2)]
+    assert all(r.files == 6 for r in results)  # 2 days x 1500 rows / 700 per file
+    report = commit_write(p, results)
+    assert report.files == 12 and report.success
+
+    async def listing() -> dict[str, int]:
+        store, dest = open_location(url, endpoint=fake_gcs.url)
+        try:
+            return {i.path[len(dest) + 1 :]: i.size async for i in store.list(dest, recursive=True)}
+        finally:
+            await store.aclose()
+
+    names = anyio.run(listing)
+    assert "_SUCCESS" in names and not [n for n in names if n.startswith("_temporary")]
+    assert len([n for n in names if n.endswith(".parquet")]) == 12

@@ -226,8 +226,9 @@ def _run(args: argparse.Namespace, target: Target, tasks: int, failed: int) -> i
             hook = {"partitions": list(range(failed)), "attempts": [0], "after_rows": args.rows // tasks // 2}
             w = w.option("amcommit.testing.fail_task", json.dumps(hook))
         _say(
-            f"writing {args.rows:,} rows in {tasks} tasks, partitioned by day ({args.days} days); "
-            f"the first attempt of {failed} task(s) fails after writing files ..."
+            f"writing {args.rows:,} rows in {tasks} tasks, partitioned by day ({args.days} days)"
+            + (f"; the first attempt of {failed} task(s) fails after writing files" if failed else "")
+            + " ..."
         )
         t1 = time.perf_counter()
         w.save(target.url)

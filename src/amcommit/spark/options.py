@@ -49,7 +49,7 @@ WRITER_OPTIONS: dict[str, str] = {
     "maxrecordsperfile": "roll to a new file after this many rows (0: no limit)",
     "rowgrouprows": "rows per Parquet row group (default 1048576)",
     "rowgroupbytes": "in-memory bytes per row group (default 128 MiB)",
-    "maxfilebytes": "roll to a new file past this size (default: none local, 512 MiB remote)",
+    "maxfilebytes": "roll to a new file past this size (default: none local, 256 MiB remote)",
     "maxopenfiles": "open files per task before the least recently used is closed (default 100)",
 }
 """Writer options (lowercase) and what they mean."""
@@ -331,7 +331,9 @@ def build_plan(
     parse_driver_faults(testing.get("driver_faults"))
 
     remote = parsed.scheme != "file"
-    max_file_bytes_default = 512 * MiB if remote else 0
+    if not remote:
+        url = "/" + parsed.path  # resolved on the driver: executors may have another cwd
+    max_file_bytes_default = 256 * MiB if remote else 0
     return WritePlan(
         url=url,
         job_id=job_id or new_job_id(),

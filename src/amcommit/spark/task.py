@@ -7,8 +7,9 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    a retried stage whose attempt numbers start again at 0 gets ``n = k << 16 | attempt``,
    as Spark's own file writer numbers them);
 2. write Parquet (:mod:`amcommit.spark.parquet`) straight into the attempt directory for a
-   local destination, or to local temporary files uploaded with ``store.put`` (up to
-   :data:`UPLOADS_IN_FLIGHT` at once, overlapping with encoding) for a cloud one;
+   local destination, or to local temporary files uploaded with ``store.put`` (a few at
+   once, overlapping with encoding; each file is read into memory for its upload, as the
+   store has no streaming upload yet, hence ``maxFileBytes``) for a cloud one;
 3. commit the task: the manifest is built, saved and published (an atomic rename where the
    store has one); the manifest travels to the driver inside the commit message, with the
    published manifest's etag so the driver can tell whether the store holds this attempt's
@@ -54,6 +55,8 @@ from amcommit.store.urls import open_location
 
 UPLOADS_IN_FLIGHT = 4
 """Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
+UPLOAD_BYTES_IN_FLIGHT = 256 * 1024 * 1024
+"""Bytes of finished files held in memory for uploads by one task (at least one file)."""
 
 _manifest_encoder = msgspec.msgpack.Encoder()
 _manifest_decoder = msgspec.msgpack.Decoder(TaskManifest)
@@ -139,30 +142,43 @@ async def setup_attempt(store: Store, layout: JobLayout, partition: int, attempt
 
 
 class _Uploads:
-    """Finished local files uploaded in the background through the portal's event loop."""
+    """Finished local files uploaded in the background through the portal's event loop:
+    at most :data:`UPLOADS_IN_FLIGHT` files and :data:`UPLOAD_BYTES_IN_FLIGHT` bytes (one
+    file always) are held in memory at once."""
 
     def __init__(self, portal: BlockingPortal, store: Store, work: str) -> None:
         self.portal, self.store, self.work = portal, store, work
-        self.pending: deque[Future[Any]] = deque()
+        self.pending: deque[tuple[Future[Any], int]] = deque()
+        self.in_flight = 0
+
+    def _wait_oldest(self) -> None:
+        fut, size = self.pending.popleft()
+        self.in_flight -= size
+        fut.result()
 
     def __call__(self, rel: str, local: str) -> None:
+        size = os.path.getsize(local)
+        while self.pending and (
+            len(self.pending) >= UPLOADS_IN_FLIGHT or self.in_flight + size > UPLOAD_BYTES_IN_FLIGHT
+        ):
+            self._wait_oldest()
         with open(local, "rb") as f:
             data = f.read()
         os.unlink(local)
-        while len(self.pending) >= UPLOADS_IN_FLIGHT:
-            self.pending.popleft().result()
-        self.pending.append(self.portal.start_task_soon(self.store.put, join(self.work, rel), data))
+        self.pending.append((self.portal.start_task_soon(self.store.put, join(self.work, rel), data), size))
+        self.in_flight += size
 
     def wait(self) -> None:
         while self.pending:
-            self.pending.popleft().result()
+            self._wait_oldest()
 
     def cancel(self) -> None:
         while self.pending:
-            fut = self.pending.popleft()
+            fut, _ = self.pending.popleft()
             fut.cancel()
             with contextlib.suppress(BaseException):
                 fut.result()
+        self.in_flight = 0
 
 
 def run_task(
