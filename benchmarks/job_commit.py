@@ -452,13 +452,15 @@ def run_matrix(
     seq_sample_above: int = 5000,
     seq_sample_tasks: int = 20,
     log: Any = sys.stderr,
+    kinds: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every backend x size x contender, ``rounds`` times, interleaved; one row per run."""
+    """Every backend x size x contender (``kinds``: a subset of amcommit, raw,
+    threadpool, sequential), ``rounds`` times, interleaved; one row per run."""
     runs: list[dict[str, Any]] = []
     for kind in backends:
         for files in sizes:
             sample = seq_sample_tasks if files > seq_sample_above else None
-            plan = contenders(concurrency, sample)
+            plan = [c for c in contenders(concurrency, sample) if kinds is None or c.kind in kinds]
             for rnd in range(rounds):
                 order = plan if rnd % 2 == 0 else list(reversed(plan))
                 for c in order:

@@ -1,0 +1,313 @@
+"""The benchmark suite in one command: tables, JSON, a PNG plot and the targets.
+
+    .venv/bin/python -m benchmarks [--quick] [--only emulators,latency,throttle,scale,spark]
+    ./run bench [--quick] [--only ...]
+
+Scenarios (see each module's docstring for what exactly runs and is measured):
+
+* ``emulators`` (benchmarks/job_commit.py): job commit on Azurite and fake-gcs-server,
+  2,000 and 20,000 files in 200 task manifests, amcommit at concurrency 8/32/128 vs v1
+  sequential vs thread pool 32 vs the raw emulator ceiling;
+* ``latency`` (benchmarks/latency_proxy.py): 50 ms added to every request by a loopback
+  proxy, 20,000 files: amcommit vs thread pool vs sequential (sampled);
+* ``throttle``: 10% of requests answered 503/429 with Retry-After, 20,000 files;
+* ``scale`` (benchmarks/scale.py): 1,000,000 files in 10,000 synthetic manifests;
+* ``spark`` (benchmarks/spark_committers.py): local job commit of 2,000 files, amcommit vs
+  Hadoop's FileOutputCommitter v1/v2 and ManifestCommitter; rows/s of whole Spark writes.
+
+``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
+writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
+``benchmarks.json`` (every run), ``benchmarks.md`` (tables + targets) and
+``benchmarks.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine, run_isolated, table
+
+SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark")
+RESULTS = Path(__file__).parent / "results"
+
+FULL: dict[str, dict[str, Any]] = {
+    "emulators": {"backends": ["azurite", "gcs"], "sizes": [2000, 20000], "concurrency": [8, 32, 128]},
+    "latency": {"backends": ["gcs", "azurite"], "files": 20000, "conc": [64, 256], "seq_tasks": 4},
+    "throttle": {"backends": ["gcs", "azurite"], "files": 20000},
+    "scale": {"files": 1_000_000, "manifests": 10_000},
+    "spark": {"tasks": 200, "files_per_task": 10, "rounds": 2, "rows": 1_000_000},
+}
+QUICK: dict[str, dict[str, Any]] = {
+    "emulators": {"backends": ["gcs", "azurite"], "sizes": [1000], "concurrency": [32]},
+    "latency": {"backends": ["gcs"], "files": 1000, "conc": [64], "seq_tasks": 2},
+    "throttle": {"backends": ["gcs"], "files": 1000},
+    "scale": {"files": 100_000, "manifests": 1_000},
+    "spark": {"tasks": 200, "files_per_task": 10, "rounds": 1, "rows": 0},
+}
+SMOKE: dict[str, dict[str, Any]] = {
+    "emulators": {"backends": ["gcs"], "sizes": [200], "concurrency": [8], "contenders": ["amcommit", "raw"]},
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_emulators(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import job_commit
+
+    runs = job_commit.run_matrix(
+        cfg["backends"],
+        cfg["sizes"],
+        cfg["concurrency"],
+        rounds=cfg.get("rounds", 1),
+        kinds=cfg.get("contenders"),
+    )
+    rows = job_commit.summarize(runs)
+    return {"rows": rows, "runs": runs, "table": table(rows, job_commit.COLUMNS)}
+
+
+def run_latency(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import latency_proxy as lp
+
+    rows = lp.run_latency(
+        cfg["backends"], cfg["files"], amcommit_conc=cfg["conc"], seq_sample_tasks=cfg["seq_tasks"]
+    )
+    return {"rows": rows, "table": table(rows, lp.LAT_COLUMNS)}
+
+
+def run_throttle(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import latency_proxy as lp
+
+    rows = lp.run_throttle(cfg["backends"], cfg["files"])
+    return {"rows": rows, "table": table(rows, lp.THR_COLUMNS)}
+
+
+def run_scale(cfg: dict[str, Any]) -> dict[str, Any]:
+    r = run_isolated("benchmarks.scale", ["--files", str(cfg["files"]), "--manifests", str(cfg["manifests"])])
+    log(f"  scale {r['files']:,} files: {r['entries_per_s']:,} entries/s, {r['peak_rss_mb']} MB peak RSS")
+    cols = [c for c in ("files", "manifests", "entries_per_s", "renames_per_s", "total_s") if c in r]
+    cols += [c for c in ("cpu_ms_per_file", "peak_rss_mb") if c in r]
+    return {"rows": [r], "table": table([r], cols)}
+
+
+def run_spark(cfg: dict[str, Any]) -> dict[str, Any]:
+    args = ["--tasks", str(cfg["tasks"]), "--files-per-task", str(cfg["files_per_task"])]
+    args += ["--rounds", str(cfg["rounds"]), "--rows", str(cfg["rows"]), "--json-only"]
+    from benchmarks import spark_committers as sc
+
+    r = run_isolated("benchmarks.spark_committers", args)
+    out = {"job_commit": r["job_commit"], "writes": r["writes"]}
+    t = table(r["job_commit"], sc.COMMIT_COLUMNS)
+    if r["writes"]:
+        t += "\n\n" + table(r["writes"], sc.WRITE_COLUMNS)
+    out["table"] = t
+    return out
+
+
+RUNNERS = {
+    "emulators": run_emulators,
+    "latency": run_latency,
+    "throttle": run_throttle,
+    "scale": run_scale,
+    "spark": run_spark,
+}
+
+TITLES = {
+    "emulators": "Job commit on the emulators (fresh emulator and process per run)",
+    "latency": "Job commit with 50 ms added to every request (loopback proxy)",
+    "throttle": "Job commit with 10% of requests throttled (503/429 + Retry-After: 1)",
+    "scale": "Scale: synthetic manifests on a store with no I/O cost",
+    "spark": "Local files through PySpark (Hadoop 3.5 committers vs amcommit)",
+}
+
+
+# -- targets ---------------------------------------------------------------------------
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}" if abs(v) >= 1 else f"{v:.3f}"
+
+
+def targets(res: dict[str, Any]) -> list[dict[str, str]]:
+    """Every target of the brief: met / not met with the measured figure."""
+    out: list[dict[str, str]] = []
+
+    def add(name: str, ok: bool | None, figure: str) -> None:
+        out.append(
+            {
+                "target": name,
+                "status": "n/a" if ok is None else "met" if ok else "NOT met",
+                "measured": figure,
+            }
+        )
+
+    em = res.get("emulators", {}).get("rows", [])
+    if em:
+        biggest = max(r["files"] for r in em)
+        amc = [r for r in em if r["kind"] == "amcommit" and r["files"] == biggest and r["files_per_s"]]
+        for backend in sorted({r["backend"] for r in amc}):
+            rs = [r for r in amc if r["backend"] == backend]
+            cpu = min(r["cpu_ms_per_file"] for r in rs)
+            best = min(rs, key=lambda r: r["cpu_ms_per_file"])
+            add(
+                f"client CPU <= 0.5 ms/file ({backend}, {biggest:,} files)",
+                cpu <= 0.5,
+                f"{cpu:.3f} ms/file ({best['contender']}); all: "
+                + ", ".join(f"c={r['concurrency']} {r['cpu_ms_per_file']:.3f}" for r in rs),
+            )
+            ratios = [r["cpu_vs_threadpool"] for r in rs if r.get("cpu_vs_threadpool")]
+            if ratios:
+                add(
+                    f"client CPU <= 1/4 of thread pool ({backend})",
+                    min(ratios) <= 0.25,
+                    f"{min(ratios):.2f}x of the thread pool's CPU per file (best); worst {max(ratios):.2f}x",
+                )
+            pcts = [(r["concurrency"], r["pct_of_raw"]) for r in rs if r.get("pct_of_raw")]
+            if pcts:
+                add(
+                    f">= 90% of the raw emulator ceiling ({backend}, rename phase)",
+                    min(p for _, p in pcts) >= 90,
+                    ", ".join(f"c={c}: {p:.0f}%" for c, p in pcts),
+                )
+    lat = res.get("latency", {}).get("rows", [])
+    for backend in sorted({r["backend"] for r in lat}):
+        rs = [r for r in lat if r["backend"] == backend and r["kind"] == "amcommit" and r["files_per_s"]]
+        if not rs:
+            continue
+        best = max(rs, key=lambda r: r["files_per_s"])
+        add(
+            f"50 ms latency: >= 1,500 files/s ({backend})",
+            best["files_per_s"] >= 1500,
+            f"{best['files_per_s']:,.0f} files/s ({best['contender']})",
+        )
+        if best.get("x_threadpool"):
+            add(
+                f"50 ms latency: >= 4x thread pool ({backend})",
+                best["x_threadpool"] >= 4,
+                f"{best['x_threadpool']}x",
+            )
+        if best.get("x_sequential"):
+            add(
+                f"50 ms latency: >= 50x sequential ({backend})",
+                best["x_sequential"] >= 50,
+                f"{best['x_sequential']}x (sequential measured on a sample)",
+            )
+    thr = res.get("throttle", {}).get("rows", [])
+    for r in thr:
+        if r["kind"] == "amcommit":
+            add(
+                f"10% throttled: output exact ({r['backend']})",
+                r["verified"] == "exact",
+                f"{r['verified']}, {r['files_per_s']:,.0f} files/s, {r.get('throttled_answers', 0)} throttled "
+                f"answers, {r['retries']} retries",
+            )
+    sc = res.get("scale", {}).get("rows", [])
+    if sc:
+        r = sc[0]
+        add(
+            f"scale {r['files']:,} files: peak RSS <= 400 MB",
+            r["peak_rss_mb"] <= 400,
+            f"{r['peak_rss_mb']} MB",
+        )
+        add(
+            f"scale {r['files']:,} files: >= 300k manifest entries/s",
+            r["entries_per_s"] >= 300_000,
+            f"{r['entries_per_s']:,} entries/s",
+        )
+    sp = res.get("spark", {}).get("job_commit", [])
+    if sp:
+        by = {r["committer"]: r for r in sp}
+        a, m = by.get("amcommit commit_job"), by.get("Hadoop ManifestCommitter")
+        if a and m:
+            add(
+                f"local job commit of {a['files']:,} files faster than Hadoop's ManifestCommitter",
+                a["job_commit_ms"] < m["job_commit_ms"],
+                f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(m['job_commit_ms'])} ms "
+                f"({m['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
+            )
+    return out
+
+
+def load_average() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+    except OSError:
+        return "?"
+
+
+def report_md(res: dict[str, Any], meta: dict[str, Any]) -> str:
+    m = meta["machine"]
+    lines = [
+        f"Run {m['date']} on {m['cpus']} cores / {m['memory_gib']} GiB, Python {m['python']}, "
+        f"{m['platform']}; mode: {meta['mode']}; load average before: {meta['load_before']}, "
+        f"after: {meta['load_after']}; {meta['seconds']:.0f} s.",
+        "",
+    ]
+    for name in SCENARIOS:
+        if name in res:
+            lines += [f"### {TITLES[name]}", "", res[name]["table"], ""]
+        if name in meta.get("errors", {}):
+            lines += [f"### {TITLES[name]}", "", f"FAILED: {meta['errors'][name]}", ""]
+    tg = meta["targets"]
+    if tg:
+        lines += ["### Targets", "", table(tg, ["target", "status", "measured"]), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (< 3 minutes)")
+    ap.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    ap.add_argument("--out", help="results directory (default benchmarks/results[/quick])")
+    a = ap.parse_args(argv)
+    plan = SMOKE if a.smoke else QUICK if a.quick else FULL
+    only = [s.strip() for s in a.only.split(",")] if a.only else [s for s in SCENARIOS if s in plan]
+    unknown = [s for s in only if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    out = Path(a.out) if a.out else RESULTS / ("smoke" if a.smoke else "quick" if a.quick else "")
+    out.mkdir(parents=True, exist_ok=True)
+    mode = "smoke" if a.smoke else "quick" if a.quick else "full"
+    meta: dict[str, Any] = {"machine": machine(), "mode": mode, "load_before": load_average(), "errors": {}}
+    res: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for name in only:
+        if name not in plan:
+            continue
+        log(f"[bench] {name} ({mode})")
+        try:
+            res[name] = RUNNERS[name](plan[name])
+        except Exception as e:  # one scenario failing must not lose the others
+            meta["errors"][name] = f"{type(e).__name__}: {str(e)[-500:]}"
+            log(f"[bench] {name} FAILED: {meta['errors'][name]}")
+        else:
+            print(f"\n### {TITLES[name]}\n\n{res[name]['table']}\n", flush=True)
+    meta["seconds"] = time.perf_counter() - t0
+    meta["load_after"] = load_average()
+    meta["targets"] = targets(res)
+    if meta["targets"]:
+        print(table(meta["targets"], ["target", "status", "measured"], "Targets"))
+    payload = {**meta, "config": {k: plan[k] for k in only if k in plan}}
+    payload["results"] = {k: {kk: vv for kk, vv in v.items() if kk != "table"} for k, v in res.items()}
+    (out / "benchmarks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    (out / "benchmarks.md").write_text(report_md(res, meta) + "\n")
+    try:
+        from benchmarks.plot import plot
+
+        png = plot(payload, out / "benchmarks.png")
+        log(f"[bench] plot: {png}")
+    except Exception as e:
+        log(f"[bench] plot failed: {type(e).__name__}: {e}")
+    log(f"[bench] wrote {out / 'benchmarks.json'} and {out / 'benchmarks.md'} in {meta['seconds']:.0f} s")
+    return 1 if meta["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark suite: the quick mode's smallest case (one small job commit
+on fake-gcs-server, amcommit and the raw ceiling, each in a fresh process), its
+verification, tables, JSON and plot. Not a measurement: the figures are not checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fake_gcs_available() -> bool:
+    try:
+        from amcommit.testing.fakegcs import find_binary
+
+        return find_binary().exists()
+    except Exception:
+        return False
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not _fake_gcs_available(), reason="fake-gcs-server is not installed")
+def test_quick_smallest_case(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| amcommit c=8 |" in proc.stdout
+    payload = json.loads((tmp_path / "benchmarks.json").read_text())
+    rows = payload["results"]["emulators"]["rows"]
+    assert {r["kind"] for r in rows} == {"amcommit", "raw"}
+    for r in rows:
+        assert r["verified"] == "exact", r
+        assert r["files"] == 200 and r["files_per_s"] > 0 and r["cpu_ms_per_file"] > 0
+        assert r["peak_rss_mb"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
+    assert payload["targets"], "targets are evaluated"
+    assert (tmp_path / "benchmarks.md").read_text().startswith("Run ")
+    assert (tmp_path / "benchmarks.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
