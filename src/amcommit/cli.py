@@ -4,7 +4,7 @@
     amcommit manifest URL [--json]           show a task manifest
     amcommit commit-job DEST --job-id ID     run or resume a job commit, with a progress bar
     amcommit abort-job DEST --job-id ID      abort a job (roll back, or finish past the point of no return)
-    amcommit demo [--target local|gcs|azurite]   a real job commit on an embedded default
+    amcommit demo [--target gcs|azurite|local] [--no-spark]   a Spark job committed on an embedded default
 
 User errors print one line (``amcommit: error: ...``) and exit with status 1 (2 for bad
 usage); no tracebacks. Credentials come from options or the environment
@@ -275,7 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
         store_args(sp)
         sp.set_defaults(func=func)
 
-    sp = sub.add_parser("demo", help="run a real job commit demo on an embedded default")
+    sp = sub.add_parser(
+        "demo",
+        help="write a partitioned dataset with Spark through amcommit into fake-gcs-server "
+        "(or Azurite, a local dir), report and verify; --no-spark: the engine alone",
+    )
     from amcommit.demo import add_demo_arguments
 
     add_demo_arguments(sp)

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from amcommit.committer.layout import SUCCESS_NAME, TEMP_DIR_NAME
-from amcommit.errors import AmcommitError, ConfigError
+from amcommit.errors import ConfigError
 from amcommit.manifest import SuccessData, decode_success
 from amcommit.store.base import Store, relative_to
 from amcommit.store.urls import open_location
@@ -204,9 +204,12 @@ def run_spark_demo(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, target: Target, tasks: int, failed: int) -> int:
     import json
 
+    from pyspark.sql import SparkSession
+
     t0 = time.perf_counter()
+    existing = SparkSession.getActiveSession()  # e.g. the test suite's: used, not stopped
     try:
-        spark = start_spark()
+        spark = existing or start_spark()
     except Exception as e:
         raise ConfigError(f"could not start Spark (Java 17 needed; or use --no-spark): {e}") from None
     _say(
@@ -259,10 +262,9 @@ def _run(args: argparse.Namespace, target: Target, tasks: int, failed: int) -> i
             if copy_dir is not None:
                 shutil.rmtree(copy_dir, ignore_errors=True)
         return 0 if ok else 1
-    except AmcommitError:
-        raise
     finally:
-        spark.stop()
+        if existing is None:
+            spark.stop()
 
 
 def _verify(spark: Any, df: Any, read_dir: str, names: list[str], success: SuccessData, rows: int) -> bool:
