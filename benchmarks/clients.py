@@ -116,18 +116,31 @@ def server_cpu(pid: int | None) -> float | None:
 # -- amcommit --------------------------------------------------------------------------
 
 
-def amcommit_store(t: Target, concurrency: int) -> Any:
-    """amcommit's store for ``t`` (defaults, limiter sized to ``concurrency``)."""
+def amcommit_store(t: Target, concurrency: int, lean: bool = False) -> Any:
+    """amcommit's store for ``t`` (defaults, limiter sized to ``concurrency``).
+
+    ``lean``: two requests per rename, the same as the SDK contenders send (Blob: no Get
+    Properties, ``preserve_metadata=False``; GCS: also no client-side precondition checks,
+    ``verify_preconditions=False``, which the emulator default turns on because
+    fake-gcs-server ignores preconditions on rewrite and delete)."""
     from amcommit.store.limits import Limiter
 
     lim = Limiter(max_concurrency=concurrency)
     if t.kind == "azurite":
         from amcommit.store.azure import BlobStore
 
-        return BlobStore(t.container, endpoint=t.endpoint, account=t.account, account_key=t.key, limiter=lim)
+        return BlobStore(
+            t.container,
+            endpoint=t.endpoint,
+            account=t.account,
+            account_key=t.key,
+            limiter=lim,
+            preserve_metadata=not lean,
+        )
     from amcommit.store.gcs import GcsStore
 
-    return GcsStore(t.container, endpoint=t.endpoint, limiter=lim, write_rate=None)
+    opts = {"verify_preconditions": False, "preserve_metadata": False} if lean else {}
+    return GcsStore(t.container, endpoint=t.endpoint, limiter=lim, write_rate=None, **opts)
 
 
 class TimedStore:

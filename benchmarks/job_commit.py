@@ -187,14 +187,14 @@ def _result(files: int, m: Measure, rename_s: float, lat: Sequence[float], **ext
     }
 
 
-def work_amcommit(t: Target, conc: int) -> dict[str, Any]:
+def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
     import anyio
 
     from amcommit.committer import CommitterConfig, commit_job
     from benchmarks.clients import TimedStore, amcommit_store
 
     async def main() -> dict[str, Any]:
-        inner = amcommit_store(t, conc)
+        inner = amcommit_store(t, conc, lean)
         store = TimedStore(inner)
         cfg = CommitterConfig(io_threads=conc)
         with Measure() as m:
@@ -316,7 +316,7 @@ def worker_main(spec_path: str) -> None:
     t = Target.from_json(spec["target"])
     kind, conc = spec["contender"], spec.get("concurrency", 0)
     if kind == "amcommit":
-        res = work_amcommit(t, conc)
+        res = work_amcommit(t, conc, bool(spec.get("lean")))
     elif kind == "raw":
         res = work_raw(t, conc, spec["entries"])
     elif kind == "threadpool":
@@ -336,11 +336,12 @@ class Contender:
     kind: str  # amcommit | raw | threadpool | sequential
     concurrency: int = 0
     sample_tasks: int | None = None
+    lean: bool = False  # amcommit with 2-request renames (see clients.amcommit_store)
 
     @property
     def label(self) -> str:
         if self.kind == "amcommit":
-            return f"amcommit c={self.concurrency}"
+            return f"amcommit c={self.concurrency}" + (" lean (2 req)" if self.lean else "")
         if self.kind == "raw":
             return f"raw ceiling c={self.concurrency}"
         if self.kind == "threadpool":
@@ -370,6 +371,7 @@ def run_one(
             "contender": c.kind,
             "concurrency": c.concurrency,
             "sample_tasks": c.sample_tasks,
+            "lean": c.lean,
         }
         if c.kind == "raw":
             spec["entries"] = job.entries
@@ -447,7 +449,7 @@ def contenders(concurrency: Sequence[int], seq_sample: int | None) -> list[Conte
 def run_matrix(
     backends: Sequence[str],
     sizes: Sequence[int],
-    concurrency: Sequence[int],
+    concurrency: Sequence[int] | dict[int, Sequence[int]],
     rounds: int = 1,
     seq_sample_above: int = 5000,
     seq_sample_tasks: int = 20,
@@ -460,7 +462,8 @@ def run_matrix(
     for kind in backends:
         for files in sizes:
             sample = seq_sample_tasks if files > seq_sample_above else None
-            plan = [c for c in contenders(concurrency, sample) if kinds is None or c.kind in kinds]
+            conc = concurrency[files] if isinstance(concurrency, dict) else concurrency
+            plan = [c for c in contenders(conc, sample) if kinds is None or c.kind in kinds]
             for rnd in range(rounds):
                 order = plan if rnd % 2 == 0 else list(reversed(plan))
                 for c in order:
@@ -505,6 +508,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         if r["kind"] == "amcommit":
             raw = by.get((r["backend"], r["files"], f"raw ceiling c={r['concurrency']}"))
+            if "lean" in r["contender"]:
+                raw = None  # the raw loop sends the default mix, not the lean one
             tp = by.get((r["backend"], r["files"], f"thread pool {SDK_THREADS}"))
             if raw and raw["renames_per_s"]:
                 r["pct_of_raw"] = round(100 * r["renames_per_s"] / raw["renames_per_s"], 1)
