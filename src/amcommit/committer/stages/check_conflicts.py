@@ -9,6 +9,7 @@ Pure planning (:func:`partitions_of`, :func:`minimal_roots`) is separate from th
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from functools import partial
 
 import msgspec
@@ -16,7 +17,7 @@ import msgspec
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import SUCCESS_NAME
 from amcommit.errors import ConflictError, NotFound
-from amcommit.store.base import PutMode, basename, is_within, join, parent
+from amcommit.store.base import ObjectInfo, PutMode, basename, is_within, join, parent
 
 VICTIM_CHUNK = 50_000
 
@@ -92,15 +93,32 @@ async def record_victims(ctx: JobContext) -> int:
         chunk = []
 
     for root in roots:
-        async for info in ctx.store.list(root, recursive=True):
-            if info.is_dir or is_within(info.path, ctx.layout.temp_root):
-                continue
+        async for info in list_files_outside(ctx, root):
             chunk.append(info.path)
             if len(chunk) >= VICTIM_CHUNK:
                 await flush()
     if chunk:
         await flush()
     return n
+
+
+async def list_files_outside(ctx: JobContext, root: str) -> AsyncIterator[ObjectInfo]:
+    """Every file below ``root`` except the job's ``_temporary`` tree, which is not even
+    listed (its size grows with the job; a flat store lists it as one common prefix)."""
+    temp = ctx.layout.temp_root
+    if not is_within(temp, root):
+        async for info in ctx.store.list(root, recursive=True):
+            if not info.is_dir:
+                yield info
+        return
+    async for child in ctx.store.list(root, recursive=False):
+        if child.path == temp or is_within(child.path, temp):
+            continue
+        if child.is_dir:
+            async for info in list_files_outside(ctx, child.path):
+                yield info
+        else:
+            yield child
 
 
 async def load_victims(ctx: JobContext, chunks: int) -> list[list[str]]:
