@@ -213,6 +213,7 @@ def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
             store.latencies,
             stages={k: round(v, 3) for k, v in report.stage_seconds.items()},
             throttled=throttled,
+            store_limiter=inner.limiter.describe(),
         )
         res["retries"] = retries
         res["recovered"] = report.recovered_renames
