@@ -277,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     ap.add_argument("--out", help="results directory (default benchmarks/results[/quick])")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other scenarios' results already in the results directory (run parts separately)",
+    )
     a = ap.parse_args(argv)
     plan = SMOKE if a.smoke else QUICK if a.quick else FULL
     only = [s.strip() for s in a.only.split(",")] if a.only else [s for s in SCENARIOS if s in plan]
@@ -288,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     mode = "smoke" if a.smoke else "quick" if a.quick else "full"
     meta: dict[str, Any] = {"machine": machine(), "mode": mode, "load_before": load_average(), "errors": {}}
     res: dict[str, Any] = {}
+    previous: dict[str, Any] = {}
+    if a.merge and (out / "benchmarks.json").exists():
+        previous = json.loads((out / "benchmarks.json").read_text())
+        for name, r in previous.get("results", {}).items():
+            if name not in only and "table" in r:
+                res[name] = r
     t0 = time.perf_counter()
     for name in only:
         if name not in plan:
@@ -305,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     meta["targets"] = targets(res)
     if meta["targets"]:
         print(table(meta["targets"], ["target", "status", "measured"], "Targets"))
-    payload = {**meta, "config": {k: plan[k] for k in only if k in plan}}
-    payload["results"] = {k: {kk: vv for kk, vv in v.items() if kk != "table"} for k, v in res.items()}
+    config = {k: v for k, v in previous.get("config", {}).items() if k in res}
+    config.update({k: plan[k] for k in only if k in plan})
+    payload = {**meta, "config": config, "results": res}
+    if previous:
+        payload["merged_from"] = {k: previous.get("machine", {}).get("date") for k in res if k not in only}
     (out / "benchmarks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / "benchmarks.md").write_text(report_md(res, meta) + "\n")
     try:
