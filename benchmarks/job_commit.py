@@ -46,6 +46,22 @@ from typing import Any
 from benchmarks.clients import KINDS, Target, emulator, server_cpu
 from benchmarks.common import Measure, peak_rss_mb, percentile, run_isolated, table, write_json
 
+
+def own_peak_rss_mb() -> float:
+    """Peak RSS of this process's own address space (``VmHWM``), in MB.
+
+    Not ``getrusage().ru_maxrss``: Linux carries ``maxrss`` across ``execve``, so a child
+    started by subprocess (vfork + exec) reports at least its *parent's* peak RSS."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return peak_rss_mb()
+
+
 JOB = "202611220100_0007"
 DEST = "warehouse/events"
 TASKS = 200
@@ -178,7 +194,7 @@ def _result(files: int, m: Measure, rename_s: float, lat: Sequence[float], **ext
         "renames_per_s": round(len(lat) / rename_s, 1) if rename_s else 0.0,
         "cpu_s": round(m.cpu, 3),
         "cpu_ms_per_file": round(m.cpu * 1000 / files, 3) if files else 0.0,
-        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_rss_mb": round(own_peak_rss_mb(), 1),
         "p50_ms": round(percentile(lat, 50) * 1000, 2),
         "p99_ms": round(percentile(lat, 99) * 1000, 2),
         "retries": 0,
@@ -471,6 +487,33 @@ def run_matrix(
                     r = run_one(kind, files, c, log=log)
                     r["round"] = rnd
                     runs.append(r)
+    return runs
+
+
+def run_cases(
+    cases: Sequence[Sequence[Any]],
+    *,
+    rounds: int = 1,
+    seq_sample_above: int = 5000,
+    seq_sample_tasks: int = 20,
+    partial: Path | None = None,
+    log: Any = sys.stderr,
+) -> list[dict[str, Any]]:
+    """Like :func:`run_matrix` for explicit cases ``(backend, files, concurrency list,
+    contender kinds or None)``, in order; every run is also appended to ``partial``
+    (JSON lines) as soon as it ends, so an interrupted suite loses nothing."""
+    runs: list[dict[str, Any]] = []
+    for kind, files, conc, kinds in cases:
+        sample = seq_sample_tasks if files > seq_sample_above else None
+        plan = [c for c in contenders(conc, sample) if kinds is None or c.kind in kinds]
+        for rnd in range(rounds):
+            for c in plan if rnd % 2 == 0 else list(reversed(plan)):
+                r = run_one(kind, files, c, log=log)
+                r["round"] = rnd
+                runs.append(r)
+                if partial is not None:
+                    with open(partial, "a") as f:
+                        f.write(json.dumps(r, default=str) + "\n")
     return runs
 
 

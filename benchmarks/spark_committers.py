@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Measure, peak_rss_mb, run_isolated, table, write_json
+from benchmarks.common import Measure, run_isolated, table, write_json
+from benchmarks.job_commit import own_peak_rss_mb
 
 MANIFEST_FACTORY = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitterFactory"
 JT = "202611220300"
@@ -153,7 +154,7 @@ def amcommit_worker(root: str) -> dict[str, Any]:
             "job_commit_s": m.wall,
             "cpu_s": m.cpu,
             "files": report.files,
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": own_peak_rss_mb(),
         }
 
     return anyio.run(main)  # type: ignore[no-any-return]
