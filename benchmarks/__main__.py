@@ -87,6 +87,15 @@ def run_emulators(cfg: dict[str, Any], partial: Path | None = None) -> dict[str,
     return {"rows": rows, "runs": runs, "table": table(rows, job_commit.COLUMNS)}
 
 
+def rebuild_emulators(path: Path) -> dict[str, Any]:
+    """The emulators scenario from the runs an earlier (interrupted) suite recorded."""
+    from benchmarks import job_commit
+
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = job_commit.summarize(runs)
+    return {"rows": rows, "runs": runs, "table": table(rows, job_commit.COLUMNS)}
+
+
 def run_latency(cfg: dict[str, Any]) -> dict[str, Any]:
     from benchmarks import latency_proxy as lp
 
@@ -285,6 +294,7 @@ def report_md(res: dict[str, Any], meta: dict[str, Any]) -> str:
         f"after: {meta['load_after']}; {meta['seconds']:.0f} s.",
         "",
     ]
+    lines += [f"Note: {n}" for n in meta.get("notes", [])] + ([""] if meta.get("notes") else [])
     for name in SCENARIOS:
         if name in res:
             lines += [f"### {TITLES[name]}", "", res[name]["table"], ""]
@@ -304,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     ap.add_argument("--out", help="results directory (default benchmarks/results[/quick])")
     ap.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="emulators: summarise the runs already in emulator-runs.jsonl instead of running",
+    )
+    ap.add_argument(
         "--merge",
         action="store_true",
         help="keep the other scenarios' results already in the results directory (run parts separately)",
@@ -321,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else RESULTS / ("smoke" if a.smoke else "quick" if a.quick else "")
     out.mkdir(parents=True, exist_ok=True)
     mode = "smoke" if a.smoke else "quick" if a.quick else "full"
-    if not a.merge and "emulators" in only:
+    if not a.merge and not a.rebuild and "emulators" in only:
         (out / "emulator-runs.jsonl").unlink(missing_ok=True)
     meta: dict[str, Any] = {"machine": machine(), "mode": mode, "load_before": load_average(), "errors": {}}
     res: dict[str, Any] = {}
@@ -337,7 +352,13 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"[bench] {name} ({mode})")
         try:
-            if name == "emulators":
+            if name == "emulators" and a.rebuild:
+                res[name] = rebuild_emulators(out / "emulator-runs.jsonl")
+                meta.setdefault("notes", []).append(
+                    "the emulator table summarises the runs recorded in emulator-runs.jsonl by an "
+                    "earlier invocation of the full suite (same day; see `runs`)."
+                )
+            elif name == "emulators":
                 res[name] = run_emulators(plan[name], out / "emulator-runs.jsonl")
             else:
                 res[name] = RUNNERS[name](plan[name])
@@ -355,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
     config.update({k: plan[k] for k in only if k in plan})
     payload = {**meta, "config": config, "results": res}
     if previous:
+        meta.setdefault("notes", []).append(
+            "scenarios not run by this invocation were kept from the previous results ("
+            + ", ".join(k for k in res if k not in only)
+            + ")."
+        )
+        payload["notes"] = meta["notes"]
         payload["merged_from"] = {k: previous.get("machine", {}).get("date") for k in res if k not in only}
     (out / "benchmarks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / "benchmarks.md").write_text(report_md(res, meta) + "\n")
