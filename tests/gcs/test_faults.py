@@ -100,8 +100,9 @@ async def test_lost_resumable_chunk_answers(double_env: GcsEnv) -> None:
 
 async def test_throttling_is_retried_and_slows_the_limiters(double_env: GcsEnv) -> None:
     d = double_env.double
-    limiter = Limiter(max_concurrency=8, rate=500.0, cooldown=0.0)
-    writes = Limiter(max_concurrency=1000, rate=500.0, cooldown=0.0)
+    # min_samples=1: a handful of requests, each throttling answer counts at once
+    limiter = Limiter(max_concurrency=8, rate=500.0, cooldown=0.0, min_samples=1)
+    writes = Limiter(max_concurrency=1000, rate=500.0, cooldown=0.0, min_samples=1)
     store = double_env.store(limiter=limiter, write_limiter=writes)
     d.inject("insert", status=429, retry_after=0.05, count=2)
     d.inject("get", status=503, retry_after=0.05, count=1)

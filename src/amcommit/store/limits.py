@@ -9,12 +9,23 @@ Behaviour:
 * at most ``max_concurrency`` operations in flight;
 * at most ``rate`` operations started per second (token bucket, bursts of ``burst``);
   ``rate=None`` means no rate limit until the service throttles us;
-* on a throttling answer (:meth:`Limiter.throttled`) the rate drops to ``decrease`` times
-  the current (or observed) rate, never below ``min_rate``, at most once per ``cooldown``
-  seconds, and no new operation starts before the server's Retry-After has passed;
-* after ``recover_after`` quiet seconds the rate grows by ``increase`` (multiplicative)
-  each further quiet interval, until it reaches ``rate`` again (or, if the configured rate
-  was unlimited, until it passes ``unlimited_above``, when the limit is lifted).
+* the request that was throttled waits for its own Retry-After (see
+  :mod:`amcommit.store.retry`); the limiter pauses *every* new operation for the
+  Retry-After only while most answers (``pause_fraction``) are throttling answers;
+* the share of throttling answers is measured over windows of ``window`` seconds. When
+  it reaches ``tolerance`` (over at least ``min_samples`` answers), the rate drops to ``decrease`` times the current (or observed)
+  rate, never below ``min_rate``, at most once per ``cooldown`` seconds;
+* every decrease is a probe: if the window after the next (the next one still holds
+  answers to requests sent before the decrease) shows that the slower rate did not
+  reduce the share of throttling answers (by at least half of what a load-caused throttle
+  would show), the throttling is not caused by our load (a hot partition, a fault, a
+  fixed share of refusals). The old rate is restored and no decrease happens for ``hold``
+  seconds (doubling, up to 60 s, while it keeps happening). Without this, a fixed 10% of
+  throttled answers would push the rate down to ``min_rate`` within seconds;
+* after ``recover_after`` seconds without a window at or above ``tolerance``, the rate
+  grows by ``increase`` per window until it reaches ``rate`` again (or, if the
+  configured rate was unlimited, until it passes ``unlimited_above``, when the limit is
+  lifted).
 
 A limiter belongs to one event loop (it is not thread-safe).
 """
@@ -23,10 +34,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import anyio
 
 from amcommit.errors import ConfigError
+
+_MAX_HOLD = 60.0
 
 
 class Limiter:
@@ -44,6 +58,12 @@ class Limiter:
         cooldown: float = 1.0,
         recover_after: float = 2.0,
         unlimited_above: float = 20_000.0,
+        window: float = 1.0,
+        tolerance: float = 0.02,
+        pause_fraction: float = 0.5,
+        hold: float = 5.0,
+        min_samples: int = 20,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
@@ -53,6 +73,12 @@ class Limiter:
             raise ConfigError(f"decrease must be in (0, 1), got {decrease}")
         if increase <= 1:
             raise ConfigError(f"increase must be > 1, got {increase}")
+        if window <= 0:
+            raise ConfigError(f"window must be > 0 seconds, got {window}")
+        if not 0 <= tolerance < 1:
+            raise ConfigError(f"tolerance must be in [0, 1), got {tolerance}")
+        if not 0 < pause_fraction <= 1:
+            raise ConfigError(f"pause_fraction must be in (0, 1], got {pause_fraction}")
         self.max_concurrency = max_concurrency
         self.max_rate = rate
         self.rate: float | None = rate
@@ -63,19 +89,37 @@ class Limiter:
         self.cooldown = cooldown
         self.recover_after = recover_after
         self.unlimited_above = unlimited_above
+        self.window = window
+        self.tolerance = tolerance
+        self.pause_fraction = pause_fraction
+        self.hold = hold
+        self.min_samples = min_samples
+        self._clock = clock
         self._sem = anyio.Semaphore(max_concurrency) if max_concurrency is not None else None
-        now = time.monotonic()
+        now = clock()
         self._tokens = self._burst()
         self._last_refill = now
         self._paused_until = 0.0
         self._last_throttle = -math.inf
         self._last_change = -math.inf  # the first throttling answer always counts
+        self._last_bad = -math.inf  # end of the last window at or above the tolerance
+        # answers in the current and the previous window
+        self._win_start = now
+        self._win_ok = 0
+        self._win_thr = 0
+        self._prev_ok = 0
+        self._prev_thr = 0
+        # the running probe after a decrease: (rate before, share before, started, settling)
+        self._probe: tuple[float | None, float, float, bool] | None = None
+        self._hold_until = -math.inf
+        self._hold_next = hold
         # observed completion rate: EWMA of the interval between completions
         self._last_done = 0.0
         self._ewma_interval = 0.0
         # statistics
         self.throttle_events = 0
         self.rate_decreases = 0
+        self.rate_restores = 0
         self.waited_seconds = 0.0
 
     def _burst(self) -> float:
@@ -94,6 +138,13 @@ class Limiter:
         return 20.0 * (self.max_concurrency or 64)
 
     @property
+    def throttled_share(self) -> float:
+        """The share of throttling answers in the current and the previous window."""
+        thr = self._win_thr + self._prev_thr
+        n = thr + self._win_ok + self._prev_ok
+        return thr / n if n else 0.0
+
+    @property
     def in_flight(self) -> int:
         if self._sem is None or self.max_concurrency is None:
             return 0
@@ -101,7 +152,7 @@ class Limiter:
 
     async def _take_token(self) -> None:
         while True:
-            now = time.monotonic()
+            now = self._clock()
             if self._paused_until > now:
                 wait = self._paused_until - now
                 self.waited_seconds += wait
@@ -126,44 +177,101 @@ class Limiter:
         slot for the block. (A plain class, not a generator: this runs once per request.)"""
         return _Slot(self)
 
+    # -- feedback ----------------------------------------------------------------------
+
     def succeeded(self) -> None:
         """Report a completed operation (drives the observed rate and the recovery)."""
-        now = time.monotonic()
+        now = self._clock()
         if self._last_done:
             gap = now - self._last_done
             self._ewma_interval = gap if not self._ewma_interval else 0.9 * self._ewma_interval + 0.1 * gap
         self._last_done = now
-        if self.rate is None:
-            return
-        quiet = now - self._last_throttle
-        if quiet >= self.recover_after and now - self._last_change >= self.cooldown:
-            new = self.rate * self.increase
-            if self.max_rate is not None and new >= self.max_rate:
-                new = self.max_rate
-            elif self.max_rate is None and new >= self.unlimited_above:
-                self.rate = None
-                self._last_change = now
-                return
-            self.rate = new
-            self._last_change = now
+        self._win_ok += 1
+        if now - self._win_start >= self.window:
+            self._close_window(now)
 
     def throttled(self, retry_after: float | None = None) -> None:
-        """Report a throttling answer; slows the bucket and honours ``retry_after``."""
-        now = time.monotonic()
+        """Report a throttling answer: may slow the bucket (see the module docstring) and,
+        while most answers are throttled, pause new operations for ``retry_after``."""
+        now = self._clock()
         self.throttle_events += 1
-        if retry_after is not None and retry_after > 0:
-            self._paused_until = max(self._paused_until, now + min(retry_after, 60.0))
+        self._win_thr += 1
         self._last_throttle = now
-        if now - self._last_change < self.cooldown and self.rate is not None:
+        if now - self._win_start >= self.window:
+            self._close_window(now)
+        thr = self._win_thr + self._prev_thr
+        n = thr + self._win_ok + self._prev_ok
+        share = thr / n
+        if retry_after is not None and retry_after > 0 and share >= self.pause_fraction:
+            self._paused_until = max(self._paused_until, now + min(retry_after, 60.0))
+        if share < self.tolerance or self._probe is not None or now < self._hold_until:
+            return
+        if n < self.min_samples:
+            return  # too few answers to measure the share (Retry-After is still honoured)
+        if self.rate is not None and now - self._last_change < self.cooldown:
             return
         if self.rate is not None:
-            base = self.rate
+            # cut from what we really send, when that is below the limit (else the cut
+            # would not bind and the probe would judge a rate we never sent at)
+            base = (
+                min(self.rate, max(self.observed_rate, self.min_rate)) if self._ewma_interval else self.rate
+            )
         else:
             base = max(self.observed_rate, self.min_rate / self.decrease)
+        self._probe = (self.rate, share, now, True)
         self.rate = max(self.min_rate, base * self.decrease)
         self._tokens = min(self._tokens, self._burst())
-        self._last_change = now
+        self._last_change = self._last_bad = now
         self.rate_decreases += 1
+        # the probe measures the answers to requests sent at the new rate only
+        self._win_start, self._win_ok, self._win_thr = now, 0, 0
+        self._prev_ok = self._prev_thr = 0
+
+    def _close_window(self, now: float) -> None:
+        ok, thr = self._win_ok, self._win_thr
+        n = ok + thr
+        share = thr / n if n else 0.0
+        probe = self._probe
+        if probe is not None:
+            before_rate, before, started, settling = probe
+            if settling:
+                # the first window after a decrease still holds answers to requests sent
+                # at the old rate: judge the next one
+                self._probe = (before_rate, before, now, False)
+                self._prev_ok, self._prev_thr = ok, thr
+                self._win_start, self._win_ok, self._win_thr = now, 0, 0
+                return
+            if n < self.min_samples and now - started < 5 * self.window:
+                return  # too few answers to judge yet: keep collecting
+            self._probe = None
+            expected = max(0.0, 1.0 - (1.0 - before) / self.decrease)
+            if n and share > (before + expected) / 2:
+                # slowing down did not help: the throttling is not caused by our load
+                self.rate = before_rate
+                self._tokens = min(self._tokens, self._burst())
+                self._hold_until = now + self._hold_next
+                self._hold_next = min(_MAX_HOLD, self._hold_next * 2)
+                self.rate_restores += 1
+            else:
+                self._hold_next = self.hold
+            self._last_change = now
+        if share >= self.tolerance:
+            self._last_bad = now
+        elif (
+            self.rate is not None
+            and now - self._last_bad >= self.recover_after
+            and now - self._last_change >= self.cooldown
+        ):
+            new = self.rate * self.increase
+            if self.max_rate is not None and new >= self.max_rate:
+                self.rate = self.max_rate
+            elif self.max_rate is None and new >= self.unlimited_above:
+                self.rate = None
+            else:
+                self.rate = new
+            self._last_change = now
+        self._prev_ok, self._prev_thr = ok, thr
+        self._win_start, self._win_ok, self._win_thr = now, 0, 0
 
     def describe(self) -> dict[str, float | int | None]:
         return {
@@ -172,6 +280,7 @@ class Limiter:
             "max_rate": self.max_rate,
             "throttle_events": self.throttle_events,
             "rate_decreases": self.rate_decreases,
+            "rate_restores": self.rate_restores,
             "waited_seconds": round(self.waited_seconds, 3),
         }
 
