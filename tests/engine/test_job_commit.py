@@ -448,3 +448,42 @@ async def test_cleanup_failure_after_commit(engine_sut: StoreUnderTest) -> None:
     f2.fail("delete", error=PermissionDenied, path=f"{d2}/_temporary/*")
     r2 = await commit_job(f2, d2, JOB, config=CommitterConfig(cleanup_failures_ignored=True))
     assert r2.success and r2.error and "cleanup failed" in r2.error
+
+
+async def test_given_manifests_are_published_so_a_resume_commits_exactly_them(
+    engine_sut: StoreUnderTest,
+) -> None:
+    """commit_job(manifests=...) (what Spark's driver does): the published manifests on
+    the store are made exactly the given ones before anything is renamed, so a resume from
+    the store after a failure commits the same files (not the last attempt's, not a task
+    outside the job)."""
+    s, dest = engine_sut.store, dest_of(engine_sut)
+    layout = await setup_job(s, dest, JOB)
+    authorised = await run_task(s, layout, 0, {"a.txt": b"attempt 0", "only-in-0.txt": b"0"}, attempt=0)
+    await run_task(s, layout, 0, {"a.txt": b"attempt 1 (denied)"}, attempt=1)  # published last
+    m1 = await run_task(s, layout, 1, {f"b{i}.txt": b"b" for i in range(6)})
+    await run_task(s, layout, 2, {"not-in-the-job.txt": b"no"})
+    assert authorised is not None and m1 is not None
+    faulty = FaultyStore(s, seed=5)
+    faulty.fail("rename", error=Transient, path=f"{dest}/_temporary/*", after=3)
+    cfg = CommitterConfig(rename_attempts=1, io_threads=1)
+    with pytest.raises(Transient):
+        await commit_job(faulty, dest, JOB, config=cfg, manifests=[authorised, m1])
+    report = await commit_job(s, dest, JOB)  # resumed from what the store holds
+    assert report.resumed and report.success
+    assert await snapshot(s, dest) == {"a.txt": b"attempt 0", "only-in-0.txt": b"0"} | {
+        f"b{i}.txt": b"b" for i in range(6)
+    }
+    assert await temp_files(s, dest) == []
+
+
+async def test_given_manifests_already_published_are_not_rewritten(engine_sut: StoreUnderTest) -> None:
+    s, dest = engine_sut.store, dest_of(engine_sut)
+    layout = await setup_job(s, dest, JOB)
+    ms = [await run_task(s, layout, n, {f"f{n}.txt": b"x"}) for n in range(3)]
+    given = [m for m in ms if m is not None]
+    report = await commit_job(s, dest, JOB, manifests=given)
+    assert report.success and report.files == 3
+    assert report.job_stats.counters.get("committer_manifests_republished", 0) == 0
+    with pytest.raises(ManifestError, match="3 manifests but 2 manifest etags"):
+        await commit_job(s, dest_of(engine_sut, "other"), JOB, manifests=given, manifest_etags=[None, None])

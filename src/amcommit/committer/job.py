@@ -110,6 +110,7 @@ async def commit_job(
     *,
     config: CommitterConfig = DEFAULT_CONFIG,
     manifests: Sequence[TaskManifest] | None = None,
+    manifest_etags: Sequence[str | None] | None = None,
     progress: ProgressCallback | None = None,
     job_attempt: int = 0,
     limiter: Limiter | None = None,
@@ -117,9 +118,17 @@ async def commit_job(
     """Commit (or resume committing) job ``job_id`` into ``dest``; return its report.
 
     ``manifests``: the task manifests if the caller has them (Spark commit messages);
-    otherwise they are loaded from the job directory. Committing a job that is already
+    otherwise they are loaded from the job directory. Given manifests are validated, then
+    published in place of whatever the job directory holds (see
+    :func:`~amcommit.committer.stages.load_manifests.publish_given`; ``manifest_etags``,
+    the etags the tasks saw after publishing, spare re-reading them), so that a resume or
+    a rollback works from exactly the same manifests. Committing a job that is already
     committed and cleaned up returns the report read back from ``_SUCCESS``.
     """
+    if manifest_etags is not None and (manifests is None or len(manifest_etags) != len(manifests)):
+        raise ManifestError(
+            f"{0 if manifests is None else len(manifests)} manifests but {len(manifest_etags)} manifest etags"
+        )
     layout = await resolve_layout(store, dest, job_id, job_attempt)
     if layout is None:
         done = await _already_committed(store, JobLayout(dest, job_id, job_attempt))
@@ -131,7 +140,7 @@ async def commit_job(
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
     try:
-        await _run_commit(ctx, manifests)
+        await _run_commit(ctx, manifests, manifest_etags)
         report.success = True
     except BaseException as e:
         report.success = False
@@ -162,7 +171,9 @@ async def commit_job(
     return report
 
 
-async def _run_commit(ctx: JobContext, manifests: Sequence[TaskManifest] | None) -> None:
+async def _run_commit(
+    ctx: JobContext, manifests: Sequence[TaskManifest] | None, etags: Sequence[str | None] | None = None
+) -> None:
     store, layout, report = ctx.store, ctx.layout, ctx.report
     journal = await load_journal(store, layout)
     if journal is not None:
@@ -178,6 +189,8 @@ async def _run_commit(ctx: JobContext, manifests: Sequence[TaskManifest] | None)
 
     async with ctx.stage("load_manifests"):
         await load_manifests.load_manifests(ctx, manifests)
+        if manifests is not None and journal is None:
+            await load_manifests.publish_given(ctx, manifests, etags)
 
     if journal is None:
         async with ctx.stage("check_conflicts"):

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.spool import EntrySpool
-from amcommit.errors import ManifestError
-from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, manifest_is_plain
-from amcommit.store.base import basename
+from amcommit.errors import ManifestError, NotFound
+from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, encode_json, manifest_is_plain
+from amcommit.store.base import PutMode, basename
 
 
 async def list_manifest_paths(ctx: JobContext) -> list[str]:
@@ -26,6 +26,67 @@ async def list_manifest_paths(ctx: JobContext) -> list[str]:
         if not i.is_dir and i.path.endswith(MANIFEST_SUFFIX)
     ]
     return sorted(paths)
+
+
+async def publish_given(
+    ctx: JobContext, manifests: Sequence[TaskManifest], etags: Sequence[str | None] | None = None
+) -> int:
+    """Make the job's published manifests exactly ``manifests`` (the ones the caller commits,
+    e.g. those Spark's commit coordinator authorised); return how many were written or
+    removed.
+
+    A resumed commit (``commit-job``) and a rollback (``abort-job``) read the published
+    manifests, so they must name exactly the files being committed: a manifest published
+    by another attempt of the same task (denied the commit, or a zombie) is replaced, and
+    manifests of tasks that are not part of the job are removed. A published manifest is
+    left alone when its etag equals the one in ``etags`` (what its task saw after
+    publishing) or, without a known etag, when its bytes are what this commit would write.
+    Runs before the journal exists; each write is an atomic whole-object put (not atomic
+    as a set: a crash midway leaves a mix, which the next commit with the same manifests
+    repairs).
+    """
+    store, layout = ctx.store, ctx.layout
+    published: dict[str, str | None] = {}
+    try:
+        async for info in store.list(layout.manifests_dir, recursive=False):
+            if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
+                published[info.path] = info.etag
+    except NotFound:
+        pass
+    known = list(etags) if etags is not None else [None] * len(manifests)
+    if len(known) != len(manifests):
+        raise ManifestError(f"{len(manifests)} manifests but {len(known)} manifest etags")
+    wanted: dict[str, tuple[TaskManifest, str | None]] = {}
+    for m, etag in zip(manifests, known, strict=True):
+        wanted[layout.manifest_path(m.task_id)] = (m, etag)
+    changed = 0
+
+    async def sync(path: str) -> None:
+        nonlocal changed
+        m, etag = wanted[path]
+        data = encode_json(m)
+        if path in published:
+            if etag is not None and published[path] == etag:
+                return
+            if etag is None:
+                try:
+                    if await store.get(path) == data:
+                        return
+                except NotFound:
+                    pass
+        await store.put(path, data, mode=PutMode.OVERWRITE)
+        changed += 1
+
+    async def remove(path: str) -> None:
+        nonlocal changed
+        await store.delete(path)
+        changed += 1
+
+    await run_parallel(sorted(wanted), sync, ctx.config.load_threads)
+    await run_parallel(sorted(published.keys() - wanted.keys()), remove, ctx.config.load_threads)
+    if changed:
+        ctx.report.job_stats.incr("committer_manifests_republished", changed)
+    return changed
 
 
 async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | None = None) -> EntrySpool:
