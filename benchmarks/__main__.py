@@ -50,8 +50,9 @@ FULL: dict[str, dict[str, Any]] = {
     # fake-gcs-server only: Azurite's own ceiling (~100-400 renames/s here) is below
     # anything latency hiding could show
     "latency": {"backends": ["gcs"], "files": 20000, "conc": [64], "lean": [256], "seq_tasks": 4},
-    # 400 files, gcs only: amcommit manages ~1.3 files/s here (see README); 20,000 would take hours
-    "throttle": {"backends": ["gcs"], "files": 400},
+    # gcs only (Azurite's own ceiling is ~100 renames/s); 5,000 files: each contender's run
+    # needs a fresh emulator and 5,000 uploads first
+    "throttle": {"backends": ["gcs"], "files": 5000},
     "scale": {"files": 1_000_000, "manifests": 10_000},
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 2, "rows": 500_000},
 }

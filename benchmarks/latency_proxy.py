@@ -334,12 +334,17 @@ def run_throttle(
     *,
     fraction: float = 0.1,
     amcommit_conc: Sequence[int] = (64,),
+    lean_conc: Sequence[int] = (64,),
     log: Any = sys.stderr,
 ) -> list[dict[str, Any]]:
-    """amcommit vs thread pool 32 with ``fraction`` of requests throttled (Retry-After: 1)."""
+    """amcommit (defaults; and lean: 2 requests per rename like the SDK, so the same share
+    of renames meets a throttling answer) vs thread pool 32, with ``fraction`` of requests
+    throttled (Retry-After: 1)."""
     from benchmarks.job_commit import SDK_THREADS, Contender, run_one
 
-    plan = [Contender("amcommit", c) for c in amcommit_conc] + [Contender("threadpool", SDK_THREADS)]
+    plan = [Contender("amcommit", c) for c in amcommit_conc]
+    plan += [Contender("amcommit", c, lean=True) for c in lean_conc]
+    plan += [Contender("threadpool", SDK_THREADS)]
     rows = []
     for kind in backends:
         for c in plan:

@@ -8,6 +8,7 @@ the first.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import anyio
@@ -88,10 +89,49 @@ def test_throttling_caused_by_our_load_is_backed_off_and_held() -> None:
     assert sum(late) / len(late) >= 0.5 * capacity
 
 
+def run_random(
+    seed: int, demand: float, refused_share: Callable[[float], float], seconds: int
+) -> list[float]:
+    """Like :func:`run`, each answer refused at random with ``refused_share(rate)``."""
+    rng, clock = random.Random(seed), Clock()
+    lim = Limiter(max_concurrency=None, clock=clock)
+    out = []
+    for _ in range(seconds):
+        total = 0.0
+        for _ in range(10):
+            r = sending_rate(lim, demand)
+            n, p = max(1, round(r / 10)), refused_share(r)
+            for _ in range(n):
+                clock.t += 0.1 / n
+                if rng.random() < p:
+                    lim.throttled()
+                else:
+                    lim.succeeded()
+            total += r / 10
+        out.append(total)
+    return out
+
+
+@pytest.mark.parametrize("demand", [60.0, 200.0, 1000.0])
+def test_random_refusals_at_a_fixed_share_keep_the_rate_for_every_seed(demand: float) -> None:
+    for seed in range(10):
+        sent = run_random(seed, demand, lambda r: 0.1, 120)
+        assert sum(sent) / len(sent) >= 0.85 * demand, seed
+
+
+def test_random_refusals_above_a_capacity_are_backed_off_for_every_seed() -> None:
+    capacity = 300.0
+    for seed in range(5):
+        sent = run_random(seed, 2000.0, lambda r: max(0.0, 1 - capacity / r), 60)
+        late = sent[20:]
+        assert sum(late) / len(late) <= 1.5 * capacity, seed
+        assert sum(late) / len(late) >= 0.4 * capacity, seed
+
+
 def test_rate_recovers_after_quiet_windows_up_to_the_configured_rate() -> None:
     clock = Clock()
     lim = Limiter(max_concurrency=None, rate=1000.0, clock=clock)
-    feed(lim, clock, ok=0, thr=25, seconds=0.1)  # a burst of refusals: cut to 500
+    feed(lim, clock, ok=0, thr=200, seconds=0.1)  # refusals at 2,000/s: cut from 1,000 to 500
     assert lim.rate == 500.0
     feed(lim, clock, ok=400, thr=0)  # the probe settles ...
     feed(lim, clock, ok=400, thr=0)  # ... and sees the throttling stopped: the cut is kept

@@ -136,8 +136,9 @@ async def test_limiter_bounds_concurrency_and_rate() -> None:
 
 async def test_limiter_pauses_everything_while_most_answers_are_throttled() -> None:
     lim = Limiter(max_concurrency=8, rate=None)
-    lim.throttled(retry_after=0.05)  # the only answer so far: the service refuses us
-    assert lim.throttle_events == 1
+    for _ in range(20):  # every answer so far: the service refuses us
+        lim.throttled(retry_after=0.05)
+    assert lim.throttle_events == 20
     t0 = time.monotonic()
     async with lim.slot():
         pass

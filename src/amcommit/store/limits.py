@@ -11,14 +11,18 @@ Behaviour:
   ``rate=None`` means no rate limit until the service throttles us;
 * the request that was throttled waits for its own Retry-After (see
   :mod:`amcommit.store.retry`); the limiter pauses *every* new operation for the
-  Retry-After only while most answers (``pause_fraction``) are throttling answers;
+  Retry-After only while most answers (``pause_fraction`` of at least ``min_samples``)
+  are throttling answers;
 * the share of throttling answers is measured over windows of ``window`` seconds. When
   it reaches ``tolerance`` (over at least ``min_samples`` answers), the rate drops to ``decrease`` times the current (or observed)
   rate, never below ``min_rate``, at most once per ``cooldown`` seconds;
-* every decrease is a probe: if the window after the next (the next one still holds
-  answers to requests sent before the decrease) shows that the slower rate did not
-  reduce the share of throttling answers (by at least half of what a load-caused throttle
-  would show), the throttling is not caused by our load (a hot partition, a fault, a
+* every decrease is a probe. After a settling window (it still holds answers to
+  requests sent before the decrease), ``probe_samples`` answers (or five windows) are
+  judged: if the slower rate did not reduce the share of throttling answers the way a
+  throttle caused by our load would (a cut below the service's capacity stops it: the
+  share must fall to a quarter; a cut still above it: at least half-way to what it would
+  show; an accepted decrease is checked again over ten windows), the throttling is not
+  caused by our load (a hot partition, a fault, a
   fixed share of refusals). The old rate is restored and no decrease happens for ``hold``
   seconds (doubling, up to 60 s, while it keeps happening). Without this, a fixed 10% of
   throttled answers would push the rate down to ``min_rate`` within seconds;
@@ -63,6 +67,7 @@ class Limiter:
         pause_fraction: float = 0.5,
         hold: float = 5.0,
         min_samples: int = 20,
+        probe_samples: int = 100,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
@@ -94,12 +99,15 @@ class Limiter:
         self.pause_fraction = pause_fraction
         self.hold = hold
         self.min_samples = min_samples
+        self.probe_samples = max(min_samples, probe_samples)
         self._clock = clock
         self._sem = anyio.Semaphore(max_concurrency) if max_concurrency is not None else None
         now = clock()
         self._tokens = self._burst()
         self._last_refill = now
         self._paused_until = 0.0
+        self._epoch = 0  # bumped on every change of the rate
+        self._prev_start = now
         self._last_throttle = -math.inf
         self._last_change = -math.inf  # the first throttling answer always counts
         self._last_bad = -math.inf  # end of the last window at or above the tolerance
@@ -111,6 +119,9 @@ class Limiter:
         self._prev_thr = 0
         # the running probe after a decrease: (rate before, share before, started, settling)
         self._probe: tuple[float | None, float, float, bool] | None = None
+        # an accepted decrease, checked again over a longer span:
+        # [rate before, share limit, started, ok answers, throttling answers]
+        self._verify: list[float | None] | None = None
         self._hold_until = -math.inf
         self._hold_next = hold
         # observed completion rate: EWMA of the interval between completions
@@ -166,11 +177,19 @@ class Limiter:
             self._tokens -= 1.0
             if self._tokens >= 0:
                 return
-            # reservation: sleep until our token has accrued
+            # reservation: sleep until our token has accrued, in short steps, so that a
+            # change of the rate (a probe undone, a recovery) is seen by sleeping waiters
             wait = -self._tokens / rate
-            self.waited_seconds += wait
-            await anyio.sleep(wait)
-            return
+            epoch = self._epoch
+            while wait > 0:
+                step = min(wait, 0.1)
+                self.waited_seconds += step
+                await anyio.sleep(step)
+                wait -= step
+                if self._epoch != epoch:
+                    break  # the rate changed and the debt was dropped: take a token anew
+            else:
+                return
 
     def slot(self) -> _Slot:
         """``async with limiter.slot():`` wait for a token and a concurrency slot; hold the
@@ -202,30 +221,35 @@ class Limiter:
         thr = self._win_thr + self._prev_thr
         n = thr + self._win_ok + self._prev_ok
         share = thr / n
+        if n < self.min_samples:
+            return  # too few answers to measure the share (the request waits its Retry-After)
         if retry_after is not None and retry_after > 0 and share >= self.pause_fraction:
             self._paused_until = max(self._paused_until, now + min(retry_after, 60.0))
         if share < self.tolerance or self._probe is not None or now < self._hold_until:
             return
-        if n < self.min_samples:
-            return  # too few answers to measure the share (Retry-After is still honoured)
         if self.rate is not None and now - self._last_change < self.cooldown:
             return
+        # cut from what we really send (answers per second over the two windows, or the
+        # recent completion rate if higher), so that the cut binds
+        sending = n / max(now - self._prev_start, 1e-3)
+        if self._ewma_interval:
+            sending = max(sending, self.observed_rate)
         if self.rate is not None:
-            # cut from what we really send, when that is below the limit (else the cut
-            # would not bind and the probe would judge a rate we never sent at)
-            base = (
-                min(self.rate, max(self.observed_rate, self.min_rate)) if self._ewma_interval else self.rate
-            )
+            base = min(self.rate, max(sending, self.min_rate))
         else:
-            base = max(self.observed_rate, self.min_rate / self.decrease)
-        self._probe = (self.rate, share, now, True)
-        self.rate = max(self.min_rate, base * self.decrease)
-        self._tokens = min(self._tokens, self._burst())
+            base = max(sending, self.min_rate / self.decrease)
+        # a decrease during the check of an earlier one: if this one turns out not to
+        # help, the earlier one is undone as well
+        restore_to = self._verify[0] if self._verify is not None else self.rate
+        self._probe = (restore_to, share, now, True)
+        self._verify = None
+        self._set_rate(max(self.min_rate, base * self.decrease))
         self._last_change = self._last_bad = now
         self.rate_decreases += 1
         # the probe measures the answers to requests sent at the new rate only
         self._win_start, self._win_ok, self._win_thr = now, 0, 0
         self._prev_ok = self._prev_thr = 0
+        self._prev_start = now
 
     def _close_window(self, now: float) -> None:
         ok, thr = self._win_ok, self._win_thr
@@ -239,22 +263,38 @@ class Limiter:
                 # at the old rate: judge the next one
                 self._probe = (before_rate, before, now, False)
                 self._prev_ok, self._prev_thr = ok, thr
+                self._prev_start = self._win_start
                 self._win_start, self._win_ok, self._win_thr = now, 0, 0
                 return
-            if n < self.min_samples and now - started < 5 * self.window:
+            if n < self.probe_samples and now - started < 5 * self.window:
                 return  # too few answers to judge yet: keep collecting
             self._probe = None
+            # what a throttle caused by our load would show now: the service accepted
+            # (1 - before) of the old rate, and we send ``decrease`` of it
             expected = max(0.0, 1.0 - (1.0 - before) / self.decrease)
-            if n and share > (before + expected) / 2:
+            if expected > 0:
+                limit = (before + expected) / 2
+            else:  # a load-caused throttle would have stopped; allow for stragglers
+                limit = max(self.tolerance, before / 4)
+            if n >= self.min_samples and share > limit:
                 # slowing down did not help: the throttling is not caused by our load
-                self.rate = before_rate
-                self._tokens = min(self._tokens, self._burst())
-                self._hold_until = now + self._hold_next
-                self._hold_next = min(_MAX_HOLD, self._hold_next * 2)
-                self.rate_restores += 1
+                self._undo(before_rate, now)
             else:
                 self._hold_next = self.hold
+                self._verify = [before_rate, limit, now, 0, 0]
             self._last_change = now
+        elif self._verify is not None:
+            # a probe judged on a few hundred answers can be fooled by chance: confirm it
+            # over ten windows, or undo it
+            v = self._verify
+            v[3] = (v[3] or 0) + ok
+            v[4] = (v[4] or 0) + thr
+            if now - (v[2] or 0) >= 10 * self.window:
+                self._verify = None
+                total = (v[3] or 0) + (v[4] or 0)
+                if total >= self.probe_samples and (v[4] or 0) / total > (v[1] or 0):
+                    self._undo(v[0], now)
+                    self._last_change = now
         if share >= self.tolerance:
             self._last_bad = now
         elif (
@@ -264,14 +304,29 @@ class Limiter:
         ):
             new = self.rate * self.increase
             if self.max_rate is not None and new >= self.max_rate:
-                self.rate = self.max_rate
+                self._set_rate(self.max_rate)
             elif self.max_rate is None and new >= self.unlimited_above:
-                self.rate = None
+                self._set_rate(None)
             else:
-                self.rate = new
+                self._set_rate(new)
             self._last_change = now
         self._prev_ok, self._prev_thr = ok, thr
+        self._prev_start = self._win_start
         self._win_start, self._win_ok, self._win_thr = now, 0, 0
+
+    def _set_rate(self, rate: float | None) -> None:
+        """A new rate: waiters re-take their tokens at it (the old debt is dropped)."""
+        self.rate = rate
+        self._tokens = min(max(self._tokens, 0.0), self._burst())
+        self._last_refill = self._clock()
+        self._epoch += 1
+
+    def _undo(self, before_rate: float | None, now: float) -> None:
+        """Restore the rate before a decrease that did not help; hold off further ones."""
+        self._set_rate(before_rate)
+        self._hold_until = now + self._hold_next
+        self._hold_next = min(_MAX_HOLD, self._hold_next * 2)
+        self.rate_restores += 1
 
     def describe(self) -> dict[str, float | int | None]:
         return {
