@@ -14,8 +14,6 @@ live, mutable collector; it is not thread-safe and is meant for one event loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import msgspec
 
@@ -78,6 +76,21 @@ class _OpStats:
         self.fail_max = 0.0
 
 
+class _Timer:
+    __slots__ = ("_op", "_stats", "_t0")
+
+    def __init__(self, stats: IOStatistics, op: str) -> None:
+        self._stats = stats
+        self._op = op
+        self._t0 = 0.0
+
+    def __enter__(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self._stats.record(self._op, time.perf_counter() - self._t0, failed=exc_type is not None)
+
+
 class IOStatistics:
     """Live collector of operation durations and counters."""
 
@@ -94,27 +107,25 @@ class IOStatistics:
         if failed:
             st.fail_count += 1
             st.fail_sum += ms
-            st.fail_min = min(st.fail_min, ms)
-            st.fail_max = max(st.fail_max, ms)
+            if ms < st.fail_min:
+                st.fail_min = ms
+            if ms > st.fail_max:
+                st.fail_max = ms
         else:
             st.count += 1
             st.sum += ms
-            st.min = min(st.min, ms)
-            st.max = max(st.max, ms)
+            if ms < st.min:
+                st.min = ms
+            if ms > st.max:
+                st.max = ms
 
     def incr(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
 
-    @contextmanager
-    def time(self, op: str) -> Iterator[None]:
-        """Time the block as operation ``op``; an exception records a failure."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        except BaseException:
-            self.record(op, time.perf_counter() - t0, failed=True)
-            raise
-        self.record(op, time.perf_counter() - t0)
+    def time(self, op: str) -> _Timer:
+        """``with stats.time(op):`` time the block as operation ``op``; an exception
+        records a failure. (A plain class, not a generator: this runs once per call.)"""
+        return _Timer(self, op)
 
     def count(self, op: str) -> int:
         st = self._ops.get(op)

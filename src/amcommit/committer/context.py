@@ -39,6 +39,7 @@ class JobContext:
     spool: EntrySpool | None = None
     dirs: set[str] = field(default_factory=set)
     journal: Journal | None = None
+    _retry: tuple[CommitterConfig, RetryPolicy] | None = field(default=None, init=False, repr=False)
 
     @property
     def scope(self) -> Scope:
@@ -52,7 +53,10 @@ class JobContext:
     @property
     def retry(self) -> RetryPolicy:
         c = self.config
-        return RetryPolicy(c.rename_attempts, c.retry_base_delay, c.retry_max_delay)
+        cached = self._retry
+        if cached is None or cached[0] is not c:  # built once per config (frozen), not per call
+            cached = self._retry = (c, RetryPolicy(c.rename_attempts, c.retry_base_delay, c.retry_max_delay))
+        return cached[1]
 
     def emit(self, stage: str, done: int, total: int, phase: str = "progress") -> None:
         if self.progress is not None:

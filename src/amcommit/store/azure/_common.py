@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email.utils
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 from yarl import URL
@@ -18,7 +17,7 @@ from amcommit.store.azure.auth import (
     parse_connection_string,
 )
 from amcommit.store.azure.codes import classify
-from amcommit.store.http import HttpClient, HttpResponse
+from amcommit.store.http import HttpClient, HttpResponse, quote_plain
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy
 from amcommit.uris import ParsedUri
@@ -34,7 +33,7 @@ META_PUT_ID = "amcommitputid"
 
 def quote_path(path: str) -> str:
     """Percent-encode a store path for a URL (``/`` kept; as the Azure SDKs do)."""
-    return quote(path, safe="/~")
+    return quote_plain(path, safe="/~")
 
 
 def norm_etag(etag: str | None) -> str | None:
@@ -191,6 +190,7 @@ class AzureBase:
         data: bytes | None = None,
         idempotent: bool = True,
         retry: RetryPolicy | None = None,
+        shielded: bool = False,
     ) -> HttpResponse:
         """Send one logical request through the shared HTTP client (limiter, retries,
         statistics, typed errors).
@@ -199,6 +199,8 @@ class AzureBase:
         :class:`~amcommit.errors.Transient`). Mutations (anything but GET/HEAD) run shielded
         from cancellation: once sent, the caller waits for the answer, an error or the
         request timeout, so nothing lands on the service after the caller has moved on.
+        ``shielded=True``: the caller already runs the request in a shielded scope (no
+        second scope is opened).
         """
         hdrs = self.headers(headers)
         if data:
@@ -208,6 +210,17 @@ class AzureBase:
         if method in ("GET", "HEAD"):
             return await self._http.request(
                 op, method, url, path=path, headers=hdrs, data=None, idempotent=idempotent, retry=retry
+            )
+        if shielded:  # the caller already runs this mutation in a shielded scope
+            return await self._http.request(
+                op,
+                method,
+                url,
+                path=path,
+                headers=hdrs,
+                data=data or None,
+                idempotent=idempotent,
+                retry=retry,
             )
         # A mutation in flight settles (answer, error or timeout) before a cancellation of the
         # caller takes effect: nothing lands on the service after the caller has moved on.

@@ -354,9 +354,10 @@ class BlobStore(AzureBase):
         rid: str,
         rename_id: str | None,
     ) -> RenameResult:
+        """Runs inside rename()'s shielded scope: its requests pass ``shielded=True``."""
         recovered = False
         try:
-            r = await self.request("rename", "PUT", self.url(dst), path=dst, headers=headers)
+            r = await self.request("rename", "PUT", self.url(dst), path=dst, headers=headers, shielded=True)
             dst_etag = norm_etag(r.headers.get("ETag"))
             if r.headers.get("x-ms-copy-status", "success") != "success":
                 dst_etag = await self._wait_copy(dst, r.headers.get("x-ms-copy-id"))
@@ -375,7 +376,9 @@ class BlobStore(AzureBase):
             # the source went away between Get Properties and Copy Blob
             return await self._recover(src, dst, rename_id, size)
         try:
-            await self.request("rename", "DELETE", self.url(src), path=src, headers={"If-Match": etag})
+            await self.request(
+                "rename", "DELETE", self.url(src), path=src, headers={"If-Match": etag}, shielded=True
+            )
         except NotFound as e:
             recovered = recovered or e.attempts > 1
         except PreconditionFailed:
@@ -388,7 +391,12 @@ class BlobStore(AzureBase):
             # the source was rewritten after the copy: take the copy back, publish nothing
             try:
                 await self.request(
-                    "rename", "DELETE", self.url(dst), path=dst, headers={"If-Match": dst_etag or "*"}
+                    "rename",
+                    "DELETE",
+                    self.url(dst),
+                    path=dst,
+                    headers={"If-Match": dst_etag or "*"},
+                    shielded=True,
                 )
             except (NotFound, PreconditionFailed):
                 pass

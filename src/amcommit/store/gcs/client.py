@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
+from typing import Literal, overload
 from urllib.parse import quote
 
 import msgspec
@@ -22,7 +23,7 @@ from yarl import URL
 from amcommit.errors import ConfigError, StoreError, Throttled, Unauthenticated
 from amcommit.iostats import IOStatistics
 from amcommit.store.gcs.errors import classify
-from amcommit.store.http import HttpClient, HttpResponse, Signer
+from amcommit.store.http import HttpClient, HttpResponse, Signer, quote_plain
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy, call_with_retries
 
@@ -50,7 +51,7 @@ def resolve_endpoint(endpoint: str | None = None) -> tuple[str, bool]:
 
 def qname(name: str) -> str:
     """An object or bucket name as one percent-encoded URL path segment."""
-    return quote(name, safe="")
+    return quote_plain(name)
 
 
 @lru_cache(maxsize=256)
@@ -176,6 +177,36 @@ class GcsHttpClient(HttpClient):
         self.write_gate = write_gate
         self.on_unauthenticated = on_unauthenticated
 
+    @overload
+    async def send(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        *,
+        path: str = ...,
+        headers: dict[str, str] | None = ...,
+        data: bytes | None = ...,
+        write: bool = ...,
+        idempotent: bool = ...,
+        missing_ok: Literal[False] = ...,
+    ) -> HttpResponse: ...
+
+    @overload
+    async def send(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        *,
+        path: str = ...,
+        headers: dict[str, str] | None = ...,
+        data: bytes | None = ...,
+        write: bool = ...,
+        idempotent: bool = ...,
+        missing_ok: bool,
+    ) -> HttpResponse | None: ...
+
     async def send(
         self,
         op: str,
@@ -187,24 +218,28 @@ class GcsHttpClient(HttpClient):
         data: bytes | None = None,
         write: bool = False,
         idempotent: bool = True,
-    ) -> HttpResponse:
-        """One logical request with the retry rules of the module docstring."""
-        gate = self.write_gate if write else None
-        hdrs = headers or {}
+        missing_ok: bool = False,
+    ) -> HttpResponse | None:
+        """One logical request with the retry rules of the module docstring.
 
-        async def attempt(n: int) -> HttpResponse:
+        ``missing_ok``: answer None for a 404 instead of raising
+        :class:`~amcommit.errors.NotFound` (still counted as a failed ``op``)."""
+        gate = self.write_gate if write else None
+        hdrs = headers or _NO_HEADERS
+
+        async def attempt(n: int) -> HttpResponse | None:
             if gate is not None:
                 async with gate.slot():
                     pass
             try:
                 try:
-                    resp = await self._once(op, method, url, hdrs, data, path, n)
+                    resp = await self._once(op, method, url, hdrs, data, path, n, missing_ok)
                 except Unauthenticated:
                     if self.on_unauthenticated is None:
                         raise
                     # an expired token: GCS did nothing; fetch a new token and try once more
                     self.on_unauthenticated()
-                    resp = await self._once(op, method, url, hdrs, data, path, n)
+                    resp = await self._once(op, method, url, hdrs, data, path, n, missing_ok)
             except Throttled as e:
                 if gate is not None:
                     gate.throttled(e.retry_after)
@@ -213,16 +248,20 @@ class GcsHttpClient(HttpClient):
                 gate.succeeded()
             return resp
 
-        def only_429(e: StoreError) -> bool:
-            return isinstance(e, Throttled) and e.status == 429
-
         return await call_with_retries(
             attempt,
             policy=self.retry,
             limiter=self.limiter,
             stats=self.stats,
-            retry_if=None if idempotent else only_429,
+            retry_if=None if idempotent else _only_429,
         )
+
+
+def _only_429(e: StoreError) -> bool:
+    return isinstance(e, Throttled) and e.status == 429
+
+
+_NO_HEADERS: dict[str, str] = {}
 
 
 __all__ = [

@@ -107,6 +107,9 @@ _OBJECT_FIELDS = (
     "contentLanguage,cacheControl,customTime,crc32c,md5Hash,metadata"
 )
 _LIST_FIELDS = f"items({_OBJECT_FIELDS}),prefixes,nextPageToken"
+# encoded query strings of the per-rename requests (built once, not per request)
+_GET_Q = query({"fields": _OBJECT_FIELDS})
+_REWRITE_FIELDS_Q = query({"fields": f"done,rewriteToken,resource({_OBJECT_FIELDS})"})
 _MOVE_UNSUPPORTED = (400, 405, 501)
 _MAX_MOVE_ROUNDS = 8
 
@@ -222,8 +225,11 @@ class GcsStore:
         self._use_move = use_move
         self._detect_lock: anyio.Lock | None = None
         self.capabilities = self._caps()
-        b = qname(bucket)
+        b = self._bucket_q = qname(bucket)
         self._obj_base = f"{self.endpoint}/storage/v1/b/{b}/o"
+        ep = URL(self.endpoint)
+        self._scheme, self._authority = ep.scheme, ep.raw_authority
+        self._obj_path = f"{ep.raw_path.rstrip('/')}/storage/v1/b/{b}/o"
         self._upload_base = f"{self.endpoint}/upload/storage/v1/b/{b}/o"
 
     # -- small helpers -------------------------------------------------------------------
@@ -252,14 +258,26 @@ class GcsStore:
         return f"GcsStore({self.bucket!r}, endpoint={self.endpoint!r}, auth={auth})"
 
     def _url(self, base: str, params: dict[str, str | int | None] | None = None) -> URL:
-        p = dict(params or {})
         if self.user_project:
-            p["userProject"] = self.user_project
-        q = query(p)
+            params = {**(params or {}), "userProject": self.user_project}
+        q = query(params) if params else ""
         return URL(f"{base}?{q}" if q else base, encoded=True)
 
     def _obj_url(self, name: str, suffix: str = "", params: dict[str, str | int | None] | None = None) -> URL:
         return self._url(f"{self._obj_base}/{qname(name)}{suffix}", params)
+
+    def _obj_url_q(self, name: str, q: str, suffix: str = "") -> URL:
+        """``_obj_url`` with an already encoded, non-empty query string ``q`` (built from
+        its parts: about half the cost of parsing the URL string)."""
+        if self.user_project:
+            q = f"{q}&{query({'userProject': self.user_project})}"
+        return URL.build(
+            scheme=self._scheme,
+            authority=self._authority,
+            path=f"{self._obj_path}/{qname(name)}{suffix}",
+            query_string=q,
+            encoded=True,
+        )
 
     @staticmethod
     def _info(o: GcsObject) -> ObjectInfo:
@@ -274,14 +292,14 @@ class GcsStore:
 
     # -- object primitives ---------------------------------------------------------------
     async def _get_object(self, name: str, op: str = "gcs_get") -> GcsObject:
-        r = await self.http.send(op, "GET", self._obj_url(name, params={"fields": _OBJECT_FIELDS}), path=name)
+        r = await self.http.send(op, "GET", self._obj_url_q(name, _GET_Q), path=name)
         return OBJECT_DECODER.decode(r.body)
 
     async def _find_object(self, name: str) -> GcsObject | None:
-        try:
-            return await self._get_object(name)
-        except NotFound:
-            return None
+        """The object, or None if it does not exist (a 404 is not raised: this is the
+        per-rename "is the destination free?" probe)."""
+        r = await self.http.send("gcs_get", "GET", self._obj_url_q(name, _GET_Q), path=name, missing_ok=True)
+        return None if r is None else OBJECT_DECODER.decode(r.body)
 
     async def _has_children(self, prefix: str) -> bool:
         url = self._url(
@@ -310,17 +328,15 @@ class GcsStore:
 
     async def _delete_object_once(self, name: str, generation: str | None) -> bool:
         if generation is not None:
-            try:
-                await self.http.send(
-                    "gcs_delete",
-                    "DELETE",
-                    self._obj_url(name, params={"ifGenerationMatch": generation}),
-                    path=name,
-                    write=True,
-                )
-            except NotFound:
-                return False
-            return True
+            r = await self.http.send(
+                "gcs_delete",
+                "DELETE",
+                self._obj_url_q(name, query({"ifGenerationMatch": generation})),
+                path=name,
+                write=True,
+                missing_ok=True,
+            )
+            return r is not None
         try:
             await self.http.send(
                 "gcs_delete", "DELETE", self._obj_url(name), path=name, write=True, idempotent=False
@@ -567,14 +583,20 @@ class GcsStore:
         expected = None if src_etag is None else str(_generation(src_etag, op="rename", path=src))
         rid = rename_id or f"amc-{uuid.uuid4().hex}"
         with self.iostats.time("rename"):
-            return await self._shielded("rename", src, lambda: self._rename(src, dst, expected, rid))
+            # as _shielded(), inlined: the rewrite strategy's source delete runs in this
+            # scope (extending its deadline) instead of opening a second one
+            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self.shield_timeout) as scope:
+                return await self._rename(src, dst, expected, rid, scope)
+            raise Transient(f"did not finish within {self.shield_timeout:g}s", op="rename", path=src)
 
-    async def _rename(self, src: str, dst: str, expected: str | None, rid: str) -> RenameResult:
-        if await self.supports_move():
+    async def _rename(
+        self, src: str, dst: str, expected: str | None, rid: str, scope: anyio.CancelScope
+    ) -> RenameResult:
+        if self._use_move is not False and await self.supports_move():
             res = await self._rename_move(src, dst, expected, rid)
             if res is not None:
                 return res
-        return await self._rename_rewrite(src, dst, expected, rid)
+        return await self._rename_rewrite(src, dst, expected, rid, scope)
 
     async def _prove(
         self, dst: str, rid: str, size: int | None = None, crc32c: str | None = None
@@ -672,7 +694,9 @@ class GcsStore:
             return RenameResult(dst=dst, etag=d.generation)
         raise PreconditionFailed("source kept changing during the move", op="rename", path=src, status=412)
 
-    async def _rename_rewrite(self, src: str, dst: str, expected: str | None, rid: str) -> RenameResult:
+    async def _rename_rewrite(
+        self, src: str, dst: str, expected: str | None, rid: str, scope: anyio.CancelScope
+    ) -> RenameResult:
         s: GcsObject | None = None
         if self.preserve_metadata or expected is None or self.verify_preconditions:
             try:
@@ -694,7 +718,7 @@ class GcsStore:
             d0 = await self._find_object(dst)
             if d0 is not None:
                 if d0.rename_id == rid:
-                    return await self._finish_rewrite(src, dst, gen, d0, recovered=True)
+                    return await self._finish_rewrite(src, dst, gen, d0, scope, recovered=True)
                 raise AlreadyExists("destination exists", op="rename", path=dst)
         body: dict[str, object] = {}
         if s is not None and self.preserve_metadata:
@@ -706,17 +730,10 @@ class GcsStore:
         size = int(s.size) if s is not None else None
         crc = s.crc32c if s is not None else None
         token: str | None = None
+        suffix = f"/rewriteTo/b/{self._bucket_q}/o/{qname(dst)}"
         while True:
-            url = self._obj_url(
-                src,
-                f"/rewriteTo/b/{qname(self.bucket)}/o/{qname(dst)}",
-                {
-                    "ifGenerationMatch": 0,
-                    "ifSourceGenerationMatch": gen,
-                    "rewriteToken": token,
-                    "fields": f"done,rewriteToken,resource({_OBJECT_FIELDS})",
-                },
-            )
+            q = query({"ifGenerationMatch": 0, "ifSourceGenerationMatch": gen, "rewriteToken": token})
+            url = self._obj_url_q(src, f"{q}&{_REWRITE_FIELDS_Q}", suffix)
             try:
                 r = await self.http.send(
                     "gcs_rewrite",
@@ -734,7 +751,7 @@ class GcsStore:
                 if d is not None:
                     if d.rename_id == rid and (size is None or int(d.size) == size):
                         # our own copy (an earlier attempt whose answer was lost)
-                        return await self._finish_rewrite(src, dst, gen, d, recovered=True)
+                        return await self._finish_rewrite(src, dst, gen, d, scope, recovered=True)
                     raise AlreadyExists("destination exists", op="rename", path=dst, status=412) from None
                 raise PreconditionFailed(
                     "source generation changed", op="rename", path=src, status=412
@@ -743,17 +760,20 @@ class GcsStore:
             if rw.done:
                 if rw.resource is None:
                     raise StoreError("rewrite finished without a resource", op="rename", path=dst)
-                return await self._finish_rewrite(src, dst, gen, rw.resource, recovered=False)
+                return await self._finish_rewrite(src, dst, gen, rw.resource, scope, recovered=False)
             if not rw.rewrite_token:
                 raise StoreError("rewrite not done and no rewriteToken", op="rename", path=dst)
             token = rw.rewrite_token
             self.iostats.incr("gcs_rewrite_continued")
 
     async def _finish_rewrite(
-        self, src: str, dst: str, gen: str, d: GcsObject, *, recovered: bool
+        self, src: str, dst: str, gen: str, d: GcsObject, scope: anyio.CancelScope, *, recovered: bool
     ) -> RenameResult:
+        # ``scope`` is the rename's shield: the delete gets a full ``shield_timeout`` of its
+        # own, as _delete_object() (a scope of its own, at twice the cost) would give it
+        scope.deadline = max(scope.deadline, anyio.current_time() + self.shield_timeout)
         try:
-            await self._delete_object(src, gen)
+            await self._delete_object_once(src, gen)
         except PreconditionFailed:
             # the source was replaced after the copy: the new object is not ours to delete
             self.iostats.incr("gcs_rename_source_replaced")
