@@ -149,8 +149,8 @@ def panels(payload: dict[str, Any]) -> list[tuple[str, list[Bar]]]:
     out: list[tuple[str, list[Bar]]] = []
     em = res.get("emulators", {}).get("rows", [])
     if em:
-        biggest = max(r["files"] for r in em)
         for backend in sorted({r["backend"] for r in em}):
+            biggest = max(r["files"] for r in em if r["backend"] == backend)
             rs = [r for r in em if r["backend"] == backend and r["files"] == biggest]
             name = "AZURITE" if backend == "azurite" else "FAKE-GCS-SERVER"
             out.append(
