@@ -237,11 +237,15 @@ class HttpClient:
                 raise Transient(f"connection failed: {type(e).__name__}", path=path, op=op) from None
         if missing_ok and resp.status == 404:
             stats.record(op, time.perf_counter() - t0, failed=True)
+            self.limiter.succeeded()  # an answer, not a refusal: counts in the limiter's share
             return None
         err = self.classify(resp, op, path)
         if err is not None:
             err.attempts = attempt
             stats.record(op, time.perf_counter() - t0, failed=True)
+            if resp.status < 500 and not isinstance(err, Throttled):
+                # 404, 409, 412 ...: the service answered; only refusals slow the limiter
+                self.limiter.succeeded()
             raise err
         stats.record(op, time.perf_counter() - t0)
         self.limiter.succeeded()

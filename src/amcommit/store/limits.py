@@ -199,7 +199,8 @@ class Limiter:
     # -- feedback ----------------------------------------------------------------------
 
     def succeeded(self) -> None:
-        """Report a completed operation (drives the observed rate and the recovery)."""
+        """Report an answer that was not a refusal (a success, or an error such as "not
+        found"): drives the observed rate, the share of refusals and the recovery."""
         now = self._clock()
         if self._last_done:
             gap = now - self._last_done

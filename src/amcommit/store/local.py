@@ -123,6 +123,27 @@ def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     return StoreError(msg, op=op, path=path)
 
 
+def _rmtree(p: str, attempts: int = 5) -> None:
+    """``shutil.rmtree`` that tolerates writers racing it: a file or directory created
+    below ``p`` while the tree is removed (a late task attempt still writing when its job
+    is aborted) makes the removal of its parent fail with ENOTEMPTY, and rmtree stops at
+    the first error, leaving the rest (e.g. the job marker) behind. Walk again, a few
+    times, then give up with the error."""
+    for i in range(attempts):
+        try:
+            shutil.rmtree(p)
+            return
+        except FileNotFoundError:
+            if not os.path.lexists(p):
+                return  # removed by someone else meanwhile
+            if i == attempts - 1:
+                raise
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY or i == attempts - 1:
+                raise
+        time.sleep(0.02 * (i + 1))
+
+
 class LocalStore:
     """A :class:`~amcommit.store.base.Store` over a local directory tree rooted at ``root``.
 
@@ -332,7 +353,7 @@ class LocalStore:
                 return False
             if stat_mod.S_ISDIR(st.st_mode):
                 if recursive:
-                    shutil.rmtree(p)
+                    _rmtree(p)
                 else:
                     os.rmdir(p)
             else:
