@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 
+from amcommit.errors import PreconditionFailed
 from amcommit.store import local
 from amcommit.store.local import LocalStore
 
 
-async def test_recursive_delete_survives_a_racing_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_recursive_delete_survives_a_racing_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = LocalStore(str(tmp_path), fsync=False)
     await store.put("job/_job.json", b"{}")
     await store.put("job/tasks/a/part-0", b"x")
@@ -46,5 +49,5 @@ async def test_recursive_delete_gives_up_on_a_writer_that_never_stops(
         raise OSError(errno.ENOTEMPTY, "Directory not empty", p)
 
     monkeypatch.setattr(local.shutil, "rmtree", always)
-    with pytest.raises(Exception, match="not empty|ENOTEMPTY|Directory"):
+    with pytest.raises(PreconditionFailed, match="directory not empty"):
         await store.delete("job", recursive=True)
