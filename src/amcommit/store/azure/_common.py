@@ -211,30 +211,15 @@ class AzureBase:
             return await self._http.request(
                 op, method, url, path=path, headers=hdrs, data=None, idempotent=idempotent, retry=retry
             )
+        mutation = self._http.request(
+            op, method, url, path=path, headers=hdrs, data=data or None, idempotent=idempotent, retry=retry
+        )
         if shielded:  # the caller already runs this mutation in a shielded scope
-            return await self._http.request(
-                op,
-                method,
-                url,
-                path=path,
-                headers=hdrs,
-                data=data or None,
-                idempotent=idempotent,
-                retry=retry,
-            )
+            return await mutation
         # A mutation in flight settles (answer, error or timeout) before a cancellation of the
         # caller takes effect: nothing lands on the service after the caller has moved on.
         with anyio.CancelScope(shield=True):
-            resp = await self._http.request(
-                op,
-                method,
-                url,
-                path=path,
-                headers=hdrs,
-                data=data or None,
-                idempotent=idempotent,
-                retry=retry,
-            )
+            resp = await mutation
         return resp
 
     async def aclose(self) -> None:
