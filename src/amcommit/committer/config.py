@@ -54,7 +54,7 @@ HADOOP_KEYS: dict[str, str] = {
 class CommitterConfig:
     """Every knob of the committer. Defaults suit cloud stores; see README for tuning."""
 
-    io_threads: int = 64
+    io_threads: int = 128
     """Concurrent file operations (renames, deletes, mkdirs) during job commit."""
     io_rate: float | None = None
     """Upper bound on file operations started per second by one job commit (None: none);

@@ -70,7 +70,7 @@ class AzureBase:
     (Azurite, the ADLS test server). ``account`` defaults to the endpoint's path or first
     host label. Credentials: one of ``account_key``, ``sas_token``, ``token_provider``,
     ``credential`` (else anonymous). ``limiter`` defaults to a private
-    ``Limiter(max_concurrency=64)``; pass :func:`~amcommit.store.limits.shared_limiter` to
+    ``Limiter(max_concurrency=128)``; pass :func:`~amcommit.store.limits.shared_limiter` to
     share one budget per account across stores and jobs.
     """
 
@@ -117,7 +117,7 @@ class AzureBase:
         self._sas = self.credential.query
         self._container_url = f"{self.endpoint}/{quote_path(container)}"
         self._root_uri = root_uri or self._default_root_uri()
-        self.limiter = limiter or Limiter(max_concurrency=64)
+        self.limiter = limiter or Limiter(max_concurrency=128)
         self.retry = retry or RetryPolicy()
         self.iostats = IOStatistics()
         self._http = HttpClient(

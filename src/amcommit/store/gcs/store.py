@@ -142,7 +142,7 @@ class GcsStore:
         endpoint: JSON API base URL (emulators); default ``STORAGE_EMULATOR_HOST`` or Google.
         token_provider / credentials / anonymous: authentication. Emulator endpoints default
             to anonymous; Google's to ``google.auth.default()`` (optional ``gcs`` extra).
-        limiter: the request limiter (default: shared per endpoint and bucket, 64 in flight).
+        limiter: the request limiter (default: shared per endpoint and bucket, 128 in flight).
         write_rate: object writes per second for the write gate (default 1,000, GCS's
             starting budget per bucket; ``None`` = no write gate). ``write_limiter`` gives
             a limiter to use (shared between stores) instead.
@@ -207,7 +207,7 @@ class GcsStore:
             self._auth = BearerAuth(provider)
 
         key = f"gcs:{self.endpoint}/{bucket}"
-        self.limiter = limiter or shared_limiter(key, max_concurrency=64)
+        self.limiter = limiter or shared_limiter(key, max_concurrency=128)
         if write_limiter is None and write_rate is not None:
             write_limiter = shared_limiter(
                 "writes:" + key, max_concurrency=1_000_000, rate=write_rate, burst=max(1.0, write_rate / 10)
