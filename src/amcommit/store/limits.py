@@ -39,12 +39,34 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 
 from amcommit.errors import ConfigError
 
 _MAX_HOLD = 60.0
+
+
+@dataclass(slots=True)
+class _Probe:
+    """A decrease under test: undone (to ``restore_to``) if the share does not fall."""
+
+    restore_to: float | None
+    share_before: float
+    started: float
+    settling: bool = True
+
+
+@dataclass(slots=True)
+class _Check:
+    """An accepted decrease, checked again over ten windows against ``limit``."""
+
+    restore_to: float | None
+    limit: float
+    started: float
+    ok: int = 0
+    thr: int = 0
 
 
 class Limiter:
@@ -117,11 +139,8 @@ class Limiter:
         self._win_thr = 0
         self._prev_ok = 0
         self._prev_thr = 0
-        # the running probe after a decrease: (rate before, share before, started, settling)
-        self._probe: tuple[float | None, float, float, bool] | None = None
-        # an accepted decrease, checked again over a longer span:
-        # [rate before, share limit, started, ok answers, throttling answers]
-        self._verify: list[float | None] | None = None
+        self._probe: _Probe | None = None
+        self._check: _Check | None = None
         self._hold_until = -math.inf
         self._hold_next = hold
         # observed completion rate: EWMA of the interval between completions
@@ -148,11 +167,15 @@ class Limiter:
             return 1.0 / self._ewma_interval
         return 20.0 * (self.max_concurrency or 64)
 
+    def _recent(self) -> tuple[int, int]:
+        """(throttling answers, all answers) in the current and the previous window."""
+        thr = self._win_thr + self._prev_thr
+        return thr, thr + self._win_ok + self._prev_ok
+
     @property
     def throttled_share(self) -> float:
         """The share of throttling answers in the current and the previous window."""
-        thr = self._win_thr + self._prev_thr
-        n = thr + self._win_ok + self._prev_ok
+        thr, n = self._recent()
         return thr / n if n else 0.0
 
     @property
@@ -219,8 +242,7 @@ class Limiter:
         self._last_throttle = now
         if now - self._win_start >= self.window:
             self._close_window(now)
-        thr = self._win_thr + self._prev_thr
-        n = thr + self._win_ok + self._prev_ok
+        thr, n = self._recent()
         share = thr / n
         if n < self.min_samples:
             return  # too few answers to measure the share (the request waits its Retry-After)
@@ -241,9 +263,9 @@ class Limiter:
             base = max(sending, self.min_rate / self.decrease)
         # a decrease during the check of an earlier one: if this one turns out not to
         # help, the earlier one is undone as well
-        restore_to = self._verify[0] if self._verify is not None else self.rate
-        self._probe = (restore_to, share, now, True)
-        self._verify = None
+        restore_to = self._check.restore_to if self._check is not None else self.rate
+        self._probe = _Probe(restore_to, share, now)
+        self._check = None
         self._set_rate(max(self.min_rate, base * self.decrease))
         self._last_change = self._last_bad = now
         self.rate_decreases += 1
@@ -258,18 +280,16 @@ class Limiter:
         share = thr / n if n else 0.0
         probe = self._probe
         if probe is not None:
-            before_rate, before, started, settling = probe
-            if settling:
+            if probe.settling:
                 # the first window after a decrease still holds answers to requests sent
                 # at the old rate: judge the next one
-                self._probe = (before_rate, before, now, False)
-                self._prev_ok, self._prev_thr = ok, thr
-                self._prev_start = self._win_start
-                self._win_start, self._win_ok, self._win_thr = now, 0, 0
+                probe.settling, probe.started = False, now
+                self._roll(now, ok, thr)
                 return
-            if n < self.probe_samples and now - started < 5 * self.window:
+            if n < self.probe_samples and now - probe.started < 5 * self.window:
                 return  # too few answers to judge yet: keep collecting
             self._probe = None
+            before = probe.share_before
             # what a throttle caused by our load would show now: the service accepted
             # (1 - before) of the old rate, and we send ``decrease`` of it
             expected = max(0.0, 1.0 - (1.0 - before) / self.decrease)
@@ -279,22 +299,22 @@ class Limiter:
                 limit = max(self.tolerance, before / 4)
             if n >= self.min_samples and share > limit:
                 # slowing down did not help: the throttling is not caused by our load
-                self._undo(before_rate, now)
+                self._undo(probe.restore_to, now)
             else:
                 self._hold_next = self.hold
-                self._verify = [before_rate, limit, now, 0, 0]
+                self._check = _Check(probe.restore_to, limit, now)
             self._last_change = now
-        elif self._verify is not None:
+        elif self._check is not None:
             # a probe judged on a few hundred answers can be fooled by chance: confirm it
             # over ten windows, or undo it
-            v = self._verify
-            v[3] = (v[3] or 0) + ok
-            v[4] = (v[4] or 0) + thr
-            if now - (v[2] or 0) >= 10 * self.window:
-                self._verify = None
-                total = (v[3] or 0) + (v[4] or 0)
-                if total >= self.probe_samples and (v[4] or 0) / total > (v[1] or 0):
-                    self._undo(v[0], now)
+            c = self._check
+            c.ok += ok
+            c.thr += thr
+            if now - c.started >= 10 * self.window:
+                self._check = None
+                total = c.ok + c.thr
+                if total >= self.probe_samples and c.thr / total > c.limit:
+                    self._undo(c.restore_to, now)
                     self._last_change = now
         if share >= self.tolerance:
             self._last_bad = now
@@ -311,6 +331,10 @@ class Limiter:
             else:
                 self._set_rate(new)
             self._last_change = now
+        self._roll(now, ok, thr)
+
+    def _roll(self, now: float, ok: int, thr: int) -> None:
+        """The closing window (``ok``, ``thr``) becomes the previous one; a new one starts."""
         self._prev_ok, self._prev_thr = ok, thr
         self._prev_start = self._win_start
         self._win_start, self._win_ok, self._win_thr = now, 0, 0
