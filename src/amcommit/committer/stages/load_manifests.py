@@ -53,9 +53,8 @@ async def publish_given(
                 published[info.path] = info.etag
     except NotFound:
         pass
+    # commit_job checks that ``etags`` match ``manifests`` before any I/O
     known = list(etags) if etags is not None else [None] * len(manifests)
-    if len(known) != len(manifests):
-        raise ManifestError(f"{len(manifests)} manifests but {len(known)} manifest etags")
     wanted: dict[str, tuple[TaskManifest, str | None]] = {}
     for m, etag in zip(manifests, known, strict=True):
         wanted[layout.manifest_path(m.task_id)] = (m, etag)
