@@ -43,23 +43,12 @@ import anyio
 from amcommit.store.azure import BlobStore
 from amcommit.store.limits import Limiter
 from amcommit.testing.azurite import Azurite
-from benchmarks.common import table, write_json
+from benchmarks.clients import server_cpu
+from benchmarks.common import table, timed_renames, write_json
 
 SDK_API_VERSION = "2026-06-06"  # the newest Azurite 3.37 accepts
 
 Run = Callable[[Azurite, str, list[str], int], dict[str, float]]
-
-
-def server_cpu(pid: int | None) -> float | None:
-    """CPU seconds of the emulator process tree so far (psutil), or None."""
-    try:
-        import psutil
-
-        p = psutil.Process(pid)
-        procs = [p, *p.children(recursive=True)]
-        return float(sum(x.cpu_times().user + x.cpu_times().system for x in procs))
-    except Exception:
-        return None
 
 
 def _store(az: Azurite, container: str, concurrency: int, **options: Any) -> BlobStore:
@@ -92,17 +81,7 @@ def run_store(
         store = _store(az, container, concurrency, preserve_metadata=preserve)
         await store.stat("src/000000")  # open the session outside the measurement
         warm = sum(store.iostats.count(op) + store.iostats.failures(op) for op in ("stat", "rename"))
-        it = iter(range(len(etags)))
-
-        async def worker() -> None:
-            for i in it:
-                await store.rename(f"src/{i:06d}", f"dst/{i:06d}", src_etag=etags[i], rename_id=f"bench-{i}")
-
-        w0, c0 = time.perf_counter(), time.process_time()
-        async with anyio.create_task_group() as tg:
-            for _ in range(concurrency):
-                tg.start_soon(worker)
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        wall, cpu = await timed_renames(store, etags, concurrency)
         requests = (
             sum(store.iostats.count(op) + store.iostats.failures(op) for op in ("stat", "rename")) - warm
         )

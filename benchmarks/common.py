@@ -108,3 +108,21 @@ def run_isolated(module: str, args: Sequence[str], timeout: float = 3600) -> dic
     if proc.returncode != 0:
         raise RuntimeError(f"{module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+async def timed_renames(store: Any, etags: Sequence[str], concurrency: int) -> tuple[float, float]:
+    """Rename ``src/NNNNNN`` to ``dst/NNNNNN`` (each with its source etag) by
+    ``concurrency`` workers; return (wall seconds, process CPU seconds)."""
+    import anyio
+
+    it = iter(range(len(etags)))
+
+    async def worker() -> None:
+        for i in it:
+            await store.rename(f"src/{i:06d}", f"dst/{i:06d}", src_etag=etags[i], rename_id=f"bench-{i}")
+
+    w0, c0 = time.perf_counter(), time.process_time()
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+    return time.perf_counter() - w0, time.process_time() - c0

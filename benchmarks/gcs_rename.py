@@ -46,6 +46,8 @@ import anyio
 from amcommit.store.gcs import GcsStore
 from amcommit.store.limits import Limiter
 from amcommit.testing.fakegcs import FakeGcsServer
+from benchmarks.clients import server_cpu
+from benchmarks.common import timed_renames
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -55,25 +57,6 @@ STORE_CONFIGS: dict[str, dict[str, Any]] = {
     "GcsStore minimal (2 req)": {"verify_preconditions": False, "preserve_metadata": False},
 }
 SDK_THREADS = 16
-
-
-class ServerCpu:
-    """CPU seconds used by the emulator process (psutil, if installed)."""
-
-    def __init__(self, pid: int | None) -> None:
-        self.proc: Any = None
-        try:
-            import psutil
-
-            self.proc = psutil.Process(pid) if pid else None
-        except Exception:
-            self.proc = None
-
-    def now(self) -> float | None:
-        if self.proc is None:
-            return None
-        t = self.proc.cpu_times()
-        return float(t.user + t.system)
 
 
 def _store(url: str, bucket: str, concurrency: int, **options: Any) -> GcsStore:
@@ -116,17 +99,7 @@ def run_store(
     async def main() -> dict[str, float]:
         store = _store(url, bucket, concurrency, **options)
         await store.stat(f"src/{0:06d}")  # open the session outside the measurement
-        it = iter(range(len(gens)))
-
-        async def worker() -> None:
-            for i in it:
-                await store.rename(f"src/{i:06d}", f"dst/{i:06d}", src_etag=gens[i], rename_id=f"bench-{i}")
-
-        w0, c0 = time.perf_counter(), time.process_time()
-        async with anyio.create_task_group() as tg:
-            for _ in range(concurrency):
-                tg.start_soon(worker)
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        wall, cpu = await timed_renames(store, gens, concurrency)
         ops = ("gcs_get", "gcs_rewrite", "gcs_delete")
         requests = sum(store.iostats.count(op) + store.iostats.failures(op) for op in ops)
         await store.aclose()
@@ -180,16 +153,16 @@ def main(argv: list[str] | None = None) -> int:
 
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}
     with FakeGcsServer() as srv:
-        server_cpu = ServerCpu(srv._proc.pid if srv._proc else None)
+        pid = srv._proc.pid if srv._proc else None
         for rnd in range(args.rounds):
             order = plan if rnd % 2 == 0 else list(reversed(plan))
             for label, conc, fn in order:
                 bucket = f"bench-{uuid.uuid4().hex[:12]}"
                 srv.create_bucket(bucket)
                 gens = anyio.run(_prepare, srv.url, bucket, args.n, args.size)
-                s0 = server_cpu.now()
+                s0 = server_cpu(pid)
                 r = fn(srv.url, bucket, gens)
-                s1 = server_cpu.now()
+                s1 = server_cpu(pid)
                 r["server_cpu"] = (s1 - s0) if s0 is not None and s1 is not None else float("nan")
                 samples.setdefault((label, conc), []).append(r)
                 print(
