@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from amcommit.spark.session import local_builder
 from benchmarks.common import Measure, run_isolated, table, write_json
 from benchmarks.job_commit import own_peak_rss_mb
 
@@ -48,17 +49,8 @@ DATA = b"x" * 1024
 
 
 def start_spark(java_tmp: str) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .appName("amcommit-bench")
-        .config("spark.ui.enabled", "false")
+        local_builder("local[2]", "amcommit-bench")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.memory", "2g")

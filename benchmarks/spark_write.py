@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from amcommit.spark.session import local_builder
 from benchmarks.common import table, write_json
 
 
@@ -121,17 +122,8 @@ def write_native(spark: Any, df: Any, dest: Path) -> dict[str, Any]:
 
 
 def start(cores: int) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .appName("amcommit-bench")
-        .config("spark.ui.enabled", "false")
+        local_builder(f"local[{cores}]", "amcommit-bench")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "1")

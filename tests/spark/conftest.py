@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from amcommit.spark.session import local_builder
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -27,17 +28,8 @@ def _java_ok() -> bool:
 def spark() -> Iterator[Any]:
     if not _java_ok():
         pytest.skip("Java is not available")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     session = (
-        SparkSession.builder.master("local[2,3]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .appName("amcommit-tests")
-        .config("spark.ui.enabled", "false")
+        local_builder("local[2,3]", "amcommit-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")

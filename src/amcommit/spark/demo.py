@@ -22,6 +22,7 @@ import anyio
 from amcommit.committer.layout import SUCCESS_NAME, TEMP_DIR_NAME
 from amcommit.errors import ConfigError
 from amcommit.manifest import SuccessData, decode_success
+from amcommit.spark.session import local_builder
 from amcommit.store.base import Store, relative_to
 from amcommit.store.urls import open_location
 
@@ -95,18 +96,9 @@ def _target(args: argparse.Namespace) -> Iterator[Target]:
 
 def start_spark(cores: int | None = None, max_failures: int = 3) -> Any:
     """A quiet local SparkSession whose Python workers run this interpreter."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     n = cores or os.cpu_count() or 2
     spark = (
-        SparkSession.builder.master(f"local[{n},{max_failures}]")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .appName("amcommit-demo")
-        .config("spark.ui.enabled", "false")
+        local_builder(f"local[{n},{max_failures}]", "amcommit-demo")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
