@@ -46,6 +46,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from amcommit.testing.procs import stop_process
+
 # -- the proxy -------------------------------------------------------------------------
 
 
@@ -289,13 +291,7 @@ def proxied(target: Any, *, delay: float = 0.0, throttle: float = 0.0) -> Iterat
 
             yield target.via_port(port), stats
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)
 
 
 # -- scenarios -------------------------------------------------------------------------

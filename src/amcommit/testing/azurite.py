@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from amcommit.store.azure.auth import AZURITE_ACCOUNT, AZURITE_KEY
+from amcommit.testing.procs import free_port
 
 _CANDIDATES = ("azurite-blob", "azurite")
 
@@ -53,12 +53,6 @@ def find_azurite() -> str | None:
         if found:
             return found
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class AzuriteError(RuntimeError):

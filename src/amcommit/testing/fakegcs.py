@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -37,6 +36,7 @@ from types import TracebackType
 from typing import IO
 
 from amcommit.errors import ConfigError
+from amcommit.testing.procs import free_port, stop_process
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
@@ -70,13 +70,6 @@ def find_binary() -> Path:
     if not path.exists():
         raise ConfigError(f"bundled fake-gcs-server binary not found at {path}")
     return path
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scratch_parent() -> str | None:
@@ -222,13 +215,7 @@ class FakeGcsServer:
         """Terminate the server (kill after 5 s) and remove its working directory."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)
         log, self._log = self._log, None
         if log is not None:
             log.close()
