@@ -244,6 +244,11 @@ class GcsHttpClient(HttpClient):
                 if gate is not None:
                     gate.throttled(e.retry_after)
                 raise
+            except StoreError as e:
+                # 404, 409, 412 ...: an answer, not a refusal (as for the request limiter)
+                if gate is not None and e.status is not None and e.status < 500:
+                    gate.succeeded()
+                raise
             if gate is not None:
                 gate.succeeded()
             return resp
