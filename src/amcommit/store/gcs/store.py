@@ -264,13 +264,14 @@ class GcsStore:
         return URL(f"{base}?{q}" if q else base, encoded=True)
 
     def _obj_url(self, name: str, suffix: str = "", params: dict[str, str | int | None] | None = None) -> URL:
-        return self._url(f"{self._obj_base}/{qname(name)}{suffix}", params)
+        return self._obj_url_q(name, query(params) if params else "", suffix)
 
     def _obj_url_q(self, name: str, q: str, suffix: str = "") -> URL:
-        """``_obj_url`` with an already encoded, non-empty query string ``q`` (built from
-        its parts: about half the cost of parsing the URL string)."""
+        """The URL of object ``name`` (+ ``suffix``) with the encoded query string ``q``
+        (built from its parts: about half the cost of parsing the URL string)."""
         if self.user_project:
-            q = f"{q}&{query({'userProject': self.user_project})}"
+            up = query({"userProject": self.user_project})
+            q = f"{q}&{up}" if q else up
         return URL.build(
             scheme=self._scheme,
             authority=self._authority,
@@ -309,22 +310,22 @@ class GcsStore:
         page = LIST_DECODER.decode(r.body)
         return bool(page.items or page.prefixes)
 
-    async def _shielded(self, op: str, path: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run a mutation shielded from cancellation (for at most ``shield_timeout``).
+    async def _shielded(self, op: str, path: str, fn: Callable[[anyio.CancelScope], Awaitable[T]]) -> T:
+        """Run a mutation ``fn(scope)`` shielded from cancellation (for at most
+        ``shield_timeout``; ``fn`` may extend ``scope``'s deadline for a further step).
 
         A cancelled HTTP request may still be executed by the service, later; a caller that
         cancels a rename and then rolls back would miss it. Shielding lets every started
         mutation finish, so that when the call returns or raises its effect is settled.
         """
-        with anyio.CancelScope(shield=True) as scope:
-            scope.deadline = anyio.current_time() + self.shield_timeout
-            return await fn()
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self.shield_timeout) as scope:
+            return await fn(scope)
         raise Transient(f"did not finish within {self.shield_timeout:g}s", op=op, path=path)
 
     async def _delete_object(self, name: str, generation: str | None) -> bool:
         """Delete one object (with ``ifGenerationMatch`` when ``generation`` is given).
         True if it was deleted, False if it was not there."""
-        return await self._shielded("delete", name, lambda: self._delete_object_once(name, generation))
+        return await self._shielded("delete", name, lambda _: self._delete_object_once(name, generation))
 
     async def _delete_object_once(self, name: str, generation: str | None) -> bool:
         if generation is not None:
@@ -428,7 +429,7 @@ class GcsStore:
         else:
             precondition = None
         with self.iostats.time("put"):
-            return await self._shielded("put", path, lambda: self._put(path, data, mode, precondition))
+            return await self._shielded("put", path, lambda _: self._put(path, data, mode, precondition))
 
     async def _put(self, path: str, data: bytes, mode: WriteMode, precondition: str | None) -> ObjectInfo:
         try:
@@ -583,11 +584,11 @@ class GcsStore:
         expected = None if src_etag is None else str(_generation(src_etag, op="rename", path=src))
         rid = rename_id or f"amc-{uuid.uuid4().hex}"
         with self.iostats.time("rename"):
-            # as _shielded(), inlined: the rewrite strategy's source delete runs in this
-            # scope (extending its deadline) instead of opening a second one
-            with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self.shield_timeout) as scope:
-                return await self._rename(src, dst, expected, rid, scope)
-            raise Transient(f"did not finish within {self.shield_timeout:g}s", op="rename", path=src)
+            # the rewrite strategy's source delete runs in this scope (extending its
+            # deadline) instead of opening a second one
+            return await self._shielded(
+                "rename", src, lambda scope: self._rename(src, dst, expected, rid, scope)
+            )
 
     async def _rename(
         self, src: str, dst: str, expected: str | None, rid: str, scope: anyio.CancelScope
