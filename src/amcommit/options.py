@@ -59,9 +59,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
     def given(self) -> dict[str, Any]:
         """The fields that were set (not ``UNSET``), as keyword arguments."""
-        return {
-            name: v for name in self.__struct_fields__ if (v := getattr(self, name)) is not msgspec.UNSET
-        }
+        return {name: v for name in self.__struct_fields__ if (v := getattr(self, name)) is not msgspec.UNSET}
 
 
 def field_names(cls: type[Options]) -> tuple[str, ...]:
@@ -75,7 +73,9 @@ def suggest(key: str, known: Iterable[str]) -> str:
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
-def unknown_option(kind: str, key: str, known: Iterable[str], *, normalised: str | None = None) -> ConfigError:
+def unknown_option(
+    kind: str, key: str, known: Iterable[str], *, normalised: str | None = None
+) -> ConfigError:
     """The error for an unknown option ``key`` (the user's spelling) of ``kind``."""
     label = f"unknown {kind} option" if kind else "unknown option"
     return ConfigError(f"{label} {key!r}{suggest(normalised or key, known)}")

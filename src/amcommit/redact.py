@@ -164,7 +164,15 @@ def redact_url(url: str | URL) -> str:
 def has_credentials(url: str) -> bool:
     """True if ``url`` carries a password or http(s) userinfo (``scheme://user:pw@host``)."""
     m = _USERINFO.search(url)
-    return bool(m) and _userinfo(m) != m.group(0)
+    return m is not None and _userinfo(m) != m.group(0)
 
 
-__all__ = ["MASK", "SECRET_QUERY_KEYS", "Secret", "has_credentials", "redact", "redact_url", "register_secret"]
+__all__ = [
+    "MASK",
+    "SECRET_QUERY_KEYS",
+    "Secret",
+    "has_credentials",
+    "redact",
+    "redact_url",
+    "register_secret",
+]

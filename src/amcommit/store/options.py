@@ -27,7 +27,7 @@ class StoreOptions(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     kind = "store"
 
-    limiter: Limiter | None | UnsetType = UNSET
+    limiter: Limiter | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
         endpoint = getattr(self, "endpoint", None)
@@ -57,16 +57,16 @@ class AzureOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_field
     secret_fields = frozenset({"account_key", "sas_token", "connection_string"})
     kind = "Azure store"
 
-    endpoint: str | None | UnsetType = UNSET
+    endpoint: str | UnsetType | None = UNSET
     """Account endpoint, e.g. Azurite's ``http://127.0.0.1:10000/devstoreaccount1``."""
-    account: str | None | UnsetType = UNSET
-    account_key: str | None | UnsetType = UNSET
-    sas_token: str | None | UnsetType = UNSET
-    connection_string: str | None | UnsetType = UNSET
+    account: str | UnsetType | None = UNSET
+    account_key: str | UnsetType | None = UNSET
+    sas_token: str | UnsetType | None = UNSET
+    connection_string: str | UnsetType | None = UNSET
     token_provider: Any = UNSET
     credential: Any = UNSET
-    retry: RetryPolicy | None | UnsetType = UNSET
-    root_uri: str | None | UnsetType = UNSET
+    retry: RetryPolicy | UnsetType | None = UNSET
+    root_uri: str | UnsetType | None = UNSET
     api_version: str | UnsetType = UNSET
     request_timeout: float | UnsetType = UNSET
     keepalive_timeout: float | UnsetType = UNSET
@@ -101,23 +101,23 @@ class GcsOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_fields=
     secret_fields = frozenset({"token"})
     kind = "GCS store"
 
-    endpoint: str | None | UnsetType = UNSET
-    token: str | None | UnsetType = UNSET
+    endpoint: str | UnsetType | None = UNSET
+    token: str | UnsetType | None = UNSET
     token_provider: Any = UNSET
     credentials: Any = UNSET
-    anonymous: bool | None | UnsetType = UNSET
-    write_rate: float | None | UnsetType = UNSET
-    write_limiter: Limiter | None | UnsetType = UNSET
-    retry: RetryPolicy | None | UnsetType = UNSET
-    use_move: bool | None | UnsetType = UNSET
-    verify_preconditions: bool | None | UnsetType = UNSET
+    anonymous: bool | UnsetType | None = UNSET
+    write_rate: float | UnsetType | None = UNSET
+    write_limiter: Limiter | UnsetType | None = UNSET
+    retry: RetryPolicy | UnsetType | None = UNSET
+    use_move: bool | UnsetType | None = UNSET
+    verify_preconditions: bool | UnsetType | None = UNSET
     preserve_metadata: bool | UnsetType = UNSET
     multipart_threshold: int | UnsetType = UNSET
     chunk_size: int | UnsetType = UNSET
     request_timeout: float | UnsetType = UNSET
     shield_timeout: float | UnsetType = UNSET
     page_size: int | UnsetType = UNSET
-    user_project: str | None | UnsetType = UNSET
+    user_project: str | UnsetType | None = UNSET
 
 
 ALL_STORE_OPTIONS: tuple[type[StoreOptions], ...] = (LocalOptions, BlobOptions, DfsOptions, GcsOptions)

@@ -32,7 +32,7 @@ from amcommit.store.base import Store
 from amcommit.store.options import BlobOptions, DfsOptions, GcsOptions, LocalOptions, StoreOptions
 from amcommit.uris import ParsedUri, parse_uri
 
-O = TypeVar("O", bound=StoreOptions)
+OptionsT = TypeVar("OptionsT", bound=StoreOptions)
 
 StoreFactory = Callable[..., Store]
 
@@ -66,7 +66,7 @@ def normalise_store_key(key: str) -> str:
     return key.strip().replace("-", "_").lower()
 
 
-def convert_store_options(cls: type[O], options: Mapping[str, Any]) -> O:
+def convert_store_options(cls: type[OptionsT], options: Mapping[str, Any]) -> OptionsT:
     """``options`` checked and converted through ``cls`` (see :mod:`amcommit.options`)."""
     return convert_options(cls, options, normalise=normalise_store_key)
 

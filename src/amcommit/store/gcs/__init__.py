@@ -17,6 +17,7 @@ from amcommit.store.options import GcsOptions
 from amcommit.store.urls import convert_store_options
 from amcommit.uris import ParsedUri
 
+
 def gcs_from_url(parsed: ParsedUri, **options: Any) -> GcsStore:
     """A :class:`GcsStore` rooted at the bucket of a parsed ``gs://bucket/...`` URL.
 
