@@ -38,6 +38,7 @@ T = TypeVar("T", bound="Options")
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 _NONE = frozenset({"", "none", "null"})
+_GROUPED = re.compile(r"[+-]?\d+(?:_\d+)+")
 
 
 class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -126,6 +127,9 @@ class _Info:
         flat = {name: _flat(t) for name, t in self.types.items()}
         self.bools = frozenset(n for n, ts in flat.items() if any(isinstance(x, mi.BoolType) for x in ts))
         self.nullable = frozenset(n for n, ts in flat.items() if any(isinstance(x, mi.NoneType) for x in ts))
+        self.numbers = frozenset(
+            n for n, ts in flat.items() if any(isinstance(x, (mi.IntType, mi.FloatType)) for x in ts)
+        )
 
 
 _infos: dict[type[Options], _Info] = {}
@@ -153,6 +157,8 @@ def _prepare(name: str, value: Any, info: _Info) -> Any:
             return True
         if low in _FALSE:
             return False
+    if name in info.numbers and _GROUPED.fullmatch(v):
+        return v.replace("_", "")  # 1_000_000, as Python writes it
     return v
 
 

@@ -71,7 +71,8 @@ def job(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
         ({"partitionOverwriteMode": "sometimes"}, True, "static or dynamic"),
         ({"conflict_mode": "overwrite"}, False, "needs mode('overwrite')"),
         ({"conflict_mode": "append"}, True, "contradicts mode('overwrite')"),
-        ({"maxRecordsPerFile": "-1"}, False, "must be >= 0"),
+        ({"maxRecordsPerFile": "-1"}, False, "'maxrecordsperfile' must be an integer >= 0"),
+        ({"rowGroupRows": "1_000_x"}, False, "'rowgrouprows' must be an integer >= 1"),
         ({"amcommit.testing.fail_task": "{"}, False, "not valid JSON"),
     ],
 )

@@ -340,3 +340,11 @@ def test_committer_config_is_typed_once() -> None:
     assert CommitterConfig(io_threads=3).with_options(conflict_mode="fail").io_threads == 3
     with pytest.raises(ConfigError):
         CommitterConfig(conflict_mode="merge")  # type: ignore[arg-type]
+
+
+def test_spark_writer_options_are_typed() -> None:
+    p = _plan({"path": GS, "rowgrouprows": "1_000", "maxrecordsperfile": " 10 ", "compressionlevel": ""})
+    assert (p.row_group_rows, p.max_records_per_file, p.compression_level) == (1000, 10, None)
+    assert p.max_file_bytes == 256 * 1024 * 1024 and _plan({"path": "/tmp/d"}).max_file_bytes == 0
+    with pytest.raises(ConfigError, match="'maxopenfiles' must be an integer >= 1, got '0'"):
+        _plan({"path": GS, "maxopenfiles": "0"})

@@ -32,11 +32,13 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
+
+from msgspec import Meta
 
 from amcommit.committer.config import HADOOP_KEYS, CommitterConfig, ConflictMode, normalise_key
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.options import suggest
+from amcommit.options import Options, convert_options, suggest
 from amcommit.redact import redact_url
 from amcommit.store.options import ALL_STORE_OPTIONS
 from amcommit.store.urls import convert_store_options, normalise_store_key, parse_location, store_options_type
@@ -59,6 +61,26 @@ WRITER_OPTIONS: dict[str, str] = {
     "maxopenfiles": "open files per task before the least recently used is closed (default 100)",
 }
 """Writer options (lowercase) and what they mean."""
+
+
+class WriterOptions(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The writer options of one write, typed (names lowercase, as Spark passes them)."""
+
+    kind = "writer"
+
+    path: str = ""
+    format: str = "parquet"
+    partitionby: str = ""
+    compression: str = "snappy"
+    compressionlevel: Annotated[int, Meta(ge=-100)] | None = None
+    partitionoverwritemode: str = "static"
+    maxrecordsperfile: Annotated[int, Meta(ge=0)] = 0
+    rowgrouprows: Annotated[int, Meta(ge=1)] = 1024 * 1024
+    rowgroupbytes: Annotated[int, Meta(ge=1)] = 128 * MiB
+    maxfilebytes: Annotated[int, Meta(ge=0)] | None = None
+    """None: 256 MiB for cloud destinations, no limit for local ones."""
+    maxopenfiles: Annotated[int, Meta(ge=1)] = 100
+
 
 STORE_PREFIX = "store."
 """Store options may also be given as ``store.<name>``."""
@@ -161,16 +183,6 @@ def _suggest(key: str, known: list[str]) -> str:
     return suggest(key, known)
 
 
-def _int(key: str, value: Any, minimum: int = 0) -> int:
-    try:
-        v = int(str(value).strip().replace("_", ""))
-    except ValueError:
-        raise ConfigError(f"option {key!r} must be an integer, got {value!r}") from None
-    if v < minimum:
-        raise ConfigError(f"option {key!r} must be >= {minimum}, got {v}")
-    return v
-
-
 def session_defaults(conf: Mapping[str, str]) -> dict[str, str]:
     """The options a Spark conf contributes: ``spark.amcommit.<option>`` (any option) and
     Hadoop's committer keys under ``spark.hadoop.`` (other ``spark.hadoop.`` keys are for
@@ -252,25 +264,23 @@ def build_plan(
             "options: see CommitterConfig, also as mapreduce.manifest.committer.*)"
         )
     store_options = convert_store_options(store_type, store).given()
+    w = convert_options(WriterOptions, writer, show_values=True)
 
-    fmt = str(writer.get("format", "parquet")).strip().lower()
+    fmt = w.format.lower()
     if fmt != "parquet":
         raise ConfigError(f"unsupported file format {fmt!r}: amcommit writes parquet only")
 
-    comp_name = str(writer.get("compression", "snappy")).strip().lower()
+    comp_name = w.compression.lower()
     if comp_name not in COMPRESSIONS:
         raise ConfigError(
             f"unsupported compression {comp_name!r} (supported: {', '.join(sorted(COMPRESSIONS))})"
         )
-    level = writer.get("compressionlevel")
-    compression_level = None if level in (None, "") else _int("compressionLevel", level, minimum=-100)
 
     # --- partition columns -----------------------------------------------------------------
     all_fields = list(schema.fields)
     by_lower = {f.name.lower(): f for f in all_fields}
     parts: list[str] = []
-    raw_parts = str(writer.get("partitionby", "") or "")
-    for raw in raw_parts.split(","):
+    for raw in w.partitionby.split(","):
         name = raw.strip().strip("`")
         if not name:
             continue
@@ -299,7 +309,7 @@ def build_plan(
     )
 
     # --- save mode -> conflict mode ----------------------------------------------------------
-    pom = str(writer.get("partitionoverwritemode", "static")).strip().lower()
+    pom = w.partitionoverwritemode.lower()
     if pom not in ("static", "dynamic"):
         raise ConfigError(f"partitionOverwriteMode must be static or dynamic, got {pom!r}")
     try:
@@ -341,12 +351,12 @@ def build_plan(
         data_columns=tuple(f.name for f in data_fields),
         data_schema_json=data_schema_json,
         compression=COMPRESSIONS[comp_name],
-        compression_level=compression_level,
-        row_group_rows=_int("rowGroupRows", writer.get("rowgrouprows", 1024 * 1024), minimum=1),
-        row_group_bytes=_int("rowGroupBytes", writer.get("rowgroupbytes", 128 * MiB), minimum=1),
-        max_records_per_file=_int("maxRecordsPerFile", writer.get("maxrecordsperfile", 0)),
-        max_file_bytes=_int("maxFileBytes", writer.get("maxfilebytes", max_file_bytes_default)),
-        max_open_files=_int("maxOpenFiles", writer.get("maxopenfiles", 100), minimum=1),
+        compression_level=w.compressionlevel,
+        row_group_rows=w.rowgrouprows,
+        row_group_bytes=w.rowgroupbytes,
+        max_records_per_file=w.maxrecordsperfile,
+        max_file_bytes=max_file_bytes_default if w.maxfilebytes is None else w.maxfilebytes,
+        max_open_files=w.maxopenfiles,
         committer_options=committer,
         store_options=store_options,
         testing=testing,
@@ -360,6 +370,7 @@ __all__ = [
     "STORE_PREFIX",
     "WRITER_OPTIONS",
     "WritePlan",
+    "WriterOptions",
     "build_plan",
     "new_job_id",
     "session_defaults",
