@@ -106,6 +106,8 @@ WASB = "wasb://c@acct.blob.core.windows.net/dest"
     ("argv", "env", "message"),
     [
         (["commit-job", f"{WASB}?sv=2020&sig={SECRET}", "--job-id", JOB], {}, "URI has a query or fragment"),
+        (["success", f"{WASB}?sv=2020&sig={SECRET}"], {}, "a SAS token goes in the sas_token option"),
+        (["abort-job", f"{WASB}/x?sig={SECRET}", "--job-id", JOB], {}, "URI has a query or fragment"),
         (
             ["commit-job", "gs://b/d", "--job-id", JOB, "--endpoint", f"http://user:{SECRET}@127.0.0.1:9"],
             {},

@@ -348,3 +348,9 @@ def test_spark_writer_options_are_typed() -> None:
     assert p.max_file_bytes == 256 * 1024 * 1024 and _plan({"path": "/tmp/d"}).max_file_bytes == 0
     with pytest.raises(ConfigError, match="'maxopenfiles' must be an integer >= 1, got '0'"):
         _plan({"path": GS, "maxopenfiles": "0"})
+
+
+def test_writer_options_documented_and_typed_alike() -> None:
+    from amcommit.spark.options import WRITER_OPTIONS, WriterOptions
+
+    assert set(WRITER_OPTIONS) == set(WriterOptions.__struct_fields__)
