@@ -28,6 +28,7 @@ from amcommit.committer.config import CommitterConfig
 from amcommit.committer.report import JobReport, Progress
 from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
 from amcommit.manifest import SuccessData, decode_manifest, decode_success
+from amcommit.redact import redact
 from amcommit.store.base import basename
 
 
@@ -64,6 +65,10 @@ class ProgressBar:
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The store options of the command (``--endpoint``, ``--store-option``, the Azure
+    environment variables), converted and checked by the backend's options struct."""
+    from amcommit.store.urls import store_options
+
     opts: dict[str, Any] = {}
     env = os.environ
     if getattr(args, "endpoint", None):
@@ -78,10 +83,10 @@ def _store_options(args: argparse.Namespace) -> dict[str, Any]:
             opts["sas_token"] = env["AZURE_STORAGE_SAS_TOKEN"]
     for item in getattr(args, "store_option", None) or []:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--store-option expects KEY=VALUE, got {item!r}")
+        if not sep:  # the text may be a secret: do not show it
+            raise ConfigError("--store-option expects KEY=VALUE (one was given without '=')")
         opts[key.strip()] = value
-    return opts
+    return store_options(url, opts)
 
 
 def _config(args: argparse.Namespace) -> CommitterConfig:
@@ -295,8 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("amcommit: interrupted", file=sys.stderr)
         return 130
-    except (AmcommitError, msgspec.DecodeError, OSError) as e:
-        print(f"amcommit: error: {e}", file=sys.stderr)
+    except (AmcommitError, msgspec.DecodeError, OSError, ValueError) as e:
+        print(f"amcommit: error: {redact(str(e))}", file=sys.stderr)
         return 1
 
 

@@ -6,15 +6,25 @@ to do (retry, recover, fail) without knowing which store it talks to.
 * Retryable: :class:`Throttled` and :class:`Transient` (``retryable`` is ``True``).
 * Everything else is final for the operation that raised it.
 
-Messages name the path and operation but never credentials: backends must pass only
-redacted URLs and headers into these errors (see :func:`amcommit.store.redact.redact`).
+Messages name the path and operation but never credentials: ``str`` and ``repr`` of every
+error pass through :func:`amcommit.redact.redact` (URL passwords, SAS signatures, account
+keys, bearer tokens and every registered secret are masked), and backends should still pass
+only redacted URLs and headers (:func:`amcommit.redact.redact_url`).
 """
 
 from __future__ import annotations
 
+from amcommit.redact import redact
+
 
 class AmcommitError(Exception):
-    """Base class of every error amcommit raises on purpose."""
+    """Base class of every error amcommit raises on purpose. ``str``/``repr`` are redacted."""
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
 
 
 class StoreError(AmcommitError):
@@ -60,7 +70,7 @@ class StoreError(AmcommitError):
         if self.code:
             extra.append(self.code)
         suffix = f" ({', '.join(extra)})" if extra else ""
-        return f"{prefix}: {self.message}{suffix}" if prefix else f"{self.message}{suffix}"
+        return redact(f"{prefix}: {self.message}{suffix}" if prefix else f"{self.message}{suffix}")
 
 
 class NotFound(StoreError):

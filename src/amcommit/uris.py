@@ -72,8 +72,12 @@ def parse_uri(uri: str) -> ParsedUri:
     if not sep or not scheme or not scheme.replace("+", "").replace("-", "").isalnum():
         raise InvalidInput("not a URI (no scheme) and not an absolute path", path=uri)
     scheme = scheme.lower()
-    if "#" in rest or "?" in rest:
-        raise InvalidInput("URI has a query or fragment", path=uri)
+    if "#" in rest or "?" in rest:  # e.g. a SAS token: never echoed
+        raise InvalidInput(
+            "URI has a query or fragment (not shown; a SAS token goes in the sas_token option, "
+            "not in the URL)",
+            path=uri.partition("?")[0].partition("#")[0],
+        )
     if scheme == "file":
         if rest.startswith("//"):
             rest = rest[2:]

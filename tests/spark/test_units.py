@@ -71,7 +71,8 @@ def job(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
         ({"partitionOverwriteMode": "sometimes"}, True, "static or dynamic"),
         ({"conflict_mode": "overwrite"}, False, "needs mode('overwrite')"),
         ({"conflict_mode": "append"}, True, "contradicts mode('overwrite')"),
-        ({"maxRecordsPerFile": "-1"}, False, "must be >= 0"),
+        ({"maxRecordsPerFile": "-1"}, False, "'maxrecordsperfile' must be an integer >= 0"),
+        ({"rowGroupRows": "1_000_x"}, False, "'rowgrouprows' must be an integer >= 1"),
         ({"amcommit.testing.fail_task": "{"}, False, "not valid JSON"),
     ],
 )
@@ -83,11 +84,14 @@ def test_bad_options(tmp_path: Path, options: dict[str, str], overwrite: bool, m
 
 
 def test_store_option_values_never_in_messages(tmp_path: Path) -> None:
+    wasb = "wasb://c@acct.blob.core.windows.net/t"
     with pytest.raises(ConfigError) as ei:
-        plan(tmp_path, account_key="s3cr3t-key", io_threadz="1")
+        build_plan({"path": wasb, "account_key": "s3cr3t-key", "io_threadz": "1"}, SCHEMA, False)
     assert "s3cr3t" not in str(ei.value)
-    p = plan(tmp_path, account_key="s3cr3t-key")
-    assert "s3cr3t" not in repr(p)
+    p = build_plan({"path": wasb, "account_key": "s3cr3t-key"}, SCHEMA, False)
+    assert "s3cr3t" not in repr(p) and p.store_options == {"account_key": "s3cr3t-key"}
+    with pytest.raises(ConfigError, match="does not apply to file:// destinations"):
+        plan(tmp_path, account_key="s3cr3t-key")
 
 
 def test_modes_and_conf(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_config_accepts_hadoop_and_spark_keys() -> None:
         ({"io_threads": "many"}, "must be an integer"),
         ({"io_threads": "0"}, ">= 1"),
         ({"validate_output": "maybe"}, "true or false"),
-        ({"conflict_mode": "merge"}, "conflict_mode must be one of"),
+        ({"conflict_mode": "merge"}, "'conflict_mode' must be one of append, fail"),
     ],
 )
 def test_config_errors_name_the_bad_key(options: dict[str, str], message: str) -> None:

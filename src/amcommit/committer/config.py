@@ -4,17 +4,17 @@
 dashes or dots (``io-threads``), the ``spark.amcommit.`` prefix, and Hadoop's
 ``mapreduce.manifest.committer.*`` keys (also under ``spark.hadoop.``) where they mean the
 same. Values may be strings (as Spark passes them). Unknown keys are an error that names
-the key and suggests the closest known one.
+the key and suggests the closest known one. The conversion is the one of every typed option
+set (:func:`amcommit.options.convert_options`, ``msgspec.convert(..., strict=False)``).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args
 
 from amcommit.errors import ConfigError
+from amcommit.options import Options, convert_options
 
 ConflictMode = Literal["append", "fail", "replace", "overwrite"]
 """What job commit does with data already in the destination:
@@ -50,9 +50,13 @@ HADOOP_KEYS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class CommitterConfig:
-    """Every knob of the committer. Defaults suit cloud stores; see README for tuning."""
+class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every knob of the committer. Defaults suit cloud stores; see README for tuning.
+
+    A frozen ``msgspec.Struct``: build it with keywords, :meth:`from_mapping` (strings and
+    Hadoop's key names) or :meth:`with_options`; every way validates the values."""
+
+    kind = "committer"
 
     io_threads: int = 128
     """Concurrent file operations (renames, deletes, mkdirs) during job commit."""
@@ -118,7 +122,8 @@ class CommitterConfig:
             raise ConfigError("success_filenames must be >= 0")
 
     def with_options(self, **changes: Any) -> CommitterConfig:
-        return replace(self, **changes)
+        """A copy with ``changes`` applied (our field names; values converted and checked)."""
+        return convert_options(type(self), changes, base=self, show_values=True)
 
     @classmethod
     def from_mapping(
@@ -133,20 +138,24 @@ class CommitterConfig:
         Keys starting with one of ``ignore_unknown_prefixes`` that are not ours are skipped
         (e.g. other ``spark.hadoop.`` settings); every other unknown key is a ConfigError.
         """
-        known = {f.name: f for f in fields(cls)}
-        changes: dict[str, Any] = {}
+        known = cls.__struct_fields__
+        selected: dict[str, Any] = {}
         for raw_key, raw in options.items():
             name = normalise_key(raw_key)
             if name is None or name not in known:
                 if any(raw_key.startswith(p) for p in ignore_unknown_prefixes):
                     continue
-                hint = difflib.get_close_matches(
-                    (name or raw_key).replace(".", "_"), list(known) + list(HADOOP_KEYS), n=1
-                )
-                suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
-                raise ConfigError(f"unknown committer option {raw_key!r}{suggestion}")
-            changes[name] = _coerce(raw_key, raw, known[name].type)
-        return replace(base or cls(), **changes)
+            elif name == "io_rate" and raw_key.endswith("io.rate") and _is_zero(raw):
+                raw = None  # Hadoop's io.rate 0 means "no limit"
+            selected[raw_key] = raw
+        return convert_options(
+            cls,
+            selected,
+            base=base or cls(),
+            normalise=normalise_key,
+            aliases=HADOOP_KEYS,
+            show_values=True,
+        )
 
 
 def normalise_key(key: str) -> str | None:
@@ -163,33 +172,11 @@ def normalise_key(key: str) -> str | None:
     return k.replace("-", "_").replace(".", "_").lower()
 
 
-def _coerce(key: str, value: Any, typ: Any) -> Any:
-    t = str(typ)
-    if isinstance(value, str):
-        v = value.strip()
-        if "bool" in t:
-            if v.lower() in ("true", "1", "yes", "on"):
-                return True
-            if v.lower() in ("false", "0", "no", "off"):
-                return False
-            raise ConfigError(f"option {key!r} must be true or false, got {value!r}")
-        if "None" in t and v.lower() in ("", "none", "null"):
-            return None
-        if "int" in t:
-            try:
-                return int(v)
-            except ValueError:
-                raise ConfigError(f"option {key!r} must be an integer, got {value!r}") from None
-        if "float" in t:
-            try:
-                f = float(v)
-            except ValueError:
-                raise ConfigError(f"option {key!r} must be a number, got {value!r}") from None
-            return None if f == 0 and key.endswith("io.rate") else f
-        return v
-    if "bool" in t and not isinstance(value, bool):
-        raise ConfigError(f"option {key!r} must be a boolean, got {value!r}")
-    return value
+def _is_zero(value: Any) -> bool:
+    try:
+        return float(str(value).strip()) == 0
+    except ValueError:
+        return False
 
 
 DEFAULT_CONFIG = CommitterConfig()

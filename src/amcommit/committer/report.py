@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from amcommit.iostats import IOStatistics, IOStatisticsSnapshot
 from amcommit.manifest import SuccessData
+from amcommit.redact import redact
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ class JobReport:
         except Exception:  # pragma: no cover - no user name in some containers
             pass
         if self.error:
-            diagnostics["exception"] = self.error
+            diagnostics["exception"] = redact(self.error)  # whatever raised it: no secret
         if self.rolled_back:
             diagnostics["rolled_back"] = "true"
         return SuccessData(

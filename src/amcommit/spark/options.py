@@ -8,32 +8,40 @@ Option names are case-insensitive (Spark lowercases them). Three families, plus 
 
 * writer options (:data:`WRITER_OPTIONS`): ``partitionBy``, ``compression``,
   ``partitionOverwriteMode``, ``maxRecordsPerFile``, row-group and file sizes, ``format``;
-* store options (:data:`STORE_OPTIONS`, or any store keyword as ``store.<name>``):
-  ``endpoint``, ``account``, ``account_key``, ``sas_token``, ``connection_string``, ...;
-  their values never appear in messages, logs or reprs;
+* store options: the options of the destination's backend
+  (:mod:`amcommit.store.options`: ``endpoint``, ``account``, ``account_key``, ``sas_token``,
+  ``connection_string``, ``token``, ``use_move``, ...), by name or as ``store.<name>``;
+  converted and checked on the driver by the backend's struct; their values never appear
+  in messages, logs or reprs;
 * committer options: every key :meth:`CommitterConfig.from_mapping` accepts (``io_threads``,
   ``spark.amcommit.io_threads``, ``mapreduce.manifest.committer.io.threads``, ...).
 
 Spark conf (``spark.amcommit.<option>`` and Hadoop's
 ``spark.hadoop.mapreduce.manifest.committer.*``) provides defaults when the source was
 registered with :func:`amcommit.spark.register` (Python data sources do not see the session
-conf themselves). Anything unknown is an error naming the key and the closest known one.
+conf themselves); a store option in the session conf that the destination's backend does
+not take (e.g. a GCS option for a local write) is skipped. Anything else unknown is an error
+naming the key and the closest known one. All conversion goes through
+:func:`amcommit.options.convert_options`.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol
+
+from msgspec import Meta
 
 from amcommit.committer.config import HADOOP_KEYS, CommitterConfig, ConflictMode, normalise_key
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.store.urls import parse_location
+from amcommit.options import Options, convert_options, suggest
+from amcommit.redact import redact_url
+from amcommit.store.options import ALL_STORE_OPTIONS
+from amcommit.store.urls import convert_store_options, normalise_store_key, parse_location, store_options_type
 
 SOURCE_NAME = "amcommit"
 
@@ -54,12 +62,28 @@ WRITER_OPTIONS: dict[str, str] = {
 }
 """Writer options (lowercase) and what they mean."""
 
-STORE_OPTIONS = frozenset(
-    {"endpoint", "account", "account_key", "sas_token", "connection_string", "credentials", "anonymous"}
-)
-"""Store options accepted by name; any other store keyword goes as ``store.<name>``."""
+
+class WriterOptions(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The writer options of one write, typed (names lowercase, as Spark passes them)."""
+
+    kind = "writer"
+
+    path: str = ""
+    format: str = "parquet"
+    partitionby: str = ""
+    compression: str = "snappy"
+    compressionlevel: Annotated[int, Meta(ge=-100)] | None = None
+    partitionoverwritemode: str = "static"
+    maxrecordsperfile: Annotated[int, Meta(ge=0)] = 0
+    rowgrouprows: Annotated[int, Meta(ge=1)] = 1024 * 1024
+    rowgroupbytes: Annotated[int, Meta(ge=1)] = 128 * MiB
+    maxfilebytes: Annotated[int, Meta(ge=0)] | None = None
+    """None: 256 MiB for cloud destinations, no limit for local ones."""
+    maxopenfiles: Annotated[int, Meta(ge=1)] = 100
+
+
 STORE_PREFIX = "store."
-_STRING_STORE_OPTIONS = STORE_OPTIONS | {"user_project", "token", "root_uri"}
+"""Store options may also be given as ``store.<name>``."""
 
 TESTING_PREFIX = "amcommit.testing."
 """Test-only hooks (see :mod:`amcommit.spark.testing`); never needed in production."""
@@ -99,7 +123,8 @@ PARTITION_TYPES = frozenset(
 )
 """Spark types usable as partition columns (their values become directory names)."""
 
-_COMMITTER_FIELDS = frozenset(f.name for f in fields(CommitterConfig))
+_COMMITTER_FIELDS = frozenset(CommitterConfig.__struct_fields__)
+_ANY_STORE_FIELDS = frozenset(name for t in ALL_STORE_OPTIONS for name in t.__struct_fields__)
 
 
 class Schema(Protocol):
@@ -155,32 +180,7 @@ def new_job_id() -> str:
 
 
 def _suggest(key: str, known: list[str]) -> str:
-    hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f"; did you mean {hint[0]!r}?" if hint else ""
-
-
-def _int(key: str, value: Any, minimum: int = 0) -> int:
-    try:
-        v = int(str(value).strip().replace("_", ""))
-    except ValueError:
-        raise ConfigError(f"option {key!r} must be an integer, got {value!r}") from None
-    if v < minimum:
-        raise ConfigError(f"option {key!r} must be >= {minimum}, got {v}")
-    return v
-
-
-def _store_value(key: str, value: Any) -> Any:
-    """Spark passes strings; convert booleans and numbers for store keywords that take them."""
-    if not isinstance(value, str) or key in _STRING_STORE_OPTIONS:
-        return value
-    v = value.strip()
-    if v.lower() in ("true", "false"):
-        return v.lower() == "true"
-    if re.fullmatch(r"-?\d+", v):
-        return int(v)
-    if re.fullmatch(r"-?\d*\.\d+(e-?\d+)?", v, re.IGNORECASE):
-        return float(v)
-    return v
+    return suggest(key, known)
 
 
 def session_defaults(conf: Mapping[str, str]) -> dict[str, str]:
@@ -211,7 +211,18 @@ def build_plan(
     option (never its value if it is a store option) on any problem.
     """
     merged: dict[str, Any] = dict(session_defaults(session_conf or {}))
-    merged.update({str(k).lower(): v for k, v in options.items()})
+    explicit = {str(k).lower(): v for k, v in options.items()}
+    merged.update(explicit)
+
+    url = str(merged.get("path") or "").strip()
+    if not url:
+        raise ConfigError(f"no destination: use df.write.format({SOURCE_NAME!r}).save(url)")
+    try:
+        parsed = parse_location(url)
+        store_type = store_options_type(parsed.scheme)
+    except AmcommitError as e:
+        raise ConfigError(f"bad destination URL {redact_url(url)!r}: {e}") from None
+    store_fields = store_type.__struct_fields__
 
     writer: dict[str, Any] = {}
     store: dict[str, Any] = {}
@@ -221,11 +232,17 @@ def build_plan(
     for key, value in merged.items():
         if key in WRITER_OPTIONS:
             writer[key] = value
-        elif key in STORE_OPTIONS:
-            store[key] = _store_value(key, value)
         elif key.startswith(STORE_PREFIX) and len(key) > len(STORE_PREFIX):
-            name = key[len(STORE_PREFIX) :]
-            store[name] = _store_value(name, value)
+            store[key[len(STORE_PREFIX) :]] = value  # checked below, with "did you mean"
+        elif normalise_store_key(key) in store_fields:
+            store[key] = value
+        elif normalise_store_key(key) in _ANY_STORE_FIELDS:
+            if key in explicit:  # an option of another backend
+                raise ConfigError(
+                    f"store option {key!r} does not apply to {parsed.scheme}:// destinations "
+                    f"({store_type.kind} options: {', '.join(store_fields)})"
+                )
+            continue  # a session default meant for other destinations
         elif key.startswith(TESTING_PREFIX):
             name = key[len(TESTING_PREFIX) :]
             if name not in TESTING_OPTIONS:
@@ -238,41 +255,32 @@ def build_plan(
             else:
                 unknown.append(key)
     if unknown:
-        known = [*WRITER_OPTIONS, *sorted(STORE_OPTIONS), *sorted(_COMMITTER_FIELDS), *HADOOP_KEYS]
+        known = [*WRITER_OPTIONS, *store_fields, *sorted(_COMMITTER_FIELDS), *HADOOP_KEYS]
         key = sorted(unknown)[0]
         raise ConfigError(
             f"unknown option {key!r} for format {SOURCE_NAME!r}{_suggest(key, known)} "
-            f"(writer options: {', '.join(sorted(WRITER_OPTIONS))}; store options: "
-            f"{', '.join(sorted(STORE_OPTIONS))} or store.<name>; committer options: "
-            "see CommitterConfig, also as mapreduce.manifest.committer.*)"
+            f"(writer options: {', '.join(sorted(WRITER_OPTIONS))}; store options of "
+            f"{parsed.scheme}://: {', '.join(store_fields)}, also as store.<name>; committer "
+            "options: see CommitterConfig, also as mapreduce.manifest.committer.*)"
         )
+    store_options = convert_store_options(store_type, store).given()
+    w = convert_options(WriterOptions, writer, show_values=True)
 
-    url = str(writer.get("path") or "").strip()
-    if not url:
-        raise ConfigError(f"no destination: use df.write.format({SOURCE_NAME!r}).save(url)")
-    try:
-        parsed = parse_location(url)
-    except AmcommitError as e:
-        raise ConfigError(f"bad destination URL {url!r}: {e}") from None
-
-    fmt = str(writer.get("format", "parquet")).strip().lower()
+    fmt = w.format.lower()
     if fmt != "parquet":
         raise ConfigError(f"unsupported file format {fmt!r}: amcommit writes parquet only")
 
-    comp_name = str(writer.get("compression", "snappy")).strip().lower()
+    comp_name = w.compression.lower()
     if comp_name not in COMPRESSIONS:
         raise ConfigError(
             f"unsupported compression {comp_name!r} (supported: {', '.join(sorted(COMPRESSIONS))})"
         )
-    level = writer.get("compressionlevel")
-    compression_level = None if level in (None, "") else _int("compressionLevel", level, minimum=-100)
 
     # --- partition columns -----------------------------------------------------------------
     all_fields = list(schema.fields)
     by_lower = {f.name.lower(): f for f in all_fields}
     parts: list[str] = []
-    raw_parts = str(writer.get("partitionby", "") or "")
-    for raw in raw_parts.split(","):
+    for raw in w.partitionby.split(","):
         name = raw.strip().strip("`")
         if not name:
             continue
@@ -301,7 +309,7 @@ def build_plan(
     )
 
     # --- save mode -> conflict mode ----------------------------------------------------------
-    pom = str(writer.get("partitionoverwritemode", "static")).strip().lower()
+    pom = w.partitionoverwritemode.lower()
     if pom not in ("static", "dynamic"):
         raise ConfigError(f"partitionOverwriteMode must be static or dynamic, got {pom!r}")
     try:
@@ -343,14 +351,14 @@ def build_plan(
         data_columns=tuple(f.name for f in data_fields),
         data_schema_json=data_schema_json,
         compression=COMPRESSIONS[comp_name],
-        compression_level=compression_level,
-        row_group_rows=_int("rowGroupRows", writer.get("rowgrouprows", 1024 * 1024), minimum=1),
-        row_group_bytes=_int("rowGroupBytes", writer.get("rowgroupbytes", 128 * MiB), minimum=1),
-        max_records_per_file=_int("maxRecordsPerFile", writer.get("maxrecordsperfile", 0)),
-        max_file_bytes=_int("maxFileBytes", writer.get("maxfilebytes", max_file_bytes_default)),
-        max_open_files=_int("maxOpenFiles", writer.get("maxopenfiles", 100), minimum=1),
+        compression_level=w.compressionlevel,
+        row_group_rows=w.rowgrouprows,
+        row_group_bytes=w.rowgroupbytes,
+        max_records_per_file=w.maxrecordsperfile,
+        max_file_bytes=max_file_bytes_default if w.maxfilebytes is None else w.maxfilebytes,
+        max_open_files=w.maxopenfiles,
         committer_options=committer,
-        store_options=store,
+        store_options=store_options,
         testing=testing,
         remote=remote,
         spark_version=spark_version,
@@ -359,9 +367,10 @@ def build_plan(
 
 __all__ = [
     "SOURCE_NAME",
-    "STORE_OPTIONS",
+    "STORE_PREFIX",
     "WRITER_OPTIONS",
     "WritePlan",
+    "WriterOptions",
     "build_plan",
     "new_job_id",
     "session_defaults",

@@ -41,39 +41,9 @@ from amcommit.errors import (
     Unauthenticated,
 )
 from amcommit.iostats import IOStatistics
+from amcommit.redact import redact_url
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy, call_with_retries
-
-_SECRET_QUERY_KEYS = {
-    "sig",
-    "signature",
-    "se",
-    "sv",
-    "sp",
-    "st",
-    "spr",
-    "srt",
-    "ss",
-    "skoid",
-    "sktid",
-    "skt",
-    "ske",
-    "sks",
-    "skv",
-    "code",
-    "access_token",
-    "token",
-}
-
-
-def redact_url(url: str | URL) -> str:
-    """The URL without its query's secret parts (SAS signature, tokens)."""
-    u = url if isinstance(url, URL) else URL(url, encoded=True)
-    if not u.query_string:
-        return str(u)
-    q = [(k, "REDACTED" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in u.query.items()]
-    return str(u.with_query(q))
-
 
 # Names made only of these characters (the common case for object names: letters, digits,
 # "/", "=" of Hive partitions, ...) are percent-encoded with a few str.replace calls;

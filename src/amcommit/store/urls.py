@@ -9,7 +9,11 @@ Schemes:
 * ``gs://bucket/path`` -> ``GcsStore``.
 
 Backends register a factory ``from_url(parsed: ParsedUri, **options) -> Store`` under
-their schemes (:func:`register_scheme`); the built-in cloud backends are imported lazily.
+their schemes (:func:`register_scheme`), with the typed options it accepts (an
+:class:`~amcommit.store.options.StoreOptions` struct); the built-in cloud backends are
+imported lazily. The factories convert and validate their options through that struct
+(strings as the CLI and Spark pass them are converted; an unknown key is a ConfigError with
+"did you mean"); :func:`store_options` does the same without opening a store.
 The store is rooted at the container (filesystem, bucket; ``/`` for local files), so one
 store (and its limiter) serves every path in it; :func:`open_location` also returns the
 path within the store.
@@ -19,12 +23,16 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 from amcommit.errors import ConfigError, InvalidInput
+from amcommit.options import convert_options
 from amcommit.store.base import Store
+from amcommit.store.options import BlobOptions, DfsOptions, GcsOptions, LocalOptions, StoreOptions
 from amcommit.uris import ParsedUri, parse_uri
+
+OptionsT = TypeVar("OptionsT", bound=StoreOptions)
 
 StoreFactory = Callable[..., Store]
 
@@ -36,20 +44,55 @@ _lazy: dict[str, str] = {
     "wasbs": "amcommit.store.azure:blob_from_url",
     "gs": "amcommit.store.gcs:gcs_from_url",
 }
+_options: dict[str, type[StoreOptions]] = {
+    "abfs": DfsOptions,
+    "abfss": DfsOptions,
+    "wasb": BlobOptions,
+    "wasbs": BlobOptions,
+    "gs": GcsOptions,
+}
 
 
-def register_scheme(scheme: str, factory: StoreFactory) -> None:
-    """Make ``open_store`` use ``factory(parsed_uri, **options)`` for ``scheme`` URLs."""
+def register_scheme(scheme: str, factory: StoreFactory, options: type[StoreOptions] | None = None) -> None:
+    """Make ``open_store`` use ``factory(parsed_uri, **options)`` for ``scheme`` URLs;
+    ``options`` is the struct the factory's options are checked against."""
     _factories[scheme.lower()] = factory
+    if options is not None:
+        _options[scheme.lower()] = options
+
+
+def normalise_store_key(key: str) -> str:
+    """A store option name as the structs spell it (``Use-Move`` -> ``use_move``)."""
+    return key.strip().replace("-", "_").lower()
+
+
+def convert_store_options(cls: type[OptionsT], options: Mapping[str, Any]) -> OptionsT:
+    """``options`` checked and converted through ``cls`` (see :mod:`amcommit.options`)."""
+    return convert_options(cls, options, normalise=normalise_store_key)
+
+
+def store_options_type(scheme: str) -> type[StoreOptions]:
+    """The options struct of the backend for ``scheme`` (ConfigError if unsupported)."""
+    t = _options.get(scheme.lower())
+    if t is None:
+        _factory(scheme.lower())  # raises the "unsupported URL scheme" error
+        raise ConfigError(f"the {scheme!r} backend declares no options")
+    return t
+
+
+def store_options(url: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options for the store of ``url``, converted and validated (without opening it):
+    the keyword arguments that were set, with their typed values."""
+    return convert_store_options(store_options_type(parse_location(url).scheme), options).given()
 
 
 def _local_from_url(parsed: ParsedUri, **options: Any) -> Store:
     from amcommit.store.local import LocalStore
 
-    return LocalStore("/", **options)
+    return LocalStore("/", **convert_store_options(LocalOptions, options).given())
 
 
-register_scheme("file", _local_from_url)
+register_scheme("file", _local_from_url, LocalOptions)
 
 
 def parse_location(url: str) -> ParsedUri:
@@ -79,7 +122,10 @@ def _factory(scheme: str) -> StoreFactory:
 
 
 def open_location(url: str, **options: Any) -> tuple[Store, str]:
-    """Open the store for ``url`` and return it with the path of ``url`` inside it."""
+    """Open the store for ``url`` and return it with the path of ``url`` inside it.
+
+    ``options`` are checked and converted by the backend's options struct (strings such as
+    ``"false"`` or ``"64"`` are accepted); ConfigError names an unknown or mistyped key."""
     parsed = parse_location(url)
     return _factory(parsed.scheme)(parsed, **options), parsed.path
 
@@ -87,3 +133,15 @@ def open_location(url: str, **options: Any) -> tuple[Store, str]:
 def open_store(url: str, **options: Any) -> Store:
     """Open the store (rooted at the container / bucket / ``/``) that holds ``url``."""
     return open_location(url, **options)[0]
+
+
+__all__ = [
+    "convert_store_options",
+    "normalise_store_key",
+    "open_location",
+    "open_store",
+    "parse_location",
+    "register_scheme",
+    "store_options",
+    "store_options_type",
+]

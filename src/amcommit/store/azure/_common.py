@@ -19,6 +19,7 @@ from amcommit.store.azure.auth import (
 from amcommit.store.azure.codes import classify
 from amcommit.store.http import HttpClient, HttpResponse, quote_plain
 from amcommit.store.limits import Limiter
+from amcommit.store.options import BlobOptions, DfsOptions
 from amcommit.store.retry import RetryPolicy
 from amcommit.uris import ParsedUri
 
@@ -236,13 +237,16 @@ class AzureBase:
 def store_options_from_url(parsed: ParsedUri, service: str, options: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments for a store rooted at the container named by ``parsed``.
 
-    ``service`` is ``"dfs"`` or ``"blob"``. Options: ``endpoint`` (e.g. Azurite's
-    ``http://127.0.0.1:10000/devstoreaccount1``), ``connection_string``, ``account_key``,
-    ``sas_token``, ``token_provider``, ``credential``, ``account``, ``limiter``, ``retry``
-    and the store's own tuning options.
+    ``service`` is ``"dfs"`` or ``"blob"``. Options (checked and converted by
+    :class:`~amcommit.store.options.DfsOptions` / :class:`~amcommit.store.options.BlobOptions`):
+    ``endpoint`` (e.g. Azurite's ``http://127.0.0.1:10000/devstoreaccount1``),
+    ``connection_string``, ``account_key``, ``sas_token``, ``token_provider``,
+    ``credential``, ``account``, ``limiter``, ``retry`` and the store's own tuning options.
     """
+    from amcommit.store.urls import convert_store_options
+
     container, host = split_authority(parsed.authority)
-    opts = dict(options)
+    opts = convert_store_options(DfsOptions if service == "dfs" else BlobOptions, options).given()
     conn = opts.pop("connection_string", None)
     endpoint = opts.pop("endpoint", None)
     if conn is not None:
@@ -252,7 +256,7 @@ def store_options_from_url(parsed: ParsedUri, service: str, options: dict[str, A
             ep = info.blob_endpoint  # emulator-style strings: one endpoint serves both
         endpoint = endpoint or ep
         opts.setdefault("account", info.account)
-        if not any(k in opts for k in ("account_key", "sas_token", "token_provider", "credential")):
+        if all(opts.get(k) is None for k in ("account_key", "sas_token", "token_provider", "credential")):
             if info.account_key is not None:
                 opts["account_key"] = info.account_key
             elif info.sas_token is not None:

@@ -35,6 +35,7 @@ import anyio
 from yarl import URL
 
 from amcommit.errors import ConfigError, Unauthenticated
+from amcommit.redact import Secret
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 
@@ -42,35 +43,6 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 """Azurite's (and the Azure storage emulator's) well-known account name."""
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 """Azurite's published well-known account key (not a secret)."""
-
-
-class Secret:
-    """A string that never shows itself in ``repr``/``str``/f-strings."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __format__(self, spec: str) -> str:
-        return "***"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
-
-    def __hash__(self) -> int:
-        return hash(("Secret", len(self._value)))
-
-    def __reduce__(self) -> Any:
-        raise TypeError("Secret values are not picklable")
 
 
 class Credential(Protocol):

@@ -13,44 +13,29 @@ from amcommit.errors import ConfigError
 from amcommit.store.gcs.auth import AccessToken, BearerAuth, TokenProvider, google_auth_provider, static_token
 from amcommit.store.gcs.client import RENAME_ID_KEY, resolve_endpoint
 from amcommit.store.gcs.store import GcsStore
+from amcommit.store.options import GcsOptions
+from amcommit.store.urls import convert_store_options
 from amcommit.uris import ParsedUri
-
-_OPTIONS = frozenset(
-    {
-        "endpoint",
-        "token_provider",
-        "credentials",
-        "anonymous",
-        "limiter",
-        "write_rate",
-        "write_limiter",
-        "retry",
-        "use_move",
-        "verify_preconditions",
-        "preserve_metadata",
-        "multipart_threshold",
-        "chunk_size",
-        "request_timeout",
-        "shield_timeout",
-        "page_size",
-        "user_project",
-    }
-)
 
 
 def gcs_from_url(parsed: ParsedUri, **options: Any) -> GcsStore:
     """A :class:`GcsStore` rooted at the bucket of a parsed ``gs://bucket/...`` URL.
 
-    ``options`` are :class:`GcsStore` keyword arguments (``endpoint``, ``token_provider``,
-    ``credentials``, ``anonymous``, ``limiter``, ``write_rate``, ``retry``, ``use_move``,
-    ...). Without ``endpoint``, ``STORAGE_EMULATOR_HOST`` selects an emulator.
+    ``options`` are checked and converted by :class:`~amcommit.store.options.GcsOptions`:
+    :class:`GcsStore` keyword arguments (``endpoint``, ``token_provider``, ``credentials``,
+    ``anonymous``, ``limiter``, ``write_rate``, ``retry``, ``use_move``, ...) and ``token``
+    (a static bearer token). Without ``endpoint``, ``STORAGE_EMULATOR_HOST`` selects an
+    emulator.
     """
     if parsed.scheme != "gs":
         raise ConfigError(f"not a gs:// URL: scheme {parsed.scheme!r}")
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise ConfigError(f"unknown GCS store option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
-    return GcsStore(parsed.authority, **options)
+    opts = convert_store_options(GcsOptions, options).given()
+    token = opts.pop("token", None)
+    if token is not None:
+        if any(opts.get(k) is not None for k in ("token_provider", "credentials")) or opts.get("anonymous"):
+            raise ConfigError("give only one of token, token_provider, credentials, anonymous")
+        opts["token_provider"] = static_token(token)
+    return GcsStore(parsed.authority, **opts)
 
 
 __all__ = [
