@@ -289,7 +289,9 @@ def check_manifest(
             )
         if not dst.startswith(dest_prefix) or dst.startswith(temp_prefix) or dst == scope.temp_dir:
             _check_dest(scope, dst, f.dest, name)
-            raise ManifestError(f"destination {_show(f.dest)} is the destination directory itself", manifest=name)
+            raise ManifestError(
+                f"destination {_show(f.dest)} is the destination directory itself", manifest=name
+            )
         entries.append(RenameEntry(src, dst, f.size, f.etag or None))
         d = dst.rpartition("/")[0]
         if d != scope.dest:
@@ -322,4 +324,6 @@ def _check_dest(scope: Scope, path: str, uri: str, name: str) -> None:
     if not is_within(path, scope.dest):
         raise ManifestError(f"destination {_show(uri)} is outside the job's destination", manifest=name)
     if is_within(path, scope.temp_dir):
-        raise ManifestError(f"destination {_show(uri)} lies inside the job's temporary directory", manifest=name)
+        raise ManifestError(
+            f"destination {_show(uri)} lies inside the job's temporary directory", manifest=name
+        )
