@@ -77,6 +77,10 @@ def _dir_source_no_etag(m: TaskManifest) -> None:
     m.files[-1].etag = None
 
 
+def _other_attempt_source(m: TaskManifest) -> None:
+    m.files[-1].source = m.files[-1].source.replace("_m_000001_0/", "_m_000000_0/")
+
+
 def _stats_overflow(m: TaskManifest) -> None:
     m.iostatistics.counters["committer_task_file_count"] = 10**30
 
@@ -97,6 +101,10 @@ MANIFEST_CASES: dict[str, Callable[[TaskManifest], None]] = {
     "size_2_63": _set_size(2**63),
     "stats_overflow": _stats_overflow,
     "file_dir_clash": _file_dir_clash,
+    # refused before this change too (regression guards)
+    "dotdot_percent": _dest_tail("p=2/%2E%2E/y.txt"),
+    "empty_segment": _dest_tail("p=2//y.txt"),
+    "source_of_other_attempt": _other_attempt_source,
     "dir_source": _dir_source,
     "dir_source_no_etag": _dir_source_no_etag,
 }

@@ -153,6 +153,8 @@ async def commit_task(
 
     Retries saving up to ``config.manifest_save_attempts`` times on transient errors.
     Idempotent for the same attempt (a repeated commit republishes the same manifest).
+    A symbolic link or special file in the attempt directory fails it with CommitError
+    (nothing is published; see :func:`scan_attempt`).
     """
     stats = IOStatistics()
     t0 = time.perf_counter()
