@@ -5,17 +5,21 @@ Hadoop's ``ManifestCommitter`` loads here, and ours load there. Unknown keys are
 read. Paths inside are URIs as Hadoop prints them (see :mod:`amcommit.uris`).
 
 Validation (:func:`check_manifest`) happens before anything is renamed: wrong type or
-version, a foreign job id, missing fields, negative sizes, duplicate destinations, sources
-outside the task attempt's own directory, destinations outside the job's destination (or
-inside its ``_temporary``) are all rejected with a :class:`~amcommit.errors.ManifestError`
-naming the manifest and the bad entry.
+version, a foreign job id, missing or malformed task ids, sizes outside ``0 <= size <
+2**63``, paths with control characters (NUL included, raw or percent-encoded), empty,
+``.`` or ``..`` segments or a trailing slash, duplicate destinations, sources outside the
+task attempt's own directory, destinations outside the job's destination (or inside its
+``_temporary``) are all rejected with a :class:`~amcommit.errors.ManifestError` naming the
+manifest and the bad entry, in one line. JSON nested too deeply to decode is a
+ManifestError too (never a ``RecursionError``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import msgspec
 
@@ -29,6 +33,11 @@ TASK_MANIFEST_VERSION = 1
 SUCCESS_NAME = "org.apache.hadoop.fs.s3a.commit.files.SuccessData/1"
 COMMITTER_NAME = "amcommit"
 
+MAX_SIZE = 2**63 - 1
+"""Largest file size a manifest may declare (Hadoop's ``long``)."""
+Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_SIZE)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=MAX_SIZE)]
+
 
 class FileEntry(msgspec.Struct, omit_defaults=True):
     """One file to rename at job commit: ``s`` source URI, ``d`` destination URI,
@@ -36,7 +45,7 @@ class FileEntry(msgspec.Struct, omit_defaults=True):
 
     source: str = msgspec.field(name="s")
     dest: str = msgspec.field(name="d")
-    size: int = msgspec.field(name="z")
+    size: Size = msgspec.field(name="z")
     etag: str | None = msgspec.field(name="e", default=None)
 
 
@@ -54,17 +63,17 @@ class DirEntry(msgspec.Struct):
     """A destination directory: ``d`` URI, ``t`` status (:class:`DirStatus`), ``l`` depth."""
 
     dir: str = msgspec.field(name="d")
-    type: int = msgspec.field(name="t", default=DirStatus.UNKNOWN)
-    level: int = msgspec.field(name="l", default=0)
+    type: Int64 = msgspec.field(name="t", default=DirStatus.UNKNOWN)
+    level: Int64 = msgspec.field(name="l", default=0)
 
 
 class TaskManifest(msgspec.Struct):
     """What one task attempt wrote (Hadoop ``TaskManifest`` JSON)."""
 
     type: str
-    version: int
+    version: Int64
     job_id: str = msgspec.field(name="jobId")
-    job_attempt_number: int = msgspec.field(name="jobAttemptNumber")
+    job_attempt_number: Int64 = msgspec.field(name="jobAttemptNumber")
     task_id: str = msgspec.field(name="taskID")
     task_attempt_id: str = msgspec.field(name="taskAttemptID")
     task_attempt_dir: str | None = msgspec.field(name="taskAttemptDir", default=None)
@@ -111,14 +120,30 @@ def decode_manifest(data: bytes, *, name: str = "") -> TaskManifest:
     try:
         return _manifest_decoder.decode(data)
     except msgspec.DecodeError as e:
-        raise ManifestError(f"not a valid task manifest: {e}", manifest=name) from None
+        raise ManifestError(f"not a valid task manifest: {_one_line(str(e))}", manifest=name) from None
+    except RecursionError:  # msgspec skips unknown keys recursively
+        raise ManifestError("not a valid task manifest: JSON nested too deeply", manifest=name) from None
 
 
 def decode_success(data: bytes, *, name: str = "") -> SuccessData:
+    """Parse ``_SUCCESS`` JSON; ManifestError (naming ``name``) if it is not one."""
     try:
         return _success_decoder.decode(data)
     except msgspec.DecodeError as e:
-        raise ManifestError(f"not a valid _SUCCESS report: {e}", manifest=name) from None
+        raise ManifestError(f"not a valid _SUCCESS report: {_one_line(str(e))}", manifest=name) from None
+    except RecursionError:
+        raise ManifestError("not a valid _SUCCESS report: JSON nested too deeply", manifest=name) from None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: str, limit: int = 200) -> str:
+    """``repr`` of a value from a manifest for a message: one line, bounded length."""
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
 
 
 class RenameEntry(NamedTuple):
@@ -142,18 +167,58 @@ class Scope:
     tasks_dir: str
 
 
-def _path(to_path: Callable[[str], str], uri: str, what: str, name: str) -> str:
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Control characters (C0, DEL, C1): never allowed in a manifest's paths."""
+_RAW_C1 = re.compile(rb"\xc2[\x80-\x9f]")
+
+
+def _path(to_path: Callable[[str], str], uri: str, what: str, name: str, *, file: bool = False) -> str:
+    """Store path of a manifest URI, or ManifestError naming it. ``file``: the URI names
+    a file, so a trailing slash (raw or ``%2F``) is refused rather than stripped."""
     try:
-        return to_path(uri)
+        path = to_path(uri)
     except InvalidInput as e:
-        raise ManifestError(f"{what} {uri!r} is not usable: {e.message}", manifest=name) from None
+        raise ManifestError(f"{what} {_show(uri)} is not usable: {e.message}", manifest=name) from None
+    if _CONTROL.search(path):
+        raise ManifestError(
+            f"{what} {_show(uri)} is not usable: it contains a control character (e.g. NUL)", manifest=name
+        )
+    if file and (not path or uri.endswith("/") or uri[-3:].upper() == "%2F"):
+        raise ManifestError(
+            f"{what} {_show(uri)} is not usable: a file path must not be empty or end with '/'", manifest=name
+        )
+    return path
 
 
 def manifest_is_plain(raw: bytes) -> bool:
-    """True if no URI in this manifest JSON has ``%``, ``?``, ``#`` or ``\\`` (single-byte
+    """True if no URI in this manifest JSON has ``%``, ``?``, ``#``, ``\\`` (so no JSON
+    escape, hence no C0 control character) or a raw DEL / C1 control character (a few
     scans in C). Lets :func:`check_manifest` map URIs to paths by prefix slicing; ``//``
     and ``/.`` are still checked per path."""
-    return b"%" not in raw and b"?" not in raw and b"#" not in raw and b"\\" not in raw
+    return (
+        b"%" not in raw
+        and b"?" not in raw
+        and b"#" not in raw
+        and b"\\" not in raw
+        and b"\x7f" not in raw
+        and (b"\xc2" not in raw or _RAW_C1.search(raw) is None)
+    )
+
+
+def _check_id(value: str, what: str, name: str) -> None:
+    if not value or "/" in value or value in (".", "..") or _CONTROL.search(value):
+        raise ManifestError(f"missing or malformed {what} {_show(value)}", manifest=name)
+
+
+def _check_stats(m: TaskManifest, name: str) -> None:
+    """IO statistics values must fit a Java ``long`` (they are summed into ``_SUCCESS``)."""
+    st = m.iostatistics
+    values = [*st.counters.values(), *st.gauges.values(), *st.minimums.values(), *st.maximums.values()]
+    for ms in st.meanstatistics.values():
+        values += (ms.samples, ms.sum)
+    for v in values:
+        if not -(2**63) <= v <= MAX_SIZE:
+            raise ManifestError(f"IO statistic value {v} does not fit in 64 bits", manifest=name)
 
 
 def check_manifest(
@@ -174,8 +239,9 @@ def check_manifest(
         raise ManifestError(f"unsupported manifest version {m.version}", manifest=name)
     if m.job_id != job_id:
         raise ManifestError(f"manifest belongs to job {m.job_id!r}, not to job {job_id!r}", manifest=name)
-    if not m.task_id or not m.task_attempt_id or "/" in m.task_attempt_id:
-        raise ManifestError("missing or malformed task id / task attempt id", manifest=name)
+    _check_id(m.task_id, "task id", name)
+    _check_id(m.task_attempt_id, "task attempt id", name)
+    _check_stats(m, name)
     attempt_dir = f"{scope.tasks_dir}/{m.task_attempt_id}" if scope.tasks_dir else m.task_attempt_id
     attempt_prefix = attempt_dir + "/"
     to_path = path_mapper(scope.root_uri)
@@ -196,7 +262,7 @@ def check_manifest(
         for f in files:
             s_uri, d_uri = f.source, f.dest
             if (
-                f.size >= 0
+                0 <= f.size <= MAX_SIZE
                 and s_uri.startswith(fast_src)
                 and d_uri.startswith(fast_dst)
                 and not d_uri.startswith(fast_tmp)
@@ -211,18 +277,21 @@ def check_manifest(
             slow.append(f)
         files = slow
     for f in files:
-        if f.size < 0:
-            raise ManifestError(f"negative size {f.size} for {f.dest!r}", manifest=name)
-        src = _path(to_path, f.source, "source", name)
-        dst = _path(to_path, f.dest, "destination", name)
+        if not 0 <= f.size <= MAX_SIZE:
+            what = "negative size" if f.size < 0 else "size too large:"
+            raise ManifestError(f"{what} {f.size} for {_show(f.dest)}", manifest=name)
+        src = _path(to_path, f.source, "source", name, file=True)
+        dst = _path(to_path, f.dest, "destination", name, file=True)
         if not src.startswith(attempt_prefix):
             raise ManifestError(
-                f"source {f.source!r} is outside the task attempt directory of {m.task_attempt_id}",
+                f"source {_show(f.source)} is outside the task attempt directory of {m.task_attempt_id}",
                 manifest=name,
             )
         if not dst.startswith(dest_prefix) or dst.startswith(temp_prefix) or dst == scope.temp_dir:
             _check_dest(scope, dst, f.dest, name)
-            raise ManifestError(f"destination {f.dest!r} is the destination directory itself", manifest=name)
+            raise ManifestError(
+                f"destination {_show(f.dest)} is the destination directory itself", manifest=name
+            )
         entries.append(RenameEntry(src, dst, f.size, f.etag or None))
         d = dst.rpartition("/")[0]
         if d != scope.dest:
@@ -253,6 +322,8 @@ def _fast_prefixes_for(
 
 def _check_dest(scope: Scope, path: str, uri: str, name: str) -> None:
     if not is_within(path, scope.dest):
-        raise ManifestError(f"destination {uri!r} is outside the job's destination", manifest=name)
+        raise ManifestError(f"destination {_show(uri)} is outside the job's destination", manifest=name)
     if is_within(path, scope.temp_dir):
-        raise ManifestError(f"destination {uri!r} lies inside the job's temporary directory", manifest=name)
+        raise ManifestError(
+            f"destination {_show(uri)} lies inside the job's temporary directory", manifest=name
+        )

@@ -49,9 +49,25 @@ async def setup_task(store: Store, layout: JobLayout, task_attempt_id: str) -> s
     return work
 
 
+def _refuse_special(info: ObjectInfo, work_dir: str) -> None:
+    if info.special is not None:
+        what = "a symbolic link" if info.special == "symlink" else f"a {info.special}, not a regular file"
+        raise CommitError(
+            f"{relative_to(info.path, work_dir)!r} in the task attempt directory is {what}; "
+            "task output must be regular files (links are never followed or published)",
+            stage="commit_task",
+        )
+
+
 async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], set[str]]:
     """Files below ``work_dir`` and every directory (including empty ones where the store
-    has directories), as paths relative to ``work_dir``'s tree."""
+    has directories), as paths relative to ``work_dir``'s tree.
+
+    A symbolic link (to anything, inside or outside) or another special file found there
+    is refused with :class:`~amcommit.errors.CommitError` naming it relative to
+    ``work_dir``: links are never followed, and their targets are never copied (a link
+    may point anywhere the committing process can read).
+    """
     files: list[ObjectInfo] = []
     dirs: set[str] = set()
     if store.capabilities.directories:
@@ -59,6 +75,7 @@ async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], s
         while pending:
             d = pending.pop()
             async for info in store.list(d, recursive=False):
+                _refuse_special(info, work_dir)
                 if info.is_dir:
                     dirs.add(info.path)
                     pending.append(info.path)
@@ -66,6 +83,7 @@ async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], s
                     files.append(info)
     else:
         async for info in store.list(work_dir, recursive=True):
+            _refuse_special(info, work_dir)
             files.append(info)
             p = parent(info.path)
             while p != work_dir and p not in dirs:
@@ -135,6 +153,8 @@ async def commit_task(
 
     Retries saving up to ``config.manifest_save_attempts`` times on transient errors.
     Idempotent for the same attempt (a repeated commit republishes the same manifest).
+    A symbolic link or special file in the attempt directory fails it with CommitError
+    (nothing is published; see :func:`scan_attempt`).
     """
     stats = IOStatistics()
     t0 = time.perf_counter()

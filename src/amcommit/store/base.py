@@ -66,6 +66,10 @@ class ObjectInfo:
     is_dir: bool = False
     mtime: float | None = None
     rename_id: str | None = None
+    special: str | None = None
+    """Set (local stores only) when the path is neither a regular file nor a directory:
+    ``"symlink"``, ``"fifo"``, ``"socket"`` or ``"device"``. Listings never follow
+    symbolic links; such an entry describes the link itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,12 @@ class Store(Protocol):
         source still has this etag. ``rename_id``: an opaque id recorded on the destination
         by copy-based stores so a retry can prove this rename happened. Creates missing
         parent directories of ``dst``.
+
+        With ``src_etag`` or ``rename_id`` the caller declares the source to be a file (a
+        job commit's forward rename): a directory (or, on local stores, a symbolic link or
+        other special file) is refused with :class:`~amcommit.errors.PreconditionFailed`
+        and nothing is renamed. Without them, directories may be renamed too (moving an
+        old file or directory aside).
         """
         ...
 

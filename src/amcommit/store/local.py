@@ -13,6 +13,13 @@ Atomicity on a POSIX filesystem:
 * ``rename`` is atomic and never overwrites (``RENAME_NOREPLACE``). The ``src_etag`` check
   happens just before the rename, not atomically with it.
 * The etag is ``inode-mtime_ns-size`` (hex): a rename keeps it, any rewrite changes it.
+
+Symbolic links are never followed below a listed directory: ``list`` reports a link (and a
+FIFO, socket or device) as a non-directory entry with ``ObjectInfo.special`` set, and a
+rename that declares a file (``src_etag`` / ``rename_id``) refuses a source that is not a
+regular file. :meth:`LocalStore.find_non_file` lets the job commit refuse such sources (also
+one behind a symlinked directory) before its first rename; that check is not atomic with
+the renames (a process still writing into a task directory can race it).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import stat as stat_mod
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
 
 import anyio
@@ -98,6 +105,31 @@ def rename_noreplace(src: str, dst: str) -> None:
         return
     os.link(src, dst)  # atomic create-only
     os.unlink(src)
+
+
+def _special(mode: int) -> str | None:
+    """What a non-regular, non-directory file is (None for files and directories)."""
+    if stat_mod.S_ISREG(mode) or stat_mod.S_ISDIR(mode):
+        return None
+    if stat_mod.S_ISLNK(mode):
+        return "symlink"
+    if stat_mod.S_ISFIFO(mode):
+        return "fifo"
+    if stat_mod.S_ISSOCK(mode):
+        return "socket"
+    return "device"
+
+
+_KIND_TEXT = {"symlink": "a symbolic link", "fifo": "a FIFO", "socket": "a socket", "device": "a device"}
+
+
+def _not_a_file(mode: int) -> str | None:
+    """Why a file of this mode cannot be a declared file (None for a regular file)."""
+    if stat_mod.S_ISREG(mode):
+        return None
+    if stat_mod.S_ISDIR(mode):
+        return "a directory"
+    return _KIND_TEXT[_special(mode) or "device"]
 
 
 def _etag(st: os.stat_result) -> str:
@@ -219,6 +251,7 @@ class LocalStore:
             etag=None if is_dir else _etag(st),
             is_dir=is_dir,
             mtime=st.st_mtime,
+            special=_special(st.st_mode),
         )
 
     async def stat(self, path: str) -> ObjectInfo:
@@ -240,7 +273,9 @@ class LocalStore:
                             if ent.name.startswith(TMP_PREFIX):
                                 continue
                             try:
-                                out.append((join(d, ent.name), ent.stat()))
+                                # never follow links: a link to a directory outside
+                                # must not be descended into (nor moved from)
+                                out.append((join(d, ent.name), ent.stat(follow_symlinks=False)))
                             except FileNotFoundError:
                                 continue
                 except (FileNotFoundError, NotADirectoryError):
@@ -321,9 +356,12 @@ class LocalStore:
         ps, pd = self.os_path(src), self.os_path(dst)
 
         def mv() -> RenameResult:
-            if src_etag is not None:
-                st = os.stat(ps)
-                if not stat_mod.S_ISDIR(st.st_mode) and _etag(st) != src_etag:
+            if src_etag is not None or rename_id is not None:  # a declared file
+                st = os.lstat(ps)
+                what = _not_a_file(st.st_mode)
+                if what is not None:
+                    raise PreconditionFailed(f"source is {what}, not a file", op="rename", path=src)
+                if src_etag is not None and _etag(st) != src_etag:
                     raise PreconditionFailed(
                         f"source etag is {_etag(st)}, expected {src_etag}", op="rename", path=src
                     )
@@ -341,6 +379,43 @@ class LocalStore:
             return RenameResult(dst=dst, etag=src_etag)
 
         return await self._run("rename", src, mv, inline=True)
+
+    async def find_non_file(self, paths: Sequence[str], below: str) -> tuple[str, str] | None:
+        """The first of ``paths`` (declared files, all below directory ``below``) that is
+        not a regular file reached through real directories, with the reason; None if all
+        are fine. Missing paths are skipped (a resumed commit renamed them already).
+
+        One ``lstat`` per path plus one per directory between it and ``below``. Read only;
+        not atomic with what the caller does next.
+        """
+        root = self.root
+        prefix = below + "/" if below else ""
+
+        def check() -> tuple[str, str] | None:
+            real_dirs: set[str] = set()
+            for p in paths:
+                if not p.startswith(prefix):
+                    return p, f"it is not below {below!r}"
+                d = parent(p)
+                while len(d) > len(below) and d not in real_dirs:
+                    try:
+                        st = os.lstat(os.path.join(root, d))
+                    except FileNotFoundError:
+                        break
+                    if not stat_mod.S_ISDIR(st.st_mode):
+                        return p, f"its directory {d!r} is {_not_a_file(st.st_mode) or 'a file'}"
+                    real_dirs.add(d)
+                    d = parent(d)
+                try:
+                    st = os.lstat(os.path.join(root, p))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                what = _not_a_file(st.st_mode)
+                if what is not None:
+                    return p, f"it is {what}, not a file"
+            return None
+
+        return await self._run("check", below, check)
 
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         check_path(path, allow_root=False)
@@ -380,4 +455,15 @@ class LocalStore:
         self._closed = True
 
 
-__all__ = ["TMP_PREFIX", "LocalStore", "parent", "rename_noreplace"]
+def local_store_of(store: object, *, depth: int = 8) -> LocalStore | None:
+    """The :class:`LocalStore` under ``store`` (following wrappers' ``inner``), or None."""
+    for _ in range(depth):
+        if isinstance(store, LocalStore):
+            return store
+        store = getattr(store, "inner", None)
+        if store is None:
+            return None
+    return None
+
+
+__all__ = ["TMP_PREFIX", "LocalStore", "local_store_of", "parent", "rename_noreplace"]

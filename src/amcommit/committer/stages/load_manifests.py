@@ -4,6 +4,9 @@ Manifests are read with ``config.load_threads`` in parallel; each is decoded, va
 (:func:`amcommit.manifest.check_manifest`) and appended to the spool, then dropped, so at
 most ``load_threads`` manifests are in memory. Duplicate destinations across manifests are
 found exactly and reported with the manifests that name them, before anything is renamed.
+So are a destination that is a file in one entry and a directory of others, and (on local
+stores, where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies
+behind one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.spool import EntrySpool
 from amcommit.errors import ManifestError, NotFound
 from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, encode_json, manifest_is_plain
-from amcommit.store.base import PutMode, basename
+from amcommit.store.base import PutMode, basename, parent
+from amcommit.store.local import local_store_of
 
 
 async def list_manifest_paths(ctx: JobContext) -> list[str]:
@@ -132,7 +136,46 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
         if len(set(names)) == 1:
             raise ManifestError(f"duplicate destination {dst!r}{more}", manifest=names[0])
         raise ManifestError(f"destination {dst!r} is written by several tasks: {', '.join(names)}{more}")
+    _check_file_dir_clashes(spool, ctx.dirs, ctx.layout.dest)
+    await _check_local_sources(ctx, spool)
     ctx.report.manifests = done
     ctx.report.files = spool.count
     ctx.report.bytes = spool.total_bytes
     return spool
+
+
+def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> None:
+    """ManifestError if a destination file is also a directory of the job (an ancestor of
+    another destination, or a declared directory). Hash lookups, then one exact pass over
+    the spool only when a hash matches."""
+    seen: set[str] = set()
+    suspects: set[str] = set()
+    for d in dirs:
+        while d and d != dest and d not in seen:
+            seen.add(d)
+            if spool.has_dest(d):
+                suspects.add(d)
+            d = parent(d)
+    if not suspects:
+        return
+    for mi, rows in spool.frames():
+        for e in rows:
+            if e.dst in suspects:
+                raise ManifestError(
+                    f"destination {e.dst!r} is a file, but the job also writes below it as a directory",
+                    manifest=spool.sources[mi],
+                )
+
+
+async def _check_local_sources(ctx: JobContext, spool: EntrySpool) -> None:
+    """On a local store, refuse before any rename a source that is not a regular file (a
+    directory, a symbolic link, a FIFO...) or lies behind a symlinked directory. One
+    ``lstat`` per source, in worker threads, one spool frame at a time."""
+    local = local_store_of(ctx.store)
+    if local is None:
+        return
+    for mi, rows in spool.frames():
+        bad = await local.find_non_file([e.src for e in rows], ctx.scope.tasks_dir)
+        if bad is not None:
+            path, why = bad
+            raise ManifestError(f"source {path!r} is not usable: {why}", manifest=spool.sources[mi])

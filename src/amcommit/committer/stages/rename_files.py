@@ -97,9 +97,9 @@ async def rename_one(ctx: JobContext, entry: RenameEntry, roots: list[str] | Non
             await ctx.call(lambda: store.rename(entry.dst, trash_path(ctx, entry.dst)))
             ctx.report.moved_aside += 1
             moved_aside = True
-        except PreconditionFailed:
+        except PreconditionFailed as e:
             raise CommitError(
-                f"source {entry.src!r} changed after its task committed (etag mismatch); nothing of it was published"
+                f"source {entry.src!r} changed after its task committed ({e.message}); nothing of it was published"
             ) from None
 
 

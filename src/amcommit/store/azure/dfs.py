@@ -3,7 +3,8 @@
 Operations and their limits:
 
 * ``rename``: one Path Create with ``x-ms-rename-source`` (``mode=legacy``), atomic for a
-  file or a whole directory. ``If-None-Match: *`` makes it never overwrite;
+  file or a whole directory. A declared file (``src_etag``/``rename_id``) that is a
+  directory is refused: by the source etag precondition, else by the stat below. ``If-None-Match: *`` makes it never overwrite;
   ``x-ms-source-if-match`` carries ``src_etag``. The namespace keeps a file's etag across a
   rename, so a retry that finds its source gone (404 ``SourcePathNotFound``) compares the
   destination's etag with the source's and, when equal, reports
@@ -236,9 +237,12 @@ class DfsStore(AzureBase):
         known = src_etag
         if known is None:
             st = await self.stat(src)  # NotFound: the source really is missing (no etag to prove)
+            if st.is_dir and rename_id is not None:  # a declared file (see Store.rename)
+                raise PreconditionFailed("source is a directory, not a file", op="rename", path=src)
             known = st.etag
             precondition = None
         else:
+            # a directory's etag never equals a file's: x-ms-source-if-match refuses it
             precondition = src_etag
         return await self._rename(
             src, dst, src_etag=precondition, known_etag=known, dst_headers={"If-None-Match": "*"}, op="rename"
