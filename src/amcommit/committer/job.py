@@ -28,6 +28,7 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import JobContext
 from amcommit.committer.journal import Journal, load_journal, save_journal
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.lock import LockBody, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
 from amcommit.committer.stages.rollback import rollback
@@ -104,6 +105,58 @@ async def _already_committed(store: Store, layout: JobLayout) -> JobReport | Non
 
 
 async def commit_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    manifests: Sequence[TaskManifest] | None = None,
+    manifest_etags: Sequence[str | None] | None = None,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
+    """Commit (or resume committing) job ``job_id`` into ``dest`` holding the destination
+    lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
+    a half-done commit left by a dead holder is completed first). See :func:`_commit_job`.
+    """
+    return await run_locked(
+        store,
+        dest,
+        job_id,
+        config,
+        lambda: _commit_job(
+            store,
+            dest,
+            job_id,
+            config=config,
+            manifests=manifests,
+            manifest_etags=manifest_etags,
+            progress=progress,
+            job_attempt=job_attempt,
+            limiter=limiter,
+        ),
+        job_attempt=job_attempt,
+        finish_previous=lambda prev: _finish_previous(store, dest, prev, config, limiter),
+    )
+
+
+async def _finish_previous(
+    store: Store, dest: str, prev: LockBody, config: CommitterConfig, limiter: Limiter | None
+) -> None:
+    """Complete what the dead holder ``prev`` of the destination lock was doing (its
+    journal is unfinished): its commit, or its abort. Runs under our lock."""
+    if prev.operation == "abort":
+        await _abort_job(
+            store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
+        )
+    else:
+        await _commit_job(
+            store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
+        )
+
+
+async def _commit_job(
     store: Store,
     dest: str,
     job_id: str,
@@ -278,6 +331,38 @@ async def abort_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
 ) -> JobReport:
+    """Abort job ``job_id`` (see :func:`_abort_job`). If the job left a journal (its commit
+    began), the destination lock is held while the destination is rolled back or the
+    commit completed; otherwise only the job directory is deleted, without the lock."""
+    layout = await resolve_layout(store, dest, job_id, job_attempt)
+    if layout is None or await load_journal(store, layout) is None:
+        return await _abort_job(
+            store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        )
+    return await run_locked(
+        store,
+        dest,
+        job_id,
+        config,
+        lambda: _abort_job(
+            store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        ),
+        job_attempt=job_attempt,
+        operation="abort",
+        finish_previous=lambda prev: _finish_previous(store, dest, prev, config, limiter),
+    )
+
+
+async def _abort_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
     """Abort job ``job_id``: the destination ends as it was before the job, unless the
     commit had passed its point of no return (journal ``renamed``/``committed``), in
     which case the commit is completed instead. Idempotent.
@@ -289,7 +374,7 @@ async def abort_job(
         return report
     journal = await load_journal(store, layout)
     if journal is not None and journal.state in ("renamed", "committed"):
-        return await commit_job(
+        return await _commit_job(
             store,
             dest,
             job_id,
