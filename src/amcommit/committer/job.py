@@ -28,7 +28,7 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import JobContext
 from amcommit.committer.journal import Journal, load_journal, save_journal
 from amcommit.committer.layout import JobLayout
-from amcommit.committer.lock import LockBody, run_locked
+from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
 from amcommit.committer.stages.rollback import rollback
@@ -332,10 +332,12 @@ async def abort_job(
     limiter: Limiter | None = None,
 ) -> JobReport:
     """Abort job ``job_id`` (see :func:`_abort_job`). If the job left a journal (its commit
-    began), the destination lock is held while the destination is rolled back or the
-    commit completed; otherwise only the job directory is deleted, without the lock."""
+    began) or holds the lock (it died holding it), the destination lock is held while the
+    destination is rolled back or the commit completed; otherwise only the job directory is
+    deleted, without waiting for the lock."""
     layout = await resolve_layout(store, dest, job_id, job_attempt)
-    if layout is None or await load_journal(store, layout) is None:
+    journal = None if layout is None else await load_journal(store, layout)
+    if journal is None and not await held_by(store, dest, job_id):
         return await _abort_job(
             store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
         )

@@ -278,6 +278,15 @@ class DestinationLock:
                 pass
 
 
+async def held_by(store: Store, dest: str, job_id: str) -> bool:
+    """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not)."""
+    try:
+        body = decode_lock(await store.get(lock_path(dest)))
+    except NotFound:
+        return False
+    return body is not None and body.owner == job_id
+
+
 async def unfinished_journal(store: Store, dest: str, job_id: str) -> Journal | None:
     """The journal of ``job_id`` in ``dest`` if it records a half-done commit
     (``renaming``/``renamed``), looked up in both job directory layouts."""
