@@ -22,7 +22,7 @@ from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
 from amcommit.committer.stages.check_conflicts import minimal_roots
 from amcommit.errors import ConflictError, LockLost, NotFound, PreconditionFailed
-from amcommit.store.base import Store, UpdateIf, is_within, join, parent
+from amcommit.store.base import Store, is_within, join, parent
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.backends import StoreUnderTest
@@ -287,11 +287,14 @@ async def test_one_taker_wins_a_stale_lock(tmp_path: Path) -> None:
     assert all(x[1] <= y[0] for x, y in itertools.pairwise(held))
 
 
-def test_local_update_if_has_one_winner_across_processes(tmp_path: Path) -> None:
-    """LocalStore's UpdateIf is fenced with flock: of several processes updating the same
-    version, exactly one succeeds (the takeover of a stale lock relies on it)."""
+def test_local_update_if_is_atomic_across_processes(tmp_path: Path) -> None:
+    """LocalStore's UpdateIf is fenced with flock: processes incrementing one counter
+    with read + UpdateIf(etag) lose no increment (two updates of one version cannot both
+    win; the takeover of a stale lock relies on it). The size is the counter, so every
+    version has its own etag."""
     store = LocalStore(str(tmp_path / "root"), fsync=False)
-    info = anyio.run(lambda: store.put("d/obj", b"v0"))
+    anyio.run(lambda: store.put("d/counter", b""))
+    procs, rounds = 4, 150
     code = (
         "import sys, anyio\n"
         "from amcommit.store.local import LocalStore\n"
@@ -299,23 +302,19 @@ def test_local_update_if_has_one_winner_across_processes(tmp_path: Path) -> None
         "from amcommit.errors import PreconditionFailed\n"
         "s = LocalStore(sys.argv[1], fsync=False)\n"
         "async def go():\n"
-        "    try:\n"
-        "        await s.put('d/obj', sys.argv[3].encode() * 100000, mode=UpdateIf(sys.argv[2]))\n"
-        "        print('won')\n"
-        "    except PreconditionFailed:\n"
-        "        print('lost')\n"
+        "    for _ in range(int(sys.argv[2])):\n"
+        "        while True:\n"
+        "            st = await s.stat('d/counter')\n"
+        "            try:\n"
+        "                await s.put('d/counter', b'x' * (st.size + 1), mode=UpdateIf(st.etag))\n"
+        "                break\n"
+        "            except PreconditionFailed:\n"
+        "                pass\n"
         "anyio.run(go)\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, store.root, str(info.etag), str(i)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in range(6)
+    children = [
+        subprocess.Popen([sys.executable, "-c", code, store.root, str(rounds)], env=env) for _ in range(procs)
     ]
-    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
-    assert sorted(outs) == ["lost"] * 5 + ["won"], outs
-    assert UpdateIf  # imported for the child's sake
+    assert [c.wait(timeout=120) for c in children] == [0] * procs
+    assert anyio.run(lambda: store.stat("d/counter")).size == procs * rounds
