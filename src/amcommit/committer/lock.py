@@ -21,6 +21,9 @@ Protocol, using only the store's conditional writes (``PutMode.CREATE``, ``Updat
   takeover is possible; only the clock *rates* need to agree, not the clock values.
 * **Takeover**: ``UpdateIf(stale etag)``: of several waiters exactly one wins. A job
   takes over its *own* lock (same job id and attempt: a resume after a crash) at once.
+  (Two live processes committing the *same* job at once is a caller bug: the earlier one
+  loses the lock at its next heartbeat, at most ``ttl/3`` later, and stops; until then
+  both run the same idempotent, journaled commit.)
 * **Release**: read the body, and delete the object if it still carries our token and our
   lease has not run out. The read and the delete are two requests (no store here offers a
   conditional delete): a takeover landing between them would lose its lock, but a takeover
@@ -29,8 +32,16 @@ Protocol, using only the store's conditional writes (``PutMode.CREATE``, ``Updat
   faster than another.
 
 What is not fenced: a store request already on the wire when the lease runs out still
-lands (the lock cannot recall it). ``ttl`` must be far longer than one request; the
-default is 60 s.
+lands (the lock cannot recall it). ``ttl`` must be far longer than one request, including
+its wait for a slot in the store's limiter (heartbeats share it with the commit's own
+requests); the default is 60 s. Stores without conditional writes
+(``Capabilities.conditional_put`` False; none of amcommit's backends) are refused unless
+``destination_lock`` is turned off. ``LocalStore`` makes ``UpdateIf`` atomic across
+processes with ``flock`` on the parent directory; its ``CREATE`` is ``RENAME_NOREPLACE``.
+
+Appends are serialised too, although two appends into disjoint files could safely run
+together: one rule is simpler to prove, and an append waits only for the other commit's
+renames (seconds), not for its tasks.
 
 A commit that fails and leaves an unfinished journal (state ``renaming``/``renamed``:
 the destination holds a half-done commit) does **not** release the lock: the lock then
