@@ -142,6 +142,13 @@ async def test_pair_blob_disjoint(backend_blob_azurite: StoreUnderTest, mode_a: 
     await check_pair(store, join(backend_blob_azurite.base, "t"), mode_a, mode_b, overlap=False)
 
 
+@pytest.mark.parametrize(("mode_a", "mode_b"), [("overwrite", "append"), ("replace", "replace")])
+async def test_pair_gcs(backend_gcs_fake: StoreUnderTest, mode_a: str, mode_b: str) -> None:
+    store = FaultyStore(backend_gcs_fake.store)
+    store.latency(0.005, "rename")
+    await check_pair(store, join(backend_gcs_fake.base, "t"), mode_a, mode_b, overlap=True)
+
+
 # -- a holder killed with SIGKILL ------------------------------------------------------
 
 
