@@ -21,7 +21,7 @@ import pytest
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
 from amcommit.committer.stages.check_conflicts import minimal_roots
-from amcommit.errors import ConflictError, LockLost, NotFound, PreconditionFailed
+from amcommit.errors import ConflictError, LockLost, NotFound, PermissionDenied, PreconditionFailed
 from amcommit.store.base import Store, is_within, join, parent
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
@@ -226,6 +226,30 @@ async def test_killed_holder_aborted_by_its_owner(tmp_path: Path) -> None:
     kill_holder(store.root, dest, "job_a", "overwrite", "rename_files:progress:2", 30.0)
     await abort_job(store, dest, "job_a")
     assert await snapshot(store, dest) == OLD
+    assert await temp_files(store, dest) == []
+
+
+@pytest.mark.parametrize("owner_aborts", [False, True])
+async def test_failed_commit_keeps_the_lock_until_finished(tmp_path: Path, owner_aborts: bool) -> None:
+    """A commit that fails half renamed (store outage: resumable) keeps the destination
+    locked: its owner aborts at once, or the next job takes over after the ttl and
+    completes it first. Either way one serial order."""
+    store = FaultyStore(LocalStore(str(tmp_path / "root"), fsync=False))
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    await prepare(store, dest, [a, b])
+    store.fail("rename", error=PermissionDenied, after=3)
+    cfg_a = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.5)
+    with pytest.raises(PermissionDenied):
+        await commit_job(store, dest, "job_a", config=cfg_a)
+    store.clear()
+    assert json.loads(await store.get(lock_path(dest)))["owner"] == "job_a"
+    if owner_aborts:
+        await abort_job(store, dest, "job_a", config=cfg_a)
+        assert not await exists(store, lock_path(dest))
+    await commit_job(store, dest, "job_b", config=CommitterConfig(lock_ttl=0.5))
+    assert await snapshot(store, dest) == (OLD | b[2] if owner_aborts else serial(a, b)[0])
     assert await temp_files(store, dest) == []
 
 
