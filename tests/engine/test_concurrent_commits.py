@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
 from amcommit.committer.stages.check_conflicts import minimal_roots
 from amcommit.errors import ConflictError, LockLost, NotFound, PermissionDenied, PreconditionFailed
@@ -202,6 +203,26 @@ async def test_killed_holder_is_taken_over(tmp_path: Path, point: str, dead_comm
         await commit_job(store, dest, "job_a", config=CommitterConfig(conflict_mode="overwrite"))
         assert await snapshot(store, dest) == serial(b, a)[0]
         assert await temp_files(store, dest) == []
+
+
+async def test_killed_holder_whose_commit_cannot_be_finished(tmp_path: Path) -> None:
+    """The dead holder's half-done commit fails when the taker resumes it (its remaining
+    task output vanished): it is rolled back, and the taker's commit goes on alone."""
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    await prepare(store, dest, [a, b])
+    kill_holder(store.root, dest, "job_a", "overwrite", "rename_files:progress:2", TTL)
+    tasks = JobLayout(dest, "job_a").tasks_dir
+    left = [i.path async for i in store.list(tasks, recursive=True)]
+    assert left
+    for path in left:
+        await store.delete(path)
+    report = await commit_job(store, dest, "job_b", config=CommitterConfig(lock_ttl=TTL, lock_wait=30))
+    assert report.success
+    assert await snapshot(store, dest) == OLD | b[2]
+    assert not await exists(store, lock_path(dest))
 
 
 async def test_killed_holder_resumes_its_own_commit_at_once(tmp_path: Path) -> None:

@@ -324,9 +324,10 @@ async def run_locked(
     """Run ``body`` holding the lock of ``dest`` (waiting for it first).
 
     If the lock was taken over from another job that left a half-done commit (its journal
-    is ``renaming``/``renamed``), ``finish_previous`` completes that job first; if it
-    fails, the lock is handed back to that job and a ConflictError names it and the
-    commands that finish it. If ``body`` fails and leaves our own journal unfinished, the
+    is ``renaming``/``renamed``), ``finish_previous`` completes that job first. If that
+    fails and the job was rolled back, ``body`` runs; if its commit is still half done,
+    the lock is handed back to that job and a ConflictError names it and the commands
+    that finish it. If ``body`` fails and leaves our own journal unfinished, the
     lock is kept (it expires; see the module doc). LockLost if the lock was lost.
     """
     if not config.destination_lock:
@@ -358,13 +359,15 @@ async def run_locked(
                         try:
                             await finish_previous(previous)
                         except Exception as e:
-                            handed = previous
-                            raise ConflictError(
-                                f"destination {dest!r} holds a half-done commit of job {previous.owner!r} "
-                                f"whose holder died, and finishing it failed ({type(e).__name__}: {e}); run "
-                                f"`amcommit commit-job <dest> --job-id {previous.owner}` or `amcommit abort-job "
-                                f"<dest> --job-id {previous.owner}`"
-                            ) from e
+                            # rolled back (no journal left): the destination is whole, go on
+                            if await unfinished_journal(store, dest, previous.owner) is not None:
+                                handed = previous
+                                raise ConflictError(
+                                    f"destination {dest!r} holds a half-done commit of job {previous.owner!r} "
+                                    f"whose holder died, and finishing it failed ({type(e).__name__}: {e}); run "
+                                    f"`amcommit commit-job <dest> --job-id {previous.owner}` or `amcommit abort-job "
+                                    f"<dest> --job-id {previous.owner}`"
+                                ) from e
                 result = await body()
                 done = True
             except BaseException:
