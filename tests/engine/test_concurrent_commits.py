@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig, Progress, abort_job, commit_job, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
 from amcommit.committer.stages.check_conflicts import minimal_roots
@@ -293,6 +293,28 @@ async def test_holder_that_cannot_renew_stops_and_resumes(tmp_path: Path) -> Non
     assert report.success and report.resumed
     assert await snapshot(store, dest) == a[2]
     assert await temp_files(store, dest) == []
+
+
+async def test_no_write_starts_after_the_lease_ran_out(tmp_path: Path) -> None:
+    """The event loop is blocked past the lease (the heartbeat cannot run): the commit's
+    next write is refused by the fence itself, not later by the heartbeat."""
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1", 8))
+    await prepare(store, dest, [a])
+
+    def progress(p: Progress) -> None:
+        if p.stage == "rename_files" and p.phase == "progress" and p.done == 2:
+            time.sleep(0.8)  # blocks the loop: longer than the lease (0.75 * 0.6 s)
+
+    cfg = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.6)
+    with pytest.raises(LockLost, match="was not started"):
+        await commit_job(store, dest, "job_a", config=cfg, progress=progress)
+    renamed = [k for k in await snapshot(store, dest) if k.startswith("p=1/a-")]
+    assert len(renamed) == 2
+    report = await commit_job(store, dest, "job_a", config=cfg)
+    assert report.success and report.resumed
+    assert await snapshot(store, dest) == a[2]
 
 
 async def test_waiter_gives_up_naming_the_holder(tmp_path: Path) -> None:

@@ -32,7 +32,15 @@ from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
 from amcommit.committer.stages.rollback import rollback
-from amcommit.errors import AlreadyExists, CommitError, ManifestError, NotFound, RollbackError, StoreError
+from amcommit.errors import (
+    AlreadyExists,
+    CommitError,
+    LockLost,
+    ManifestError,
+    NotFound,
+    RollbackError,
+    StoreError,
+)
 from amcommit.manifest import TaskManifest, decode_success
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
@@ -125,8 +133,8 @@ async def commit_job(
         dest,
         job_id,
         config,
-        lambda: _commit_job(
-            store,
+        lambda s: _commit_job(
+            s,
             dest,
             job_id,
             config=config,
@@ -137,7 +145,7 @@ async def commit_job(
             limiter=limiter,
         ),
         job_attempt=job_attempt,
-        finish_previous=lambda prev: _finish_previous(store, dest, prev, config, limiter),
+        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
     )
 
 
@@ -294,7 +302,7 @@ def _unfixable(e: BaseException) -> bool:
     """Errors a retry of the same commit cannot fix: conflicts, changed or missing sources,
     bad manifests. Store failures (outages, permissions) are not: the journal is kept so
     the commit can be resumed once the store is healthy."""
-    return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, RollbackError)
+    return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, (RollbackError, LockLost))
 
 
 async def _after_failure(ctx: JobContext, e: BaseException) -> None:
@@ -346,12 +354,12 @@ async def abort_job(
         dest,
         job_id,
         config,
-        lambda: _abort_job(
-            store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        lambda s: _abort_job(
+            s, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
         ),
         job_attempt=job_attempt,
         operation="abort",
-        finish_previous=lambda prev: _finish_previous(store, dest, prev, config, limiter),
+        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
     )
 
 

@@ -31,8 +31,10 @@ Protocol, using only the store's conditional writes (``PutMode.CREATE``, ``Updat
   deadline, so this cannot happen unless a clock runs more than ``1/SAFE_FRACTION`` times
   faster than another.
 
-What is not fenced: a store request already on the wire when the lease runs out still
-lands (the lock cannot recall it). ``ttl`` must be far longer than one request, including
+Fence: the guarded work gets a :class:`FencedStore` that checks the lease synchronously
+before every write, so no write *starts* after the lease ran out, even when the heartbeat
+task could not run (a blocked event loop). What is not fenced: a request already on the
+wire when the lease runs out still lands (the lock cannot recall it). ``ttl`` must be far longer than one request, including
 its wait for a slot in the store's limiter (heartbeats share it with the commit's own
 requests); the default is 60 s. Stores without conditional writes
 (``Capabilities.conditional_put`` False; none of amcommit's backends) are refused unless
@@ -57,7 +59,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Literal, TypeVar
 
 import anyio
@@ -75,7 +77,17 @@ from amcommit.errors import (
     PreconditionFailed,
     StoreError,
 )
-from amcommit.store.base import PutMode, Store, UpdateIf, join
+from amcommit.iostats import IOStatistics
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameResult,
+    Store,
+    UpdateIf,
+    WriteMode,
+    join,
+)
 
 T = TypeVar("T")
 
@@ -183,6 +195,16 @@ class DestinationLock:
         self.etag = etag
         self.safe_until = sent + SAFE_FRACTION * self.ttl
 
+    def check(self, op: str, path: str) -> None:
+        """LockLost unless the lease is still valid now (a synchronous check: it holds even
+        when the heartbeat task could not run, e.g. behind a blocked event loop)."""
+        if self.lost is not None or time.monotonic() >= self.safe_until:
+            reason = self.lost or f"not renewed within {SAFE_FRACTION * self.ttl:g} s"
+            raise LockLost(
+                f"lost the lock of destination {self.dest!r} ({reason}); {op} {path!r} was not started, "
+                "run the commit again to resume"
+            )
+
     async def acquire(self) -> LockBody | None:
         """Wait for the lock and take it. Returns the body of *another* job's expired lock
         it took over (its holder may have left a half-done commit), else None. Raises
@@ -289,6 +311,52 @@ class DestinationLock:
                 pass
 
 
+class FencedStore:
+    """The store as work under a :class:`DestinationLock` sees it: every write (``put``,
+    ``rename``, ``delete``, ``mkdirs``) first checks the lease (:meth:`DestinationLock.check`),
+    so no write *starts* after the lock is lost. Reads pass through."""
+
+    def __init__(self, inner: Store, lock: DestinationLock) -> None:
+        self.inner = inner
+        self.lock = lock
+        self.capabilities: Capabilities = inner.capabilities
+        self.iostats: IOStatistics = inner.iostats
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self.inner.stat(path)
+
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        return self.inner.list(prefix, recursive=recursive)
+
+    async def get(self, path: str) -> bytes:
+        return await self.inner.get(path)
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        self.lock.check("put", path)
+        return await self.inner.put(path, data, mode=mode)
+
+    async def rename(
+        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+    ) -> RenameResult:
+        self.lock.check("rename", src)
+        return await self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        self.lock.check("delete", path)
+        return await self.inner.delete(path, recursive=recursive)
+
+    async def mkdirs(self, path: str) -> None:
+        self.lock.check("mkdirs", path)
+        await self.inner.mkdirs(path)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def held_by(store: Store, dest: str, job_id: str) -> bool:
     """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not)."""
     try:
@@ -315,13 +383,14 @@ async def run_locked(
     dest: str,
     job_id: str,
     config: CommitterConfig,
-    body: Callable[[], Awaitable[T]],
+    body: Callable[[Store], Awaitable[T]],
     *,
     job_attempt: int = 0,
     operation: Operation = "commit",
-    finish_previous: Callable[[LockBody], Awaitable[None]] | None = None,
+    finish_previous: Callable[[LockBody, Store], Awaitable[None]] | None = None,
 ) -> T:
-    """Run ``body`` holding the lock of ``dest`` (waiting for it first).
+    """Run ``body(store)`` holding the lock of ``dest`` (waiting for it first); the store
+    it gets is a :class:`FencedStore`.
 
     If the lock was taken over from another job that left a half-done commit (its journal
     is ``renaming``/``renamed``), ``finish_previous`` completes that job first. If that
@@ -331,7 +400,7 @@ async def run_locked(
     lock is kept (it expires; see the module doc). LockLost if the lock was lost.
     """
     if not config.destination_lock:
-        return await body()
+        return await body(store)
     if not store.capabilities.conditional_put:
         raise CommitError(
             f"store {store.capabilities.name or store.root_uri!r} cannot create objects conditionally, "
@@ -348,6 +417,7 @@ async def run_locked(
         wait=config.lock_wait,
     )
     previous = await lock.acquire()
+    fenced = FencedStore(store, lock)
     keep = done = False
     handed: LockBody | None = None
     try:
@@ -357,7 +427,7 @@ async def run_locked(
                 if previous is not None and finish_previous is not None:
                     if await unfinished_journal(store, dest, previous.owner) is not None:
                         try:
-                            await finish_previous(previous)
+                            await finish_previous(previous, fenced)
                         except Exception as e:
                             # rolled back (no journal left): the destination is whole, go on
                             if await unfinished_journal(store, dest, previous.owner) is not None:
@@ -368,7 +438,7 @@ async def run_locked(
                                     f"`amcommit commit-job <dest> --job-id {previous.owner}` or `amcommit abort-job "
                                     f"<dest> --job-id {previous.owner}`"
                                 ) from e
-                result = await body()
+                result = await body(fenced)
                 done = True
             except BaseException:
                 with anyio.CancelScope(shield=True):
