@@ -150,6 +150,13 @@ async def test_pair_gcs(backend_gcs_fake: StoreUnderTest, mode_a: str, mode_b: s
     await check_pair(store, join(backend_gcs_fake.base, "t"), mode_a, mode_b, overlap=True)
 
 
+@pytest.mark.parametrize(("mode_a", "mode_b"), [("overwrite", "append"), ("replace", "replace")])
+async def test_pair_dfs(backend_dfs_server: StoreUnderTest, mode_a: str, mode_b: str) -> None:
+    store = FaultyStore(backend_dfs_server.store)
+    store.latency(0.005, "rename")
+    await check_pair(store, join(backend_dfs_server.base, "t"), mode_a, mode_b, overlap=True)
+
+
 # -- a holder killed with SIGKILL ------------------------------------------------------
 
 
