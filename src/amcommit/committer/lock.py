@@ -250,7 +250,8 @@ class DestinationLock:
             if now >= deadline:
                 raise ConflictError(
                     f"destination {self.dest!r} is locked by {describe(cur)}; gave up after "
-                    f"waiting {self.wait:g} s (lock_wait)"
+                    f"waiting {self.wait:g} s (lock_wait; a dead holder's lock is taken over once "
+                    f"unrenewed for {cur.ttl if cur else self.ttl:g} s)"
                 )
             await anyio.sleep(min(delay * random.uniform(0.5, 1.0), max(0.0, deadline - now)))
             delay = min(delay * 2, MAX_POLL, self.ttl / 4)
