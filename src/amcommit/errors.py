@@ -162,6 +162,11 @@ class RollbackError(CommitError):
     """A rollback could not complete; the job directory and journal are kept for retry."""
 
 
+class LockLost(CommitError):
+    """This process lost the destination lock (it stopped renewing it in time, or another
+    writer took it over). The commit was stopped; run it again to resume."""
+
+
 __all__ = [
     "AlreadyExists",
     "AmcommitError",
@@ -169,6 +174,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "InvalidInput",
+    "LockLost",
     "ManifestError",
     "NotFound",
     "NotSupported",

@@ -100,6 +100,16 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     bad manifest), roll back what was renamed before raising."""
     spool_dir: str | None = None
     """Local directory for the spool of rename entries (default: the system temp dir)."""
+    destination_lock: bool = True
+    """Serialise job commits and aborts into one destination with a lock object on the
+    store (``$dest/_temporary/_commit.lock``, see :mod:`amcommit.committer.lock`). Turning
+    it off is safe only if no two jobs ever commit into one destination at once."""
+    lock_ttl: float = 60.0
+    """Seconds a destination lock stays valid without a heartbeat (renewed every third of
+    it). A holder that died is taken over this long after its last heartbeat was seen."""
+    lock_wait: float = 600.0
+    """Seconds a commit waits for another job's destination lock before failing with a
+    ConflictError naming the holder."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -120,6 +130,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
             )
         if self.success_filenames < 0:
             raise ConfigError("success_filenames must be >= 0")
+        if not self.lock_ttl > 0:
+            raise ConfigError(f"lock_ttl must be > 0 seconds, got {self.lock_ttl!r}")
+        if not self.lock_wait >= 0:
+            raise ConfigError(f"lock_wait must be >= 0 seconds, got {self.lock_wait!r}")
 
     def with_options(self, **changes: Any) -> CommitterConfig:
         """A copy with ``changes`` applied (our field names; values converted and checked)."""

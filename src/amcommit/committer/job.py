@@ -28,10 +28,19 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import JobContext
 from amcommit.committer.journal import Journal, load_journal, save_journal
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
 from amcommit.committer.stages.rollback import rollback
-from amcommit.errors import AlreadyExists, CommitError, ManifestError, NotFound, RollbackError, StoreError
+from amcommit.errors import (
+    AlreadyExists,
+    CommitError,
+    LockLost,
+    ManifestError,
+    NotFound,
+    RollbackError,
+    StoreError,
+)
 from amcommit.manifest import TaskManifest, decode_success
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
@@ -104,6 +113,58 @@ async def _already_committed(store: Store, layout: JobLayout) -> JobReport | Non
 
 
 async def commit_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    manifests: Sequence[TaskManifest] | None = None,
+    manifest_etags: Sequence[str | None] | None = None,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
+    """Commit (or resume committing) job ``job_id`` into ``dest`` holding the destination
+    lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
+    a half-done commit left by a dead holder is completed first). See :func:`_commit_job`.
+    """
+    return await run_locked(
+        store,
+        dest,
+        job_id,
+        config,
+        lambda s: _commit_job(
+            s,
+            dest,
+            job_id,
+            config=config,
+            manifests=manifests,
+            manifest_etags=manifest_etags,
+            progress=progress,
+            job_attempt=job_attempt,
+            limiter=limiter,
+        ),
+        job_attempt=job_attempt,
+        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
+    )
+
+
+async def _finish_previous(
+    store: Store, dest: str, prev: LockBody, config: CommitterConfig, limiter: Limiter | None
+) -> None:
+    """Complete what the dead holder ``prev`` of the destination lock was doing (its
+    journal is unfinished): its commit, or its abort. Runs under our lock."""
+    if prev.operation == "abort":
+        await _abort_job(
+            store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
+        )
+    else:
+        await _commit_job(
+            store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
+        )
+
+
+async def _commit_job(
     store: Store,
     dest: str,
     job_id: str,
@@ -241,7 +302,7 @@ def _unfixable(e: BaseException) -> bool:
     """Errors a retry of the same commit cannot fix: conflicts, changed or missing sources,
     bad manifests. Store failures (outages, permissions) are not: the journal is kept so
     the commit can be resumed once the store is healthy."""
-    return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, RollbackError)
+    return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, (RollbackError, LockLost))
 
 
 async def _after_failure(ctx: JobContext, e: BaseException) -> None:
@@ -278,6 +339,40 @@ async def abort_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
 ) -> JobReport:
+    """Abort job ``job_id`` (see :func:`_abort_job`). If the job left a journal (its commit
+    began) or holds the lock (it died holding it), the destination lock is held while the
+    destination is rolled back or the commit completed; otherwise only the job directory is
+    deleted, without waiting for the lock."""
+    layout = await resolve_layout(store, dest, job_id, job_attempt)
+    journal = None if layout is None else await load_journal(store, layout)
+    if journal is None and not await held_by(store, dest, job_id):
+        return await _abort_job(
+            store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        )
+    return await run_locked(
+        store,
+        dest,
+        job_id,
+        config,
+        lambda s: _abort_job(
+            s, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        ),
+        job_attempt=job_attempt,
+        operation="abort",
+        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
+    )
+
+
+async def _abort_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
     """Abort job ``job_id``: the destination ends as it was before the job, unless the
     commit had passed its point of no return (journal ``renamed``/``committed``), in
     which case the commit is completed instead. Idempotent.
@@ -289,7 +384,7 @@ async def abort_job(
         return report
     journal = await load_journal(store, layout)
     if journal is not None and journal.state in ("renamed", "committed"):
-        return await commit_job(
+        return await _commit_job(
             store,
             dest,
             job_id,

@@ -3,6 +3,7 @@
 Layout under the destination ``$dest`` (amcommit's own; Hadoop's differs only in the job
 directory name, ``_temporary/$jobId`` instead of ``_temporary/manifest_$jobId``)::
 
+    $dest/_temporary/_commit.lock              destination lock (committer/lock.py)
     $dest/_temporary/manifest_$jobId/
         _job.json                              job marker (setup_job; create-only)
         journal.json                           job-commit journal (resume / rollback)

@@ -8,8 +8,9 @@ Atomicity on a POSIX filesystem:
   into place: readers see the old or the new content, never a partial file.
   ``PutMode.CREATE`` uses ``renameat2(RENAME_NOREPLACE)`` (or ``link`` + ``unlink`` where that
   is unavailable), so it never overwrites, even against other processes. ``UpdateIf``
-  compares the etag and replaces under a per-process lock: another *process* writing the
-  same file between the check and the replace is not detected.
+  compares the etag and replaces under a per-process lock plus an exclusive ``flock`` on
+  the parent directory, so two processes updating one file conditionally cannot both win
+  (a plain ``OVERWRITE`` by another process does not take the ``flock`` and is not fenced).
 * ``rename`` is atomic and never overwrites (``RENAME_NOREPLACE``). The ``src_etag`` check
   happens just before the rename, not atomically with it.
 * The etag is ``inode-mtime_ns-size`` (hex): a rename keeps it, any rewrite changes it.
@@ -27,13 +28,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import shutil
 import stat as stat_mod
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TypeVar
 
 import anyio
@@ -324,7 +327,7 @@ class LocalStore:
                 if mode is PutMode.CREATE:
                     rename_noreplace(tmp, p)
                 elif isinstance(mode, UpdateIf):
-                    with self._lock(p):
+                    with self._lock(p), _dir_flock(d):
                         try:
                             cur = _etag(os.stat(p))
                         except FileNotFoundError:
@@ -464,6 +467,17 @@ def local_store_of(store: object, *, depth: int = 8) -> LocalStore | None:
         if store is None:
             return None
     return None
+
+
+@contextmanager
+def _dir_flock(d: str) -> Iterator[None]:
+    """Exclusive advisory lock on directory ``d`` across processes (released on close)."""
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 __all__ = ["TMP_PREFIX", "LocalStore", "local_store_of", "parent", "rename_noreplace"]

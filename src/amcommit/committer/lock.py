@@ -1,0 +1,472 @@
+"""The destination lock: job commits and aborts into one destination, one at a time.
+
+One lock object per destination, ``$dest/_temporary/_commit.lock`` (a name no job
+directory can have: job ids start with a letter or digit). Its body (JSON) names the
+holder: job id and attempt, the operation (``commit``/``abort``), a random token, host,
+pid, wall-clock times (for people only) and the ``ttl``.
+
+Protocol, using only the store's conditional writes (``PutMode.CREATE``, ``UpdateIf``):
+
+* **Acquire**: create the object with ``PutMode.CREATE``; exactly one writer wins.
+* **Heartbeat**: the holder rewrites the body with ``UpdateIf(etag it last wrote)`` every
+  ``ttl/3``. A failed precondition means someone took the lock over: the holder has lost
+  it. So does failing to renew before ``SAFE_FRACTION * ttl`` after its last renewal was
+  *sent* (a store outage). Losing the lock cancels the guarded work at its next ``await``
+  and raises :class:`~amcommit.errors.LockLost`; a commit stopped that way is resumable
+  (its journal is on the store) like one whose process was killed.
+* **Expiry** never compares clocks of different hosts: a waiter takes over a lock only
+  after seeing the *same etag* for longer than the body's ``ttl`` on its own monotonic
+  clock. The holder sent its last renewal before the waiter could first see it, so the
+  holder's own deadline (``SAFE_FRACTION * ttl`` after sending) passes before any
+  takeover is possible; only the clock *rates* need to agree, not the clock values.
+* **Takeover**: ``UpdateIf(stale etag)``: of several waiters exactly one wins. A job
+  takes over its *own* lock (same job id and attempt: a resume after a crash) at once.
+  (Two live processes committing the *same* job at once is a caller bug: the earlier one
+  loses the lock at its next heartbeat, at most ``ttl/3`` later, and stops; until then
+  both run the same idempotent, journaled commit.)
+* **Release**: read the body, and delete the object if it still carries our token and our
+  lease has not run out. The read and the delete are two requests (no store here offers a
+  conditional delete): a takeover landing between them would lose its lock, but a takeover
+  needs the lock unrenewed for a whole ``ttl`` and we release only before our safe
+  deadline, so this cannot happen unless a clock runs more than ``1/SAFE_FRACTION`` times
+  faster than another.
+
+Fence: the guarded work gets a :class:`FencedStore` that checks the lease synchronously
+before every write, so no write *starts* after the lease ran out, even when the heartbeat
+task could not run (a blocked event loop). What is not fenced: a request already on the
+wire when the lease runs out still lands (the lock cannot recall it). ``ttl`` must be far longer than one request, including
+its wait for a slot in the store's limiter (heartbeats share it with the commit's own
+requests); the default is 60 s. Stores without conditional writes
+(``Capabilities.conditional_put`` False; none of amcommit's backends) are refused unless
+``destination_lock`` is turned off. ``LocalStore`` makes ``UpdateIf`` atomic across
+processes with ``flock`` on the parent directory; its ``CREATE`` is ``RENAME_NOREPLACE``.
+
+Appends are serialised too, although two appends into disjoint files could safely run
+together: one rule is simpler to prove, and an append waits only for the other commit's
+renames (seconds), not for its tasks.
+
+A commit that fails and leaves an unfinished journal (state ``renaming``/``renamed``:
+the destination holds a half-done commit) does **not** release the lock: the lock then
+expires, and the next job that takes it over first completes that commit (see
+:func:`run_locked`), so the two commits still happen one after the other. The failed job
+itself (same id) takes its lock back at once to resume or abort.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal, TypeVar
+
+import anyio
+import msgspec
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.journal import Journal, load_journal
+from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
+from amcommit.errors import (
+    AlreadyExists,
+    CommitError,
+    ConflictError,
+    LockLost,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+)
+from amcommit.iostats import IOStatistics
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameResult,
+    Store,
+    UpdateIf,
+    WriteMode,
+    join,
+)
+
+T = TypeVar("T")
+
+LOCK_NAME = "_commit.lock"
+SAFE_FRACTION = 0.75
+"""A holder stops (and never releases) once ``SAFE_FRACTION * ttl`` passed since it sent
+its last successful renewal."""
+MAX_POLL = 2.0
+
+Operation = Literal["commit", "abort"]
+
+
+class LockBody(msgspec.Struct, kw_only=True):
+    """The lock object's content. Times are the writer's wall clock, for people only."""
+
+    owner: str
+    """Job id of the holder."""
+    job_attempt: int = 0
+    operation: str = "commit"
+    token: str = ""
+    host: str = ""
+    pid: int = 0
+    acquired: float = 0.0
+    heartbeat: float = 0.0
+    ttl: float = 60.0
+    beats: int = 0
+    version: str = "amcommit-lock/1"
+
+
+_dec = msgspec.json.Decoder(LockBody)
+
+
+def lock_path(dest: str) -> str:
+    """Store path of the lock object of destination ``dest``."""
+    return join(dest, TEMP_DIR_NAME, LOCK_NAME)
+
+
+def decode_lock(data: bytes) -> LockBody | None:
+    """The body, or None if it is not one of ours (then only its etag counts)."""
+    try:
+        return _dec.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def describe(body: LockBody | None) -> str:
+    """One line naming the holder, for error messages."""
+    if body is None:
+        return "an unreadable lock object"
+    age = max(0.0, time.time() - body.acquired)
+    return (
+        f"job {body.owner!r} ({body.operation}, host {body.host or '?'}, pid {body.pid}, "
+        f"acquired {age:.0f} s ago by our clock)"
+    )
+
+
+class DestinationLock:
+    """One writer's handle on the lock of ``dest``. Use :func:`run_locked`; the methods
+    are public for tests."""
+
+    def __init__(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        *,
+        job_attempt: int = 0,
+        operation: Operation = "commit",
+        ttl: float = 60.0,
+        wait: float = 600.0,
+    ) -> None:
+        self.store = store
+        self.dest = dest
+        self.path = lock_path(dest)
+        self.job_id = job_id
+        self.job_attempt = job_attempt
+        self.operation = operation
+        self.ttl = ttl
+        self.wait = wait
+        self.token = secrets.token_hex(16)
+        self.etag: str | None = None
+        self.safe_until = 0.0
+        self.lost: str | None = None
+        self._body = LockBody(
+            owner=job_id,
+            job_attempt=job_attempt,
+            operation=operation,
+            token=self.token,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            ttl=ttl,
+        )
+
+    def _encode(self) -> bytes:
+        now = time.time()
+        self._body.heartbeat = now
+        if not self._body.acquired:
+            self._body.acquired = now
+        self._body.beats += 1
+        return msgspec.json.encode(self._body)
+
+    def _held(self, etag: str | None, sent: float) -> None:
+        if etag is None:
+            raise CommitError(f"the store gave no etag for {self.path!r}: cannot hold a destination lock")
+        self.etag = etag
+        self.safe_until = sent + SAFE_FRACTION * self.ttl
+
+    def check(self, op: str, path: str) -> None:
+        """LockLost unless the lease is still valid now (a synchronous check: it holds even
+        when the heartbeat task could not run, e.g. behind a blocked event loop)."""
+        if self.lost is not None or time.monotonic() >= self.safe_until:
+            reason = self.lost or f"not renewed within {SAFE_FRACTION * self.ttl:g} s"
+            raise LockLost(
+                f"lost the lock of destination {self.dest!r} ({reason}); {op} {path!r} was not started, "
+                "run the commit again to resume"
+            )
+
+    async def acquire(self) -> LockBody | None:
+        """Wait for the lock and take it. Returns the body of *another* job's expired lock
+        it took over (its holder may have left a half-done commit), else None. Raises
+        ConflictError naming the holder after ``wait`` seconds."""
+        store, path = self.store, self.path
+        deadline = time.monotonic() + self.wait
+        seen: tuple[str | None, float] | None = None
+        delay = 0.02
+        cur: LockBody | None = None
+        while True:
+            sent = time.monotonic()
+            try:
+                info = await store.put(path, self._encode(), mode=PutMode.CREATE)
+                self._held(info.etag, sent)
+                return None
+            except AlreadyExists:
+                pass
+            except StoreError as e:
+                if not e.retryable:
+                    raise
+            try:
+                st = await store.stat(path)
+                cur = decode_lock(await store.get(path))
+            except NotFound:
+                continue  # released meanwhile: try to create it again
+            except StoreError as e:
+                if not e.retryable:
+                    raise
+                st = None
+            now = time.monotonic()
+            if st is not None:
+                if seen is None or seen[0] != st.etag:
+                    seen = (st.etag, now)  # the holder is alive as long as this changes
+                mine = cur is not None and cur.owner == self.job_id and cur.job_attempt == self.job_attempt
+                ttl = cur.ttl if cur is not None else self.ttl
+                if st.etag is not None and (mine or now - seen[1] > ttl):
+                    try:
+                        info = await store.put(path, self._encode(), mode=UpdateIf(st.etag))
+                    except (PreconditionFailed, NotFound):
+                        continue  # renewed, released or taken by another waiter
+                    self._held(info.etag, now)
+                    return None if mine else (cur or LockBody(owner=""))
+            if now >= deadline:
+                raise ConflictError(
+                    f"destination {self.dest!r} is locked by {describe(cur)}; gave up after "
+                    f"waiting {self.wait:g} s (lock_wait; a dead holder's lock is taken over once "
+                    f"unrenewed for {cur.ttl if cur else self.ttl:g} s)"
+                )
+            await anyio.sleep(min(delay * random.uniform(0.5, 1.0), max(0.0, deadline - now)))
+            delay = min(delay * 2, MAX_POLL, self.ttl / 4)
+
+    async def heartbeat(self, on_lost: Callable[[], None]) -> None:
+        """Renew the lock every ``ttl/3`` until cancelled; on losing it, set ``lost`` and
+        call ``on_lost`` (which cancels the guarded work)."""
+        interval = self.ttl / 3
+        next_beat = self.safe_until - SAFE_FRACTION * self.ttl + interval
+        while True:
+            await anyio.sleep(max(0.0, min(next_beat, self.safe_until) - time.monotonic()))
+            now = time.monotonic()
+            if now >= self.safe_until:
+                self.lost = f"not renewed within {SAFE_FRACTION * self.ttl:g} s"
+                on_lost()
+                return
+            assert self.etag is not None
+            try:
+                info = await self.store.put(self.path, self._encode(), mode=UpdateIf(self.etag))
+            except (PreconditionFailed, NotFound):
+                self.lost = "another writer took it over"
+                on_lost()
+                return
+            except StoreError:
+                next_beat = now + min(1.0, interval / 4)  # retry soon, until safe_until
+                continue
+            self._held(info.etag, now)
+            next_beat = now + interval
+
+    async def hand_over(self, body: LockBody) -> None:
+        """Rewrite the lock to name ``body``'s job (with a fresh token nobody holds) and
+        stop: it expires after ``ttl``, and that job takes it back at once."""
+        if self.lost or self.etag is None:
+            return
+        new = msgspec.structs.replace(body, token=secrets.token_hex(16), heartbeat=time.time(), ttl=self.ttl)
+        try:
+            await self.store.put(self.path, msgspec.json.encode(new), mode=UpdateIf(self.etag))
+        except StoreError:
+            pass  # it stays ours and expires the same way
+        self.lost = "handed over"
+
+    async def release(self) -> None:
+        """Delete the lock if it is still ours and our lease has not run out (see the
+        module doc for the read-then-delete window). Never raises."""
+        if self.lost is not None or time.monotonic() >= self.safe_until:
+            return
+        try:
+            body = decode_lock(await self.store.get(self.path))
+            if body is None or body.token != self.token:
+                return
+            await self.store.delete(self.path)
+        except StoreError:
+            return
+        if self.store.capabilities.directories:
+            try:
+                await self.store.delete(join(self.dest, TEMP_DIR_NAME))  # only if empty
+            except StoreError:
+                pass
+
+
+class FencedStore:
+    """The store as work under a :class:`DestinationLock` sees it: every write (``put``,
+    ``rename``, ``delete``, ``mkdirs``) first checks the lease (:meth:`DestinationLock.check`),
+    so no write *starts* after the lock is lost. Reads pass through."""
+
+    def __init__(self, inner: Store, lock: DestinationLock) -> None:
+        self.inner = inner
+        self.lock = lock
+        self.capabilities: Capabilities = inner.capabilities
+        self.iostats: IOStatistics = inner.iostats
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self.inner.stat(path)
+
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        return self.inner.list(prefix, recursive=recursive)
+
+    async def get(self, path: str) -> bytes:
+        return await self.inner.get(path)
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        self.lock.check("put", path)
+        return await self.inner.put(path, data, mode=mode)
+
+    async def rename(
+        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+    ) -> RenameResult:
+        self.lock.check("rename", src)
+        return await self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        self.lock.check("delete", path)
+        return await self.inner.delete(path, recursive=recursive)
+
+    async def mkdirs(self, path: str) -> None:
+        self.lock.check("mkdirs", path)
+        await self.inner.mkdirs(path)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def held_by(store: Store, dest: str, job_id: str) -> bool:
+    """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not)."""
+    try:
+        body = decode_lock(await store.get(lock_path(dest)))
+    except NotFound:
+        return False
+    return body is not None and body.owner == job_id
+
+
+async def unfinished_journal(store: Store, dest: str, job_id: str) -> Journal | None:
+    """The journal of ``job_id`` in ``dest`` if it records a half-done commit
+    (``renaming``/``renamed``), looked up in both job directory layouts."""
+    if not job_id:
+        return None
+    for hadoop in (False, True):
+        journal = await load_journal(store, JobLayout(dest, job_id, 0, hadoop=hadoop))
+        if journal is not None:
+            return journal if journal.state in ("renaming", "renamed") else None
+    return None
+
+
+async def run_locked(
+    store: Store,
+    dest: str,
+    job_id: str,
+    config: CommitterConfig,
+    body: Callable[[Store], Awaitable[T]],
+    *,
+    job_attempt: int = 0,
+    operation: Operation = "commit",
+    finish_previous: Callable[[LockBody, Store], Awaitable[None]] | None = None,
+) -> T:
+    """Run ``body(store)`` holding the lock of ``dest`` (waiting for it first); the store
+    it gets is a :class:`FencedStore`.
+
+    If the lock was taken over from another job that left a half-done commit (its journal
+    is ``renaming``/``renamed``), ``finish_previous`` completes that job first. If that
+    fails and the job was rolled back, ``body`` runs; if its commit is still half done,
+    the lock is handed back to that job and a ConflictError names it and the commands
+    that finish it. If ``body`` fails and leaves our own journal unfinished, the
+    lock is kept (it expires; see the module doc). LockLost if the lock was lost.
+    """
+    if not config.destination_lock:
+        return await body(store)
+    if not store.capabilities.conditional_put:
+        raise CommitError(
+            f"store {store.capabilities.name or store.root_uri!r} cannot create objects conditionally, "
+            "so concurrent commits cannot be coordinated: set destination_lock=false if only one job "
+            "ever commits into this destination at a time"
+        )
+    lock = DestinationLock(
+        store,
+        dest,
+        job_id,
+        job_attempt=job_attempt,
+        operation=operation,
+        ttl=config.lock_ttl,
+        wait=config.lock_wait,
+    )
+    previous = await lock.acquire()
+    fenced = FencedStore(store, lock)
+    keep = done = False
+    handed: LockBody | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lock.heartbeat, tg.cancel_scope.cancel)
+            try:
+                if previous is not None and finish_previous is not None:
+                    if await unfinished_journal(store, dest, previous.owner) is not None:
+                        try:
+                            await finish_previous(previous, fenced)
+                        except Exception as e:
+                            # rolled back (no journal left): the destination is whole, go on
+                            if await unfinished_journal(store, dest, previous.owner) is not None:
+                                handed = previous
+                                raise ConflictError(
+                                    f"destination {dest!r} holds a half-done commit of job {previous.owner!r} "
+                                    f"whose holder died, and finishing it failed ({type(e).__name__}: {e}); run "
+                                    f"`amcommit commit-job <dest> --job-id {previous.owner}` or `amcommit abort-job "
+                                    f"<dest> --job-id {previous.owner}`"
+                                ) from e
+                result = await body(fenced)
+                done = True
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    keep = handed is None and await _unfinished_quietly(store, dest, job_id)
+                raise
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as eg:
+        if len(eg.exceptions) == 1:
+            raise eg.exceptions[0] from None
+        raise
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(max(5.0, lock.ttl / 3)):
+            if handed is not None:
+                await lock.hand_over(handed)
+            elif not keep:
+                await lock.release()
+    if not done:  # cancelled by the heartbeat: the lock was lost
+        assert lock.lost is not None
+        raise LockLost(
+            f"lost the lock of destination {dest!r} ({lock.lost}); the commit stopped, run it again to resume"
+        )
+    return result  # a body that finished before noticing the loss did all its work
+
+
+async def _unfinished_quietly(store: Store, dest: str, job_id: str) -> bool:
+    try:
+        return await unfinished_journal(store, dest, job_id) is not None
+    except StoreError:
+        return True  # cannot tell: keep the lock (it expires)

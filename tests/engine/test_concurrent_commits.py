@@ -1,0 +1,401 @@
+"""Two jobs committing into one destination at once: the result is that of one serial
+order or the other, never a mix, and no committed file is lost (the destination lock,
+amcommit.committer.lock). Also: a holder killed with SIGKILL mid-commit is taken over
+after its ttl and its half-done commit completed first; a holder that cannot renew its
+lock stops; a waiter gives up after lock_wait naming the holder."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from amcommit.committer import CommitterConfig, Progress, abort_job, commit_job, setup_job
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.lock import DestinationLock, LockBody, lock_path
+from amcommit.committer.stages.check_conflicts import minimal_roots
+from amcommit.errors import ConflictError, LockLost, NotFound, PermissionDenied, PreconditionFailed
+from amcommit.store.base import Store, is_within, join, parent
+from amcommit.store.faulty import FaultyStore
+from amcommit.store.local import LocalStore
+from tests.backends import StoreUnderTest
+from tests.engine.helpers import run_task, snapshot, temp_files
+
+MODES = ("append", "fail", "replace", "overwrite")
+OLD = {"p=1/old.bin": b"old 1", "p=2/old.bin": b"old 2", "top.bin": b"old top"}
+State = dict[str, bytes]
+
+
+def job_files(job: str, part: str, n: int = 6) -> State:
+    return {f"{part}/{job}-{i}.bin": f"{job} {i}".encode() for i in range(n)}
+
+
+def apply(state: State, mode: str, files: State) -> State | None:
+    """The destination after committing ``files`` in ``mode`` (None: the commit fails and
+    leaves ``state`` as it was). A model of the conflict modes (see config.ConflictMode)."""
+    parts = {parent(k) for k in files}
+    if mode == "fail" and any(parent(k) in parts for k in state):
+        return None
+    if mode == "append":
+        if set(files) & set(state):
+            return None
+        return state | files
+    if mode == "replace":
+        roots = minimal_roots(parts)
+        return {k: v for k, v in state.items() if not any(is_within(k, r) for r in roots)} | files
+    if mode == "overwrite":
+        return dict(files)
+    return state | files
+
+
+def serial(
+    first: tuple[str, str, State], second: tuple[str, str, State]
+) -> tuple[State, dict[str, bool], str | None]:
+    """When ``first`` commits before ``second``: the final state, which job succeeded, and
+    the job whose ``_SUCCESS`` is left (the last that succeeded)."""
+    state, ok, last = dict(OLD), {}, None
+    for job, mode, files in (first, second):
+        after = apply(state, mode, files)
+        ok[job] = after is not None
+        if after is not None:
+            state, last = after, job
+    return state, ok, last
+
+
+async def prepare(store: Store, dest: str, jobs: list[tuple[str, str, State]]) -> None:
+    for p, d in OLD.items():
+        await store.put(join(dest, p), d)
+    for job, _, files in jobs:
+        layout = await setup_job(store, dest, job)
+        items = list(files.items())
+        await run_task(store, layout, 0, dict(items[: len(items) // 2]))
+        await run_task(store, layout, 1, dict(items[len(items) // 2 :]))
+
+
+async def commit_both(store: Store, dest: str, jobs: list[tuple[str, str, State]]) -> dict[str, bool]:
+    ok: dict[str, bool] = {}
+
+    async def one(job: str, mode: str) -> None:
+        cfg = CommitterConfig(conflict_mode=mode, io_threads=2)  # type: ignore[arg-type]
+        try:
+            ok[job] = (await commit_job(store, dest, job, config=cfg)).success
+        except ConflictError:
+            ok[job] = False
+
+    async with anyio.create_task_group() as tg:
+        for job, mode, _ in jobs:
+            tg.start_soon(one, job, mode)
+    return ok
+
+
+async def exists(store: Store, path: str) -> bool:
+    try:
+        await store.stat(path)
+    except NotFound:
+        return False
+    return True
+
+
+async def check_pair(store: Store, dest: str, mode_a: str, mode_b: str, overlap: bool) -> None:
+    a = ("job_a", mode_a, job_files("a", "p=1"))
+    b = ("job_b", mode_b, job_files("b", "p=1" if overlap else "p=3"))
+    await prepare(store, dest, [a, b])
+    ok = await commit_both(store, dest, [a, b])
+    final = await snapshot(store, dest)
+    success = None
+    if await exists(store, join(dest, "_SUCCESS")):
+        success = json.loads(await store.get(join(dest, "_SUCCESS")))["jobId"]
+    assert (final, ok, success) in [serial(a, b), serial(b, a)], (final, ok, success)
+    assert not any(p.endswith("_commit.lock") for p in await temp_files(store, dest))
+
+
+PAIRS = [(x, y) for x in MODES for y in MODES]
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["same-partition", "disjoint"])
+@pytest.mark.parametrize(("mode_a", "mode_b"), PAIRS)
+async def test_pair_local(tmp_path: Path, mode_a: str, mode_b: str, overlap: bool) -> None:
+    inner = LocalStore(str(tmp_path / "root"), fsync=False)
+    store = FaultyStore(inner)
+    store.latency(0.01, "rename")  # both commits are mid-rename at the same time
+    await check_pair(store, "warehouse/t", mode_a, mode_b, overlap)
+
+
+@pytest.mark.parametrize(("mode_a", "mode_b"), PAIRS)
+async def test_pair_blob(backend_blob_azurite: StoreUnderTest, mode_a: str, mode_b: str) -> None:
+    store = FaultyStore(backend_blob_azurite.store)
+    store.latency(0.005, "rename")
+    await check_pair(store, join(backend_blob_azurite.base, "t"), mode_a, mode_b, overlap=True)
+
+
+@pytest.mark.parametrize(("mode_a", "mode_b"), [("overwrite", "append"), ("append", "append")])
+async def test_pair_blob_disjoint(backend_blob_azurite: StoreUnderTest, mode_a: str, mode_b: str) -> None:
+    store = FaultyStore(backend_blob_azurite.store)
+    store.latency(0.005, "rename")
+    await check_pair(store, join(backend_blob_azurite.base, "t"), mode_a, mode_b, overlap=False)
+
+
+@pytest.mark.parametrize(("mode_a", "mode_b"), [("overwrite", "append"), ("replace", "replace")])
+async def test_pair_gcs(backend_gcs_fake: StoreUnderTest, mode_a: str, mode_b: str) -> None:
+    store = FaultyStore(backend_gcs_fake.store)
+    store.latency(0.005, "rename")
+    await check_pair(store, join(backend_gcs_fake.base, "t"), mode_a, mode_b, overlap=True)
+
+
+@pytest.mark.parametrize(("mode_a", "mode_b"), [("overwrite", "append"), ("replace", "replace")])
+async def test_pair_dfs(backend_dfs_server: StoreUnderTest, mode_a: str, mode_b: str) -> None:
+    store = FaultyStore(backend_dfs_server.store)
+    store.latency(0.005, "rename")
+    await check_pair(store, join(backend_dfs_server.base, "t"), mode_a, mode_b, overlap=True)
+
+
+# -- a holder killed with SIGKILL ------------------------------------------------------
+
+
+def kill_holder(root: str, dest: str, job: str, mode: str, point: str, ttl: float) -> None:
+    repo = str(Path(__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, *sys.path]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.engine.lock_child", root, dest, job, mode, point, str(ttl)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=repo,
+    )
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+
+
+TTL = 1.0
+
+
+@pytest.mark.parametrize(
+    ("point", "dead_commit_completed"),
+    [
+        ("check_conflicts:end", False),  # no journal yet: nothing in the destination changed
+        ("rename_files:progress:3", True),  # half renamed: completed by the taker first
+        ("delete_victims:start", True),  # past the point of no return
+    ],
+)
+async def test_killed_holder_is_taken_over(tmp_path: Path, point: str, dead_commit_completed: bool) -> None:
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    await prepare(store, dest, [a, b])
+    kill_holder(store.root, dest, "job_a", "overwrite", point, TTL)
+    assert json.loads(await store.get(lock_path(dest)))["owner"] == "job_a"  # the dead holder's lock
+
+    t0 = time.monotonic()
+    cfg = CommitterConfig(conflict_mode="append", lock_ttl=TTL, lock_wait=30)
+    report = await commit_job(store, dest, "job_b", config=cfg)
+    waited = time.monotonic() - t0
+    assert report.success
+    assert waited >= TTL  # the expiry was observed, not assumed from wall clocks
+    if dead_commit_completed:
+        # job_a's overwrite was completed first, then job_b appended: one serial order
+        assert await snapshot(store, dest) == serial(a, b)[0]
+        assert await temp_files(store, dest) == []
+    else:
+        # job_a never touched the destination; it stays committable after job_b
+        assert await snapshot(store, dest) == OLD | b[2]
+        await commit_job(store, dest, "job_a", config=CommitterConfig(conflict_mode="overwrite"))
+        assert await snapshot(store, dest) == serial(b, a)[0]
+        assert await temp_files(store, dest) == []
+
+
+async def test_killed_holder_whose_commit_cannot_be_finished(tmp_path: Path) -> None:
+    """The dead holder's half-done commit fails when the taker resumes it (its remaining
+    task output vanished): it is rolled back, and the taker's commit goes on alone."""
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    await prepare(store, dest, [a, b])
+    kill_holder(store.root, dest, "job_a", "overwrite", "rename_files:progress:2", TTL)
+    tasks = JobLayout(dest, "job_a").tasks_dir
+    left = [i.path async for i in store.list(tasks, recursive=True)]
+    assert left
+    for path in left:
+        await store.delete(path)
+    report = await commit_job(store, dest, "job_b", config=CommitterConfig(lock_ttl=TTL, lock_wait=30))
+    assert report.success
+    assert await snapshot(store, dest) == OLD | b[2]
+    assert not await exists(store, lock_path(dest))
+
+
+async def test_killed_holder_resumes_its_own_commit_at_once(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    await prepare(store, dest, [a])
+    kill_holder(store.root, dest, "job_a", "overwrite", "rename_files:progress:2", 30.0)
+    t0 = time.monotonic()
+    report = await commit_job(store, dest, "job_a", config=CommitterConfig(conflict_mode="overwrite"))
+    assert report.success and report.resumed
+    assert time.monotonic() - t0 < 10  # no waiting for its own ttl (30 s)
+    assert await snapshot(store, dest) == a[2]
+    assert await temp_files(store, dest) == []
+
+
+async def test_killed_holder_aborted_by_its_owner(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    await prepare(store, dest, [a])
+    kill_holder(store.root, dest, "job_a", "overwrite", "rename_files:progress:2", 30.0)
+    await abort_job(store, dest, "job_a")
+    assert await snapshot(store, dest) == OLD
+    assert await temp_files(store, dest) == []
+
+
+@pytest.mark.parametrize("owner_aborts", [False, True])
+async def test_failed_commit_keeps_the_lock_until_finished(tmp_path: Path, owner_aborts: bool) -> None:
+    """A commit that fails half renamed (store outage: resumable) keeps the destination
+    locked: its owner aborts at once, or the next job takes over after the ttl and
+    completes it first. Either way one serial order."""
+    store = FaultyStore(LocalStore(str(tmp_path / "root"), fsync=False))
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    await prepare(store, dest, [a, b])
+    store.fail("rename", error=PermissionDenied, after=3)
+    cfg_a = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.5)
+    with pytest.raises(PermissionDenied):
+        await commit_job(store, dest, "job_a", config=cfg_a)
+    store.clear()
+    assert json.loads(await store.get(lock_path(dest)))["owner"] == "job_a"
+    if owner_aborts:
+        await abort_job(store, dest, "job_a", config=cfg_a)
+        assert not await exists(store, lock_path(dest))
+    await commit_job(store, dest, "job_b", config=CommitterConfig(lock_ttl=0.5))
+    assert await snapshot(store, dest) == (OLD | b[2] if owner_aborts else serial(a, b)[0])
+    assert await temp_files(store, dest) == []
+
+
+# -- a holder that cannot renew, a waiter that gives up, racing takers ----------------
+
+
+async def test_holder_that_cannot_renew_stops_and_resumes(tmp_path: Path) -> None:
+    inner = LocalStore(str(tmp_path / "root"), fsync=False)
+    store = FaultyStore(inner)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1", 8))
+    await prepare(store, dest, [a])
+    store.fail("put", path="*/_commit.lock", error=PreconditionFailed, after=1)  # heartbeats fail
+    store.latency(0.2, "rename")
+    cfg = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.6)
+    with pytest.raises(LockLost, match="another writer took it over"):
+        await commit_job(store, dest, "job_a", config=cfg)
+    store.clear()
+    report = await commit_job(store, dest, "job_a", config=cfg)
+    assert report.success and report.resumed
+    assert await snapshot(store, dest) == a[2]
+    assert await temp_files(store, dest) == []
+
+
+async def test_no_write_starts_after_the_lease_ran_out(tmp_path: Path) -> None:
+    """The event loop is blocked past the lease (the heartbeat cannot run): the commit's
+    next write is refused by the fence itself, not later by the heartbeat."""
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1", 8))
+    await prepare(store, dest, [a])
+
+    def progress(p: Progress) -> None:
+        if p.stage == "rename_files" and p.phase == "progress" and p.done == 2:
+            time.sleep(0.8)  # blocks the loop: longer than the lease (0.75 * 0.6 s)
+
+    cfg = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.6)
+    with pytest.raises(LockLost, match="was not started"):
+        await commit_job(store, dest, "job_a", config=cfg, progress=progress)
+    renamed = [k for k in await snapshot(store, dest) if k.startswith("p=1/a-")]
+    assert len(renamed) == 2
+    report = await commit_job(store, dest, "job_a", config=cfg)
+    assert report.success and report.resumed
+    assert await snapshot(store, dest) == a[2]
+
+
+async def test_waiter_gives_up_naming_the_holder(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    holder = DestinationLock(store, "d", "job_holder", ttl=30)
+    assert await holder.acquire() is None
+    a = ("job_a", "append", job_files("a", "p=1"))
+    await prepare(store, "d", [a])
+    cfg = CommitterConfig(lock_wait=0.3)
+    with pytest.raises(
+        ConflictError, match=r"locked by job 'job_holder' \(commit, host .*gave up after waiting 0.3 s"
+    ):
+        await commit_job(store, "d", "job_a", config=cfg)
+    await holder.release()
+    await commit_job(store, "d", "job_a", config=cfg)
+    assert await snapshot(store, "d") == OLD | a[2]
+
+
+async def test_one_taker_wins_a_stale_lock(tmp_path: Path) -> None:
+    """Several waiters on an expired lock: they hold it one after the other."""
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    stale = LockBody(owner="dead_job", token="x", ttl=0.2)
+    import msgspec
+
+    await store.put(lock_path("d"), msgspec.json.encode(stale))
+    held: list[tuple[float, float]] = []
+    previous: list[str] = []
+
+    async def taker(n: int) -> None:
+        lock = DestinationLock(store, "d", f"job_{n}", ttl=5, wait=20)
+        prev = await lock.acquire()
+        if prev is not None:
+            previous.append(prev.owner)
+        t = time.monotonic()
+        await anyio.sleep(0.05)
+        held.append((t, time.monotonic()))
+        await lock.release()
+
+    async with anyio.create_task_group() as tg:
+        for n in range(4):
+            tg.start_soon(taker, n)
+    assert previous == ["dead_job"]
+    held.sort()
+    assert all(x[1] <= y[0] for x, y in itertools.pairwise(held))
+
+
+def test_local_update_if_is_atomic_across_processes(tmp_path: Path) -> None:
+    """LocalStore's UpdateIf is fenced with flock: processes incrementing one counter
+    with read + UpdateIf(etag) lose no increment (two updates of one version cannot both
+    win; the takeover of a stale lock relies on it). The size is the counter, so every
+    version has its own etag."""
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    anyio.run(lambda: store.put("d/counter", b""))
+    procs, rounds = 4, 150
+    code = (
+        "import sys, anyio\n"
+        "from amcommit.store.local import LocalStore\n"
+        "from amcommit.store.base import UpdateIf\n"
+        "from amcommit.errors import PreconditionFailed\n"
+        "s = LocalStore(sys.argv[1], fsync=False)\n"
+        "async def go():\n"
+        "    for _ in range(int(sys.argv[2])):\n"
+        "        while True:\n"
+        "            st = await s.stat('d/counter')\n"
+        "            try:\n"
+        "                await s.put('d/counter', b'x' * (st.size + 1), mode=UpdateIf(st.etag))\n"
+        "                break\n"
+        "            except PreconditionFailed:\n"
+        "                pass\n"
+        "anyio.run(go)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    children = [
+        subprocess.Popen([sys.executable, "-c", code, store.root, str(rounds)], env=env) for _ in range(procs)
+    ]
+    assert [c.wait(timeout=120) for c in children] == [0] * procs
+    assert anyio.run(lambda: store.stat("d/counter")).size == procs * rounds
