@@ -204,8 +204,12 @@ def cmd_commit_job(args: argparse.Namespace) -> int:
     committer = BlockingCommitter(
         args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
     )
-    report = committer.commit_job(progress=None if args.quiet else ProgressBar())
+    report = committer.commit_job(
+        progress=None if args.quiet else ProgressBar(), allow_partial=args.allow_partial
+    )
     print(format_report(report))
+    if report.completeness:
+        print(f"  completeness: {report.completeness}")
     return 0
 
 
@@ -272,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="committer option (ours or mapreduce.manifest.committer.*)",
         )
         sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        if name == "commit-job":
+            sp.add_argument(
+                "--allow-partial",
+                action="store_true",
+                help="commit even if the job is not known to be complete (a Spark job whose "
+                "driver never began the commit, or fewer task manifests than expected)",
+            )
         store_args(sp)
         sp.set_defaults(func=func)
 

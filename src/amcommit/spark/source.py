@@ -116,7 +116,9 @@ def _setup_job(plan: WritePlan) -> None:
     async def setup() -> None:
         store, dest = open_location(plan.url, **plan.store_options)
         try:
-            await setup_job(store, dest, plan.job_id)
+            # origin "spark": only the driver's commit() knows which tasks make the job
+            # complete, so a later commit-job from the store alone refuses it
+            await setup_job(store, dest, plan.job_id, origin="spark")
         finally:
             await store.aclose()
 
