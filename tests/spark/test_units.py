@@ -337,3 +337,48 @@ def test_remote_task_uploads_rolled_files(fake_gcs: Any, tmp_path: Path) -> None
     names = anyio.run(listing)
     assert "_SUCCESS" in names and not [n for n in names if n.startswith("_temporary")]
     assert len([n for n in names if n.endswith(".parquet")]) == 12
+
+
+def test_session_sql_settings_precedence(tmp_path: Path) -> None:
+    from amcommit.errors import CommitError
+    from amcommit.spark.sqlconf import (
+        MAX_RECORDS_PER_FILE,
+        PARQUET_CODEC,
+        PARTITION_OVERWRITE_MODE,
+        TaskSettings,
+        job_conflict_mode,
+        task_settings,
+    )
+
+    session = {PARTITION_OVERWRITE_MODE: "DYNAMIC", PARQUET_CODEC: "zstd", MAX_RECORDS_PER_FILE: "10"}
+    assert task_settings(plan(tmp_path, True), session) == TaskSettings("zstd", 10, "dynamic")
+    assert task_settings(plan(tmp_path, True), {}) == TaskSettings("snappy", 0, "static")
+    assert task_settings(plan(tmp_path), session).overwrite_mode is None  # append: no mode
+    given = plan(tmp_path, True, compression="gzip", maxRecordsPerFile="5", partitionOverwriteMode="static")
+    assert task_settings(given, session) == TaskSettings("gzip", 5, "static")  # options win
+    with pytest.raises(ConfigError, match="compression.codec='lzo' is not supported"):
+        task_settings(plan(tmp_path), {PARQUET_CODEC: "lzo"})
+
+    p = plan(tmp_path, True)
+    assert job_conflict_mode(p, [TaskSettings(None, 0, "dynamic")] * 2) == "replace"
+    assert job_conflict_mode(p, [TaskSettings(None, 0, "static")]) == "overwrite"
+    with pytest.raises(CommitError, match="no task ran"):
+        job_conflict_mode(p, [])
+    with pytest.raises(CommitError, match="different partition overwrite modes"):
+        job_conflict_mode(p, [TaskSettings(None, 0, "static"), TaskSettings(None, 0, "dynamic")])
+    explicit = plan(tmp_path, True, partitionOverwriteMode="dynamic")
+    assert job_conflict_mode(explicit, []) == "replace"  # the option decides: no task needed
+    assert job_conflict_mode(plan(tmp_path), []) == "append"
+
+
+def test_overwrite_mode_unknown_is_refused_and_destination_kept(tmp_path: Path) -> None:
+    from amcommit.errors import CommitError
+
+    old = job(tmp_path)
+    commit_write(old, [_drive_task(old, 0, 0)])
+    before = _visible(tmp_path / "dest")
+    p = job(tmp_path, overwrite=True)
+    with pytest.raises(CommitError, match="no task ran"):
+        commit_write(p, [])
+    abort_write(p)
+    assert _visible(tmp_path / "dest") == before

@@ -39,6 +39,8 @@ from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, ConfigError, NotFound
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
+from amcommit.spark.parquet import unwritable_column
+from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
 from amcommit.store.urls import open_location
 
@@ -73,8 +75,15 @@ class AmcommitWriter(DataSourceArrowWriter):
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
+        # the session's SQL settings (spark.conf.set) reach tasks only, as local properties
+        session = {k: ctx.getLocalProperty(k) for k in SESSION_KEYS} if ctx is not None else {}
         result = run_task(
-            self.plan, iterator, partition=partition, attempt=attempt, empty_schema=self._empty_schema
+            self.plan,
+            iterator,
+            partition=partition,
+            attempt=attempt,
+            empty_schema=self._empty_schema,
+            session=session,
         )
         return AmcommitCommitMessage(result)
 
@@ -148,6 +157,12 @@ class AmcommitDataSource(DataSource):
             session_conf=self.session_conf,
             spark_version=pyspark.__version__,
         )
+        column = unwritable_column(plan.data_schema_json)
+        if column is not None:
+            raise ConfigError(
+                f"column {column!r} is a map with void keys (e.g. map()), which amcommit cannot "
+                "write as Parquet; cast it to a typed map first"
+            )
         _check_destination(plan)
         _setup_job(plan)
         return AmcommitWriter(plan)
