@@ -356,7 +356,7 @@ def test_session_sql_settings_precedence(tmp_path: Path) -> None:
     assert task_settings(plan(tmp_path), session).overwrite_mode is None  # append: no mode
     given = plan(tmp_path, True, compression="gzip", maxRecordsPerFile="5", partitionOverwriteMode="static")
     assert task_settings(given, session) == TaskSettings("gzip", 5, "static")  # options win
-    with pytest.raises(ConfigError, match="compression.codec='lzo' is not supported"):
+    with pytest.raises(ConfigError, match=r"compression\.codec='lzo' is not supported"):
         task_settings(plan(tmp_path), {PARQUET_CODEC: "lzo"})
 
     p = plan(tmp_path, True)
