@@ -28,6 +28,7 @@ from amcommit.committer.config import CommitterConfig
 from amcommit.committer.report import JobReport, Progress
 from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
 from amcommit.manifest import SuccessData, decode_manifest, decode_success
+from amcommit.messages import for_user
 from amcommit.store.base import basename
 
 
@@ -307,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("amcommit: interrupted", file=sys.stderr)
         return 130
     except (AmcommitError, msgspec.DecodeError, OSError) as e:
+        if isinstance(e, AmcommitError):  # paths as the user wrote them, buckets named
+            e = for_user(e, getattr(args, "dest", None) or getattr(args, "url", None))
         print(f"amcommit: error: {e}", file=sys.stderr)
         return 1
 

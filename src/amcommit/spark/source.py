@@ -36,7 +36,8 @@ from pyspark.sql.types import StructType
 
 from amcommit.committer.job import setup_job
 from amcommit.committer.sync import run_blocking
-from amcommit.errors import AmcommitError, ConfigError, NotFound
+from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
+from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
 from amcommit.spark.parquet import unwritable_column
@@ -77,25 +78,34 @@ class AmcommitWriter(DataSourceArrowWriter):
         attempt = ctx.attemptNumber() if ctx is not None else 0
         # the session's SQL settings (spark.conf.set) reach tasks only, as local properties
         session = {k: ctx.getLocalProperty(k) for k in SESSION_KEYS} if ctx is not None else {}
-        result = run_task(
-            self.plan,
-            iterator,
-            partition=partition,
-            attempt=attempt,
-            empty_schema=self._empty_schema,
-            session=session,
-        )
+        try:
+            result = run_task(
+                self.plan,
+                iterator,
+                partition=partition,
+                attempt=attempt,
+                empty_schema=self._empty_schema,
+                session=session,
+            )
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None  # no chain, no inner frames: one line
         return AmcommitCommitMessage(result)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Job commit on the authorised attempts' manifests; writes ``_SUCCESS``."""
-        commit_write(
-            self.plan, [m.result if isinstance(m, AmcommitCommitMessage) else None for m in messages]
-        )
+        try:
+            commit_write(
+                self.plan, [m.result if isinstance(m, AmcommitCommitMessage) else None for m in messages]
+            )
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Roll back (or complete, past the point of no return) and clean up."""
-        abort_write(self.plan)
+        try:
+            abort_write(self.plan)
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
 
 
 def _check_destination(plan: WritePlan) -> None:
@@ -107,15 +117,17 @@ def _check_destination(plan: WritePlan) -> None:
         try:
             async for _ in store.list(dest, recursive=False):
                 break
+        except BucketNotFound:
+            raise
         except NotFound:
-            pass
+            pass  # a destination that does not exist yet
         finally:
             await store.aclose()
 
     try:
         run_blocking(probe)
     except AmcommitError as e:
-        raise ConfigError(f"cannot use destination {plan.url!r}: {e}") from None
+        raise ConfigError(f"cannot use destination {plan.url!r}: {for_user(e, plan.url)}") from None
 
 
 def _setup_job(plan: WritePlan) -> None:
@@ -148,6 +160,12 @@ class AmcommitDataSource(DataSource):
         return SOURCE_NAME
 
     def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
+        try:
+            return self._writer(schema, overwrite)
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
+
+    def _writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
         import pyspark
 
         plan = build_plan(
