@@ -72,6 +72,11 @@ def test_void_columns_as_native(spark: Any, tmp_path: Path) -> None:
     assert back.schema == expected.schema
     assert rows(back) == rows(expected) and len(rows(back)) == 100
 
+    empty = tmp_path / "empty"  # no rows: partition 0 writes the schema alone
+    writer(df.where("id < 0").drop("p"), "overwrite").save(str(empty))
+    back = spark.read.parquet(str(empty))
+    assert back.count() == 0 and back.schema == expected.drop("p").schema
+
     with pytest.raises(Exception, match="column 'm' is a map with void keys"):
         writer(spark.sql("select id, map() as m from range(3)")).save(str(tmp_path / "m"))
     assert not (tmp_path / "m").exists()

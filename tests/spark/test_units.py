@@ -382,3 +382,62 @@ def test_overwrite_mode_unknown_is_refused_and_destination_kept(tmp_path: Path) 
         commit_write(p, [])
     abort_write(p)
     assert _visible(tmp_path / "dest") == before
+
+
+@pytest.mark.parametrize("kind", ["gcs", "blob"])
+def test_missing_bucket_or_container_named_at_once(kind: str, request: pytest.FixtureRequest) -> None:
+    """The driver's ``writer()`` names a missing bucket / container in one line, at once
+    (no retries), before any task runs."""
+    import time
+    import uuid
+
+    from amcommit.spark.source import AmcommitDataSource
+
+    name = f"nosuch{uuid.uuid4().hex[:10]}"
+    if kind == "gcs":
+        srv = request.getfixturevalue("fake_gcs")
+        options = {"path": f"gs://{name}/w/events", "endpoint": srv.url}
+        expected = f"bucket '{name}' does not exist"
+    else:
+        az = request.getfixturevalue("azurite")
+        options = {
+            "path": f"wasb://{name}@{az.account}.blob.core.windows.net/w/events",
+            "endpoint": az.endpoint,
+            "account": az.account,
+            "account_key": az.account_key,
+        }
+        expected = f"container '{name}' does not exist"
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as ei:
+        AmcommitDataSource(options).writer(SCHEMA, False)
+    assert time.monotonic() - t0 < 3.0
+    assert expected in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__  # no chained traceback
+
+
+def test_void_types_made_nullable() -> None:
+    from amcommit.spark.parquet import nullable_voids, unwritable_column
+
+    t = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {
+                    "name": "e",
+                    "type": {"type": "array", "elementType": "void", "containsNull": False},
+                    "nullable": False,
+                    "metadata": {},
+                },
+                {"name": "n", "type": "void", "nullable": False, "metadata": {}},
+            ],
+        }
+    )
+    fixed = StructType.fromJson(nullable_voids(t.jsonValue()))
+    assert fixed.fields[0].dataType.containsNull and fixed.fields[1].nullable
+    assert not fixed.fields[0].nullable  # only void parts change
+    assert unwritable_column(t.json()) is None
+    m = (
+        '{"type":"struct","fields":[{"name":"m","type":{"type":"map","keyType":"void","valueType":"void",'
+        '"valueContainsNull":false},"nullable":false,"metadata":{}}]}'
+    )
+    assert unwritable_column(m) == "m"

@@ -114,6 +114,27 @@ def writable_schema(schema: pa.Schema) -> pa.Schema | None:
     return pa.schema(fields, metadata=schema.metadata)
 
 
+def nullable_voids(spark_type: Any) -> Any:
+    """A Spark type in JSON form with every ``void`` element, value and field made nullable
+    (the Arrow conversion of ``array<void>`` with ``containsNull=false`` fails otherwise)."""
+    if not isinstance(spark_type, dict):
+        return spark_type
+    t = dict(spark_type)
+    kind = t.get("type")
+    if kind == "array":
+        t["elementType"] = nullable_voids(t["elementType"])
+        t["containsNull"] = t["containsNull"] or t["elementType"] == "void"
+    elif kind == "map":
+        t["valueType"] = nullable_voids(t["valueType"])
+        t["valueContainsNull"] = t["valueContainsNull"] or t["valueType"] == "void"
+    elif kind == "struct":
+        t["fields"] = [
+            {**f, "type": nullable_voids(f["type"]), "nullable": f["nullable"] or f["type"] == "void"}
+            for f in t["fields"]
+        ]
+    return t
+
+
 def unwritable_column(schema_json: str) -> str | None:
     """The name of a column Parquet cannot hold through pyarrow (a map whose keys are
     ``void``, e.g. ``map()``), or None. Checked on the driver, before any task runs."""
@@ -388,6 +409,7 @@ __all__ = [
     "PartitionedParquetWriter",
     "WriteStats",
     "escape_path_name",
+    "nullable_voids",
     "partition_dir",
     "partition_value",
     "unwritable_column",

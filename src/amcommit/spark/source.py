@@ -40,7 +40,7 @@ from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
-from amcommit.spark.parquet import unwritable_column
+from amcommit.spark.parquet import nullable_voids, unwritable_column
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
 from amcommit.store.urls import open_location
@@ -66,7 +66,7 @@ class AmcommitWriter(DataSourceArrowWriter):
     def _empty_schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = StructType.fromJson(json.loads(self.plan.data_schema_json))
+        schema = StructType.fromJson(nullable_voids(json.loads(self.plan.data_schema_json)))
         return to_arrow_schema(schema, timezone="UTC")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AmcommitCommitMessage:
@@ -78,6 +78,9 @@ class AmcommitWriter(DataSourceArrowWriter):
         attempt = ctx.attemptNumber() if ctx is not None else 0
         # the session's SQL settings (spark.conf.set) reach tasks only, as local properties
         session = {k: ctx.getLocalProperty(k) for k in SESSION_KEYS} if ctx is not None else {}
+        # amcommit's own errors leave without their inner frames and chained causes (the
+        # traceback Spark shows its user is then one frame and the message); paths in the
+        # message read as the user wrote the destination
         try:
             result = run_task(
                 self.plan,
@@ -88,7 +91,7 @@ class AmcommitWriter(DataSourceArrowWriter):
                 session=session,
             )
         except AmcommitError as e:
-            raise for_user(e, self.plan.url) from None  # no chain, no inner frames: one line
+            raise for_user(e, self.plan.url) from None
         return AmcommitCommitMessage(result)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
