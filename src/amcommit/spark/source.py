@@ -14,7 +14,10 @@ Where each piece runs (PySpark 4 Python Data Source API):
 
 Save modes: ``append`` (conflict mode ``append``, or ``fail`` with
 ``option("conflict_mode", "fail")``), ``overwrite`` (the whole destination is replaced;
-with ``option("partitionOverwriteMode", "dynamic")`` only the partitions written). Spark
+with ``option("partitionOverwriteMode", "dynamic")`` or the session's
+``spark.sql.sources.partitionOverwriteMode=dynamic`` only the partitions written: the tasks
+see the session setting and report it in their commit messages, see
+:mod:`amcommit.spark.sqlconf`). Spark
 rejects the other save modes and ``.partitionBy()`` for Python data sources before they get
 here: partition columns are given as ``option("partitionBy", "a,b")``.
 
