@@ -384,10 +384,10 @@ def test_overwrite_mode_unknown_is_refused_and_destination_kept(tmp_path: Path) 
     assert _visible(tmp_path / "dest") == before
 
 
-@pytest.mark.parametrize("kind", ["gcs", "blob"])
+@pytest.mark.parametrize("kind", ["gcs", "blob", "dfs"])
 def test_missing_bucket_or_container_named_at_once(kind: str, request: pytest.FixtureRequest) -> None:
-    """The driver's ``writer()`` names a missing bucket / container in one line, at once
-    (no retries), before any task runs."""
+    """The driver's ``writer()`` names a missing bucket / container / file system in one
+    line, at once (no retries), before any task runs."""
     import time
     import uuid
 
@@ -399,14 +399,18 @@ def test_missing_bucket_or_container_named_at_once(kind: str, request: pytest.Fi
         options = {"path": f"gs://{name}/w/events", "endpoint": srv.url}
         expected = f"bucket '{name}' does not exist"
     else:
-        az = request.getfixturevalue("azurite")
+        az = request.getfixturevalue("azurite" if kind == "blob" else "adls_server")
+        host = "blob" if kind == "blob" else "dfs"
+        scheme = "wasb" if kind == "blob" else "abfs"
         options = {
-            "path": f"wasb://{name}@{az.account}.blob.core.windows.net/w/events",
+            "path": f"{scheme}://{name}@{az.account}.{host}.core.windows.net/w/events",
             "endpoint": az.endpoint,
             "account": az.account,
-            "account_key": az.account_key,
+            "account_key": az.account_key if kind == "blob" else next(iter(az.accounts.values())),
         }
-        expected = f"container '{name}' does not exist"
+        expected = (
+            f"container '{name}' does not exist" if kind == "blob" else f"file system '{name}' does not exist"
+        )
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as ei:
         AmcommitDataSource(options).writer(SCHEMA, False)
@@ -441,3 +445,24 @@ def test_void_types_made_nullable() -> None:
         '"valueContainsNull":false},"nullable":false,"metadata":{}}]}'
     )
     assert unwritable_column(m) == "m"
+
+
+def test_commit_job_refuses_a_spark_job_its_driver_never_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11 item 5: the driver died after 3 of 4 tasks committed; ``commit-job`` must not
+    publish the 3 as a success. ``--allow-partial`` does, on request."""
+    from amcommit.cli import main
+
+    p = job(tmp_path, partitionBy="day")
+    for i in range(3):
+        _drive_task(p, i, 0, n=1000)
+    dest = tmp_path / "dest"
+    before = _visible(dest)
+    assert main(["commit-job", str(dest), "--job-id", p.job_id, "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "set up by Spark" in err and "3 task manifests present" in err and "--allow-partial" in err
+    assert _visible(dest) == before and not (dest / "_SUCCESS").exists()
+    assert main(["commit-job", str(dest), "--job-id", p.job_id, "-q", "--allow-partial"]) == 0
+    assert "committed 6 files" in capsys.readouterr().out
+    assert pq.read_table(dest).num_rows == 3000
