@@ -384,7 +384,7 @@ def test_overwrite_mode_unknown_is_refused_and_destination_kept(tmp_path: Path) 
     assert _visible(tmp_path / "dest") == before
 
 
-@pytest.mark.parametrize("kind", ["gcs", "blob", "dfs"])
+@pytest.mark.parametrize("kind", ["gcs", "gcs_double", "blob", "dfs"])
 def test_missing_bucket_or_container_named_at_once(kind: str, request: pytest.FixtureRequest) -> None:
     """The driver's ``writer()`` names a missing bucket / container / file system in one
     line, at once (no retries), before any task runs."""
@@ -394,8 +394,8 @@ def test_missing_bucket_or_container_named_at_once(kind: str, request: pytest.Fi
     from amcommit.spark.source import AmcommitDataSource
 
     name = f"nosuch{uuid.uuid4().hex[:10]}"
-    if kind == "gcs":
-        srv = request.getfixturevalue("fake_gcs")
+    if kind.startswith("gcs"):
+        srv = request.getfixturevalue("fake_gcs" if kind == "gcs" else "gcs_double")
         options = {"path": f"gs://{name}/w/events", "endpoint": srv.url}
         expected = f"bucket '{name}' does not exist"
     else:
