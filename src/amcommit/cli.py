@@ -28,6 +28,7 @@ from amcommit.committer.config import CommitterConfig
 from amcommit.committer.report import JobReport, Progress
 from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
 from amcommit.manifest import SuccessData, decode_manifest, decode_success
+from amcommit.messages import for_user
 from amcommit.redact import redact
 from amcommit.store.base import basename
 
@@ -209,8 +210,12 @@ def cmd_commit_job(args: argparse.Namespace) -> int:
     committer = BlockingCommitter(
         args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
     )
-    report = committer.commit_job(progress=None if args.quiet else ProgressBar())
+    report = committer.commit_job(
+        progress=None if args.quiet else ProgressBar(), allow_partial=args.allow_partial
+    )
     print(format_report(report))
+    if report.completeness:
+        print(f"  completeness: {report.completeness}")
     return 0
 
 
@@ -277,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="committer option (ours or mapreduce.manifest.committer.*)",
         )
         sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+        if name == "commit-job":
+            sp.add_argument(
+                "--allow-partial",
+                action="store_true",
+                help="commit even if the job is not known to be complete (a Spark job whose "
+                "driver never began the commit, or fewer task manifests than expected)",
+            )
         store_args(sp)
         sp.set_defaults(func=func)
 
@@ -301,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("amcommit: interrupted", file=sys.stderr)
         return 130
     except (AmcommitError, msgspec.DecodeError, OSError, ValueError) as e:
+        if isinstance(e, AmcommitError):  # paths as the user wrote them, buckets named
+            e = for_user(e, getattr(args, "dest", None) or getattr(args, "url", None))
         print(f"amcommit: error: {redact(str(e))}", file=sys.stderr)
         return 1
 

@@ -77,6 +77,11 @@ class NotFound(StoreError):
     """The path (or the source of a rename) does not exist."""
 
 
+class BucketNotFound(NotFound):
+    """The bucket (GCS), container or file system (Azure) itself does not exist: no
+    operation under it can succeed, so it is never retried. The message names it."""
+
+
 class AlreadyExists(StoreError):
     """The destination exists and the operation must not overwrite it."""
 
@@ -158,6 +163,12 @@ class ConflictError(CommitError):
     """The destination holds data this commit must not overwrite (conflict mode)."""
 
 
+class IncompleteJob(CommitError):
+    """A job found on the store is not known to be complete (fewer task manifests than
+    expected, or a Spark job whose driver never began the commit): committing it would
+    publish partial output. ``allow_partial`` overrides."""
+
+
 class RollbackError(CommitError):
     """A rollback could not complete; the job directory and journal are kept for retry."""
 
@@ -170,9 +181,11 @@ class LockLost(CommitError):
 __all__ = [
     "AlreadyExists",
     "AmcommitError",
+    "BucketNotFound",
     "CommitError",
     "ConfigError",
     "ConflictError",
+    "IncompleteJob",
     "InvalidInput",
     "LockLost",
     "ManifestError",

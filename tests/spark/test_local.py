@@ -237,3 +237,26 @@ def test_spark_conf_through_register_and_empty_dataframe(spark: Any, tmp_path: P
         spark.conf.unset("spark.amcommit.compression")
         spark.conf.unset("spark.hadoop.mapreduce.manifest.committer.io.threads")
         register(spark)
+
+
+def test_errors_reach_the_user_short_with_paths_as_given(spark: Any, tmp_path: Path) -> None:
+    """A commit error (conflict mode fail) and a task error reach the Spark user as the
+    amcommit message with paths as given (leading ``/`` kept), without engine frames."""
+    dest = tmp_path / "err"
+    df = make_df(spark, n=200, parts=1)
+    writer(df).save(str(dest))
+    with pytest.raises(Exception) as ei:
+        writer(df, conflict_mode="fail").save(str(dest))
+    text = str(ei.value)
+    assert f"already holds '{dest}/part-" in text, text
+    assert "anyio" not in text and "committer/job.py" not in text and len(text) < 900, text
+
+    with pytest.raises(Exception) as ei:  # a task refuses the session's unsupported codec
+        spark.conf.set("spark.sql.parquet.compression.codec", "lzo")
+        try:
+            writer(df).save(str(tmp_path / "lzo"))
+        finally:
+            spark.conf.unset("spark.sql.parquet.compression.codec")
+    text = str(ei.value)
+    assert "compression.codec='lzo' is not supported by amcommit" in text
+    assert "task.py" not in text and "sqlconf.py" not in text, text

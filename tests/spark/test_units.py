@@ -341,3 +341,132 @@ def test_remote_task_uploads_rolled_files(fake_gcs: Any, tmp_path: Path) -> None
     names = anyio.run(listing)
     assert "_SUCCESS" in names and not [n for n in names if n.startswith("_temporary")]
     assert len([n for n in names if n.endswith(".parquet")]) == 12
+
+
+def test_session_sql_settings_precedence(tmp_path: Path) -> None:
+    from amcommit.errors import CommitError
+    from amcommit.spark.sqlconf import (
+        MAX_RECORDS_PER_FILE,
+        PARQUET_CODEC,
+        PARTITION_OVERWRITE_MODE,
+        TaskSettings,
+        job_conflict_mode,
+        task_settings,
+    )
+
+    session = {PARTITION_OVERWRITE_MODE: "DYNAMIC", PARQUET_CODEC: "zstd", MAX_RECORDS_PER_FILE: "10"}
+    assert task_settings(plan(tmp_path, True), session) == TaskSettings("zstd", 10, "dynamic")
+    assert task_settings(plan(tmp_path, True), {}) == TaskSettings("snappy", 0, "static")
+    assert task_settings(plan(tmp_path), session).overwrite_mode is None  # append: no mode
+    given = plan(tmp_path, True, compression="gzip", maxRecordsPerFile="5", partitionOverwriteMode="static")
+    assert task_settings(given, session) == TaskSettings("gzip", 5, "static")  # options win
+    with pytest.raises(ConfigError, match=r"compression\.codec='lzo' is not supported"):
+        task_settings(plan(tmp_path), {PARQUET_CODEC: "lzo"})
+
+    p = plan(tmp_path, True)
+    assert job_conflict_mode(p, [TaskSettings(None, 0, "dynamic")] * 2) == "replace"
+    assert job_conflict_mode(p, [TaskSettings(None, 0, "static")]) == "overwrite"
+    with pytest.raises(CommitError, match="no task ran"):
+        job_conflict_mode(p, [])
+    with pytest.raises(CommitError, match="different partition overwrite modes"):
+        job_conflict_mode(p, [TaskSettings(None, 0, "static"), TaskSettings(None, 0, "dynamic")])
+    explicit = plan(tmp_path, True, partitionOverwriteMode="dynamic")
+    assert job_conflict_mode(explicit, []) == "replace"  # the option decides: no task needed
+    assert job_conflict_mode(plan(tmp_path), []) == "append"
+
+
+def test_overwrite_mode_unknown_is_refused_and_destination_kept(tmp_path: Path) -> None:
+    from amcommit.errors import CommitError
+
+    old = job(tmp_path)
+    commit_write(old, [_drive_task(old, 0, 0)])
+    before = _visible(tmp_path / "dest")
+    p = job(tmp_path, overwrite=True)
+    with pytest.raises(CommitError, match="no task ran"):
+        commit_write(p, [])
+    abort_write(p)
+    assert _visible(tmp_path / "dest") == before
+
+
+@pytest.mark.parametrize("kind", ["gcs", "gcs_double", "blob", "dfs"])
+def test_missing_bucket_or_container_named_at_once(kind: str, request: pytest.FixtureRequest) -> None:
+    """The driver's ``writer()`` names a missing bucket / container / file system in one
+    line, at once (no retries), before any task runs."""
+    import time
+    import uuid
+
+    from amcommit.spark.source import AmcommitDataSource
+
+    name = f"nosuch{uuid.uuid4().hex[:10]}"
+    if kind.startswith("gcs"):
+        srv = request.getfixturevalue("fake_gcs" if kind == "gcs" else "gcs_double")
+        options = {"path": f"gs://{name}/w/events", "endpoint": srv.url}
+        expected = f"bucket '{name}' does not exist"
+    else:
+        az = request.getfixturevalue("azurite" if kind == "blob" else "adls_server")
+        host = "blob" if kind == "blob" else "dfs"
+        scheme = "wasb" if kind == "blob" else "abfs"
+        options = {
+            "path": f"{scheme}://{name}@{az.account}.{host}.core.windows.net/w/events",
+            "endpoint": az.endpoint,
+            "account": az.account,
+            "account_key": az.account_key if kind == "blob" else next(iter(az.accounts.values())),
+        }
+        expected = (
+            f"container '{name}' does not exist" if kind == "blob" else f"file system '{name}' does not exist"
+        )
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as ei:
+        AmcommitDataSource(options).writer(SCHEMA, False)
+    assert time.monotonic() - t0 < 3.0
+    assert expected in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__  # no chained traceback
+
+
+def test_void_types_made_nullable() -> None:
+    from amcommit.spark.parquet import nullable_voids, unwritable_column
+
+    t = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {
+                    "name": "e",
+                    "type": {"type": "array", "elementType": "void", "containsNull": False},
+                    "nullable": False,
+                    "metadata": {},
+                },
+                {"name": "n", "type": "void", "nullable": False, "metadata": {}},
+            ],
+        }
+    )
+    fixed = StructType.fromJson(nullable_voids(t.jsonValue()))
+    assert fixed.fields[0].dataType.containsNull and fixed.fields[1].nullable
+    assert not fixed.fields[0].nullable  # only void parts change
+    assert unwritable_column(t.json()) is None
+    m = (
+        '{"type":"struct","fields":[{"name":"m","type":{"type":"map","keyType":"void","valueType":"void",'
+        '"valueContainsNull":false},"nullable":false,"metadata":{}}]}'
+    )
+    assert unwritable_column(m) == "m"
+
+
+def test_commit_job_refuses_a_spark_job_its_driver_never_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 11 item 5: the driver died after 3 of 4 tasks committed; ``commit-job`` must not
+    publish the 3 as a success. ``--allow-partial`` does, on request."""
+    from amcommit.cli import main
+
+    p = job(tmp_path, partitionBy="day")
+    for i in range(3):
+        _drive_task(p, i, 0, n=1000)
+    dest = tmp_path / "dest"
+    before = _visible(dest)
+    assert main(["commit-job", str(dest), "--job-id", p.job_id, "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "set up by Spark" in err and "3 task manifests present" in err and "--allow-partial" in err
+    assert _visible(dest) == before and not (dest / "_SUCCESS").exists()
+    assert main(["commit-job", str(dest), "--job-id", p.job_id, "-q", "--allow-partial"]) == 0
+    assert "committed 6 files" in capsys.readouterr().out
+    assert pq.read_table(dest).num_rows == 3000

@@ -21,9 +21,11 @@ was renamed before the error is raised (``config.rollback_on_failure``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 
+from amcommit.committer.completeness import job_completeness, marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import JobContext
 from amcommit.committer.journal import Journal, load_journal, save_journal
@@ -47,10 +49,24 @@ from amcommit.store.limits import Limiter
 from amcommit.uris import path_to_uri
 
 
-async def setup_job(store: Store, dest: str, job_id: str, *, job_attempt: int = 0) -> JobLayout:
-    """Create the job directory. CommitError if this job was set up before."""
+async def setup_job(
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    job_attempt: int = 0,
+    expected_tasks: int | None = None,
+    origin: str = "api",
+) -> JobLayout:
+    """Create the job directory. CommitError if this job was set up before.
+
+    ``expected_tasks`` (if the caller knows how many tasks make the job complete) and
+    ``origin`` (who set it up, e.g. ``"spark"``) are recorded in the job marker; a later
+    commit from the store alone checks them (:mod:`amcommit.committer.completeness`).
+    """
     layout = JobLayout(dest, job_id, job_attempt)
-    body = f'{{"jobId": "{job_id}", "created": {time.time()}, "layout": "amcommit/1"}}'.encode()
+    marker = {"jobId": job_id, "created": time.time(), "layout": "amcommit/1"}
+    body = json.dumps({**marker, **marker_fields(origin, expected_tasks)}).encode()
     try:
         await store.put(layout.job_marker, body, mode=PutMode.CREATE)
     except AlreadyExists:
@@ -123,6 +139,7 @@ async def commit_job(
     progress: ProgressCallback | None = None,
     job_attempt: int = 0,
     limiter: Limiter | None = None,
+    allow_partial: bool = False,
 ) -> JobReport:
     """Commit (or resume committing) job ``job_id`` into ``dest`` holding the destination
     lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
@@ -185,6 +202,12 @@ async def _commit_job(
     the etags the tasks saw after publishing, spare re-reading them), so that a resume or
     a rollback works from exactly the same manifests. Committing a job that is already
     committed and cleaned up returns the report read back from ``_SUCCESS``.
+
+    Without ``manifests``, a job whose commit was not begun yet is first checked for
+    completeness (:mod:`~amcommit.committer.completeness`): a Spark job, or one set up with
+    ``expected_tasks`` that has another number of manifests, raises
+    :class:`~amcommit.errors.IncompleteJob` before anything changes, unless
+    ``allow_partial``. ``report.completeness`` says what was checked.
     """
     if manifest_etags is not None and (manifests is None or len(manifest_etags) != len(manifests)):
         raise ManifestError(
@@ -198,8 +221,10 @@ async def _commit_job(
         if manifests is None:
             raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
         layout = JobLayout(dest, job_id, job_attempt)
+    completeness = None if manifests is not None else await job_completeness(store, layout, allow_partial)
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
+    report.completeness = completeness
     try:
         await _run_commit(ctx, manifests, manifest_etags)
         report.success = True

@@ -55,6 +55,9 @@ class JobReport:
     error: str | None = None
     failed_stage: str | None = None
     filenames: list[str] = field(default_factory=list)
+    completeness: str | None = None
+    """For a commit from the store alone (no manifests given): what its completeness check
+    found (see :mod:`amcommit.committer.completeness`); None when the caller gave them."""
     job_stats: IOStatistics = field(default_factory=IOStatistics)
     task_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
     store_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)

@@ -91,8 +91,12 @@ class BlockingCommitter:
     def layout(self, dest: str) -> JobLayout:
         return JobLayout(dest, self.job_id, self.job_attempt)
 
-    def setup_job(self) -> None:
-        self._run(lambda s, d: _job.setup_job(s, d, self.job_id, job_attempt=self.job_attempt))
+    def setup_job(self, expected_tasks: int | None = None) -> None:
+        self._run(
+            lambda s, d: _job.setup_job(
+                s, d, self.job_id, job_attempt=self.job_attempt, expected_tasks=expected_tasks
+            )
+        )
 
     def setup_task(self, task_attempt_id: str) -> str:
         """Set up a task attempt; returns its working directory as a store path."""
@@ -111,7 +115,11 @@ class BlockingCommitter:
         self._run(lambda s, d: _task.abort_task(s, self.layout(d), task_attempt_id))
 
     def commit_job(
-        self, manifests: Sequence[TaskManifest] | None = None, progress: ProgressCallback | None = None
+        self,
+        manifests: Sequence[TaskManifest] | None = None,
+        progress: ProgressCallback | None = None,
+        *,
+        allow_partial: bool = False,
     ) -> JobReport:
         return self._run(
             lambda s, d: _job.commit_job(
@@ -122,6 +130,7 @@ class BlockingCommitter:
                 manifests=manifests,
                 progress=progress,
                 job_attempt=self.job_attempt,
+                allow_partial=allow_partial,
             )
         )
 

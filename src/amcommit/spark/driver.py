@@ -34,6 +34,7 @@ from amcommit.committer.sync import run_blocking
 from amcommit.errors import CommitError
 from amcommit.manifest import TaskManifest
 from amcommit.spark.options import WritePlan
+from amcommit.spark.sqlconf import job_conflict_mode
 from amcommit.spark.task import TaskResult, decode_manifest
 from amcommit.spark.testing import parse_driver_faults, wrap_driver_store
 from amcommit.store.base import Store
@@ -62,7 +63,8 @@ def decode_results(results: Sequence[TaskResult | None]) -> tuple[list[TaskManif
 def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobReport:
     """Commit the job (see module docstring). Blocking; returns the job report."""
     manifests, etags = decode_results(results)
-    config = plan.config()
+    # the session's partitionOverwriteMode reached the tasks only: they report it
+    config = plan.config().with_options(conflict_mode=job_conflict_mode(plan, [r for r in results if r]))
 
     async def main() -> JobReport:
         store, dest = _open(plan, "commit")

@@ -162,6 +162,9 @@ class WritePlan:
     remote: bool = False
     """True unless the destination is a local path (then Parquet is written in place)."""
     spark_version: str = ""
+    explicit: frozenset[str] = frozenset()
+    """Writer options given (lowercase; ``conflict_mode`` too if given): they beat the
+    session's SQL settings (:mod:`amcommit.spark.sqlconf`)."""
 
     def config(self) -> CommitterConfig:
         """The committer configuration (conflict mode decided by the save mode)."""
@@ -362,6 +365,7 @@ def build_plan(
         testing=testing,
         remote=remote,
         spark_version=spark_version,
+        explicit=frozenset(writer) | ({"conflict_mode"} if explicit_mode else frozenset()),
     )
 
 

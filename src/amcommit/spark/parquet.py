@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import math
 import os
 from collections import OrderedDict
@@ -77,6 +78,83 @@ def partition_dir(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
         f"{escape_path_name(c)}={escape_path_name(partition_value(v))}"
         for c, v in zip(columns, values, strict=True)
     )
+
+
+def _nullable_nulls_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_list(t):
+        return pa.list_(_nullable_nulls_field(t.value_field))
+    if pa.types.is_large_list(t):
+        return pa.large_list(_nullable_nulls_field(t.value_field))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_nullable_nulls_field(t.value_field), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([_nullable_nulls_field(t.field(i)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field, _nullable_nulls_field(t.item_field), t.keys_sorted)
+    return t
+
+
+def _nullable_nulls_field(f: pa.Field) -> pa.Field:
+    t = _nullable_nulls_type(f.type)
+    nullable = True if pa.types.is_null(t) else f.nullable
+    if t is f.type and nullable == f.nullable:
+        return f
+    return pa.field(f.name, t, nullable, f.metadata)
+
+
+def writable_schema(schema: pa.Schema) -> pa.Schema | None:
+    """``schema`` with every null-typed field (Spark's ``void``: ``array()`` is
+    ``array<void>`` with ``containsNull=false``) made nullable, as Parquet writers need;
+    None if nothing had to change. Values are unchanged: a null-typed field holds no data,
+    and the Spark schema stored in the file keeps the original nullability, so Spark reads
+    the column back with the type it wrote."""
+    fields = [_nullable_nulls_field(f) for f in schema]
+    if all(a is b for a, b in zip(fields, schema, strict=True)):
+        return None
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def nullable_voids(spark_type: Any) -> Any:
+    """A Spark type in JSON form with every ``void`` element, value and field made nullable
+    (the Arrow conversion of ``array<void>`` with ``containsNull=false`` fails otherwise)."""
+    if not isinstance(spark_type, dict):
+        return spark_type
+    t = dict(spark_type)
+    kind = t.get("type")
+    if kind == "array":
+        t["elementType"] = nullable_voids(t["elementType"])
+        t["containsNull"] = t["containsNull"] or t["elementType"] == "void"
+    elif kind == "map":
+        t["valueType"] = nullable_voids(t["valueType"])
+        t["valueContainsNull"] = t["valueContainsNull"] or t["valueType"] == "void"
+    elif kind == "struct":
+        t["fields"] = [
+            {**f, "type": nullable_voids(f["type"]), "nullable": f["nullable"] or f["type"] == "void"}
+            for f in t["fields"]
+        ]
+    return t
+
+
+def unwritable_column(schema_json: str) -> str | None:
+    """The name of a column Parquet cannot hold through pyarrow (a map whose keys are
+    ``void``, e.g. ``map()``), or None. Checked on the driver, before any task runs."""
+
+    def void_key(t: Any) -> bool:
+        if not isinstance(t, dict):
+            return False
+        kind = t.get("type")
+        if kind == "map":
+            return t.get("keyType") == "void" or void_key(t.get("keyType")) or void_key(t.get("valueType"))
+        if kind == "array":
+            return void_key(t.get("elementType"))
+        if kind == "struct":
+            return any(void_key(f.get("type")) for f in t.get("fields", []))
+        return False
+
+    for f in json.loads(schema_json).get("fields", []):
+        if void_key(f.get("type")):
+            return str(f.get("name"))
+    return None
 
 
 @dataclass
@@ -148,6 +226,15 @@ class PartitionedParquetWriter:
         self._schema: pa.Schema | None = None
         self._part_idx: list[int] = []
         self._rows_cache: pa.Array | None = None
+        self._input_schema: pa.Schema | None = None
+        self._cast_to: pa.Schema | None = None
+
+    def _writable(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch with null-typed fields made nullable (see :func:`writable_schema`)."""
+        if self._input_schema is None or not batch.schema.equals(self._input_schema):
+            self._input_schema = batch.schema
+            self._cast_to = writable_schema(batch.schema)
+        return batch if self._cast_to is None else batch.cast(self._cast_to)
 
     # -- input ---------------------------------------------------------------------------
     def _data_schema(self, batch_schema: pa.Schema) -> pa.Schema:
@@ -168,6 +255,7 @@ class PartitionedParquetWriter:
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Add a batch (with the partition columns, if any)."""
+        batch = self._writable(batch)
         if batch.num_rows == 0:
             self._data_schema(batch.schema)
             return
@@ -286,7 +374,7 @@ class PartitionedParquetWriter:
     def write_empty_file(self, schema: pa.Schema) -> None:
         """Write one file with the schema and no rows (an empty unpartitioned job stays
         readable, as with Spark's own writer)."""
-        self._data_schema(schema)
+        self._data_schema(writable_schema(schema) or schema)
         sink = self._sinks.setdefault("", _Sink(""))
         self._open_file(sink)
         self._close_file(sink)
@@ -321,6 +409,9 @@ __all__ = [
     "PartitionedParquetWriter",
     "WriteStats",
     "escape_path_name",
+    "nullable_voids",
     "partition_dir",
     "partition_value",
+    "unwritable_column",
+    "writable_schema",
 ]

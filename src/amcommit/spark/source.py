@@ -14,7 +14,10 @@ Where each piece runs (PySpark 4 Python Data Source API):
 
 Save modes: ``append`` (conflict mode ``append``, or ``fail`` with
 ``option("conflict_mode", "fail")``), ``overwrite`` (the whole destination is replaced;
-with ``option("partitionOverwriteMode", "dynamic")`` only the partitions written). Spark
+with ``option("partitionOverwriteMode", "dynamic")`` or the session's
+``spark.sql.sources.partitionOverwriteMode=dynamic`` only the partitions written: the tasks
+see the session setting and report it in their commit messages, see
+:mod:`amcommit.spark.sqlconf`). Spark
 rejects the other save modes and ``.partitionBy()`` for Python data sources before they get
 here: partition columns are given as ``option("partitionBy", "a,b")``.
 
@@ -36,9 +39,12 @@ from pyspark.sql.types import StructType
 
 from amcommit.committer.job import setup_job
 from amcommit.committer.sync import run_blocking
-from amcommit.errors import AmcommitError, ConfigError, NotFound
+from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
+from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
+from amcommit.spark.parquet import nullable_voids, unwritable_column
+from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
 from amcommit.store.urls import open_location
 
@@ -63,7 +69,7 @@ class AmcommitWriter(DataSourceArrowWriter):
     def _empty_schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = StructType.fromJson(json.loads(self.plan.data_schema_json))
+        schema = StructType.fromJson(nullable_voids(json.loads(self.plan.data_schema_json)))
         return to_arrow_schema(schema, timezone="UTC")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AmcommitCommitMessage:
@@ -73,20 +79,39 @@ class AmcommitWriter(DataSourceArrowWriter):
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        result = run_task(
-            self.plan, iterator, partition=partition, attempt=attempt, empty_schema=self._empty_schema
-        )
+        # the session's SQL settings (spark.conf.set) reach tasks only, as local properties
+        session = {k: ctx.getLocalProperty(k) for k in SESSION_KEYS} if ctx is not None else {}
+        # amcommit's own errors leave without their inner frames and chained causes (the
+        # traceback Spark shows its user is then one frame and the message); paths in the
+        # message read as the user wrote the destination
+        try:
+            result = run_task(
+                self.plan,
+                iterator,
+                partition=partition,
+                attempt=attempt,
+                empty_schema=self._empty_schema,
+                session=session,
+            )
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
         return AmcommitCommitMessage(result)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Job commit on the authorised attempts' manifests; writes ``_SUCCESS``."""
-        commit_write(
-            self.plan, [m.result if isinstance(m, AmcommitCommitMessage) else None for m in messages]
-        )
+        try:
+            commit_write(
+                self.plan, [m.result if isinstance(m, AmcommitCommitMessage) else None for m in messages]
+            )
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Roll back (or complete, past the point of no return) and clean up."""
-        abort_write(self.plan)
+        try:
+            abort_write(self.plan)
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
 
 
 def _check_destination(plan: WritePlan) -> None:
@@ -98,15 +123,17 @@ def _check_destination(plan: WritePlan) -> None:
         try:
             async for _ in store.list(dest, recursive=False):
                 break
+        except BucketNotFound:
+            raise
         except NotFound:
-            pass
+            pass  # a destination that does not exist yet
         finally:
             await store.aclose()
 
     try:
         run_blocking(probe)
     except AmcommitError as e:
-        raise ConfigError(f"cannot use destination {plan.url!r}: {e}") from None
+        raise ConfigError(f"cannot use destination {plan.url!r}: {for_user(e, plan.url)}") from None
 
 
 def _setup_job(plan: WritePlan) -> None:
@@ -116,7 +143,9 @@ def _setup_job(plan: WritePlan) -> None:
     async def setup() -> None:
         store, dest = open_location(plan.url, **plan.store_options)
         try:
-            await setup_job(store, dest, plan.job_id)
+            # origin "spark": only the driver's commit() knows which tasks make the job
+            # complete, so a later commit-job from the store alone refuses it
+            await setup_job(store, dest, plan.job_id, origin="spark")
         finally:
             await store.aclose()
 
@@ -137,6 +166,12 @@ class AmcommitDataSource(DataSource):
         return SOURCE_NAME
 
     def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
+        try:
+            return self._writer(schema, overwrite)
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
+
+    def _writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
         import pyspark
 
         plan = build_plan(
@@ -146,6 +181,12 @@ class AmcommitDataSource(DataSource):
             session_conf=self.session_conf,
             spark_version=pyspark.__version__,
         )
+        column = unwritable_column(plan.data_schema_json)
+        if column is not None:
+            raise ConfigError(
+                f"column {column!r} is a map with void keys (e.g. map()), which amcommit cannot "
+                "write as Parquet; cast it to a typed map first"
+            )
         _check_destination(plan)
         _setup_job(plan)
         return AmcommitWriter(plan)

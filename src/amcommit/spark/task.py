@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +48,7 @@ from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
 from amcommit.spark.options import WritePlan
 from amcommit.spark.parquet import PartitionedParquetWriter
+from amcommit.spark.sqlconf import task_settings
 from amcommit.spark.testing import InjectedTaskFailure, parse_task_failure
 from amcommit.store.base import Store, join
 from amcommit.store.local import LocalStore
@@ -84,6 +85,9 @@ class TaskResult:
     files: int
     bytes: int
     seconds: float
+    overwrite_mode: str | None = None
+    """The partition overwrite mode this task saw (option or session setting; ``static`` /
+    ``dynamic``), None for an append: the driver commits with it."""
 
 
 def task_ids(job_id: str, partition: int, attempt: int) -> tuple[str, str]:
@@ -188,6 +192,7 @@ def run_task(
     partition: int,
     attempt: int,
     empty_schema: Callable[[], pa.Schema] | None = None,
+    session: Mapping[str, str | None] | None = None,
 ) -> TaskResult:
     """Write ``batches`` as task attempt ``attempt`` of ``partition`` and commit the task.
 
@@ -195,9 +200,13 @@ def run_task(
     receives no rows at all: a file with the schema and no rows is written, so an empty
     job stays readable (as with Spark's own writer).
 
+    ``session``: the session's SQL settings the task saw (``TaskContext`` local properties
+    of :data:`~amcommit.spark.sqlconf.SESSION_KEYS`), applied as Spark's writer does.
+
     Blocking; runs its own event loop in a helper thread for the store calls.
     """
     t0 = time.perf_counter()
+    settings = task_settings(plan, session or {})
     failure = parse_task_failure(plan.testing.get("fail_task"))
     if failure is not None and not failure.applies(partition, attempt):
         failure = None
@@ -234,11 +243,11 @@ def run_task(
                 file_name=lambda n: plan.file_name(partition, n),
                 local_path=local_path,
                 on_closed=on_closed,
-                compression=plan.compression,
+                compression=settings.compression,
                 compression_level=plan.compression_level,
                 row_group_rows=plan.row_group_rows,
                 row_group_bytes=plan.row_group_bytes,
-                max_records_per_file=plan.max_records_per_file,
+                max_records_per_file=settings.max_records_per_file,
                 max_file_bytes=plan.max_file_bytes,
                 max_open_files=plan.max_open_files,
                 spark_schema_json=plan.data_schema_json,
@@ -294,6 +303,7 @@ def run_task(
         files=stats.files,
         bytes=stats.bytes,
         seconds=time.perf_counter() - t0,
+        overwrite_mode=settings.overwrite_mode,
     )
 
 

@@ -19,6 +19,7 @@ import re
 
 from amcommit.errors import (
     AlreadyExists,
+    BucketNotFound,
     InvalidInput,
     NotFound,
     NotSupported,
@@ -46,6 +47,8 @@ NOT_FOUND = frozenset(
         "ParentNotFound",
     }
 )
+CONTAINER_NOT_FOUND = frozenset({"ContainerNotFound", "FilesystemNotFound"})
+"""The container itself is missing: :class:`~amcommit.errors.BucketNotFound`, never retried."""
 EXISTS = frozenset(
     {
         "BlobAlreadyExists",
@@ -164,6 +167,9 @@ def _error(s: int, code: str | None, message: str, resp: HttpResponse, op: str, 
         return Unauthenticated("authentication failed", path=path, op=op, status=s, code=code)
     if code in AUTHZ:
         return mk(PermissionDenied, "permission denied")
+    if code in CONTAINER_NOT_FOUND:
+        kind = "file system" if code == "FilesystemNotFound" else "container"
+        return BucketNotFound(f"the {kind} does not exist", path=path, op=op, status=s, code=code)
     if code in NOT_FOUND:
         return mk(NotFound, "not found")
     if code in EXISTS:

@@ -7,7 +7,8 @@ error (they could carry a resumable-upload session id, which is a bearer credent
 
 Status mapping (see the GCS retry strategy):
 
-* 404 -> :class:`NotFound`; 409 -> :class:`AlreadyExists`; 412 -> :class:`PreconditionFailed`;
+* 404 -> :class:`NotFound`, or :class:`BucketNotFound` when only a missing bucket explains
+  it (a listing or an upload: neither needs an existing object) or GCS says so; 409 -> :class:`AlreadyExists`; 412 -> :class:`PreconditionFailed`;
 * 401 -> :class:`Unauthenticated`; 403 -> :class:`PermissionDenied`, except the legacy
   ``rateLimitExceeded`` / ``userRateLimitExceeded`` reasons, which are :class:`Throttled`;
 * 429 and 503 -> :class:`Throttled` (with the ``Retry-After`` hint; they slow the limiter);
@@ -22,6 +23,7 @@ import msgspec
 
 from amcommit.errors import (
     AlreadyExists,
+    BucketNotFound,
     InvalidInput,
     NotFound,
     NotSupported,
@@ -35,6 +37,8 @@ from amcommit.errors import (
 from amcommit.store.http import HttpResponse, parse_retry_after
 
 _THROTTLE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "slowDown"})
+_BUCKET_OPS = frozenset({"gcs_list", "gcs_insert", "gcs_upload_start"})
+"""Operations whose 404 can only mean that the bucket does not exist."""
 
 
 class _ErrorItem(msgspec.Struct):
@@ -85,6 +89,9 @@ def classify(resp: HttpResponse, op: str, path: str) -> StoreError | None:
         retry_after = parse_retry_after(resp.headers.get("Retry-After"))
         return Throttled(msg, retry_after=retry_after, path=path, op=op, status=s, code=reason)
     cls: type[StoreError]
+    if s == 404 and (op in _BUCKET_OPS or "bucket does not exist" in (message or "")):
+        # never retried; the store names the bucket (a classifier does not know it)
+        return BucketNotFound("the bucket does not exist", path=path, op=op, status=s, code=reason)
     if s == 404:
         cls = NotFound
     elif s == 409:

@@ -1,0 +1,130 @@
+"""Is a job complete enough to commit from the store alone? (``commit-job`` without manifests)
+
+Only the caller that ran the tasks knows which tasks make a complete job. Spark's driver
+does (its ``commit()`` receives one authorised commit message per partition), but a job
+committed later from the store (``amcommit commit-job``, or ``commit_job`` without
+``manifests``) sees only the task manifests that happen to be there: after a crashed
+driver, some tasks may never have committed. So:
+
+* a job the caller set up with ``expected_tasks`` is committed only when exactly that many
+  task manifests are there;
+* a job set up by the Spark adapter (``origin`` ``"spark"``) without a recorded count is
+  refused unless its commit was begun by the driver (the journal exists: the authorised
+  manifests were published before it was written), because nothing else says what complete
+  is;
+* a Hadoop job directory records neither: it is committed, and the report says that
+  completeness could not be checked.
+
+``allow_partial`` overrides a refusal (the user accepts publishing what is there). Nothing
+here changes the store; :func:`check_completeness` is pure.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from amcommit.errors import ConfigError, IncompleteJob, NotFound
+from amcommit.store.base import Store
+
+from .layout import MANIFEST_SUFFIX, JobLayout
+
+
+@dataclass(frozen=True)
+class JobMarker:
+    """What ``_job.json`` says about the job (absent for Hadoop job directories)."""
+
+    origin: str | None = None
+    """Who set the job up: ``"api"``, ``"spark"``; None if unknown (no or an old marker)."""
+    expected_tasks: int | None = None
+    """How many task manifests make the job complete, if the caller knew."""
+    hadoop: bool = False
+
+
+def marker_fields(origin: str, expected_tasks: int | None) -> dict[str, str | int]:
+    """The ``_job.json`` fields :func:`parse_marker` reads back (validated)."""
+    if expected_tasks is not None and (isinstance(expected_tasks, bool) or expected_tasks < 0):
+        raise ConfigError(f"expected_tasks must be an integer >= 0, got {expected_tasks!r}")
+    fields: dict[str, str | int] = {"origin": origin}
+    if expected_tasks is not None:
+        fields["expectedTasks"] = expected_tasks
+    return fields
+
+
+def parse_marker(data: bytes | None, *, hadoop: bool = False) -> JobMarker:
+    """Parse ``_job.json`` leniently (markers written before these fields existed have none)."""
+    if data is None:
+        return JobMarker(hadoop=hadoop)
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return JobMarker(hadoop=hadoop)
+    if not isinstance(body, dict):
+        return JobMarker(hadoop=hadoop)
+    origin = body.get("origin")
+    expected = body.get("expectedTasks")
+    return JobMarker(
+        origin=origin if isinstance(origin, str) else None,
+        expected_tasks=expected if isinstance(expected, int) and not isinstance(expected, bool) else None,
+        hadoop=hadoop,
+    )
+
+
+def check_completeness(marker: JobMarker, n_manifests: int, allow_partial: bool) -> str:
+    """Decide whether a job found on the store may be committed from its ``n_manifests``
+    task manifests. Returns a one-line note for the report; raises
+    :class:`~amcommit.errors.IncompleteJob` (naming what was found and the override) when
+    it must not be committed and ``allow_partial`` is false."""
+    found = f"{n_manifests} task manifest{'s' if n_manifests != 1 else ''}"
+    if marker.expected_tasks is not None:
+        if n_manifests == marker.expected_tasks:
+            return f"complete: {found} of {marker.expected_tasks} expected"
+        problem = f"{found} found, {marker.expected_tasks} expected"
+        if allow_partial:
+            return f"PARTIAL (allowed): {problem}"
+        raise IncompleteJob(
+            f"the job is incomplete: {problem}; committing it would publish partial output "
+            "(use --allow-partial / allow_partial=True to commit it anyway, or abort-job)",
+            stage="commit_job",
+        )
+    if marker.origin == "spark":
+        problem = (
+            f"the job was set up by Spark, which never began its job commit; {found} present, "
+            "but only Spark's driver knows how many tasks make the job complete"
+        )
+        if allow_partial:
+            return f"not checked (allowed partial): {problem}"
+        raise IncompleteJob(
+            f"{problem} (use --allow-partial / allow_partial=True to commit what is there anyway, "
+            "or abort-job)",
+            stage="commit_job",
+        )
+    if marker.hadoop:
+        return f"not checked: a Hadoop job directory does not record how many tasks it has ({found})"
+    return f"not checked: no expected task count was recorded ({found})"
+
+
+async def job_completeness(store: Store, layout: JobLayout, allow_partial: bool) -> str:
+    """Read the marker and count the manifests of a job to be committed from the store, then
+    :func:`check_completeness`. A commit the driver already began (journal present) is a
+    resume of an authorised commit: always allowed."""
+    try:
+        await store.stat(layout.journal_path)
+        return "resumed: the commit was begun with its authorised manifests"
+    except NotFound:
+        pass
+    try:
+        data: bytes | None = await store.get(layout.job_marker)
+    except NotFound:
+        data = None
+    n = 0
+    try:
+        async for info in store.list(layout.manifests_dir, recursive=False):
+            if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
+                n += 1
+    except NotFound:
+        pass
+    return check_completeness(parse_marker(data, hadoop=layout.hadoop), n, allow_partial)
+
+
+__all__ = ["JobMarker", "check_completeness", "job_completeness", "marker_fields", "parse_marker"]
