@@ -160,6 +160,7 @@ async def commit_job(
             progress=progress,
             job_attempt=job_attempt,
             limiter=limiter,
+            allow_partial=allow_partial,
         ),
         job_attempt=job_attempt,
         finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
@@ -192,6 +193,7 @@ async def _commit_job(
     progress: ProgressCallback | None = None,
     job_attempt: int = 0,
     limiter: Limiter | None = None,
+    allow_partial: bool = False,
 ) -> JobReport:
     """Commit (or resume committing) job ``job_id`` into ``dest``; return its report.
 
