@@ -69,6 +69,7 @@ class DfsStore(AzureBase):
         rename_provenance=False,
         conditional_put=True,
         name="dfs",
+        retries=True,
     )
 
     def __init__(
