@@ -239,8 +239,9 @@ async def _run_commit(
         restore_renames(journal, report)  # the run that renamed recorded what it did
     async with ctx.stage("delete_victims"):
         await finish.delete_victims(ctx, journal.victim_chunks)
-        if report.resumed:
-            # an earlier run may have deleted some: count the old files gone, not this run's deletes
+        if journal.victim_chunks:
+            # count the recorded old files now gone, not this run's successful deletes: an
+            # earlier run may have deleted some, a lost answer hides a delete
             report.victims_deleted = await check_conflicts.count_removed_victims(ctx, journal.victim_chunks)
     if ctx.config.validate_output:
         async with ctx.stage("validate_output"):
