@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,12 @@ from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import Throttled, Transient
 from amcommit.store.base import Store, join
 from amcommit.store.faulty import FaultyStore
+from amcommit.store.gcs import GcsStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.gcs_double import GcsDouble
 from amcommit.uris import path_to_uri
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files
+from tests.plugins.gcs_backends import FAST_RETRY, make_store, new_bucket_name
 
 JOB = "202611230001_0001"
 OLD = {"p=1/same.bin": b"old same", "p=1/old.bin": b"old 1", "p=2/old.bin": b"old 2", "top.bin": b"t"}
@@ -213,3 +217,58 @@ async def test_engine_layer_retries_exactly_its_policy(tmp_path: Path) -> None:
     with pytest.raises(Throttled):
         await commit_job(faulty, dest, JOB, config=FAST.with_options(rename_attempts=5))
     assert rule.matched == 5
+
+
+@pytest.fixture
+async def gcs_job(gcs_double: GcsDouble) -> AsyncIterator[tuple[GcsStore, str, GcsDouble]]:
+    """A job with NEW's tasks on a GcsStore (the project's GCS double, 6 attempts per
+    request: tests.plugins.gcs_backends.FAST_RETRY)."""
+    bucket = new_bucket_name()
+    gcs_double.create_bucket(bucket)
+    gcs_double.clear_faults()
+    store = make_store(gcs_double.url, bucket, use_move=True, verify_preconditions=False)
+    assert store.capabilities.retries
+    dest = "warehouse/tbl"
+    for p, d in OLD.items():
+        await store.put(join(dest, p), d)
+    layout = await setup_job(store, dest, JOB)
+    for n, files in enumerate(TASKS):
+        await run_task(store, layout, n, files)
+    yield store, dest, gcs_double
+    gcs_double.clear_faults()
+    await store.aclose()
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["gcs", "faulty(gcs)"])
+@pytest.mark.parametrize(
+    ("op", "status", "name"),
+    [("media", 503, "*m_000000-manifest.json"), ("insert", 429, None)],
+    ids=["manifest-get-503", "victims-put-429"],
+)
+async def test_http_store_requests_are_retried_by_one_layer(
+    gcs_job: tuple[GcsStore, str, GcsDouble], wrapped: bool, op: str, status: int, name: str | None
+) -> None:
+    """A bookkeeping request refused for good (a manifest read; the commit's first put, the
+    victims chunk, which GCS repeats after 429 only): the store's own loop sends it
+    FAST_RETRY's 6 times and the engine does not retry it again (before: 6 x
+    rename_attempts = 30 requests), also through a FaultyStore (whose own faults the engine
+    does retry)."""
+    store, dest, double = gcs_job
+    fault = double.inject(op, status=status, name=name, count=None)
+    target: Store = FaultyStore(store) if wrapped else store
+    with pytest.raises(Throttled):
+        await commit_job(target, dest, JOB, config=FAST.with_options(rename_attempts=5))
+    assert fault.fired == FAST_RETRY.max_attempts == 6
+
+
+async def test_request_a_store_declines_to_repeat_is_retried_by_the_engine(
+    gcs_job: tuple[GcsStore, str, GcsDouble],
+) -> None:
+    """GCS does not repeat put(OVERWRITE) after a 503 (it cannot know whether it happened);
+    the engine's puts (the victims chunk, the journal: the first two of the commit) are
+    safe to repeat, so the engine retries them: the commit succeeds."""
+    store, dest, double = gcs_job
+    fault = double.inject("insert", status=503, count=2)  # multipart inserts carry no name
+    report = await commit_job(store, dest, JOB, config=FAST)
+    assert report.success and fault.fired == 2
+    assert await snapshot(store, dest) == NEW and await temp_files(store, dest) == []
