@@ -8,7 +8,9 @@ interrupted at any point (even by a killed process) can be completed by running
 journal state          ``commit_job`` again            ``abort_job``
 ====================  ===========================================================
 (none)                 fresh commit                    delete the job directory
-``renaming``           resume the renames              roll back, then delete
+``renaming``           resume the renames              roll back, then delete (but
+                                                       complete the commit if every
+                                                       file is already in place)
 ``renamed``            finish (delete old files, ...)  completes the commit instead
 ``committed``          only cleanup remains            completes the cleanup
 ====================  ===========================================================
@@ -17,6 +19,15 @@ What is atomic: each file rename (on stores with atomic rename). What is not: th
 commit as a whole; its all-or-nothing outcome comes from the journal and the rules above.
 A failure a retry cannot fix (conflict, a changed source, a bad manifest) rolls back what
 was renamed before the error is raised (``config.rollback_on_failure``).
+
+The point of no return is "every file renamed". The journal's ``renamed`` write records it
+with the patient retry policy (:mod:`amcommit.committer.context`); if that write fails for
+good (or the process dies just before it), the journal still says ``renaming``, and
+``abort_job`` checks the store (:func:`~amcommit.committer.stages.renames_done.renames_done`:
+every source gone, every destination provably this job's file) before rolling back, and
+completes the commit instead. The residual risk is the proof itself: on a store that keeps
+neither etags across renames nor a rename id, a destination is recognised by its size only
+(the same rule the rollback uses to decide what to delete).
 """
 
 from __future__ import annotations

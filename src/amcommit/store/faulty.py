@@ -101,8 +101,6 @@ class FaultyStore:
         """Every injected fault as ``(kind, op, paths)``, in order."""
         self._rng = random.Random(seed)
         self._caps: tuple[Capabilities, Capabilities] | None = None
-        self.calls: Counter[str] = Counter()
-        """Every call by operation name (``list`` counts listings started), faulted or not."""
 
     # -- rule builders -------------------------------------------------------------------
     def add(self, rule: FaultRule) -> FaultRule:
@@ -167,7 +165,6 @@ class FaultyStore:
 
     # -- machinery -----------------------------------------------------------------------
     async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
-        self.calls[op] += 1
         lost = False
         delay = 0.0
         raise_err: StoreError | None = None
