@@ -313,8 +313,9 @@ async def abort_job(
     limiter: Limiter | None = None,
 ) -> JobReport:
     """Abort job ``job_id``: the destination ends as it was before the job, unless the
-    commit had passed its point of no return (journal ``renamed``/``committed``), in
-    which case the commit is completed instead. Idempotent.
+    commit had passed its point of no return (journal ``renamed``/``committed``, or
+    ``renaming`` with every file found in place), in which case the commit is completed
+    instead. Idempotent.
     """
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
     if layout is None:
