@@ -272,3 +272,26 @@ async def test_request_a_store_declines_to_repeat_is_retried_by_the_engine(
     report = await commit_job(store, dest, JOB, config=FAST)
     assert report.success and fault.fired == 2
     assert await snapshot(store, dest) == NEW and await temp_files(store, dest) == []
+
+
+@pytest.mark.parametrize("kind", ["throttle", "transient", "lost_response"])
+async def test_storm_above_an_http_store(gcs_job: tuple[GcsStore, str, GcsDouble], kind: str) -> None:
+    """The same storms injected above a store that retries itself (GCS double, objects.move):
+    the engine retries the injected faults, the store its own requests."""
+    store, dest, _ = gcs_job
+    faulty = FaultyStore(store, seed=5)
+    if kind == "throttle":
+        faulty.throttle(None, retry_after=0.001, probability=0.2)
+    elif kind == "transient":
+        faulty.fail(None, error=Transient, probability=0.2)
+    else:
+        faulty.lose_response(ALL_BUT_RENAME, probability=0.2)
+        faulty.lose_response("rename", path=f"{dest}/_temporary/*/tasks/*", probability=0.2)
+        faulty.lose_response("rename", path=f"{dest}/_SUCCESS", probability=0.5)
+    report = await commit_job(faulty, dest, JOB, config=FAST)
+    assert report.success and sum(faulty.injected.values()) > 5
+    assert await snapshot(store, dest) == NEW and await temp_files(store, dest) == []
+    m = (await success_of(store, dest))["metrics"]
+    assert isinstance(m, dict)
+    assert m["files"] == m["renamed"] == len(NEW) and m["victims_deleted"] == len(OLD) - 1
+    assert m["recovered_renames"] == (lost_forward_renames(faulty) if kind == "lost_response" else 0)
