@@ -56,6 +56,11 @@ class StoreError(AmcommitError):
         self.code = code
         self.attempts = 1
         """How many attempts were made before this error was raised (set by retries)."""
+        self.retries_spent = False
+        """A retry loop (:func:`amcommit.store.retry.call_with_retries`) already gave up on
+        this error: no other layer retries it again (one retry layer per request)."""
+        self.throttle_reported = False
+        """This throttling answer was already reported to a limiter (never charged twice)."""
 
     def __str__(self) -> str:
         parts = []

@@ -29,7 +29,9 @@ POINTS = [
     ("prepare_dirs:end", False),
     ("rename_files:progress:1", False),
     ("rename_files:progress:5", False),
-    ("rename_files:end", False),
+    # every file renamed, the journal not yet "renamed": abort finds them all in place and
+    # completes the commit (a commit whose renames are all done is never rolled back)
+    ("rename_files:end", True),
     ("delete_victims:start", True),
     ("delete_victims:end", True),
     ("save_success:end", True),

@@ -1,4 +1,34 @@
-"""State shared by the stages of one job commit, and the bounded parallel runner."""
+"""State shared by the stages of one job commit, the engine's retry layer, and the
+bounded parallel runner.
+
+**Which layer retries.** Every store operation of a job commit, an abort and a task
+commit goes through :meth:`JobContext.call` (single operations) or
+:meth:`JobContext.list` (listings): the journal, manifest and victim listings and reads,
+victim chunks, mkdirs, renames, deletes, ``_SUCCESS``, cleanup and the summary report.
+Exactly one layer retries each request:
+
+* stores with ``Capabilities.retries`` (the HTTP stores: Blob, ADLS Gen2, GCS) retry
+  their requests themselves, through their own limiter; what they give up on is marked
+  ``retries_spent`` and is final here. The engine makes one call per operation, and
+  retries only a retryable error the store *declined* to repeat (a request it could not
+  prove idempotent, e.g. GCS ``put(OVERWRITE)`` after a 503): every operation the engine
+  makes is safe to repeat (whole-object puts of its own files, idempotent deletes, renames
+  whose repetition is recognised by etag or rename id);
+* for other stores (local files; :class:`~amcommit.store.faulty.FaultyStore`, whose faults
+  are injected above whatever the wrapped store retries) this module is the retry layer,
+  with the job's :class:`~amcommit.store.retry.RetryPolicy` (``rename_attempts``,
+  ``retry_base_delay``, ``retry_max_delay``).
+
+So an operation costs at most ``rename_attempts`` requests per layer that retries it,
+never their product. Each attempt here takes one slot/token of the job's limiter
+(``io_rate``); a throttling answer is reported to the limiter of the layer that retried it,
+once (the store's for HTTP stores, the job's otherwise).
+
+Bookkeeping after the point of no return (the journal's ``renamed`` and ``committed``
+writes, ``_SUCCESS``) uses the *patient* policy (:attr:`JobContext.patient_retry`: four
+times the attempts, six times the maximum delay: about 3 minutes of throttling storm with
+the defaults), so a commit whose renames are all done does not fail on a transient error.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +47,12 @@ from amcommit.committer.journal import Journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, Progress, ProgressCallback
 from amcommit.committer.spool import EntrySpool
-from amcommit.errors import CommitError, StoreError
+from amcommit.errors import CommitError, StoreError, Throttled
+from amcommit.iostats import IOStatistics
 from amcommit.manifest import Scope
-from amcommit.store.base import Store
+from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.limits import Limiter
-from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.store.retry import Backoff, RetryPolicy, call_with_retries
 
 T = TypeVar("T")
 
@@ -39,7 +70,9 @@ class JobContext:
     spool: EntrySpool | None = None
     dirs: set[str] = field(default_factory=set)
     journal: Journal | None = None
-    _retry: tuple[CommitterConfig, RetryPolicy] | None = field(default=None, init=False, repr=False)
+    _retry: tuple[CommitterConfig, RetryPolicy, RetryPolicy] | None = field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def scope(self) -> Scope:
@@ -50,27 +83,51 @@ class JobContext:
             tasks_dir=self.layout.tasks_dir,
         )
 
-    @property
-    def retry(self) -> RetryPolicy:
+    def _policies(self) -> tuple[CommitterConfig, RetryPolicy, RetryPolicy]:
         c = self.config
         cached = self._retry
         if cached is None or cached[0] is not c:  # built once per config (frozen), not per call
-            cached = self._retry = (c, RetryPolicy(c.rename_attempts, c.retry_base_delay, c.retry_max_delay))
-        return cached[1]
+            cached = self._retry = (c, *policies_of(c))
+        return cached
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The job's retry policy for store operations (see the module docstring)."""
+        return self._policies()[1]
+
+    @property
+    def patient_retry(self) -> RetryPolicy:
+        """The policy for bookkeeping after the point of no return."""
+        return self._policies()[2]
 
     def emit(self, stage: str, done: int, total: int, phase: str = "progress") -> None:
         if self.progress is not None:
             self.progress(Progress(stage, done, total, phase))
 
-    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run one store operation under the job's limiter, retrying transient failures."""
+    async def call(self, fn: Callable[[], Awaitable[T]], *, patient: bool = False) -> T:
+        """Run one store operation under the job's limiter, with the engine's retry layer
+        (see the module docstring). ``fn`` must be safe to call again. ``patient``: use
+        :attr:`patient_retry`."""
+        return await retry_call(
+            fn,
+            policy=self.patient_retry if patient else self.retry,
+            limiter=self.limiter,
+            stats=self.report.job_stats,
+        )
 
-        async def once(_attempt: int) -> T:
-            async with self.limiter.slot():
-                return await fn()
-
-        return await call_with_retries(
-            once, policy=self.retry, limiter=self.limiter, stats=self.report.job_stats
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        """``store.list`` with the engine's retry layer: a listing that fails with a
+        retryable error (at its start or midway) is started again and the entries already
+        yielded are skipped (exact paths are remembered: memory grows with the listing;
+        for unbounded listings restart the whole operation instead, as
+        :func:`~amcommit.committer.stages.check_conflicts.record_victims` does)."""
+        return retry_list(
+            self.store,
+            prefix,
+            recursive=recursive,
+            policy=self.retry,
+            limiter=self.limiter,
+            stats=self.report.job_stats,
         )
 
     @asynccontextmanager
@@ -94,6 +151,76 @@ class JobContext:
             self.report.stage_seconds[name] = self.report.stage_seconds.get(name, 0.0) + (
                 time.perf_counter() - t0
             )
+
+
+def policies_of(config: CommitterConfig) -> tuple[RetryPolicy, RetryPolicy]:
+    """``(normal, patient)`` retry policies of a configuration (see the module docstring)."""
+    normal = RetryPolicy(config.rename_attempts, config.retry_base_delay, config.retry_max_delay)
+    patient = RetryPolicy(
+        max(4 * config.rename_attempts, 8), config.retry_base_delay, 6 * config.retry_max_delay
+    )
+    return normal, patient
+
+
+async def retry_call(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    limiter: Limiter | None = None,
+    stats: IOStatistics | None = None,
+) -> T:
+    """One store operation through the engine's retry layer (see the module docstring):
+    each attempt takes a slot of ``limiter``; answers that are not refusals are reported
+    to it; errors an inner layer already retried (``retries_spent``) are raised at once."""
+
+    async def once(_attempt: int) -> T:
+        if limiter is None:
+            return await fn()
+        async with limiter.slot():
+            try:
+                result = await fn()
+            except StoreError as e:
+                if not e.retryable and not isinstance(e, Throttled):
+                    limiter.succeeded()  # an answer (not found, exists, ...), not a refusal
+                raise
+        limiter.succeeded()
+        return result
+
+    return await call_with_retries(once, policy=policy, limiter=limiter, stats=stats)
+
+
+async def retry_list(
+    store: Store,
+    prefix: str,
+    *,
+    recursive: bool = True,
+    policy: RetryPolicy,
+    limiter: Limiter | None = None,
+    stats: IOStatistics | None = None,
+) -> AsyncIterator[ObjectInfo]:
+    """See :meth:`JobContext.list`. Each (re)start of the listing counts as one attempt
+    of ``policy``; the entries of one successful listing are yielded once each."""
+    seen: set[str] = set()
+    backoff = Backoff(policy, limiter=limiter, stats=stats)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            if limiter is not None:
+                async with limiter.slot():
+                    pass
+            async for info in store.list(prefix, recursive=recursive):
+                if info.path not in seen:
+                    seen.add(info.path)
+                    yield info
+            if limiter is not None:
+                limiter.succeeded()
+            return
+        except StoreError as e:
+            delay = backoff.after(e, attempt)
+            if stats is not None:
+                stats.incr("committer_listing_restarted")
+        await anyio.sleep(delay)
 
 
 async def run_parallel(

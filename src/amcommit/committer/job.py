@@ -8,7 +8,9 @@ interrupted at any point (even by a killed process) can be completed by running
 journal state          ``commit_job`` again            ``abort_job``
 ====================  ===========================================================
 (none)                 fresh commit                    delete the job directory
-``renaming``           resume the renames              roll back, then delete
+``renaming``           resume the renames              roll back, then delete (but
+                                                       complete the commit if every
+                                                       file is already in place)
 ``renamed``            finish (delete old files, ...)  completes the commit instead
 ``committed``          only cleanup remains            completes the cleanup
 ====================  ===========================================================
@@ -17,22 +19,33 @@ What is atomic: each file rename (on stores with atomic rename). What is not: th
 commit as a whole; its all-or-nothing outcome comes from the journal and the rules above.
 A failure a retry cannot fix (conflict, a changed source, a bad manifest) rolls back what
 was renamed before the error is raised (``config.rollback_on_failure``).
+
+The point of no return is "every file renamed". The journal's ``renamed`` write records it
+with the patient retry policy (:mod:`amcommit.committer.context`); if that write fails for
+good (or the process dies just before it), the journal still says ``renaming``, and
+``abort_job`` checks the store (:func:`~amcommit.committer.stages.renames_done.renames_done`:
+every source gone, every destination provably this job's file) before rolling back, and
+completes the commit instead. The residual risk is the proof itself: on a store that keeps
+neither etags across renames nor a rename id, a destination is recognised by its size only
+(the same rule the rollback uses to decide what to delete).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections.abc import Sequence
 
 from amcommit.committer.completeness import job_completeness, marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import JobContext
-from amcommit.committer.journal import Journal, load_journal, save_journal
+from amcommit.committer.context import JobContext, policies_of, retry_call, retry_list
+from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
+from amcommit.committer.stages.renames_done import renames_done
 from amcommit.committer.stages.rollback import rollback
 from amcommit.errors import (
     AlreadyExists,
@@ -43,7 +56,7 @@ from amcommit.errors import (
     RollbackError,
     StoreError,
 )
-from amcommit.manifest import TaskManifest, decode_success
+from amcommit.manifest import SuccessData, TaskManifest, decode_success
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
 from amcommit.uris import path_to_uri
@@ -76,20 +89,22 @@ async def setup_job(
     return layout
 
 
-async def _exists(store: Store, prefix: str) -> bool:
-    async for _ in store.list(prefix, recursive=False):
+async def _exists(store: Store, prefix: str, config: CommitterConfig) -> bool:
+    async for _ in retry_list(store, prefix, recursive=False, policy=policies_of(config)[0]):
         return True
     return False
 
 
-async def resolve_layout(store: Store, dest: str, job_id: str, job_attempt: int = 0) -> JobLayout | None:
+async def resolve_layout(
+    store: Store, dest: str, job_id: str, job_attempt: int = 0, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> JobLayout | None:
     """The job's layout on the store: ours, else Hadoop's (``_temporary/$jobId``); None if
-    neither job directory exists."""
+    neither job directory exists. Listings are retried (``config``'s retry policy)."""
     ours = JobLayout(dest, job_id, job_attempt)
-    if await _exists(store, ours.job_dir):
+    if await _exists(store, ours.job_dir, config):
         return ours
     hadoop = JobLayout(dest, job_id, job_attempt, hadoop=True)
-    if await _exists(store, hadoop.job_dir):
+    if await _exists(store, hadoop.job_dir, config):
         return hadoop
     return None
 
@@ -109,9 +124,10 @@ def _new_context(
     return JobContext(store, layout, config, report, lim, progress)
 
 
-async def _already_committed(store: Store, layout: JobLayout) -> JobReport | None:
+async def _read_success(store: Store, layout: JobLayout, config: CommitterConfig) -> SuccessData | None:
+    """This job's successful ``_SUCCESS``, if that is what the destination holds."""
     try:
-        data = await store.get(layout.success_path)
+        data = await retry_call(lambda: store.get(layout.success_path), policy=policies_of(config)[0])
     except NotFound:
         return None
     try:
@@ -120,10 +136,15 @@ async def _already_committed(store: Store, layout: JobLayout) -> JobReport | Non
         return None
     if success.job_id != layout.job_id or not success.success:
         return None
+    return success
+
+
+async def _already_committed(store: Store, layout: JobLayout, config: CommitterConfig) -> JobReport | None:
+    success = await _read_success(store, layout, config)
+    if success is None:
+        return None
     report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
-    report.files = success.metrics.get("files", 0)
-    report.bytes = success.metrics.get("bytes", 0)
-    report.filenames = success.filenames
+    report.restore_from_success(success)
     report.finished = time.time()
     return report
 
@@ -215,9 +236,9 @@ async def _commit_job(
         raise ManifestError(
             f"{0 if manifests is None else len(manifests)} manifests but {len(manifest_etags)} manifest etags"
         )
-    layout = await resolve_layout(store, dest, job_id, job_attempt)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
     if layout is None:
-        done = await _already_committed(store, JobLayout(dest, job_id, job_attempt))
+        done = await _already_committed(store, JobLayout(dest, job_id, job_attempt), config)
         if done is not None:
             return done
         if manifests is None:
@@ -263,12 +284,16 @@ async def _run_commit(
     ctx: JobContext, manifests: Sequence[TaskManifest] | None, etags: Sequence[str | None] | None = None
 ) -> None:
     store, layout, report = ctx.store, ctx.layout, ctx.report
-    journal = await load_journal(store, layout)
+    journal = await load_journal(ctx)
     if journal is not None:
         report.resumed = True
         journal.runs += 1
     ctx.journal = journal
     if journal is not None and journal.state == "committed":
+        # only cleanup remains: report what the committing run wrote into _SUCCESS
+        success = await _read_success(store, layout, ctx.config)
+        if success is not None:
+            report.restore_from_success(success)
         return
     if journal is not None and journal.conflict_mode != ctx.config.conflict_mode:
         # a resumed commit keeps the mode it started with
@@ -293,21 +318,30 @@ async def _run_commit(
             conflict_mode=ctx.config.conflict_mode,
             victim_chunks=chunks,
             layout="hadoop" if layout.hadoop else "amcommit",
+            stage_seconds=dict(report.stage_seconds),
         )
         ctx.journal = journal
-    await save_journal(store, layout, journal)
+    await save_journal(ctx, journal)
 
     if journal.state == "renaming":
+        for stage, secs in journal.stage_seconds.items():  # a resume: the first run's check
+            report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
             await prepare_dirs.prepare_dirs(ctx)
         async with ctx.stage("rename_files"):
             await rename_files.rename_files(ctx)
         journal.state = "renamed"
-        await save_journal(store, layout, journal)
+        record_renames(journal, report)
+        # the point of no return: from here a transient error must not fail the commit
+        await save_journal(ctx, journal, patient=True)
     else:
-        report.renamed = 0
+        restore_renames(journal, report)  # the run that renamed recorded what it did
     async with ctx.stage("delete_victims"):
         await finish.delete_victims(ctx, journal.victim_chunks)
+        if journal.victim_chunks:
+            # count the recorded old files now gone, not this run's successful deletes: an
+            # earlier run may have deleted some, a lost answer hides a delete
+            report.victims_deleted = await check_conflicts.count_removed_victims(ctx, journal.victim_chunks)
     if ctx.config.validate_output:
         async with ctx.stage("validate_output"):
             await finish.validate_output(ctx)
@@ -318,7 +352,7 @@ async def _run_commit(
         async with ctx.stage("save_success"):
             await finish.save_success(ctx)
     journal.state = "committed"
-    await save_journal(store, layout, journal)
+    await save_journal(ctx, journal, patient=True)
 
 
 def _describe(e: BaseException) -> str:
@@ -370,8 +404,10 @@ async def abort_job(
     began) or holds the lock (it died holding it), the destination lock is held while the
     destination is rolled back or the commit completed; otherwise only the job directory is
     deleted, without waiting for the lock."""
-    layout = await resolve_layout(store, dest, job_id, job_attempt)
-    journal = None if layout is None else await load_journal(store, layout)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    journal = (
+        None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
+    )
     if journal is None and not await held_by(store, dest, job_id):
         return await _abort_job(
             store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
@@ -401,16 +437,43 @@ async def _abort_job(
     limiter: Limiter | None = None,
 ) -> JobReport:
     """Abort job ``job_id``: the destination ends as it was before the job, unless the
-    commit had passed its point of no return (journal ``renamed``/``committed``), in
-    which case the commit is completed instead. Idempotent.
+    commit had passed its point of no return (journal ``renamed``/``committed``, or
+    ``renaming`` with every file found in place), in which case the commit is completed
+    instead. Idempotent.
     """
-    layout = await resolve_layout(store, dest, job_id, job_attempt)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
     if layout is None:
         report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
         report.finished = time.time()
         return report
-    journal = await load_journal(store, layout)
-    if journal is not None and journal.state in ("renamed", "committed"):
+    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
+    journal = await load_journal(ctx)
+    completed = journal is not None and journal.state in ("renamed", "committed")
+    try:
+        if journal is not None and not completed:
+            async with ctx.stage("load_manifests"):
+                await load_manifests.load_manifests(ctx)
+            if await renames_done(ctx):
+                # every file is in place although the journal never said so (its write
+                # failed): the point of no return was passed; complete, never roll back
+                assert ctx.spool is not None
+                journal.state = "renamed"
+                journal.renamed = journal.recovered_renames = ctx.spool.count
+                first = heapq.nsmallest(config.success_filenames, (e.dst for e in ctx.spool.entries()))
+                journal.filenames = [path_to_uri(store.root_uri, d) for d in first]
+                await save_journal(ctx, journal, patient=True)
+                completed = True
+        if not completed:
+            if journal is not None:
+                async with ctx.stage("rollback"):
+                    await rollback(ctx)
+            async with ctx.stage("cleanup"):
+                await finish.cleanup(ctx)
+    finally:
+        if ctx.spool is not None:
+            ctx.spool.close()
+    if completed:
+        assert journal is not None
         return await _commit_job(
             store,
             dest,
@@ -420,17 +483,5 @@ async def _abort_job(
             job_attempt=job_attempt,
             limiter=limiter,
         )
-    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
-    try:
-        if journal is not None:
-            async with ctx.stage("load_manifests"):
-                await load_manifests.load_manifests(ctx)
-            async with ctx.stage("rollback"):
-                await rollback(ctx)
-        async with ctx.stage("cleanup"):
-            await finish.cleanup(ctx)
-    finally:
-        if ctx.spool is not None:
-            ctx.spool.close()
     ctx.report.finished = time.time()
     return ctx.report

@@ -66,7 +66,7 @@ import anyio
 import msgspec
 
 from amcommit.committer.config import CommitterConfig
-from amcommit.committer.journal import Journal, load_journal
+from amcommit.committer.journal import Journal, decode_journal
 from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
 from amcommit.errors import (
     AlreadyExists,
@@ -373,7 +373,10 @@ async def unfinished_journal(store: Store, dest: str, job_id: str) -> Journal | 
     if not job_id:
         return None
     for hadoop in (False, True):
-        journal = await load_journal(store, JobLayout(dest, job_id, 0, hadoop=hadoop))
+        try:
+            journal = decode_journal(await store.get(JobLayout(dest, job_id, 0, hadoop=hadoop).journal_path))
+        except NotFound:
+            continue
         if journal is not None:
             return journal if journal.state in ("renaming", "renamed") else None
     return None

@@ -71,6 +71,23 @@ class JobReport:
         t = self.stage_seconds.get("rename_files", 0.0)
         return self.renamed / t if t > 0 else 0.0
 
+    def restore_from_success(self, success: SuccessData) -> None:
+        """Take the counts and names of a ``_SUCCESS`` this job wrote (a commit found
+        already committed reports what the committing run reported)."""
+        m = success.metrics
+        self.files = m.get("files", 0)
+        self.bytes = m.get("bytes", 0)
+        self.manifests = m.get("manifests", 0)
+        self.directories_created = m.get("directories_created", 0)
+        self.renamed = m.get("renamed", 0)
+        self.recovered_renames = m.get("recovered_renames", 0)
+        self.victims_deleted = m.get("victims_deleted", 0)
+        self.moved_aside = m.get("moved_aside", 0)
+        self.filenames = list(success.filenames)
+        for key, ms in m.items():
+            if key.startswith("stage_") and key.endswith("_ms"):
+                self.stage_seconds.setdefault(key[6:-3], ms / 1000)
+
     def to_success_data(self) -> SuccessData:
         now = time.time()
         stats = IOStatisticsSnapshot()

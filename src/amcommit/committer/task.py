@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.iostats import IOStatistics
@@ -151,7 +152,10 @@ async def commit_task(
 ) -> TaskManifest:
     """Commit a task attempt: build its manifest and publish it. Returns the manifest.
 
-    Retries saving up to ``config.manifest_save_attempts`` times on transient errors.
+    Each request is retried by one layer (the store's own, else the job commit's policy,
+    see :mod:`amcommit.committer.context`); a lost answer of the publication rename is
+    recognised by reading the manifest back. The whole save is repeated up to
+    ``config.manifest_save_attempts`` times when another attempt publishes concurrently.
     Idempotent for the same attempt (a repeated commit republishes the same manifest).
     A symbolic link or special file in the attempt directory fails it with CommitError
     (nothing is published; see :func:`scan_attempt`).
@@ -167,12 +171,23 @@ async def commit_task(
     tmp = layout.manifest_tmp_path(task_attempt_id)
     final = layout.manifest_path(task_id)
     policy = RetryPolicy(max_attempts=config.manifest_save_attempts, base_delay=0.05, max_delay=2.0)
+    op_policy = policies_of(config)[0]
 
     async def publish(_attempt: int) -> None:
-        await store.put(tmp, data, mode=PutMode.OVERWRITE)
-        await store.delete(final)  # last successful attempt wins
+        # each request through the retry layer of job commits (one layer per request);
+        # the outer loop only repeats the sequence after a concurrent publication
+        await retry_call(lambda: store.put(tmp, data, mode=PutMode.OVERWRITE), policy=op_policy)
+        await retry_call(lambda: store.delete(final), policy=op_policy)  # last successful attempt wins
         try:
-            await store.rename(tmp, final)
+            await retry_call(lambda: store.rename(tmp, final), policy=op_policy)
+        except NotFound:
+            # a retried rename whose first answer was lost: published if ``final`` is ours
+            try:
+                if await retry_call(lambda: store.get(final), policy=op_policy) == data:
+                    return
+            except NotFound:
+                pass
+            raise _Retry("manifest vanished while publishing", path=final, op="rename") from None
         except AlreadyExists:
             # a concurrent commit of another attempt of this task: retry (last wins)
             raise _Retry("manifest published concurrently", path=final, op="rename") from None

@@ -98,6 +98,12 @@ class Capabilities:
     """``PutMode.CREATE`` and ``UpdateIf`` are enforced by the store."""
     name: str = ""
     """Short backend name for reports (``"local"``, ``"dfs"``, ``"blob"``, ``"gcs"``)."""
+    retries: bool = False
+    """The store retries transient errors and throttling of its own requests (HTTP
+    stores). The engine then makes one call per operation and retries only what the store
+    declined to repeat; for stores without it (local, fault injection) the engine's
+    :meth:`~amcommit.committer.context.JobContext.call` is the retry layer. See
+    :mod:`amcommit.store.retry`."""
 
 
 @runtime_checkable

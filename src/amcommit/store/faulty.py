@@ -21,7 +21,7 @@ import fnmatch
 import random
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, TypeVar
 
 import anyio
@@ -100,6 +100,7 @@ class FaultyStore:
         self.events: list[tuple[str, str, tuple[str, ...]]] = []
         """Every injected fault as ``(kind, op, paths)``, in order."""
         self._rng = random.Random(seed)
+        self._caps: tuple[Capabilities, Capabilities] | None = None
 
     # -- rule builders -------------------------------------------------------------------
     def add(self, rule: FaultRule) -> FaultRule:
@@ -203,7 +204,14 @@ class FaultyStore:
     # -- Store protocol ------------------------------------------------------------------
     @property
     def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
+        """The wrapped store's, with ``retries=False``: faults are injected above whatever
+        the wrapped store retries, so the engine must retry them (errors the wrapped store
+        already retried carry ``retries_spent`` and are not retried again)."""
+        inner = self.inner.capabilities
+        cached = self._caps
+        if cached is None or cached[0] is not inner:  # the inner store's may change (GCS move)
+            cached = self._caps = (inner, replace(inner, retries=False))
+        return cached[1]
 
     @property
     def iostats(self) -> IOStatistics:

@@ -7,7 +7,10 @@ classifier. Requests are signed per attempt (``sign`` callback), because signatu
 include the date.
 
 Retries: by default only requests marked ``idempotent`` are retried on retryable errors
-(timeouts, connection resets, 5xx, throttling). A backend that can recognise the effect of
+(timeouts, connection resets, 5xx, throttling). This is the *only* retry layer for the
+requests of the HTTP stores (``Capabilities.retries``): an error this loop gave up on
+carries ``retries_spent`` and the engine does not retry it again (see
+:mod:`amcommit.store.retry`). A backend that can recognise the effect of
 an earlier attempt (e.g. a rename that already happened) may pass ``idempotent=True`` and
 handle the "already done" answer itself; the attempt count is on
 :attr:`HttpResponse.attempts` and on raised errors as ``attempts``.
@@ -238,14 +241,24 @@ class HttpClient:
         ``url`` must be built with ``encoded=True`` (it is signed and sent as is).
         """
         policy = retry or self.retry
-        if not idempotent:
-            policy = RetryPolicy(max_attempts=1)
         hdrs = headers or {}
 
         async def attempt(n: int) -> HttpResponse:
             return await self._once(op, method, url, hdrs, data, path, n)  # type: ignore[return-value]
 
-        return await call_with_retries(attempt, policy=policy, limiter=self.limiter, stats=self.stats)
+        # a non-idempotent request is sent once; its retryable error is *declined* (not
+        # marked ``retries_spent``), so a caller that can repeat the operation safely may
+        return await call_with_retries(
+            attempt,
+            policy=policy,
+            limiter=self.limiter,
+            stats=self.stats,
+            retry_if=None if idempotent else _never,
+        )
+
+
+def _never(_e: StoreError) -> bool:
+    return False
 
 
 __all__ = [

@@ -3,6 +3,18 @@
 Only errors whose ``retryable`` flag is set (:class:`~amcommit.errors.Throttled`,
 :class:`~amcommit.errors.Transient`) are retried. A throttling error feeds the limiter and
 its Retry-After hint is honoured (the sleep is at least that long).
+
+**One retry layer per request.** Stores that talk HTTP (Blob, ADLS Gen2, GCS) retry their
+own requests (``Capabilities.retries``); the engine's
+:meth:`~amcommit.committer.context.JobContext.call` retries operations of stores that do
+not (local files, and :class:`~amcommit.store.faulty.FaultyStore`, whose faults are
+injected *above* whatever the wrapped store retries). Nested loops cannot multiply: when
+a loop gives up on a retryable error (its attempts are spent) it marks the error
+``retries_spent``, and every outer loop raises such an error at once. A retryable error
+that a store *declined* to repeat (a request it cannot prove idempotent, e.g. GCS
+``put(OVERWRITE)`` after a 503) is not marked; an outer layer that knows its operation
+is safe to repeat retries it. A throttling answer is reported to one limiter only
+(``throttle_reported``): the one of the layer that saw it first.
 """
 
 from __future__ import annotations
@@ -52,6 +64,57 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 
+class Backoff:
+    """The failure handling of one retried operation (shared by :func:`call_with_retries`
+    and by loops that cannot be written as one call, such as restartable listings).
+
+    :meth:`after` takes the error of attempt ``attempt``; it returns the seconds to sleep
+    before the next attempt, or re-raises the error when it is final (not retryable,
+    refused by ``retry_if``, already spent by an inner layer, or this policy is exhausted:
+    then it is marked ``retries_spent``).
+    """
+
+    __slots__ = ("_delays", "limiter", "policy", "retry_if", "stats")
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        limiter: Limiter | None = None,
+        stats: IOStatistics | None = None,
+        retry_if: Callable[[StoreError], bool] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.limiter = limiter
+        self.stats = stats
+        self.retry_if = retry_if
+        self._delays: Iterator[float] | None = None  # created on the first failure only
+
+    def after(self, e: StoreError, attempt: int) -> float:
+        if e.retries_spent:
+            raise e  # an inner layer retried this request already
+        e.attempts = attempt
+        if isinstance(e, Throttled) and not e.throttle_reported:
+            e.throttle_reported = True
+            if self.limiter is not None:
+                self.limiter.throttled(e.retry_after)
+            if self.stats is not None:
+                self.stats.incr("store_io_throttled")
+        if not e.retryable or (self.retry_if is not None and not self.retry_if(e)):
+            raise e
+        if self._delays is None:
+            self._delays = self.policy.delays()
+        delay = next(self._delays, None)
+        if delay is None:
+            e.retries_spent = True
+            raise e
+        if isinstance(e, Throttled) and e.retry_after:
+            delay = max(delay, min(e.retry_after, self.policy.max_delay * 4))
+        if self.stats is not None:
+            self.stats.incr("store_io_retry")
+        return delay
+
+
 async def call_with_retries(
     fn: Callable[[int], Awaitable[T]],
     *,
@@ -64,30 +127,16 @@ async def call_with_retries(
 
     Retries retryable :class:`~amcommit.errors.StoreError`\\ s (and only those for which
     ``retry_if`` returns True, when given). The final error is raised with an
-    ``attempts`` attribute set.
+    ``attempts`` attribute set; when this loop's attempts are exhausted it is also marked
+    ``retries_spent``. An error already marked so by an inner loop is raised at once
+    (see the module docstring: one retry layer per request).
     """
-    delays: Iterator[float] | None = None  # created on the first failure only
+    backoff = Backoff(policy, limiter=limiter, stats=stats, retry_if=retry_if)
     attempt = 0
     while True:
         attempt += 1
         try:
             return await fn(attempt)
         except StoreError as e:
-            e.attempts = attempt
-            if isinstance(e, Throttled):
-                if limiter is not None:
-                    limiter.throttled(e.retry_after)
-                if stats is not None:
-                    stats.incr("store_io_throttled")
-            if not e.retryable or (retry_if is not None and not retry_if(e)):
-                raise
-            if delays is None:
-                delays = policy.delays()
-            delay = next(delays, None)
-            if delay is None:
-                raise
-            if isinstance(e, Throttled) and e.retry_after:
-                delay = max(delay, min(e.retry_after, policy.max_delay * 4))
-            if stats is not None:
-                stats.incr("store_io_retry")
-            await anyio.sleep(delay)
+            delay = backoff.after(e, attempt)
+        await anyio.sleep(delay)

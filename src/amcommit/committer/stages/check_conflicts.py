@@ -5,6 +5,9 @@
   ones are in) on the store, so a resumed commit or a rollback knows them exactly.
 
 Pure planning (:func:`partitions_of`, :func:`minimal_roots`) is separate from the listing.
+Listings and chunk writes go through the job's retry layer; the victim listing is
+unbounded, so a listing that fails midway restarts the whole recording (chunks are
+rewritten from the first; no path is recorded twice, memory stays one chunk).
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from functools import partial
 
+import anyio
 import msgspec
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import SUCCESS_NAME
-from amcommit.errors import ConflictError, NotFound
+from amcommit.errors import ConflictError, NotFound, StoreError
 from amcommit.store.base import ObjectInfo, PutMode, basename, is_within, join, parent
+from amcommit.store.retry import Backoff
 
 VICTIM_CHUNK = 50_000
 
@@ -65,7 +70,7 @@ async def check_fail_mode(ctx: JobContext) -> None:
     found: list[str] = []
 
     async def probe(d: str) -> None:
-        async for info in ctx.store.list(d, recursive=False):
+        async for info in ctx.list(d, recursive=False):
             if not info.is_dir and basename(info.path) != SUCCESS_NAME:
                 found.append(info.path)
                 return
@@ -79,8 +84,25 @@ async def check_fail_mode(ctx: JobContext) -> None:
 
 
 async def record_victims(ctx: JobContext) -> int:
-    """List the old files in the replace scope and save them in chunks; return chunk count."""
+    """List the old files in the replace scope and save them in chunks; return chunk count.
+
+    A listing that fails with a retryable error is started again from the beginning (the
+    job's retry policy; chunks already written are overwritten), so each old file is
+    recorded exactly once. Only the chunks counted by the journal are ever read."""
     roots = replace_scope(ctx)
+    backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await _record_victims_once(ctx, roots)
+        except StoreError as e:
+            delay = backoff.after(e, attempt)
+            ctx.report.job_stats.incr("committer_listing_restarted")
+        await anyio.sleep(delay)
+
+
+async def _record_victims_once(ctx: JobContext, roots: list[str]) -> int:
     chunk: list[str] = []
     n = 0
 
@@ -111,7 +133,8 @@ async def list_files_outside(ctx: JobContext, root: str) -> AsyncIterator[Object
             if not info.is_dir:
                 yield info
         return
-    async for child in ctx.store.list(root, recursive=False):
+    children = [c async for c in ctx.list(root, recursive=False)]  # one directory level
+    for child in children:
         if child.path == temp or is_within(child.path, temp):
             continue
         if child.is_dir:
@@ -119,6 +142,14 @@ async def list_files_outside(ctx: JobContext, root: str) -> AsyncIterator[Object
                 yield info
         else:
             yield child
+
+
+async def count_removed_victims(ctx: JobContext, chunks: int) -> int:
+    """How many recorded old files are gone for good (not replaced by a new file of the
+    same name): what ``delete_victims`` removes over all runs of a commit."""
+    assert ctx.spool is not None
+    spool = ctx.spool
+    return sum(1 for chunk in await load_victims(ctx, chunks) for p in chunk if not spool.has_dest(p))
 
 
 async def load_victims(ctx: JobContext, chunks: int) -> list[list[str]]:

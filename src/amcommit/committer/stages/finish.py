@@ -7,12 +7,17 @@ the new output incomplete. A failure here is resumed by running ``commit_job`` a
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+import anyio
+
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.stages.check_conflicts import load_victims
 from amcommit.committer.stages.rename_files import is_ours, rename_id
 from amcommit.errors import AlreadyExists, CommitError, NotFound, PreconditionFailed, StoreError
 from amcommit.manifest import RenameEntry, encode_json
 from amcommit.store.base import ObjectInfo, PutMode, is_within, join, parent
+from amcommit.store.retry import Backoff
 
 
 async def delete_victims(ctx: JobContext, chunks: int) -> int:
@@ -82,23 +87,49 @@ async def validate_output(ctx: JobContext) -> None:
 
 
 async def save_success(ctx: JobContext) -> None:
-    """Write ``_SUCCESS`` via a temporary file and a rename (replacing an older one)."""
+    """Write ``_SUCCESS`` via a temporary file and a rename (replacing an older one).
+
+    Runs after the point of no return, so every request uses the patient retry policy. A
+    rename whose answer was lost and that, retried, finds its source gone (or its
+    destination taken) is proven by reading ``_SUCCESS`` back: this run's report (its bytes,
+    which carry this run's timestamp) means the rename happened. Not atomic as a whole:
+    between the delete of an older ``_SUCCESS`` and the rename there is none.
+    """
     layout, store = ctx.layout, ctx.store
     data = encode_json(ctx.report.to_success_data())
-    await ctx.call(lambda: store.put(layout.success_tmp_path, data, mode=PutMode.OVERWRITE))
-    for _ in range(3):
-        await ctx.call(lambda: store.delete(layout.success_path))
+    tmp, final = layout.success_tmp_path, layout.success_path
+    rid = rename_id(layout.job_id, final)
+
+    async def published() -> bool:
         try:
-            await ctx.call(lambda: store.rename(layout.success_tmp_path, layout.success_path))
+            return await ctx.call(lambda: store.get(final), patient=True) == data
+        except NotFound:
+            return False
+
+    need_tmp = True
+    for _ in range(3):
+        if need_tmp:
+            await ctx.call(lambda: store.put(tmp, data, mode=PutMode.OVERWRITE), patient=True)
+        await ctx.call(lambda: store.delete(final), patient=True)
+        try:
+            await ctx.call(lambda: store.rename(tmp, final, rename_id=rid), patient=True)
             return
+        except NotFound:
+            if await published():  # an earlier attempt's answer was lost
+                return
+            need_tmp = True  # the temporary file is gone: write it again
         except AlreadyExists:
-            continue
+            if await published():  # renamed by an attempt whose answer was lost
+                await ctx.call(lambda: store.delete(tmp), patient=True)  # a copy's leftover
+                return
+            need_tmp = False  # another writer's _SUCCESS appeared in between: replace it
     raise CommitError("could not replace _SUCCESS (another job keeps writing it)")
 
 
 async def write_summary(ctx: JobContext) -> None:
     """Write ``summary-<jobId>.json`` to ``config.summary_report_directory`` (best effort
-    on failure paths: errors here are recorded, never raised over the original error)."""
+    on failure paths: errors here are recorded, never raised over the original error).
+    The put goes through the job's retry layer."""
     from amcommit.store.urls import open_location
 
     url = ctx.config.summary_report_directory
@@ -107,7 +138,8 @@ async def write_summary(ctx: JobContext) -> None:
     store, base = open_location(url)
     try:
         data = encode_json(ctx.report.to_success_data())
-        await store.put(join(base, f"summary-{ctx.layout.job_id}.json"), data, mode=PutMode.OVERWRITE)
+        path = join(base, f"summary-{ctx.layout.job_id}.json")
+        await ctx.call(lambda: store.put(path, data, mode=PutMode.OVERWRITE))
     finally:
         if store is not ctx.store:
             await store.aclose()
@@ -117,7 +149,9 @@ async def cleanup(ctx: JobContext) -> None:
     """Delete the job directory: task attempt directories in parallel first, then the job
     attempt directory (manifests), then the rest, the journal last, so a cleanup
     interrupted at any point resumes as "committed"; finally ``_temporary`` itself if no
-    other job uses it. Idempotent."""
+    other job uses it. Idempotent; every request goes through the job's retry layer (on
+    flat stores a listing that fails midway restarts the deletion pass: deletes are
+    idempotent and memory stays bounded)."""
     if ctx.config.cleanup_skipped:
         return
     store, layout = ctx.store, ctx.layout
@@ -128,7 +162,7 @@ async def cleanup(ctx: JobContext) -> None:
             except StoreError:
                 pass
         if ctx.config.cleanup_parallel_delete:
-            children = [i.path async for i in store.list(layout.tasks_dir, recursive=False)]
+            children = [i.path async for i in ctx.list(layout.tasks_dir, recursive=False)]
 
             async def rm_dir(p: str) -> None:
                 await ctx.call(lambda: store.delete(p, recursive=True))
@@ -136,8 +170,8 @@ async def cleanup(ctx: JobContext) -> None:
             await run_parallel(children, rm_dir, ctx.config.io_threads)
         await ctx.call(lambda: store.delete(layout.attempt_dir, recursive=True))
         await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
-        try:
-            await store.delete(layout.temp_root)  # only if empty: other jobs may use it
+        try:  # only if empty: other jobs may use it
+            await ctx.call(lambda: store.delete(layout.temp_root))
         except StoreError:
             pass
     else:
@@ -147,5 +181,24 @@ async def cleanup(ctx: JobContext) -> None:
             if info.path != journal:
                 await ctx.call(lambda: store.delete(info.path))
 
-        await run_parallel(store.list(layout.job_dir, recursive=True), rm, ctx.config.io_threads)
+        async def one_pass() -> None:
+            await run_parallel(store.list(layout.job_dir, recursive=True), rm, ctx.config.io_threads)
+
+        await _restarting(ctx, one_pass)
         await ctx.call(lambda: store.delete(journal))
+
+
+async def _restarting(ctx: JobContext, fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn`` (a pass over a listing doing idempotent work) again from the start when
+    its listing fails with a retryable error, under the job's retry policy."""
+    backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            await fn()
+            return
+        except StoreError as e:
+            delay = backoff.after(e, attempt)
+            ctx.report.job_stats.incr("committer_listing_restarted")
+        await anyio.sleep(delay)

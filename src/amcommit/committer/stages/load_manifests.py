@@ -7,6 +7,8 @@ found exactly and reported with the manifests that name them, before anything is
 So are a destination that is a file in one entry and a directory of others, and (on local
 stores, where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies
 behind one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
+Every listing, read and write goes through the job's retry layer
+(:mod:`amcommit.committer.context`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ async def list_manifest_paths(ctx: JobContext) -> list[str]:
     """Committed manifests of the job attempt (``*-manifest.json``; ``.tmp`` excluded)."""
     paths = [
         i.path
-        async for i in ctx.store.list(ctx.layout.manifests_dir, recursive=False)
+        async for i in ctx.list(ctx.layout.manifests_dir, recursive=False)
         if not i.is_dir and i.path.endswith(MANIFEST_SUFFIX)
     ]
     return sorted(paths)
@@ -52,7 +54,7 @@ async def publish_given(
     store, layout = ctx.store, ctx.layout
     published: dict[str, str | None] = {}
     try:
-        async for info in store.list(layout.manifests_dir, recursive=False):
+        async for info in ctx.list(layout.manifests_dir, recursive=False):
             if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
                 published[info.path] = info.etag
     except NotFound:
@@ -73,16 +75,16 @@ async def publish_given(
                 return
             if etag is None:
                 try:
-                    if await store.get(path) == data:
+                    if await ctx.call(lambda: store.get(path)) == data:
                         return
                 except NotFound:
                     pass
-        await store.put(path, data, mode=PutMode.OVERWRITE)
+        await ctx.call(lambda: store.put(path, data, mode=PutMode.OVERWRITE))
         changed += 1
 
     async def remove(path: str) -> None:
         nonlocal changed
-        await store.delete(path)
+        await ctx.call(lambda: store.delete(path))
         changed += 1
 
     await run_parallel(sorted(wanted), sync, ctx.config.load_threads)

@@ -48,7 +48,7 @@ async def rollback(ctx: JobContext) -> None:
             except AlreadyExists:
                 raise RollbackError(f"cannot restore {target!r}: the path is occupied") from None
 
-        await run_parallel(store.list(layout.trash_dir, recursive=True), restore, ctx.config.io_threads)
+        await run_parallel(ctx.list(layout.trash_dir, recursive=True), restore, ctx.config.io_threads)
         if store.capabilities.directories:
             await _remove_empty_dirs(ctx, set(ctx.dirs))
     except RollbackError:

@@ -85,6 +85,7 @@ class BlobStore(AzureBase):
         rename_provenance=True,
         conditional_put=True,
         name="blob",
+        retries=True,
     )
 
     def __init__(

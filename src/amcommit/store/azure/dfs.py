@@ -70,6 +70,7 @@ class DfsStore(AzureBase):
         rename_provenance=False,
         conditional_put=True,
         name="dfs",
+        retries=True,
     )
 
     def __init__(

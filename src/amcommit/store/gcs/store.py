@@ -241,6 +241,7 @@ class GcsStore:
             rename_provenance=True,
             conditional_put=True,
             name="gcs",
+            retries=True,
         )
 
     @property
