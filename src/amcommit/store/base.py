@@ -58,6 +58,9 @@ class ObjectInfo:
     ``etag`` identifies a version of the content (opaque; compare for equality only).
     ``rename_id`` is the provenance mark a copy-based rename wrote on the destination, when
     the store keeps one (Blob, GCS); it lets a retried rename prove it already happened.
+    ``source_etag`` is the etag the *source* had when that copy was made (same stores): it
+    tells whether a source still present is the version copied (see
+    :func:`amcommit.store.proof.judge_rename`).
     """
 
     path: str
@@ -66,6 +69,7 @@ class ObjectInfo:
     is_dir: bool = False
     mtime: float | None = None
     rename_id: str | None = None
+    source_etag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
