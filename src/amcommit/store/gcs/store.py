@@ -113,7 +113,7 @@ _REWRITE_FIELDS_Q = query({"fields": f"done,rewriteToken,resource({_OBJECT_FIELD
 _MOVE_UNSUPPORTED = (400, 405, 501)
 SOURCE_GEN_KEY = "amcommitSourceGeneration"
 """Custom metadata key: the generation of the source a rewrite-based rename copied
-(``""`` after a move, which copies the source's own metadata)."""
+(removed by a move, which copies the source's own metadata)."""
 _MAX_MOVE_ROUNDS = 8
 
 
@@ -630,7 +630,7 @@ class GcsStore:
         """Patch the id onto the source, then move. None = move unsupported after all."""
         if self.verify_preconditions and await self._find_object(dst) is not None:
             raise AlreadyExists("destination exists", op="rename", path=dst)
-        patch_body = ENCODER.encode({"metadata": {RENAME_ID_KEY: rid, SOURCE_GEN_KEY: ""}})
+        patch_body = ENCODER.encode({"metadata": {RENAME_ID_KEY: rid, SOURCE_GEN_KEY: None}})
         for _round in range(_MAX_MOVE_ROUNDS):
             try:
                 r = await self.http.send(
