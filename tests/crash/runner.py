@@ -26,7 +26,8 @@ class ChildResult:
 def run_child(spec: dict[str, Any], *, timeout: float = 120.0) -> ChildResult:
     """Run one crash child to its end (killed by its rule, or finished). A child that died
     any other way (traceback, other signal) fails the calling test with its stderr."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO), *sys.path]))
+    # the child imports amcommit exactly as this process did (sys.path order), tests from REPO
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*sys.path, str(REPO)]))
     proc = subprocess.run(
         [sys.executable, "-m", "tests.crash.child", json.dumps(spec)],
         capture_output=True,
