@@ -312,7 +312,8 @@ async def test_append_conflict_rolls_back_and_keeps_the_job(engine_sut: StoreUnd
     assert f"destination {uri!r} already exists" in msg
     assert "--mode replace" in msg and f"--job-id {JOB}" in msg and "abort-job" in msg
     # committed again in another mode, the same job now succeeds
-    report = await commit_job(s, dest, JOB, config=CommitterConfig(conflict_mode="replace"))
+    cfg = CommitterConfig(conflict_mode="replace", validate_output=True)
+    report = await commit_job(s, dest, JOB, config=cfg)
     assert report.success
     assert await snapshot(s, dest) == NEW_FILES
     assert await temp_files(s, dest) == []

@@ -47,7 +47,11 @@ class Verdict(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Expected:
     """What the renamer knows: its ``rename_id``; the source's ``size`` and ``etag`` when
-    it knows them (task manifests record both; a move aside knows neither in advance)."""
+    it knows them (task manifests record both; a move aside knows neither in advance).
+
+    On copy-based stores the id (plus size) is the proof; ``etag`` is not compared with the
+    copy's recorded source etag, because a rollback that kept the job may have moved the
+    source back (a copy: new etag) before the rename was made again."""
 
     rename_id: str
     size: int | None = None
@@ -68,8 +72,6 @@ def judge_rename(
     if caps.rename_provenance:
         if dst.rename_id != want.rename_id:
             return Verdict.FOREIGN
-        if want.etag is not None and dst.source_etag is not None and dst.source_etag != want.etag:
-            return Verdict.FOREIGN  # our id, but a copy of another version than expected
         if src is None:
             return Verdict.DONE
         if src.is_dir:
