@@ -67,14 +67,18 @@ async def test_commit_killed_after_copy_then_aborted(blob: Any, rule: dict[str, 
     assert await sc.final_state(sut.store, dest) == (sc.OLD, [])
 
 
+RESTORE_DEL = {"method": "DELETE", "status": 202, "url": r"/trash/p=1/same\.bin$"}
+
+
+@pytest.mark.parametrize("at", ["copy", "delete"])
 @pytest.mark.parametrize("second", ["abort", "commit"])
-async def test_abort_killed_after_restore_copy(blob: Any, second: str) -> None:
+async def test_abort_killed_after_restore_copy(blob: Any, second: str, at: str) -> None:
     """Killed during abort right after the restore's copy (trash -> destination), then
     aborted again: the old file is back, exactly once, and the trash is gone."""
     sut, dest, st = blob
     # the commit dies after the forward copy of same.bin: the old same.bin is in the trash
     kill_child(sc.spec(st, dest, "commit", [FORWARD_SAME]))
-    kill_child(sc.spec(st, dest, "abort", [RESTORE]))
+    kill_child(sc.spec(st, dest, "abort", [RESTORE if at == "copy" else RESTORE_DEL]))
     if second == "abort":
         await abort_job(sut.store, dest, sc.JOB, config=CFG)
     else:

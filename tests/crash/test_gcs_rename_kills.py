@@ -108,14 +108,17 @@ async def _second(store: Store, dest: str, second: str) -> None:
     assert await sc.final_state(store, dest) == (sc.OLD, [])
 
 
-@pytest.mark.parametrize("gcs", BACKENDS, indirect=True)
+RESTORE_CASES = [(b, at) for b in BACKENDS for at in (["move"] if b == "double-move" else ["copy", "delete"])]
+
+
+@pytest.mark.parametrize(("gcs", "at"), RESTORE_CASES, indirect=["gcs"])
 @pytest.mark.parametrize("second", ["abort", "commit"])
-async def test_abort_killed_after_restore(gcs: Any, second: str) -> None:
+async def test_abort_killed_after_restore(gcs: Any, second: str, at: str) -> None:
     """The commit dies after renaming same.bin in (the old one is in the trash); the abort
-    dies right after the restore's copy (or move) back onto p=1/same.bin; then abort again
-    (or commit again): exact."""
+    dies right after the restore's copy (or move) back onto p=1/same.bin, or after its
+    delete of the trash entry; then abort again (or commit again): exact."""
     kind, store, dest, st = gcs
     onto_same = _move_to(SAME) if kind == "double-move" else _copy_to(SAME)
     kill_child(sc.spec(st, dest, "commit", [onto_same]))
-    kill_child(sc.spec(st, dest, "abort", [onto_same]))
+    kill_child(sc.spec(st, dest, "abort", [_delete(TRASH) if at == "delete" else onto_same]))
     await _second(store, dest, second)
