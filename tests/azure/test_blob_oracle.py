@@ -37,7 +37,13 @@ async def test_rename_keeps_metadata_and_marks_provenance(blob_env: BlobEnv) -> 
     src_props = blob_env.sdk.get_blob_client("src/part-0").get_blob_properties()
     res = await s.rename("src/part-0", "dst/part-0", src_etag=src_props.etag, rename_id="job1-part0")
     props = blob_env.sdk.get_blob_client("dst/part-0").get_blob_properties()
-    assert props.metadata == {"owner": "spark", "k2": "v2", "amcommitrenameid": "job1-part0"}
+    copied = src_props.etag.strip('"')  # the version the copy copied
+    assert props.metadata == {
+        "owner": "spark",
+        "k2": "v2",
+        "amcommitrenameid": "job1-part0",
+        "amcommitsrcetag": copied,
+    }
     assert props.etag == res.etag != src_props.etag  # a copy gets a new etag
     assert props.copy.status == "success" and props.copy.source.endswith("/src/part-0")
     assert not blob_env.sdk.get_blob_client("src/part-0").exists()
@@ -93,7 +99,10 @@ async def test_two_request_rename_without_metadata(blob_env: BlobEnv) -> None:
     before = blob_env.proxy.forwarded
     res = await s.rename("src/a", "dst/a", src_etag=etag, rename_id="r-a")
     assert blob_env.proxy.forwarded - before == 2  # Copy Blob + Delete Blob
-    assert blob_env.sdk.get_blob_client("dst/a").get_blob_properties().metadata == {"amcommitrenameid": "r-a"}
+    assert blob_env.sdk.get_blob_client("dst/a").get_blob_properties().metadata == {
+        "amcommitrenameid": "r-a",
+        "amcommitsrcetag": etag.strip('"'),
+    }
     assert (await s.rename("src/a", "dst/a", src_etag=etag, rename_id="r-a")).recovered
     assert res.etag == (await s.stat("dst/a")).etag
     info = await s.put("src/b", b"v1")

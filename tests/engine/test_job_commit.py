@@ -20,8 +20,9 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import CommitError, ConflictError, ManifestError, PermissionDenied, Transient
 from amcommit.manifest import decode_success
-from amcommit.store.base import PutMode, join
+from amcommit.store.base import PutMode, Store, join
 from amcommit.store.faulty import FaultyStore
+from amcommit.uris import path_to_uri
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files
 
@@ -285,13 +286,42 @@ async def test_throttling_storm_still_exact(engine_sut: StoreUnderTest) -> None:
     assert report.job_stats.counters.get("store_io_throttled", 0) > 0
 
 
-async def test_append_conflict_rolls_back(engine_sut: StoreUnderTest) -> None:
+NEW_FILES = {f"p=1/n{i}": b"new" for i in range(10)} | {"p=1/clash.txt": b"new"}
+
+
+async def _append_conflict(engine_sut: StoreUnderTest) -> tuple[Store, str, str]:
+    """An append commit meets an existing file: it fails, rolls back, keeps the job."""
     s, dest = engine_sut.store, dest_of(engine_sut)
     await s.put(join(dest, "p=1/clash.txt"), b"old")
     layout = await setup_job(s, dest, JOB)
-    await run_task(s, layout, 0, {f"p=1/n{i}": b"new" for i in range(10)} | {"p=1/clash.txt": b"new"})
-    with pytest.raises(ConflictError, match=r"clash\.txt"):
+    await run_task(s, layout, 0, NEW_FILES)
+    with pytest.raises(ConflictError) as err:
         await commit_job(s, dest, JOB, config=CommitterConfig(io_threads=2))
+    assert await snapshot(s, dest) == {"p=1/clash.txt": b"old"}
+    assert await s.get(join(dest, "p=1/clash.txt")) == b"old"
+    # the job is kept (task output, manifest), the failed commit's journal is not
+    left = await temp_files(s, dest)
+    assert any(p.endswith("-manifest.json") for p in left), left
+    assert not any(p.endswith("journal.json") or "/trash/" in p for p in left), left
+    return s, dest, str(err.value)
+
+
+async def test_append_conflict_rolls_back_and_keeps_the_job(engine_sut: StoreUnderTest) -> None:
+    s, dest, msg = await _append_conflict(engine_sut)
+    uri = path_to_uri(s.root_uri, join(dest, "p=1/clash.txt"))
+    assert f"destination {uri!r} already exists" in msg
+    assert "--mode replace" in msg and f"--job-id {JOB}" in msg and "abort-job" in msg
+    # committed again in another mode, the same job now succeeds
+    cfg = CommitterConfig(conflict_mode="replace", validate_output=True)
+    report = await commit_job(s, dest, JOB, config=cfg)
+    assert report.success
+    assert await snapshot(s, dest) == NEW_FILES
+    assert await temp_files(s, dest) == []
+
+
+async def test_append_conflict_then_abort(engine_sut: StoreUnderTest) -> None:
+    s, dest, _ = await _append_conflict(engine_sut)
+    await abort_job(s, dest, JOB)
     assert await snapshot(s, dest) == {"p=1/clash.txt": b"old"}
     assert await temp_files(s, dest) == []
 

@@ -12,6 +12,7 @@ import anyio
 from amcommit.committer import commit_job, setup_job
 from amcommit.store.base import join
 from amcommit.store.gcs import RENAME_ID_KEY
+from amcommit.store.gcs.store import SOURCE_GEN_KEY
 from amcommit.testing.gcs_double import b64_crc32c
 from tests.engine.helpers import run_task
 from tests.gcs.conftest import GcsEnv
@@ -76,6 +77,7 @@ async def test_rename_keeps_content_type_and_metadata(env: GcsEnv) -> None:
 
     await anyio.to_thread.run_sync(write)
     store = env.store()
+    src_generation = (await store.stat("src/data.csv")).etag
     res = await store.rename("src/data.csv", "dst/data.csv", rename_id="rid-42")
 
     def read() -> tuple[object, ...]:
@@ -93,7 +95,8 @@ async def test_rename_keeps_content_type_and_metadata(env: GcsEnv) -> None:
     body, ctype, meta, cache, gone, generation = await anyio.to_thread.run_sync(read)
     assert body == b"a,b\n1,2\n" and gone
     assert ctype == "text/csv" and cache == "no-cache"
-    assert meta == {"owner": "etl", "n": "1", RENAME_ID_KEY: "rid-42"}
+    copied = {} if store.uses_move else {SOURCE_GEN_KEY: src_generation}  # the version a copy copied
+    assert meta == {"owner": "etl", "n": "1", RENAME_ID_KEY: "rid-42", **copied}
     assert res.etag == str(generation)
 
 

@@ -18,7 +18,9 @@ journal state          ``commit_job`` again            ``abort_job``
 What is atomic: each file rename (on stores with atomic rename). What is not: the job
 commit as a whole; its all-or-nothing outcome comes from the journal and the rules above.
 A failure a retry cannot fix (conflict, a changed source, a bad manifest) rolls back what
-was renamed before the error is raised (``config.rollback_on_failure``).
+was renamed before the error is raised (``config.rollback_on_failure``): the renamed files go
+back to their task directories and the journal is deleted, but the job itself (task output,
+manifests) is kept until ``abort_job``, so it can be committed again.
 
 The point of no return is "every file renamed". The journal's ``renamed`` write records it
 with the patient retry policy (:mod:`amcommit.committer.context`); if that write fails for
@@ -46,7 +48,7 @@ from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
 from amcommit.committer.stages.renames_done import renames_done
-from amcommit.committer.stages.rollback import rollback
+from amcommit.committer.stages.rollback import forget_commit, rollback
 from amcommit.errors import (
     AlreadyExists,
     CommitError,
@@ -368,7 +370,12 @@ def _unfixable(e: BaseException) -> bool:
 
 async def _after_failure(ctx: JobContext, e: BaseException) -> None:
     """Roll back (for unfixable errors during the renames, before the point of no return)
-    and write the summary report. Never raises over the original error."""
+    and write the summary report. Never raises over the original error.
+
+    The rollback moves the renamed files back into their task directories and forgets the
+    commit (journal, victim lists, trash), but keeps the job: task outputs, manifests and
+    markers stay until ``abort_job``, so the job can be committed again (e.g. in another
+    conflict mode)."""
     journal = ctx.journal
     if (
         ctx.config.rollback_on_failure
@@ -380,8 +387,8 @@ async def _after_failure(ctx: JobContext, e: BaseException) -> None:
     ):
         try:
             async with ctx.stage("rollback"):
-                await rollback(ctx)
-                await finish.cleanup(ctx)
+                await rollback(ctx, keep_job=True)
+                await forget_commit(ctx, journal.victim_chunks)
         except Exception as re:  # keep the journal; abort_job can finish the rollback
             ctx.report.error = f"{ctx.report.error}; rollback failed: {_describe(re)}"
     try:

@@ -58,6 +58,9 @@ class ObjectInfo:
     ``etag`` identifies a version of the content (opaque; compare for equality only).
     ``rename_id`` is the provenance mark a copy-based rename wrote on the destination, when
     the store keeps one (Blob, GCS); it lets a retried rename prove it already happened.
+    ``source_etag`` is the etag the *source* had when that copy was made (same stores): it
+    tells whether a source still present is the version copied (see
+    :func:`amcommit.store.proof.judge_rename`).
     """
 
     path: str
@@ -70,6 +73,7 @@ class ObjectInfo:
     """Set (local stores only) when the path is neither a regular file nor a directory:
     ``"symlink"``, ``"fifo"``, ``"socket"`` or ``"device"``. Listings never follow
     symbolic links; such an entry describes the link itself."""
+    source_etag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import anyio
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.stages.check_conflicts import load_victims
 from amcommit.committer.stages.rename_files import is_ours, rename_id
-from amcommit.errors import AlreadyExists, CommitError, NotFound, PreconditionFailed, StoreError
+from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.manifest import RenameEntry, encode_json
 from amcommit.store.base import ObjectInfo, PutMode, is_within, join, parent
 from amcommit.store.retry import Backoff
@@ -49,20 +49,35 @@ async def delete_victims(ctx: JobContext, chunks: int) -> int:
 
 
 async def _remove_empty_dirs(ctx: JobContext, dirs: set[str]) -> None:
-    """Delete now-empty directories bottom-up (never the destination itself)."""
+    """Delete now-empty directories bottom-up (never the destination itself, never a file,
+    never a directory that still holds anything: the delete is not recursive)."""
+    await remove_empty_dirs(ctx, dirs)
+
+
+async def remove_empty_dirs(ctx: JobContext, dirs: set[str]) -> list[str]:
+    """Delete the empty directories among ``dirs`` and their ancestors below the
+    destination, deepest first; return the ones deleted. A path that is a file (a user's
+    file where the job wanted a directory) or a non-empty directory is left alone. Only
+    on stores with real directories (elsewhere there is nothing to delete)."""
+    removed: list[str] = []
+    if not ctx.store.capabilities.directories:
+        return removed
     todo = set(dirs)
     while todo:
-        d = max(todo, key=lambda p: p.count("/"))
+        d = max(todo, key=lambda p: (p.count("/"), p))
         todo.discard(d)
         if not d or d == ctx.layout.dest or not is_within(d, ctx.layout.dest):
             continue
         try:
+            info = await ctx.store.stat(d)
+            if not info.is_dir:
+                continue
             await ctx.store.delete(d)
-        except (PreconditionFailed, NotFound):
+        except StoreError:  # not empty (PreconditionFailed), gone, or unreachable: leave it
             continue
-        except StoreError:
-            continue
+        removed.append(d)
         todo.add(parent(d))
+    return removed
 
 
 async def validate_output(ctx: JobContext) -> None:

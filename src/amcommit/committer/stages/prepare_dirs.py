@@ -10,7 +10,8 @@ append never deletes a user's file). Flat stores (Blob, GCS) have nothing to cre
 from __future__ import annotations
 
 from amcommit.committer.context import JobContext, run_parallel
-from amcommit.committer.stages.check_conflicts import in_replace_scope, replace_scope, trash_path
+from amcommit.committer.stages.check_conflicts import in_replace_scope, replace_scope
+from amcommit.committer.stages.rename_files import move_aside, next_steps, uri
 from amcommit.errors import ConflictError, NotFound
 from amcommit.store.base import is_within
 
@@ -57,11 +58,10 @@ async def prepare_dirs(ctx: JobContext) -> int:
         if info.is_dir:
             return
         if replacing and in_replace_scope(ctx, d, roots):
-            await ctx.call(lambda: store.rename(d, trash_path(ctx, d)))
-            ctx.report.moved_aside += 1
+            await move_aside(ctx, d)
             missing.add(d)
             return
-        raise ConflictError(f"a file is in the way of directory {d!r}")
+        raise ConflictError(next_steps(ctx, f"a file is in the way of directory {uri(ctx, d)!r}"))
 
     await run_parallel(sorted(with_ancestors(ctx.dirs, ctx.layout.dest)), check, ctx.config.io_threads)
     leaves = plan_directories(missing)

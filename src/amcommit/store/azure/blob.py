@@ -68,6 +68,8 @@ from amcommit.store.base import (
 from amcommit.uris import ParsedUri
 
 _META = "x-ms-meta-"
+META_SOURCE_ETAG = "amcommitsrcetag"
+"""Blob metadata key: the etag of the source a rename copied (without quotes)."""
 _MiB = 1024 * 1024
 
 
@@ -132,6 +134,7 @@ class BlobStore(AzureBase):
             is_dir=is_dir,
             mtime=parse_http_date(headers.get("Last-Modified")),
             rename_id=headers.get(f"{_META}{META_RENAME_ID}"),
+            source_etag=norm_etag(headers.get(f"{_META}{META_SOURCE_ETAG}")),
         )
 
     async def _head(self, path: str, op: str) -> CIMultiDictProxy[str]:
@@ -213,6 +216,7 @@ class BlobStore(AzureBase):
                     etag=norm_etag(props.get("Etag")),
                     mtime=parse_http_date(props.get("Last-Modified")),
                     rename_id=meta.get(META_RENAME_ID),
+                    source_etag=norm_etag(meta.get(META_SOURCE_ETAG)),
                 )
             for d in prefixes:
                 name = d.rstrip("/")
@@ -327,7 +331,7 @@ class BlobStore(AzureBase):
                 )
             etag, size = source.etag, source.size
             if self.preserve_metadata:
-                drop = (f"{_META}{META_RENAME_ID}", f"{_META}{META_PUT_ID}")
+                drop = tuple(f"{_META}{k}" for k in (META_RENAME_ID, META_PUT_ID, META_SOURCE_ETAG))
                 headers = {
                     k: v for k, v in sh.items() if k.lower().startswith(_META) and k.lower() not in drop
                 }
@@ -338,6 +342,7 @@ class BlobStore(AzureBase):
                 "If-None-Match": "*",
                 "x-ms-source-if-match": etag,
                 f"{_META}{META_RENAME_ID}": rid,
+                f"{_META}{META_SOURCE_ETAG}": etag.strip('"'),
             }
         )
         # copy + delete settle together: a cancelled caller never leaves both names behind
@@ -357,25 +362,56 @@ class BlobStore(AzureBase):
     ) -> RenameResult:
         """Runs inside rename()'s shielded scope: its requests pass ``shielded=True``."""
         recovered = False
-        try:
-            r = await self.request("rename", "PUT", self.url(dst), path=dst, headers=headers, shielded=True)
-            dst_etag = norm_etag(r.headers.get("ETag"))
-            if r.headers.get("x-ms-copy-status", "success") != "success":
-                dst_etag = await self._wait_copy(dst, r.headers.get("x-ms-copy-id"))
-        except (AlreadyExists, PreconditionFailed) as e:
-            if e.code == "SourceConditionNotMet":
-                raise PreconditionFailed("source changed", op="rename", path=src, status=e.status) from None
+        for stale_removed in (False, True):
             try:
-                d = self._info(dst, await self._head(dst, "rename"))
+                r = await self.request(
+                    "rename", "PUT", self.url(dst), path=dst, headers=headers, shielded=True
+                )
+                dst_etag = norm_etag(r.headers.get("ETag"))
+                if r.headers.get("x-ms-copy-status", "success") != "success":
+                    dst_etag = await self._wait_copy(dst, r.headers.get("x-ms-copy-id"))
+            except (AlreadyExists, PreconditionFailed) as e:
+                if e.code == "SourceConditionNotMet":
+                    raise PreconditionFailed(
+                        "source changed", op="rename", path=src, status=e.status
+                    ) from None
+                try:
+                    d = self._info(dst, await self._head(dst, "rename"))
+                except NotFound:
+                    # (Azurite answers a failed source condition with ConditionNotMet)
+                    raise PreconditionFailed(
+                        "source changed", op="rename", path=src, status=e.status
+                    ) from None
+                if d.rename_id != rid:
+                    raise AlreadyExists(
+                        "destination exists", op="rename", path=dst, status=e.status
+                    ) from None
+                if d.source_etag is not None and d.source_etag != etag and not stale_removed:
+                    # our copy of an older version of the source (the source was rewritten
+                    # after an earlier, interrupted attempt): remove it and copy again
+                    try:
+                        await self.request(
+                            "rename",
+                            "DELETE",
+                            self.url(dst),
+                            path=dst,
+                            headers={"If-Match": d.etag or "*"},
+                            shielded=True,
+                        )
+                    except (NotFound, PreconditionFailed):
+                        pass
+                    continue
+                if (size is not None and d.size != size) or (
+                    d.source_etag is not None and d.source_etag != etag
+                ):
+                    raise AlreadyExists(
+                        "destination exists", op="rename", path=dst, status=e.status
+                    ) from None
+                dst_etag, recovered = d.etag, True  # our own copy, from an earlier attempt
             except NotFound:
-                # (Azurite answers a failed source condition with ConditionNotMet)
-                raise PreconditionFailed("source changed", op="rename", path=src, status=e.status) from None
-            if d.rename_id != rid or (size is not None and d.size != size):
-                raise AlreadyExists("destination exists", op="rename", path=dst, status=e.status) from None
-            dst_etag, recovered = d.etag, True  # our own copy, from an earlier attempt
-        except NotFound:
-            # the source went away between Get Properties and Copy Blob
-            return await self._recover(src, dst, rename_id, size)
+                # the source went away between Get Properties and Copy Blob
+                return await self._recover(src, dst, rename_id, size)
+            break
         try:
             await self.request(
                 "rename", "DELETE", self.url(src), path=src, headers={"If-Match": etag}, shielded=True

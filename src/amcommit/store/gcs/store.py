@@ -111,6 +111,9 @@ _LIST_FIELDS = f"items({_OBJECT_FIELDS}),prefixes,nextPageToken"
 _GET_Q = query({"fields": _OBJECT_FIELDS})
 _REWRITE_FIELDS_Q = query({"fields": f"done,rewriteToken,resource({_OBJECT_FIELDS})"})
 _MOVE_UNSUPPORTED = (400, 405, 501)
+SOURCE_GEN_KEY = "amcommitSourceGeneration"
+"""Custom metadata key: the generation of the source a rewrite-based rename copied
+(removed by a move, which copies the source's own metadata)."""
 _MAX_MOVE_ROUNDS = 8
 
 
@@ -290,6 +293,7 @@ class GcsStore:
             is_dir=False,
             mtime=o.mtime(),
             rename_id=o.rename_id,
+            source_etag=(o.metadata or {}).get(SOURCE_GEN_KEY) or None,
         )
 
     # -- object primitives ---------------------------------------------------------------
@@ -627,7 +631,7 @@ class GcsStore:
         """Patch the id onto the source, then move. None = move unsupported after all."""
         if self.verify_preconditions and await self._find_object(dst) is not None:
             raise AlreadyExists("destination exists", op="rename", path=dst)
-        patch_body = ENCODER.encode({"metadata": {RENAME_ID_KEY: rid}})
+        patch_body = ENCODER.encode({"metadata": {RENAME_ID_KEY: rid, SOURCE_GEN_KEY: None}})
         for _round in range(_MAX_MOVE_ROUNDS):
             try:
                 r = await self.http.send(
@@ -696,8 +700,27 @@ class GcsStore:
             return RenameResult(dst=dst, etag=d.generation)
         raise PreconditionFailed("source kept changing during the move", op="rename", path=src, status=412)
 
+    def _stale(self, d: GcsObject, gen: str) -> bool:
+        """``d`` (our copy) was made from another generation of the source than ``gen``."""
+        copied = (d.metadata or {}).get(SOURCE_GEN_KEY)
+        return bool(copied) and copied != gen
+
+    async def _drop_stale(self, dst: str, d: GcsObject) -> None:
+        self.iostats.incr("gcs_rename_stale_copy")
+        try:
+            await self._delete_object_once(dst, d.generation)
+        except (NotFound, PreconditionFailed):
+            pass
+
     async def _rename_rewrite(
-        self, src: str, dst: str, expected: str | None, rid: str, scope: anyio.CancelScope
+        self,
+        src: str,
+        dst: str,
+        expected: str | None,
+        rid: str,
+        scope: anyio.CancelScope,
+        *,
+        again: bool = False,
     ) -> RenameResult:
         s: GcsObject | None = None
         if self.preserve_metadata or expected is None or self.verify_preconditions:
@@ -719,15 +742,18 @@ class GcsStore:
         if self.verify_preconditions:
             d0 = await self._find_object(dst)
             if d0 is not None:
-                if d0.rename_id == rid:
+                if d0.rename_id == rid and self._stale(d0, gen) and not again:
+                    await self._drop_stale(dst, d0)
+                    return await self._rename_rewrite(src, dst, expected, rid, scope, again=True)
+                if d0.rename_id == rid and not self._stale(d0, gen):
                     return await self._finish_rewrite(src, dst, gen, d0, scope, recovered=True)
                 raise AlreadyExists("destination exists", op="rename", path=dst)
         body: dict[str, object] = {}
         if s is not None and self.preserve_metadata:
             body.update(s.copy_fields())
-            body["metadata"] = {**(s.metadata or {}), RENAME_ID_KEY: rid}
+            body["metadata"] = {**(s.metadata or {}), RENAME_ID_KEY: rid, SOURCE_GEN_KEY: gen}
         else:
-            body["metadata"] = {RENAME_ID_KEY: rid}
+            body["metadata"] = {RENAME_ID_KEY: rid, SOURCE_GEN_KEY: gen}
         payload = ENCODER.encode(body)
         size = int(s.size) if s is not None else None
         crc = s.crc32c if s is not None else None
@@ -751,7 +777,14 @@ class GcsStore:
             except PreconditionFailed:
                 d = await self._find_object(dst)
                 if d is not None:
-                    if d.rename_id == rid and (size is None or int(d.size) == size):
+                    if d.rename_id == rid and self._stale(d, gen) and not again:
+                        await self._drop_stale(dst, d)
+                        return await self._rename_rewrite(src, dst, expected, rid, scope, again=True)
+                    if (
+                        d.rename_id == rid
+                        and (size is None or int(d.size) == size)
+                        and not self._stale(d, gen)
+                    ):
                         # our own copy (an earlier attempt whose answer was lost)
                         return await self._finish_rewrite(src, dst, gen, d, scope, recovered=True)
                     raise AlreadyExists("destination exists", op="rename", path=dst, status=412) from None
