@@ -1,0 +1,421 @@
+"""Run one scenario on one backend and check the destination against the oracle.
+
+The setup (old files, task attempts) and every check run in the test process through a
+store opened from the backend's JSON info; commits that must be killed run in a child
+process (tests.matrix.kill_child) opened from the same info. Checks, for every scenario:
+
+* the destination's exact listing and bytes (``_SUCCESS`` and ``_temporary`` aside);
+* ``_SUCCESS`` present (and this job's) exactly when the commit succeeded;
+* nothing under ``_temporary`` after a success or an abort; after a refused commit the job
+  is kept (its manifests and the winning attempts' files, byte for byte) until abort_job,
+  which then leaves the old data and no ``_temporary``;
+* the files next to the destination (``outside``) untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from amcommit.committer import CommitterConfig, JobLayout, Progress, abort_job, commit_job, setup_job
+from amcommit.committer.report import JobReport
+from amcommit.committer.task import abort_task, commit_task, setup_task
+from amcommit.errors import AmcommitError
+from amcommit.manifest import decode_success
+from amcommit.store.base import Store, join, relative_to
+from amcommit.store.faulty import FaultRule, FaultyStore
+from amcommit.uris import path_to_uri
+from tests.matrix import oracle
+from tests.matrix.chaos_proxy import ChaosProxy
+from tests.matrix.oracle import Job
+from tests.matrix.scenarios import OUTSIDE, Scenario
+from tests.matrix.stores import BackendInfo, open_store, via
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = {"io_threads": 4, "retry_base_delay": 0.005, "retry_max_delay": 0.1}
+"""Committer options of every commit/abort of the matrix (small pools, fast retries)."""
+
+
+def config(mode: str, **more: Any) -> CommitterConfig:
+    return CommitterConfig(conflict_mode=mode, **(CONFIG | more))  # type: ignore[arg-type]
+
+
+@dataclass
+class Cell:
+    """One scenario on one backend: paths and stores of this run."""
+
+    sc: Scenario
+    backend: str
+    info: BackendInfo
+    store: Store
+    base: str = field(default_factory=lambda: f"m-{uuid.uuid4().hex[:10]}")
+
+    @property
+    def dest(self) -> str:
+        return f"{self.base}/table one"
+
+    @property
+    def outside(self) -> str:
+        return f"{self.base}/outside"
+
+    def layout(self, job: Job) -> JobLayout:
+        return JobLayout(self.dest, job.job_id)
+
+    def fill(self, rule: Any) -> Any:
+        """A kill rule template for this run (see scenarios.py)."""
+        if rule is None:
+            return None
+        if "type" not in rule:
+            rule = rule.get(self.backend, rule["*"])
+        lay = self.layout(self.sc.jobs[0])
+        subst = {"{dest}": self.dest, "{trash}": lay.trash_dir, "{job}": lay.job_id}
+        out = {}
+        for k, v in rule.items():
+            if isinstance(v, str):
+                for a, b in subst.items():
+                    v = v.replace(a, b)
+            out[k] = v
+        return out
+
+
+# -- setup ------------------------------------------------------------------------------------
+def task_ids(job_id: str, t: int, a: int) -> tuple[str, str]:
+    return f"task_{job_id}_m_{t:06d}", f"attempt_{job_id}_m_{t:06d}_{a}"
+
+
+async def setup(cell: Cell) -> None:
+    s = cell.store
+    for rel, data in cell.sc.old.items():
+        await s.put(join(cell.dest, rel), data)
+    for rel, data in OUTSIDE.items():
+        await s.put(join(cell.outside, rel), data)
+    for job in cell.sc.jobs:
+        layout = await setup_job(s, cell.dest, job.job_id)
+        for t, attempts in enumerate(job.tasks):
+            for a, attempt in enumerate(attempts):
+                task, ta = task_ids(job.job_id, t, a)
+                work = await setup_task(s, layout, ta)
+                for rel, data in attempt.files.items():
+                    await s.put(join(work, rel), data)
+                if attempt.outcome == "commit":
+                    await commit_task(s, layout, task, ta)
+                elif attempt.outcome == "abort":
+                    await abort_task(s, layout, ta)
+
+
+# -- observation --------------------------------------------------------------------------------
+async def files_below(store: Store, prefix: str) -> dict[str, bytes]:
+    out = {}
+    async for info in store.list(prefix, recursive=True):
+        if not info.is_dir:
+            out[relative_to(info.path, prefix)] = await store.get(info.path)
+    return out
+
+
+async def dest_files(cell: Cell) -> dict[str, bytes]:
+    every = await files_below(cell.store, cell.dest)
+    return {k: v for k, v in every.items() if k != "_SUCCESS" and not k.startswith("_temporary/")}
+
+
+async def temp_leftovers(cell: Cell) -> list[str]:
+    return [i.path async for i in cell.store.list(join(cell.dest, "_temporary"), recursive=True)]
+
+
+async def success_job(cell: Cell) -> str | None:
+    """Job id in a successful ``_SUCCESS`` (None: absent or not successful)."""
+    try:
+        data = await cell.store.get(join(cell.dest, "_SUCCESS"))
+    except AmcommitError:
+        return None
+    s = decode_success(data, name="_SUCCESS")
+    return s.job_id if s.success else None
+
+
+async def check_outside(cell: Cell) -> None:
+    assert await files_below(cell.store, cell.outside) == dict(OUTSIDE), "files outside the destination changed"
+
+
+async def check_final(cell: Cell, want: oracle.Expected, job: Job) -> None:
+    """After a success or an abort: exact destination, no _temporary, _SUCCESS iff success."""
+    got = await dest_files(cell)
+    assert_listing(got, want.dest)
+    assert await temp_leftovers(cell) == [], "_temporary leftovers"
+    assert (await success_job(cell)) == (job.job_id if want.success else None), "_SUCCESS"
+    await check_outside(cell)
+
+
+def assert_listing(got: dict[str, bytes], want: dict[str, bytes]) -> None:
+    lost = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    wrong = sorted(k for k in set(got) & set(want) if got[k] != want[k])
+    assert not (lost or extra or wrong), f"lost {lost}, extra {extra}, wrong bytes {wrong}"
+
+
+async def check_job_kept(cell: Cell, job: Job) -> None:
+    """The refused job's manifests and winning task output are all still there."""
+    layout = cell.layout(job)
+    manifests = [i.path async for i in cell.store.list(layout.manifests_dir, recursive=False) if not i.is_dir]
+    assert manifests, "the job's manifests are gone after a failed commit (issue 11 item 4)"
+    for t, a, files in oracle.winners(job):
+        _, ta = task_ids(job.job_id, t, a)
+        got = await files_below(cell.store, layout.task_attempt_dir(ta))
+        assert got == dict(files), f"task output of {ta} changed or gone after a failed commit"
+
+
+# -- actions ------------------------------------------------------------------------------------
+def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
+    """Run commit/abort of ``job`` in a child that must die by SIGKILL at ``kill``."""
+    spec = {
+        "backend": cell.info,
+        "op": op,
+        "dest": cell.dest,
+        "job_id": job.job_id,
+        "mode": job.mode,
+        "kill": kill,
+        "config": CONFIG | {"delete_target_files": job.delete_target_files},
+    }
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), *sys.path]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.matrix.kill_child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=str(ROOT),
+    )
+    assert proc.returncode == -signal.SIGKILL, (
+        f"{op} child was not killed at {kill} (exit {proc.returncode}): {proc.stdout.strip()} {proc.stderr[-2000:]}"
+    )
+
+
+async def commit(cell: Cell, job: Job, store: Store | None = None, **more: Any) -> JobReport:
+    cfg = config(job.mode, delete_target_files=job.delete_target_files, **more)
+    return await commit_job(store or cell.store, cell.dest, job.job_id, config=cfg)
+
+
+async def abort(cell: Cell, job: Job) -> None:
+    await abort_job(cell.store, cell.dest, job.job_id, config=config(job.mode))
+
+
+async def expect_commit(cell: Cell, job: Job, store: Store | None = None, **more: Any) -> None:
+    """Commit (maybe through a faulty store) and check the outcome against the oracle."""
+    old = dict(cell.sc.old)
+    want = oracle.expect_commit(old, job)
+    err: AmcommitError | None = None
+    try:
+        report = await commit(cell, job, store, **more)
+        assert report.success
+    except AmcommitError as e:
+        err = e
+    if want.refused is None:
+        assert err is None, f"commit failed: {type(err).__name__}: {err}"
+        await check_final(cell, want, job)
+        return
+    assert err is not None, f"commit succeeded although {want.refused}"
+    assert "\n" not in str(err), "error message is not one line"
+    assert_listing(await dest_files(cell), old)
+    assert await success_job(cell) is None
+    await check_outside(cell)
+    await check_job_kept(cell, job)
+    await abort(cell, job)
+    await check_final(cell, oracle.Expected(old, False), job)
+
+
+class PeriodicRule(FaultRule):
+    """Fires on every ``period``-th matching call: a deterministic 1/period storm."""
+
+    period: int = 5
+
+    def fire(self, rng: Any) -> bool:
+        self.matched += 1
+        if self.matched % self.period == 0:
+            self.fired += 1
+            return True
+        return False
+
+
+async def run_store_faults(cell: Cell, job: Job) -> None:
+    faulty = FaultyStore(cell.store, seed=7)
+    if cell.sc.fault.rule == "throttle":
+        faulty.add(PeriodicRule("throttle", retry_after=0.0))
+    else:
+        faulty.add(PeriodicRule("lost_response", frozenset({"put", "rename", "delete", "mkdirs"})))
+    await expect_commit(cell, job, faulty, io_threads=1, load_threads=1)
+    assert sum(faulty.injected.values()) > 0, "no fault was injected"
+
+
+async def run_http_faults(cell: Cell, job: Job) -> None:
+    statuses = (503,) if cell.backend in ("blob", "dfs") else (429, 503)
+    with ChaosProxy(cell.info["endpoint"], cell.sc.fault.rule, statuses=statuses) as proxy:
+        store = open_store(via(cell.info, proxy.url))
+        try:
+            proxy.armed = True
+            await expect_commit(cell, job, store)
+            proxy.armed = False
+        finally:
+            proxy.armed = False
+            await store.aclose()
+        assert sum(proxy.counts.values()) > 0, "no fault was injected"
+
+
+async def run_kill(cell: Cell, job: Job) -> None:
+    f, sc = cell.sc.fault, cell.sc
+    run_child(cell, "commit", job, cell.fill(f.kill))
+    if f.abort_kill is not None:
+        run_child(cell, "abort", job, cell.fill(f.abort_kill))
+    old = dict(sc.old)
+    if sc.then == "resume":
+        report = await commit(cell, job)
+        assert report.success
+        await check_final(cell, oracle.expect_commit(old, job), job)
+    else:
+        await abort(cell, job)
+        want = oracle.expect_abort(old, job, f.past_no_return)
+        await check_final(cell, want, job)
+        await abort(cell, job)  # idempotent
+        await check_final(cell, want, job)
+
+
+# -- hostile manifests --------------------------------------------------------------------------
+async def tamper(cell: Cell, job: Job) -> None:
+    s, layout, rule = cell.store, cell.layout(job), cell.sc.fault.rule
+    task, _ = task_ids(job.job_id, 0, 0)
+    path = layout.manifest_path(task)
+    raw = await s.get(path)
+    m = json.loads(raw)
+    f0 = next(f for f in m["files"] if f["d"].endswith("/p=1/a.bin"))
+    d_root = f0["d"][: -len("p=1/a.bin")]
+    if rule == "corrupt":
+        data = raw[: len(raw) // 2]
+    else:
+        if rule == "foreign":
+            m["jobId"] = "202611239999_0099"
+        elif rule == "traversing":
+            f0["d"] = d_root + "../outside/secret.bin"
+        elif rule == "outside-source":
+            f0["s"] = path_to_uri(s.root_uri, join(cell.outside, "secret.bin"))
+            f0["z"] = len(OUTSIDE["secret.bin"])
+            f0["e"] = ""
+        elif rule == "nul":
+            f0["d"] = d_root + "p=1/a%00b.bin"
+        elif rule == "huge-size":
+            f0["z"] = 10**30
+        elif rule == "dir-source":
+            f0["s"] = f0["s"][: -len("/a.bin")]
+            f0["e"] = ""
+        elif rule == "trailing-slash":
+            f0["d"] = d_root + "p=1/"
+        data = json.dumps(m, ensure_ascii=False).encode()
+        if rule == "deep":
+            data = data[:-1] + b', "deep": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    await s.put(path, data)
+
+
+# -- concurrent jobs ----------------------------------------------------------------------------
+async def run_concurrent(cell: Cell) -> None:
+    """Job B commits in a thread (own loop and store) and pauses after its first rename
+    until job A's commit (in this loop) has finished, or 3 s (a B holding a lock that A
+    waits for must go on); then both results must equal one serial order."""
+    a, b = cell.sc.jobs
+    paused, a_done = threading.Event(), threading.Event()
+    results: dict[str, BaseException | None] = {}
+
+    def progress(p: Progress) -> None:
+        if p.stage == "rename_files" and p.phase == "progress" and p.done >= 1 and not paused.is_set():
+            paused.set()
+            a_done.wait(timeout=3.0)
+
+    def thread_b() -> None:
+        async def go() -> None:
+            store = open_store(cell.info)
+            try:
+                await commit_job(store, cell.dest, b.job_id, config=config(b.mode), progress=progress)
+            finally:
+                await store.aclose()
+
+        try:
+            anyio.run(go)
+            results[b.job_id] = None
+        except BaseException as e:
+            results[b.job_id] = e
+        finally:
+            paused.set()
+
+    th = threading.Thread(target=thread_b, name="matrix-job-b")
+    th.start()
+    await anyio.to_thread.run_sync(paused.wait, 30.0)
+    try:
+        await commit(cell, a)
+        results[a.job_id] = None
+    except AmcommitError as e:
+        results[a.job_id] = e
+    finally:
+        a_done.set()
+    await anyio.to_thread.run_sync(th.join, 60.0)
+    ok = [j for j in (a, b) if results.get(j.job_id) is None]
+    failed = [j for j in (a, b) if results.get(j.job_id) is not None]
+    assert ok, f"both concurrent commits failed: {results}"
+    for j in failed:
+        assert isinstance(results[j.job_id], AmcommitError), f"{j.job_id}: {results[j.job_id]!r}"
+        await abort(cell, j)
+    got = await dest_files(cell)
+    allowed = oracle.serial_outcomes(cell.sc.old, ok)
+    assert got in allowed, (
+        f"not the result of a serial order of {[j.job_id for j in ok]}: "
+        + "; ".join(f"vs order {i}: {_diff(got, w)}" for i, w in enumerate(allowed))
+    )
+    assert await temp_leftovers(cell) == [], "_temporary leftovers"
+    await check_outside(cell)
+
+
+def _diff(got: dict[str, bytes], want: dict[str, bytes]) -> str:
+    return (
+        f"lost {sorted(set(want) - set(got))} extra {sorted(set(got) - set(want))} "
+        f"wrong {sorted(k for k in set(got) & set(want) if got[k] != want[k])}"
+    )
+
+
+# -- entry point --------------------------------------------------------------------------------
+async def run_cell(cell: Cell) -> None:
+    await setup(cell)
+    kind = cell.sc.fault.kind
+    job = cell.sc.jobs[0]
+    if kind == "none":
+        await expect_commit(cell, job)
+    elif kind == "kill":
+        await run_kill(cell, job)
+    elif kind == "store":
+        await run_store_faults(cell, job)
+    elif kind == "http":
+        await run_http_faults(cell, job)
+    elif kind == "manifest":
+        await tamper(cell, job)
+        old = dict(cell.sc.old)
+        try:
+            await commit(cell, job)
+        except AmcommitError as e:
+            assert "\n" not in str(e), "error message is not one line"
+        else:
+            raise AssertionError("a hostile manifest was committed")
+        assert_listing(await dest_files(cell), old)
+        await check_outside(cell)
+        await check_job_kept(cell, job)
+        await abort(cell, job)
+        await check_final(cell, oracle.Expected(old, False), job)
+    elif kind == "concurrent":
+        await run_concurrent(cell)
+    else:
+        raise ValueError(kind)
+
+
+__all__ = ["Cell", "run_cell"]
