@@ -15,14 +15,11 @@ process (tests.matrix.kill_child) opened from the same info. Checks, for every s
 from __future__ import annotations
 
 import json
-import os
+import multiprocessing
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,13 +32,12 @@ from amcommit.manifest import decode_success
 from amcommit.store.base import Store, join, relative_to
 from amcommit.store.faulty import FaultRule, FaultyStore
 from amcommit.uris import path_to_uri
-from tests.matrix import oracle
+from tests.matrix import kill_child, oracle
 from tests.matrix.chaos_proxy import ChaosProxy
 from tests.matrix.oracle import Job
 from tests.matrix.scenarios import OUTSIDE, Scenario
 from tests.matrix.stores import BackendInfo, open_store, via
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"io_threads": 4, "retry_base_delay": 0.005, "retry_max_delay": 0.1}
 """Committer options of every commit/abort of the matrix (small pools, fast retries)."""
 
@@ -173,8 +169,13 @@ async def check_job_kept(cell: Cell, job: Job) -> None:
 
 
 # -- actions ------------------------------------------------------------------------------------
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(["tests.matrix.kill_child"])
+
+
 def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
-    """Run commit/abort of ``job`` in a child that must die by SIGKILL at ``kill``."""
+    """Run commit/abort of ``job`` in a child process (forked from a fork server that has
+    imported everything) that must die by SIGKILL at ``kill``."""
     spec = {
         "backend": cell.info,
         "op": op,
@@ -184,18 +185,13 @@ def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
         "kill": kill,
         "config": CONFIG | {"delete_target_files": job.delete_target_files},
     }
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), *sys.path]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.matrix.kill_child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=str(ROOT),
-    )
-    assert proc.returncode == -signal.SIGKILL, (
-        f"{op} child was not killed at {kill} (exit {proc.returncode}): {proc.stdout.strip()} {proc.stderr[-2000:]}"
-    )
+    proc = _FORKS.Process(target=kill_child.run_spec, args=(json.dumps(spec),), name=f"matrix-{op}")
+    proc.start()
+    proc.join(120)
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
+    assert proc.exitcode == -signal.SIGKILL, f"{op} child was not killed at {kill} (exit {proc.exitcode})"
 
 
 async def commit(cell: Cell, job: Job, store: Store | None = None, **more: Any) -> JobReport:
@@ -323,8 +319,8 @@ async def tamper(cell: Cell, job: Job) -> None:
 
 # -- concurrent jobs ----------------------------------------------------------------------------
 async def run_concurrent(cell: Cell) -> None:
-    """Job B commits in a thread (own loop and store) and pauses after its first rename
-    until job A's commit (in this loop) has finished, or 3 s (a B holding a lock that A
+    """Job B commits in a thread (own loop and store, one rename at a time) and pauses
+    after its first rename until job A's commit (in this loop) has finished, or 3 s (a B holding a lock that A
     waits for must go on); then both results must equal one serial order."""
     a, b = cell.sc.jobs
     paused, a_done = threading.Event(), threading.Event()
@@ -339,7 +335,7 @@ async def run_concurrent(cell: Cell) -> None:
         async def go() -> None:
             store = open_store(cell.info)
             try:
-                await commit_job(store, cell.dest, b.job_id, config=config(b.mode), progress=progress)
+                await commit_job(store, cell.dest, b.job_id, config=config(b.mode, io_threads=1), progress=progress)
             finally:
                 await store.aclose()
 
