@@ -14,6 +14,7 @@ double and fake-gcs-server. ``armed`` is False until the runner starts the fault
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 import threading
@@ -28,7 +29,13 @@ _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive
 
 class ChaosProxy:
     def __init__(
-        self, upstream: str, kind: str, *, rate: float = 0.2, statuses: tuple[int, ...] = (429, 503), seed: int = 11
+        self,
+        upstream: str,
+        kind: str,
+        *,
+        rate: float = 0.2,
+        statuses: tuple[int, ...] = (429, 503),
+        seed: int = 11,
     ) -> None:
         if kind not in ("throttle", "lose", "reset"):
             raise ValueError(f"unknown fault kind {kind!r}")
@@ -99,8 +106,15 @@ class ChaosProxy:
                 status=status,
                 headers={"Retry-After": "0", "x-ms-error-code": "ServerBusy"},
                 content_type="application/json",
-                text='{"error": {"code": %d, "message": "injected throttling", "errors": [{"reason": "rateLimitExceeded"}]}}'
-                % status,
+                text=json.dumps(
+                    {
+                        "error": {
+                            "code": status,
+                            "message": "injected throttling",
+                            "errors": [{"reason": "rateLimitExceeded"}],
+                        }
+                    }
+                ),
             )
         if fault and self.kind == "reset":
             with self._lock:

@@ -64,7 +64,13 @@ def matrix_dfs(adls_server: Any) -> Iterator[BackendInfo]:
 def matrix_gcs_double(gcs_double: Any) -> BackendInfo:
     bucket = f"amc-m{uuid.uuid4().hex[:14]}"
     gcs_double.create_bucket(bucket)
-    return {"kind": "gcs", "endpoint": gcs_double.url, "bucket": bucket, "use_move": True, "verify_preconditions": False}
+    return {
+        "kind": "gcs",
+        "endpoint": gcs_double.url,
+        "bucket": bucket,
+        "use_move": True,
+        "verify_preconditions": False,
+    }
 
 
 @pytest.fixture
@@ -96,7 +102,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             outcome = report.outcome
             reason = ""
             if report.failed:
-                reason = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message)  # type: ignore[union-attr]
+                reason = str(
+                    getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
+                )  # type: ignore[union-attr]
         _results[f"{scenario}|{backend}"] = {
             "scenario": scenario,
             "backend": backend,

@@ -11,7 +11,9 @@ Rule kinds (``nth`` counts matches from 1; default 1):
 * ``{"type": "http", "method": M, "url": GLOB, "header": H, "nth": N}``: right after the
   answer of the N-th HTTP request with method M whose percent-decoded URL matches GLOB (and
   which carries request header H, if given) has arrived: between the requests of one store
-  operation, e.g. after the copy of a copy+delete rename and before its delete.
+  operation, e.g. after the copy of a copy+delete rename and before its delete. Installed
+  through ``tests.crash.kill.install_request_killer`` (branch ``recover``) when present,
+  else through an equivalent minimal aiohttp TraceConfig here.
 
 :func:`arm` installs a rule in the current process and returns the store to use and the
 progress callback to pass to commit_job / abort_job.
@@ -59,6 +61,22 @@ class _KillAfterStore(FaultyStore):
 
 
 def _install_http(rule: KillRule) -> None:
+    """Through tests/crash (branch ``recover``: its ``install_request_killer`` takes a regex)
+    when that package is there; else through the minimal TraceConfig below."""
+    try:
+        from tests.crash.kill import install_request_killer  # type: ignore[import-not-found]
+    except ImportError:
+        pass
+    else:
+        crash_rule = {
+            "method": rule["method"],
+            "url": fnmatch.translate(rule["url"]),
+            "nth": rule.get("nth", 1),
+        }
+        if rule.get("header"):
+            crash_rule["header"] = rule["header"]
+        install_request_killer([crash_rule])
+        return
     seen = 0
 
     async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
@@ -84,7 +102,9 @@ def _install_http(rule: KillRule) -> None:
     aiohttp.ClientSession.__init__ = init  # type: ignore[method-assign]
 
 
-def arm(rule: KillRule | None, store_factory: Callable[[], Store]) -> tuple[Store, Callable[[Progress], None]]:
+def arm(
+    rule: KillRule | None, store_factory: Callable[[], Store]
+) -> tuple[Store, Callable[[Progress], None]]:
     """Install ``rule`` in this process (before the store's session exists)."""
     kind = None if rule is None else rule["type"]
     if kind == "http":

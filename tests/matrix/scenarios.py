@@ -33,7 +33,11 @@ T0_DISJOINT: Files = {"p=1/a.bin": b"new a", "p=3/c.bin": b"new c"}
 
 ODD = "a b%20+#é中😀"
 """Space, a literal '%20', '+', '#', non-ASCII letters and an emoji in one name."""
-OLD_ODD: Files = {f"p={ODD}/same {ODD}.bin": b"old odd same", f"p={ODD}/old {ODD}.bin": b"old odd", "k=ü/x.bin": b"old u"}
+OLD_ODD: Files = {
+    f"p={ODD}/same {ODD}.bin": b"old odd same",
+    f"p={ODD}/old {ODD}.bin": b"old odd",
+    "k=ü/x.bin": b"old u",
+}
 NEW_ODD_0: Files = {f"p={ODD}/same {ODD}.bin": b"new odd same", f"p={ODD}/new #1+.bin": b"new odd 1"}
 NEW_ODD_1: Files = {f"q=%41 😀/{ODD}.bin": b"new odd 2", f"p={ODD}/sp ace.bin": b"new odd 3"}
 
@@ -41,7 +45,9 @@ OUTSIDE: Files = {"secret.bin": b"outside, must stay"}
 """Files next to the destination (``$base/outside``) that no scenario may touch."""
 
 
-def job(mode: str, *tasks: Files | tuple[Attempt, ...], job_id: str = JOB, delete_target_files: bool = False) -> Job:
+def job(
+    mode: str, *tasks: Files | tuple[Attempt, ...], job_id: str = JOB, delete_target_files: bool = False
+) -> Job:
     norm = tuple(t if isinstance(t, tuple) else (Attempt(t),) for t in tasks)
     return Job(job_id, mode, norm, delete_target_files)
 
@@ -90,6 +96,20 @@ def between_copy_and_delete(dst: str, what: str) -> dict[str, Any]:
     }
 
 
+I1 = "issue 11 item 1: concurrent commits into one destination lose files"
+I2 = "issue 11 item 2: a move-aside/restore cut between copy and delete is not recognised"
+I3 = "issue 11 item 3: rollback cannot restore a file where the job made a directory"
+I4 = "issue 11 item 4: a failed commit deletes the job"
+I7 = "issue 11 item 7: the engine does not retry its bookkeeping"
+I9 = "issue 11 item 9: a hostile manifest passes validation"
+ALL: dict[str, str] = {}
+
+
+def on(reason: str, *backends: str) -> dict[str, str]:
+    """xfail ``reason`` on ``backends`` (none: every backend)."""
+    return {b: reason for b in backends} if backends else {"*": reason}
+
+
 FLAT = {
     "blob": "flat namespace: a file and a directory of one name coexist",
     "gcs-double": "flat namespace: a file and a directory of one name coexist",
@@ -112,10 +132,26 @@ STAGE_POINTS = [
 SCENARIOS: list[Scenario] = [
     # -- modes, no fault ---------------------------------------------------------------------
     Scenario("append", "append new names", OLD, (job("append", T0_DISJOINT, T1),)),
-    Scenario("append-conflict", "append meets an existing name: refused, job kept", OLD, (job("append", T0, T1),)),
-    Scenario("append-replace-target", "append, delete_target_files", OLD, (job("append", T0, T1, delete_target_files=True),)),
+    Scenario(
+        "append-conflict",
+        "append meets an existing name: refused, job kept",
+        OLD,
+        (job("append", T0, T1),),
+        xfail=on(I4),
+    ),
+    Scenario(
+        "append-replace-target",
+        "append, delete_target_files",
+        OLD,
+        (job("append", T0, T1, delete_target_files=True),),
+    ),
     Scenario("fail-refused", "mode fail, partition holds files: refused", OLD, (job("fail", T0, T1),)),
-    Scenario("fail-empty", "mode fail, new partitions only", OLD, (job("fail", {"p=4/x.bin": b"x"}, {"p=5/y.bin": b"y"}),)),
+    Scenario(
+        "fail-empty",
+        "mode fail, new partitions only",
+        OLD,
+        (job("fail", {"p=4/x.bin": b"x"}, {"p=5/y.bin": b"y"}),),
+    ),
     Scenario("replace", "replace written partitions", OLD, (REPLACE,)),
     Scenario("overwrite", "overwrite the destination", OLD, (job("overwrite", T0, T1),)),
     # -- task attempts -------------------------------------------------------------------------
@@ -146,8 +182,18 @@ SCENARIOS: list[Scenario] = [
         "resume",
     ),
     # -- odd names -------------------------------------------------------------------------------
-    Scenario("odd-append", "space % + # unicode emoji, append", OLD_ODD, (job("append", {f"p={ODD}/new #1+.bin": b"n"}, NEW_ODD_1),)),
-    Scenario("odd-replace", "odd names, replace (move-aside of an odd name)", OLD_ODD, (job("replace", NEW_ODD_0, NEW_ODD_1),)),
+    Scenario(
+        "odd-append",
+        "space % + # unicode emoji, append",
+        OLD_ODD,
+        (job("append", {f"p={ODD}/new #1+.bin": b"n"}, NEW_ODD_1),),
+    ),
+    Scenario(
+        "odd-replace",
+        "odd names, replace (move-aside of an odd name)",
+        OLD_ODD,
+        (job("replace", NEW_ODD_0, NEW_ODD_1),),
+    ),
     Scenario(
         "odd-kill-resume",
         "odd names, killed mid-rename, resumed",
@@ -188,7 +234,9 @@ SCENARIOS += [
         "commit killed mid-rename; abort killed after its first delete; abort again",
         OLD,
         (REPLACE,),
-        Fault("kill", P("rename_files:end"), abort_kill={"type": "store", "op": "delete", "path": "{dest}/p=*"}),
+        Fault(
+            "kill", P("rename_files:end"), abort_kill={"type": "store", "op": "delete", "path": "{dest}/p=*"}
+        ),
         "abort",
     ),
     Scenario(
@@ -223,6 +271,7 @@ SCENARIOS += [
         (REPLACE,),
         Fault("kill", between_copy_and_delete("{trash}/p=1/same.bin", "move-aside")),
         "resume",
+        xfail=on(I2, "blob", "gcs-fake"),
     ),
     Scenario(
         "kill-moveaside-abort",
@@ -231,14 +280,20 @@ SCENARIOS += [
         (REPLACE,),
         Fault("kill", between_copy_and_delete("{trash}/p=1/same.bin", "move-aside")),
         "abort",
+        xfail=on(I2, "blob", "gcs-fake"),
     ),
     Scenario(
         "kill-restore-abort",
         "abort killed inside a restore (copy done, delete not), abort again",
         OLD,
         (REPLACE,),
-        Fault("kill", P("rename_files:end"), abort_kill=between_copy_and_delete("{dest}/p=1/same.bin", "restore")),
+        Fault(
+            "kill",
+            P("rename_files:end"),
+            abort_kill=between_copy_and_delete("{dest}/p=1/same.bin", "restore"),
+        ),
         "abort",
+        xfail=on(I2, "blob", "gcs-fake"),
     ),
     Scenario(
         "file-in-dir-way-abort",
@@ -248,26 +303,66 @@ SCENARIOS += [
         Fault("kill", P("rename_files:end")),
         "abort",
         skip=FLAT,
+        xfail=on(I3, "local", "dfs"),
     ),
     # -- throttling storms, lost answers, connection resets ------------------------------------
-    Scenario("throttle-store", "every 5th store call throttled (engine level)", OLD, (REPLACE,), Fault("store", rule="throttle")),
-    Scenario("lost-store", "every 5th mutation's answer lost (engine level)", OLD, (REPLACE,), Fault("store", rule="lost")),
-    Scenario("throttle-http", "20% of requests answered 429/503", OLD, (REPLACE,), Fault("http", rule="throttle"), skip=NO_HTTP),
-    Scenario("lost-http", "20% of answers lost (done, connection dropped)", OLD, (REPLACE,), Fault("http", rule="lose"), skip=NO_HTTP),
-    Scenario("reset-http", "20% of connections reset before the request", OLD, (REPLACE,), Fault("http", rule="reset"), skip=NO_HTTP),
+    Scenario(
+        "throttle-store",
+        "every 5th store call throttled (engine level)",
+        OLD,
+        (REPLACE,),
+        Fault("store", rule="throttle"),
+        xfail=on(I7),
+    ),
+    Scenario(
+        "lost-store",
+        "every 5th mutation's answer lost (engine level)",
+        OLD,
+        (REPLACE,),
+        Fault("store", rule="lost"),
+        xfail=on(I7, "blob", "gcs-double", "gcs-fake"),
+    ),
+    Scenario(
+        "throttle-http",
+        "20% of requests answered 429/503",
+        OLD,
+        (REPLACE,),
+        Fault("http", rule="throttle"),
+        skip=NO_HTTP,
+        xfail=on(I7, "gcs-double", "gcs-fake"),
+    ),
+    Scenario(
+        "lost-http",
+        "20% of answers lost (done, connection dropped)",
+        OLD,
+        (REPLACE,),
+        Fault("http", rule="lose"),
+        skip=NO_HTTP,
+    ),
+    Scenario(
+        "reset-http",
+        "20% of connections reset before the request",
+        OLD,
+        (REPLACE,),
+        Fault("http", rule="reset"),
+        skip=NO_HTTP,
+        xfail=on(I7, "gcs-fake"),
+    ),
     # -- hostile manifests: refused before any rename -----------------------------------------
     *(
-        Scenario(f"manifest-{r}", f"manifest: {d}; refused", OLD, (REPLACE,), Fault("manifest", rule=r))
-        for r, d in [
-            ("corrupt", "truncated JSON"),
-            ("foreign", "another job's id"),
-            ("traversing", "destination '../outside/secret.bin'"),
-            ("outside-source", "source outside the attempt directory"),
-            ("nul", "NUL ('%00') in a destination"),
-            ("huge-size", "size 10**30"),
-            ("deep", "nested 200,000 levels"),
-            ("dir-source", "a directory as source"),
-            ("trailing-slash", "destination ending in '/'"),
+        Scenario(
+            f"manifest-{r}", f"manifest: {d}; refused", OLD, (REPLACE,), Fault("manifest", rule=r), xfail=x
+        )
+        for r, d, x in [
+            ("corrupt", "truncated JSON", ALL),
+            ("foreign", "another job's id", ALL),
+            ("traversing", "destination '../outside/secret.bin'", ALL),
+            ("outside-source", "source outside the attempt directory", ALL),
+            ("nul", "NUL ('%00') in a destination", on(I9)),
+            ("huge-size", "size 10**30", on(I9)),
+            ("deep", "nested 200,000 levels", on(I9)),
+            ("dir-source", "a directory as source", on(I9)),
+            ("trailing-slash", "destination ending in '/'", on(I9)),
         ]
     ),
     # -- concurrent jobs into one destination ------------------------------------------------------
@@ -284,13 +379,18 @@ SCENARIOS += [
         OLD,
         (job("overwrite", T0_DISJOINT), job("append", T1, {"p=2/e.bin": b"new e"}, job_id=JOB_B)),
         Fault("concurrent"),
+        xfail=on(I1),
     ),
     Scenario(
         "concurrent-replace-replace",
         "two replaces of one partition",
         OLD,
-        (job("replace", T0), job("replace", {"p=1/same.bin": b"B same", "p=1/f.bin": b"B f"}, T1, job_id=JOB_B)),
+        (
+            job("replace", T0),
+            job("replace", {"p=1/same.bin": b"B same", "p=1/f.bin": b"B f"}, T1, job_id=JOB_B),
+        ),
         Fault("concurrent"),
+        xfail=on(I1),
     ),
     Scenario(
         "concurrent-overwrite-overwrite",
@@ -298,6 +398,7 @@ SCENARIOS += [
         OLD,
         (job("overwrite", T0), job("overwrite", {"p=5/g.bin": b"B g"}, T1, job_id=JOB_B)),
         Fault("concurrent"),
+        xfail=on(I1),
     ),
 ]
 
