@@ -75,7 +75,10 @@ class ChaosProxy:
 
     async def _start(self) -> None:
         self._session = aiohttp.ClientSession(
-            auto_decompress=False, skip_auto_headers=("Content-Type", "User-Agent", "Accept-Encoding")
+            # shorter than Azurite's 5 s idle timeout: no reset of a reused upstream connection
+            connector=aiohttp.TCPConnector(keepalive_timeout=2.0),
+            auto_decompress=False,
+            skip_auto_headers=("Content-Type", "User-Agent", "Accept-Encoding"),
         )
         app = web.Application(client_max_size=1024**3)
         app.router.add_route("*", "/{tail:.*}", self._handle)

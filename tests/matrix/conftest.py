@@ -4,8 +4,9 @@ session's emulators) and the hook that records every cell's result for the table
 from __future__ import annotations
 
 import json
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,41 @@ def matrix_gcs_fake(fake_gcs: Any) -> BackendInfo:
     bucket = f"amc-m{uuid.uuid4().hex[:14]}"
     fake_gcs.create_bucket(bucket)
     return {"kind": "gcs", "endpoint": fake_gcs.url, "bucket": bucket}
+
+
+@pytest.fixture
+def matrix_sdk_list(
+    request: pytest.FixtureRequest,
+) -> Callable[[str, BackendInfo], Callable[[str], dict[str, int]]]:
+    """``(backend, info) -> list(prefix) -> {store path: size}`` through the official SDK
+    (os.walk for local files): an oracle independent of amcommit's own listing."""
+
+    def make(backend: str, info: BackendInfo) -> Callable[[str], dict[str, int]]:
+        if backend == "local":
+            root = Path(info["root"])
+
+            def walk(prefix: str) -> dict[str, int]:
+                out = {}
+                for d, _dirs, files in os.walk(root / prefix):
+                    for f in files:
+                        p = Path(d) / f
+                        out[p.relative_to(root).as_posix()] = p.stat().st_size
+                return out
+
+            return walk
+        if backend == "blob":
+            from tests.plugins.azure_backends import _blob_oracle
+
+            return _blob_oracle(request.getfixturevalue("azurite"), info["container"])["sdk_list"]  # type: ignore[return-value]
+        if backend == "dfs":
+            from tests.plugins.azure_backends import _dfs_oracle
+
+            return _dfs_oracle(request.getfixturevalue("adls_server"), info["container"])["sdk_list"]  # type: ignore[return-value]
+        sdk = request.getfixturevalue("gcs_double_sdk" if backend == "gcs-double" else "fake_gcs_sdk")
+        bucket = sdk.bucket(info["bucket"])
+        return lambda d: {b.name: b.size for b in bucket.list_blobs(prefix=d + "/")}
+
+    return make
 
 
 # -- results for the table -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import multiprocessing
 import signal
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,9 @@ class Cell:
     backend: str
     info: BackendInfo
     store: Store
+    sdk_list: Callable[[str], dict[str, int]] | None = None
+    """Independent oracle: every file below a directory (store path -> size), read with the
+    official SDK (os.walk for local files); blocking, called in a worker thread."""
     base: str = field(default_factory=lambda: f"m-{uuid.uuid4().hex[:10]}")
 
     @property
@@ -161,6 +165,20 @@ async def check_final(cell: Cell, want: oracle.Expected, job: Job) -> None:
     assert await temp_leftovers(cell) == [], "_temporary leftovers"
     assert (await success_job(cell)) == (job.job_id if want.success else None), "_SUCCESS"
     await check_outside(cell)
+    await check_with_sdk(cell, want.dest, want.success)
+
+
+async def check_with_sdk(cell: Cell, want: dict[str, bytes], success: bool) -> None:
+    """The destination as the official SDK lists it: exactly the expected names and sizes
+    (plus ``_SUCCESS``), nothing under ``_temporary``."""
+    if cell.sdk_list is None:
+        return
+    listed = await anyio.to_thread.run_sync(cell.sdk_list, cell.dest)
+    got = {relative_to(p, cell.dest): size for p, size in listed.items()}
+    expected = {rel: len(d) for rel, d in want.items()}
+    if success:
+        expected["_SUCCESS"] = got.get("_SUCCESS", -1)
+    assert got == expected, f"SDK listing differs: {sorted(set(got) ^ set(expected))} or sizes"
 
 
 def assert_listing(got: dict[str, bytes], want: dict[str, bytes]) -> None:
@@ -342,8 +360,11 @@ async def run_concurrent(cell: Cell) -> None:
     paused, a_done = threading.Event(), threading.Event()
     results: dict[str, BaseException | None] = {}
 
+    held = threading.Event()
+
     def progress(p: Progress) -> None:
         if p.stage == "rename_files" and p.phase == "progress" and p.done >= 1 and not paused.is_set():
+            held.set()
             paused.set()
             a_done.wait(timeout=3.0)
 
@@ -376,6 +397,7 @@ async def run_concurrent(cell: Cell) -> None:
     finally:
         a_done.set()
     await anyio.to_thread.run_sync(th.join, 60.0)
+    assert held.is_set() or results.get(b.job_id) is not None, "job B never reached its pause"
     ok = [j for j in (a, b) if results.get(j.job_id) is None]
     failed = [j for j in (a, b) if results.get(j.job_id) is not None]
     assert ok, f"both concurrent commits failed: {results}"

@@ -31,11 +31,12 @@ CELLS = [
 @pytest.mark.parametrize(("sc", "backend"), CELLS)
 def test_matrix(sc: Scenario, backend: str, request: pytest.FixtureRequest) -> None:
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    sdk_list = request.getfixturevalue("matrix_sdk_list")(backend, info)
 
     async def go() -> None:
         store = open_store(info)
         try:
-            await run_cell(Cell(sc, backend, info, store))
+            await run_cell(Cell(sc, backend, info, store, sdk_list))
         finally:
             await store.aclose()
 
