@@ -134,6 +134,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             longrepr: Any = report.longrepr
             reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
             reason = reason.removeprefix("Skipped: ")
+        elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+            outcome = "xpass"
+            reason = str(report.longrepr).removeprefix("[XPASS(strict)]").strip()
         else:
             outcome = report.outcome
             reason = ""

@@ -214,9 +214,11 @@ def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
         "job_id": job.job_id,
         "mode": job.mode,
         "kill": kill,
-        # one file operation at a time: a kill at a progress event is then a clean boundary
-        # (no other rename half done); the rename-kind rules cut inside one rename on purpose
-        "config": CONFIG | {"io_threads": 1, "delete_target_files": job.delete_target_files},
+        # one manifest and one file operation at a time: a kill at a progress event is then
+        # a clean boundary (no other rename half done) and the renames run in spool order
+        # (task 0's files sorted, then task 1's); the rename-kind rules cut inside one rename on purpose
+        "config": CONFIG
+        | {"io_threads": 1, "load_threads": 1, "delete_target_files": job.delete_target_files},
     }
     proc = _FORKS.Process(target=kill_child.run_spec, args=(json.dumps(spec),), name=f"matrix-{op}")
     proc.start()
