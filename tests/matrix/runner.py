@@ -18,6 +18,7 @@ import json
 import multiprocessing
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -229,9 +230,15 @@ def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
     assert proc.exitcode == -signal.SIGKILL, f"{op} child was not killed at {kill} (exit {proc.exitcode})"
 
 
-async def commit(cell: Cell, job: Job, store: Store | None = None, **more: Any) -> JobReport:
+async def commit(
+    cell: Cell,
+    job: Job,
+    store: Store | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    **more: Any,
+) -> JobReport:
     cfg = config(job.mode, delete_target_files=job.delete_target_files, **more)
-    return await commit_job(store or cell.store, cell.dest, job.job_id, config=cfg)
+    return await commit_job(store or cell.store, cell.dest, job.job_id, config=cfg, progress=progress)
 
 
 async def abort(cell: Cell, job: Job) -> None:
@@ -356,19 +363,27 @@ async def tamper(cell: Cell, job: Job) -> None:
 # -- concurrent jobs ----------------------------------------------------------------------------
 async def run_concurrent(cell: Cell) -> None:
     """Job B commits in a thread (own loop and store, one rename at a time) and pauses
-    after its first rename until job A's commit (in this loop) has finished, or 3 s (a B holding a lock that A
-    waits for must go on); then both results must equal one serial order."""
+    after its first rename until job A's commit (in this loop) has finished, or A made no
+    progress for 2 s (A waits for a lock that B holds: B must go on); then both results must equal one serial order."""
     a, b = cell.sc.jobs
     paused, a_done = threading.Event(), threading.Event()
     results: dict[str, BaseException | None] = {}
 
     held = threading.Event()
+    a_seen = [time.monotonic()]
+
+    def progress_a(p: Progress) -> None:
+        a_seen[0] = time.monotonic()
 
     def progress(p: Progress) -> None:
         if p.stage == "rename_files" and p.phase == "progress" and p.done >= 1 and not paused.is_set():
             held.set()
             paused.set()
-            a_done.wait(timeout=3.0)
+            # wait for A to finish; if A stops making progress (it waits for a lock that B
+            # holds) for 2 s, go on so that B can finish and release it
+            while not a_done.wait(0.05):
+                if time.monotonic() - a_seen[0] > 2.0:
+                    break
 
     def thread_b() -> None:
         async def go() -> None:
@@ -391,8 +406,9 @@ async def run_concurrent(cell: Cell) -> None:
     th = threading.Thread(target=thread_b, name="matrix-job-b")
     th.start()
     await anyio.to_thread.run_sync(paused.wait, 30.0)
+    a_seen[0] = time.monotonic()
     try:
-        await commit(cell, a)
+        await commit(cell, a, progress=progress_a)
         results[a.job_id] = None
     except AmcommitError as e:
         results[a.job_id] = e
