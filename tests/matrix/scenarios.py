@@ -259,7 +259,7 @@ SCENARIOS += [
     # -- killed between the requests of each rename kind ------------------------------------------
     Scenario(
         "kill-forward-resume",
-        "killed inside a forward rename (copy done, delete not), resumed",
+        "killed inside a forward rename (copy done, delete not; atomic renames: just after), resumed",
         OLD,
         (REPLACE,),
         Fault("kill", between_copy_and_delete("{dest}/p=1/a.bin", "forward")),
@@ -267,7 +267,7 @@ SCENARIOS += [
     ),
     Scenario(
         "kill-forward-abort",
-        "killed inside a forward rename (copy done, delete not), aborted",
+        "killed inside a forward rename (copy done, delete not; atomic renames: just after), aborted",
         OLD,
         (REPLACE,),
         Fault("kill", between_copy_and_delete("{dest}/p=1/a.bin", "forward")),
@@ -275,7 +275,7 @@ SCENARIOS += [
     ),
     Scenario(
         "kill-moveaside-resume",
-        "killed inside a move-aside (copy done, delete not), resumed",
+        "killed inside a move-aside (copy done, delete not; atomic renames: just after), resumed",
         OLD,
         (REPLACE,),
         Fault("kill", between_copy_and_delete("{trash}/p=1/same.bin", "move-aside")),
@@ -284,7 +284,7 @@ SCENARIOS += [
     ),
     Scenario(
         "kill-moveaside-abort",
-        "killed inside a move-aside (copy done, delete not), aborted",
+        "killed inside a move-aside (copy done, delete not; atomic renames: just after), aborted",
         OLD,
         (REPLACE,),
         Fault("kill", between_copy_and_delete("{trash}/p=1/same.bin", "move-aside")),
@@ -293,7 +293,7 @@ SCENARIOS += [
     ),
     Scenario(
         "kill-restore-abort",
-        "abort killed inside a restore (copy done, delete not), abort again",
+        "abort killed inside a restore (copy done, delete not; atomic renames: just after), abort again",
         OLD,
         (REPLACE,),
         Fault(
