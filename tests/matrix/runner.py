@@ -165,8 +165,22 @@ async def check_final(cell: Cell, want: oracle.Expected, job: Job) -> None:
     assert_listing(got, want.dest)
     assert await temp_leftovers(cell) == [], "_temporary leftovers"
     assert (await success_job(cell)) == (job.job_id if want.success else None), "_SUCCESS"
+    if want.success:
+        await check_success_report(cell, job)
     await check_outside(cell)
     await check_with_sdk(cell, want.dest, want.success)
+
+
+async def check_success_report(cell: Cell, job: Job) -> None:
+    """``_SUCCESS`` lists the job's files and counts them as an uninterrupted commit's does
+    (also after a resume: issue 11 item 12)."""
+    s = decode_success(await cell.store.get(join(cell.dest, "_SUCCESS")), name="_SUCCESS")
+    new = oracle.new_files(job)
+    want = sorted(path_to_uri(cell.store.root_uri, join(cell.dest, rel)) for rel in new)
+    assert sorted(s.filenames) == want, f"_SUCCESS filenames {len(s.filenames)} of {len(want)}"
+    assert s.metrics.get("files") == len(new), (
+        f"_SUCCESS metrics.files {s.metrics.get('files')} != {len(new)}"
+    )
 
 
 async def check_with_sdk(cell: Cell, want: dict[str, bytes], success: bool) -> None:
