@@ -38,7 +38,7 @@ from tests.matrix import kill_child, oracle
 from tests.matrix.chaos_proxy import ChaosProxy
 from tests.matrix.oracle import Job
 from tests.matrix.scenarios import OUTSIDE, Scenario
-from tests.matrix.stores import BackendInfo, open_store, via
+from tests.matrix.stores import COPY_RENAME_BACKENDS, BackendInfo, open_store, via
 
 CONFIG = {"io_threads": 4, "retry_base_delay": 0.005, "retry_max_delay": 0.1}
 """Committer options of every commit/abort of the matrix (small pools, fast retries)."""
@@ -78,15 +78,20 @@ class Cell:
             return None
         if "type" not in rule:
             rule = rule.get(self.backend, rule["*"])
+        return {k: self.path(v) if isinstance(v, str) else v for k, v in rule.items()}
+
+    def path(self, template: str) -> str:
+        """A path template of scenarios.py for this run."""
         lay = self.layout(self.sc.jobs[0])
-        subst = {"{dest}": self.dest, "{trash}": lay.trash_dir, "{job}": lay.job_id}
-        out = {}
-        for k, v in rule.items():
-            if isinstance(v, str):
-                for a, b in subst.items():
-                    v = v.replace(a, b)
-            out[k] = v
-        return out
+        subst = {
+            "{dest}": self.dest,
+            "{trash}": lay.trash_dir,
+            "{task0}": lay.task_attempt_dir(task_ids(lay.job_id, 0, 0)[1]),
+            "{job}": lay.job_id,
+        }
+        for a, b in subst.items():
+            template = template.replace(a, b)
+        return template
 
 
 # -- setup ------------------------------------------------------------------------------------
@@ -326,6 +331,9 @@ async def run_kill(cell: Cell, job: Job) -> None:
     run_child(cell, "commit", job, cell.fill(f.kill))
     if f.abort_kill is not None:
         run_child(cell, "abort", job, cell.fill(f.abort_kill))
+    if f.copied is not None and cell.backend in COPY_RENAME_BACKENDS:
+        for template in f.copied:  # the cut fell between the copy and the delete
+            await cell.store.stat(cell.path(template))
     old = dict(sc.old)
     if sc.then == "resume":
         report = await commit(cell, job)

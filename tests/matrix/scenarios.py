@@ -3,7 +3,8 @@
 Each :class:`Scenario` is a setup (old files in the destination, jobs with their task
 attempts), a fault, and what the test process does after it (``then``). The expected
 destination comes from :mod:`tests.matrix.oracle`. Kill rules are templates: ``{dest}``,
-``{trash}`` (the job's trash directory) and ``{job}`` are filled in per run; a dict keyed
+``{trash}`` (the job's trash directory), ``{task0}`` (task 0's first attempt directory) and
+``{job}`` are filled in per run; a dict keyed
 by backend (``"*"``: the others) picks the rule per backend.
 
 ``xfail`` / ``skip``: backend (or ``"*"``) -> reason. An xfail is strict: a scenario that
@@ -64,6 +65,9 @@ class Fault:
     rule: str = ""
     past_no_return: bool = False
     """The commit was killed after its point of no return (abort completes it)."""
+    copied: tuple[str, str] | None = None
+    """(source, destination) templates of a copy+delete rename cut in the middle: on
+    copy-based backends both must exist after the kill (proof of where the cut fell)."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +272,11 @@ SCENARIOS += [
         "killed inside a forward rename (copy done, delete not; atomic renames: just after), resumed",
         OLD,
         (REPLACE,),
-        Fault("kill", between_copy_and_delete("{dest}/p=1/a.bin", "forward")),
+        Fault(
+            "kill",
+            between_copy_and_delete("{dest}/p=1/a.bin", "forward"),
+            copied=("{task0}/p=1/a.bin", "{dest}/p=1/a.bin"),
+        ),
         "resume",
     ),
     Scenario(
@@ -276,7 +284,11 @@ SCENARIOS += [
         "killed inside a forward rename (copy done, delete not; atomic renames: just after), aborted",
         OLD,
         (REPLACE,),
-        Fault("kill", between_copy_and_delete("{dest}/p=1/a.bin", "forward")),
+        Fault(
+            "kill",
+            between_copy_and_delete("{dest}/p=1/a.bin", "forward"),
+            copied=("{task0}/p=1/a.bin", "{dest}/p=1/a.bin"),
+        ),
         "abort",
     ),
     Scenario(
@@ -284,7 +296,11 @@ SCENARIOS += [
         "killed inside a move-aside (copy done, delete not; atomic renames: just after), resumed",
         OLD,
         (REPLACE,),
-        Fault("kill", between_copy_and_delete("{trash}/p=1/same.bin", "move-aside")),
+        Fault(
+            "kill",
+            between_copy_and_delete("{trash}/p=1/same.bin", "move-aside"),
+            copied=("{dest}/p=1/same.bin", "{trash}/p=1/same.bin"),
+        ),
         "resume",
         xfail=on(I2, "blob", "gcs-fake"),
     ),
@@ -293,7 +309,11 @@ SCENARIOS += [
         "killed inside a move-aside (copy done, delete not; atomic renames: just after), aborted",
         OLD,
         (REPLACE,),
-        Fault("kill", between_copy_and_delete("{trash}/p=1/same.bin", "move-aside")),
+        Fault(
+            "kill",
+            between_copy_and_delete("{trash}/p=1/same.bin", "move-aside"),
+            copied=("{dest}/p=1/same.bin", "{trash}/p=1/same.bin"),
+        ),
         "abort",
         xfail=on(I2, "blob", "gcs-fake"),
     ),
@@ -306,6 +326,7 @@ SCENARIOS += [
             "kill",
             P("rename_files:progress:3"),
             abort_kill=between_copy_and_delete("{dest}/p=1/same.bin", "restore"),
+            copied=("{trash}/p=1/same.bin", "{dest}/p=1/same.bin"),
         ),
         "abort",
         xfail=on(I2, "blob", "gcs-fake"),
