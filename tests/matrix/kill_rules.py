@@ -1,0 +1,132 @@
+"""Kill rules: where a process SIGKILLs itself, given as JSON so a runner can pass any rule
+to a child process (and so another mechanism, e.g. tests/crash, can be plugged in).
+
+Rule kinds (``nth`` counts matches from 1; default 1):
+
+* ``{"type": "progress", "stage": S, "phase": "start"|"end"|"progress", "at": N}``: at a
+  progress event of the job commit/abort (for ``progress``, once ``done >= at``);
+* ``{"type": "store", "op": OP, "path": GLOB, "nth": N}``: right after the N-th store call
+  ``OP`` whose path (for ``rename``: source or destination) matches GLOB has returned: the
+  operation happened, the engine did not see the answer;
+* ``{"type": "http", "method": M, "url": GLOB, "header": H, "nth": N}``: right after the
+  answer of the N-th HTTP request with method M whose percent-decoded URL matches GLOB (and
+  which carries request header H, if given) has arrived: between the requests of one store
+  operation, e.g. after the copy of a copy+delete rename and before its delete. Installed
+  through ``tests.crash.kill.install_request_killer`` (branch ``recover``) when present,
+  else through an equivalent minimal aiohttp TraceConfig here.
+
+:func:`arm` installs a rule in the current process and returns the store to use and the
+progress callback to pass to commit_job / abort_job.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import aiohttp
+
+from amcommit.committer import Progress
+from amcommit.store.base import Store
+from amcommit.store.faulty import FaultyStore
+
+T = TypeVar("T")
+KillRule = dict[str, Any]
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _KillAfterStore(FaultyStore):
+    """Passes every call through; SIGKILLs the process after the rule's N-th match."""
+
+    def __init__(self, inner: Store, rule: KillRule) -> None:
+        super().__init__(inner)
+        self._rule = rule
+        self._seen = 0
+
+    async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        result = await super()._call(op, paths, fn)
+        r = self._rule
+        if op == r["op"] and any(fnmatch.fnmatchcase(p, r.get("path", "*")) for p in paths):
+            self._seen += 1
+            if self._seen >= r.get("nth", 1):
+                die()
+        return result
+
+
+def _install_http(rule: KillRule) -> None:
+    """Through tests/crash (branch ``recover``: its ``install_request_killer`` takes a regex)
+    when that package is there; else through the minimal TraceConfig below."""
+    try:
+        from tests.crash.kill import install_request_killer  # type: ignore[import-not-found]
+    except ImportError:
+        pass
+    else:
+        crash_rule = {
+            "method": rule["method"],
+            "url": fnmatch.translate(rule["url"]),
+            "nth": rule.get("nth", 1),
+        }
+        if rule.get("header"):
+            crash_rule["header"] = rule["header"]
+        install_request_killer([crash_rule])
+        return
+    seen = 0
+
+    async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
+        nonlocal seen
+        if params.method != rule["method"]:
+            return
+        if not fnmatch.fnmatchcase(unquote(str(params.url)), rule["url"]):
+            return
+        if rule.get("header") and rule["header"] not in params.headers:
+            return
+        seen += 1
+        if seen >= rule.get("nth", 1):
+            die()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_end)
+    original = aiohttp.ClientSession.__init__
+
+    def init(self: aiohttp.ClientSession, *a: Any, **kw: Any) -> None:
+        kw["trace_configs"] = [*(kw.get("trace_configs") or []), trace]
+        original(self, *a, **kw)
+
+    aiohttp.ClientSession.__init__ = init  # type: ignore[method-assign]
+
+
+def arm(
+    rule: KillRule | None, store_factory: Callable[[], Store]
+) -> tuple[Store, Callable[[Progress], None]]:
+    """Install ``rule`` in this process (before the store's session exists)."""
+    kind = None if rule is None else rule["type"]
+    if kind == "http":
+        assert rule is not None
+        _install_http(rule)
+    store = store_factory()
+    if kind == "store":
+        assert rule is not None
+        store = _KillAfterStore(store, rule)
+
+    def progress(p: Progress) -> None:
+        if kind != "progress":
+            return
+        assert rule is not None
+        if p.stage == rule["stage"] and p.phase == rule["phase"]:
+            if p.phase != "progress" or p.done >= rule.get("at", 0):
+                die()
+
+    return store, progress
+
+
+def progress_rule(point: str) -> KillRule:
+    """``"stage:phase[:at]"`` as a progress rule."""
+    stage, phase, *rest = point.split(":")
+    return {"type": "progress", "stage": stage, "phase": phase, "at": int(rest[0]) if rest else 0}

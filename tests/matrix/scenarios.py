@@ -1,0 +1,442 @@
+"""The scenario table of the fault matrix (data). See tests/matrix/__init__.py.
+
+Each :class:`Scenario` is a setup (old files in the destination, jobs with their task
+attempts), a fault, and what the test process does after it (``then``). The expected
+destination comes from :mod:`tests.matrix.oracle`. Kill rules are templates: ``{dest}``,
+``{trash}`` (the job's trash directory), ``{task0}`` (task 0's first attempt directory) and
+``{job}`` are filled in per run; a dict keyed
+by backend (``"*"``: the others) picks the rule per backend.
+
+``xfail`` / ``skip``: backend (or ``"*"``) -> reason. An xfail is strict: a scenario that
+starts to pass after a fix fails the run until its mark is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.matrix.oracle import Attempt, Files, Job
+
+JOB = "202611230001_0011"
+JOB_B = "202611230002_0012"
+
+OLD: Files = {
+    "p=1/same.bin": b"old same",
+    "p=1/old.bin": b"old 1",
+    "p=2/old.bin": b"old 2",
+    "top.bin": b"old top",
+}
+T0: Files = {"p=1/same.bin": b"new same", "p=1/a.bin": b"new a", "p=3/c.bin": b"new c"}
+T1: Files = {"p=1/b.bin": b"new b", "p=3/d.bin": b"new d"}
+T0_DISJOINT: Files = {"p=1/a.bin": b"new a", "p=3/c.bin": b"new c"}
+
+ODD = "a b%20+#é中😀"
+"""Space, a literal '%20', '+', '#', non-ASCII letters and an emoji in one name."""
+OLD_ODD: Files = {
+    f"p={ODD}/same {ODD}.bin": b"old odd same",
+    f"p={ODD}/old {ODD}.bin": b"old odd",
+    "k=ü/x.bin": b"old u",
+}
+NEW_ODD_0: Files = {f"p={ODD}/same {ODD}.bin": b"new odd same", f"p={ODD}/new #1+.bin": b"new odd 1"}
+NEW_ODD_1: Files = {f"q=%41 😀/{ODD}.bin": b"new odd 2", f"p={ODD}/sp ace.bin": b"new odd 3"}
+
+OUTSIDE: Files = {"secret.bin": b"outside, must stay"}
+"""Files next to the destination (``$base/outside``) that no scenario may touch."""
+
+
+def job(
+    mode: str, *tasks: Files | tuple[Attempt, ...], job_id: str = JOB, delete_target_files: bool = False
+) -> Job:
+    norm = tuple(t if isinstance(t, tuple) else (Attempt(t),) for t in tasks)
+    return Job(job_id, mode, norm, delete_target_files)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str = "none"
+    """``none``; ``kill`` (commit in a child killed by ``kill``; then optionally an abort
+    child killed by ``abort_kill``); ``store`` (FaultyStore rules ``rule``: throttle/lost);
+    ``http`` (a ChaosProxy of kind ``rule``); ``manifest`` (tamper ``rule``);
+    ``concurrent`` (two jobs; the second paused mid-rename while the first commits)."""
+    kill: Mapping[str, Any] | None = None
+    abort_kill: Mapping[str, Any] | None = None
+    rule: str = ""
+    past_no_return: bool = False
+    """The commit was killed after its point of no return (abort completes it)."""
+    copied: tuple[str, str] | None = None
+    """(source, destination) templates of a copy+delete rename cut in the middle: on
+    copy-based backends both must exist after the kill (proof of where the cut fell)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    old: Files
+    jobs: tuple[Job, ...]
+    fault: Fault = Fault()
+    then: str = "commit"
+    """After the fault: ``commit`` (the faulty commit's own outcome), ``resume`` (commit
+    again), ``abort``."""
+    xfail: Mapping[str, str] = field(default_factory=dict)
+    skip: Mapping[str, str] = field(default_factory=dict)
+
+
+def P(point: str) -> dict[str, Any]:
+    stage, phase, *rest = point.split(":")
+    return {"type": "progress", "stage": stage, "phase": phase, "at": int(rest[0]) if rest else 0}
+
+
+def between_copy_and_delete(dst: str, what: str) -> dict[str, Any]:
+    """Kill after the rename onto ``dst`` (template path): on copy-based backends after the
+    copy answered and before the source delete; elsewhere right after the (single-request)
+    rename returned."""
+    return {
+        "blob": {"type": "http", "method": "PUT", "url": f"*/{dst}", "header": "x-ms-copy-source"},
+        "gcs-fake": {"type": "http", "method": "POST", "url": f"*/rewriteTo/*/{dst}?*"},
+        "*": {"type": "store", "op": "rename", "path": dst, "what": what},
+    }
+
+
+I1 = "issue 11 item 1: concurrent commits into one destination lose files"
+I2 = "issue 11 item 2: a move-aside/restore cut between copy and delete is not recognised"
+I3 = "issue 11 item 3: rollback cannot restore a file where the job made a directory"
+I4 = "issue 11 item 4: a failed commit deletes the job"
+I7 = "issue 11 item 7: the engine does not retry its bookkeeping"
+I7_DONE = (
+    "issue 11 item 7: a commit whose renames are all done never turns into a rollback (abort completes it)"
+)
+I12 = "issue 11 item 12: a resumed commit's _SUCCESS lists no files"
+I9 = "issue 11 item 9: a hostile manifest passes validation"
+ALL: dict[str, str] = {}
+
+
+def on(reason: str, *backends: str) -> dict[str, str]:
+    """xfail ``reason`` on ``backends`` (none: every backend)."""
+    return {b: reason for b in backends} if backends else {"*": reason}
+
+
+FLAT = {
+    "blob": "flat namespace: a file and a directory of one name coexist",
+    "gcs-double": "flat namespace: a file and a directory of one name coexist",
+    "gcs-fake": "flat namespace: a file and a directory of one name coexist",
+}
+NO_HTTP = {"local": "no HTTP layer on local files (see the store-level fault scenarios)"}
+
+REPLACE = job("replace", T0, T1)
+# (kill point, past the point of no return). Once every rename is done (rename_files:end)
+# abort_job completes the commit instead of rolling it back (issue 11 item 7).
+# The kill children rename one file at a time in spool order: T0's sorted names, then T1's.
+STAGE_POINTS = [
+    ("load_manifests:end", False),
+    ("check_conflicts:end", False),
+    ("prepare_dirs:end", False),
+    ("rename_files:progress:2", False),
+    ("rename_files:end", True),
+    ("delete_victims:end", True),
+    ("save_success:end", True),
+    ("cleanup:start", True),
+]
+
+SCENARIOS: list[Scenario] = [
+    # -- modes, no fault ---------------------------------------------------------------------
+    Scenario("append", "append new names", OLD, (job("append", T0_DISJOINT, T1),)),
+    Scenario(
+        "append-conflict",
+        "append meets an existing name: refused, job kept",
+        OLD,
+        (job("append", T0, T1),),
+        xfail=on(I4),
+    ),
+    Scenario(
+        "append-replace-target",
+        "append, delete_target_files",
+        OLD,
+        (job("append", T0, T1, delete_target_files=True),),
+    ),
+    Scenario("fail-refused", "mode fail, partition holds files: refused", OLD, (job("fail", T0, T1),)),
+    Scenario(
+        "fail-empty",
+        "mode fail, new partitions only",
+        OLD,
+        (job("fail", {"p=4/x.bin": b"x"}, {"p=5/y.bin": b"y"}),),
+    ),
+    Scenario("replace", "replace written partitions", OLD, (REPLACE,)),
+    Scenario("overwrite", "overwrite the destination", OLD, (job("overwrite", T0, T1),)),
+    # -- task attempts -------------------------------------------------------------------------
+    Scenario(
+        "attempts-failed",
+        "failed and aborted attempts never published",
+        OLD,
+        (
+            job(
+                "replace",
+                (Attempt({"p=1/junk.bin": b"failed", "p=1/same.bin": b"failed"}, "fail"), Attempt(T0)),
+                (Attempt({"p=9/junk.bin": b"aborted"}, "abort"), Attempt(T1)),
+            ),
+        ),
+    ),
+    Scenario(
+        "attempts-duplicate",
+        "two committed attempts of a task: the last wins",
+        OLD,
+        (job("replace", (Attempt({"p=1/same.bin": b"first", "p=1/z.bin": b"first z"}), Attempt(T0)), T1),),
+    ),
+    Scenario(
+        "attempts-duplicate-kill",
+        "duplicate attempts, killed mid-rename, resumed",
+        OLD,
+        (job("replace", (Attempt({"p=1/same.bin": b"first", "p=1/z.bin": b"first z"}), Attempt(T0)), T1),),
+        Fault("kill", P("rename_files:progress:2")),
+        "resume",
+    ),
+    # -- odd names -------------------------------------------------------------------------------
+    Scenario(
+        "odd-append",
+        "space % + # unicode emoji, append",
+        OLD_ODD,
+        (job("append", {f"p={ODD}/new #1+.bin": b"n"}, NEW_ODD_1),),
+    ),
+    Scenario(
+        "odd-replace",
+        "odd names, replace (move-aside of an odd name)",
+        OLD_ODD,
+        (job("replace", NEW_ODD_0, NEW_ODD_1),),
+    ),
+    Scenario(
+        "odd-kill-resume",
+        "odd names, killed mid-rename, resumed",
+        OLD_ODD,
+        (job("replace", NEW_ODD_0, NEW_ODD_1),),
+        Fault("kill", P("rename_files:progress:2")),
+        "resume",
+    ),
+    Scenario(
+        "odd-kill-abort",
+        "odd names, killed mid-rename, aborted",
+        OLD_ODD,
+        (job("replace", NEW_ODD_0, NEW_ODD_1),),
+        Fault("kill", P("rename_files:progress:2")),
+        "abort",
+    ),
+]
+
+# -- killed at each stage boundary: resume, and separately abort ---------------------------------
+STAGE_XFAIL = {
+    ("rename_files:end", "abort"): on(I7_DONE),
+    ("delete_victims:end", "*"): on(I12),
+    ("save_success:end", "*"): on(I12),
+}
+for _point, _past in STAGE_POINTS:
+    _short = _point.replace(":progress", "").replace(":", "-").replace("_", "-")
+    for _then in ("resume", "abort"):
+        SCENARIOS.append(
+            Scenario(
+                f"kill-{_short}-{_then}",
+                f"replace, killed at {_point}, {_then}",
+                OLD,
+                (REPLACE,),
+                Fault("kill", P(_point), past_no_return=_past),
+                _then,
+                xfail=STAGE_XFAIL.get((_point, _then), STAGE_XFAIL.get((_point, "*"), ALL)),
+            )
+        )
+
+SCENARIOS += [
+    # -- killed during abort, then abort again -----------------------------------------------------
+    Scenario(
+        "abort-killed-mid-undo",
+        "commit killed mid-rename; abort killed after its first delete; abort again",
+        OLD,
+        (REPLACE,),
+        Fault(
+            "kill",
+            P("rename_files:progress:3"),
+            abort_kill={"type": "store", "op": "delete", "path": "{dest}/p=*"},
+        ),
+        "abort",
+    ),
+    Scenario(
+        "abort-killed-at-cleanup",
+        "commit killed mid-rename; abort killed at its cleanup; abort again",
+        OLD,
+        (REPLACE,),
+        Fault("kill", P("rename_files:progress:3"), abort_kill=P("cleanup:start")),
+        "abort",
+    ),
+    # -- killed between the requests of each rename kind ------------------------------------------
+    Scenario(
+        "kill-forward-resume",
+        "killed inside a forward rename (copy done, delete not; atomic renames: just after), resumed",
+        OLD,
+        (REPLACE,),
+        Fault(
+            "kill",
+            between_copy_and_delete("{dest}/p=1/a.bin", "forward"),
+            copied=("{task0}/p=1/a.bin", "{dest}/p=1/a.bin"),
+        ),
+        "resume",
+    ),
+    Scenario(
+        "kill-forward-abort",
+        "killed inside a forward rename (copy done, delete not; atomic renames: just after), aborted",
+        OLD,
+        (REPLACE,),
+        Fault(
+            "kill",
+            between_copy_and_delete("{dest}/p=1/a.bin", "forward"),
+            copied=("{task0}/p=1/a.bin", "{dest}/p=1/a.bin"),
+        ),
+        "abort",
+    ),
+    Scenario(
+        "kill-moveaside-resume",
+        "killed inside a move-aside (copy done, delete not; atomic renames: just after), resumed",
+        OLD,
+        (REPLACE,),
+        Fault(
+            "kill",
+            between_copy_and_delete("{trash}/p=1/same.bin", "move-aside"),
+            copied=("{dest}/p=1/same.bin", "{trash}/p=1/same.bin"),
+        ),
+        "resume",
+        xfail=on(I2, "blob", "gcs-fake"),
+    ),
+    Scenario(
+        "kill-moveaside-abort",
+        "killed inside a move-aside (copy done, delete not; atomic renames: just after), aborted",
+        OLD,
+        (REPLACE,),
+        Fault(
+            "kill",
+            between_copy_and_delete("{trash}/p=1/same.bin", "move-aside"),
+            copied=("{dest}/p=1/same.bin", "{trash}/p=1/same.bin"),
+        ),
+        "abort",
+        xfail=on(I2, "blob", "gcs-fake"),
+    ),
+    Scenario(
+        "kill-restore-abort",
+        "abort killed inside a restore (copy done, delete not; atomic renames: just after), abort again",
+        OLD,
+        (REPLACE,),
+        Fault(
+            "kill",
+            P("rename_files:progress:3"),
+            abort_kill=between_copy_and_delete("{dest}/p=1/same.bin", "restore"),
+            copied=("{trash}/p=1/same.bin", "{dest}/p=1/same.bin"),
+        ),
+        "abort",
+        xfail=on(I2, "blob", "gcs-fake"),
+    ),
+    Scenario(
+        "file-in-dir-way-abort",
+        "a file stands where the job needs a directory; killed, aborted",
+        OLD | {"p=7": b"old file p=7"},
+        (job("replace", T0, {"p=7/x.bin": b"new x"}),),
+        Fault("kill", P("rename_files:progress:1")),
+        "abort",
+        skip=FLAT,
+        xfail=on(I3, "local", "dfs"),
+    ),
+    # -- throttling storms, lost answers, connection resets ------------------------------------
+    Scenario(
+        "throttle-store",
+        "every 5th store call throttled (engine level)",
+        OLD,
+        (REPLACE,),
+        Fault("store", rule="throttle"),
+        xfail=on(I7),
+    ),
+    Scenario(
+        "lost-store",
+        "every 5th mutation's answer lost (engine level)",
+        OLD,
+        (REPLACE,),
+        Fault("store", rule="lost"),
+        xfail=on(I7, "blob", "gcs-double", "gcs-fake"),
+    ),
+    Scenario(
+        "throttle-http",
+        "20% of requests answered 429/503",
+        OLD,
+        (REPLACE,),
+        Fault("http", rule="throttle"),
+        skip=NO_HTTP,
+        xfail=on(I7, "gcs-double", "gcs-fake"),
+    ),
+    Scenario(
+        "lost-http",
+        "20% of answers lost (done, connection dropped)",
+        OLD,
+        (REPLACE,),
+        Fault("http", rule="lose"),
+        skip=NO_HTTP,
+    ),
+    Scenario(
+        "reset-http",
+        "20% of connections reset before the request",
+        OLD,
+        (REPLACE,),
+        Fault("http", rule="reset"),
+        skip=NO_HTTP,
+        xfail=on(I7, "gcs-fake"),
+    ),
+    # -- hostile manifests: refused before any rename -----------------------------------------
+    *(
+        Scenario(
+            f"manifest-{r}", f"manifest: {d}; refused", OLD, (REPLACE,), Fault("manifest", rule=r), xfail=x
+        )
+        for r, d, x in [
+            ("corrupt", "truncated JSON", ALL),
+            ("foreign", "another job's id", ALL),
+            ("traversing", "destination '../outside/secret.bin'", ALL),
+            ("outside-source", "source outside the attempt directory", ALL),
+            ("nul", "NUL ('%00') in a destination", on(I9)),
+            ("huge-size", "size 10**30", on(I9)),
+            ("deep", "nested 200,000 levels", on(I9)),
+            ("dir-source", "a directory as source", on(I9)),
+            ("trailing-slash", "destination ending in '/'", on(I9)),
+        ]
+    ),
+    # -- concurrent jobs into one destination ------------------------------------------------------
+    Scenario(
+        "concurrent-append-append",
+        "two appends of disjoint files",
+        OLD,
+        (job("append", T0_DISJOINT), job("append", T1, job_id=JOB_B)),
+        Fault("concurrent"),
+    ),
+    Scenario(
+        "concurrent-overwrite-append",
+        "overwrite while an append renames",
+        OLD,
+        (job("overwrite", T0_DISJOINT), job("append", T1, {"p=2/e.bin": b"new e"}, job_id=JOB_B)),
+        Fault("concurrent"),
+        xfail=on(I1),
+    ),
+    Scenario(
+        "concurrent-replace-replace",
+        "two replaces of one partition",
+        OLD,
+        (
+            job("replace", T0),
+            job("replace", {"p=1/same.bin": b"B same", "p=1/f.bin": b"B f"}, T1, job_id=JOB_B),
+        ),
+        Fault("concurrent"),
+        xfail=on(I1),
+    ),
+    Scenario(
+        "concurrent-overwrite-overwrite",
+        "two overwrites",
+        OLD,
+        (job("overwrite", T0), job("overwrite", {"p=5/g.bin": b"B g"}, T1, job_id=JOB_B)),
+        Fault("concurrent"),
+        xfail=on(I1),
+    ),
+]
+
+BY_NAME = {s.name: s for s in SCENARIOS}
+assert len(BY_NAME) == len(SCENARIOS), "duplicate scenario names"
