@@ -21,6 +21,11 @@ NEW = {"p=1/same.bin": b"new same!", "p=1/new.bin": b"new 1"}
 COMMITTED = {"p=1/same.bin": b"new same!", "p=1/new.bin": b"new 1", "p=2/keep.bin": b"keep 2"}
 CONFIG = {"conflict_mode": "replace", "io_threads": 1}
 
+COMPLETES_ON_ABORT = frozenset({"forward_delete", "forward_move"})
+"""Kill points after the job's *last* rename (``p=1/new.bin``, io_threads=1) finished:
+every file is in place, so ``abort_job`` completes the commit instead of rolling it back
+(a commit whose renames are all done never turns into a rollback)."""
+
 
 async def prepare(store: Store, dest: str) -> None:
     """Old files in place, the job set up, both tasks committed."""
