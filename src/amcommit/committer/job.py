@@ -246,7 +246,11 @@ async def _commit_job(
         if manifests is None:
             raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
         layout = JobLayout(dest, job_id, job_attempt)
-    completeness = None if manifests is not None else await job_completeness(store, layout, allow_partial)
+    completeness = (
+        None
+        if manifests is not None
+        else await job_completeness(store, layout, allow_partial, policies_of(config)[0])
+    )
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
     report.completeness = completeness
