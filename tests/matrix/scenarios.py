@@ -342,7 +342,7 @@ SCENARIOS += [
         OLD,
         (REPLACE,),
         Fault("store", rule="throttle"),
-        maybe=on(LOCKRETRY),
+        maybe=on(LOCKRETRY, "blob", "gcs-double", "gcs-fake"),
     ),
     Scenario(
         "lost-store",
