@@ -26,9 +26,7 @@ from dataclasses import dataclass
 
 from amcommit.errors import ConfigError, IncompleteJob, NotFound
 from amcommit.store.base import Store
-from amcommit.store.retry import RetryPolicy
 
-from .context import retry_call, retry_list
 from .layout import MANIFEST_SUFFIX, JobLayout
 
 
@@ -106,26 +104,22 @@ def check_completeness(marker: JobMarker, n_manifests: int, allow_partial: bool)
     return f"not checked: no expected task count was recorded ({found})"
 
 
-async def job_completeness(
-    store: Store, layout: JobLayout, allow_partial: bool, policy: RetryPolicy | None = None
-) -> str:
+async def job_completeness(store: Store, layout: JobLayout, allow_partial: bool) -> str:
     """Read the marker and count the manifests of a job to be committed from the store, then
     :func:`check_completeness`. A commit the driver already began (journal present) is a
-    resume of an authorised commit: always allowed. Every read goes through the engine's
-    retry layer with ``policy`` (default: one attempt each)."""
-    pol = policy or RetryPolicy(max_attempts=1)
+    resume of an authorised commit: always allowed."""
     try:
-        await retry_call(lambda: store.stat(layout.journal_path), policy=pol)
+        await store.stat(layout.journal_path)
         return "resumed: the commit was begun with its authorised manifests"
     except NotFound:
         pass
     try:
-        data: bytes | None = await retry_call(lambda: store.get(layout.job_marker), policy=pol)
+        data: bytes | None = await store.get(layout.job_marker)
     except NotFound:
         data = None
     n = 0
     try:
-        async for info in retry_list(store, layout.manifests_dir, recursive=False, policy=pol):
+        async for info in store.list(layout.manifests_dir, recursive=False):
             if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
                 n += 1
     except NotFound:

@@ -246,11 +246,7 @@ async def _commit_job(
         if manifests is None:
             raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
         layout = JobLayout(dest, job_id, job_attempt)
-    completeness = (
-        None
-        if manifests is not None
-        else await job_completeness(store, layout, allow_partial, policies_of(config)[0])
-    )
+    completeness = None if manifests is not None else await job_completeness(store, layout, allow_partial)
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
     report.completeness = completeness
