@@ -1,0 +1,113 @@
+"""The destination lock survives faults through the engine's retry layer: throttling,
+transient errors and lost answers on its acquisition, heartbeats and release; a lost answer
+on a conditional write (CREATE, UpdateIf) is recognised by the lock's token, not misread as
+someone else holding or taking the lock."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from amcommit.committer import commit_job
+from amcommit.committer.lock import LockBody, lock_path
+from amcommit.errors import Transient
+from amcommit.store.base import PutMode
+from amcommit.store.faulty import FaultRule, FaultyStore
+from tests.engine.test_faults_bookkeeping import FAST, JOB, check_exact, prepare
+
+LOCK = "*/_temporary/_commit.lock"
+# heartbeat every 0.5 s; the renames are slowed down so the commit lasts several beats
+TTL = 1.5
+CONFIG = FAST.with_options(lock_ttl=TTL, io_threads=2)
+
+
+def slow_renames(faulty: FaultyStore) -> None:
+    faulty.latency(0.25, "rename", path="*/_temporary/*/tasks/*")
+
+
+def count_lock_puts(faulty: FaultyStore) -> FaultRule:
+    """A rule that only counts the lock's puts (a create, then one per heartbeat attempt)."""
+    return faulty.latency(0.0, "put", path=LOCK)
+
+
+@pytest.mark.parametrize("kind", ["throttle", "transient", "lost_response"])
+async def test_lock_survives_a_storm(tmp_path: Path, kind: str) -> None:
+    """Every lock request (create, reads, heartbeats, release) meets faults 50 % of the
+    time: the commit succeeds, the lock is released, the destination is exact."""
+    store, dest = await prepare(tmp_path)
+    faulty = FaultyStore(store, seed=11)
+    slow_renames(faulty)
+    puts = count_lock_puts(faulty)
+    ops = ["stat", "get", "put", "delete"]
+    if kind == "throttle":
+        rule = faulty.throttle(ops, path=LOCK, retry_after=0.001, probability=0.5)
+    elif kind == "transient":
+        rule = faulty.fail(ops, error=Transient, path=LOCK, probability=0.5)
+    else:
+        rule = faulty.lose_response(ops, path=LOCK, probability=0.5)
+    report = await commit_job(faulty, dest, JOB, config=CONFIG)
+    assert report.success
+    assert puts.matched >= 4, puts.matched  # a create and heartbeats really happened
+    hit = {op for k, op, paths in faulty.events if paths[0].endswith("_commit.lock")}
+    assert rule.fired >= 3 and "put" in hit, faulty.events
+    await check_exact(store, dest)  # includes: nothing left under _temporary (no lock)
+
+
+async def test_lost_answer_of_the_create(tmp_path: Path) -> None:
+    """The create lands but its answer is lost; the retry meets AlreadyExists: the lock
+    carries our token, so we hold it (no wait, no takeover write)."""
+    store, dest = await prepare(tmp_path)
+    faulty = FaultyStore(store, seed=1)
+    puts = count_lock_puts(faulty)
+    rule = faulty.lose_response("put", path=LOCK, count=1)
+    report = await commit_job(faulty, dest, JOB, config=FAST)
+    assert report.success and rule.fired == 1
+    assert puts.matched == 2  # the lost create and its retry (AlreadyExists); no UpdateIf
+    await check_exact(store, dest)
+
+
+async def test_lost_answer_of_a_heartbeat(tmp_path: Path) -> None:
+    """The first heartbeat's UpdateIf lands but its answer is lost; the retry fails its
+    precondition (the etag changed: by us). The lock carries our token and latest beat:
+    renewed, the new etag adopted, the next heartbeats succeed."""
+    store, dest = await prepare(tmp_path)
+    faulty = FaultyStore(store, seed=1)
+    slow_renames(faulty)
+    puts = count_lock_puts(faulty)
+    rule = faulty.lose_response("put", path=LOCK, after=1, count=1)  # the create passes
+    report = await commit_job(faulty, dest, JOB, config=CONFIG)
+    assert report.success and rule.fired == 1
+    assert puts.matched >= 4  # create, lost beat, its retry, and at least one more beat
+    await check_exact(store, dest)
+
+
+async def test_lost_answer_of_a_takeover(tmp_path: Path) -> None:
+    """A dead job's stale lock is taken over with UpdateIf(stale etag); that answer is lost
+    and the retry fails its precondition (the etag changed: by us). Recognised by our
+    token: we hold the lock, the commit succeeds and releases it."""
+    store, dest = await prepare(tmp_path)
+    dead = LockBody(owner="job_dead", token="f" * 32, ttl=0.2, beats=7)
+    await store.put(lock_path(dest), msgspec.json.encode(dead), mode=PutMode.CREATE)
+    faulty = FaultyStore(store, seed=1)
+    puts = count_lock_puts(faulty)
+    # put 1: our create (AlreadyExists); put 2: the takeover, whose answer is lost
+    rule = faulty.lose_response("put", path=LOCK, after=1, count=1)
+    report = await commit_job(faulty, dest, JOB, config=FAST)
+    assert report.success and rule.fired == 1
+    assert puts.matched >= 3
+    await check_exact(store, dest)
+
+
+async def test_lost_answer_of_the_release(tmp_path: Path) -> None:
+    """The release's delete lands but its answer is lost; the retry finds nothing: fine,
+    and the empty _temporary directory is removed as usual."""
+    store, dest = await prepare(tmp_path)
+    faulty = FaultyStore(store, seed=1)
+    rule = faulty.lose_response("delete", path=LOCK, count=1)
+    report = await commit_job(faulty, dest, JOB, config=FAST)
+    assert report.success and rule.fired == 1
+    await check_exact(store, dest)
+    assert not os.path.exists(tmp_path / "root" / dest / "_temporary")
