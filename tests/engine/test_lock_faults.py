@@ -11,10 +11,11 @@ import msgspec
 import pytest
 
 from amcommit.committer import commit_job
-from amcommit.committer.lock import LockBody, lock_path
+from amcommit.committer.lock import DestinationLock, LockBody, decode_lock, lock_path
 from amcommit.errors import Transient
 from amcommit.store.base import ObjectInfo, PutMode, UpdateIf, WriteMode
 from amcommit.store.faulty import FaultRule, FaultyStore
+from tests.engine.helpers import temp_files
 from tests.engine.test_faults_bookkeeping import FAST, JOB, check_exact, prepare
 
 LOCK = "*/_temporary/_commit.lock"
@@ -122,3 +123,19 @@ async def test_lost_answer_of_the_release(tmp_path: Path) -> None:
     assert report.success and rule.fired == 1
     await check_exact(store, dest)
     assert not (tmp_path / "root" / dest / "_temporary").exists()
+
+
+async def test_lost_create_answer_is_recognised_not_taken_over(tmp_path: Path) -> None:
+    """The acquisition alone: after the lost create answer the lock is recognised as ours
+    by its token, not rewritten by a same-job takeover (its first body stays, beats 1), and
+    the etag held is the stored one (so the first heartbeat succeeds)."""
+    store, dest = await prepare(tmp_path)
+    faulty = FaultyStore(store, seed=1)
+    rule = faulty.lose_response("put", path=LOCK, count=1)
+    lock = DestinationLock(faulty, dest, JOB, ttl=30)
+    assert await lock.acquire() is None and rule.fired == 1
+    body = decode_lock(await store.get(lock.path))
+    assert body is not None and body.token == lock.token and body.beats == 1
+    assert lock.etag == (await store.stat(lock.path)).etag
+    await lock.release()
+    assert lock.path not in await temp_files(store, dest)
