@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
 from amcommit.committer import commit_job
 from amcommit.committer.lock import DestinationLock, LockBody, decode_lock, lock_path
-from amcommit.errors import Transient
+from amcommit.errors import LockLost, Transient
 from amcommit.store.base import ObjectInfo, PutMode, UpdateIf, WriteMode
 from amcommit.store.faulty import FaultRule, FaultyStore
-from tests.engine.helpers import temp_files
-from tests.engine.test_faults_bookkeeping import FAST, JOB, check_exact, prepare
+from tests.engine.helpers import snapshot, temp_files
+from tests.engine.test_faults_bookkeeping import FAST, JOB, NEW, check_exact, prepare
 
 LOCK = "*/_temporary/_commit.lock"
 # heartbeat every 0.5 s; the renames are slowed down so the commit lasts several beats
@@ -139,3 +140,28 @@ async def test_lost_create_answer_is_recognised_not_taken_over(tmp_path: Path) -
     assert lock.etag == (await store.stat(lock.path)).etag
     await lock.release()
     assert lock.path not in await temp_files(store, dest)
+
+
+async def test_a_real_takeover_is_still_lost(tmp_path: Path) -> None:
+    """Only a foreign token means the lock is lost: another writer replaces the lock body
+    mid-commit; the next heartbeat fails its precondition, reads the foreign token and
+    stops the commit (LockLost); run again, it waits for that lock to expire and resumes."""
+    store, dest = await prepare(tmp_path)
+    faulty = FaultyStore(store, seed=1)
+    slow_renames(faulty)
+    cfg = CONFIG.with_options(lock_ttl=0.9, io_threads=1)
+
+    async def intruder() -> None:
+        await anyio.sleep(0.4)
+        foreign = LockBody(owner="job_other", token="e" * 32, ttl=0.3)
+        await store.put(lock_path(dest), msgspec.json.encode(foreign))  # a takeover
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(intruder)
+        with pytest.raises(LockLost, match="another writer took it over"):
+            await commit_job(faulty, dest, JOB, config=cfg)
+    faulty.clear()
+    report = await commit_job(faulty, dest, JOB, config=cfg)
+    assert report.success and report.resumed
+    assert await snapshot(store, dest) == NEW
+    assert await temp_files(store, dest) == []
