@@ -246,7 +246,9 @@ async def _commit_job(
         if manifests is None:
             raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
         layout = JobLayout(dest, job_id, job_attempt)
-    completeness = None if manifests is not None else await job_completeness(store, layout, allow_partial)
+    completeness = (
+        None if manifests is not None else await job_completeness(store, layout, allow_partial, config)
+    )
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
     report.completeness = completeness
@@ -415,7 +417,7 @@ async def abort_job(
     journal = (
         None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
     )
-    if journal is None and not await held_by(store, dest, job_id):
+    if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0]):
         return await _abort_job(
             store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
         )
