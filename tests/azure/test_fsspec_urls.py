@@ -20,7 +20,9 @@ async def test_az_url_opens_blob_store_on_azurite(azurite: Azurite, monkeypatch:
     await oracle.create_container()
     try:
         # the account comes from the connection string (no @account in the URL)
-        store, path = open_location(f"az://{container}/dir/f x.txt", connection_string=azurite.connection_string)
+        store, path = open_location(
+            f"az://{container}/dir/f x.txt", connection_string=azurite.connection_string
+        )
         assert isinstance(store, BlobStore) and path == "dir/f x.txt"
         assert store.root_uri == f"wasbs://{container}@devstoreaccount1.blob.core.windows.net/"
         try:

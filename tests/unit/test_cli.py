@@ -262,7 +262,12 @@ def _several_jobs(tmp_path: Path) -> tuple[Path, float]:
         await run_task(store, done, 0, {"a.txt": b"a"})
         await commit_job(store, d, "job_done")
         for n, (job, state) in enumerate(
-            [("job_setup", None), ("job_renaming", "renaming"), ("job_renamed", "renamed"), ("job_cmt", "committed")]
+            [
+                ("job_setup", None),
+                ("job_renaming", "renaming"),
+                ("job_renamed", "renamed"),
+                ("job_cmt", "committed"),
+            ]
         ):
             layout = await setup_job(store, d, job, origin="spark" if job == "job_setup" else "api")
             for t in range(n + 1):
@@ -270,7 +275,9 @@ def _several_jobs(tmp_path: Path) -> tuple[Path, float]:
             if state is not None:
                 journal = Journal(job_id=job, state=state, conflict_mode="append")  # type: ignore[arg-type]
                 await store.put(layout.journal_path, msgspec.json.encode(journal))
-        lock = LockBody(owner="job_renaming", host="h1", pid=42, acquired=beat - 10, heartbeat=beat, token="t")
+        lock = LockBody(
+            owner="job_renaming", host="h1", pid=42, acquired=beat - 10, heartbeat=beat, token="t"
+        )
         await store.put(lock_path(d), msgspec.json.encode(lock))
 
     anyio.run(go)
@@ -287,7 +294,9 @@ def test_jobs_lists_states_lock_and_last_commit(tmp_path: Path, capsys: pytest.C
     dest, _beat = _several_jobs(tmp_path)
     assert main(["jobs", str(dest)]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("job_", HADOOP_JOB))}
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("job_", HADOOP_JOB))
+    }
     assert rows["job_setup"][1:5] == ["amcommit", "set", "up", "1"] and rows["job_setup"][-1] == "spark"
     assert rows["job_renaming"][1:4] == ["amcommit", "renaming", "2"] and rows["job_renaming"][-1] == "yes"
     assert rows["job_renamed"][1:4] == ["amcommit", "renamed", "3"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from amcommit.errors import ConfigError
+from amcommit.store.azure import BlobStore, DfsStore
 from amcommit.store.azure._common import canonical_fsspec_uri, fsspec_account
 from amcommit.store.azure.auth import parse_connection_string
 from amcommit.store.urls import parse_location, store_options
@@ -60,10 +61,12 @@ def test_az_url_resolves_without_network(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME", raising=False)
     store, path = open_location("az://cont/a/b", account="acct", account_key="AAAA")
+    assert isinstance(store, BlobStore)
     assert store.root_uri == "wasbs://cont@acct.blob.core.windows.net/" and path == "a/b"
-    assert getattr(store, "endpoint") == "https://acct.blob.core.windows.net"
+    assert store.endpoint == "https://acct.blob.core.windows.net"
     dfs, _ = open_location("abfss://fs/a", account="acct", account_key="AAAA")
+    assert isinstance(dfs, DfsStore)
     assert dfs.root_uri == "abfss://fs@acct.dfs.core.windows.net/"
-    assert getattr(dfs, "endpoint") == "https://acct.dfs.core.windows.net"
+    assert dfs.endpoint == "https://acct.dfs.core.windows.net"
     with pytest.raises(ConfigError, match="names no storage account"):
         open_location("abfs://fs/a", account_key="AAAA")

@@ -143,9 +143,7 @@ async def _count_manifests(store: Store, layout: JobLayout, policy: RetryPolicy)
     return n
 
 
-async def _job_info(
-    store: Store, layout: JobLayout, lock: LockBody | None, policy: RetryPolicy
-) -> JobInfo:
+async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, policy: RetryPolicy) -> JobInfo:
     marker_data = await _get(store, layout.job_marker, policy)
     marker = parse_marker(marker_data, hadoop=layout.hadoop)
     created: float | None = None

@@ -9,8 +9,8 @@ collisions are resolved exactly in a second pass over the spool, so the check is
 
 from __future__ import annotations
 
-import struct
 import os
+import struct
 import tempfile
 from collections.abc import Iterator
 from typing import IO

@@ -329,11 +329,11 @@ __all__ = [
     "META_PUT_ID",
     "META_RENAME_ID",
     "AzureBase",
+    "canonical_fsspec_uri",
+    "fsspec_account",
     "norm_etag",
     "parse_http_date",
     "quote_path",
-    "canonical_fsspec_uri",
-    "fsspec_account",
     "split_authority",
     "store_options_from_url",
 ]
