@@ -147,6 +147,8 @@ async def _already_committed(store: Store, layout: JobLayout, config: CommitterC
         return None
     report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
     report.restore_from_success(success)
+    report.already_committed = True
+    report.committed_date = success.date
     report.finished = time.time()
     return report
 
