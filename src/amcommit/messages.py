@@ -18,7 +18,7 @@ import re
 from amcommit.errors import AmcommitError, BucketNotFound, StoreError
 from amcommit.uris import ParsedUri
 
-_AZURE = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+_AZURE = frozenset({"abfs", "abfss", "wasb", "wasbs", "az"})
 
 
 def _parse(url: str) -> ParsedUri | None:

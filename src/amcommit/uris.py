@@ -61,7 +61,7 @@ class ParsedUri:
     path: str
 
 
-_SCHEME_FAMILY = {"abfss": "abfs", "wasbs": "wasb", "https": "http", "file": "file"}
+_SCHEME_FAMILY = {"abfss": "abfs", "wasbs": "wasb", "https": "http", "file": "file", "gcs": "gs"}
 
 
 def parse_uri(uri: str) -> ParsedUri:

@@ -293,7 +293,9 @@ async def test_holder_that_cannot_renew_stops_and_resumes(tmp_path: Path) -> Non
     store.fail("put", path="*/_commit.lock", error=PreconditionFailed, after=1)  # heartbeats fail
     store.latency(0.2, "rename")
     cfg = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.6)
-    with pytest.raises(LockLost, match="another writer took it over"):
+    # injected precondition failures while the stored lock still carries our token (and the
+    # etag we hold) are not a takeover: the holder cannot renew and stops at its deadline
+    with pytest.raises(LockLost, match="not renewed within"):
         await commit_job(store, dest, "job_a", config=cfg)
     store.clear()
     report = await commit_job(store, dest, "job_a", config=cfg)

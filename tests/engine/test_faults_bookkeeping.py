@@ -208,15 +208,22 @@ async def test_abort_after_partial_renames_still_rolls_back(tmp_path: Path) -> N
 # -- one retry layer per request ---------------------------------------------------------------
 
 
-async def test_engine_layer_retries_exactly_its_policy(tmp_path: Path) -> None:
-    """A store without its own retries: the engine makes rename_attempts requests, once."""
+@pytest.mark.parametrize("lock", [False, True], ids=["unlocked", "locked"])
+async def test_engine_layer_retries_exactly_its_policy(tmp_path: Path, lock: bool) -> None:
+    """A store without its own retries: the engine makes rename_attempts requests per
+    operation, once. Without the destination lock one operation reads the journal (the
+    commit's); with it, a second one: after the failure the lock reads the journal to
+    decide whether the commit left it unfinished (then the lock is kept, as it is here:
+    that read fails too, so it cannot tell). Each costs exactly 5 requests, not 5 x 5."""
     store, dest = await prepare(tmp_path)
     faulty = FaultyStore(store, seed=1)
     assert not faulty.capabilities.retries
     rule = faulty.throttle("get", path="*/journal.json", retry_after=0.001)  # always
+    config = FAST.with_options(rename_attempts=5, destination_lock=lock)
     with pytest.raises(Throttled):
-        await commit_job(faulty, dest, JOB, config=FAST.with_options(rename_attempts=5))
-    assert rule.matched == 5
+        await commit_job(faulty, dest, JOB, config=config)
+    assert rule.matched == (2 if lock else 1) * 5
+    assert (tmp_path / "root" / dest / "_temporary/_commit.lock").exists() is lock
 
 
 @pytest.fixture
@@ -241,20 +248,26 @@ async def gcs_job(gcs_double: GcsDouble) -> AsyncIterator[tuple[GcsStore, str, G
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["gcs", "faulty(gcs)"])
 @pytest.mark.parametrize(
-    ("op", "status", "name"),
-    [("media", 503, "*m_000000-manifest.json"), ("insert", 429, None)],
+    ("op", "status", "name", "after"),
+    [("media", 503, "*m_000000-manifest.json", 0), ("insert", 429, None, 1)],
     ids=["manifest-get-503", "victims-put-429"],
 )
 async def test_http_store_requests_are_retried_by_one_layer(
-    gcs_job: tuple[GcsStore, str, GcsDouble], wrapped: bool, op: str, status: int, name: str | None
+    gcs_job: tuple[GcsStore, str, GcsDouble],
+    wrapped: bool,
+    op: str,
+    status: int,
+    name: str | None,
+    after: int,
 ) -> None:
     """A bookkeeping request refused for good (a manifest read; the commit's first put, the
     victims chunk, which GCS repeats after 429 only): the store's own loop sends it
     FAST_RETRY's 6 times and the engine does not retry it again (before: 6 x
     rename_attempts = 30 requests), also through a FaultyStore (whose own faults the engine
-    does retry)."""
+    does retry). The insert fault lets the first insert through: the destination lock's
+    create (multipart inserts carry no name to select by)."""
     store, dest, double = gcs_job
-    fault = double.inject(op, status=status, name=name, count=None)
+    fault = double.inject(op, status=status, name=name, count=None, after=after)
     target: Store = FaultyStore(store) if wrapped else store
     with pytest.raises(Throttled):
         await commit_job(target, dest, JOB, config=FAST.with_options(rename_attempts=5))

@@ -95,3 +95,14 @@ async def test_directories_are_virtual(env: GcsEnv) -> None:
     assert await store.delete("d", recursive=True)
     assert [i.path async for i in store.list("")] == ["d2/x", "top"]
     assert not await store.delete("d", recursive=True)
+
+
+async def test_open_store_gcs_scheme_is_gs(fake_env: GcsEnv) -> None:
+    store, path = open_location(f"gcs://{fake_env.bucket}/d/x.txt", endpoint=fake_env.url, write_rate=None)
+    assert isinstance(store, GcsStore) and path == "d/x.txt"
+    assert store.root_uri == f"gs://{fake_env.bucket}/"
+    try:
+        await store.put(path, b"via gcs://")
+        assert await fake_env.store().get("d/x.txt") == b"via gcs://"
+    finally:
+        await store.aclose()

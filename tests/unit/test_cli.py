@@ -194,3 +194,196 @@ def test_store_options_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
         ]
     )
     assert _store_options(args) == {"use_move": False, "page_size": 64}
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from amcommit import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"amcommit {__version__}"
+
+
+def test_every_argument_and_command_has_help() -> None:
+    import argparse
+
+    from amcommit.cli import build_parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for cmd, sub in action.choices.items():
+                    if not helps.get(cmd):
+                        missing.append(f"command {cmd}")
+                    walk(sub, f"{name} {cmd}")
+            elif not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "amcommit")
+    assert missing == []
+
+
+def test_commit_of_a_committed_job_says_already_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = prepare(tmp_path)
+    assert main(["commit-job", str(dest), "--job-id", JOB, "-q"]) == 0
+    capsys.readouterr()
+    date = json.loads((dest / "_SUCCESS").read_bytes())["date"]
+    assert main(["commit-job", str(dest), "--job-id", JOB, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"job {JOB} was already committed (3 files, {date})"), out
+    assert "committed 3 files from" not in out
+
+
+def _several_jobs(tmp_path: Path) -> tuple[Path, float]:
+    """A destination with a committed job, four pending ones in every state, a Hadoop-layout
+    job (from tests/fixtures) and a lock held by the one that is renaming."""
+    import shutil
+    import time
+
+    import msgspec
+
+    from amcommit.committer import commit_job
+    from amcommit.committer.journal import Journal
+    from amcommit.committer.lock import LockBody, lock_path
+
+    dest = tmp_path / "dest"
+    d = str(dest).lstrip("/")
+    beat = time.time() - 5
+
+    async def go() -> None:
+        store = LocalStore("/")
+        done = await setup_job(store, d, "job_done")
+        await run_task(store, done, 0, {"a.txt": b"a"})
+        await commit_job(store, d, "job_done")
+        for n, (job, state) in enumerate(
+            [
+                ("job_setup", None),
+                ("job_renaming", "renaming"),
+                ("job_renamed", "renamed"),
+                ("job_cmt", "committed"),
+            ]
+        ):
+            layout = await setup_job(store, d, job, origin="spark" if job == "job_setup" else "api")
+            for t in range(n + 1):
+                await run_task(store, layout, t, {f"{job}/{t}.txt": b"x"})
+            if state is not None:
+                journal = Journal(job_id=job, state=state, conflict_mode="append")  # type: ignore[arg-type]
+                await store.put(layout.journal_path, msgspec.json.encode(journal))
+        lock = LockBody(
+            owner="job_renaming", host="h1", pid=42, acquired=beat - 10, heartbeat=beat, token="t"
+        )
+        await store.put(lock_path(d), msgspec.json.encode(lock))
+
+    anyio.run(go)
+    hadoop = Path(__file__).parents[1] / "fixtures" / "hadoop" / "uncommitted" / "_temporary"
+    for job_dir in hadoop.iterdir():
+        shutil.copytree(job_dir, dest / "_temporary" / job_dir.name)
+    return dest, beat
+
+
+HADOOP_JOB = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+
+
+def test_jobs_lists_states_lock_and_last_commit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest, _beat = _several_jobs(tmp_path)
+    assert main(["jobs", str(dest)]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("job_", HADOOP_JOB))
+    }
+    assert rows["job_setup"][1:5] == ["amcommit", "set", "up", "1"] and rows["job_setup"][-1] == "spark"
+    assert rows["job_renaming"][1:4] == ["amcommit", "renaming", "2"] and rows["job_renaming"][-1] == "yes"
+    assert rows["job_renamed"][1:4] == ["amcommit", "renamed", "3"]
+    assert rows["job_cmt"][1:4] == ["amcommit", "committed", "4"]
+    assert rows[HADOOP_JOB][1:5] == ["hadoop", "set", "up", "3"]
+    assert "job_done" not in rows  # committed and cleaned up: only in _SUCCESS
+    assert "lock           held by job job_renaming (commit, host h1, pid 42), last heartbeat" in out
+    assert "last commit    job job_done  SUCCESS" in out and ", 1 files" in out
+
+    assert main(["jobs", str(dest), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    jobs = {j["jobId"]: j for j in doc["jobs"]}
+    assert set(jobs) == {"job_setup", "job_renaming", "job_renamed", "job_cmt", HADOOP_JOB}
+    assert jobs["job_renamed"]["state"] == "renamed" and jobs["job_renamed"]["manifests"] == 3
+    assert jobs[HADOOP_JOB]["layout"] == "hadoop" and jobs[HADOOP_JOB]["origin"] is None
+    assert jobs["job_setup"]["origin"] == "spark" and isinstance(jobs["job_setup"]["created"], float)
+    assert [j for j in jobs if jobs[j]["holdsLock"]] == ["job_renaming"]
+    assert doc["lock"]["owner"] == "job_renaming" and 4 <= doc["lock"]["heartbeatAgeSeconds"] < 60
+    assert "token" not in doc["lock"]
+    assert doc["lastCommit"]["jobId"] == "job_done" and doc["lastCommit"]["success"] is True
+
+
+def test_jobs_of_an_empty_destination(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["jobs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "jobs           none pending" in out and "last commit    none" in out
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    root = Path(__file__).parents[2]
+    return {**os.environ, "PYTHONPATH": f"{root / 'src'}:{root}"}
+
+
+@pytest.mark.parametrize("cmd", [["jobs", "{dest}"], ["success", "{dest}"], ["jobs", "{dest}", "--json"]])
+def test_closed_pipe_is_quiet(tmp_path: Path, cmd: list[str]) -> None:
+    """The reader is gone before amcommit writes: no traceback, no error line, status 141."""
+    import subprocess
+    import sys
+
+    dest, _ = _several_jobs(tmp_path)
+    argv = [sys.executable, "-m", "amcommit.cli", *(c.format(dest=dest) for c in cmd)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `| head` that has already exited
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert err == b""
+
+
+def test_closed_pipe_with_head(tmp_path: Path) -> None:
+    """A real `| head -1` on output larger than the pipe buffer."""
+    import shlex
+    import subprocess
+    import sys
+
+    dest = tmp_path / "big"
+
+    async def go() -> None:
+        store = LocalStore("/")
+        layout = await setup_job(store, str(dest).lstrip("/"), JOB)
+        await run_task(store, layout, 0, {f"part={i % 7}/file-{i:05d}.parquet": b"" for i in range(1500)})
+
+    anyio.run(go)
+    manifest = next(dest.glob("_temporary/*/00/manifests/*-manifest.json"))
+    py = shlex.quote(sys.executable)
+    script = (
+        f"set -o pipefail; {py} -m amcommit.cli manifest {shlex.quote(str(manifest))} --json | head -1; "
+        f"echo rc=$?; {py} -m amcommit.cli jobs {shlex.quote(str(dest))} | head -1; echo rc=$?"
+    )
+    res = subprocess.run(["bash", "-c", script], capture_output=True, env=_env(), timeout=120)
+    lines = res.stdout.decode().splitlines()
+    assert lines[0] == "{" and lines[1] == "rc=141", res.stdout
+    assert lines[2].startswith("destination") and lines[3] == "rc=0", res.stdout  # fits the pipe
+    assert res.stderr == b"", res.stderr
+
+
+def test_tilde_in_dest_and_spool_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    dest = prepare(tmp_path, "out")
+    (tmp_path / "spool").mkdir()
+    assert main(["jobs", "~/out"]) == 0
+    assert f"destination    file://{dest}\n" in capsys.readouterr().out
+    argv = ["commit-job", "~/out", "--job-id", JOB, "-q", "--conf", "spool_dir=~/spool"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "committed 3 files" in capsys.readouterr().out
+    assert (dest / "p=1" / "a.txt").read_bytes() == b"aaa"

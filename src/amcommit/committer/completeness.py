@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import policies_of, retry_call, retry_list
 from amcommit.errors import ConfigError, IncompleteJob, NotFound
 from amcommit.store.base import Store
 
@@ -104,22 +106,26 @@ def check_completeness(marker: JobMarker, n_manifests: int, allow_partial: bool)
     return f"not checked: no expected task count was recorded ({found})"
 
 
-async def job_completeness(store: Store, layout: JobLayout, allow_partial: bool) -> str:
+async def job_completeness(
+    store: Store, layout: JobLayout, allow_partial: bool, config: CommitterConfig = DEFAULT_CONFIG
+) -> str:
     """Read the marker and count the manifests of a job to be committed from the store, then
     :func:`check_completeness`. A commit the driver already began (journal present) is a
-    resume of an authorised commit: always allowed."""
+    resume of an authorised commit: always allowed. Requests go through the engine's retry
+    layer (``config``'s policy)."""
+    policy = policies_of(config)[0]
     try:
-        await store.stat(layout.journal_path)
+        await retry_call(lambda: store.stat(layout.journal_path), policy=policy)
         return "resumed: the commit was begun with its authorised manifests"
     except NotFound:
         pass
     try:
-        data: bytes | None = await store.get(layout.job_marker)
+        data: bytes | None = await retry_call(lambda: store.get(layout.job_marker), policy=policy)
     except NotFound:
         data = None
     n = 0
     try:
-        async for info in store.list(layout.manifests_dir, recursive=False):
+        async for info in retry_list(store, layout.manifests_dir, recursive=False, policy=policy):
             if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
                 n += 1
     except NotFound:

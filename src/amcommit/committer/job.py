@@ -147,6 +147,8 @@ async def _already_committed(store: Store, layout: JobLayout, config: CommitterC
         return None
     report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
     report.restore_from_success(success)
+    report.already_committed = True
+    report.committed_date = success.date
     report.finished = time.time()
     return report
 
@@ -246,7 +248,9 @@ async def _commit_job(
         if manifests is None:
             raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
         layout = JobLayout(dest, job_id, job_attempt)
-    completeness = None if manifests is not None else await job_completeness(store, layout, allow_partial)
+    completeness = (
+        None if manifests is not None else await job_completeness(store, layout, allow_partial, config)
+    )
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
     report.completeness = completeness
@@ -415,7 +419,7 @@ async def abort_job(
     journal = (
         None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
     )
-    if journal is None and not await held_by(store, dest, job_id):
+    if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0]):
         return await _abort_job(
             store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
         )

@@ -60,12 +60,14 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Literal, TypeVar
 
 import anyio
 import msgspec
 
-from amcommit.committer.config import CommitterConfig
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.journal import Journal, decode_journal
 from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
 from amcommit.errors import (
@@ -88,6 +90,7 @@ from amcommit.store.base import (
     WriteMode,
     join,
 )
+from amcommit.store.retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -96,6 +99,8 @@ SAFE_FRACTION = 0.75
 """A holder stops (and never releases) once ``SAFE_FRACTION * ttl`` passed since it sent
 its last successful renewal."""
 MAX_POLL = 2.0
+DEFAULT_POLICY = policies_of(DEFAULT_CONFIG)[0]
+_CONSISTENT_READS = 5
 
 Operation = Literal["commit", "abort"]
 
@@ -158,8 +163,10 @@ class DestinationLock:
         operation: Operation = "commit",
         ttl: float = 60.0,
         wait: float = 600.0,
+        policy: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         self.store = store
+        self.policy = policy
         self.dest = dest
         self.path = lock_path(dest)
         self.job_id = job_id
@@ -171,6 +178,8 @@ class DestinationLock:
         self.etag: str | None = None
         self.safe_until = 0.0
         self.lost: str | None = None
+        self._sent: dict[int, float] = {}
+        """``beats`` of each body we wrote -> when its first attempt was sent (monotonic)."""
         self._body = LockBody(
             owner=job_id,
             job_attempt=job_attempt,
@@ -181,13 +190,50 @@ class DestinationLock:
             ttl=ttl,
         )
 
-    def _encode(self) -> bytes:
+    def _encode(self, sent: float) -> bytes:
+        """The next body to write; ``sent``: when its first attempt is sent (monotonic)."""
         now = time.time()
         self._body.heartbeat = now
         if not self._body.acquired:
             self._body.acquired = now
         self._body.beats += 1
+        beats = self._body.beats
+        self._sent[beats] = sent
+        for old in [b for b in self._sent if b < beats - 16]:
+            del self._sent[old]
         return msgspec.json.encode(self._body)
+
+    async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """One lock request through the engine's retry layer (``policy``; errors a store
+        already retried are final: see :mod:`amcommit.committer.context`)."""
+        return await retry_call(fn, policy=self.policy)
+
+    async def read(self) -> tuple[str | None, LockBody | None]:
+        """The lock object's etag and body, consistent: ``stat``, ``get``, ``stat`` again
+        until both stats give the same etag (a holder renews only every ``ttl/3``). The
+        etag is None if they never agreed. NotFound if there is no lock."""
+        store, path = self.store, self.path
+        for _ in range(_CONSISTENT_READS):
+            first = await self._call(lambda: store.stat(path))
+            body = decode_lock(await self._call(lambda: store.get(path)))
+            second = await self._call(lambda: store.stat(path))
+            if first.etag is not None and first.etag == second.etag:
+                return first.etag, body
+        return None, body
+
+    def _adopt(self, etag: str | None, body: LockBody | None) -> bool | None:
+        """Recognise our own write after an ambiguous answer (a lost answer whose retry met
+        AlreadyExists or PreconditionFailed): if the lock carries our token we hold it, with
+        the lease of the write that landed. Returns None if the lock is not ours (or
+        unreadable), else whether the landed write is our latest one."""
+        if body is None or body.token != self.token or etag is None:
+            return None
+        sent = self._sent.get(body.beats)
+        if sent is None:  # older than we remember: hold it with an expired lease
+            sent = -SAFE_FRACTION * self.ttl
+        self.etag = etag
+        self.safe_until = sent + SAFE_FRACTION * self.ttl
+        return body.beats == self._body.beats
 
     def _held(self, etag: str | None, sent: float) -> None:
         if etag is None:
@@ -214,39 +260,40 @@ class DestinationLock:
         seen: tuple[str | None, float] | None = None
         delay = 0.02
         cur: LockBody | None = None
+        took: dict[int, LockBody] = {}  # beats of our takeover writes -> the lock each replaced
         while True:
             sent = time.monotonic()
+            data = self._encode(sent)
             try:
-                info = await store.put(path, self._encode(), mode=PutMode.CREATE)
+                info = await self._call(partial(store.put, path, data, mode=PutMode.CREATE))
                 self._held(info.etag, sent)
                 return None
             except AlreadyExists:
-                pass
-            except StoreError as e:
-                if not e.retryable:
-                    raise
+                pass  # held by another, or ours if an earlier attempt's answer was lost
             try:
-                st = await store.stat(path)
-                cur = decode_lock(await store.get(path))
+                etag, cur = await self.read()
             except NotFound:
                 continue  # released meanwhile: try to create it again
-            except StoreError as e:
-                if not e.retryable:
-                    raise
-                st = None
+            if self._adopt(etag, cur) is not None:
+                assert cur is not None  # a create or takeover of ours landed; its answer was lost
+                return took.get(cur.beats)
             now = time.monotonic()
-            if st is not None:
-                if seen is None or seen[0] != st.etag:
-                    seen = (st.etag, now)  # the holder is alive as long as this changes
-                mine = cur is not None and cur.owner == self.job_id and cur.job_attempt == self.job_attempt
-                ttl = cur.ttl if cur is not None else self.ttl
-                if st.etag is not None and (mine or now - seen[1] > ttl):
-                    try:
-                        info = await store.put(path, self._encode(), mode=UpdateIf(st.etag))
-                    except (PreconditionFailed, NotFound):
-                        continue  # renewed, released or taken by another waiter
-                    self._held(info.etag, now)
-                    return None if mine else (cur or LockBody(owner=""))
+            if seen is None or seen[0] != etag:
+                seen = (etag, now)  # the holder is alive as long as this changes
+            mine = cur is not None and cur.owner == self.job_id and cur.job_attempt == self.job_attempt
+            ttl = cur.ttl if cur is not None else self.ttl
+            if etag is not None and (mine or now - seen[1] > ttl):
+                stale = etag
+                data = self._encode(now)
+                taken_over = None if mine else (cur or LockBody(owner=""))
+                if taken_over is not None:
+                    took[self._body.beats] = taken_over
+                try:
+                    info = await self._call(partial(store.put, path, data, mode=UpdateIf(stale)))
+                except (PreconditionFailed, NotFound):
+                    continue  # renewed, released, taken by another waiter, or ours (lost answer)
+                self._held(info.etag, now)
+                return taken_over
             if now >= deadline:
                 raise ConflictError(
                     f"destination {self.dest!r} is locked by {describe(cur)}; gave up after "
@@ -269,14 +316,30 @@ class DestinationLock:
                 on_lost()
                 return
             assert self.etag is not None
+            etag, data, soon = self.etag, self._encode(now), now + min(1.0, interval / 4)
             try:
-                info = await self.store.put(self.path, self._encode(), mode=UpdateIf(self.etag))
-            except (PreconditionFailed, NotFound):
-                self.lost = "another writer took it over"
-                on_lost()
-                return
-            except StoreError:
-                next_beat = now + min(1.0, interval / 4)  # retry soon, until safe_until
+                with anyio.fail_after(self.safe_until - now):
+                    try:
+                        info = await self._call(partial(self.store.put, self.path, data, mode=UpdateIf(etag)))
+                    except (PreconditionFailed, NotFound):
+                        # taken over, or our own write landed and its answer was lost
+                        try:
+                            cur_etag, cur = await self.read()
+                        except NotFound:
+                            cur_etag, cur = None, None
+                        renewed = self._adopt(cur_etag, cur)
+                        if renewed is None:
+                            self.lost = (
+                                "it was deleted"
+                                if cur is None and cur_etag is None
+                                else "another writer took it over"
+                            )
+                            on_lost()
+                            return
+                        next_beat = now + interval if renewed else soon
+                        continue
+            except (StoreError, TimeoutError):
+                next_beat = soon  # transient: retry soon, until safe_until (the fence)
                 continue
             self._held(info.etag, now)
             next_beat = now + interval
@@ -287,8 +350,9 @@ class DestinationLock:
         if self.lost or self.etag is None:
             return
         new = msgspec.structs.replace(body, token=secrets.token_hex(16), heartbeat=time.time(), ttl=self.ttl)
-        try:
-            await self.store.put(self.path, msgspec.json.encode(new), mode=UpdateIf(self.etag))
+        data, etag = msgspec.json.encode(new), self.etag
+        try:  # a lost answer whose retry fails its precondition: handed over all the same
+            await self._call(partial(self.store.put, self.path, data, mode=UpdateIf(etag)))
         except StoreError:
             pass  # it stays ours and expires the same way
         self.lost = "handed over"
@@ -298,16 +362,26 @@ class DestinationLock:
         module doc for the read-then-delete window). Never raises."""
         if self.lost is not None or time.monotonic() >= self.safe_until:
             return
+        store, path = self.store, self.path
+
+        async def delete_within_lease() -> bool:
+            self.check("delete", path)  # every attempt: no delete starts after the lease
+            try:
+                return await store.delete(path)
+            except NotFound:
+                return False  # an earlier attempt deleted it; its answer was lost
+
         try:
-            body = decode_lock(await self.store.get(self.path))
+            body = decode_lock(await self._call(lambda: store.get(path)))
             if body is None or body.token != self.token:
                 return
-            await self.store.delete(self.path)
-        except StoreError:
+            await self._call(delete_within_lease)
+        except (StoreError, LockLost):
             return
-        if self.store.capabilities.directories:
+        if store.capabilities.directories:
+            temp = join(self.dest, TEMP_DIR_NAME)
             try:
-                await self.store.delete(join(self.dest, TEMP_DIR_NAME))  # only if empty
+                await self._call(lambda: store.delete(temp))  # only if empty
             except StoreError:
                 pass
 
@@ -358,23 +432,29 @@ class FencedStore:
         await self.inner.aclose()
 
 
-async def held_by(store: Store, dest: str, job_id: str) -> bool:
-    """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not)."""
+async def held_by(store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> bool:
+    """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not). The
+    read goes through the engine's retry layer with ``policy``."""
+    path = lock_path(dest)
     try:
-        body = decode_lock(await store.get(lock_path(dest)))
+        body = decode_lock(await retry_call(partial(store.get, path), policy=policy))
     except NotFound:
         return False
     return body is not None and body.owner == job_id
 
 
-async def unfinished_journal(store: Store, dest: str, job_id: str) -> Journal | None:
+async def unfinished_journal(
+    store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY
+) -> Journal | None:
     """The journal of ``job_id`` in ``dest`` if it records a half-done commit
-    (``renaming``/``renamed``), looked up in both job directory layouts."""
+    (``renaming``/``renamed``), looked up in both job directory layouts. Reads go through
+    the engine's retry layer with ``policy``."""
     if not job_id:
         return None
     for hadoop in (False, True):
+        path = JobLayout(dest, job_id, 0, hadoop=hadoop).journal_path
         try:
-            journal = decode_journal(await store.get(JobLayout(dest, job_id, 0, hadoop=hadoop).journal_path))
+            journal = decode_journal(await retry_call(partial(store.get, path), policy=policy))
         except NotFound:
             continue
         if journal is not None:
@@ -419,7 +499,9 @@ async def run_locked(
         operation=operation,
         ttl=config.lock_ttl,
         wait=config.lock_wait,
+        policy=policies_of(config)[0],
     )
+    policy = lock.policy
     previous = await lock.acquire()
     fenced = FencedStore(store, lock)
     keep = done = False
@@ -429,12 +511,15 @@ async def run_locked(
             tg.start_soon(lock.heartbeat, tg.cancel_scope.cancel)
             try:
                 if previous is not None and finish_previous is not None:
-                    if await unfinished_journal(store, dest, previous.owner) is not None:
+                    if await unfinished_journal(store, dest, previous.owner, policy=policy) is not None:
                         try:
                             await finish_previous(previous, fenced)
                         except Exception as e:
                             # rolled back (no journal left): the destination is whole, go on
-                            if await unfinished_journal(store, dest, previous.owner) is not None:
+                            if (
+                                await unfinished_journal(store, dest, previous.owner, policy=policy)
+                                is not None
+                            ):
                                 handed = previous
                                 raise ConflictError(
                                     f"destination {dest!r} holds a half-done commit of job {previous.owner!r} "
@@ -446,7 +531,7 @@ async def run_locked(
                 done = True
             except BaseException:
                 with anyio.CancelScope(shield=True):
-                    keep = handed is None and await _unfinished_quietly(store, dest, job_id)
+                    keep = handed is None and await _unfinished_quietly(lock, job_id)
                 raise
             finally:
                 tg.cancel_scope.cancel()
@@ -468,8 +553,12 @@ async def run_locked(
     return result  # a body that finished before noticing the loss did all its work
 
 
-async def _unfinished_quietly(store: Store, dest: str, job_id: str) -> bool:
-    try:
-        return await unfinished_journal(store, dest, job_id) is not None
-    except StoreError:
-        return True  # cannot tell: keep the lock (it expires)
+async def _unfinished_quietly(lock: DestinationLock, job_id: str) -> bool:
+    """Whether the failed work left ``job_id``'s journal unfinished (then the lock is kept),
+    asked within ``ttl/3`` through the retry layer; True if that cannot be told."""
+    with anyio.move_on_after(max(5.0, lock.ttl / 3)):
+        try:
+            return await unfinished_journal(lock.store, lock.dest, job_id, policy=lock.policy) is not None
+        except StoreError:
+            pass
+    return True  # cannot tell: keep the lock (it expires)

@@ -55,6 +55,11 @@ class JobReport:
     error: str | None = None
     failed_stage: str | None = None
     filenames: list[str] = field(default_factory=list)
+    already_committed: bool = False
+    """The job had been committed and cleaned up before: this report was read back from
+    ``_SUCCESS``; nothing was done."""
+    committed_date: str = ""
+    """For an ``already_committed`` report: the ``_SUCCESS`` date of that commit."""
     completeness: str | None = None
     """For a commit from the store alone (no manifests given): what its completeness check
     found (see :mod:`amcommit.committer.completeness`); None when the caller gave them."""

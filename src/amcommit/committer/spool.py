@@ -9,6 +9,7 @@ collisions are resolved exactly in a second pass over the spool, so the check is
 
 from __future__ import annotations
 
+import os
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -33,6 +34,8 @@ class EntrySpool:
     """Append-only spool of :class:`RenameEntry` rows with exact duplicate detection."""
 
     def __init__(self, *, directory: str | None = None, batch_size: int = 2048) -> None:
+        if directory is not None:  # "~/spool" as a user writes it in --conf / Spark conf
+            directory = os.path.expanduser(directory)
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="amcommit-spool-", dir=directory)
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(tuple[int, list[RenameEntry]])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
+from amcommit.committer.context import policies_of, retry_call, retry_list
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.iostats import IOStatistics
@@ -35,18 +35,27 @@ from amcommit.store.retry import RetryPolicy, call_with_retries
 from amcommit.uris import path_to_uri
 
 
-async def setup_task(store: Store, layout: JobLayout, task_attempt_id: str) -> str:
+async def setup_task(
+    store: Store, layout: JobLayout, task_attempt_id: str, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> str:
     """Prepare a task attempt; return its working directory (a store path).
 
     Fails with CommitError if this attempt was set up before (attempt ids are single-use).
+    Requests go through the retry layer; the marker is created with a create-only put, so
+    a retry after a lost answer that finds the marker with this attempt's body is ours.
     """
+    policy = policies_of(config)[0]
     marker = layout.task_attempt_marker(task_attempt_id)
+    body = f'{{"created": {time.time()}, "attempt": "{task_attempt_id}"}}'.encode()
     try:
-        await store.put(marker, f'{{"created": {time.time()}}}'.encode(), mode=PutMode.CREATE)
+        await retry_call(lambda: store.put(marker, body, mode=PutMode.CREATE), policy=policy)
     except AlreadyExists:
-        raise CommitError(f"task attempt {task_attempt_id} was already set up", stage="setup_task") from None
+        if await retry_call(lambda: store.get(marker), policy=policy) != body:  # not our lost answer
+            raise CommitError(
+                f"task attempt {task_attempt_id} was already set up", stage="setup_task"
+            ) from None
     work = layout.task_attempt_dir(task_attempt_id)
-    await store.mkdirs(work)
+    await retry_call(lambda: store.mkdirs(work), policy=policy)
     return work
 
 
@@ -60,7 +69,9 @@ def _refuse_special(info: ObjectInfo, work_dir: str) -> None:
         )
 
 
-async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], set[str]]:
+async def scan_attempt(
+    store: Store, work_dir: str, *, policy: RetryPolicy | None = None
+) -> tuple[list[ObjectInfo], set[str]]:
     """Files below ``work_dir`` and every directory (including empty ones where the store
     has directories), as paths relative to ``work_dir``'s tree.
 
@@ -69,13 +80,14 @@ async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], s
     ``work_dir``: links are never followed, and their targets are never copied (a link
     may point anywhere the committing process can read).
     """
+    pol = policy or policies_of(DEFAULT_CONFIG)[0]
     files: list[ObjectInfo] = []
     dirs: set[str] = set()
     if store.capabilities.directories:
         pending = [work_dir]
         while pending:
             d = pending.pop()
-            async for info in store.list(d, recursive=False):
+            async for info in retry_list(store, d, recursive=False, policy=pol):
                 _refuse_special(info, work_dir)
                 if info.is_dir:
                     dirs.add(info.path)
@@ -83,7 +95,7 @@ async def scan_attempt(store: Store, work_dir: str) -> tuple[list[ObjectInfo], s
                 else:
                     files.append(info)
     else:
-        async for info in store.list(work_dir, recursive=True):
+        async for info in retry_list(store, work_dir, recursive=True, policy=pol):
             _refuse_special(info, work_dir)
             files.append(info)
             p = parent(info.path)
@@ -101,12 +113,13 @@ async def build_manifest(
     *,
     extra_data: dict[str, str] | None = None,
     stats: IOStatistics | None = None,
+    config: CommitterConfig = DEFAULT_CONFIG,
 ) -> TaskManifest:
     """Scan the attempt directory and describe it as a manifest (no I/O besides listing)."""
     work = layout.task_attempt_dir(task_attempt_id)
     stats = stats or IOStatistics()
     with stats.time("task_stage_scan_directory"):
-        files, dirs = await scan_attempt(store, work)
+        files, dirs = await scan_attempt(store, work, policy=policies_of(config)[0])
     root = store.root_uri
     file_entries = []
     total = 0
@@ -163,7 +176,7 @@ async def commit_task(
     stats = IOStatistics()
     t0 = time.perf_counter()
     manifest = await build_manifest(
-        store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats
+        store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats, config=config
     )
     stats.record("task_stage_commit", time.perf_counter() - t0)
     manifest.iostatistics = stats.snapshot(prefix="")
@@ -205,12 +218,18 @@ class _Retry(StoreError):
     retryable = True
 
 
-async def abort_task(store: Store, layout: JobLayout, task_attempt_id: str) -> None:
-    """Delete a task attempt's output and temporary manifest. Idempotent; never touches
-    the destination or another attempt's committed manifest."""
-    await store.delete(layout.task_attempt_dir(task_attempt_id), recursive=True)
+async def abort_task(
+    store: Store, layout: JobLayout, task_attempt_id: str, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> None:
+    """Delete a task attempt's output and temporary manifest. Idempotent (requests go
+    through the retry layer); never touches the destination or another attempt's
+    committed manifest."""
+    policy = policies_of(config)[0]
+    work = layout.task_attempt_dir(task_attempt_id)
+    tmp = layout.manifest_tmp_path(task_attempt_id)
+    await retry_call(lambda: store.delete(work, recursive=True), policy=policy)
     try:
-        await store.delete(layout.manifest_tmp_path(task_attempt_id))
+        await retry_call(lambda: store.delete(tmp), policy=policy)
     except NotFound:
         pass
 

@@ -8,6 +8,20 @@ Schemes:
 * ``wasb[s]://container@account.blob.core.windows.net/path`` -> flat Blob ``BlobStore``;
 * ``gs://bucket/path`` -> ``GcsStore``.
 
+fsspec-style URLs, as users of adlfs and gcsfs write them, name the same stores:
+
+* ``abfs[s]://filesystem/path`` (no ``@account``) -> ``DfsStore``, and
+  ``az://container/path`` -> ``BlobStore`` (adlfs maps both to its Blob file system; we
+  keep ``abfs`` on ADLS Gen2, as Hadoop does, and give ``az`` the flat Blob store). The
+  account comes from the ``account`` store option, else a ``connection_string``'s
+  account, else the ``endpoint`` (an emulator's ``http://127.0.0.1:10000/acct``), else
+  ``AZURE_STORAGE_ACCOUNT_NAME`` (as adlfs reads it); without any of them the URL is a
+  ConfigError naming the ``account`` option. The store's ``root_uri`` is the canonical
+  form (``abfs[s]://fs@acct.dfs.core.windows.net/``, ``wasbs://c@acct.blob.core.windows.net/``).
+* ``gcs://bucket/path`` is ``gs://bucket/path`` (:func:`parse_location` rewrites it).
+
+Plain local paths may start with ``~`` (expanded like a shell does).
+
 Backends register a factory ``from_url(parsed: ParsedUri, **options) -> Store`` under
 their schemes (:func:`register_scheme`), with the typed options it accepts (an
 :class:`~amcommit.store.options.StoreOptions` struct); the built-in cloud backends are
@@ -42,6 +56,7 @@ _lazy: dict[str, str] = {
     "abfss": "amcommit.store.azure:dfs_from_url",
     "wasb": "amcommit.store.azure:blob_from_url",
     "wasbs": "amcommit.store.azure:blob_from_url",
+    "az": "amcommit.store.azure:blob_from_url",
     "gs": "amcommit.store.gcs:gcs_from_url",
 }
 _options: dict[str, type[StoreOptions]] = {
@@ -49,6 +64,7 @@ _options: dict[str, type[StoreOptions]] = {
     "abfss": DfsOptions,
     "wasb": BlobOptions,
     "wasbs": BlobOptions,
+    "az": BlobOptions,
     "gs": GcsOptions,
 }
 
@@ -95,13 +111,20 @@ def _local_from_url(parsed: ParsedUri, **options: Any) -> Store:
 register_scheme("file", _local_from_url, LocalOptions)
 
 
+_SCHEME_ALIASES = {"gcs": "gs"}
+"""fsspec scheme names that are another name of one of ours (the canonical one is kept)."""
+
+
 def parse_location(url: str) -> ParsedUri:
-    """Parse a URL or a local path (relative paths are made absolute)."""
+    """Parse a URL or a local path (``~`` expanded, relative paths made absolute);
+    ``gcs://`` becomes ``gs://``."""
     if not url:
         raise InvalidInput("empty URL")
     if "://" not in url and not url.startswith("file:"):
-        return parse_uri(os.path.abspath(url))
-    return parse_uri(url)
+        return parse_uri(os.path.abspath(os.path.expanduser(url)))
+    parsed = parse_uri(url)
+    alias = _SCHEME_ALIASES.get(parsed.scheme)
+    return parsed if alias is None else ParsedUri(alias, parsed.authority, parsed.path)
 
 
 def _factory(scheme: str) -> StoreFactory:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -11,6 +13,7 @@ from yarl import URL
 from amcommit.errors import AlreadyExists, ConfigError, InvalidInput, NotFound
 from amcommit.iostats import IOStatistics
 from amcommit.store.azure.auth import (
+    ConnectionInfo,
     Credential,
     TokenProvider,
     make_credential,
@@ -234,6 +237,51 @@ class AzureBase:
         await self.aclose()
 
 
+FSSPEC_SCHEMES = frozenset({"az", "abfs", "abfss"})
+"""Schemes that may name a container without ``@account`` (as adlfs users write them)."""
+
+
+def fsspec_account(
+    account: str | None, info: ConnectionInfo | None, endpoint: str | None, env: Mapping[str, str]
+) -> str | None:
+    """The account of an fsspec-style URL (pure): the ``account`` option, a connection
+    string's, the endpoint's (path style ``http://host:port/acct`` or ``https://acct.host``),
+    then ``AZURE_STORAGE_ACCOUNT_NAME``."""
+    if account:
+        return account
+    if info is not None and info.account:
+        return info.account
+    if endpoint:
+        ep = URL(endpoint.rstrip("/"))
+        path_account = ep.path.strip("/")
+        if path_account:
+            return path_account
+        if ep.host and not ep.host[0].isdigit() and "." in ep.host:
+            return ep.host.split(".")[0]
+    return env.get("AZURE_STORAGE_ACCOUNT_NAME") or None
+
+
+def canonical_fsspec_uri(
+    parsed: ParsedUri,
+    service: str,
+    account: str | None,
+    info: ConnectionInfo | None,
+    endpoint: str | None,
+    env: Mapping[str, str] | None = None,
+) -> ParsedUri:
+    """``az://c/p`` -> ``wasbs://c@acct.blob.core.windows.net/p``, ``abfs[s]://fs/p`` ->
+    ``abfs[s]://fs@acct.dfs.core.windows.net/p``; ConfigError naming the ``account`` option
+    when no account can be found."""
+    acct = fsspec_account(account, info, endpoint, os.environ if env is None else env)
+    if not acct:
+        raise ConfigError(
+            f"{parsed.scheme}://{parsed.authority} names no storage account: give the 'account' "
+            "store option (--store-option account=NAME) or set AZURE_STORAGE_ACCOUNT_NAME"
+        )
+    scheme = "wasbs" if parsed.scheme == "az" else parsed.scheme
+    return ParsedUri(scheme, f"{parsed.authority}@{acct}.{service}.core.windows.net", parsed.path)
+
+
 def store_options_from_url(parsed: ParsedUri, service: str, options: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments for a store rooted at the container named by ``parsed``.
 
@@ -245,12 +293,14 @@ def store_options_from_url(parsed: ParsedUri, service: str, options: dict[str, A
     """
     from amcommit.store.urls import convert_store_options
 
-    container, host = split_authority(parsed.authority)
     opts = convert_store_options(DfsOptions if service == "dfs" else BlobOptions, options).given()
     conn = opts.pop("connection_string", None)
     endpoint = opts.pop("endpoint", None)
-    if conn is not None:
-        info = parse_connection_string(conn)
+    info = parse_connection_string(conn) if conn is not None else None
+    if "@" not in parsed.authority and parsed.scheme in FSSPEC_SCHEMES:
+        parsed = canonical_fsspec_uri(parsed, service, opts.get("account"), info, endpoint)
+    container, host = split_authority(parsed.authority)
+    if info is not None:
         ep = info.dfs_endpoint if service == "dfs" else info.blob_endpoint
         if service == "dfs" and ep is None:
             ep = info.blob_endpoint  # emulator-style strings: one endpoint serves both
@@ -279,6 +329,8 @@ __all__ = [
     "META_PUT_ID",
     "META_RENAME_ID",
     "AzureBase",
+    "canonical_fsspec_uri",
+    "fsspec_account",
     "norm_etag",
     "parse_http_date",
     "quote_path",
