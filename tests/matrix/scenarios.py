@@ -113,11 +113,6 @@ def between_copy_and_delete(dst: str, what: str) -> dict[str, Any]:
     }
 
 
-LOCKRETRY = "lock requests not retried yet; branch lockretry"
-"""A throttled lock request (acquire, heartbeat, release) is not retried: e.g. the release's
-delete fails and ``_temporary/_commit.lock`` stays behind after a successful commit."""
-
-
 def on(reason: str, *backends: str) -> dict[str, str]:
     """xfail ``reason`` on ``backends`` (none: every backend)."""
     return {b: reason for b in backends} if backends else {"*": reason}
@@ -342,7 +337,6 @@ SCENARIOS += [
         OLD,
         (REPLACE,),
         Fault("store", rule="throttle"),
-        maybe=on(LOCKRETRY, "blob", "gcs-double", "gcs-fake"),
     ),
     Scenario(
         "lost-store",
