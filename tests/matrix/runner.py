@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 
 from amcommit.committer import CommitterConfig, JobLayout, Progress, abort_job, commit_job, setup_job
+from amcommit.committer.lock import held_by
 from amcommit.committer.report import JobReport
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import AmcommitError
@@ -168,7 +169,8 @@ async def check_final(cell: Cell, want: oracle.Expected, job: Job) -> None:
     """After a success or an abort: exact destination, no _temporary, _SUCCESS iff success."""
     got = await dest_files(cell)
     assert_listing(got, want.dest)
-    assert await temp_leftovers(cell) == [], "_temporary leftovers"
+    left = await temp_leftovers(cell)
+    assert left == [], f"_temporary leftovers: {[relative_to(p, cell.dest) for p in left[:5]]}"
     assert (await success_job(cell)) == (job.job_id if want.success else None), "_SUCCESS"
     if want.success:
         await check_success_report(cell, job)
@@ -224,9 +226,9 @@ _FORKS = multiprocessing.get_context("forkserver")
 _FORKS.set_forkserver_preload(["tests.matrix.kill_child"])
 
 
-def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
+def run_child(cell: Cell, op: str, job: Job, kill: Any, **more: Any) -> None:
     """Run commit/abort of ``job`` in a child process (forked from a fork server that has
-    imported everything) that must die by SIGKILL at ``kill``."""
+    imported everything) that must die by SIGKILL at ``kill``; ``more``: committer options."""
     spec = {
         "backend": cell.info,
         "op": op,
@@ -238,7 +240,8 @@ def run_child(cell: Cell, op: str, job: Job, kill: Any) -> None:
         # a clean boundary (no other rename half done) and the renames run in spool order
         # (task 0's files sorted, then task 1's); the rename-kind rules cut inside one rename on purpose
         "config": CONFIG
-        | {"io_threads": 1, "load_threads": 1, "delete_target_files": job.delete_target_files},
+        | {"io_threads": 1, "load_threads": 1, "delete_target_files": job.delete_target_files}
+        | more,
     }
     proc = _FORKS.Process(target=kill_child.run_spec, args=(json.dumps(spec),), name=f"matrix-{op}")
     proc.start()
@@ -260,8 +263,8 @@ async def commit(
     return await commit_job(store or cell.store, cell.dest, job.job_id, config=cfg, progress=progress)
 
 
-async def abort(cell: Cell, job: Job) -> None:
-    await abort_job(cell.store, cell.dest, job.job_id, config=config(job.mode))
+async def abort(cell: Cell, job: Job, **more: Any) -> None:
+    await abort_job(cell.store, cell.dest, job.job_id, config=config(job.mode, **more))
 
 
 async def expect_commit(cell: Cell, job: Job, store: Store | None = None, **more: Any) -> None:
@@ -326,25 +329,65 @@ async def run_http_faults(cell: Cell, job: Job) -> None:
         assert sum(proxy.counts.values()) > 0, "no fault was injected"
 
 
-async def run_kill(cell: Cell, job: Job) -> None:
-    f, sc = cell.sc.fault, cell.sc
-    run_child(cell, "commit", job, cell.fill(f.kill))
+def lock_options(cell: Cell) -> dict[str, Any]:
+    ttl = cell.sc.fault.lock_ttl
+    return {} if ttl is None else {"lock_ttl": ttl}
+
+
+async def kill_job(cell: Cell, job: Job) -> None:
+    """The fault's commit child (then its abort child, if any), each killed at its rule;
+    the rename-kind proof; with ``lock_ttl``: the dead job still holds the lock."""
+    f = cell.sc.fault
+    run_child(cell, "commit", job, cell.fill(f.kill), **lock_options(cell))
     if f.abort_kill is not None:
-        run_child(cell, "abort", job, cell.fill(f.abort_kill))
+        run_child(cell, "abort", job, cell.fill(f.abort_kill), **lock_options(cell))
     if f.copied is not None and cell.backend in COPY_RENAME_BACKENDS:
         for template in f.copied:  # the cut fell between the copy and the delete
             await cell.store.stat(cell.path(template))
+    if f.lock_ttl is not None:
+        assert await held_by(cell.store, cell.dest, job.job_id), "the killed job does not hold the lock"
+
+
+async def run_kill(cell: Cell, job: Job) -> None:
+    f, sc = cell.sc.fault, cell.sc
+    await kill_job(cell, job)
     old = dict(sc.old)
+    more = lock_options(cell)
+    t0 = time.monotonic()
     if sc.then == "resume":
-        report = await commit(cell, job)
+        report = await commit(cell, job, **more)
         assert report.success
-        await check_final(cell, oracle.expect_commit(old, job), job)
+        want = oracle.expect_commit(old, job)
     else:
-        await abort(cell, job)
+        await abort(cell, job, **more)
         want = oracle.expect_abort(old, job, f.past_no_return)
+    took = time.monotonic() - t0
+    if f.lock_ttl is not None:  # its own stale lock: taken back at once, not after the ttl
+        assert took < f.lock_ttl / 3, f"{sc.then} took {took:.1f} s: it waited for its own lock"
+    await check_final(cell, want, job)
+    if sc.then == "abort":
+        await abort(cell, job, **more)  # idempotent
         await check_final(cell, want, job)
-        await abort(cell, job)  # idempotent
-        await check_final(cell, want, job)
+
+
+async def run_takeover(cell: Cell) -> None:
+    """Job A is killed holding the destination lock; job B's commit waits until A's lock
+    is unrenewed for its ttl, takes it over, completes what A was doing (its commit, or
+    its abort: a rollback), then commits B. The destination must be "A then B" (B alone
+    after a rollback), exactly, with B's ``_SUCCESS`` and nothing left of A's job."""
+    a, b = cell.sc.jobs
+    f = cell.sc.fault
+    assert f.lock_ttl is not None
+    await kill_job(cell, a)
+    t0 = time.monotonic()
+    report = await commit(cell, b, **lock_options(cell))
+    took = time.monotonic() - t0
+    assert report.success
+    assert took >= f.lock_ttl, f"B committed after {took:.1f} s: it did not wait for A's lock to expire"
+    old = dict(cell.sc.old)
+    after_a = old if f.abort_kill is not None else oracle.apply(old, a)
+    # (check_final: nothing under _temporary, so A's job directory went with its commit/abort)
+    await check_final(cell, oracle.expect_commit(after_a, b), b)
 
 
 # -- hostile manifests --------------------------------------------------------------------------
@@ -449,7 +492,8 @@ async def run_concurrent(cell: Cell) -> None:
     assert got in allowed, f"not the result of a serial order of {[j.job_id for j in ok]}: " + "; ".join(
         f"vs order {i}: {_diff(got, w)}" for i, w in enumerate(allowed)
     )
-    assert await temp_leftovers(cell) == [], "_temporary leftovers"
+    left = await temp_leftovers(cell)
+    assert left == [], f"_temporary leftovers: {[relative_to(p, cell.dest) for p in left[:5]]}"
     await check_outside(cell)
 
 
@@ -489,6 +533,8 @@ async def run_cell(cell: Cell) -> None:
         await check_final(cell, oracle.Expected(old, False), job)
     elif kind == "concurrent":
         await run_concurrent(cell)
+    elif kind == "takeover":
+        await run_takeover(cell)
     else:
         raise ValueError(kind)
 

@@ -17,7 +17,10 @@ def _marks(sc: Scenario, backend: str) -> list[pytest.MarkDecorator]:
     if skip:
         return [pytest.mark.skip(reason=skip)]
     why = sc.xfail.get(backend) or sc.xfail.get("*")
-    return [pytest.mark.xfail(strict=True, reason=why)] if why else []
+    if why:
+        return [pytest.mark.xfail(strict=True, reason=why)]
+    maybe = sc.maybe.get(backend) or sc.maybe.get("*")
+    return [pytest.mark.xfail(strict=False, reason=maybe)] if maybe else []
 
 
 CELLS = [

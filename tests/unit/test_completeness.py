@@ -132,3 +132,18 @@ def test_hadoop_job_directory_says_not_checked(tmp_path: Path, capsys: pytest.Ca
         "p=0/part-0.bin": b"x",
         "p=1/part-1.bin": b"xx",
     }
+
+
+def test_completeness_reads_are_retried(tmp_path: Path) -> None:
+    """The journal stat, marker read and manifest listing of the completeness check go
+    through the engine's retry layer: one throttled answer each does not fail the commit
+    before it starts (it did: ``Throttled: list .../manifests``, matrix throttle-store)."""
+    dest, _ = _prepare(tmp_path, 2, expected_tasks=2)
+    job_dir = f"*/_temporary/manifest_{JOB}"
+    faulty = FaultyStore(LocalStore("/"), seed=0)
+    stat = faulty.throttle("stat", retry_after=0.0, path=f"{job_dir}/journal.json", count=1)
+    get = faulty.throttle("get", retry_after=0.0, path=f"{job_dir}/_job.json", count=1)
+    listing = faulty.throttle("list", retry_after=0.0, path=f"{job_dir}/00/manifests", count=1)
+    report = anyio.run(lambda: commit_job(faulty, str(dest).lstrip("/"), JOB))
+    assert report.success and report.completeness == "complete: 2 task manifests of 2 expected"
+    assert (stat.fired, get.fired, listing.fired) == (1, 1, 1)
