@@ -153,6 +153,11 @@ def format_success(s: SuccessData) -> str:
 
 
 def format_report(r: JobReport) -> str:
+    if r.already_committed and r.committed_by:
+        return (
+            f"job {r.job_id} was already committed into {r.dest_uri} by job {r.committed_by}, "
+            f"which took over the destination lock it left ({r.committed_date or 'date unknown'}): nothing to do"
+        )
     if r.already_committed:
         return (
             f"job {r.job_id} was already committed ({r.files:,} files, {r.committed_date or 'date unknown'}) "

@@ -204,6 +204,11 @@ async def test_killed_holder_is_taken_over(tmp_path: Path, point: str, dead_comm
         # job_a's overwrite was completed first, then job_b appended: one serial order
         assert await snapshot(store, dest) == serial(a, b)[0]
         assert await temp_files(store, dest) == []
+        assert report.completed_previous == "job_a"
+        # job_a's driver, run again, learns its job is committed (job_b's _SUCCESS names it)
+        again = await commit_job(store, dest, "job_a", config=CommitterConfig(conflict_mode="overwrite"))
+        assert again.success and again.already_committed and again.committed_by == "job_b"
+        assert await snapshot(store, dest) == serial(a, b)[0]
     else:
         # job_a never touched the destination; it stays committable after job_b
         assert await snapshot(store, dest) == OLD | b[2]

@@ -136,7 +136,9 @@ async def _read_success(store: Store, layout: JobLayout, config: CommitterConfig
         success = decode_success(data, name="_SUCCESS")
     except ManifestError:
         return None
-    if success.job_id != layout.job_id or not success.success:
+    if not success.success:
+        return None
+    if success.job_id != layout.job_id and success.diagnostics.get("completed_previous_job") != layout.job_id:
         return None
     return success
 
@@ -146,7 +148,10 @@ async def _already_committed(store: Store, layout: JobLayout, config: CommitterC
     if success is None:
         return None
     report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
-    report.restore_from_success(success)
+    if success.job_id == layout.job_id:
+        report.restore_from_success(success)
+    else:  # completed by the job that took over its lock; that job's _SUCCESS says so
+        report.committed_by = success.job_id
     report.already_committed = True
     report.committed_date = success.date
     report.finished = time.time()
@@ -170,6 +175,12 @@ async def commit_job(
     lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
     a half-done commit left by a dead holder is completed first). See :func:`_commit_job`.
     """
+    completed: list[str] = []  # the dead holder whose commit finish_previous completed
+
+    async def finish_previous(prev: LockBody, s: Store) -> None:
+        if await _finish_previous(s, dest, prev, config, limiter):
+            completed.append(prev.owner)
+
     return await run_locked(
         store,
         dest,
@@ -186,25 +197,29 @@ async def commit_job(
             job_attempt=job_attempt,
             limiter=limiter,
             allow_partial=allow_partial,
+            completed_previous=completed,
         ),
         job_attempt=job_attempt,
-        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
+        finish_previous=finish_previous,
     )
 
 
 async def _finish_previous(
     store: Store, dest: str, prev: LockBody, config: CommitterConfig, limiter: Limiter | None
-) -> None:
+) -> bool:
     """Complete what the dead holder ``prev`` of the destination lock was doing (its
-    journal is unfinished): its commit, or its abort. Runs under our lock."""
+    journal is unfinished): its commit, or its abort. Runs under our lock. True if its
+    commit was completed (our ``_SUCCESS`` then names it, so that job, run again, learns
+    it is committed: see :func:`_read_success`)."""
     if prev.operation == "abort":
-        await _abort_job(
+        report = await _abort_job(
             store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
         )
     else:
-        await _commit_job(
+        report = await _commit_job(
             store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
         )
+    return report.success
 
 
 async def _commit_job(
@@ -219,6 +234,7 @@ async def _commit_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
     allow_partial: bool = False,
+    completed_previous: Sequence[str] = (),
 ) -> JobReport:
     """Commit (or resume committing) job ``job_id`` into ``dest``; return its report.
 
@@ -246,7 +262,11 @@ async def _commit_job(
         if done is not None:
             return done
         if manifests is None:
-            raise CommitError(f"no job directory for job {job_id!r} under {dest!r}", stage="commit_job")
+            raise CommitError(
+                f"no job directory for job {job_id!r} under {dest!r} (never set up, aborted, or "
+                "committed and cleaned up before the last commit into this destination)",
+                stage="commit_job",
+            )
         layout = JobLayout(dest, job_id, job_attempt)
     completeness = (
         None if manifests is not None else await job_completeness(store, layout, allow_partial, config)
@@ -254,6 +274,7 @@ async def _commit_job(
     ctx = _new_context(store, layout, config, progress, limiter)
     report = ctx.report
     report.completeness = completeness
+    report.completed_previous = completed_previous[-1] if completed_previous else None
     try:
         await _run_commit(ctx, manifests, manifest_etags)
         report.success = True

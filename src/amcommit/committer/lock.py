@@ -471,7 +471,7 @@ async def run_locked(
     *,
     job_attempt: int = 0,
     operation: Operation = "commit",
-    finish_previous: Callable[[LockBody, Store], Awaitable[None]] | None = None,
+    finish_previous: Callable[[LockBody, Store], Awaitable[object]] | None = None,
 ) -> T:
     """Run ``body(store)`` holding the lock of ``dest`` (waiting for it first); the store
     it gets is a :class:`FencedStore`.

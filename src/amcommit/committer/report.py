@@ -60,6 +60,13 @@ class JobReport:
     ``_SUCCESS``; nothing was done."""
     committed_date: str = ""
     """For an ``already_committed`` report: the ``_SUCCESS`` date of that commit."""
+    completed_previous: str | None = None
+    """The job whose half-done commit this commit completed first, after taking over the
+    destination lock its dead holder left (see :mod:`amcommit.committer.lock`); recorded in
+    ``_SUCCESS`` as diagnostic ``completed_previous_job``."""
+    committed_by: str | None = None
+    """For an ``already_committed`` report: the job that completed this one's commit after
+    taking over the destination lock it left (None: this job committed itself)."""
     completeness: str | None = None
     """For a commit from the store alone (no manifests given): what its completeness check
     found (see :mod:`amcommit.committer.completeness`); None when the caller gave them."""
@@ -128,6 +135,8 @@ class JobReport:
             diagnostics["exception"] = redact(self.error)  # whatever raised it: no secret
         if self.rolled_back:
             diagnostics["rolled_back"] = "true"
+        if self.completed_previous:
+            diagnostics["completed_previous_job"] = self.completed_previous
         return SuccessData(
             timestamp=int(now * 1000),
             date=datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(),
