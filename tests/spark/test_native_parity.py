@@ -119,6 +119,9 @@ def test_file_sizes_and_encodings_as_native(spark: Any, tmp_path: Path) -> None:
     ours_cols, native_cols = _column_chunks(ours), _column_chunks(native)
     assert {c: t for c, (t, _) in ours_cols.items()} == {c: t for c, (t, _) in native_cols.items()}
     assert ours_cols["ts"][0] == "INT96"
+    first = next(f for f in data_files(ours) if f.endswith(".parquet"))
+    meta = pq.ParquetFile(ours / first).metadata.metadata
+    assert set(meta) == {b"org.apache.spark.sql.parquet.row.metadata", b"org.apache.spark.version"}
     for col in ("id", "uniq", "dbl", "ts"):  # unique values: plain, as parquet-mr falls back
         assert not ({"RLE_DICTIONARY", "PLAIN_DICTIONARY"} & ours_cols[col][1]), col
     for col in ("low", "small"):

@@ -222,7 +222,8 @@ def writer_options(first: pa.Table | None, *, int96: bool = False) -> dict[str, 
     default: data pages of 1 MiB (and at most 20,000 rows), v1 data pages, statistics,
     dictionary pages up to 1 MiB, dictionary encoding only where it pays on the file's
     first rows ``first`` (:func:`dictionary_columns`), no Arrow schema copy in the footer
-    (Spark reads its own schema key); timestamps as INT96 if ``int96`` (Spark's default
+    (Spark reads its own schema key; ``store_schema=False`` drops the schema's key-value
+    metadata too, so the caller adds it with ``add_key_value_metadata``); timestamps as INT96 if ``int96`` (Spark's default
     ``spark.sql.parquet.outputTimestampType``; pyarrow's switch covers every timestamp
     column, so the caller passes False when a ``timestamp_ntz`` column, always INT64 in
     Spark, is present: then timestamps stay INT64 microseconds, read back identically). Pure."""
@@ -492,6 +493,8 @@ class PartitionedParquetWriter:
         if self.compression_level is not None and self.compression:
             kwargs["compression_level"] = self.compression_level
         sink.writer = pq.ParquetWriter(sink.local_path, self._schema, **kwargs)
+        if self._schema.metadata:  # without store_schema, pyarrow drops the schema's metadata
+            sink.writer.add_key_value_metadata(self._schema.metadata)
         sink.file_rows = 0
         self._open[sink.rel_dir] = sink
         return sink.writer
