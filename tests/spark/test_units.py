@@ -482,6 +482,10 @@ def test_dictionary_where_parquet_mr_keeps_it() -> None:
     assert not dictionary_pays(pa.array([i * 0.5 for i in range(n)]))
     assert dictionary_pays(pa.array([i % 1000 for i in range(n)], pa.int32()))
     assert dictionary_pays(pa.array(["view", "click", None] * 1000))
+    unique_ts = pa.array(range(n), pa.timestamp("us", "UTC"))
+    assert not dictionary_pays(unique_ts)  # INT64: plain
+    assert dictionary_pays(unique_ts, int96=True)  # INT96: parquet-mr keeps the dictionary
+    assert not dictionary_pays(pa.array([decimal.Decimal(i) for i in range(n)], pa.decimal128(12, 2)))
     assert dictionary_pays(pa.array([True, False] * 10))  # not modelled: pyarrow decides
     assert dictionary_pays(pa.array([None, None], pa.string()))
     # a dictionary past 1 MiB on the first page is plain even if values repeat

@@ -88,9 +88,11 @@ DICTIONARY_PAGE_BYTES = 1024 * 1024
 """parquet-mr's ``parquet.dictionary.page.size``: past it a column chunk falls back to plain."""
 
 
-def _plain_sizes(arr: pa.Array) -> pa.Array | None:
-    """Plain-encoded bytes of each non-null value of a top-level column, or None when the
-    column is not a flat primitive one (nested, boolean, null: left to pyarrow)."""
+def _plain_sizes(arr: pa.Array, int96: bool = False) -> tuple[pa.Array, int] | None:
+    """Dictionary-entry bytes of each non-null value of a top-level column, and the bytes
+    parquet-mr adds per value when it counts the plain size (4 for fixed-length binaries:
+    INT96 timestamps, decimals past 18 digits, which it sizes as length-prefixed); None
+    when the column is not a flat primitive one (nested, boolean, null: left to pyarrow)."""
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.cast(t.value_type)
@@ -101,20 +103,25 @@ def _plain_sizes(arr: pa.Array) -> pa.Array | None:
         or pa.types.is_large_string(t)
         or pa.types.is_large_binary(t)
     ):
-        return pc.add(pc.binary_length(arr.drop_null()), 4)
+        return pc.add(pc.binary_length(arr.drop_null()), 4), 0
+    count = len(arr) - arr.null_count
     if pa.types.is_fixed_size_binary(t):
-        return pa.repeat(t.byte_width, len(arr) - arr.null_count)
+        return pa.repeat(t.byte_width, count), 4
     if pa.types.is_boolean(t) or pa.types.is_null(t) or pa.types.is_nested(t):
         return None
+    extra = 0
     if pa.types.is_decimal(t):
         width = 4 if t.precision <= 9 else 8 if t.precision <= 18 else _decimal_bytes(t.precision)
+        extra = 4 if t.precision > 18 else 0
+    elif pa.types.is_timestamp(t) and int96:
+        width, extra = 12, 4
     elif pa.types.is_timestamp(t) or pa.types.is_date64(t):
         width = 8
     elif t.bit_width <= 32:
         width = 4
     else:
         width = 8
-    return pa.repeat(width, len(arr) - arr.null_count)
+    return pa.repeat(width, count), extra
 
 
 def _decimal_bytes(precision: int) -> int:
@@ -125,17 +132,19 @@ def _decimal_bytes(precision: int) -> int:
     return n
 
 
-def dictionary_pays(arr: pa.Array) -> bool:
+def dictionary_pays(arr: pa.Array, *, int96: bool = False) -> bool:
     """Whether parquet-mr (Spark's native writer) keeps dictionary encoding for a column
     chunk starting with ``arr``: it checks at the end of the first page (at most
     :data:`PAGE_ROWS` rows and about :data:`PAGE_BYTES` of plain values) that dictionary
     plus bit-packed indices are smaller than the plain values, else it falls back to plain
     for the whole chunk; a dictionary past :data:`DICTIONARY_PAGE_BYTES` falls back too
-    (pyarrow does that part itself). Pure; True for columns this does not model."""
+    (pyarrow does that part itself). ``int96``: timestamps are written as INT96. Pure;
+    True for columns this does not model."""
     page = arr.slice(0, PAGE_ROWS)
-    sizes = _plain_sizes(page)
-    if sizes is None or len(sizes) == 0:
+    sized = _plain_sizes(page, int96)
+    if sized is None or len(sized[0]) == 0:
         return True
+    sizes, extra = sized
     cumulative = pc.cumulative_sum(sizes)
     if cumulative[-1].as_py() > PAGE_BYTES:  # the page ends at ~1 MiB of values
         n = int(pc.sum(pc.less(cumulative, PAGE_BYTES)).as_py()) + 1
@@ -143,27 +152,28 @@ def dictionary_pays(arr: pa.Array) -> bool:
         sizes = sizes.slice(0, n)
     else:
         page = page.drop_null()
-    raw = int(pc.sum(sizes).as_py())
+    values = int(pc.sum(sizes).as_py())
+    raw = values + extra * len(page)
     distinct = page.unique()
-    dict_bytes = raw if len(distinct) == len(page) else _dictionary_bytes(distinct)
+    dict_bytes = values if len(distinct) == len(page) else _dictionary_bytes(distinct, int96)
     bit_width = max(1, (len(distinct) - 1).bit_length())
     encoded = 1 + (len(page) * bit_width + 7) // 8
     return dict_bytes <= DICTIONARY_PAGE_BYTES and encoded + dict_bytes < raw
 
 
-def _dictionary_bytes(distinct: pa.Array) -> int:
-    sizes = _plain_sizes(distinct)
-    return 0 if sizes is None else int(pc.sum(sizes).as_py() or 0)
+def _dictionary_bytes(distinct: pa.Array, int96: bool) -> int:
+    sized = _plain_sizes(distinct, int96)
+    return 0 if sized is None else int(pc.sum(sized[0]).as_py() or 0)
 
 
-def dictionary_columns(table: pa.Table | pa.RecordBatch) -> list[str] | bool:
+def dictionary_columns(table: pa.Table | pa.RecordBatch, *, int96: bool = False) -> list[str] | bool:
     """pyarrow's ``use_dictionary`` for a file whose first rows are ``table``: the Parquet
     leaf paths to dictionary-encode, as parquet-mr decides for top-level primitive columns
     (:func:`dictionary_pays`; nested columns keep it), or True if all. Pure."""
     keep: list[str] = []
     plain = False
     for f, col in zip(table.schema, table.columns, strict=True):
-        if dictionary_pays(_chunk(col)):
+        if dictionary_pays(_chunk(col), int96=int96):
             keep.extend(_leaf_paths(f.type, f.name))
         else:
             plain = True
@@ -220,21 +230,24 @@ def _has_naive_timestamp(schema: pa.Schema) -> bool:
 def writer_options(first: pa.Table | None, *, int96: bool = False) -> dict[str, Any]:
     """pyarrow ``ParquetWriter`` settings that write what Spark 4's parquet-mr writes by
     default: data pages of 1 MiB (and at most 20,000 rows), v1 data pages, statistics,
-    dictionary pages up to 1 MiB, dictionary encoding only where it pays on the file's
-    first rows ``first`` (:func:`dictionary_columns`), no Arrow schema copy in the footer
-    (Spark reads its own schema key; ``store_schema=False`` drops the schema's key-value
-    metadata too, so the caller adds it with ``add_key_value_metadata``); timestamps as INT96 if ``int96`` (Spark's default
-    ``spark.sql.parquet.outputTimestampType``; pyarrow's switch covers every timestamp
-    column, so the caller passes False when a ``timestamp_ntz`` column, always INT64 in
-    Spark, is present: then timestamps stay INT64 microseconds, read back identically). Pure."""
+    decimals of up to 18 digits as INT32/INT64, dictionary pages up to 1 MiB, dictionary
+    encoding only where it pays on the file's first rows ``first``
+    (:func:`dictionary_columns`), no Arrow schema copy in the footer (Spark reads its own
+    schema key; ``store_schema=False`` drops the schema's key-value metadata too, so the
+    caller adds it with ``add_key_value_metadata``); timestamps as INT96 if ``int96``
+    (Spark's default ``spark.sql.parquet.outputTimestampType``; pyarrow's switch covers
+    every timestamp column, so the caller passes False when a ``timestamp_ntz`` column,
+    always INT64 in Spark, is present: then timestamps stay INT64 microseconds, read back
+    identically). Pure."""
     return {
-        "use_dictionary": True if first is None else dictionary_columns(first),
+        "use_dictionary": True if first is None else dictionary_columns(first, int96=int96),
         "data_page_size": PAGE_BYTES,
         "max_rows_per_page": PAGE_ROWS,
         "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
         "data_page_version": "1.0",
         "write_statistics": True,
         "store_schema": False,
+        "store_decimal_as_integer": True,
         "use_deprecated_int96_timestamps": int96,
     }
 
