@@ -107,7 +107,8 @@ def test_file_sizes_and_encodings_as_native(spark: Any, tmp_path: Path) -> None:
     26-47% larger); timestamps are INT96 as native writes them; the rows read back equal."""
     df = spark.sql(
         "select id, concat('s', cast(id * 7919 as string)) as uniq, cast(id % 7 as string) as low, "
-        "cast(id % 1000 as int) as small, id * 1.25 as dbl, cast(id / 100 as decimal(12,2)) as price, "
+        "cast(id % 1000 as int) as small, cast(id as double) * 1.25 as dbl, id * 1.25 as big, "
+        "cast(id / 100 as decimal(12,2)) as price, "
         "timestamp_seconds(1790000000 + id) as ts, cast(id % 4 as int) as p from range(0, 60000, 1, 2)"
     )
     ours, native = tmp_path / "ours", tmp_path / "native"
@@ -122,7 +123,7 @@ def test_file_sizes_and_encodings_as_native(spark: Any, tmp_path: Path) -> None:
     first = next(f for f in data_files(ours) if f.endswith(".parquet"))
     meta = pq.ParquetFile(ours / first).metadata.metadata
     assert set(meta) == {b"org.apache.spark.sql.parquet.row.metadata", b"org.apache.spark.version"}
-    for col in ("id", "uniq", "dbl", "price"):  # unique values: plain, as parquet-mr falls back
+    for col in ("id", "uniq", "dbl", "big", "price"):  # unique values: plain, as parquet-mr falls back
         assert not ({"RLE_DICTIONARY", "PLAIN_DICTIONARY"} & ours_cols[col][1]), col
     for col in ("low", "small", "ts"):  # INT96: parquet-mr counts 16 bytes plain, 12 in the dictionary
         assert "RLE_DICTIONARY" in ours_cols[col][1], col

@@ -486,6 +486,8 @@ def test_dictionary_where_parquet_mr_keeps_it() -> None:
     assert not dictionary_pays(unique_ts)  # INT64: plain
     assert dictionary_pays(unique_ts, int96=True)  # INT96: parquet-mr keeps the dictionary
     assert not dictionary_pays(pa.array([decimal.Decimal(i) for i in range(n)], pa.decimal128(12, 2)))
+    repeated_big = pa.array([decimal.Decimal(i % 3) for i in range(n)], pa.decimal128(23, 2))
+    assert not dictionary_pays(repeated_big)  # FIXED_LEN_BYTE_ARRAY: never, in parquet-mr's v1
     assert dictionary_pays(pa.array([True, False] * 10))  # not modelled: pyarrow decides
     assert dictionary_pays(pa.array([None, None], pa.string()))
     # a dictionary past 1 MiB on the first page is plain even if values repeat

@@ -92,7 +92,8 @@ def _plain_sizes(arr: pa.Array, int96: bool = False) -> tuple[pa.Array, int] | N
     """Dictionary-entry bytes of each non-null value of a top-level column, and the bytes
     parquet-mr adds per value when it counts the plain size (4 for fixed-length binaries:
     INT96 timestamps, decimals past 18 digits, which it sizes as length-prefixed); None
-    when the column is not a flat primitive one (nested, boolean, null: left to pyarrow)."""
+    when the column is not a flat primitive one (nested, boolean, null: left to pyarrow).
+    Fixed-length binaries are handled by the caller."""
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.cast(t.value_type)
@@ -105,14 +106,11 @@ def _plain_sizes(arr: pa.Array, int96: bool = False) -> tuple[pa.Array, int] | N
     ):
         return pc.add(pc.binary_length(arr.drop_null()), 4), 0
     count = len(arr) - arr.null_count
-    if pa.types.is_fixed_size_binary(t):
-        return pa.repeat(t.byte_width, count), 4
     if pa.types.is_boolean(t) or pa.types.is_null(t) or pa.types.is_nested(t):
         return None
     extra = 0
     if pa.types.is_decimal(t):
-        width = 4 if t.precision <= 9 else 8 if t.precision <= 18 else _decimal_bytes(t.precision)
-        extra = 4 if t.precision > 18 else 0
+        width = 4 if t.precision <= 9 else 8
     elif pa.types.is_timestamp(t) and int96:
         width, extra = 12, 4
     elif pa.types.is_timestamp(t) or pa.types.is_date64(t):
@@ -124,12 +122,11 @@ def _plain_sizes(arr: pa.Array, int96: bool = False) -> tuple[pa.Array, int] | N
     return pa.repeat(width, count), extra
 
 
-def _decimal_bytes(precision: int) -> int:
-    """Bytes of Spark's FIXED_LEN_BYTE_ARRAY for a decimal of ``precision`` digits."""
-    n = 1
-    while 10**precision > 2 ** (8 * n - 1):
-        n += 1
-    return n
+def _fixed_len_binary(t: pa.DataType) -> bool:
+    """Whether ``t`` is written as FIXED_LEN_BYTE_ARRAY (with integer-stored decimals)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_fixed_size_binary(t) or (pa.types.is_decimal(t) and t.precision > 18)
 
 
 def dictionary_pays(arr: pa.Array, *, int96: bool = False) -> bool:
@@ -138,8 +135,11 @@ def dictionary_pays(arr: pa.Array, *, int96: bool = False) -> bool:
     :data:`PAGE_ROWS` rows and about :data:`PAGE_BYTES` of plain values) that dictionary
     plus bit-packed indices are smaller than the plain values, else it falls back to plain
     for the whole chunk; a dictionary past :data:`DICTIONARY_PAGE_BYTES` falls back too
-    (pyarrow does that part itself). ``int96``: timestamps are written as INT96. Pure;
-    True for columns this does not model."""
+    (pyarrow does that part itself). ``int96``: timestamps are written as INT96. Fixed-length
+    byte arrays (decimals past 18 digits) are never dictionary-encoded by parquet-mr's v1
+    writer. Pure; True for columns this does not model."""
+    if _fixed_len_binary(arr.type):
+        return False
     page = arr.slice(0, PAGE_ROWS)
     sized = _plain_sizes(page, int96)
     if sized is None or len(sized[0]) == 0:
