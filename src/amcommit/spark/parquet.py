@@ -126,7 +126,7 @@ def _fixed_len_binary(t: pa.DataType) -> bool:
     """Whether ``t`` is written as FIXED_LEN_BYTE_ARRAY (with integer-stored decimals)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
-    return pa.types.is_fixed_size_binary(t) or (pa.types.is_decimal(t) and t.precision > 18)
+    return bool(pa.types.is_fixed_size_binary(t) or (pa.types.is_decimal(t) and t.precision > 18))
 
 
 def dictionary_pays(arr: pa.Array, *, int96: bool = False) -> bool:
