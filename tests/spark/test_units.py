@@ -470,3 +470,76 @@ def test_commit_job_refuses_a_spark_job_its_driver_never_committed(
     assert main(["commit-job", str(dest), "--job-id", p.job_id, "-q", "--allow-partial"]) == 0
     assert "committed 6 files" in capsys.readouterr().out
     assert pq.read_table(dest).num_rows == 3000
+
+
+def test_dictionary_where_parquet_mr_keeps_it() -> None:
+    """parquet-mr's first-page check: dictionary plus indices must beat plain values."""
+    from amcommit.spark.parquet import dictionary_columns, dictionary_pays, writer_options
+
+    n = 30_000
+    assert not dictionary_pays(pa.array(range(n), pa.int64()))  # unique: plain
+    assert not dictionary_pays(pa.array([f"user-{i}" for i in range(n)]))
+    assert not dictionary_pays(pa.array([i * 0.5 for i in range(n)]))
+    assert dictionary_pays(pa.array([i % 1000 for i in range(n)], pa.int32()))
+    assert dictionary_pays(pa.array(["view", "click", None] * 1000))
+    unique_ts = pa.array(range(n), pa.timestamp("us", "UTC"))
+    assert not dictionary_pays(unique_ts)  # INT64: plain
+    assert dictionary_pays(unique_ts, int96=True)  # INT96: parquet-mr keeps the dictionary
+    assert not dictionary_pays(pa.array([decimal.Decimal(i) for i in range(n)], pa.decimal128(12, 2)))
+    repeated_big = pa.array([decimal.Decimal(i % 3) for i in range(n)], pa.decimal128(23, 2))
+    assert not dictionary_pays(repeated_big)  # FIXED_LEN_BYTE_ARRAY: never, in parquet-mr's v1
+    assert dictionary_pays(pa.array([True, False] * 10))  # not modelled: pyarrow decides
+    assert dictionary_pays(pa.array([None, None], pa.string()))
+    # a dictionary past 1 MiB on the first page is plain even if values repeat
+    big = [("x" * 200) + str(i % 10_000) for i in range(n)]
+    assert not dictionary_pays(pa.array(big))
+    t = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "kind": pa.array(["a", "b"] * (n // 2)),
+            "st": pa.array([{"a": i, "b": [str(i)]} for i in range(n)]),
+            "m": pa.array([[("k", i)] for i in range(n)], pa.map_(pa.string(), pa.int64())),
+        }
+    )
+    assert dictionary_columns(t) == [
+        "kind",
+        "st.a",
+        "st.b.list.element",
+        "m.key_value.key",
+        "m.key_value.value",
+    ]
+    assert dictionary_columns(t.select(["kind"])) is True
+    assert writer_options(None)["use_dictionary"] is True
+    assert writer_options(t, int96=True)["use_deprecated_int96_timestamps"] is True
+
+
+def test_output_timestamp_type_from_session(tmp_path: Path) -> None:
+    from amcommit.spark.sqlconf import OUTPUT_TIMESTAMP_TYPE, task_settings
+
+    schema = StructType([StructField("id", LongType())])
+    plan = build_plan({"path": str(tmp_path)}, schema, False)
+    assert task_settings(plan, {}).int96_timestamps
+    assert not task_settings(plan, {OUTPUT_TIMESTAMP_TYPE: "timestamp_micros"}).int96_timestamps
+    with pytest.raises(ConfigError, match="outputTimestampType='NANOS'"):
+        task_settings(plan, {OUTPUT_TIMESTAMP_TYPE: "nanos"})
+
+
+def test_int96_unless_timestamp_ntz(tmp_path: Path) -> None:
+    def physical(schema: pa.Schema) -> str:
+        out: list[str] = []
+        w = PartitionedParquetWriter(
+            partition_columns=(),
+            file_name=lambda n: f"f{n}.parquet",
+            local_path=lambda rel: str(tmp_path / rel),
+            on_closed=lambda rel, local: out.append(local),
+            int96_timestamps=True,
+        )
+        ts = pa.array([0, 1], pa.timestamp("us", "UTC"))
+        cols = [ts if f.type.tz else ts.cast(pa.timestamp("us")) for f in schema]
+        w.write(pa.RecordBatch.from_arrays(cols, schema=schema))
+        w.close()
+        return str(pq.ParquetFile(out[0]).metadata.schema.column(0).physical_type)
+
+    aware = pa.field("ts", pa.timestamp("us", "UTC"))
+    assert physical(pa.schema([aware])) == "INT96"
+    assert physical(pa.schema([aware, pa.field("ntz", pa.timestamp("us"))])) == "INT64"

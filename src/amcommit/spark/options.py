@@ -146,6 +146,7 @@ class WritePlan:
     overwrite: bool
     conflict_mode: ConflictMode
     partition_columns: tuple[str, ...]
+    """The DataFrame's partition columns (schema names, as the rows carry them)."""
     data_columns: tuple[str, ...]
     data_schema_json: str
     """Spark schema (JSON) of the columns stored in the files (partition columns excluded)."""
@@ -162,6 +163,10 @@ class WritePlan:
     remote: bool = False
     """True unless the destination is a local path (then Parquet is written in place)."""
     spark_version: str = ""
+    partition_dir_names: tuple[str, ...] = ()
+    """The partition columns as ``partitionBy`` spelled them: the directory names
+    (``DAY=...`` for ``partitionBy=DAY`` on a column ``day``, as Spark's own writer names
+    them); empty means ``partition_columns``."""
     explicit: frozenset[str] = frozenset()
     """Writer options given (lowercase; ``conflict_mode`` too if given): they beat the
     session's SQL settings (:mod:`amcommit.spark.sqlconf`)."""
@@ -283,6 +288,7 @@ def build_plan(
     all_fields = list(schema.fields)
     by_lower = {f.name.lower(): f for f in all_fields}
     parts: list[str] = []
+    given: list[str] = []
     for raw in w.partitionby.split(","):
         name = raw.strip().strip("`")
         if not name:
@@ -302,6 +308,7 @@ def build_plan(
                 "which cannot be a partition value (use strings, numbers, booleans, dates or timestamps)"
             )
         parts.append(f.name)
+        given.append(name)
     data_fields = [f for f in all_fields if f.name not in parts]
     if parts and not data_fields:
         raise ConfigError("every column is a partition column: at least one data column must remain")
@@ -351,6 +358,7 @@ def build_plan(
         overwrite=overwrite,
         conflict_mode=mode,
         partition_columns=tuple(parts),
+        partition_dir_names=tuple(given),
         data_columns=tuple(f.name for f in data_fields),
         data_schema_json=data_schema_json,
         compression=COMPRESSIONS[comp_name],

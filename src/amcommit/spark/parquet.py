@@ -80,6 +80,178 @@ def partition_dir(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
     )
 
 
+PAGE_ROWS = 20_000
+"""parquet-mr's ``parquet.page.row.count.limit``: rows in a data page at most."""
+PAGE_BYTES = 1024 * 1024
+"""parquet-mr's ``parquet.page.size`` (and pyarrow's default data page size)."""
+DICTIONARY_PAGE_BYTES = 1024 * 1024
+"""parquet-mr's ``parquet.dictionary.page.size``: past it a column chunk falls back to plain."""
+
+
+def _plain_sizes(arr: pa.Array, int96: bool = False) -> tuple[pa.Array, int] | None:
+    """Dictionary-entry bytes of each non-null value of a top-level column, and the bytes
+    parquet-mr adds per value when it counts the plain size (4 for fixed-length binaries:
+    INT96 timestamps, decimals past 18 digits, which it sizes as length-prefixed); None
+    when the column is not a flat primitive one (nested, boolean, null: left to pyarrow).
+    Fixed-length binaries are handled by the caller."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+        t = arr.type
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_large_binary(t)
+    ):
+        return pc.add(pc.binary_length(arr.drop_null()), 4), 0
+    count = len(arr) - arr.null_count
+    if pa.types.is_boolean(t) or pa.types.is_null(t) or pa.types.is_nested(t):
+        return None
+    extra = 0
+    if pa.types.is_decimal(t):
+        width = 4 if t.precision <= 9 else 8
+    elif pa.types.is_timestamp(t) and int96:
+        width, extra = 12, 4
+    elif pa.types.is_timestamp(t) or pa.types.is_date64(t):
+        width = 8
+    elif t.bit_width <= 32:
+        width = 4
+    else:
+        width = 8
+    return pa.repeat(width, count), extra
+
+
+def _fixed_len_binary(t: pa.DataType) -> bool:
+    """Whether ``t`` is written as FIXED_LEN_BYTE_ARRAY (with integer-stored decimals)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return bool(pa.types.is_fixed_size_binary(t) or (pa.types.is_decimal(t) and t.precision > 18))
+
+
+def dictionary_pays(arr: pa.Array, *, int96: bool = False) -> bool:
+    """Whether parquet-mr (Spark's native writer) keeps dictionary encoding for a column
+    chunk starting with ``arr``: it checks at the end of the first page (at most
+    :data:`PAGE_ROWS` rows and about :data:`PAGE_BYTES` of plain values) that dictionary
+    plus bit-packed indices are smaller than the plain values, else it falls back to plain
+    for the whole chunk; a dictionary past :data:`DICTIONARY_PAGE_BYTES` falls back too
+    (pyarrow does that part itself). ``int96``: timestamps are written as INT96. Fixed-length
+    byte arrays (decimals past 18 digits) are never dictionary-encoded by parquet-mr's v1
+    writer. Pure; True for columns this does not model."""
+    if _fixed_len_binary(arr.type):
+        return False
+    page = arr.slice(0, PAGE_ROWS)
+    sized = _plain_sizes(page, int96)
+    if sized is None or len(sized[0]) == 0:
+        return True
+    sizes, extra = sized
+    cumulative = pc.cumulative_sum(sizes)
+    if cumulative[-1].as_py() > PAGE_BYTES:  # the page ends at ~1 MiB of values
+        n = int(pc.sum(pc.less(cumulative, PAGE_BYTES)).as_py()) + 1
+        page = page.drop_null().slice(0, n)
+        sizes = sizes.slice(0, n)
+    else:
+        page = page.drop_null()
+    values = int(pc.sum(sizes).as_py())
+    raw = values + extra * len(page)
+    distinct = page.unique()
+    dict_bytes = values if len(distinct) == len(page) else _dictionary_bytes(distinct, int96)
+    bit_width = max(1, (len(distinct) - 1).bit_length())
+    encoded = 1 + (len(page) * bit_width + 7) // 8
+    return dict_bytes <= DICTIONARY_PAGE_BYTES and encoded + dict_bytes < raw
+
+
+def _dictionary_bytes(distinct: pa.Array, int96: bool) -> int:
+    sized = _plain_sizes(distinct, int96)
+    return 0 if sized is None else int(pc.sum(sized[0]).as_py() or 0)
+
+
+def dictionary_columns(table: pa.Table | pa.RecordBatch, *, int96: bool = False) -> list[str] | bool:
+    """pyarrow's ``use_dictionary`` for a file whose first rows are ``table``: the Parquet
+    leaf paths to dictionary-encode, as parquet-mr decides for top-level primitive columns
+    (:func:`dictionary_pays`; nested columns keep it), or True if all. Pure."""
+    keep: list[str] = []
+    plain = False
+    for f, col in zip(table.schema, table.columns, strict=True):
+        if dictionary_pays(_chunk(col), int96=int96):
+            keep.extend(_leaf_paths(f.type, f.name))
+        else:
+            plain = True
+    return keep if plain else True
+
+
+def _leaf_paths(t: pa.DataType, path: str) -> list[str]:
+    """Parquet leaf column paths of an Arrow type (compliant nested names, as written)."""
+    if pa.types.is_struct(t):
+        return [
+            p for i in range(t.num_fields) for p in _leaf_paths(t.field(i).type, f"{path}.{t.field(i).name}")
+        ]
+    if pa.types.is_map(t):
+        return [
+            *_leaf_paths(t.key_type, f"{path}.key_value.key"),
+            *_leaf_paths(t.item_type, f"{path}.key_value.value"),
+        ]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_paths(t.value_type, f"{path}.list.element")
+    return [path]
+
+
+def _chunk(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks == 0:
+            return pa.array([], col.type)
+        first = col.chunk(0)
+        return (
+            first
+            if len(first) >= PAGE_ROWS or col.num_chunks == 1
+            else pa.concat_arrays(col.slice(0, PAGE_ROWS).chunks)
+        )
+    return col
+
+
+def _has_naive_timestamp(schema: pa.Schema) -> bool:
+    """Whether any (nested) field is a timestamp without time zone (Spark's
+    ``timestamp_ntz``, which Spark always writes as INT64)."""
+
+    def naive(t: pa.DataType) -> bool:
+        if pa.types.is_timestamp(t):
+            return t.tz is None
+        if pa.types.is_struct(t):
+            return any(naive(t.field(i).type) for i in range(t.num_fields))
+        if pa.types.is_map(t):
+            return naive(t.key_type) or naive(t.item_type)
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            return naive(t.value_type)
+        return False
+
+    return any(naive(f.type) for f in schema)
+
+
+def writer_options(first: pa.Table | None, *, int96: bool = False) -> dict[str, Any]:
+    """pyarrow ``ParquetWriter`` settings that write what Spark 4's parquet-mr writes by
+    default: data pages of 1 MiB (and at most 20,000 rows), v1 data pages, statistics,
+    decimals of up to 18 digits as INT32/INT64, dictionary pages up to 1 MiB, dictionary
+    encoding only where it pays on the file's first rows ``first``
+    (:func:`dictionary_columns`), no Arrow schema copy in the footer (Spark reads its own
+    schema key; ``store_schema=False`` drops the schema's key-value metadata too, so the
+    caller adds it with ``add_key_value_metadata``); timestamps as INT96 if ``int96``
+    (Spark's default ``spark.sql.parquet.outputTimestampType``; pyarrow's switch covers
+    every timestamp column, so the caller passes False when a ``timestamp_ntz`` column,
+    always INT64 in Spark, is present: then timestamps stay INT64 microseconds, read back
+    identically). Pure."""
+    return {
+        "use_dictionary": True if first is None else dictionary_columns(first, int96=int96),
+        "data_page_size": PAGE_BYTES,
+        "max_rows_per_page": PAGE_ROWS,
+        "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES,
+        "data_page_version": "1.0",
+        "write_statistics": True,
+        "store_schema": False,
+        "store_decimal_as_integer": True,
+        "use_deprecated_int96_timestamps": int96,
+    }
+
+
 def _nullable_nulls_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_list(t):
         return pa.list_(_nullable_nulls_field(t.value_field))
@@ -203,8 +375,13 @@ class PartitionedParquetWriter:
         buffer_bytes: int = 256 * 1024 * 1024,
         spark_schema_json: str | None = None,
         spark_version: str = "",
+        partition_dir_names: tuple[str, ...] = (),
+        int96_timestamps: bool = False,
     ) -> None:
         self.partition_columns = partition_columns
+        self.partition_dir_names = partition_dir_names or partition_columns
+        """Column names in the directory names (as ``partitionBy`` spelled them)."""
+        self.int96_timestamps = int96_timestamps
         self.file_name = file_name
         self.local_path = local_path
         self.on_closed = on_closed
@@ -268,7 +445,7 @@ class PartitionedParquetWriter:
         keys = [batch.column(i) for i in self._part_idx]
         if all(k.null_count == 0 and _single_value(k) for k in keys):
             values = tuple(k[0].as_py() for k in keys)
-            self._append(partition_dir(self.partition_columns, values), _select(batch, data_idx, schema))
+            self._append(partition_dir(self.partition_dir_names, values), _select(batch, data_idx, schema))
             return
         table = pa.Table.from_arrays(
             [*keys, self._row_numbers(batch.num_rows)],
@@ -283,7 +460,7 @@ class PartitionedParquetWriter:
             values = tuple(c[g].as_py() for c in key_cols)
             idx = rows_col[g].values
             part = _select(batch.take(idx), data_idx, schema)
-            self._append(partition_dir(self.partition_columns, values), part)
+            self._append(partition_dir(self.partition_dir_names, values), part)
 
     def _row_numbers(self, n: int) -> pa.Array:
         """``0..n-1`` as an int64 array (a zero-copy slice of a cached one)."""
@@ -309,7 +486,9 @@ class PartitionedParquetWriter:
             self._flush(largest)
 
     # -- output --------------------------------------------------------------------------
-    def _open_file(self, sink: _Sink) -> pq.ParquetWriter:
+    def _open_file(self, sink: _Sink, first: pa.Table | None = None) -> pq.ParquetWriter:
+        """The sink's open file, or a new one whose encodings are chosen from ``first``
+        (its first rows) as Spark's own writer would choose them (:func:`writer_options`)."""
         if sink.writer is not None:
             self._open.move_to_end(sink.rel_dir)
             return sink.writer
@@ -322,10 +501,13 @@ class PartitionedParquetWriter:
         sink.rel_path = join(sink.rel_dir, name)
         sink.local_path = self.local_path(sink.rel_path)
         os.makedirs(os.path.dirname(sink.local_path), exist_ok=True)
-        kwargs: dict[str, Any] = {"compression": self.compression or "none"}
+        kwargs = writer_options(first, int96=self.int96_timestamps and not _has_naive_timestamp(self._schema))
+        kwargs["compression"] = self.compression or "none"
         if self.compression_level is not None and self.compression:
             kwargs["compression_level"] = self.compression_level
         sink.writer = pq.ParquetWriter(sink.local_path, self._schema, **kwargs)
+        if self._schema.metadata:  # without store_schema, pyarrow drops the schema's metadata
+            sink.writer.add_key_value_metadata(self._schema.metadata)
         sink.file_rows = 0
         self._open[sink.rel_dir] = sink
         return sink.writer
@@ -340,7 +522,7 @@ class PartitionedParquetWriter:
         sink.buf, sink.buf_rows, sink.buf_bytes = [], 0, 0
         offset = 0
         while offset < table.num_rows:
-            writer = self._open_file(sink)
+            writer = self._open_file(sink, table.slice(offset))
             n = table.num_rows - offset
             if self.max_records_per_file:
                 n = min(n, self.max_records_per_file - sink.file_rows)
@@ -408,10 +590,13 @@ __all__ = [
     "HIVE_DEFAULT_PARTITION",
     "PartitionedParquetWriter",
     "WriteStats",
+    "dictionary_columns",
+    "dictionary_pays",
     "escape_path_name",
     "nullable_voids",
     "partition_dir",
     "partition_value",
     "unwritable_column",
     "writable_schema",
+    "writer_options",
 ]

@@ -26,7 +26,8 @@ from amcommit.spark.options import COMPRESSIONS, WritePlan
 PARTITION_OVERWRITE_MODE = "spark.sql.sources.partitionOverwriteMode"
 PARQUET_CODEC = "spark.sql.parquet.compression.codec"
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
-SESSION_KEYS = (PARTITION_OVERWRITE_MODE, PARQUET_CODEC, MAX_RECORDS_PER_FILE)
+OUTPUT_TIMESTAMP_TYPE = "spark.sql.parquet.outputTimestampType"
+SESSION_KEYS = (PARTITION_OVERWRITE_MODE, PARQUET_CODEC, MAX_RECORDS_PER_FILE, OUTPUT_TIMESTAMP_TYPE)
 """The session settings read from the task's local properties."""
 
 
@@ -38,6 +39,9 @@ class TaskSettings:
     max_records_per_file: int
     overwrite_mode: str | None
     """``"static"`` or ``"dynamic"`` for an overwrite, None for an append."""
+    int96_timestamps: bool = True
+    """Timestamps as INT96, Spark's default ``outputTimestampType``; False for
+    ``TIMESTAMP_MICROS`` / ``TIMESTAMP_MILLIS`` (written as INT64 microseconds)."""
 
 
 def _given(plan: WritePlan, option: str) -> bool:
@@ -73,7 +77,17 @@ def task_settings(plan: WritePlan, props: Mapping[str, str | None]) -> TaskSetti
                 raise ConfigError(
                     f"the session's {PARTITION_OVERWRITE_MODE}={session_mode!r} is neither static nor dynamic"
                 )
-    return TaskSettings(compression=compression, max_records_per_file=max_records, overwrite_mode=mode)
+    ts_type = (props.get(OUTPUT_TIMESTAMP_TYPE) or "INT96").strip().upper()
+    if ts_type not in ("INT96", "TIMESTAMP_MICROS", "TIMESTAMP_MILLIS"):
+        raise ConfigError(
+            f"the session's {OUTPUT_TIMESTAMP_TYPE}={ts_type!r} is not INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS"
+        )
+    return TaskSettings(
+        compression=compression,
+        max_records_per_file=max_records,
+        overwrite_mode=mode,
+        int96_timestamps=ts_type == "INT96",
+    )
 
 
 class _HasMode(Protocol):
@@ -108,6 +122,7 @@ def job_conflict_mode(plan: WritePlan, results: Sequence[_HasMode]) -> ConflictM
 
 __all__ = [
     "MAX_RECORDS_PER_FILE",
+    "OUTPUT_TIMESTAMP_TYPE",
     "PARQUET_CODEC",
     "PARTITION_OVERWRITE_MODE",
     "SESSION_KEYS",

@@ -240,6 +240,8 @@ def run_task(
 
             writer = PartitionedParquetWriter(
                 partition_columns=plan.partition_columns,
+                partition_dir_names=plan.partition_dir_names,
+                int96_timestamps=settings.int96_timestamps,
                 file_name=lambda n: plan.file_name(partition, n),
                 local_path=local_path,
                 on_closed=on_closed,
