@@ -1,5 +1,5 @@
 """Kill rules: where a process SIGKILLs itself, given as JSON so a runner can pass any rule
-to a child process (and so another mechanism, e.g. tests/crash, can be plugged in).
+to a child process.
 
 Rule kinds (``nth`` counts matches from 1; default 1):
 
@@ -12,8 +12,7 @@ Rule kinds (``nth`` counts matches from 1; default 1):
   answer of the N-th HTTP request with method M whose percent-decoded URL matches GLOB (and
   which carries request header H, if given) has arrived: between the requests of one store
   operation, e.g. after the copy of a copy+delete rename and before its delete. Installed
-  through ``tests.crash.kill.install_request_killer`` (branch ``recover``) when present,
-  else through an equivalent minimal aiohttp TraceConfig here.
+  through ``tests.crash.kill.install_request_killer``.
 
 :func:`arm` installs a rule in the current process and returns the store to use and the
 progress callback to pass to commit_job / abort_job.
@@ -26,13 +25,11 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import unquote
-
-import aiohttp
 
 from amcommit.committer import Progress
 from amcommit.store.base import Store
 from amcommit.store.faulty import FaultyStore
+from tests.crash.kill import install_request_killer
 
 T = TypeVar("T")
 KillRule = dict[str, Any]
@@ -61,45 +58,16 @@ class _KillAfterStore(FaultyStore):
 
 
 def _install_http(rule: KillRule) -> None:
-    """Through tests/crash (branch ``recover``: its ``install_request_killer`` takes a regex)
-    when that package is there; else through the minimal TraceConfig below."""
-    try:
-        from tests.crash.kill import install_request_killer  # type: ignore[import-not-found]
-    except ImportError:
-        pass
-    else:
-        crash_rule = {
-            "method": rule["method"],
-            "url": fnmatch.translate(rule["url"]),
-            "nth": rule.get("nth", 1),
-        }
-        if rule.get("header"):
-            crash_rule["header"] = rule["header"]
-        install_request_killer([crash_rule])
-        return
-    seen = 0
-
-    async def on_end(_s: Any, _ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
-        nonlocal seen
-        if params.method != rule["method"]:
-            return
-        if not fnmatch.fnmatchcase(unquote(str(params.url)), rule["url"]):
-            return
-        if rule.get("header") and rule["header"] not in params.headers:
-            return
-        seen += 1
-        if seen >= rule.get("nth", 1):
-            die()
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_end.append(on_end)
-    original = aiohttp.ClientSession.__init__
-
-    def init(self: aiohttp.ClientSession, *a: Any, **kw: Any) -> None:
-        kw["trace_configs"] = [*(kw.get("trace_configs") or []), trace]
-        original(self, *a, **kw)
-
-    aiohttp.ClientSession.__init__ = init  # type: ignore[method-assign]
+    """Through the suite's one HTTP kill mechanism, :mod:`tests.crash.kill` (a regex on the
+    decoded URL; the matrix's rules use globs)."""
+    crash_rule: dict[str, Any] = {
+        "method": rule["method"],
+        "url": fnmatch.translate(rule["url"]),
+        "nth": rule.get("nth", 1),
+    }
+    if rule.get("header"):
+        crash_rule["header"] = rule["header"]
+    install_request_killer([crash_rule])
 
 
 def arm(
