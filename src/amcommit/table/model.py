@@ -1,0 +1,168 @@
+"""Instants and commit metadata of a Hudi table (version 6, timeline layout 1): pure models.
+
+An instant is one file directly in ``.hoodie/``: ``<time>.<action>[.<state>]`` where a missing
+state means *completed*. Completed ``commit`` and ``replacecommit`` files hold JSON commit
+metadata (:class:`CommitMetadata`); ``.requested`` and ``.inflight`` files may be empty.
+Unknown JSON keys are ignored on read, so metadata written by Hudi's Java writers loads too.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any
+
+import msgspec
+
+from amcommit.errors import ManifestError
+
+__all__ = [
+    "Action",
+    "CommitMetadata",
+    "Instant",
+    "Operation",
+    "State",
+    "WriteStat",
+    "decode_commit_metadata",
+    "encode_commit_metadata",
+    "parse_instant_file",
+]
+
+
+class Action(enum.StrEnum):
+    """Timeline actions amcommit writes or must recognise."""
+
+    COMMIT = "commit"
+    REPLACE_COMMIT = "replacecommit"
+    CLEAN = "clean"
+    ROLLBACK = "rollback"
+    DELTA_COMMIT = "deltacommit"
+    COMPACTION = "compaction"
+    SAVEPOINT = "savepoint"
+    RESTORE = "restore"
+    INDEXING = "indexing"
+
+
+WRITE_ACTIONS = frozenset({Action.COMMIT, Action.REPLACE_COMMIT})
+"""Actions that add files to the table (the only ones amcommit writes besides clean)."""
+
+
+class State(enum.StrEnum):
+    REQUESTED = "requested"
+    INFLIGHT = "inflight"
+    COMPLETED = "completed"
+
+
+class Operation(enum.StrEnum):
+    """``operationType`` values amcommit writes."""
+
+    INSERT = "INSERT"
+    BULK_INSERT = "BULK_INSERT"
+    INSERT_OVERWRITE = "INSERT_OVERWRITE"
+    INSERT_OVERWRITE_TABLE = "INSERT_OVERWRITE_TABLE"
+
+    @property
+    def action(self) -> Action:
+        """``replacecommit`` for the overwrites, ``commit`` otherwise."""
+        if self in (Operation.INSERT_OVERWRITE, Operation.INSERT_OVERWRITE_TABLE):
+            return Action.REPLACE_COMMIT
+        return Action.COMMIT
+
+
+_INSTANT_FILE_RE = re.compile(
+    r"^(?P<time>\d{14}(?:\d{3})?)\.(?P<action>[a-z]+)(?:\.(?P<state>requested|inflight))?$"
+)
+
+
+class Instant(msgspec.Struct, frozen=True, order=True):
+    """One instant: ordered by time first (version 6 orders by the requested time)."""
+
+    time: str
+    action: str
+    state: State
+
+    @property
+    def file_name(self) -> str:
+        """The instant's file name in ``.hoodie/``."""
+        if self.state is State.COMPLETED:
+            return f"{self.time}.{self.action}"
+        return f"{self.time}.{self.action}.{self.state.value}"
+
+    @property
+    def completed(self) -> bool:
+        return self.state is State.COMPLETED
+
+
+def parse_instant_file(name: str) -> Instant | None:
+    """The instant a file name in ``.hoodie/`` stands for; None for any other file.
+
+    The legacy ``<time>.inflight`` name of a commit's inflight state is recognised.
+    """
+    if re.fullmatch(r"\d{14}(?:\d{3})?\.inflight", name):
+        return Instant(name.split(".", 1)[0], Action.COMMIT.value, State.INFLIGHT)
+    m = _INSTANT_FILE_RE.match(name)
+    if m is None:
+        return None
+    state = State(m["state"]) if m["state"] else State.COMPLETED
+    return Instant(m["time"], m["action"], state)
+
+
+class WriteStat(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):
+    """``HoodieWriteStat`` as Hudi writes it in JSON commit metadata (the fields readers use)."""
+
+    file_id: str
+    path: str
+    """Relative to the table root."""
+    prev_commit: str = "null"
+    num_writes: int = 0
+    num_deletes: int = 0
+    num_update_writes: int = 0
+    num_inserts: int = 0
+    total_write_bytes: int = 0
+    total_write_errors: int = 0
+    partition_path: str = ""
+    file_size_in_bytes: int = 0
+    temp_path: str | None = None
+    total_log_records: int = 0
+    total_log_files_compacted: int = 0
+    total_log_size_compacted: int = 0
+    total_updated_records_compacted: int = 0
+    total_log_blocks: int = 0
+    total_corrupt_log_block: int = 0
+    total_rollback_blocks: int = 0
+    min_event_time: int | None = None
+    max_event_time: int | None = None
+
+
+class CommitMetadata(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):
+    """``HoodieCommitMetadata`` / ``HoodieReplaceCommitMetadata`` as JSON.
+
+    ``partition_to_replace_file_ids`` is present only in replace commits (None otherwise);
+    ``extra_metadata["schema"]`` holds the Avro schema of the rows as a JSON string.
+    """
+
+    partition_to_write_stats: dict[str, list[WriteStat]] = msgspec.field(default_factory=dict)
+    compacted: bool = False
+    extra_metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    operation_type: str = "UNKNOWN"
+    partition_to_replace_file_ids: dict[str, list[str]] | None = None
+
+    def write_stats(self) -> list[WriteStat]:
+        """Every write stat, partition by partition."""
+        return [s for stats in self.partition_to_write_stats.values() for s in stats]
+
+
+def encode_commit_metadata(meta: CommitMetadata) -> bytes:
+    """JSON bytes of ``meta``; a commit (not replace) omits ``partitionToReplaceFileIds``."""
+    raw: dict[str, Any] = msgspec.to_builtins(meta)
+    if meta.partition_to_replace_file_ids is None:
+        raw.pop("partitionToReplaceFileIds", None)
+    return msgspec.json.format(msgspec.json.encode(raw), indent=2)
+
+
+def decode_commit_metadata(data: bytes, *, where: str = "commit metadata") -> CommitMetadata:
+    """Decode JSON commit metadata; raise :class:`ManifestError` naming ``where`` if malformed."""
+    try:
+        return msgspec.json.decode(data, type=CommitMetadata)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ManifestError(f"{where}: not valid Hudi commit metadata ({e})") from None

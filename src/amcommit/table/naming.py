@@ -1,0 +1,147 @@
+"""Names of things in a Hudi table (version 6, timeline layout 1): pure functions, no I/O.
+
+Facts relied on (measured with hudi-rs 0.5.0, see TABLES.md):
+
+- instant times are 17 digits ``yyyyMMddHHmmssSSS`` in UTC (14-digit times are read too);
+- a base file is ``<partition path>/<fileId>_<writeToken>_<instant>.parquet``; the file id
+  must not contain ``_`` (a UUID plus ``-0`` is the usual form);
+- the write token is ``<task partition id>-<stage id>-<task attempt id>`` in Hudi's writers;
+  readers only need it to be free of ``_``;
+- meta columns come first in each base file, in the order of :data:`META_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+from amcommit.errors import ConfigError
+
+HOODIE_DIR = ".hoodie"
+"""Timeline folder, relative to the table root."""
+TEMP_DIR = ".hoodie/.temp"
+"""Staging root: a write's staging lives in ``.hoodie/.temp/<instant>/`` (never ``_temporary``)."""
+HEARTBEAT_DIR = ".hoodie/.heartbeat"
+"""Writer heartbeats, ``.hoodie/.heartbeat/<instant>`` (Hudi's own place for them)."""
+PROPERTIES_FILE = ".hoodie/hoodie.properties"
+PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
+BASE_FILE_EXTENSION = ".parquet"
+
+META_COLUMNS: tuple[str, ...] = (
+    "_hoodie_commit_time",
+    "_hoodie_commit_seqno",
+    "_hoodie_record_key",
+    "_hoodie_partition_path",
+    "_hoodie_file_name",
+)
+"""Hudi's meta columns, in the order they lead every base file."""
+
+INSTANT_FORMAT = "%Y%m%d%H%M%S%f"
+_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
+_FILE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,127}$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,63}$")
+_BASE_RE = re.compile(r"^(?P<file_id>[^_/]+)_(?P<token>[^_/]+)_(?P<instant>\d{14}(?:\d{3})?)\.parquet$")
+
+
+def is_instant(value: str) -> bool:
+    """True for a 14- or 17-digit instant time."""
+    return bool(_INSTANT_RE.match(value))
+
+
+def check_instant(value: str) -> str:
+    """Return ``value`` if it is an instant time, else raise :class:`ConfigError` naming it."""
+    if not isinstance(value, str) or not is_instant(value):
+        raise ConfigError(f"invalid instant time {value!r}: expected 17 digits yyyyMMddHHmmssSSS (UTC)")
+    return value
+
+
+def format_instant(moment: datetime) -> str:
+    """17-digit instant time of ``moment`` (converted to UTC; naive datetimes are taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime(INSTANT_FORMAT)[:17]
+
+
+def parse_instant(value: str) -> datetime:
+    """The UTC moment of a 14- or 17-digit instant time."""
+    check_instant(value)
+    if len(value) == 14:
+        value += "000"
+    return datetime.strptime(value + "000", INSTANT_FORMAT).replace(tzinfo=UTC)
+
+
+def next_instant(now: datetime, after: str | None = None) -> str:
+    """An instant time for ``now``, strictly later than ``after`` (1 ms later if the clock lags).
+
+    Allocation is not made unique by this function: the caller claims the time on the store
+    with a create-only write and asks again with ``after`` set to the time it lost.
+    """
+    t = format_instant(now)
+    if after is not None:
+        check_instant(after)
+        floor = after if len(after) == 17 else after + "000"
+        if t <= floor:
+            t = format_instant(parse_instant(floor) + timedelta(milliseconds=1))
+    return t
+
+
+def new_file_id() -> str:
+    """A new file group id: a random UUID plus ``-0``, as Hudi's writers make them."""
+    return f"{uuid.uuid4()}-0"
+
+
+def write_token(partition_id: int, stage_id: int, attempt_id: int) -> str:
+    """Hudi's write token ``<task partition id>-<stage id>-<task attempt id>``."""
+    return f"{int(partition_id)}-{int(stage_id)}-{int(attempt_id)}"
+
+
+class BaseFileName(NamedTuple):
+    """The parts of ``<fileId>_<writeToken>_<instant>.parquet``."""
+
+    file_id: str
+    write_token: str
+    instant: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.file_id}_{self.write_token}_{self.instant}{BASE_FILE_EXTENSION}"
+
+
+def base_file_name(file_id: str, token: str, instant: str) -> str:
+    """``<fileId>_<writeToken>_<instant>.parquet``; each part is validated."""
+    if not _FILE_ID_RE.match(file_id):
+        raise ConfigError(f"invalid file id {file_id!r}: letters, digits, '-' and '.' only (no '_')")
+    if not _TOKEN_RE.match(token):
+        raise ConfigError(f"invalid write token {token!r}: letters, digits, '-' and '.' only (no '_')")
+    check_instant(instant)
+    return BaseFileName(file_id, token, instant).name
+
+
+def parse_base_file_name(name: str) -> BaseFileName | None:
+    """Parse a base file's name (no folders); None if it is not one."""
+    m = _BASE_RE.match(name)
+    if m is None:
+        return None
+    return BaseFileName(m["file_id"], m["token"], m["instant"])
+
+
+def commit_seqno(instant: str, partition_id: int, n: int) -> str:
+    """``_hoodie_commit_seqno`` of the ``n``-th row a task wrote: ``<instant>_<partition>_<n>``."""
+    return f"{instant}_{int(partition_id)}_{int(n)}"
+
+
+def generated_record_key(instant: str, partition_id: int, n: int) -> str:
+    """A unique record key for a table without a key column (same form as the seqno)."""
+    return f"{instant}_{int(partition_id)}_{int(n)}"
+
+
+def heartbeat_path(instant: str) -> str:
+    """Relative path of the heartbeat of the writer of ``instant``."""
+    return f"{HEARTBEAT_DIR}/{check_instant(instant)}"
+
+
+def staging_dir(instant: str) -> str:
+    """Relative path of the staging folder of the write of ``instant``."""
+    return f"{TEMP_DIR}/{check_instant(instant)}"

@@ -1,0 +1,158 @@
+"""Snapshot, time travel and incremental planning over a table's timeline.
+
+The planning functions are pure: they take completed write instants with their metadata
+(:class:`LoadedCommit`) and answer which base files a reader sees. :func:`load_timeline` is the
+only I/O here: it lists ``.hoodie/`` (not recursive) and reads completed write instants.
+
+Semantics (Copy-on-Write, inserts and overwrites only, as amcommit writes them):
+
+- a completed ``commit`` / ``replacecommit`` at time T adds the base files of its write stats;
+- a ``replacecommit`` at T also replaces the file groups listed in
+  ``partitionToReplaceFileIds``: from T on, readers skip every version of those groups;
+- the snapshot as of T holds, per file group, its newest version from commits at or before T,
+  unless the group was replaced by a replace commit at or before T;
+- the changes in ``(since, until]`` are the files added and the groups replaced by the commits
+  in that range, in timeline order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from amcommit.store.base import Store, basename, join
+from amcommit.table.model import (
+    WRITE_ACTIONS,
+    CommitMetadata,
+    Instant,
+    decode_commit_metadata,
+    parse_instant_file,
+)
+from amcommit.table.naming import HOODIE_DIR, check_instant
+
+__all__ = ["Changes", "FileVersion", "LoadedCommit", "changes", "load_timeline", "snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileVersion:
+    """One base file as a reader sees it."""
+
+    partition: str
+    file_id: str
+    path: str
+    """Relative to the table root."""
+    instant: str
+    size: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedCommit:
+    """A completed write instant and its commit metadata."""
+
+    instant: Instant
+    metadata: CommitMetadata
+
+    def added(self) -> list[FileVersion]:
+        return [
+            FileVersion(
+                partition=s.partition_path if s.partition_path else partition,
+                file_id=s.file_id,
+                path=s.path,
+                instant=self.instant.time,
+                size=s.file_size_in_bytes or s.total_write_bytes,
+                rows=s.num_writes,
+            )
+            for partition, stats in self.metadata.partition_to_write_stats.items()
+            for s in stats
+        ]
+
+    def replaced(self) -> list[tuple[str, str]]:
+        """``(partition, file id)`` of every group this commit replaces."""
+        r = self.metadata.partition_to_replace_file_ids or {}
+        return [(p, fid) for p, fids in r.items() for fid in fids]
+
+
+@dataclass(slots=True)
+class Changes:
+    """What the commits in ``(since, until]`` did, in timeline order."""
+
+    since: str | None
+    until: str | None
+    instants: list[Instant] = field(default_factory=list)
+    added: list[FileVersion] = field(default_factory=list)
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _in_range(t: str, since: str | None, until: str | None) -> bool:
+    return (since is None or t > since) and (until is None or t <= until)
+
+
+def _sorted(commits: Iterable[LoadedCommit]) -> list[LoadedCommit]:
+    return sorted(commits, key=lambda c: c.instant.time)
+
+
+def snapshot(commits: Iterable[LoadedCommit], as_of: str | None = None) -> list[FileVersion]:
+    """The base files a snapshot read sees as of ``as_of`` (inclusive; None = latest).
+
+    Sorted by partition, then path.
+    """
+    if as_of is not None:
+        check_instant(as_of)
+    latest: dict[tuple[str, str], FileVersion] = {}
+    replaced: set[tuple[str, str]] = set()
+    for c in _sorted(commits):
+        if not _in_range(c.instant.time, None, as_of):
+            continue
+        for f in c.added():
+            key = (f.partition, f.file_id)
+            old = latest.get(key)
+            if old is None or old.instant <= f.instant:
+                latest[key] = f
+        replaced.update(c.replaced())
+    out = [f for key, f in latest.items() if key not in replaced]
+    out.sort(key=lambda f: (f.partition, f.path))
+    return out
+
+
+def changes(commits: Iterable[LoadedCommit], since: str | None, until: str | None = None) -> Changes:
+    """Files added and file groups replaced by the commits in ``(since, until]``."""
+    for t in (since, until):
+        if t is not None:
+            check_instant(t)
+    out = Changes(since=since, until=until)
+    for c in _sorted(commits):
+        if _in_range(c.instant.time, since, until):
+            out.instants.append(c.instant)
+            out.added.extend(c.added())
+            out.replaced.extend(c.replaced())
+    return out
+
+
+def instants_of(names: Sequence[str]) -> list[Instant]:
+    """The instants among file names of ``.hoodie/`` (other names ignored), sorted."""
+    found = [i for i in (parse_instant_file(n) for n in names) if i is not None]
+    found.sort()
+    return found
+
+
+async def list_instants(store: Store, dest: str) -> list[Instant]:
+    """Every instant in ``dest``'s timeline (all actions and states), sorted by time."""
+    names = [basename(o.path) async for o in store.list(join(dest, HOODIE_DIR), recursive=False)]
+    return instants_of(names)
+
+
+async def load_timeline(store: Store, dest: str) -> tuple[list[Instant], list[LoadedCommit]]:
+    """All instants, and the completed write instants with their metadata.
+
+    Reads every completed commit; fine for hundreds of instants. A reader of a long timeline
+    should read only the instants of the range it needs (:func:`list_instants` first).
+    """
+    instants = await list_instants(store, dest)
+    commits: list[LoadedCommit] = []
+    for i in instants:
+        if i.completed and i.action in WRITE_ACTIONS:
+            path = join(dest, HOODIE_DIR, i.file_name)
+            meta = decode_commit_metadata(await store.get(path), where=path)
+            commits.append(LoadedCommit(i, meta))
+    return instants, commits
