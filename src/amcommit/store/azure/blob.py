@@ -346,9 +346,11 @@ class BlobStore(AzureBase):
             }
         )
         # copy + delete settle together: a cancelled caller never leaves both names behind
-        with anyio.CancelScope(shield=True):
-            result = await self._copy_then_delete(src, dst, etag, size, headers, rid, rename_id)
-        return result
+        return await self._http.shielded(
+            "rename",
+            src,
+            lambda _scope: self._copy_then_delete(src, dst, etag, size, headers, rid, rename_id),
+        )
 
     async def _copy_then_delete(
         self,

@@ -90,8 +90,8 @@ from amcommit.store.gcs.client import (
     OBJECT_DECODER,
     RENAME_ID_KEY,
     REWRITE_DECODER,
-    GcsHttpClient,
     GcsObject,
+    gcs_http_client,
     qname,
     query,
     resolve_endpoint,
@@ -216,14 +216,14 @@ class GcsStore:
                 "writes:" + key, max_concurrency=1_000_000, rate=write_rate, burst=max(1.0, write_rate / 10)
             )
         self.write_limiter = write_limiter
-        self.http = GcsHttpClient(
+        self.http = gcs_http_client(
             limiter=self.limiter,
             write_gate=write_limiter,
             retry=retry,
             stats=self.iostats,
-            sign=self._auth.sign if self._auth is not None else None,
-            on_unauthenticated=self._auth.invalidate if self._auth is not None else None,
+            auth=self._auth,
             request_timeout=request_timeout,
+            shield_timeout=shield_timeout,
         )
         self._use_move = use_move
         self._detect_lock: anyio.Lock | None = None
@@ -316,16 +316,9 @@ class GcsStore:
         return bool(page.items or page.prefixes)
 
     async def _shielded(self, op: str, path: str, fn: Callable[[anyio.CancelScope], Awaitable[T]]) -> T:
-        """Run a mutation ``fn(scope)`` shielded from cancellation (for at most
-        ``shield_timeout``; ``fn`` may extend ``scope``'s deadline for a further step).
-
-        A cancelled HTTP request may still be executed by the service, later; a caller that
-        cancels a rename and then rolls back would miss it. Shielding lets every started
-        mutation finish, so that when the call returns or raises its effect is settled.
-        """
-        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self.shield_timeout) as scope:
-            return await fn(scope)
-        raise Transient(f"did not finish within {self.shield_timeout:g}s", op=op, path=path)
+        """``fn(scope)`` in the client's one cancellation shield
+        (:meth:`~amcommit.store.http.HttpClient.shielded`, ``shield_timeout``)."""
+        return await self.http.shielded(op, path, fn)
 
     async def _delete_object(self, name: str, generation: str | None) -> bool:
         """Delete one object (with ``ifGenerationMatch`` when ``generation`` is given).
@@ -806,7 +799,7 @@ class GcsStore:
     ) -> RenameResult:
         # ``scope`` is the rename's shield: the delete gets a full ``shield_timeout`` of its
         # own, as _delete_object() (a scope of its own, at twice the cost) would give it
-        scope.deadline = max(scope.deadline, anyio.current_time() + self.shield_timeout)
+        self.http.extend(scope)
         try:
             await self._delete_object_once(src, gen)
         except PreconditionFailed:
