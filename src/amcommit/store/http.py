@@ -445,8 +445,8 @@ def _never(_e: StoreError) -> bool:
 __all__ = [
     "Auth",
     "HttpClient",
-    "Invalidating",
     "HttpResponse",
+    "Invalidating",
     "Throttled",
     "default_classify",
     "parse_retry_after",

@@ -70,7 +70,6 @@ from amcommit.errors import (
     NotSupported,
     PreconditionFailed,
     StoreError,
-    Transient,
 )
 from amcommit.iostats import IOStatistics
 from amcommit.store.base import (
