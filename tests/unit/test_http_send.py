@@ -156,7 +156,7 @@ async def test_shield_deadline_is_transient(server: tuple[Script, URL]) -> None:
     script.answers = [(200, 1.0)]
     c = client(shield_timeout=0.1)
     try:
-        with pytest.raises(Transient, match="did not finish within 0.1s"):
+        with pytest.raises(Transient, match=r"did not finish within 0\.1s"):
             await c.send("put", "PUT", url, data=b"x", shield=True)
     finally:
         await c.aclose()
