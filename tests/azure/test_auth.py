@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from functools import cmp_to_key
 
+import anyio
 import pytest
 from yarl import URL
 
@@ -159,6 +160,54 @@ async def test_bearer_token_auth(adls_server: AdlsTestServer, dfs_env: DfsEnv) -
     with pytest.raises(Unauthenticated) as ei:
         await bad.get("f")
     assert "bad-token-value" not in str(ei.value)
+
+
+async def test_rejected_bearer_token_is_dropped_and_replaced_once(
+    adls_server: AdlsTestServer, dfs_env: DfsEnv
+) -> None:
+    """A cached token the service refuses (401: revoked, clock skew) is dropped and the
+    request sent once more with a fresh one; concurrent refusals of the same old token
+    cause one fetch, not one per request."""
+    adls_server.tokens.add("good-token")
+    handed: list[str] = []
+
+    async def provider() -> tuple[str, float]:
+        handed.append("revoked-token" if not handed else "good-token")
+        return handed[-1], time.time() + 3600  # valid for an hour, as far as the cache knows
+
+    store = dfs_env.store(account_key=None, token_provider=provider)
+    try:
+        await store.put("f", b"data")
+        assert await store.get("f") == b"data"
+        assert handed == ["revoked-token", "good-token"]
+    finally:
+        await store.aclose()
+
+    handed.clear()
+    store = dfs_env.store(account_key=None, token_provider=provider)
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(16):
+                tg.start_soon(store.stat, "f")
+        assert handed == ["revoked-token", "good-token"]
+    finally:
+        await store.aclose()
+
+    # a token refused every time: one fresh token per request, then Unauthenticated
+    fetched: list[int] = []
+
+    def always_bad() -> str:
+        fetched.append(1)
+        return "bad-token-value"
+
+    bad = dfs_env.store(account_key=None, token_provider=always_bad)
+    try:
+        with pytest.raises(Unauthenticated) as ei:
+            await bad.get("f")
+        assert ei.value.status == 401 and len(fetched) == 2
+        assert "bad-token-value" not in str(ei.value)
+    finally:
+        await bad.aclose()
 
 
 async def test_token_provider_shapes_and_refresh() -> None:

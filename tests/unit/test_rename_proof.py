@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from amcommit.store.base import Capabilities, ObjectInfo
-from amcommit.store.proof import Expected, Verdict, judge_rename
+from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 
 ATOMIC = Capabilities(atomic_rename=True, directories=True, etag_kept_on_rename=True)
 COPY = Capabilities(atomic_rename=False, directories=False, etag_kept_on_rename=False, rename_provenance=True)
@@ -13,9 +13,19 @@ PLAIN = Capabilities(atomic_rename=False, directories=False, etag_kept_on_rename
 
 
 def obj(
-    size: int = 3, etag: str | None = "e1", rid: str | None = None, src_etag: str | None = None
+    size: int = 3,
+    etag: str | None = "e1",
+    rid: str | None = None,
+    src_etag: str | None = None,
+    crc: str | None = None,
 ) -> ObjectInfo:
-    return ObjectInfo("p", size, etag, rename_id=rid, source_etag=src_etag)
+    return ObjectInfo("p", size, etag, rename_id=rid, source_etag=src_etag, checksum=crc)
+
+
+# what the stores pass for their internal retries (the source as their copy's precondition
+# knows it: source_at), and checksums (GCS crc32c)
+COPY_DST = obj(rid="r", src_etag="g1", size=5)
+LEGACY_DST = obj(rid="r", size=5)  # a copy without the source's etag
 
 
 CASES = [
@@ -53,6 +63,83 @@ CASES = [
     ("plain store: size only, source gone", PLAIN, Expected("r", 3), obj(), None, Verdict.DONE),
     ("plain store: source still there", PLAIN, Expected("r", 3), obj(), obj(), Verdict.FOREIGN),
     ("plain store: nothing known", PLAIN, Expected("r"), obj(), None, Verdict.FOREIGN),
+    ("checksum equal", COPY, Expected("r", 3, checksum="c1"), obj(rid="r", crc="c1"), None, Verdict.DONE),
+    (
+        "checksum differs",
+        COPY,
+        Expected("r", 3, checksum="c1"),
+        obj(rid="r", crc="c2"),
+        None,
+        Verdict.FOREIGN,
+    ),
+    ("checksum not reported", COPY, Expected("r", 3, checksum="c1"), obj(rid="r"), None, Verdict.DONE),
+    ("checksum not known", COPY, Expected("r", 3), obj(rid="r", crc="c2"), None, Verdict.DONE),
+    (
+        "store: copy of the version it copies",
+        COPY,
+        Expected("r"),
+        COPY_DST,
+        source_at("s", "g1", 5, COPY_DST),
+        Verdict.HALF,
+    ),
+    (
+        "store: copy of an older version",
+        COPY,
+        Expected("r"),
+        COPY_DST,
+        source_at("s", "g2", 5, COPY_DST),
+        Verdict.STALE,
+    ),
+    (
+        "store: source size unknown",
+        COPY,
+        Expected("r"),
+        COPY_DST,
+        source_at("s", "g1", None, COPY_DST),
+        Verdict.HALF,
+    ),
+    (
+        "store: legacy copy, same size",
+        COPY,
+        Expected("r"),
+        LEGACY_DST,
+        source_at("s", "g1", 5, LEGACY_DST),
+        Verdict.HALF,
+    ),
+    (
+        "store: legacy copy, other size",
+        COPY,
+        Expected("r"),
+        LEGACY_DST,
+        source_at("s", "g1", 6, LEGACY_DST),
+        Verdict.STALE,
+    ),
+    (
+        "store: legacy copy, size unknown",
+        COPY,
+        Expected("r"),
+        LEGACY_DST,
+        source_at("s", "g1", None, LEGACY_DST),
+        Verdict.HALF,
+    ),
+    (
+        "store: another's copy",
+        COPY,
+        Expected("r"),
+        obj(rid="x", src_etag="g1"),
+        source_at("s", "g1", 3, obj()),
+        Verdict.FOREIGN,
+    ),
+    ("dfs: kept etag, no id", ATOMIC, Expected("", etag='"0x1"'), obj(etag='"0x1"'), None, Verdict.DONE),
+    ("dfs: other etag", ATOMIC, Expected("", etag='"0x1"'), obj(etag='"0x2"'), None, Verdict.FOREIGN),
+    (
+        "dfs: a directory there",
+        ATOMIC,
+        Expected("", etag='"0x1"'),
+        ObjectInfo("p", 0, '"0x1"', is_dir=True),
+        None,
+        Verdict.FOREIGN,
+    ),
 ]
 
 

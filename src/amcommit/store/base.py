@@ -74,6 +74,9 @@ class ObjectInfo:
     ``"symlink"``, ``"fifo"``, ``"socket"`` or ``"device"``. Listings never follow
     symbolic links; such an entry describes the link itself."""
     source_etag: str | None = None
+    checksum: str | None = None
+    """A checksum of the content when the store reports one for free (GCS: ``crc32c``);
+    compared by :func:`amcommit.store.proof.judge_rename` when the renamer knows it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,13 @@
 :class:`HttpClient` owns one ``aiohttp.ClientSession`` per store and sends every request
 through the store's :class:`~amcommit.store.limits.Limiter`, with retries
 (:mod:`amcommit.store.retry`), per-operation IO statistics and a backend-supplied error
-classifier. Requests are signed per attempt (``sign`` callback), because signatures
-include the date.
+classifier. Requests are signed per attempt (``auth``), because signatures include the
+date.
+
+One send path (:meth:`HttpClient.send`) with a per-request policy (``write``,
+``idempotent``, ``missing_ok``, ``shield``) and an auth ``invalidate`` hook (a bearer
+token rejected with 401 is dropped and the request sent once more with a fresh one; see
+:mod:`amcommit.store.token` for the one token cache).
 
 Retries: by default only requests marked ``idempotent`` are retried on retryable errors
 (timeouts, connection resets, 5xx, throttling). This is the *only* retry layer for the
@@ -22,13 +27,16 @@ Credentials: never put keys, SAS tokens or bearer tokens into messages; use
 from __future__ import annotations
 
 import email.utils
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal, Protocol, TypeVar, overload
 from urllib.parse import quote
 
 import aiohttp
+import anyio
 from multidict import CIMultiDictProxy
 from yarl import URL
 
@@ -47,6 +55,8 @@ from amcommit.iostats import IOStatistics
 from amcommit.redact import redact_url
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy, call_with_retries
+
+T = TypeVar("T")
 
 # Names made only of these characters (the common case for object names: letters, digits,
 # "/", "=" of Hive partitions, ...) are percent-encoded with a few str.replace calls;
@@ -91,8 +101,25 @@ class HttpResponse:
     attempts: int = 1
 
 
-Signer = Callable[[str, URL, dict[str, str]], Awaitable[None]]
-"""``sign(method, url, headers)``: add auth headers in place (per attempt)."""
+class Auth(Protocol):
+    """How a client authenticates its requests (the Azure credentials, GCS bearer tokens)."""
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        """Add auth headers to ``headers`` in place (called for every attempt, because
+        signatures include the date)."""
+        ...
+
+
+class Invalidating(Auth, Protocol):
+    """An :class:`Auth` whose credential can be fetched anew (bearer tokens)."""
+
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        """The service answered 401 to the request signed with ``signed``: drop the
+        credential it carried (if still cached). True if signing again may help: the
+        request is then sent once more, with a fresh credential (a 401 means the service
+        did nothing, so this holds for every request, idempotent or not)."""
+        ...
+
 
 Classifier = Callable[[HttpResponse, str, str], StoreError | None]
 """``classify(response, op, path)``: the error for a response, or None on success."""
@@ -127,7 +154,18 @@ def default_classify(resp: HttpResponse, op: str, path: str) -> StoreError | Non
 
 
 class HttpClient:
-    """One aiohttp session plus limiter, retries, statistics and error classification."""
+    """One aiohttp session plus limiter, retries, statistics, error classification,
+    authentication and cancellation shields: the one send path of the HTTP stores
+    (:meth:`send`), in the shape of Rust ``object_store``'s ``client/retry.rs``.
+
+    Client-wide settings (per store): ``auth`` (signs every attempt; a credential with an
+    ``invalidate`` hook is refreshed once after a 401), ``write_gate`` (a second limiter
+    that only requests sent with ``write=True`` pass, e.g. GCS's object-write budget),
+    ``retry_unexecuted`` (errors after which the service provably did nothing, e.g. GCS's
+    429: a request that is not idempotent is retried after those, and only those) and
+    ``shield_timeout`` (how long a shielded mutation may run; None = no deadline of its own,
+    the request timeout still applies).
+    """
 
     def __init__(
         self,
@@ -136,7 +174,10 @@ class HttpClient:
         retry: RetryPolicy | None = None,
         stats: IOStatistics | None = None,
         classify: Classifier = default_classify,
-        sign: Signer | None = None,
+        auth: Auth | None = None,
+        write_gate: Limiter | None = None,
+        retry_unexecuted: Callable[[StoreError], bool] | None = None,
+        shield_timeout: float | None = None,
         keepalive_timeout: float = 4.0,
         request_timeout: float = 60.0,
         connector_limit: int | None = None,
@@ -145,7 +186,12 @@ class HttpClient:
         self.retry = retry or RetryPolicy()
         self.stats = stats or IOStatistics()
         self.classify = classify
-        self.sign = sign
+        self.auth = auth
+        # a credential without the hook (a caller's own Azure credential) is never refreshed
+        self._invalidate: Callable[[Mapping[str, str]], bool] | None = getattr(auth, "invalidate", None)
+        self.write_gate = write_gate
+        self._unexecuted = retry_unexecuted or _never
+        self.shield_timeout = shield_timeout
         self._keepalive = keepalive_timeout
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10.0)
         self._connector_limit = connector_limit or max(limiter.max_concurrency or 100, 8)
@@ -178,6 +224,28 @@ class HttpClient:
             await self._session.close()
         self._session = None
 
+    # -- cancellation shield ---------------------------------------------------------------
+    async def shielded(self, op: str, path: str, fn: Callable[[anyio.CancelScope], Awaitable[T]]) -> T:
+        """Run a mutation ``fn(scope)`` shielded from cancellation (for at most
+        ``shield_timeout``, if set; ``fn`` may :meth:`extend` ``scope`` for a further step).
+
+        A cancelled HTTP request may still be executed by the service, later; a caller that
+        cancels a rename and then rolls back would miss it. Shielding lets every started
+        mutation finish, so that when the call returns or raises its effect is settled.
+        Past the deadline the mutation is abandoned with :class:`~amcommit.errors.Transient`.
+        """
+        timeout = self.shield_timeout
+        deadline = math.inf if timeout is None else anyio.current_time() + timeout
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+            return await fn(scope)
+        raise Transient(f"did not finish within {timeout or 0:g}s", op=op, path=path)
+
+    def extend(self, scope: anyio.CancelScope) -> None:
+        """Give the shielded ``scope`` a full ``shield_timeout`` from now (a further step)."""
+        if self.shield_timeout is not None:
+            scope.deadline = max(scope.deadline, anyio.current_time() + self.shield_timeout)
+
+    # -- one attempt -----------------------------------------------------------------------
     async def _once(
         self,
         op: str,
@@ -189,19 +257,15 @@ class HttpClient:
         attempt: int,
         missing_ok: bool = False,
     ) -> HttpResponse | None:
-        """One attempt. With ``missing_ok``, a 404 answer is recorded as a failed ``op`` and
-        returned as None instead of raised (no exception on the "is it there?" path)."""
-        if self.sign is not None:
-            hdrs = dict(headers)  # signed per attempt, in place: never the caller's dict
-            await self.sign(method, url, hdrs)
-        else:
-            hdrs = headers  # type: ignore[assignment]  # aiohttp copies them
+        """One request, signed already. With ``missing_ok``, a 404 answer is recorded as a
+        failed ``op`` and returned as None instead of raised (no exception on the "is it
+        there?" path)."""
         stats = self.stats
         t0 = time.perf_counter()
         async with self.limiter.slot():
             try:
                 async with self.session().request(
-                    method, url, headers=hdrs, data=data, allow_redirects=False
+                    method, url, headers=headers, data=data, allow_redirects=False
                 ) as r:
                     body = await r.read()
                     resp = HttpResponse(r.status, r.headers, body, attempt)
@@ -224,7 +288,97 @@ class HttpClient:
         self.limiter.succeeded()
         return resp
 
-    async def request(
+    async def _signed(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        headers: Mapping[str, str],
+        data: bytes | None,
+        path: str,
+        attempt: int,
+        missing_ok: bool,
+    ) -> HttpResponse | None:
+        """One attempt, signed; after a 401, once more with a fresh credential if the auth
+        can fetch one (the same attempt: the service did nothing)."""
+        auth = self.auth
+        if auth is None:
+            return await self._once(op, method, url, headers, data, path, attempt, missing_ok)
+        hdrs = dict(headers)  # signed per attempt, in place: never the caller's dict
+        await auth.sign(method, url, hdrs)
+        try:
+            return await self._once(op, method, url, hdrs, data, path, attempt, missing_ok)
+        except Unauthenticated as e:
+            if e.status != 401 or self._invalidate is None or not self._invalidate(hdrs):
+                raise
+        hdrs = dict(headers)
+        await auth.sign(method, url, hdrs)
+        return await self._once(op, method, url, hdrs, data, path, attempt, missing_ok)
+
+    async def _gated(
+        self,
+        gate: Limiter,
+        op: str,
+        method: str,
+        url: URL,
+        headers: Mapping[str, str],
+        data: bytes | None,
+        path: str,
+        attempt: int,
+        missing_ok: bool,
+    ) -> HttpResponse | None:
+        """An attempt through the write gate (a token bucket: the slot is not held)."""
+        async with gate.slot():
+            pass
+        try:
+            resp = await self._signed(op, method, url, headers, data, path, attempt, missing_ok)
+        except Throttled as e:
+            gate.throttled(e.retry_after)
+            raise
+        except StoreError as e:
+            # 404, 409, 412 ...: an answer, not a refusal (as for the request limiter)
+            if e.status is not None and e.status < 500:
+                gate.succeeded()
+            raise
+        gate.succeeded()
+        return resp
+
+    # -- the one send path -----------------------------------------------------------------
+    @overload
+    async def send(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        *,
+        path: str = ...,
+        headers: Mapping[str, str] | None = ...,
+        data: bytes | None = ...,
+        write: bool = ...,
+        idempotent: bool = ...,
+        missing_ok: Literal[False] = ...,
+        shield: bool = ...,
+        retry: RetryPolicy | None = ...,
+    ) -> HttpResponse: ...
+
+    @overload
+    async def send(
+        self,
+        op: str,
+        method: str,
+        url: URL,
+        *,
+        path: str = ...,
+        headers: Mapping[str, str] | None = ...,
+        data: bytes | None = ...,
+        write: bool = ...,
+        idempotent: bool = ...,
+        missing_ok: bool,
+        shield: bool = ...,
+        retry: RetryPolicy | None = ...,
+    ) -> HttpResponse | None: ...
+
+    async def send(
         self,
         op: str,
         method: str,
@@ -233,28 +387,55 @@ class HttpClient:
         path: str = "",
         headers: Mapping[str, str] | None = None,
         data: bytes | None = None,
+        write: bool = False,
         idempotent: bool = True,
+        missing_ok: bool = False,
+        shield: bool = False,
         retry: RetryPolicy | None = None,
-    ) -> HttpResponse:
-        """Send one logical request (with retries if ``idempotent``); raise a typed error.
+    ) -> HttpResponse | None:
+        """Send one logical request; answer the response or raise a typed error.
 
-        ``url`` must be built with ``encoded=True`` (it is signed and sent as is).
+        The per-request policy:
+
+        * ``write``: pass the client's write gate too (no-op without one);
+        * ``idempotent``: retry retryable errors (timeouts, resets, 5xx, throttling) with
+          ``retry`` (default: the client's policy). A request that is not idempotent is
+          sent once, except after an error ``retry_unexecuted`` recognises; its other
+          retryable errors are *declined* (not marked ``retries_spent``), so a caller that
+          can repeat the operation safely may (see :mod:`amcommit.store.retry`);
+        * ``missing_ok``: answer None for a 404 instead of raising
+          :class:`~amcommit.errors.NotFound` (still counted as a failed ``op``);
+        * ``shield``: the request (with its retries) settles -- answer, error or
+          ``shield_timeout`` -- before a cancellation of the caller takes effect, so nothing
+          lands on the service after the caller has moved on. Callers that already run in
+          :meth:`shielded` leave it off.
+
+        A 401 answer to a request whose credential can be refreshed is sent once more with
+        a fresh one. ``url`` must be built with ``encoded=True`` (it is signed and sent as
+        is). The attempt count is on :attr:`HttpResponse.attempts` and on raised errors as
+        ``attempts``.
         """
-        policy = retry or self.retry
-        hdrs = headers or {}
+        gate = self.write_gate if write else None
+        hdrs = headers or _NO_HEADERS
 
-        async def attempt(n: int) -> HttpResponse:
-            return await self._once(op, method, url, hdrs, data, path, n)  # type: ignore[return-value]
+        async def attempt(n: int) -> HttpResponse | None:
+            if gate is not None:
+                return await self._gated(gate, op, method, url, hdrs, data, path, n, missing_ok)
+            return await self._signed(op, method, url, hdrs, data, path, n, missing_ok)
 
-        # a non-idempotent request is sent once; its retryable error is *declined* (not
-        # marked ``retries_spent``), so a caller that can repeat the operation safely may
-        return await call_with_retries(
+        call = call_with_retries(
             attempt,
-            policy=policy,
+            policy=retry or self.retry,
             limiter=self.limiter,
             stats=self.stats,
-            retry_if=None if idempotent else _never,
+            retry_if=None if idempotent else self._unexecuted,
         )
+        if not shield:
+            return await call
+        return await self.shielded(op, path, lambda _scope: call)
+
+
+_NO_HEADERS: Mapping[str, str] = {}
 
 
 def _never(_e: StoreError) -> bool:
@@ -262,8 +443,10 @@ def _never(_e: StoreError) -> bool:
 
 
 __all__ = [
+    "Auth",
     "HttpClient",
     "HttpResponse",
+    "Invalidating",
     "Throttled",
     "default_classify",
     "parse_retry_after",

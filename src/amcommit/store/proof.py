@@ -6,6 +6,11 @@ size and etag when known). Every caller that must recognise its own earlier rena
 :func:`judge_rename`: the engine's forward renames, its moves aside to the trash, its
 restores from the trash and its rollback, whatever process made the rename.
 
+The stores judge their own internal retries with it too (a retried request whose earlier
+attempt landed, answer lost): GCS's four recoveries, Blob's and ADLS Gen2's. A store that
+knows the source is still at the version it copies (its precondition) passes that as
+``src`` (:func:`source_at`).
+
 What each kind of store can prove:
 
 * ``etag_kept_on_rename`` (local, ADLS Gen2): the destination has the source's etag. The
@@ -46,16 +51,18 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What the renamer knows: its ``rename_id``; the source's ``size`` and ``etag`` when
-    it knows them (task manifests record both; a move aside knows neither in advance).
+    """What the renamer knows: its ``rename_id``; the source's ``size``, ``etag`` and
+    ``checksum`` when it knows them (task manifests record size and etag; a move aside
+    knows none in advance; a store that read the source knows its checksum).
 
-    On copy-based stores the id (plus size) is the proof; ``etag`` is not compared with the
-    copy's recorded source etag, because a rollback that kept the job may have moved the
-    source back (a copy: new etag) before the rename was made again."""
+    On copy-based stores the id (plus size and checksum) is the proof; ``etag`` is not
+    compared with the copy's recorded source etag, because a rollback that kept the job
+    may have moved the source back (a copy: new etag) before the rename was made again."""
 
     rename_id: str
     size: int | None = None
     etag: str | None = None
+    checksum: str | None = None
 
 
 def judge_rename(
@@ -65,6 +72,8 @@ def judge_rename(
     if dst is None:
         return Verdict.ABSENT
     if dst.is_dir or (want.size is not None and dst.size != want.size):
+        return Verdict.FOREIGN
+    if want.checksum is not None and dst.checksum is not None and dst.checksum != want.checksum:
         return Verdict.FOREIGN
     if caps.etag_kept_on_rename and want.etag is not None:
         # atomic rename: source and destination never both hold the file
@@ -85,4 +94,11 @@ def judge_rename(
     return Verdict.FOREIGN
 
 
-__all__ = ["Expected", "Verdict", "judge_rename"]
+def source_at(path: str, etag: str, size: int | None, dst: ObjectInfo) -> ObjectInfo:
+    """The source as a store knows it without looking again: at ``etag`` (the version its
+    copy was conditioned on), of ``size`` -- or, size unknown, of the copy's size (then
+    only the etag recorded on the copy can tell a stale copy). Pure."""
+    return ObjectInfo(path, dst.size if size is None else size, etag)
+
+
+__all__ = ["Expected", "Verdict", "judge_rename", "source_at"]

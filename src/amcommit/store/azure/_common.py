@@ -7,7 +7,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import anyio
 from yarl import URL
 
 from amcommit.errors import AlreadyExists, ConfigError, InvalidInput, NotFound
@@ -129,7 +128,7 @@ class AzureBase:
             retry=self.retry,
             stats=self.iostats,
             classify=classify,
-            sign=self.credential.sign,
+            auth=self.credential,
             keepalive_timeout=keepalive_timeout,
             request_timeout=request_timeout,
         )
@@ -197,34 +196,31 @@ class AzureBase:
         shielded: bool = False,
     ) -> HttpResponse:
         """Send one logical request through the shared HTTP client (limiter, retries,
-        statistics, typed errors).
+        statistics, typed errors, a fresh bearer token after a 401).
 
         ``idempotent=False`` disables retries (a lost answer then surfaces as
         :class:`~amcommit.errors.Transient`). Mutations (anything but GET/HEAD) run shielded
-        from cancellation: once sent, the caller waits for the answer, an error or the
-        request timeout, so nothing lands on the service after the caller has moved on.
-        ``shielded=True``: the caller already runs the request in a shielded scope (no
-        second scope is opened).
+        from cancellation (``send(shield=True)``): once sent, the caller waits for the
+        answer, an error or the request timeout, so nothing lands on the service after the
+        caller has moved on. ``shielded=True``: the caller already runs the request in a
+        shielded scope (no second scope is opened).
         """
         hdrs = self.headers(headers)
         if data:
             hdrs["Content-Length"] = str(len(data))
         elif method in ("PUT", "POST", "PATCH"):
             hdrs["Content-Length"] = "0"
-        if method in ("GET", "HEAD"):
-            return await self._http.request(
-                op, method, url, path=path, headers=hdrs, data=None, idempotent=idempotent, retry=retry
-            )
-        mutation = self._http.request(
-            op, method, url, path=path, headers=hdrs, data=data or None, idempotent=idempotent, retry=retry
+        return await self._http.send(
+            op,
+            method,
+            url,
+            path=path,
+            headers=hdrs,
+            data=data or None,
+            idempotent=idempotent,
+            retry=retry,
+            shield=not shielded and method not in ("GET", "HEAD"),
         )
-        if shielded:  # the caller already runs this mutation in a shielded scope
-            return await mutation
-        # A mutation in flight settles (answer, error or timeout) before a cancellation of the
-        # caller takes effect: nothing lands on the service after the caller has moved on.
-        with anyio.CancelScope(shield=True):
-            resp = await mutation
-        return resp
 
     async def aclose(self) -> None:
         """Close the HTTP session (idempotent)."""

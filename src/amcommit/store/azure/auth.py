@@ -11,7 +11,8 @@ or tokens, and the stores never put them into errors or log records.
 * :class:`BearerToken` sends ``Authorization: Bearer`` from any token provider: an async or
   sync callable returning a token string or ``(token, expires_on)``, or an object with a
   ``get_token(*scopes)`` method (azure-identity credentials, sync or ``.aio``). Tokens are
-  cached until five minutes before they expire.
+  cached by the shared :class:`~amcommit.store.token.TokenCache` (refreshed five minutes
+  before they expire); a token the service rejects with 401 is dropped and fetched anew.
 * :func:`parse_connection_string` reads ``AccountName=...;AccountKey=...;BlobEndpoint=...``
   strings, including ``UseDevelopmentStorage=true`` (Azurite's well-known account).
 """
@@ -36,6 +37,7 @@ from yarl import URL
 
 from amcommit.errors import ConfigError, Unauthenticated
 from amcommit.redact import Secret
+from amcommit.store.token import DEFAULT_TTL, TemporaryToken, TokenCache, bearer_value
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 
@@ -60,6 +62,12 @@ class Credential(Protocol):
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
         """Add authentication headers in place (called for every attempt)."""
+        ...
+
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        """The service answered 401 to the request signed with ``signed``: drop the
+        credential it carried if it can be fetched anew; True if signing again may help
+        (the request is then sent once more). Fixed credentials answer False."""
         ...
 
     def secrets(self) -> list[str]:
@@ -199,6 +207,9 @@ class SharedKey:
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
         self.sign_sync(method, url, headers)
 
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        return False  # a fixed credential: signing again cannot help
+
     def secrets(self) -> list[str]:
         return [self._key_text.reveal()]
 
@@ -224,6 +235,9 @@ class SasToken:
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
         headers.setdefault("x-ms-date", http_date())
 
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        return False  # a fixed credential: signing again cannot help
+
     def secrets(self) -> list[str]:
         raw = self._token.reveal()
         sigs = [p[4:] for p in raw.split("&") if p.startswith("sig=")]
@@ -238,30 +252,30 @@ TokenProvider = Any
 class BearerToken:
     """OAuth bearer tokens from a token provider (see :data:`TokenProvider`).
 
-    Tokens are fetched lazily, cached, and refreshed five minutes before ``expires_on`` (or
-    halfway through a shorter life; tokens without an expiry are cached for ``default_ttl``
-    seconds). Concurrent requests
-    share one refresh.
+    Tokens are fetched lazily and cached by the shared
+    :class:`~amcommit.store.token.TokenCache` (refreshed five minutes before
+    ``expires_on``, or halfway through a shorter life; tokens without an expiry are kept
+    for ``default_ttl`` seconds; concurrent requests share one fetch). A token the service
+    rejects (401) is dropped by :meth:`invalidate` and the request is sent once more with a
+    fresh one.
     """
 
     kind = "bearer"
     query = ""
 
-    def __init__(self, provider: TokenProvider, *, scope: str = STORAGE_SCOPE, default_ttl: float = 600.0):
+    def __init__(
+        self, provider: TokenProvider, *, scope: str = STORAGE_SCOPE, default_ttl: float = DEFAULT_TTL
+    ):
         if provider is None:
             raise ConfigError("token_provider is None")
         self._provider = provider
         self._scope = scope
-        self._default_ttl = default_ttl
-        self._token: Secret | None = None
-        self._expires = 0.0
-        self._lock: anyio.Lock | None = None
-        self._seen: list[Secret] = []
+        self._cache = TokenCache(self._fetch, default_ttl=default_ttl)
 
     def __repr__(self) -> str:
         return f"BearerToken(provider={type(self._provider).__name__})"
 
-    async def _fetch(self) -> tuple[str, float | None]:
+    async def _fetch(self) -> TemporaryToken:
         p = self._provider
         get_token: Callable[..., Any] | None = getattr(p, "get_token", None)
         try:
@@ -277,41 +291,30 @@ class BearerToken:
         except Exception as e:  # the provider's own errors may carry secrets: drop the text
             raise Unauthenticated(f"token provider failed ({type(e).__name__})", op="auth") from None
         if isinstance(res, str):
-            return res, None
+            return TemporaryToken(res)
         if isinstance(res, tuple):
-            return str(res[0]), float(res[1]) if res[1] is not None else None
+            return TemporaryToken(str(res[0]), float(res[1]) if res[1] is not None else None)
         token = getattr(res, "token", None)
         if not isinstance(token, str):
             raise Unauthenticated("token provider returned no token", op="auth")
         exp = getattr(res, "expires_on", None)
-        return token, float(exp) if exp is not None else None
+        return TemporaryToken(token, float(exp) if exp is not None else None)
 
     async def token(self) -> str:
-        now = time.time()
-        if self._token is not None and now < self._expires:
-            return self._token.reveal()
-        if self._lock is None:
-            self._lock = anyio.Lock()
-        async with self._lock:
-            now = time.time()
-            if self._token is not None and now < self._expires:
-                return self._token.reveal()
-            tok, exp = await self._fetch()
-            self._token = Secret(tok)
-            self._seen.append(self._token)
-            del self._seen[:-4]
-            if exp is None:
-                self._expires = now + self._default_ttl
-            else:  # refresh 5 minutes early (or halfway, for short-lived tokens)
-                self._expires = exp - min(300.0, max(0.0, exp - now) / 2)
-            return tok
+        return await self._cache.get()
+
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        """The service answered 401 to a request signed with ``signed``: forget that token
+        (if still cached). True: signing again (with a fresh token) may help."""
+        self._cache.invalidate(bearer_value(signed))
+        return True
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
         headers.setdefault("x-ms-date", http_date())
-        headers["Authorization"] = f"Bearer {await self.token()}"
+        headers["Authorization"] = f"Bearer {await self._cache.get()}"
 
     def secrets(self) -> list[str]:
-        return [s.reveal() for s in self._seen]
+        return self._cache.seen()
 
 
 class Anonymous:
@@ -325,6 +328,9 @@ class Anonymous:
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
         headers.setdefault("x-ms-date", http_date())
+
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        return False  # a fixed credential: signing again cannot help
 
     def secrets(self) -> list[str]:
         return []

@@ -65,6 +65,7 @@ from amcommit.store.base import (
     WriteMode,
     check_path,
 )
+from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 from amcommit.uris import ParsedUri
 
 _META = "x-ms-meta-"
@@ -346,9 +347,11 @@ class BlobStore(AzureBase):
             }
         )
         # copy + delete settle together: a cancelled caller never leaves both names behind
-        with anyio.CancelScope(shield=True):
-            result = await self._copy_then_delete(src, dst, etag, size, headers, rid, rename_id)
-        return result
+        return await self._http.shielded(
+            "rename",
+            src,
+            lambda _scope: self._copy_then_delete(src, dst, etag, size, headers, rid, rename_id),
+        )
 
     async def _copy_then_delete(
         self,
@@ -382,11 +385,8 @@ class BlobStore(AzureBase):
                     raise PreconditionFailed(
                         "source changed", op="rename", path=src, status=e.status
                     ) from None
-                if d.rename_id != rid:
-                    raise AlreadyExists(
-                        "destination exists", op="rename", path=dst, status=e.status
-                    ) from None
-                if d.source_etag is not None and d.source_etag != etag and not stale_removed:
+                verdict = judge_rename(self.capabilities, Expected(rid), d, source_at(src, etag, size, d))
+                if verdict is Verdict.STALE and not stale_removed:
                     # our copy of an older version of the source (the source was rewritten
                     # after an earlier, interrupted attempt): remove it and copy again
                     try:
@@ -401,9 +401,7 @@ class BlobStore(AzureBase):
                     except (NotFound, PreconditionFailed):
                         pass
                     continue
-                if (size is not None and d.size != size) or (
-                    d.source_etag is not None and d.source_etag != etag
-                ):
+                if verdict is not Verdict.HALF:  # another's, or our stale copy again
                     raise AlreadyExists(
                         "destination exists", op="rename", path=dst, status=e.status
                     ) from None
@@ -449,7 +447,8 @@ class BlobStore(AzureBase):
                 d = self._info(dst, await self._head(dst, "rename"))
             except NotFound:
                 d = None
-            if d is not None and d.rename_id == rename_id and (size is None or d.size == size):
+            want = Expected(rename_id, size)
+            if d is not None and judge_rename(self.capabilities, want, d, None) is Verdict.DONE:
                 return RenameResult(dst=dst, etag=d.etag, recovered=True)
         raise NotFound("source does not exist", op="rename", path=src)
 

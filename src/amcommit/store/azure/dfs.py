@@ -54,6 +54,7 @@ from amcommit.store.base import (
     parent,
 )
 from amcommit.store.local import TMP_PREFIX
+from amcommit.store.proof import Expected, Verdict, judge_rename
 from amcommit.store.retry import call_with_retries
 from amcommit.uris import ParsedUri
 
@@ -257,7 +258,8 @@ class DfsStore(AzureBase):
             d = await self.stat(dst)
         except NotFound:
             return None
-        if not d.is_dir and d.etag == norm_etag(etag):
+        # (no rename id is recorded on HNS: the kept etag is the proof)
+        if judge_rename(self.capabilities, Expected("", etag=norm_etag(etag)), d, None) is Verdict.DONE:
             return RenameResult(dst=dst, etag=d.etag, recovered=True)
         return None
 

@@ -1,7 +1,8 @@
 """Authentication for the GCS JSON API: anonymous (emulators) or OAuth2 bearer tokens.
 
 A :data:`TokenProvider` is an async callable returning an :class:`AccessToken`. Tokens are
-cached by :class:`BearerAuth` until shortly before they expire and are only ever placed in
+cached by :class:`BearerAuth` (the shared :class:`~amcommit.store.token.TokenCache` and its
+refresh rule) until shortly before they expire and are only ever placed in
 the ``Authorization`` header of a request: never in URLs, errors, reprs or logs.
 
 Providers:
@@ -13,29 +14,22 @@ Providers:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from yarl import URL
 
 from amcommit.errors import ConfigError, Unauthenticated
+from amcommit.store.token import TemporaryToken, TokenCache, bearer_value
 
 CLOUD_PLATFORM_SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
 """OAuth2 scopes amcommit asks for (objects read/write; no bucket administration)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AccessToken:
-    """A bearer token and its expiry (epoch seconds; None = unknown / never)."""
-
-    token: str = field(repr=False)
-    expires_at: float | None = None
-
-    def __repr__(self) -> str:
-        return f"AccessToken(<redacted>, expires_at={self.expires_at!r})"
+AccessToken = TemporaryToken
+"""A bearer token and its expiry (epoch seconds; None = unknown): the shared
+:class:`~amcommit.store.token.TemporaryToken`."""
 
 
 TokenProvider = Callable[[], Awaitable[AccessToken]]
@@ -99,45 +93,33 @@ def _utc() -> Any:
 
 
 class BearerAuth:
-    """Signs requests with ``Authorization: Bearer`` from a cached provider token.
-
-    The token is refreshed when less than ``refresh_margin`` seconds of validity remain;
-    concurrent requests share one refresh.
+    """Signs requests with ``Authorization: Bearer`` from the provider's token, cached by
+    the shared :class:`~amcommit.store.token.TokenCache` (its refresh rule; concurrent
+    requests share one fetch; a token the service rejects is dropped by :meth:`invalidate`).
     """
 
-    def __init__(self, provider: TokenProvider, *, refresh_margin: float = 120.0) -> None:
-        self._provider = provider
-        self._margin = refresh_margin
-        self._token: AccessToken | None = None
-        self._lock: anyio.Lock | None = None
-        self.refreshes = 0
+    def __init__(self, provider: TokenProvider) -> None:
+        self._cache = TokenCache(provider)
 
     def __repr__(self) -> str:
         return "BearerAuth(<redacted>)"
 
-    def _fresh(self) -> bool:
-        t = self._token
-        if t is None:
-            return False
-        return t.expires_at is None or t.expires_at - time.time() > self._margin
+    @property
+    def refreshes(self) -> int:
+        """How many tokens were fetched."""
+        return self._cache.fetches
 
     async def token(self) -> str:
-        if not self._fresh():
-            if self._lock is None:
-                self._lock = anyio.Lock()
-            async with self._lock:
-                if not self._fresh():
-                    self._token = await self._provider()
-                    self.refreshes += 1
-        assert self._token is not None
-        return self._token.token
+        return await self._cache.get()
 
-    def invalidate(self) -> None:
-        """Forget the cached token (after a 401), so the next request fetches a new one."""
-        self._token = None
+    def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
+        """The service answered 401 to a request signed with ``signed``: forget that token,
+        so the next request fetches a new one. True: signing again may help."""
+        self._cache.invalidate(bearer_value(signed))
+        return True
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
-        headers["Authorization"] = "Bearer " + await self.token()
+        headers["Authorization"] = "Bearer " + await self._cache.get()
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""Low-level GCS JSON API plumbing: endpoints, URL encoding, resource models, and the HTTP
-client with a separate write-rate gate.
+"""Low-level GCS JSON API plumbing: endpoints, URL encoding, resource models, and the rules
+of the shared HTTP client for GCS (:func:`gcs_http_client`: write gate, 429-only retries).
 
 Retry rules (GCS "retry strategy"): 408, 429 and 5xx are retried with decorrelated-jitter
 backoff (:class:`~amcommit.store.retry.RetryPolicy`) only for requests that are idempotent,
@@ -11,21 +11,19 @@ retried only after HTTP 429, which GCS answers before doing anything. Throttling
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from datetime import datetime
 from functools import lru_cache
-from typing import Literal, overload
 from urllib.parse import quote
 
 import msgspec
 from yarl import URL
 
-from amcommit.errors import ConfigError, StoreError, Throttled, Unauthenticated
+from amcommit.errors import ConfigError, StoreError, Throttled
 from amcommit.iostats import IOStatistics
 from amcommit.store.gcs.errors import classify
-from amcommit.store.http import HttpClient, HttpResponse, Signer, quote_plain
+from amcommit.store.http import Auth, HttpClient, quote_plain
 from amcommit.store.limits import Limiter
-from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.store.retry import RetryPolicy
 
 GOOGLE_ENDPOINT = "https://storage.googleapis.com"
 RENAME_ID_KEY = "amcommitRenameId"
@@ -145,128 +143,39 @@ REWRITE_DECODER = msgspec.json.Decoder(RewriteResponse)
 ENCODER = msgspec.json.Encoder()
 
 
-class GcsHttpClient(HttpClient):
-    """:class:`HttpClient` plus an optional write gate (token bucket for object writes).
-
-    GCS starts every bucket at about 1,000 object writes per second and raises that limit
-    gradually; reads have a separate, higher budget. The gate only rate-limits requests
-    marked ``write``; all requests still pass the store's main limiter.
-    """
-
-    def __init__(
-        self,
-        *,
-        limiter: Limiter,
-        write_gate: Limiter | None = None,
-        retry: RetryPolicy | None = None,
-        stats: IOStatistics | None = None,
-        sign: Signer | None = None,
-        on_unauthenticated: Callable[[], None] | None = None,
-        request_timeout: float = 60.0,
-        keepalive_timeout: float = 4.0,
-    ) -> None:
-        super().__init__(
-            limiter=limiter,
-            retry=retry,
-            stats=stats,
-            classify=classify,
-            sign=sign,
-            request_timeout=request_timeout,
-            keepalive_timeout=keepalive_timeout,
-        )
-        self.write_gate = write_gate
-        self.on_unauthenticated = on_unauthenticated
-
-    @overload
-    async def send(
-        self,
-        op: str,
-        method: str,
-        url: URL,
-        *,
-        path: str = ...,
-        headers: dict[str, str] | None = ...,
-        data: bytes | None = ...,
-        write: bool = ...,
-        idempotent: bool = ...,
-        missing_ok: Literal[False] = ...,
-    ) -> HttpResponse: ...
-
-    @overload
-    async def send(
-        self,
-        op: str,
-        method: str,
-        url: URL,
-        *,
-        path: str = ...,
-        headers: dict[str, str] | None = ...,
-        data: bytes | None = ...,
-        write: bool = ...,
-        idempotent: bool = ...,
-        missing_ok: bool,
-    ) -> HttpResponse | None: ...
-
-    async def send(
-        self,
-        op: str,
-        method: str,
-        url: URL,
-        *,
-        path: str = "",
-        headers: dict[str, str] | None = None,
-        data: bytes | None = None,
-        write: bool = False,
-        idempotent: bool = True,
-        missing_ok: bool = False,
-    ) -> HttpResponse | None:
-        """One logical request with the retry rules of the module docstring.
-
-        ``missing_ok``: answer None for a 404 instead of raising
-        :class:`~amcommit.errors.NotFound` (still counted as a failed ``op``)."""
-        gate = self.write_gate if write else None
-        hdrs = headers or _NO_HEADERS
-
-        async def attempt(n: int) -> HttpResponse | None:
-            if gate is not None:
-                async with gate.slot():
-                    pass
-            try:
-                try:
-                    resp = await self._once(op, method, url, hdrs, data, path, n, missing_ok)
-                except Unauthenticated:
-                    if self.on_unauthenticated is None:
-                        raise
-                    # an expired token: GCS did nothing; fetch a new token and try once more
-                    self.on_unauthenticated()
-                    resp = await self._once(op, method, url, hdrs, data, path, n, missing_ok)
-            except Throttled as e:
-                if gate is not None:
-                    gate.throttled(e.retry_after)
-                raise
-            except StoreError as e:
-                # 404, 409, 412 ...: an answer, not a refusal (as for the request limiter)
-                if gate is not None and e.status is not None and e.status < 500:
-                    gate.succeeded()
-                raise
-            if gate is not None:
-                gate.succeeded()
-            return resp
-
-        return await call_with_retries(
-            attempt,
-            policy=self.retry,
-            limiter=self.limiter,
-            stats=self.stats,
-            retry_if=None if idempotent else _only_429,
-        )
-
-
-def _only_429(e: StoreError) -> bool:
+def only_429(e: StoreError) -> bool:
+    """GCS answers 429 before doing anything: the one error after which a request that is
+    not idempotent is retried (``HttpClient(retry_unexecuted=...)``)."""
     return isinstance(e, Throttled) and e.status == 429
 
 
-_NO_HEADERS: dict[str, str] = {}
+def gcs_http_client(
+    *,
+    limiter: Limiter,
+    write_gate: Limiter | None = None,
+    retry: RetryPolicy | None = None,
+    stats: IOStatistics | None = None,
+    auth: Auth | None = None,
+    request_timeout: float = 60.0,
+    keepalive_timeout: float = 4.0,
+    shield_timeout: float | None = 120.0,
+) -> HttpClient:
+    """The shared :class:`~amcommit.store.http.HttpClient` with GCS's rules: its error
+    classifier, an optional write gate (token bucket for object writes: GCS starts every
+    bucket at about 1,000 object writes per second; reads have a separate, higher budget),
+    429-only retries of requests that are not idempotent, and bearer-token refresh on 401."""
+    return HttpClient(
+        limiter=limiter,
+        retry=retry,
+        stats=stats,
+        classify=classify,
+        auth=auth,
+        write_gate=write_gate,
+        retry_unexecuted=only_429,
+        shield_timeout=shield_timeout,
+        request_timeout=request_timeout,
+        keepalive_timeout=keepalive_timeout,
+    )
 
 
 __all__ = [
@@ -276,10 +185,11 @@ __all__ = [
     "OBJECT_DECODER",
     "RENAME_ID_KEY",
     "REWRITE_DECODER",
-    "GcsHttpClient",
     "GcsObject",
     "ObjectList",
     "RewriteResponse",
+    "gcs_http_client",
+    "only_429",
     "qname",
     "query",
     "resolve_endpoint",

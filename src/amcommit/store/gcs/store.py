@@ -33,7 +33,8 @@ Capabilities are updated when the detection completes; they start conservative
 
 **Recovery.** A rename whose source is gone (a retry after a lost response, or a resumed
 job commit) reads the destination; if it carries the same rename id (and, when known, the
-same size and crc32c) the result is ``RenameResult(recovered=True)``. Without a caller
+same size and crc32c) the result is ``RenameResult(recovered=True)``. Every such proof
+(four places) is :func:`amcommit.store.proof.judge_rename`. Without a caller
 ``rename_id`` a fresh id is generated per call, which still proves internal retries.
 
 **Idempotency.** Reads, precondition-guarded writes (``CREATE``, ``UpdateIf``, rename
@@ -70,7 +71,6 @@ from amcommit.errors import (
     NotSupported,
     PreconditionFailed,
     StoreError,
-    Transient,
 )
 from amcommit.iostats import IOStatistics
 from amcommit.store.base import (
@@ -90,13 +90,14 @@ from amcommit.store.gcs.client import (
     OBJECT_DECODER,
     RENAME_ID_KEY,
     REWRITE_DECODER,
-    GcsHttpClient,
     GcsObject,
+    gcs_http_client,
     qname,
     query,
     resolve_endpoint,
 )
 from amcommit.store.limits import Limiter, shared_limiter
+from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 from amcommit.store.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -216,14 +217,14 @@ class GcsStore:
                 "writes:" + key, max_concurrency=1_000_000, rate=write_rate, burst=max(1.0, write_rate / 10)
             )
         self.write_limiter = write_limiter
-        self.http = GcsHttpClient(
+        self.http = gcs_http_client(
             limiter=self.limiter,
             write_gate=write_limiter,
             retry=retry,
             stats=self.iostats,
-            sign=self._auth.sign if self._auth is not None else None,
-            on_unauthenticated=self._auth.invalidate if self._auth is not None else None,
+            auth=self._auth,
             request_timeout=request_timeout,
+            shield_timeout=shield_timeout,
         )
         self._use_move = use_move
         self._detect_lock: anyio.Lock | None = None
@@ -294,6 +295,7 @@ class GcsStore:
             mtime=o.mtime(),
             rename_id=o.rename_id,
             source_etag=(o.metadata or {}).get(SOURCE_GEN_KEY) or None,
+            checksum=o.crc32c,
         )
 
     # -- object primitives ---------------------------------------------------------------
@@ -316,16 +318,9 @@ class GcsStore:
         return bool(page.items or page.prefixes)
 
     async def _shielded(self, op: str, path: str, fn: Callable[[anyio.CancelScope], Awaitable[T]]) -> T:
-        """Run a mutation ``fn(scope)`` shielded from cancellation (for at most
-        ``shield_timeout``; ``fn`` may extend ``scope``'s deadline for a further step).
-
-        A cancelled HTTP request may still be executed by the service, later; a caller that
-        cancels a rename and then rolls back would miss it. Shielding lets every started
-        mutation finish, so that when the call returns or raises its effect is settled.
-        """
-        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + self.shield_timeout) as scope:
-            return await fn(scope)
-        raise Transient(f"did not finish within {self.shield_timeout:g}s", op=op, path=path)
+        """``fn(scope)`` in the client's one cancellation shield
+        (:meth:`~amcommit.store.http.HttpClient.shielded`, ``shield_timeout``)."""
+        return await self.http.shielded(op, path, fn)
 
     async def _delete_object(self, name: str, generation: str | None) -> bool:
         """Delete one object (with ``ifGenerationMatch`` when ``generation`` is given).
@@ -604,16 +599,23 @@ class GcsStore:
                 return res
         return await self._rename_rewrite(src, dst, expected, rid, scope)
 
+    def _judge(
+        self, rid: str, d: GcsObject, src: ObjectInfo | None, size: int | None = None, crc: str | None = None
+    ) -> Verdict:
+        """The one judgement (:func:`~amcommit.store.proof.judge_rename`) of destination
+        ``d`` of rename ``rid``; ``src`` as found or known (None: gone)."""
+        return judge_rename(self.capabilities, Expected(rid, size, checksum=crc), self._info(d), src)
+
+    def _copied_from(self, src: str, gen: str, size: int | None, d: GcsObject) -> ObjectInfo:
+        """The source at generation ``gen`` (the copy's precondition), for the judgement."""
+        return source_at(src, gen, size, self._info(d))
+
     async def _prove(
         self, dst: str, rid: str, size: int | None = None, crc32c: str | None = None
     ) -> GcsObject | None:
-        """The destination if it provably is the result of rename ``rid``."""
+        """The destination if it provably is the result of rename ``rid`` (source gone)."""
         d = await self._find_object(dst)
-        if d is None or d.rename_id != rid:
-            return None
-        if size is not None and int(d.size) != size:
-            return None
-        if crc32c is not None and d.crc32c is not None and d.crc32c != crc32c:
+        if d is None or self._judge(rid, d, None, size, crc32c) is not Verdict.DONE:
             return None
         return d
 
@@ -678,7 +680,8 @@ class GcsStore:
             except PreconditionFailed:
                 d = await self._find_object(dst)
                 if d is not None:
-                    if d.rename_id == rid and int(d.size) == int(s.size):
+                    # a move is atomic: our id on the destination means the source is gone
+                    if self._judge(rid, d, None, int(s.size)) is Verdict.DONE:
                         self.iostats.incr("gcs_rename_recovered")
                         return RenameResult(dst=dst, etag=d.generation, recovered=True)
                     raise AlreadyExists("destination exists", op="rename", path=dst, status=412) from None
@@ -699,11 +702,6 @@ class GcsStore:
             d = OBJECT_DECODER.decode(r.body)
             return RenameResult(dst=dst, etag=d.generation)
         raise PreconditionFailed("source kept changing during the move", op="rename", path=src, status=412)
-
-    def _stale(self, d: GcsObject, gen: str) -> bool:
-        """``d`` (our copy) was made from another generation of the source than ``gen``."""
-        copied = (d.metadata or {}).get(SOURCE_GEN_KEY)
-        return bool(copied) and copied != gen
 
     async def _drop_stale(self, dst: str, d: GcsObject) -> None:
         self.iostats.incr("gcs_rename_stale_copy")
@@ -742,10 +740,12 @@ class GcsStore:
         if self.verify_preconditions:
             d0 = await self._find_object(dst)
             if d0 is not None:
-                if d0.rename_id == rid and self._stale(d0, gen) and not again:
+                assert s is not None  # verify_preconditions: the source was read
+                v = self._judge(rid, d0, self._copied_from(src, gen, int(s.size), d0))
+                if v is Verdict.STALE and not again:
                     await self._drop_stale(dst, d0)
                     return await self._rename_rewrite(src, dst, expected, rid, scope, again=True)
-                if d0.rename_id == rid and not self._stale(d0, gen):
+                if v is Verdict.HALF:
                     return await self._finish_rewrite(src, dst, gen, d0, scope, recovered=True)
                 raise AlreadyExists("destination exists", op="rename", path=dst)
         body: dict[str, object] = {}
@@ -777,14 +777,11 @@ class GcsStore:
             except PreconditionFailed:
                 d = await self._find_object(dst)
                 if d is not None:
-                    if d.rename_id == rid and self._stale(d, gen) and not again:
+                    v = self._judge(rid, d, self._copied_from(src, gen, size, d))
+                    if v is Verdict.STALE and not again:
                         await self._drop_stale(dst, d)
                         return await self._rename_rewrite(src, dst, expected, rid, scope, again=True)
-                    if (
-                        d.rename_id == rid
-                        and (size is None or int(d.size) == size)
-                        and not self._stale(d, gen)
-                    ):
+                    if v is Verdict.HALF:
                         # our own copy (an earlier attempt whose answer was lost)
                         return await self._finish_rewrite(src, dst, gen, d, scope, recovered=True)
                     raise AlreadyExists("destination exists", op="rename", path=dst, status=412) from None
@@ -806,7 +803,7 @@ class GcsStore:
     ) -> RenameResult:
         # ``scope`` is the rename's shield: the delete gets a full ``shield_timeout`` of its
         # own, as _delete_object() (a scope of its own, at twice the cost) would give it
-        scope.deadline = max(scope.deadline, anyio.current_time() + self.shield_timeout)
+        self.http.extend(scope)
         try:
             await self._delete_object_once(src, gen)
         except PreconditionFailed:
