@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _fake_gcs_available() -> bool:
     try:
-        from amcommit.testing.fakegcs import find_binary
+        from amcommit.emulators.fakegcs import find_binary
 
         return find_binary().exists()
     except Exception:

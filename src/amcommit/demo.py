@@ -72,8 +72,8 @@ def _target(args: argparse.Namespace) -> Iterator[tuple[Store, str, str]]:
     """(store, destination path, description) for the chosen target."""
     run = uuid.uuid4().hex[:8]
     if args.target == "gcs":
+        from amcommit.emulators.fakegcs import FakeGcsServer
         from amcommit.store.gcs import GcsStore
-        from amcommit.testing.fakegcs import FakeGcsServer
 
         with FakeGcsServer() as srv:
             srv.create_bucket("amcommit-demo")
@@ -81,8 +81,8 @@ def _target(args: argparse.Namespace) -> Iterator[tuple[Store, str, str]]:
             yield gcs, f"demo-{run}/events", f"fake-gcs-server at {srv.url} (bundled binary)"
         return
     if args.target == "azurite":
+        from amcommit.emulators.azurite import Azurite
         from amcommit.store.azure import BlobStore
-        from amcommit.testing.azurite import Azurite
 
         with Azurite() as az:
             blob = BlobStore(container="amcommit-demo", **az.store_options())

@@ -6,11 +6,11 @@ import uuid
 
 import pytest
 
+from amcommit.emulators.azurite import Azurite
 from amcommit.errors import ConfigError
 from amcommit.store.azure import BlobStore, DfsStore
 from amcommit.store.urls import open_location
-from amcommit.testing.adls_server import AdlsTestServer
-from amcommit.testing.azurite import Azurite
+from tests.servers.adls_server import AdlsTestServer
 
 
 async def test_az_url_opens_blob_store_on_azurite(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:

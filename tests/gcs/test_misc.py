@@ -8,10 +8,10 @@ import time
 import anyio
 import pytest
 
+from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.errors import AlreadyExists, ConfigError, PreconditionFailed
 from amcommit.store.gcs import GcsStore, resolve_endpoint
 from amcommit.store.urls import open_location, open_store
-from amcommit.testing.fakegcs import FakeGcsServer
 from tests.gcs.conftest import GcsEnv
 
 

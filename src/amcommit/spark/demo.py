@@ -44,7 +44,7 @@ def _say(msg: str) -> None:
 def _target(args: argparse.Namespace) -> Iterator[Target]:
     run = uuid.uuid4().hex[:8]
     if args.target == "gcs":
-        from amcommit.testing.fakegcs import FakeGcsServer
+        from amcommit.emulators.fakegcs import FakeGcsServer
 
         with FakeGcsServer() as srv:
             srv.create_bucket("amcommit-demo")
@@ -55,8 +55,8 @@ def _target(args: argparse.Namespace) -> Iterator[Target]:
             )
         return
     if args.target == "azurite":
+        from amcommit.emulators.azurite import Azurite
         from amcommit.store.azure import BlobStore
-        from amcommit.testing.azurite import Azurite
 
         with Azurite() as az:
             blob = BlobStore(container="amcommit-demo", **az.store_options())
