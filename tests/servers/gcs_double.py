@@ -43,13 +43,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, unquote
 
+import google_crc32c
 from aiohttp import web
 
 Json = dict[str, Any]
@@ -59,38 +59,9 @@ Json = dict[str, Any]
 # checksums
 
 
-def _crc32c_py(data: bytes) -> int:
-    table = _CRC_TABLE
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def _make_table() -> list[int]:
-    poly = 0x82F63B78
-    out = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        out.append(c)
-    return out
-
-
-_CRC_TABLE = _make_table()
-
-
-def _load_crc32c() -> Callable[[bytes], int]:
-    try:
-        import google_crc32c
-    except ImportError:
-        return _crc32c_py
-    return lambda data: int(google_crc32c.value(data))
-
-
-crc32c = _load_crc32c()
-"""CRC32C of ``data`` (the C implementation from google-crc32c when installed)."""
+def crc32c(data: bytes) -> int:
+    """CRC32C (Castagnoli) of ``data``, as GCS reports it (google-crc32c, a C library)."""
+    return int(google_crc32c.value(data))
 
 
 def b64_crc32c(data: bytes) -> str:

@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
+from typing import Literal, Self, TypeVar
 
 import anyio
 
@@ -258,3 +258,9 @@ class FaultyStore:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
