@@ -190,7 +190,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_emulator_start(args: argparse.Namespace) -> int:
-    """Run an emulator until Ctrl-C (or SIGTERM), after printing how to use it."""
+    """Run an emulator until Ctrl-C (or SIGTERM), after printing how to use it. SIGINT is
+    handled even when the shell started us in the background with it ignored."""
     import signal
     import time
 
@@ -199,7 +200,7 @@ def cmd_emulator_start(args: argparse.Namespace) -> int:
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with start_target(args.kind, args.bucket, port=args.port) as target:
             if args.json:
@@ -223,7 +224,8 @@ def cmd_emulator_start(args: argparse.Namespace) -> int:
         print(f"{target.kind} emulator stopped", file=sys.stderr, flush=True)
         return 0
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def package_version() -> str:

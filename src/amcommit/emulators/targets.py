@@ -54,30 +54,31 @@ class EmulatorTarget:
         return [f'.option("{k}", "{v}")' for k, v in self.options.items()]
 
     def instructions(self, path: str = "PATH") -> list[str]:
-        """Lines telling a user how to use this emulator with amcommit."""
+        """Lines telling a user how to use this emulator with amcommit: a key/value
+        header, the shell lines (environment, then a command), the Spark writer."""
+        from amcommit.console import fields, render
+
         dest = self.location(path)
-        lines = [
-            f"{self.description}",
-            f"{'bucket' if self.kind == 'gcs' else 'container'}        {self.bucket}",
-            f"URL             {self.url}",
-            f"endpoint        {self.endpoint}",
+        rows = [
+            ("bucket" if self.kind == "gcs" else "container", self.bucket),
+            ("URL", self.url),
+            ("endpoint", self.endpoint),
         ]
         if self.kind == "azurite":
-            lines.append(
-                "account         devstoreaccount1 (account_key: Azurite's well-known public development key)"
-            )
-        lines += [
+            rows.append(("account", "devstoreaccount1 (key: Azurite's well-known public development key)"))
+        return [
+            self.description,
+            render(fields(rows)),
             "",
             "shell:",
             *(f"  export {k}={shlex.quote(v)}" for k, v in self.env.items()),
             f"  amcommit jobs {shlex.quote(dest)} {self.cli_options()}",
             "",
             "Spark:",
-            '  df.write.format("amcommit")'
+            '  (df.write.format("amcommit")'
             + "".join(f"\n      {o}" for o in self.spark_options())
-            + f'\n      .save("{dest}")',
+            + f'\n      .save("{dest}"))',
         ]
-        return lines
 
 
 def _gcs(stack: contextlib.ExitStack, bucket: str, port: int | None) -> EmulatorTarget:
