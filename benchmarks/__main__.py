@@ -394,10 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "benchmarks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / "benchmarks.md").write_text(report_md(res, meta) + "\n")
     try:
-        from benchmarks.plot import plot
+        from benchmarks.plot import plot_all
 
-        png = plot(payload, out / "benchmarks.png")
-        log(f"[bench] plot: {png}")
+        for png in plot_all(payload, out):
+            log(f"[bench] plot: {png}")
     except Exception as e:
         log(f"[bench] plot failed: {type(e).__name__}: {e}")
     log(f"[bench] wrote {out / 'benchmarks.json'} and {out / 'benchmarks.md'} in {meta['seconds']:.0f} s")
