@@ -6,9 +6,9 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field

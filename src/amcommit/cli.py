@@ -141,7 +141,7 @@ def cmd_commit_job(args: argparse.Namespace) -> int:
     )
     with ProgressBar() as bar:
         report = committer.commit_job(progress=None if args.quiet else bar, allow_partial=args.allow_partial)
-    out(format_report(report))
+    out(format_report(report) + (f"\n  completeness: {report.completeness}" if report.completeness else ""))
     return 0
 
 

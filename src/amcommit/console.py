@@ -145,8 +145,6 @@ def format_report(r: JobReport) -> str:
     ]
     if r.victims_deleted or r.moved_aside:
         out.append(f"  replaced old data: {r.victims_deleted + r.moved_aside} files")
-    if r.completeness:
-        out.append(f"  completeness: {r.completeness}")
     return "\n".join(out)
 
 
@@ -332,6 +330,7 @@ class ProgressBar:
         self._rich: RichProgress | None = None
         self._tasks: dict[str, TaskID] = {}
         self._started: dict[str, float] = {}
+        self._done: dict[str, tuple[int, int]] = {}
 
     def _display(self) -> RichProgress:
         if self._rich is None:
@@ -350,23 +349,29 @@ class ProgressBar:
         return self._rich
 
     def __call__(self, p: Progress) -> None:
+        if p.phase == "progress":
+            self._done[p.stage] = (p.done, p.total)
         if not self.tty:
             if p.phase == "start":
                 self._started[p.stage] = time.monotonic()
                 print(f"  {p.stage} ...", file=self.stream, flush=True)
             elif p.phase == "end":
                 secs = time.monotonic() - self._started.pop(p.stage, time.monotonic())
-                print(f"  {p.stage} done: {p.done:,} in {secs:.2f} s", file=self.stream, flush=True)
+                done, total = self._done.pop(p.stage, (0, 0))
+                count = f"{done:,}/{total:,} " if total else ""
+                print(f"  {p.stage} done: {count}in {secs:.2f} s", file=self.stream, flush=True)
             return
         bar = self._display()
         task = self._tasks.get(p.stage)
         if task is None:
             task = self._tasks[p.stage] = bar.add_task(p.stage, total=p.total or None, rate="")
-        speed = bar.tasks[task].speed if task in bar.task_ids else None
+        speed = next((t.speed for t in bar.tasks if t.id == task), None)
         rate = f"{speed:,.0f}/s" if speed else ""
-        bar.update(task, completed=p.done, total=p.total or None, rate=rate)
-        if p.phase == "end":
-            bar.update(task, completed=p.total or p.done, total=p.total or p.done or 1)
+        if p.phase == "progress":
+            bar.update(task, completed=p.done, total=p.total or None, rate=rate)
+        if p.phase == "end":  # the end event carries no counts: the last progress event's
+            done, total = self._done.pop(p.stage, (1, 1))
+            bar.update(task, completed=total or done or 1, total=total or done or 1, rate=rate)
 
     def close(self) -> None:
         """Stop the display (idempotent)."""
