@@ -74,6 +74,14 @@ def test_abort_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["commit-job", "/tmp", "--job-id", "bad/id"], "invalid job id"),
         (["commit-job", "/tmp", "--job-id", JOB, "--conf", "io.threadz=3"], "unknown committer option"),
         (["commit-job", "nosuch://x/y", "--job-id", JOB], "unsupported URL scheme"),
+        (["demo", "--no-spark", "--target", "local", "--tasks", "0"], "--tasks must be >= 1"),
+        (["demo", "--no-spark", "--io-threads", "0"], "--io-threads must be >= 1"),
+        (["demo", "--target", "local", "--rows", "0"], "--rows must be >= 1"),
+        (
+            ["demo", "--target", "local", "--tasks", "2", "--failed-attempts", "3"],
+            "--failed-attempts must be within",
+        ),
+        (["demo", "--no-spark", "--target", "local", "--dest", "gs://b/x"], "--dest is for local paths"),
     ],
 )
 def test_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
