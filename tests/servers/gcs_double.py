@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import fnmatch
 import hashlib
 import json
 import threading
@@ -51,6 +50,8 @@ from urllib.parse import parse_qsl, quote, unquote
 
 import google_crc32c
 from aiohttp import web
+
+from amcommit.store.faulty import RuleMatcher
 
 Json = dict[str, Any]
 
@@ -187,31 +188,18 @@ OPS = frozenset(
 
 
 @dataclass
-class Fault:
-    """An injection rule; see :meth:`GcsDouble.inject`."""
+class Fault(RuleMatcher):
+    """An injection rule (see :meth:`GcsDouble.inject`); ``path`` globs the object name."""
 
     kind: FaultKind
     ops: frozenset[str] | None
     status: int = 503
     retry_after: float | None = None
     count: int | None = 1
-    name: str | None = None
+    path: str | None = None
     after: int = 0
     matched: int = 0
     fired: int = 0
-
-    def fire(self, op: str, name: str) -> bool:
-        if self.ops is not None and op not in self.ops:
-            return False
-        if self.name is not None and not fnmatch.fnmatchcase(name, self.name):
-            return False
-        self.matched += 1
-        if self.matched <= self.after:
-            return False
-        if self.count is not None and self.fired >= self.count:
-            return False
-        self.fired += 1
-        return True
 
 
 class GcsError(Exception):
@@ -534,7 +522,7 @@ class GcsDouble:
             with self._lock:
                 self.calls[op] += 1
                 for f in self.faults:
-                    if f.fire(op, target):
+                    if f.check(op, (target,)):
                         self.injected[f"{f.kind}:{op}"] += 1
                         if f.kind == "lost":
                             lost = True
