@@ -1,4 +1,4 @@
-"""The benchmark suite in one command: tables, JSON, a PNG plot and the targets.
+"""The benchmark suite in one command: tables, JSON, PNG plots and the targets.
 
     .venv/bin/python -m benchmarks [--quick] [--only emulators,latency,throttle,scale,spark]
     ./run bench [--quick] [--only ...]
@@ -17,8 +17,8 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
-``benchmarks.json`` (every run), ``benchmarks.md`` (tables + targets) and
-``benchmarks.png``.
+``benchmarks.json`` (every run), ``benchmarks.md`` (tables + targets) and one PNG per
+scenario (:mod:`benchmarks.plot`, matplotlib from the ``bench`` extra).
 """
 
 from __future__ import annotations
