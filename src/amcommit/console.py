@@ -21,7 +21,6 @@ import msgspec
 from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -337,8 +336,8 @@ class ProgressBar:
             self._rich = RichProgress(
                 TextColumn("  {task.description:<16}"),
                 BarColumn(bar_width=30),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
+                TextColumn("{task.fields[counts]:>15}"),
+                TextColumn("{task.fields[rate]:>9}"),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
                 TimeElapsedColumn(),
@@ -364,13 +363,14 @@ class ProgressBar:
         bar = self._display()
         task = self._tasks.get(p.stage)
         if task is None:
-            task = self._tasks[p.stage] = bar.add_task(p.stage, total=p.total or None, rate="")
+            task = self._tasks[p.stage] = bar.add_task(p.stage, total=p.total or None, rate="", counts="")
         speed = next((t.speed for t in bar.tasks if t.id == task), None)
         rate = f"{speed:,.0f}/s" if speed else ""
         if p.phase == "progress":
-            bar.update(task, completed=p.done, total=p.total or None, rate=rate)
-        if p.phase == "end":  # the end event carries no counts: the last progress event's
-            done, total = self._done.pop(p.stage, (1, 1))
+            counts = f"{p.done:,}/{p.total:,}" if p.total else f"{p.done:,}"
+            bar.update(task, completed=p.done, total=p.total or None, rate=rate, counts=counts)
+        if p.phase == "end":  # the end event carries no counts: keep the last progress event's
+            done, total = self._done.pop(p.stage, (0, 0))
             bar.update(task, completed=total or done or 1, total=total or done or 1, rate=rate)
 
     def close(self) -> None:

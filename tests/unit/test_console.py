@@ -38,7 +38,7 @@ def test_progress_bars_per_stage_on_a_terminal() -> None:
         _events(bar)
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
     assert "load_manifests" in text and "rename_files" in text
-    assert "4/4" in text and "1000/1000" in text and "ETA" in text
+    assert "4/4" in text and "1,000/1,000" in text and "ETA" in text
 
 
 def test_report_from_success_matches_the_live_report() -> None:
