@@ -1,4 +1,4 @@
-"""The benchmark suite in one command: tables, JSON, a PNG plot and the targets.
+"""The benchmark suite in one command: tables, JSON, PNG plots and the targets.
 
     .venv/bin/python -m benchmarks [--quick] [--only emulators,latency,throttle,scale,spark]
     ./run bench [--quick] [--only ...]
@@ -17,8 +17,8 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
-``benchmarks.json`` (every run), ``benchmarks.md`` (tables + targets) and
-``benchmarks.png``.
+``benchmarks.json`` (every run), ``benchmarks.md`` (tables + targets) and one PNG per
+scenario (:mod:`benchmarks.plot`, matplotlib from the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -394,10 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "benchmarks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / "benchmarks.md").write_text(report_md(res, meta) + "\n")
     try:
-        from benchmarks.plot import plot
+        from benchmarks.plot import plot_all
 
-        png = plot(payload, out / "benchmarks.png")
-        log(f"[bench] plot: {png}")
+        for png in plot_all(payload, out):
+            log(f"[bench] plot: {png}")
     except Exception as e:
         log(f"[bench] plot failed: {type(e).__name__}: {e}")
     log(f"[bench] wrote {out / 'benchmarks.json'} and {out / 'benchmarks.md'} in {meta['seconds']:.0f} s")

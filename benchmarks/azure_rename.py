@@ -40,9 +40,9 @@ from typing import Any
 
 import anyio
 
+from amcommit.emulators.azurite import Azurite
 from amcommit.store.azure import BlobStore
 from amcommit.store.limits import Limiter
-from amcommit.testing.azurite import Azurite
 from benchmarks.clients import server_cpu
 from benchmarks.common import table, timed_renames, write_json
 

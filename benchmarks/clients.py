@@ -66,14 +66,14 @@ def emulator(kind: str) -> Iterator[tuple[Target, int | None]]:
     """Start a fresh emulator of ``kind``; yield (target with a new container, server pid)."""
     name = f"bench{uuid.uuid4().hex[:10]}"
     if kind == "azurite":
-        from amcommit.testing.azurite import Azurite
+        from amcommit.emulators.azurite import Azurite
 
         with Azurite() as az:
             t = Target("azurite", az.endpoint, name, az.account, az.account_key)
             _run(_create_container(t))
             yield t, az._proc.pid if az._proc is not None else None
     elif kind == "gcs":
-        from amcommit.testing.fakegcs import FakeGcsServer
+        from amcommit.emulators.fakegcs import FakeGcsServer
 
         with FakeGcsServer() as srv:
             srv.create_bucket(name)

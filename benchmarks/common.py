@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -58,11 +59,11 @@ class Measure:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
-    return s[k]
+    """The ``q``-th percentile (1..99) of ``values``, interpolated between the nearest
+    samples (:func:`statistics.quantiles`, inclusive method); 0.0 when there are none."""
+    if len(values) < 2:
+        return float(values[0]) if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[min(99, max(1, round(q))) - 1]
 
 
 def table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> str:

@@ -43,9 +43,9 @@ from typing import Any
 
 import anyio
 
+from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.store.gcs import GcsStore
 from amcommit.store.limits import Limiter
-from amcommit.testing.fakegcs import FakeGcsServer
 from benchmarks.clients import server_cpu
 from benchmarks.common import timed_renames
 

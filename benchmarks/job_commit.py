@@ -145,7 +145,7 @@ async def _verify(t: Target, job: Job, sample_tasks: int | None, whole_job: bool
     found: dict[str, int] = {}
     temp = 0
     success = False
-    try:
+    async with store:
         async for info in store.list(DEST):
             if info.path.startswith(f"{DEST}/_temporary/"):
                 temp += 1
@@ -153,8 +153,6 @@ async def _verify(t: Target, job: Job, sample_tasks: int | None, whole_job: bool
                 success = True
             else:
                 found[info.path] = info.size
-    finally:
-        await store.aclose()
     want = job.expected(sample_tasks)
     problems = []
     missing = want.keys() - found.keys()

@@ -46,7 +46,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from amcommit.testing.procs import stop_process
+from amcommit.emulators.procs import stop_process
 
 # -- the proxy -------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Self
 
 import anyio
 
@@ -131,6 +132,12 @@ class SyntheticStore:
 
     async def aclose(self) -> None:
         return None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 async def run(files: int, manifests: int, io_threads: int, load_threads: int) -> dict[str, object]:

@@ -45,7 +45,7 @@ from benchmarks.common import table, write_json
 
 
 def dataset(spark: Any, rows: int, tasks: int, days: int) -> Any:
-    from amcommit.spark.demo import dataset as demo_dataset
+    from amcommit.demo.spark import dataset as demo_dataset
 
     return demo_dataset(spark, rows, tasks, days)
 

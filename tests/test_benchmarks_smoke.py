@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _fake_gcs_available() -> bool:
     try:
-        from amcommit.testing.fakegcs import find_binary
+        from amcommit.emulators.fakegcs import find_binary
 
         return find_binary().exists()
     except Exception:
@@ -44,4 +44,4 @@ def test_quick_smallest_case(tmp_path: Path) -> None:
         assert r["peak_rss_mb"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
     assert payload["targets"], "targets are evaluated"
     assert (tmp_path / "benchmarks.md").read_text().startswith("Run ")
-    assert (tmp_path / "benchmarks.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert (tmp_path / "emulators.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

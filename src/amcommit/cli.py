@@ -6,6 +6,7 @@
     amcommit abort-job DEST --job-id ID      abort a job (roll back, or finish past the point of no return)
     amcommit jobs DEST [--json]              the jobs under DEST/_temporary, their state, the lock
     amcommit demo [--target gcs|azurite|local] [--no-spark]   a Spark job committed on an embedded default
+    amcommit emulator start gcs|azurite      run an emulator with a bucket, print how to use it
     amcommit --version
 
 User errors print one line (``amcommit: error: ...``) and exit with status 1 (2 for bad
@@ -19,55 +20,31 @@ reader goes away). Credentials come from options or the environment
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
 from amcommit.committer.config import CommitterConfig
-from amcommit.committer.jobs import DestinationJobs, JobInfo
-from amcommit.committer.report import JobReport, Progress
+from amcommit.committer.jobs import DestinationJobs
+from amcommit.console import (
+    ProgressBar,
+    dumps_json,
+    format_jobs,
+    format_manifest,
+    format_report,
+    format_success,
+    jobs_json,
+    out,
+    pretty_json,
+)
 from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
-from amcommit.manifest import SuccessData, decode_manifest, decode_success
+from amcommit.manifest import decode_manifest, decode_success
 from amcommit.messages import for_user
 from amcommit.redact import redact
 from amcommit.store.base import basename
-
-
-class ProgressBar:
-    """A one-line progress display on stderr (a plain line per stage when not a TTY)."""
-
-    def __init__(self, stream: TextIO | None = None, min_interval: float = 0.1) -> None:
-        self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
-        self.min_interval = min_interval
-        self._last = 0.0
-        self._stage = ""
-
-    def __call__(self, p: Progress) -> None:
-        now = time.monotonic()
-        if p.phase == "start":
-            self._stage = p.stage
-            if not self.tty:
-                print(f"  {p.stage} ...", file=self.stream, flush=True)
-            return
-        if p.phase == "end":
-            if self.tty:
-                self.stream.write("\r\x1b[K")
-                print(f"  {p.stage} done", file=self.stream, flush=True)
-            return
-        if not self.tty or (now - self._last < self.min_interval and p.done < p.total):
-            return
-        self._last = now
-        width = 30
-        frac = p.done / p.total if p.total else 1.0
-        bar = "#" * int(frac * width)
-        self.stream.write(f"\r\x1b[K  {p.stage:<16} [{bar:<{width}}] {p.done}/{p.total}")
-        self.stream.flush()
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,66 +92,10 @@ def _read(url: str, opts: dict[str, Any]) -> bytes:
 
     async def main() -> bytes:
         store, path = open_location(url, **opts)
-        try:
+        async with store:
             return await store.get(path)
-        finally:
-            await store.aclose()
 
     return run_blocking(main)
-
-
-def format_success(s: SuccessData) -> str:
-    m = s.metrics
-    lines = [
-        f"job            {s.job_id}  ({'SUCCESS' if s.success else 'FAILED'})",
-        f"committer      {s.committer}",
-        f"date           {s.date}  on {s.hostname}",
-    ]
-    if "files" in m:
-        dur = m.get("duration_ms", 0) / 1000
-        lines.append(f"files          {m.get('files', 0):,}  ({m.get('bytes', 0):,} bytes) in {dur:.2f} s")
-        lines.append(
-            f"renames        {m.get('renamed', 0):,} (recovered {m.get('recovered_renames', 0)}, "
-            f"retries {m.get('retries', 0)})  from {m.get('manifests', 0)} manifests"
-        )
-        if m.get("victims_deleted") or m.get("moved_aside"):
-            lines.append(f"replaced       {m.get('victims_deleted', 0)} old files deleted")
-        stages = {k[6:-3]: v for k, v in m.items() if k.startswith("stage_") and k.endswith("_ms")}
-        if stages:
-            lines.append("stages (ms)    " + ", ".join(f"{k} {v}" for k, v in stages.items()))
-    for k, v in s.diagnostics.items():
-        lines.append(f"{k:<14} {v}")
-    if s.filenames:
-        lines.append(f"files (first {len(s.filenames)}):")
-        lines.extend(f"  {f}" for f in s.filenames[:10])
-        if len(s.filenames) > 10:
-            lines.append(f"  ... {len(s.filenames) - 10} more")
-    return "\n".join(lines)
-
-
-def format_report(r: JobReport) -> str:
-    if r.already_committed and r.committed_by:
-        return (
-            f"job {r.job_id} was already committed into {r.dest_uri} by job {r.committed_by}, "
-            f"which took over the destination lock it left ({r.committed_date or 'date unknown'}): nothing to do"
-        )
-    if r.already_committed:
-        return (
-            f"job {r.job_id} was already committed ({r.files:,} files, {r.committed_date or 'date unknown'}) "
-            f"into {r.dest_uri}: nothing to do"
-        )
-    rate = r.rename_rate
-    out = [
-        f"job {r.job_id}: {'committed' if r.success else 'FAILED'} {r.files:,} files ({r.bytes:,} bytes) "
-        f"from {r.manifests} task manifests into {r.dest_uri}",
-        f"  rename rate {rate:,.0f} files/s, recovered renames {r.recovered_renames}, "
-        f"directories created {r.directories_created}, total {r.duration:.2f} s"
-        + (" (resumed)" if r.resumed else ""),
-        "  stages: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in r.stage_seconds.items()),
-    ]
-    if r.victims_deleted or r.moved_aside:
-        out.append(f"  replaced old data: {r.victims_deleted + r.moved_aside} files")
-    return "\n".join(out)
 
 
 def cmd_success(args: argparse.Namespace) -> int:
@@ -198,7 +119,7 @@ def cmd_success(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(data.decode("utf-8") + "\n")
         return 0
-    print(format_success(decode_success(data, name=url)))
+    out(format_success(decode_success(data, name=url)))
     return 0
 
 
@@ -206,16 +127,9 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     data = _read(args.url, _store_options(args))
     m = decode_manifest(data, name=args.url)
     if args.json:
-        print(json.dumps(json.loads(data), indent=2, ensure_ascii=False))
+        out(pretty_json(data))
         return 0
-    print(f"task           {m.task_id}")
-    print(f"attempt        {m.task_attempt_id}  (job {m.job_id}, job attempt {m.job_attempt_number})")
-    print(f"files          {len(m.files):,}  ({m.total_bytes:,} bytes)")
-    print(f"directories    {len(m.directories):,}")
-    for f in m.files[:20]:
-        print(f"  {f.size:>12,}  {f.dest}")
-    if len(m.files) > 20:
-        print(f"  ... {len(m.files) - 20} more")
+    out(format_manifest(m))
     return 0
 
 
@@ -225,12 +139,9 @@ def cmd_commit_job(args: argparse.Namespace) -> int:
     committer = BlockingCommitter(
         args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
     )
-    report = committer.commit_job(
-        progress=None if args.quiet else ProgressBar(), allow_partial=args.allow_partial
-    )
-    print(format_report(report))
-    if report.completeness:
-        print(f"  completeness: {report.completeness}")
+    with ProgressBar() as bar:
+        report = committer.commit_job(progress=None if args.quiet else bar, allow_partial=args.allow_partial)
+    out(format_report(report) + (f"\n  completeness: {report.completeness}" if report.completeness else ""))
     return 0
 
 
@@ -240,121 +151,16 @@ def cmd_abort_job(args: argparse.Namespace) -> int:
     committer = BlockingCommitter(
         args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
     )
-    report = committer.abort_job(progress=None if args.quiet else ProgressBar())
+    with ProgressBar() as bar:
+        report = committer.abort_job(progress=None if args.quiet else bar)
     if report.success:
         print(f"job {args.job_id} had passed its point of no return: the commit was completed instead")
-        print(format_report(report))
+        out(format_report(report))
     elif report.rolled_back:
         print(f"job {args.job_id} aborted: renamed files rolled back, temporary data deleted")
     else:
         print(f"job {args.job_id} aborted: temporary data deleted (destination untouched)")
     return 0
-
-
-def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f} h ago"
-    return f"{seconds / 86400:.0f} days ago"
-
-
-def _when(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def jobs_json(d: DestinationJobs, now: float | None = None) -> dict[str, Any]:
-    """The ``jobs --json`` document (times as epoch seconds; the lock's heartbeat age)."""
-    now = time.time() if now is None else now
-    lock = None
-    if d.lock is not None:
-        lock = {
-            "owner": d.lock.owner,
-            "jobAttempt": d.lock.job_attempt,
-            "operation": d.lock.operation,
-            "host": d.lock.host,
-            "pid": d.lock.pid,
-            "acquired": d.lock.acquired,
-            "heartbeat": d.lock.heartbeat,
-            "heartbeatAgeSeconds": round(d.lock.heartbeat_age(now), 3),
-            "ttl": d.lock.ttl,
-        }
-    return {
-        "destination": d.dest_uri,
-        "jobs": [
-            {
-                "jobId": j.job_id,
-                "layout": j.layout,
-                "state": j.state,
-                "manifests": j.manifests,
-                "created": j.created,
-                "origin": j.origin,
-                "updated": j.updated,
-                "holdsLock": j.holds_lock,
-            }
-            for j in d.jobs
-        ],
-        "lock": lock,
-        "lockUnreadable": d.lock_unreadable,
-        "lastCommit": None
-        if d.last_commit is None
-        else {
-            "jobId": d.last_commit.job_id,
-            "date": d.last_commit.date,
-            "success": d.last_commit.success,
-            "files": d.last_commit.files,
-        },
-    }
-
-
-def _job_row(j: JobInfo) -> list[str]:
-    return [
-        j.job_id,
-        j.layout,
-        j.state,
-        str(j.manifests),
-        _when(j.created),
-        j.origin or "-",
-        "yes" if j.holds_lock else "",
-    ]
-
-
-def format_jobs(d: DestinationJobs, now: float | None = None) -> str:
-    """``amcommit jobs`` as aligned plain text."""
-    now = time.time() if now is None else now
-    out = [f"destination    {d.dest_uri}"]
-    if d.jobs:
-        header = ["JOB", "LAYOUT", "STATE", "MANIFESTS", "CREATED", "ORIGIN", "LOCK"]
-        rows = [header] + [_job_row(j) for j in d.jobs]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        out.append("")
-        for r in rows:
-            out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-        out.append("")
-    else:
-        out.append("jobs           none pending")
-    if d.lock is not None:
-        lk = d.lock
-        out.append(
-            f"lock           held by job {lk.owner} ({lk.operation}, host {lk.host or '?'}, pid {lk.pid}), "
-            f"last heartbeat {_ago(lk.heartbeat_age(now))}, ttl {lk.ttl:g} s"
-        )
-    elif d.lock_unreadable:
-        out.append("lock           present but unreadable (not an amcommit lock)")
-    if d.last_commit is not None:
-        lc = d.last_commit
-        files = f", {lc.files:,} files" if lc.files is not None else ""
-        out.append(
-            f"last commit    job {lc.job_id or '?'}  {'SUCCESS' if lc.success else 'FAILED'}  "
-            f"{lc.date or 'date unknown'}{files}"
-        )
-    else:
-        out.append("last commit    none (no _SUCCESS report)")
-    return "\n".join(out)
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -366,16 +172,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
     async def main() -> DestinationJobs:
         store, dest = open_location(args.dest, **opts)
-        try:
+        async with store:
             return await list_jobs(store, dest)
-        finally:
-            await store.aclose()
 
     result = run_blocking(main)
     if args.json:
-        print(json.dumps(jobs_json(result), indent=2, ensure_ascii=False))
+        out(dumps_json(jobs_json(result)))
     else:
-        print(format_jobs(result))
+        out(format_jobs(result))
     return 0
 
 
@@ -383,6 +187,45 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from amcommit.demo import run_demo
 
     return run_demo(args)
+
+
+def cmd_emulator_start(args: argparse.Namespace) -> int:
+    """Run an emulator until Ctrl-C (or SIGTERM), after printing how to use it. SIGINT is
+    handled even when the shell started us in the background with it ignored."""
+    import signal
+    import time
+
+    from amcommit.emulators.targets import start_target
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with start_target(args.kind, args.bucket, port=args.port) as target:
+            if args.json:
+                doc = {
+                    "emulator": target.kind,
+                    "endpoint": target.endpoint,
+                    "bucket": target.bucket,
+                    "url": target.url,
+                    "options": target.options,
+                    "env": target.env,
+                }
+                print(dumps_json(doc), flush=True)
+            else:
+                print("\n".join(target.instructions()), flush=True)
+                print("\nrunning; Ctrl-C stops it (the data is kept in memory / a temp dir only)", flush=True)
+            try:
+                while True:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+        print(f"{target.kind} emulator stopped", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def package_version() -> str:
@@ -405,36 +248,36 @@ _URL_FORMS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="amcommit", description="Async job-commit engine for ABFS, GCS and local files."
+def store_args(sp: argparse.ArgumentParser) -> None:
+    """``--endpoint`` and ``--store-option``: for commands that open a store."""
+    sp.add_argument(
+        "--endpoint", help="service endpoint (emulators), e.g. http://127.0.0.1:10000/devstoreaccount1"
     )
-    p.add_argument("--version", action="version", version=f"amcommit {package_version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sp.add_argument(
+        "--store-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="store option (repeatable), e.g. account=NAME, account_key=..., token=..., use_move=false",
+    )
 
-    def store_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument(
-            "--endpoint", help="service endpoint (emulators), e.g. http://127.0.0.1:10000/devstoreaccount1"
-        )
-        sp.add_argument(
-            "--store-option",
-            action="append",
-            metavar="KEY=VALUE",
-            help="store option (repeatable), e.g. account=NAME, account_key=..., token=..., use_move=false",
-        )
 
+def register_success(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("success", help="show a _SUCCESS report", description="Show a _SUCCESS report.")
     sp.add_argument("url", help="the _SUCCESS file or its directory: " + _URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print the raw JSON")
     store_args(sp)
     sp.set_defaults(func=cmd_success)
 
+
+def register_manifest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("manifest", help="show a task manifest", description="Show a task manifest.")
     sp.add_argument("url", help="the task manifest file (...-manifest.json): " + _URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print the JSON, pretty")
     store_args(sp)
     sp.set_defaults(func=cmd_manifest)
 
+
+def register_jobs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser(
         "jobs",
         help="list the jobs under a destination (state, manifests, lock, last commit)",
@@ -448,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     store_args(sp)
     sp.set_defaults(func=cmd_jobs)
 
+
+def register_commit_and_abort(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, func, helptext in (
         ("commit-job", cmd_commit_job, "run or resume the job commit from the manifests in the store"),
         ("abort-job", cmd_abort_job, "abort a job: roll back or clean up"),
@@ -478,15 +323,69 @@ def build_parser() -> argparse.ArgumentParser:
         store_args(sp)
         sp.set_defaults(func=func)
 
+
+def register_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from amcommit.demo import add_demo_arguments
+
     sp = sub.add_parser(
         "demo",
         help="write a partitioned dataset with Spark through amcommit into fake-gcs-server "
         "(or Azurite, a local dir), report and verify; --no-spark: the engine alone",
     )
-    from amcommit.demo import add_demo_arguments
-
     add_demo_arguments(sp)
     sp.set_defaults(func=cmd_demo)
+
+
+def register_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from amcommit.emulators.targets import EMULATOR_KINDS
+
+    sp = sub.add_parser(
+        "emulator",
+        help="run a local storage emulator (fake-gcs-server or Azurite) for trying amcommit",
+        description="Run a local storage emulator on 127.0.0.1.",
+    )
+    actions = sp.add_subparsers(dest="action", required=True, metavar="ACTION")
+    st = actions.add_parser(
+        "start",
+        help="start it, create a bucket/container, print the endpoint and options, run until Ctrl-C",
+        description="Start fake-gcs-server (gcs, bundled in the emulators extra) or Azurite (azurite, "
+        "from $AMCOMMIT_AZURITE, tools/node or PATH) on 127.0.0.1, create a bucket (GCS) or "
+        "container (Azurite), print the endpoint, the store options and the exact CLI and Spark "
+        "option lines to use it with amcommit, and run until Ctrl-C. Data lives only as long as "
+        "the emulator runs.",
+    )
+    st.add_argument("kind", choices=EMULATOR_KINDS, help="which emulator: gcs or azurite")
+    st.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    st.add_argument(
+        "--bucket",
+        default="amcommit",
+        help="bucket (GCS) or container (Azurite) to create (default amcommit)",
+    )
+    st.add_argument(
+        "--json", action="store_true", help="print one JSON document (endpoint, url, options, env)"
+    )
+    st.set_defaults(func=cmd_emulator_start)
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    register_success,
+    register_manifest,
+    register_jobs,
+    register_commit_and_abort,
+    register_demo,
+    register_emulator,
+]
+"""Each adds its subcommand(s) to ``amcommit``'s parser; a new command appends one here."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="amcommit", description="Async job-commit engine for ABFS, GCS and local files."
+    )
+    p.add_argument("--version", action="version", version=f"amcommit {package_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in COMMANDS:
+        register(sub)
     return p
 
 

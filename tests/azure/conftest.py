@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from amcommit.emulators.azurite import Azurite
 from amcommit.store.azure import BlobStore, DfsStore
-from amcommit.testing.adls_server import AdlsTestServer
-from amcommit.testing.azurite import Azurite
 from tests.azure.fault_proxy import FaultProxy
 from tests.plugins.azure_backends import blob_container_client, datalake_fs_client, unique_name
+from tests.servers.adls_server import AdlsTestServer
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from yarl import URL
 
+from amcommit.emulators.azurite import Azurite
 from amcommit.errors import ConfigError, InvalidInput, NotFound, Unauthenticated
 from amcommit.store import open_location, open_store
 from amcommit.store.azure import BlobStore, DfsStore
@@ -29,9 +30,8 @@ from amcommit.store.azure.auth import (
     parse_connection_string,
 )
 from amcommit.store.base import PutMode
-from amcommit.testing.adls_server import AdlsTestServer
-from amcommit.testing.azurite import Azurite
 from tests.azure.conftest import BlobEnv, DfsEnv
+from tests.servers.adls_server import AdlsTestServer
 
 OTHER_KEY = "c2VjcmV0LWtleS10aGF0LWlzLXdyb25nLWJ1dC12YWxpZC1iYXNlNjQtLS0tLS0tLS0tLS0tLQ=="
 
@@ -331,9 +331,9 @@ async def test_open_store_urls(azurite: Azurite, adls_server: AdlsTestServer) ->
 async def test_connection_failures_do_not_show_the_sas() -> None:
     import traceback
 
+    from amcommit.emulators.azurite import free_port
     from amcommit.errors import Transient
     from amcommit.store.retry import RetryPolicy
-    from amcommit.testing.azurite import free_port
 
     store = BlobStore(
         "cont",

@@ -6,11 +6,11 @@ import uuid
 
 import pytest
 
+from amcommit.emulators.azurite import Azurite
 from amcommit.errors import ConfigError
 from amcommit.store.azure import BlobStore, DfsStore
 from amcommit.store.urls import open_location
-from amcommit.testing.adls_server import AdlsTestServer
-from amcommit.testing.azurite import Azurite
+from tests.servers.adls_server import AdlsTestServer
 
 
 async def test_az_url_opens_blob_store_on_azurite(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,10 +25,8 @@ async def test_az_url_opens_blob_store_on_azurite(azurite: Azurite, monkeypatch:
         )
         assert isinstance(store, BlobStore) and path == "dir/f x.txt"
         assert store.root_uri == f"wasbs://{container}@devstoreaccount1.blob.core.windows.net/"
-        try:
+        async with store:
             await store.put(path, b"via az://")
-        finally:
-            await store.aclose()
         assert await oracle.get("dir/f x.txt") == b"via az://"
         with pytest.raises(ConfigError, match="'account' store option"):
             open_location(f"az://{container}/dir", account_key=azurite.account_key)
@@ -52,10 +50,8 @@ async def test_abfs_url_without_account_opens_dfs_store(
         )
         assert isinstance(store, DfsStore) and path == "a/b.txt"
         assert store.root_uri == f"abfs://{fs}@{opts['account']}.dfs.core.windows.net/"
-        try:
+        async with store:
             await store.put(path, b"via abfs://")
-        finally:
-            await store.aclose()
         assert await oracle.get("a/b.txt") == b"via abfs://"
     finally:
         await oracle.delete_filesystem()

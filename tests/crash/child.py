@@ -68,18 +68,21 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     progress = progress_killer(kill.get("progress"))
     store = open_spec_store(spec["store"])
     config = CommitterConfig.from_mapping(spec.get("config") or {})
-    try:
-        if spec["action"] == "commit":
-            report = await commit_job(store, spec["dest"], spec["job_id"], config=config, progress=progress)
-        elif spec["action"] == "abort":
-            report = await abort_job(store, spec["dest"], spec["job_id"], config=config, progress=progress)
-        else:
-            raise ValueError(f"unknown action {spec['action']!r}")
-        return {"outcome": "ok", "success": report.success}
-    except AmcommitError as e:
-        return {"outcome": "error", "type": type(e).__name__, "message": str(e)}
-    finally:
-        await store.aclose()
+    async with store:
+        try:
+            if spec["action"] == "commit":
+                report = await commit_job(
+                    store, spec["dest"], spec["job_id"], config=config, progress=progress
+                )
+            elif spec["action"] == "abort":
+                report = await abort_job(
+                    store, spec["dest"], spec["job_id"], config=config, progress=progress
+                )
+            else:
+                raise ValueError(f"unknown action {spec['action']!r}")
+            return {"outcome": "ok", "success": report.success}
+        except AmcommitError as e:
+            return {"outcome": "error", "type": type(e).__name__, "message": str(e)}
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from amcommit.errors import Unauthenticated
 from amcommit.store.gcs import AccessToken, GcsStore, google_auth_provider, static_token
-from amcommit.testing.gcs_double import GcsDouble
 from tests.plugins.gcs_backends import FAST_RETRY, new_bucket_name
+from tests.servers.gcs_double import GcsDouble
 
 SECRET = "ya29.s3cr3t-T0KEN-value"
 
@@ -37,24 +37,20 @@ def _store(d: GcsDouble, bucket: str, **kw: Any) -> GcsStore:
 async def test_bearer_token_is_sent(secured: tuple[GcsDouble, str]) -> None:
     d, bucket = secured
     store = _store(d, bucket, token_provider=static_token(SECRET))
-    try:
+    async with store:
         await store.put("a/b", b"1")
         await store.rename("a/b", "a/c")
         assert [i.path async for i in store.list("a")] == ["a/c"]
         assert SECRET not in repr(store)
-    finally:
-        await store.aclose()
 
 
 async def test_anonymous_is_refused(secured: tuple[GcsDouble, str]) -> None:
     d, bucket = secured
     store = _store(d, bucket)  # emulator endpoint: anonymous by default
-    try:
+    async with store:
         with pytest.raises(Unauthenticated) as ei:
             await store.stat("x")
         assert ei.value.status == 401 and ei.value.code == "authError"
-    finally:
-        await store.aclose()
 
 
 async def test_token_never_in_errors_or_logs(
@@ -65,7 +61,7 @@ async def test_token_never_in_errors_or_logs(
     caplog.set_level(logging.DEBUG)
     store = _store(d, bucket, token_provider=static_token(wrong))
     errors: list[BaseException] = []
-    try:
+    async with store:
         for call in (
             store.stat("p"),
             store.put("p", b"1"),
@@ -76,8 +72,6 @@ async def test_token_never_in_errors_or_logs(
                 await call
             except Unauthenticated as e:
                 errors.append(e)
-    finally:
-        await store.aclose()
     assert len(errors) == 4
     for e in errors:
         text = f"{e!s} {e!r} {e.args!r} {vars(e)!r}"
@@ -98,7 +92,7 @@ async def test_token_refresh_before_expiry(secured: tuple[GcsDouble, str]) -> No
         return AccessToken(SECRET, fetched + (0.4 if calls == 1 else 3600))
 
     store = _store(d, bucket, token_provider=provider)
-    try:
+    async with store:
         await store.put("x", b"1")
         # the shared rule (amcommit.store.token): a short-lived token is used for half its
         # life, then fetched anew before it expires
@@ -106,8 +100,6 @@ async def test_token_refresh_before_expiry(secured: tuple[GcsDouble, str]) -> No
         await store.stat("x")  # -> refreshed
         await store.stat("x")
         assert calls == 2
-    finally:
-        await store.aclose()
 
 
 def _utcnow() -> datetime.datetime:
@@ -136,12 +128,10 @@ async def test_google_auth_credentials(secured: tuple[GcsDouble, str]) -> None:
     d, bucket = secured
     creds = FakeCredentials()
     store = _store(d, bucket, credentials=creds)
-    try:
+    async with store:
         await store.put("g", b"1")
         assert (await store.stat("g")).size == 1
         assert creds.refreshed == 1
-    finally:
-        await store.aclose()
     provider = google_auth_provider(creds)
     tok = await provider()
     assert tok.token == SECRET and tok.expires_at is not None and tok.expires_at > time.time() + 3000
@@ -166,8 +156,6 @@ async def test_rejected_token_is_replaced_once(secured: tuple[GcsDouble, str]) -
         return AccessToken(tokens.pop(0) if len(tokens) > 1 else tokens[0], time.time() + 3600)
 
     store = _store(d, bucket, token_provider=provider)
-    try:
+    async with store:
         await store.put("x", b"1")
         assert (await store.stat("x")).size == 1
-    finally:
-        await store.aclose()

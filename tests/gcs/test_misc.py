@@ -8,10 +8,10 @@ import time
 import anyio
 import pytest
 
+from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.errors import AlreadyExists, ConfigError, PreconditionFailed
 from amcommit.store.gcs import GcsStore, resolve_endpoint
 from amcommit.store.urls import open_location, open_store
-from amcommit.testing.fakegcs import FakeGcsServer
 from tests.gcs.conftest import GcsEnv
 
 
@@ -63,11 +63,9 @@ async def test_open_store_gs_urls(monkeypatch: pytest.MonkeyPatch, fake_env: Gcs
     assert isinstance(store, GcsStore) and path == "dir/file x.txt"
     assert store.root_uri == f"gs://{fake_env.bucket}/" and store.endpoint == fake_env.url
     assert store.verify_preconditions and "bearer" not in repr(store)
-    try:
+    async with store:
         await store.put(path, b"via url")
         assert await fake_env.store().get("dir/file x.txt") == b"via url"
-    finally:
-        await store.aclose()
     with pytest.raises(ConfigError, match="unknown GCS store option"):
         open_store(f"gs://{fake_env.bucket}/", endpoint=fake_env.url, colour="blue")
     with pytest.raises(ConfigError, match="bucket name"):
@@ -101,8 +99,6 @@ async def test_open_store_gcs_scheme_is_gs(fake_env: GcsEnv) -> None:
     store, path = open_location(f"gcs://{fake_env.bucket}/d/x.txt", endpoint=fake_env.url, write_rate=None)
     assert isinstance(store, GcsStore) and path == "d/x.txt"
     assert store.root_uri == f"gs://{fake_env.bucket}/"
-    try:
+    async with store:
         await store.put(path, b"via gcs://")
         assert await fake_env.store().get("d/x.txt") == b"via gcs://"
-    finally:
-        await store.aclose()

@@ -9,9 +9,9 @@ import pytest
 
 from amcommit.errors import AlreadyExists, NotFound, PreconditionFailed, Transient
 from amcommit.store.base import PutMode, UpdateIf
-from amcommit.testing.gcs_double import GcsDouble
 from tests.gcs.conftest import GcsEnv
 from tests.plugins.gcs_backends import make_store, new_bucket_name
+from tests.servers.gcs_double import GcsDouble
 
 
 async def test_move_detected_on_the_double(double_env: GcsEnv) -> None:
@@ -54,7 +54,7 @@ async def test_server_without_move_route() -> None:
         bucket = new_bucket_name()
         d.create_bucket(bucket)
         store = make_store(d.url, bucket, verify_preconditions=False)
-        try:
+        async with store:
             await store.put("x", b"1")
             await store.rename("x", "y")
             assert store.uses_move is False and d.calls["rewrite"] == 1
@@ -63,8 +63,6 @@ async def test_server_without_move_route() -> None:
             await forced.rename("y", "z", rename_id="q")
             assert forced.uses_move is False and (await forced.stat("z")).rename_id == "q"
             await forced.aclose()
-        finally:
-            await store.aclose()
 
 
 async def test_rewrite_loops_on_rewrite_token(double_env: GcsEnv) -> None:

@@ -27,10 +27,8 @@ def _container(cls: Any, options: dict[str, Any], create: str, delete: str) -> I
 
     async def call(method: str) -> None:
         store = cls(name, **options)
-        try:
+        async with store:
             await getattr(store, method)()
-        finally:
-            await store.aclose()
 
     anyio.run(call, create)
     yield {**options, "container": name}

@@ -29,13 +29,11 @@ def run_spec(text: str) -> None:
     cfg = CommitterConfig(conflict_mode=spec.get("mode", "append"), **spec.get("config", {}))
 
     async def run() -> None:
-        try:
+        async with store:
             if spec["op"] == "commit":
                 await commit_job(store, spec["dest"], spec["job_id"], config=cfg, progress=progress)
             else:
                 await abort_job(store, spec["dest"], spec["job_id"], config=cfg, progress=progress)
-        finally:
-            await store.aclose()
 
     try:
         anyio.run(run)

@@ -453,12 +453,10 @@ async def run_concurrent(cell: Cell) -> None:
     def thread_b() -> None:
         async def go() -> None:
             store = open_store(cell.info)
-            try:
+            async with store:
                 await commit_job(
                     store, cell.dest, b.job_id, config=config(b.mode, io_threads=1), progress=progress
                 )
-            finally:
-                await store.aclose()
 
         try:
             anyio.run(go)

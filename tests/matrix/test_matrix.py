@@ -38,9 +38,7 @@ def test_matrix(sc: Scenario, backend: str, request: pytest.FixtureRequest) -> N
 
     async def go() -> None:
         store = open_store(info)
-        try:
+        async with store:
             await run_cell(Cell(sc, backend, info, store, sdk_list))
-        finally:
-            await store.aclose()
 
     anyio.run(go)

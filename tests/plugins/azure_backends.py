@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from amcommit.testing.adls_server import AdlsTestServer
-    from amcommit.testing.azurite import Azurite
+    from amcommit.emulators.azurite import Azurite
     from tests.backends import StoreUnderTest
+    from tests.servers.adls_server import AdlsTestServer
 
 CONFORMANCE: list[str] = [
     "backend_blob_azurite",
@@ -50,7 +50,7 @@ def unique_name(prefix: str = "t") -> str:
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[Azurite]:
     """One Azurite (blob) process for the whole session, on a free loopback port."""
-    from amcommit.testing.azurite import Azurite, find_azurite
+    from amcommit.emulators.azurite import Azurite, find_azurite
 
     if find_azurite() is None:
         pytest.skip("Azurite is not installed (run ./run test, or set AMCOMMIT_AZURITE)")
@@ -61,7 +61,7 @@ def azurite() -> Iterator[Azurite]:
 @pytest.fixture(scope="session")
 def adls_server() -> Iterator[AdlsTestServer]:
     """One in-memory ADLS Gen2 test server for the whole session."""
-    from amcommit.testing.adls_server import AdlsTestServer
+    from tests.servers.adls_server import AdlsTestServer
 
     with AdlsTestServer() as srv:
         yield srv

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.gcs import GcsStore
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy
-from amcommit.testing.fakegcs import FakeGcsServer
-from amcommit.testing.gcs_double import GcsDouble
+from tests.servers.gcs_double import GcsDouble
 
 if TYPE_CHECKING:  # tests.backends imports this module: import it lazily at run time
     from tests.backends import StoreUnderTest

@@ -27,7 +27,7 @@ def download(url: str, options: dict[str, Any], to: Path) -> list[str]:
         store: Store
         store, dest = open_location(url, **options)
         names = []
-        try:
+        async with store:
             async for info in store.list(dest, recursive=True):
                 if info.is_dir:
                     continue
@@ -36,8 +36,6 @@ def download(url: str, options: dict[str, Any], to: Path) -> list[str]:
                 target = to / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(await store.get(info.path))
-        finally:
-            await store.aclose()
         return sorted(names)
 
     return anyio.run(main)

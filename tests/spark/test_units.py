@@ -333,10 +333,8 @@ def test_remote_task_uploads_rolled_files(fake_gcs: Any, tmp_path: Path) -> None
 
     async def listing() -> dict[str, int]:
         store, dest = open_location(url, endpoint=fake_gcs.url)
-        try:
+        async with store:
             return {i.path[len(dest) + 1 :]: i.size async for i in store.list(dest, recursive=True)}
-        finally:
-            await store.aclose()
 
     names = anyio.run(listing)
     assert "_SUCCESS" in names and not [n for n in names if n.startswith("_temporary")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import anyio
@@ -37,7 +38,13 @@ def test_commit_job_then_success(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (dest / "p=1" / "a.txt").read_bytes() == b"aaa" and not (dest / "_temporary").exists()
     assert main(["success", str(dest)]) == 0
     out = capsys.readouterr().out
-    assert f"job            {JOB}  (SUCCESS)" in out and "files          3" in out
+    assert re.search(rf"^job +{JOB}  \(SUCCESS\)$", out, re.M) and re.search(
+        r"^files +3  \(6 bytes\)", out, re.M
+    )
+    keys = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert "rename_rate_per_s" in keys  # a diagnostic, its value aligned with the others
+    value_columns = {m.end() for line in out.splitlines() if (m := re.match(r"\S.*?\s{2,}", line))}
+    assert len(value_columns) == 1, out  # values aligned, even after rename_rate_per_s
     assert main(["success", "file://" + str(dest) + "/_SUCCESS", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["jobId"] == JOB
 
@@ -67,6 +74,14 @@ def test_abort_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["commit-job", "/tmp", "--job-id", "bad/id"], "invalid job id"),
         (["commit-job", "/tmp", "--job-id", JOB, "--conf", "io.threadz=3"], "unknown committer option"),
         (["commit-job", "nosuch://x/y", "--job-id", JOB], "unsupported URL scheme"),
+        (["demo", "--no-spark", "--target", "local", "--tasks", "0"], "--tasks must be >= 1"),
+        (["demo", "--no-spark", "--io-threads", "0"], "--io-threads must be >= 1"),
+        (["demo", "--target", "local", "--rows", "0"], "--rows must be >= 1"),
+        (
+            ["demo", "--target", "local", "--tasks", "2", "--failed-attempts", "3"],
+            "--failed-attempts must be within",
+        ),
+        (["demo", "--no-spark", "--target", "local", "--dest", "gs://b/x"], "--dest is for local paths"),
     ],
 )
 def test_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

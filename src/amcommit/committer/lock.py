@@ -61,7 +61,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Literal, TypeVar
+from typing import Literal, Self, TypeVar
 
 import anyio
 import msgspec
@@ -430,6 +430,12 @@ class FencedStore:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 async def held_by(store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> bool:

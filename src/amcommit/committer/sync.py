@@ -2,18 +2,18 @@
 
 Each call opens the store for the destination URL, runs the async operation to completion
 in a private event loop, and closes the store. Called from a thread that already runs an
-event loop, the work runs in a helper thread instead (so it never blocks that loop's
-machinery). The same atomicity and idempotency rules as the async API apply.
+event loop, the work runs in a fresh loop on an anyio blocking-portal thread instead (so it
+never re-enters that loop). The same atomicity and idempotency rules as the async API apply.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
+from anyio.from_thread import start_blocking_portal
 
 from amcommit.committer import job as _job
 from amcommit.committer import task as _task
@@ -28,25 +28,16 @@ T = TypeVar("T")
 
 
 def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run ``fn()`` to completion and return its result, from any thread."""
+    """Run ``fn()`` to completion and return its result (or raise its error), from any
+    thread. With no event loop running in this thread: ``anyio.run``. Inside a running
+    loop (a notebook, an async caller): in a fresh loop on a portal thread
+    (:func:`anyio.from_thread.start_blocking_portal`), which this call waits for."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return anyio.run(fn)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = anyio.run(fn)
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=target, name="amcommit-blocking", daemon=True)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]  # type: ignore[no-any-return]
+    with start_blocking_portal() as portal:
+        return portal.call(fn)
 
 
 class BlockingCommitter:
@@ -81,10 +72,8 @@ class BlockingCommitter:
     def _run(self, fn: Callable[[Store, str], Awaitable[T]]) -> T:
         async def main() -> T:
             store, dest = self._open()
-            try:
+            async with store:
                 return await fn(store, dest)
-            finally:
-                await store.aclose()
 
         return run_blocking(main)
 

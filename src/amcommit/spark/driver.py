@@ -33,10 +33,10 @@ from amcommit.committer.report import JobReport
 from amcommit.committer.sync import run_blocking
 from amcommit.errors import CommitError
 from amcommit.manifest import TaskManifest
+from amcommit.spark.fault_hooks import parse_driver_faults, wrap_driver_store
 from amcommit.spark.options import WritePlan
 from amcommit.spark.sqlconf import job_conflict_mode
 from amcommit.spark.task import TaskResult, decode_manifest
-from amcommit.spark.testing import parse_driver_faults, wrap_driver_store
 from amcommit.store.base import Store
 from amcommit.store.urls import open_location
 

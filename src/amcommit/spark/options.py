@@ -86,7 +86,7 @@ STORE_PREFIX = "store."
 """Store options may also be given as ``store.<name>``."""
 
 TESTING_PREFIX = "amcommit.testing."
-"""Test-only hooks (see :mod:`amcommit.spark.testing`); never needed in production."""
+"""Test-only hooks (see :mod:`amcommit.spark.fault_hooks`); never needed in production."""
 TESTING_OPTIONS = frozenset({"fail_task", "driver_faults"})
 
 SPARK_CONF_PREFIX = "spark.amcommit."
@@ -343,7 +343,7 @@ def build_plan(
             )
         mode = base.conflict_mode
 
-    from amcommit.spark.testing import parse_driver_faults, parse_task_failure
+    from amcommit.spark.fault_hooks import parse_driver_faults, parse_task_failure
 
     parse_task_failure(testing.get("fail_task"))
     parse_driver_faults(testing.get("driver_faults"))

@@ -46,10 +46,10 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
+from amcommit.spark.fault_hooks import InjectedTaskFailure, parse_task_failure
 from amcommit.spark.options import WritePlan
 from amcommit.spark.parquet import PartitionedParquetWriter
 from amcommit.spark.sqlconf import task_settings
-from amcommit.spark.testing import InjectedTaskFailure, parse_task_failure
 from amcommit.store.base import Store, join
 from amcommit.store.local import LocalStore
 from amcommit.store.urls import open_location

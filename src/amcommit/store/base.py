@@ -184,6 +184,14 @@ class Store(Protocol):
         """Release connections. Idempotent."""
         ...
 
+    async def __aenter__(self) -> object:
+        """``async with store:`` enters with the store itself ..."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None:
+        """... and closes it (:meth:`aclose`) when the block ends, however it ends."""
+        ...
+
 
 # ---------------------------------------------------------------------------------------
 # path helpers (pure)

@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
+from typing import Literal, Self, TypeVar
 
 import anyio
 
@@ -43,9 +43,52 @@ FaultKind = Literal["error", "throttle", "latency", "lost_response"]
 OPS = frozenset({"stat", "list", "get", "put", "rename", "delete", "mkdirs"})
 
 
+class RuleMatcher:
+    """When a fault rule fires: the one matcher of the fault injectors (:class:`FaultyStore`,
+    the driver fault hooks, and the tests' GCS double and ADLS Gen2 server).
+
+    A rule selects calls by operation name (``ops``; None: any) and by an fnmatch glob on
+    the call's paths (``path``; None: any; one of the paths, e.g. a rename's source or
+    destination, is enough). Of the selected calls it lets the first ``after`` through,
+    then fires at most ``count`` times (None: every time), each time with ``probability``.
+    ``matched`` and ``fired`` count selected calls and faults. Not atomic: callers that
+    share a rule between threads hold their own lock around :meth:`check`.
+    """
+
+    ops: frozenset[str] | None
+    path: str | None
+    after: int
+    count: int | None
+    matched: int
+    fired: int
+    probability: float = 1.0
+
+    def selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        """Whether the call ``op`` on ``paths`` is one this rule is about (pure)."""
+        if self.ops is not None and op not in self.ops:
+            return False
+        return self.path is None or any(fnmatch.fnmatchcase(p, self.path) for p in paths)
+
+    def fire(self, rng: random.Random | None = None) -> bool:
+        """Count one selected call; True when the fault happens to it."""
+        self.matched += 1
+        if self.matched <= self.after:
+            return False
+        if self.count is not None and self.fired >= self.count:
+            return False
+        if self.probability < 1.0 and (rng or random).random() >= self.probability:
+            return False
+        self.fired += 1
+        return True
+
+    def check(self, op: str, paths: tuple[str, ...], rng: random.Random | None = None) -> bool:
+        """:meth:`selects` and, if so, :meth:`fire`."""
+        return self.selects(op, paths) and self.fire(rng)
+
+
 @dataclass
-class FaultRule:
-    """One injection rule. See the module docstring."""
+class FaultRule(RuleMatcher):
+    """One injection rule of :class:`FaultyStore`. See the module docstring."""
 
     kind: FaultKind
     ops: frozenset[str] | None = None
@@ -66,22 +109,6 @@ class FaultRule:
                 raise ValueError(f"unknown operation(s) {sorted(unknown)}; known: {sorted(OPS)}")
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"probability must be within [0, 1], got {self.probability}")
-
-    def selects(self, op: str, paths: tuple[str, ...]) -> bool:
-        if self.ops is not None and op not in self.ops:
-            return False
-        return self.path is None or any(fnmatch.fnmatchcase(p, self.path) for p in paths)
-
-    def fire(self, rng: random.Random) -> bool:
-        self.matched += 1
-        if self.matched <= self.after:
-            return False
-        if self.count is not None and self.fired >= self.count:
-            return False
-        if self.probability < 1.0 and rng.random() >= self.probability:
-            return False
-        self.fired += 1
-        return True
 
 
 def _ops(op: str | list[str] | tuple[str, ...] | None) -> frozenset[str] | None:
@@ -258,3 +285,9 @@ class FaultyStore:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Self, TypeVar
 
 import anyio
 
@@ -456,6 +456,12 @@ class LocalStore:
 
     async def aclose(self) -> None:
         self._closed = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def local_store_of(store: object, *, depth: int = 8) -> LocalStore | None:

@@ -58,7 +58,7 @@ import base64
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import anyio
 from yarl import URL
@@ -877,6 +877,12 @@ class GcsStore:
     async def aclose(self) -> None:
         """Close the HTTP session. Idempotent."""
         await self.http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 __all__ = ["GcsStore"]

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import email.utils
-import fnmatch
 import hmac
 import itertools
 import json
@@ -62,6 +61,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from amcommit.store.azure.auth import AZURITE_ACCOUNT, AZURITE_KEY, SharedKey, canonical_query, string_to_sign
+from amcommit.store.faulty import RuleMatcher
 
 FaultKind = Literal["throttle", "error", "lose", "reset", "latency"]
 OPS = frozenset(
@@ -70,7 +70,7 @@ OPS = frozenset(
 
 
 @dataclass
-class ServerFault:
+class ServerFault(RuleMatcher):
     """One injection rule; ``op`` from :data:`OPS` (None: any), ``path`` an fnmatch glob
     matched against the target path and a rename's source."""
 
@@ -86,19 +86,10 @@ class ServerFault:
     seconds: float = 0.0
     matched: int = 0
     fired: int = 0
+    ops: frozenset[str] | None = field(init=False)
 
-    def fire(self, op: str, paths: tuple[str, ...]) -> bool:
-        if self.op is not None and self.op != op:
-            return False
-        if self.path is not None and not any(fnmatch.fnmatchcase(p, self.path) for p in paths):
-            return False
-        self.matched += 1
-        if self.matched <= self.after:
-            return False
-        if self.count is not None and self.fired >= self.count:
-            return False
-        self.fired += 1
-        return True
+    def __post_init__(self) -> None:
+        self.ops = None if self.op is None else frozenset([self.op])
 
 
 @dataclass
@@ -378,9 +369,9 @@ class AdlsTestServer:
         with self._lock:
             for rule in self.faults:
                 if rule.kind == "latency":
-                    if rule.fire(op, (path, src_path)):
+                    if rule.check(op, (path, src_path)):
                         delay += rule.seconds
-                elif action is None and rule.fire(op, (path, src_path)):
+                elif action is None and rule.check(op, (path, src_path)):
                     action = rule
         if delay:
             await asyncio.sleep(delay)

@@ -25,8 +25,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from amcommit.emulators.procs import free_port
 from amcommit.store.azure.auth import AZURITE_ACCOUNT, AZURITE_KEY
-from amcommit.testing.procs import free_port
 
 _CANDIDATES = ("azurite-blob", "azurite")
 

@@ -35,8 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from amcommit.emulators.procs import free_port, stop_process
 from amcommit.errors import ConfigError
-from amcommit.testing.procs import free_port, stop_process
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 

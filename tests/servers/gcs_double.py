@@ -36,21 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import fnmatch
 import hashlib
 import json
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, unquote
 
+import google_crc32c
 from aiohttp import web
+
+from amcommit.store.faulty import RuleMatcher
 
 Json = dict[str, Any]
 
@@ -59,38 +60,9 @@ Json = dict[str, Any]
 # checksums
 
 
-def _crc32c_py(data: bytes) -> int:
-    table = _CRC_TABLE
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def _make_table() -> list[int]:
-    poly = 0x82F63B78
-    out = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        out.append(c)
-    return out
-
-
-_CRC_TABLE = _make_table()
-
-
-def _load_crc32c() -> Callable[[bytes], int]:
-    try:
-        import google_crc32c
-    except ImportError:
-        return _crc32c_py
-    return lambda data: int(google_crc32c.value(data))
-
-
-crc32c = _load_crc32c()
-"""CRC32C of ``data`` (the C implementation from google-crc32c when installed)."""
+def crc32c(data: bytes) -> int:
+    """CRC32C (Castagnoli) of ``data``, as GCS reports it (google-crc32c, a C library)."""
+    return int(google_crc32c.value(data))
 
 
 def b64_crc32c(data: bytes) -> str:
@@ -216,31 +188,18 @@ OPS = frozenset(
 
 
 @dataclass
-class Fault:
-    """An injection rule; see :meth:`GcsDouble.inject`."""
+class Fault(RuleMatcher):
+    """An injection rule (see :meth:`GcsDouble.inject`); ``path`` globs the object name."""
 
     kind: FaultKind
     ops: frozenset[str] | None
     status: int = 503
     retry_after: float | None = None
     count: int | None = 1
-    name: str | None = None
+    path: str | None = None
     after: int = 0
     matched: int = 0
     fired: int = 0
-
-    def fire(self, op: str, name: str) -> bool:
-        if self.ops is not None and op not in self.ops:
-            return False
-        if self.name is not None and not fnmatch.fnmatchcase(name, self.name):
-            return False
-        self.matched += 1
-        if self.matched <= self.after:
-            return False
-        if self.count is not None and self.fired >= self.count:
-            return False
-        self.fired += 1
-        return True
 
 
 class GcsError(Exception):
@@ -563,7 +522,7 @@ class GcsDouble:
             with self._lock:
                 self.calls[op] += 1
                 for f in self.faults:
-                    if f.fire(op, target):
+                    if f.check(op, (target,)):
                         self.injected[f"{f.kind}:{op}"] += 1
                         if f.kind == "lost":
                             lost = True

@@ -1,7 +1,8 @@
-"""TEST-ONLY hooks of the Spark adapter. Never needed (nor useful) in production.
+"""Fault-injection hooks of the Spark adapter (production code: the driver and the tasks
+parse them on every write; they do nothing unless asked for).
 
 They are switched on per write through options under ``amcommit.testing.`` and let the
-test suite reproduce failures Spark cannot be asked for directly:
+test suite and ``amcommit demo`` reproduce failures Spark cannot be asked for directly:
 
 ``amcommit.testing.fail_task`` (JSON object)
     Make task attempts fail after writing: ``{"partitions": [0, 2] | null (all),

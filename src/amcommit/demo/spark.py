@@ -6,20 +6,19 @@ and verified. Everything binds to 127.0.0.1; credentials are never printed."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from amcommit.committer.layout import SUCCESS_NAME, TEMP_DIR_NAME
+from amcommit.console import format_report, report_from_success
+from amcommit.demo import check_at_least_one
+from amcommit.demo.targets import DemoTarget, demo_target
 from amcommit.errors import ConfigError
 from amcommit.manifest import SuccessData, decode_success
 from amcommit.spark.session import local_builder
@@ -27,71 +26,8 @@ from amcommit.store.base import Store, relative_to
 from amcommit.store.urls import open_location
 
 
-@dataclass
-class Target:
-    url: str
-    options: dict[str, Any] = field(repr=False)
-    where: str
-    local_dir: str | None = None
-    """The destination as a local directory (local target), else None."""
-
-
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def _target(args: argparse.Namespace) -> Iterator[Target]:
-    run = uuid.uuid4().hex[:8]
-    if args.target == "gcs":
-        from amcommit.testing.fakegcs import FakeGcsServer
-
-        with FakeGcsServer() as srv:
-            srv.create_bucket("amcommit-demo")
-            yield Target(
-                f"gs://amcommit-demo/demo-{run}/events",
-                {"endpoint": srv.url},
-                f"fake-gcs-server at {srv.url} (bundled binary)",
-            )
-        return
-    if args.target == "azurite":
-        from amcommit.store.azure import BlobStore
-        from amcommit.testing.azurite import Azurite
-
-        with Azurite() as az:
-            blob = BlobStore(container="amcommit-demo", **az.store_options())
-
-            async def create() -> None:
-                try:
-                    await blob.create_container()
-                finally:
-                    await blob.aclose()
-
-            anyio.run(create)
-            yield Target(
-                f"wasb://amcommit-demo@{az.account}.blob.core.windows.net/demo-{run}/events",
-                {"endpoint": az.endpoint, "account": az.account, "account_key": az.account_key},
-                f"Azurite at {az.endpoint} (Blob API)",
-            )
-        return
-    if args.dest:
-        from amcommit.store.urls import parse_location
-
-        parsed = parse_location(args.dest)
-        if parsed.scheme != "file":
-            raise ConfigError("--dest is for local paths")
-        path = "/" + parsed.path
-        yield Target(path, {}, f"local directory {path}", local_dir=path)
-        return
-    tmp = tempfile.mkdtemp(prefix="amcommit-demo-")
-    try:
-        dest = os.path.join(tmp, "events")
-        yield Target(dest, {}, f"local directory {tmp}", local_dir=dest)
-    finally:
-        if args.keep:
-            _say(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def start_spark(cores: int | None = None, max_failures: int = 3) -> Any:
@@ -126,7 +62,7 @@ async def _download(url: str, options: dict[str, Any], to: str) -> list[str]:
     store, dest = open_location(url, **options)
     names: list[str] = []
     limit = anyio.CapacityLimiter(16)
-    try:
+    async with store:
         infos = [i async for i in store.list(dest, recursive=True) if not i.is_dir]
 
         async def one(path: str) -> None:
@@ -142,61 +78,30 @@ async def _download(url: str, options: dict[str, Any], to: str) -> list[str]:
         async with anyio.create_task_group() as tg:
             for info in infos:
                 tg.start_soon(one, info.path)
-    finally:
-        await store.aclose()
     return sorted(names)
 
 
 def _read_success(url: str, options: dict[str, Any]) -> SuccessData:
     async def main() -> SuccessData:
         store, dest = open_location(url, **options)
-        try:
+        async with store:
             return decode_success(await store.get(f"{dest}/{SUCCESS_NAME}" if dest else SUCCESS_NAME))
-        finally:
-            await store.aclose()
 
     return anyio.run(main)
-
-
-def format_job_report(s: SuccessData) -> str:
-    m = s.metrics
-    stages = {k[6:-3]: v for k, v in m.items() if k.startswith("stage_") and k.endswith("_ms")}
-    return "\n".join(
-        [
-            f"job {s.job_id}: {'committed' if s.success else 'FAILED'} {m.get('files', 0):,} files "
-            f"({m.get('bytes', 0):,} bytes) from {m.get('manifests', 0)} task manifests "
-            f"in {m.get('duration_ms', 0) / 1000:.2f} s",
-            f"  rename rate {float(s.diagnostics.get('rename_rate_per_s', 0)):,.0f} files/s, "
-            f"recovered renames {m.get('recovered_renames', 0)}, retries {m.get('retries', 0)}, "
-            f"directories created {m.get('directories_created', 0)}, "
-            f"old files replaced {m.get('victims_deleted', 0)}",
-            "  stages: " + ", ".join(f"{k} {v} ms" for k, v in stages.items()),
-        ]
-    )
 
 
 def run_spark_demo(args: argparse.Namespace) -> int:
     tasks = 12 if args.tasks is None else args.tasks
     failed = 2 if args.failed_attempts is None else args.failed_attempts
-    for name, value in (
-        ("rows", args.rows),
-        ("tasks", tasks),
-        ("days", args.days),
-        ("io-threads", args.io_threads),
-    ):
-        if value < 1:
-            raise SystemExit(f"amcommit: error: --{name} must be >= 1")
+    check_at_least_one(rows=args.rows, tasks=tasks, days=args.days, io_threads=args.io_threads)
     if not 0 <= failed <= tasks:
-        raise SystemExit("amcommit: error: --failed-attempts must be within 0..--tasks")
-    try:
-        with _target(args) as target:
-            _say(f"amcommit demo: Spark -> {target.where}, destination {target.url}")
-            return _run(args, target, tasks, failed)
-    except RuntimeError as e:  # emulator launchers
-        raise ConfigError(str(e)) from None
+        raise ConfigError("--failed-attempts must be within 0..--tasks")
+    with demo_target(args) as target:
+        _say(f"amcommit demo: Spark -> {target.where}, destination {target.url}")
+        return _run(args, target, tasks, failed)
 
 
-def _run(args: argparse.Namespace, target: Target, tasks: int, failed: int) -> int:
+def _run(args: argparse.Namespace, target: DemoTarget, tasks: int, failed: int) -> int:
     import json
 
     from pyspark.sql import SparkSession
@@ -236,7 +141,7 @@ def _run(args: argparse.Namespace, target: Target, tasks: int, failed: int) -> i
             f"({args.rows / write_s:,.0f} rows/s, job commit included)"
         )
         success = _read_success(target.url, target.options)
-        print(format_job_report(success))
+        print(format_report(report_from_success(success)))
 
         _say("reading the data back with Spark ...")
         copy_dir: str | None = None
@@ -292,4 +197,4 @@ def _verify(spark: Any, df: Any, read_dir: str, names: list[str], success: Succe
     return ok
 
 
-__all__ = ["dataset", "format_job_report", "run_spark_demo", "start_spark"]
+__all__ = ["dataset", "run_spark_demo", "start_spark"]
