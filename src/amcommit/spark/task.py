@@ -28,6 +28,7 @@ to the driver are committed) and are deleted by the job commit's cleanup.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -47,12 +48,13 @@ from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
 from amcommit.spark.options import WritePlan
-from amcommit.spark.parquet import PartitionedParquetWriter
+from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWriter
 from amcommit.spark.sqlconf import task_settings
 from amcommit.spark.testing import InjectedTaskFailure, parse_task_failure
 from amcommit.store.base import Store, join
 from amcommit.store.local import LocalStore
 from amcommit.store.urls import open_location
+from amcommit.table.naming import base_file_name, new_file_id, write_token
 
 UPLOADS_IN_FLIGHT = 4
 """Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
@@ -88,6 +90,23 @@ class TaskResult:
     overwrite_mode: str | None = None
     """The partition overwrite mode this task saw (option or session setting; ``static`` /
     ``dynamic``), None for an append: the driver commits with it."""
+
+
+def job_layout(plan: WritePlan, dest: str) -> JobLayout:
+    """The job's layout: a table write stages under ``.hoodie/.temp/<instant>/``."""
+    if plan.table is not None:
+        return JobLayout(dest, plan.job_id, table=True)
+    return JobLayout(dest, plan.job_id)
+
+
+def footer_schema_json(plan: WritePlan) -> str:
+    """The Spark schema stored in each file's footer: for a table, the five meta columns
+    (nullable strings) first, then every column."""
+    if plan.table is None:
+        return plan.data_schema_json
+    schema = json.loads(plan.data_schema_json)
+    meta = [{"name": c, "type": "string", "nullable": True, "metadata": {}} for c in META_COLUMNS]
+    return json.dumps({"type": "struct", "fields": [*meta, *schema["fields"]]}, separators=(",", ":"))
 
 
 def task_ids(job_id: str, partition: int, attempt: int) -> tuple[str, str]:
@@ -193,6 +212,7 @@ def run_task(
     attempt: int,
     empty_schema: Callable[[], pa.Schema] | None = None,
     session: Mapping[str, str | None] | None = None,
+    stage: int = 0,
 ) -> TaskResult:
     """Write ``batches`` as task attempt ``attempt`` of ``partition`` and commit the task.
 
@@ -202,6 +222,11 @@ def run_task(
 
     ``session``: the session's SQL settings the task saw (``TaskContext`` local properties
     of :data:`~amcommit.spark.sqlconf.SESSION_KEYS`), applied as Spark's writer does.
+
+    For a table (``plan.table``), files are named ``<fileId>_<writeToken>_<instant>.parquet``
+    (the write token from ``partition``, ``stage`` and ``attempt``), carry the meta columns
+    first and keep the partition columns; their row counts go to the job commit in the
+    manifest's ``extra_data["hudi.rows"]``. An empty task writes no file.
 
     Blocking; runs its own event loop in a helper thread for the store calls.
     """
@@ -214,7 +239,7 @@ def run_task(
     with start_blocking_portal() as portal:
         store, dest = portal.call(_open, plan)
         try:
-            layout = JobLayout(dest, plan.job_id)
+            layout = job_layout(plan, dest)
             portal.call(check_job_active, store, layout)
             attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt)
             task_id, _ = task_ids(plan.job_id, partition, 0)
@@ -238,11 +263,22 @@ def run_task(
                 def on_closed(rel: str, local: str) -> None:
                     pass
 
+            table = plan.table
+            meta = None if table is None else HudiMeta(table.instant, partition, table.record_key_fields)
+            token = write_token(partition, stage, attempt)
+
+            def file_name(n: int) -> str:
+                if table is None:
+                    return plan.file_name(partition, n)
+                return base_file_name(new_file_id(), token, table.instant)
+
             writer = PartitionedParquetWriter(
                 partition_columns=plan.partition_columns,
                 partition_dir_names=plan.partition_dir_names,
                 int96_timestamps=settings.int96_timestamps,
-                file_name=lambda n: plan.file_name(partition, n),
+                keep_partition_columns=table is not None,
+                meta=meta,
+                file_name=file_name,
                 local_path=local_path,
                 on_closed=on_closed,
                 compression=settings.compression,
@@ -252,7 +288,7 @@ def run_task(
                 max_records_per_file=settings.max_records_per_file,
                 max_file_bytes=plan.max_file_bytes,
                 max_open_files=plan.max_open_files,
-                spark_schema_json=plan.data_schema_json,
+                spark_schema_json=footer_schema_json(plan),
                 spark_version=plan.spark_version,
             )
             try:
@@ -265,22 +301,18 @@ def run_task(
                 if failure is not None:
                     _fail(failure.how, writer, uploads)
                 stats = writer.close()
-                if stats.files == 0 and partition == 0 and not plan.partition_columns:
+                if stats.files == 0 and partition == 0 and not plan.partition_columns and table is None:
                     if schema is None and empty_schema is not None:
                         schema = empty_schema()
                     if schema is not None:
                         writer.write_empty_file(schema)
                 if uploads is not None:
                     uploads.wait()
+                extra = {"rows": str(stats.rows), "spark.partition": str(partition)}
+                if table is not None:
+                    extra["hudi.rows"] = json.dumps(stats.file_rows, separators=(",", ":"))
                 manifest: TaskManifest = portal.call(
-                    lambda: commit_task(
-                        store,
-                        layout,
-                        task_id,
-                        attempt_id,
-                        config=config,
-                        extra_data={"rows": str(stats.rows), "spark.partition": str(partition)},
-                    )
+                    lambda: commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
                 )
                 info = portal.call(store.stat, layout.manifest_path(task_id))
                 portal.call(check_job_active, store, layout)  # not a zombie of a finished job
@@ -319,4 +351,13 @@ def _fail(how: str, writer: PartitionedParquetWriter, uploads: _Uploads | None) 
     raise InjectedTaskFailure("amcommit.testing.fail_task: injected task failure")
 
 
-__all__ = ["TaskResult", "decode_manifest", "encode_manifest", "run_task", "setup_attempt", "task_ids"]
+__all__ = [
+    "TaskResult",
+    "decode_manifest",
+    "encode_manifest",
+    "footer_schema_json",
+    "job_layout",
+    "run_task",
+    "setup_attempt",
+    "task_ids",
+]
