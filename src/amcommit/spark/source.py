@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
 from amcommit.committer.job import setup_job
@@ -44,6 +50,7 @@ from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
 from amcommit.spark.parquet import nullable_voids, unwritable_column
+from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
 from amcommit.store.urls import open_location
@@ -114,6 +121,38 @@ class AmcommitWriter(DataSourceArrowWriter):
             raise for_user(e, self.plan.url) from None
 
 
+class TablePartition(InputPartition):
+    """One input partition of a table read: the files it reads."""
+
+    def __init__(self, part: FilePart) -> None:
+        super().__init__(part.files)
+        self.part = part
+
+
+class TableReader(DataSourceReader):
+    """Reader of one table query, planned on the driver (pickled to the tasks)."""
+
+    def __init__(self, plan: ReadPlan, schema_json: str, parts: list[FilePart]) -> None:
+        self.plan, self.schema_json, self.parts = plan, schema_json, parts
+
+    def __repr__(self) -> str:
+        return f"TableReader(url={self.plan.url!r}, query={self.plan.query!r}, partitions={len(self.parts)})"
+
+    def partitions(self) -> list[InputPartition]:
+        return [TablePartition(p) for p in self.parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        """The rows of the partition's files, as Arrow batches of the table's schema."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert isinstance(partition, TablePartition)
+        schema = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
+        try:
+            yield from read_files(self.plan, partition.part, schema)
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
+
+
 def _check_destination(plan: WritePlan) -> None:
     """Open the store and list the destination once: bad URLs, options and credentials fail
     on the driver before any task starts. Messages never contain option values."""
@@ -164,6 +203,23 @@ class AmcommitDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        """The table's schema: that of its newest committed files (meta columns first)."""
+        try:
+            schema_json, _ = load_plan(build_read_plan(dict(self.options)))
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
+        return StructType.fromJson(json.loads(schema_json))
+
+    def reader(self, schema: StructType) -> TableReader:
+        """Plan the query (snapshot, time travel or incremental) on the driver."""
+        try:
+            plan = build_read_plan(dict(self.options))
+            schema_json, parts = load_plan(plan)
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
+        return TableReader(plan, schema.json() if schema is not None else schema_json, parts)
 
     def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
         try:
