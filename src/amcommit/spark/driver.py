@@ -20,14 +20,18 @@ rolls back a commit that had not reached its point of no return, and completes o
 had (the destination is then fully committed although Spark reports the job as failed).
 
 ``abort_write`` is idempotent and safe at any point: before any task ran, after failed
-tasks, and after a ``commit()`` that failed midway.
+tasks, and after a ``commit()`` that failed midway. For a table write (job id = instant)
+the abort removes the inflight instant and every file stamped with it (the engine's table
+abort), so a failed Spark job leaves no trace on the timeline.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
+from amcommit.committer.config import ConflictMode
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.report import JobReport
 from amcommit.committer.sync import run_blocking
@@ -39,6 +43,7 @@ from amcommit.spark.task import TaskResult, decode_manifest
 from amcommit.spark.testing import parse_driver_faults, wrap_driver_store
 from amcommit.store.base import Store
 from amcommit.store.urls import open_location
+from amcommit.table.model import Operation
 
 log = logging.getLogger("amcommit.spark")
 
@@ -60,17 +65,36 @@ def decode_results(results: Sequence[TaskResult | None]) -> tuple[list[TaskManif
     return manifests, etags
 
 
+def table_operation(mode: ConflictMode) -> Operation:
+    """The operation a table write commits, from the job's conflict mode (settled from what
+    the tasks saw, :func:`~amcommit.spark.sqlconf.job_conflict_mode`): an append is an
+    ``INSERT``, a static overwrite ``INSERT_OVERWRITE_TABLE``, a dynamic one
+    ``INSERT_OVERWRITE`` (both replace commits, as the ``.requested`` instant says)."""
+    if mode == "replace":
+        return Operation.INSERT_OVERWRITE
+    if mode == "overwrite":
+        return Operation.INSERT_OVERWRITE_TABLE
+    return Operation.INSERT
+
+
 def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobReport:
-    """Commit the job (see module docstring). Blocking; returns the job report."""
+    """Commit the job (see module docstring). Blocking; returns the job report.
+
+    For a table the job id is the instant: the commit publishes the completed instant
+    last, with the operation the tasks' overwrite mode settles (:func:`table_operation`)."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
-    config = plan.config().with_options(conflict_mode=job_conflict_mode(plan, [r for r in results if r]))
+    mode = job_conflict_mode(plan, [r for r in results if r])
+    config = plan.config().with_options(conflict_mode=mode)
+    extra: dict[str, Any] = {}
+    if plan.table is not None:
+        extra["operation"] = table_operation(mode)
 
     async def main() -> JobReport:
         store, dest = _open(plan, "commit")
         try:
             report = await commit_job(
-                store, dest, plan.job_id, config=config, manifests=manifests, manifest_etags=etags
+                store, dest, plan.job_id, config=config, manifests=manifests, manifest_etags=etags, **extra
             )
             fixed = report.job_stats.counters.get("committer_manifests_republished", 0)
             if fixed:
@@ -114,4 +138,4 @@ def abort_write(plan: WritePlan) -> JobReport:
     return report
 
 
-__all__ = ["abort_write", "commit_write", "decode_results"]
+__all__ = ["abort_write", "commit_write", "decode_results", "table_operation"]
