@@ -165,8 +165,6 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
     on the driver before any task starts. Messages never contain option values. Returns
     the destination's table properties if it holds a Hudi table (``.hoodie/hoodie.properties``)."""
 
-    from amcommit.table.properties import decode_properties
-
     async def probe() -> TableProperties | None:
         store, dest = open_location(plan.url, **plan.store_options)
         try:
@@ -177,6 +175,8 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
                 data = await store.get(path)
             except NotFound:
                 return None
+            from amcommit.table.properties import decode_properties
+
             return decode_properties(data, where=path)
         except BucketNotFound:
             raise
