@@ -245,7 +245,7 @@ async def _footer_schema(store: Any, dest: str, rel: str) -> str:
         arrow = pq.read_schema(io.BytesIO(data))
     kv = meta.metadata or {}
     if SPARK_SCHEMA_KEY in kv:
-        return kv[SPARK_SCHEMA_KEY].decode()
+        return str(kv[SPARK_SCHEMA_KEY].decode())
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return str(from_arrow_schema(arrow, prefer_timestamp_ntz=False).json())

@@ -148,7 +148,7 @@ class TableReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [TablePartition(p) for p in self.parts]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The rows of the partition's files, as Arrow batches of the table's schema."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
