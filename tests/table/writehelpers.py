@@ -16,6 +16,7 @@ from amcommit.committer.report import JobReport
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.store.base import Store, join, relative_to
 from amcommit.table.model import Operation
+from amcommit.table.naming import base_file_name, commit_seqno, generated_record_key, new_file_id, write_token
 from amcommit.table.schema import avro_schema
 from amcommit.table.write import TableSpec, TableWrite, begin_write
 
@@ -25,9 +26,29 @@ SCHEMA = pa.schema(
 SPEC = TableSpec("t1", partition_fields=("p",))
 
 
-def parquet_bytes(rows: Sequence[dict[str, Any]], schema: pa.Schema = SCHEMA) -> bytes:
+def parquet_bytes(
+    rows: Sequence[dict[str, Any]],
+    schema: pa.Schema = SCHEMA,
+    *,
+    meta: tuple[str, str, str, int] | None = None,
+) -> bytes:
+    """Parquet bytes of ``rows``; ``meta`` = (instant, partition path, file name, task n):
+    lead with Hudi's meta columns as the Spark writer fills them."""
+    table = pa.Table.from_pylist(list(rows), schema=schema)
+    if meta is not None:
+        instant, part, name, n = meta
+        k = len(rows)
+        cols = {
+            "_hoodie_commit_time": [instant] * k,
+            "_hoodie_commit_seqno": [commit_seqno(instant, n, i) for i in range(k)],
+            "_hoodie_record_key": [generated_record_key(instant, n, i) for i in range(k)],
+            "_hoodie_partition_path": [part] * k,
+            "_hoodie_file_name": [name] * k,
+        }
+        for i, (c, v) in enumerate(cols.items()):
+            table = table.add_column(i, pa.field(c, pa.string()), pa.array(v, pa.string()))
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), buf)
+    pq.write_table(table, buf)
     return buf.getvalue()
 
 
@@ -39,10 +60,15 @@ def by_partition(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any
 
 
 async def begin(
-    store: Store, dest: str, op: Operation = Operation.INSERT, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    op: Operation = Operation.INSERT,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    spec: TableSpec = SPEC,
 ) -> TableWrite:
     return await begin_write(
-        store, dest, operation=op, spec=SPEC, avro_schema=avro_schema(SCHEMA, SPEC.name), config=config
+        store, dest, operation=op, spec=spec, avro_schema=avro_schema(SCHEMA, spec.name), config=config
     )
 
 
@@ -59,8 +85,14 @@ async def write_tasks(
             mine = prow[n::tasks]
             if not mine:
                 continue
-            rel = f"{part}/part-{n:05d}.parquet"
-            await store.put(join(work, rel), parquet_bytes(mine))
+            if w.properties.meta_fields:
+                name = base_file_name(new_file_id(), write_token(n, 0, 0), w.instant)
+                rel = f"{part}/{name}"
+                data = parquet_bytes(mine, meta=(w.instant, part, name, n))
+            else:
+                rel = f"{part}/part-{n:05d}.parquet"
+                data = parquet_bytes(mine)
+            await store.put(join(work, rel), data)
             counted[rel] = len(mine)
         extra = {"hudi.rows": json.dumps(counted)} if counts else None
         await commit_task(store, w.layout, f"task_{w.instant}_m_{n:06d}", ta, extra_data=extra)
@@ -73,8 +105,9 @@ async def write(
     op: Operation = Operation.INSERT,
     *,
     config: CommitterConfig = DEFAULT_CONFIG,
+    spec: TableSpec = SPEC,
 ) -> tuple[TableWrite, JobReport]:
-    w = await begin(store, dest, op, config=config)
+    w = await begin(store, dest, op, config=config, spec=spec)
     await write_tasks(store, w, rows)
     report = await commit_job(store, dest, w.instant, config=config)
     return w, report
