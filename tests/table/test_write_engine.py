@@ -124,7 +124,7 @@ async def test_scenario_files_and_timeline(engine_sut: StoreUnderTest) -> None:
     _, commits = await load_timeline(store, dest)
     assert [c.instant.time for c in commits] == [h[0] for h in history]
     # every completed instant's files exist; the snapshot planner agrees with the model
-    for i, (t, written, _) in enumerate(history):
+    for i, (_t, written, _) in enumerate(history):
         meta = commits[i].metadata
         assert sum(s.num_writes for s in meta.write_stats()) == len(written)
         assert meta.extra_metadata["schema"].startswith('{"type":"record","name":"t1_record"')

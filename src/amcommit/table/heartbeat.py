@@ -84,15 +84,20 @@ async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0
     The heartbeat file is left in place on exit (the commit or rollback removes it)."""
     check_instant(instant)
     await beat(store, dest, instant)
-    async with anyio.create_task_group() as tg:
 
-        async def loop() -> None:
-            while True:
-                await anyio.sleep(ttl / 4)
-                await try_beat(store, dest, instant)
+    async def loop() -> None:
+        while True:
+            await anyio.sleep(ttl / 4)
+            await try_beat(store, dest, instant)
 
-        tg.start_soon(loop)
-        try:
-            yield
-        finally:
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as eg:  # the block's own error, not a group of one
+        if len(eg.exceptions) == 1:
+            raise eg.exceptions[0] from None
+        raise
