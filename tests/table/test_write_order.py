@@ -15,7 +15,7 @@ from amcommit.table.rollback import rollback_instant
 from amcommit.table.timeline import list_instants
 from amcommit.table.write import TableSpec, begin_write
 from tests.backends import StoreUnderTest
-from tests.table.writehelpers import SPEC, begin, listing, rows, write, write_tasks
+from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 
 FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 
@@ -114,7 +114,7 @@ async def test_concurrent_first_writers(backend_local: StoreUnderTest) -> None:
     got: list[str] = []
 
     async def one(n: int) -> None:
-        w, r = await write(store, dest, rows(n * 10, 3), config=FAST)
+        w, _r = await write(store, dest, rows(n * 10, 3), config=FAST)
         got.append(w.instant)
 
     async with anyio.create_task_group() as tg:
@@ -153,3 +153,21 @@ async def test_rollback_instant_of_dead_writer(backend_local: StoreUnderTest) ->
     report = await rollback_instant(store, dest, w.instant, config=FAST)
     assert report.rolled_back
     assert await listing(store, dest) == before
+
+
+async def test_cli_rollback(backend_local: StoreUnderTest, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    from amcommit.cli import main
+
+    store, dest = backend_local.store, join(backend_local.base, "tbl")
+    w0, _ = await write(store, dest, rows(0, 2), config=FAST)
+    before = await listing(store, dest)
+    w = await begin(store, dest, config=FAST)
+    await write_tasks(store, w, rows(10, 2))
+    path = os.path.join(store.root, dest)  # type: ignore[attr-defined]
+    assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w.instant]) == 0
+    assert await listing(store, dest) == before
+    assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w0.instant]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is completed" in err[0]
