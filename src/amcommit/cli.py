@@ -487,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_arguments(sp)
     sp.set_defaults(func=cmd_demo)
+    __import__("amcommit.table.cli_write", fromlist=["add_commands"]).add_commands(sub, store_args)
     return p
 
 
