@@ -238,4 +238,4 @@ def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
     assert sorted(i for i, _ in expected) == sorted(
         [i for i in range(500) if i % 3 != 0] + list(range(1000, 1100))
     )
-    assert spark_rows(spark, url, **opts) == expected  # type: ignore[arg-type]
+    assert spark_rows(spark, url, **opts) == expected
