@@ -27,6 +27,8 @@ abort), so a failed Spark job leaves no trace on the timeline.
 
 from __future__ import annotations
 
+import inspect
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -39,9 +41,9 @@ from amcommit.errors import CommitError
 from amcommit.manifest import TaskManifest
 from amcommit.spark.options import WritePlan
 from amcommit.spark.sqlconf import job_conflict_mode
-from amcommit.spark.task import TaskResult, decode_manifest
+from amcommit.spark.task import TaskResult, decode_manifest, job_layout
 from amcommit.spark.testing import parse_driver_faults, wrap_driver_store
-from amcommit.store.base import Store
+from amcommit.store.base import PutMode, Store
 from amcommit.store.urls import open_location
 from amcommit.table.model import Operation
 
@@ -77,6 +79,26 @@ def table_operation(mode: ConflictMode) -> Operation:
     return Operation.INSERT
 
 
+async def _settle_operation(store: Store, dest: str, plan: WritePlan, operation: Operation) -> None:
+    """Record in the write's job marker the overwrite the tasks settled (a session
+    ``partitionOverwriteMode=dynamic`` that ``writer()`` could not see): the ``.requested``
+    action is ``replacecommit`` for both overwrites, only ``operationType`` differs. One
+    whole-object put, before the job commit reads the marker; refused for an append.
+
+    Interim, until ``commit_job`` takes the operation itself (asked of the engine)."""
+    planned = Operation(plan.table_operation())
+    if planned.action != operation.action:
+        raise CommitError(
+            f"table write {plan.job_id}: the tasks settled {operation.value}, but the instant was "
+            f"requested as {planned.value}; nothing was changed",
+            stage="commit_job",
+        )
+    layout = job_layout(plan, dest)
+    body = json.loads(await store.get(layout.job_marker))
+    body["operation"] = operation.value
+    await store.put(layout.job_marker, json.dumps(body).encode(), mode=PutMode.OVERWRITE)
+
+
 def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobReport:
     """Commit the job (see module docstring). Blocking; returns the job report.
 
@@ -87,12 +109,17 @@ def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobRe
     mode = job_conflict_mode(plan, [r for r in results if r])
     config = plan.config().with_options(conflict_mode=mode)
     extra: dict[str, Any] = {}
+    operation: Operation | None = None
     if plan.table is not None:
-        extra["operation"] = table_operation(mode)
+        operation = table_operation(mode)
+        if "operation" in inspect.signature(commit_job).parameters:
+            extra["operation"] = operation
 
     async def main() -> JobReport:
         store, dest = _open(plan, "commit")
         try:
+            if operation is not None and not extra and operation.value != plan.table_operation():
+                await _settle_operation(store, dest, plan, operation)
             report = await commit_job(
                 store, dest, plan.job_id, config=config, manifests=manifests, manifest_etags=etags, **extra
             )

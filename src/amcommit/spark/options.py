@@ -205,6 +205,10 @@ class WritePlan:
     that already holds one): the job id is then the instant. Partition columns are kept in
     the files (Hudi's default) and the five meta columns lead every file."""
 
+    def table_operation(self) -> str:
+        """The operation the table write was begun with ("" for a plain write)."""
+        return self.table.operation if self.table is not None else ""
+
     def config(self) -> CommitterConfig:
         """The committer configuration (conflict mode decided by the save mode)."""
         return CommitterConfig.from_mapping(self.committer_options).with_options(
