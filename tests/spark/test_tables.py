@@ -36,11 +36,10 @@ def instants(dest: Path) -> list[str]:
 
 
 def pending(dest: Path) -> list[str]:
-    return sorted(
-        n
-        for n in os.listdir(dest / ".hoodie")
-        if (i := parse_instant_file(n)) is not None and not i.completed
-    )
+    """Times of instants that are requested or inflight and not completed."""
+    seen = [i for n in os.listdir(dest / ".hoodie") if (i := parse_instant_file(n)) is not None]
+    done = {i.time for i in seen if i.completed}
+    return sorted({i.time for i in seen if i.time not in done})
 
 
 def base_files(dest: Path) -> list[str]:
