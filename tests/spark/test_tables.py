@@ -206,7 +206,8 @@ def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
             r = r.option(k, v)
         with pytest.raises(Exception, match=match) as e:
             r.load(str(dest)).collect()
-        assert "Traceback" not in str(e.value).split("\n", 1)[0]
+        # as the writer's errors: Spark shows the worker's traceback, here one frame and the line
+        assert str(e.value).count('File "') <= 1, str(e.value)
     with pytest.raises(Exception, match="holds no Hudi table"):
         spark.read.format("amcommit").load(str(tmp_path / "nothing")).collect()
 
