@@ -239,3 +239,25 @@ def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
         [i for i in range(500) if i % 3 != 0] + list(range(1000, 1100))
     )
     assert spark_rows(spark, url, **opts) == expected
+
+
+def test_table_dynamic_overwrite_from_session_conf(spark: Any, tmp_path: Path) -> None:
+    """``spark.sql.sources.partitionOverwriteMode=dynamic`` reaches only the tasks: the
+    commit records INSERT_OVERWRITE (what the tasks saw) and replaces only partition a."""
+    import json
+
+    dest = tmp_path / "conf"
+    writer(make_df(spark, n=300, parts=2), partitionBy="cat", tableFormat="hudi").save(str(dest))
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        writer(make_df(spark, n=50, start=1000, cats="a", parts=2), "overwrite").save(str(dest))
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+    t2 = instants(dest)[-1]
+    meta = json.loads((dest / ".hoodie" / f"{t2}.replacecommit").read_text())
+    assert meta["operationType"] == "INSERT_OVERWRITE" and list(meta["partitionToReplaceFileIds"]) == [
+        "cat=a"
+    ]
+    expected = sorted([i for i in range(300) if i % 3 != 0] + list(range(1000, 1050)))
+    assert sorted(i for i, _ in hudi_rows(dest)) == expected
+    assert spark_rows(spark, dest) == hudi_rows(dest)
