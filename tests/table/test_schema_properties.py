@@ -62,7 +62,7 @@ def test_nested_schema_names_unions_and_logical_types() -> None:
 def test_schema_refusals_name_the_column() -> None:
     with pytest.raises(ConfigError, match="'a b'"):
         avro_schema(pa.schema([pa.field("a b", pa.int32())]), "t")
-    with pytest.raises(ConfigError, match="'m'.*strings"):
+    with pytest.raises(ConfigError, match=r"'m'.*strings"):
         avro_schema(pa.schema([pa.field("m", pa.map_(pa.int32(), pa.int32()))]), "t")
 
 
