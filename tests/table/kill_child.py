@@ -69,10 +69,11 @@ class KillAt:
 
 def main() -> None:
     root, dest, instant, what, n = sys.argv[1:6]
+    ttl = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
 
     async def run() -> None:
         store = KillAt(LocalStore(root), int(n))
-        cfg = CommitterConfig(io_threads=1, writer_ttl=600.0)
+        cfg = CommitterConfig(io_threads=1, writer_ttl=ttl or 600.0, lock_ttl=ttl or 60.0)
         if what == "commit":
             await commit_job(store, dest, instant, config=cfg)  # type: ignore[arg-type]
         else:
