@@ -171,3 +171,27 @@ async def test_cli_rollback(backend_local: StoreUnderTest, capsys: pytest.Captur
     assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w0.instant]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is completed" in err[0]
+
+
+async def test_later_commit_waits_for_live_earlier_then_completes_after_it(
+    backend_local: StoreUnderTest,
+) -> None:
+    store, dest = backend_local.store, join(backend_local.base, "tbl")
+    await write(store, dest, rows(0, 2), config=FAST)
+    early = await begin(store, dest, config=FAST)
+    await write_tasks(store, early, rows(10, 2))
+    late = await begin(store, dest, config=FAST)
+    await write_tasks(store, late, rows(20, 2))
+    order: list[str] = []
+
+    async def commit(instant: str, delay: float) -> None:
+        await anyio.sleep(delay)
+        await commit_job(store, dest, instant, config=FAST)
+        order.append(instant)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(commit, late.instant, 0.0)  # starts first, must wait (early is alive)
+        tg.start_soon(commit, early.instant, 1.0)
+    assert order == [early.instant, late.instant]
+    done = [i.time for i in await list_instants(store, dest) if i.completed]
+    assert done[-2:] == [early.instant, late.instant]

@@ -566,6 +566,9 @@ async def _abort_job(
     if layout is None:
         report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
         if _INSTANT_RE.match(job_id) and await _is_table(store, dest, config):
+            done = await _table_already_committed(store, dest, job_id)
+            if done is not None:  # committed and cleaned up: nothing to abort
+                return done
             # staging gone (a rollback interrupted after its cleanup): finish the rollback
             from amcommit.table.rollback import finish_rollback
 

@@ -96,6 +96,9 @@ class OrderPlan:
     later_completed: str | None = None
     wait_for: str | None = None
     dead: list[str] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    """Completed instants whose staging folder is still there (a writer died after
+    publishing, before its cleanup): the next commit removes it."""
 
 
 def pending_write_times(instants: Sequence[Instant], staged: set[str]) -> set[str]:
@@ -116,6 +119,7 @@ def plan_order(
     """Pure: a later completed write instant; else the earliest earlier pending instant
     whose writer is alive (to wait for); and the earlier ones whose writers are gone."""
     plan = OrderPlan()
+    plan.leftovers = sorted(staged & {i.time for i in instants if i.completed and i.action in WRITE_ACTIONS})
     later = sorted(i.time for i in instants if i.completed and i.action in WRITE_ACTIONS and i.time > mine)
     if later:
         plan.later_completed = later[0]
@@ -188,6 +192,9 @@ async def check_order(ctx: JobContext) -> None:
             continue
         if plan.wait_for is not None:
             raise WaitForEarlier(plan.wait_for)
+        for t in plan.leftovers:  # committed by a writer that died before its cleanup
+            await ctx.call(lambda t=t: store.delete(join(dest, TEMP_DIR, t), recursive=True))  # type: ignore[misc]
+            await delete_beat(store, dest, t)
         return
     raise CommitError(f"instant {mine}: the timeline keeps changing", stage="check_order")
 

@@ -115,7 +115,12 @@ async def finish_rollback(
     config: CommitterConfig = DEFAULT_CONFIG,
 ) -> bool:
     """Steps 2 (``partitions`` None: whole table), 4 and 5 of the module doc. True if
-    anything of the instant was found."""
+    anything of the instant was found. Never touches a completed instant (returns False):
+    a write whose staging is gone may have been committed and cleaned up."""
+    from amcommit.table.commit import completed_instant
+
+    if await completed_instant(store, dest, instant) is not None:
+        return False
     policy = policies_of(config)[0]
     touched = await remove_stamped(store, dest, instant, partitions, config)
     await _remove_empty(store, dest, touched)
