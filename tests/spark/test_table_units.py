@@ -163,3 +163,34 @@ def test_plan_files() -> None:
     files = [FileVersion("p", str(i), f"p/{i}", t1, 60, 1) for i in range(5)]
     assert [len(p.files) for p in group_files(files, 100)] == [1, 1, 1, 1, 1]
     assert [len(p.files) for p in group_files(files, 130)] == [2, 2, 1]
+
+
+def test_task_keep_alive_beats_while_the_job_is_active(tmp_path: Path) -> None:
+    """A long task keeps its table write's heartbeat fresh, and stops once the job is over."""
+    import anyio
+
+    from amcommit.spark.task import keep_alive
+    from amcommit.store.local import LocalStore
+    from amcommit.table.model import Operation
+    from amcommit.table.naming import heartbeat_path
+    from amcommit.table.write import TableSpec, begin_write
+
+    async def main() -> None:
+        store = LocalStore("/")
+        dest = str(tmp_path / "t").lstrip("/")
+        w = await begin_write(store, dest, operation=Operation.INSERT, spec=TableSpec("t"))
+        beat = tmp_path / "t" / heartbeat_path(w.instant)
+        first = beat.stat().st_mtime_ns
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_alive, store, w.layout, 0.2)
+                await anyio.sleep(0.35)
+                assert beat.stat().st_mtime_ns > first
+                await store.delete(w.layout.job_marker)  # the job was committed or aborted
+                await anyio.sleep(0.3)  # keep_alive returns by itself
+        last = beat.stat().st_mtime_ns
+        await anyio.sleep(0.2)
+        assert beat.stat().st_mtime_ns == last
+        await store.aclose()
+
+    anyio.run(main)

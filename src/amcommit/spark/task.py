@@ -39,6 +39,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import msgspec
 import pyarrow as pa
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -135,6 +136,20 @@ async def check_job_active(store: Store, layout: JobLayout) -> None:
             "is a leftover and writes nothing",
             stage="setup_task",
         )
+
+
+async def keep_alive(store: Store, layout: JobLayout, ttl: float) -> None:
+    """Keep a table write's writer alive while this task writes (a task may run longer than
+    ``writer_ttl`` between the beats of task setups and commits; a later writer would then
+    roll the instant back): beat every ``ttl / 4`` while the job is active. Runs until
+    cancelled; a zombie task of a finished job stops beating."""
+    from amcommit.table.heartbeat import try_beat
+
+    while True:
+        await anyio.sleep(ttl / 4)
+        if not await job_active(store, layout):
+            return
+        await try_beat(store, layout.dest, layout.job_id)
 
 
 async def discard_attempt(store: Store, layout: JobLayout, attempt_id: str) -> None:
@@ -243,6 +258,11 @@ def run_task(
             portal.call(check_job_active, store, layout)
             attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt)
             task_id, _ = task_ids(plan.job_id, partition, 0)
+            beats = (
+                portal.start_task_soon(keep_alive, store, layout, config.writer_ttl)
+                if plan.table is not None
+                else None
+            )
             tmp: str | None = None
             uploads: _Uploads | None = None
             if plan.remote or not isinstance(store, LocalStore):
@@ -324,6 +344,8 @@ def run_task(
                     portal.call(discard_attempt, store, layout, attempt_id)
                 raise
             finally:
+                if beats is not None:
+                    beats.cancel()
                 if tmp is not None:
                     shutil.rmtree(tmp, ignore_errors=True)
         finally:
