@@ -261,3 +261,26 @@ def test_table_dynamic_overwrite_from_session_conf(spark: Any, tmp_path: Path) -
     expected = sorted([i for i in range(300) if i % 3 != 0] + list(range(1000, 1050)))
     assert sorted(i for i, _ in hudi_rows(dest)) == expected
     assert spark_rows(spark, dest) == hudi_rows(dest)
+
+
+def test_table_write_refusals(spark: Any, tmp_path: Path) -> None:
+    """One line, before any task, nothing changed: a table over a plain destination, a
+    partitionBy or recordKey that is not the table's."""
+    plain = tmp_path / "plain"
+    writer(make_df(spark, n=20, parts=1)).save(str(plain))
+    before = sorted(os.listdir(plain))
+    with pytest.raises(Exception, match="already holds files but no Hudi table"):
+        writer(make_df(spark, n=20, parts=1), tableFormat="hudi").save(str(plain))
+    assert sorted(os.listdir(plain)) == before
+
+    dest = tmp_path / "t"
+    writer(make_df(spark, n=20, parts=1), partitionBy="cat", tableFormat="hudi", recordKey="id").save(
+        str(dest)
+    )
+    for opts, match in [
+        ({"partitionBy": "day"}, "differs from the table's partition fields 'cat'"),
+        ({"recordKey": "name"}, "differs from the table's record key fields 'id'"),
+    ]:
+        with pytest.raises(Exception, match=match):
+            writer(make_df(spark, n=20, parts=1), **opts).save(str(dest))
+    assert pending(dest) == [] and len(instants(dest)) == 1

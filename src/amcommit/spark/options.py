@@ -251,12 +251,15 @@ def build_plan(
     job_id: str | None = None,
     spark_version: str = "",
     existing_table: bool = False,
+    table_options_checked: bool = True,
 ) -> WritePlan:
     """Validate the write options against ``schema`` and make the plan of this write.
 
     ``existing_table``: the destination already holds a Hudi table (its
     ``.hoodie/hoodie.properties`` exists), so the write continues its timeline even without
-    ``tableFormat``.
+    ``tableFormat``. ``table_options_checked=False``: ``tableName`` / ``recordKey`` without
+    ``tableFormat`` are left for the caller to judge once it knows whether the destination
+    holds a table (:func:`check_table_options`).
 
     Raises :class:`~amcommit.errors.ConfigError` with a one-line message naming the bad
     option (never its value if it is a store option) on any problem.
@@ -352,7 +355,7 @@ def build_plan(
             )
         parts.append(f.name)
         given.append(name)
-    table = _table_plan(w, all_fields, url, existing_table)
+    table = _table_plan(w, all_fields, url, existing_table, table_options_checked)
     # a table keeps its partition columns in the files (Hudi's default; its readers take
     # column values from the files)
     data_fields = all_fields if table is not None else [f for f in all_fields if f.name not in parts]
@@ -424,14 +427,28 @@ def build_plan(
     )
 
 
-def _table_plan(w: WriterOptions, fields: list[Any], url: str, existing: bool) -> TablePlan | None:
+def check_table_options(plan: WritePlan) -> None:
+    """ConfigError if a plain write (no table at the destination, no ``tableFormat``) was
+    given table options. Pure."""
+    if plan.table is not None:
+        return
+    for name in ("tableName", "recordKey"):
+        if name.lower() in plan.explicit:
+            raise ConfigError(
+                f"option {name!r} needs option('tableFormat', 'hudi') (the destination holds no table)"
+            )
+
+
+def _table_plan(
+    w: WriterOptions, fields: list[Any], url: str, existing: bool, check: bool = True
+) -> TablePlan | None:
     """The table part of the plan, or None for a plain destination. Pure."""
     fmt = w.tableformat.strip().lower()
     if fmt and fmt not in TABLE_FORMATS:
         raise ConfigError(f"unsupported tableFormat {fmt!r} (supported: {', '.join(sorted(TABLE_FORMATS))})")
     if not fmt and not existing:
         for name, value in (("tableName", w.tablename), ("recordKey", w.recordkey)):
-            if value.strip():
+            if value.strip() and check:
                 raise ConfigError(
                     f"option {name!r} needs option('tableFormat', 'hudi') (the destination holds no table)"
                 )
@@ -499,6 +516,7 @@ __all__ = [
     "WritePlan",
     "WriterOptions",
     "build_plan",
+    "check_table_options",
     "default_table_name",
     "new_job_id",
     "session_defaults",

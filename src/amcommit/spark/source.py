@@ -48,15 +48,15 @@ from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
-from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
+from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan, check_table_options
 from amcommit.spark.parquet import nullable_voids, unwritable_column
 from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
-from amcommit.store.base import join
+from amcommit.store.base import basename, join
 from amcommit.store.urls import open_location
 from amcommit.table.model import Operation
-from amcommit.table.naming import PROPERTIES_FILE
+from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE
 
 if TYPE_CHECKING:
     from amcommit.table.properties import TableProperties
@@ -165,30 +165,40 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
     on the driver before any task starts. Messages never contain option values. Returns
     the destination's table properties if it holds a Hudi table (``.hoodie/hoodie.properties``)."""
 
-    async def probe() -> TableProperties | None:
+    async def probe() -> tuple[TableProperties | None, bool]:
         store, dest = open_location(plan.url, **plan.store_options)
         try:
-            async for _ in store.list(dest, recursive=False):
-                break
+            held = False  # anything but a (half-created) .hoodie folder
+            async for info in store.list(dest, recursive=False):
+                if basename(info.path.rstrip("/")) != HOODIE_DIR:
+                    held = True
+                    break
             path = join(dest, PROPERTIES_FILE)
             try:
                 data = await store.get(path)
             except NotFound:
-                return None
+                return None, held
             from amcommit.table.properties import decode_properties
 
-            return decode_properties(data, where=path)
+            return decode_properties(data, where=path), held
         except BucketNotFound:
             raise
         except NotFound:
-            return None  # a destination that does not exist yet
+            return None, False  # a destination that does not exist yet
         finally:
             await store.aclose()
 
     try:
-        return run_blocking(probe)
+        props, held = run_blocking(probe)
     except AmcommitError as e:
         raise ConfigError(f"cannot use destination {plan.url!r}: {for_user(e, plan.url)}") from None
+    if props is None and held and plan.table is not None:
+        # Hudi's readers list partition folders: a plain write's files would be read as
+        # table files (or break every read)
+        raise ConfigError(
+            f"{plan.url!r} already holds files but no Hudi table: create a table in an empty destination"
+        )
+    return props
 
 
 def _continue_table(
@@ -344,6 +354,7 @@ class AmcommitDataSource(DataSource):
             overwrite,
             session_conf=self.session_conf,
             spark_version=pyspark.__version__,
+            table_options_checked=False,  # judged once we know whether a table is there
         )
         column = unwritable_column(plan.data_schema_json)
         if column is not None:
@@ -366,6 +377,7 @@ class AmcommitDataSource(DataSource):
                 )
 
             plan = _continue_table(dict(self.options), plan, props, rebuild)
+        check_table_options(plan)
         if plan.table is not None:
             return AmcommitWriter(_begin_table_write(plan))
         _setup_job(plan)
