@@ -194,3 +194,24 @@ def test_task_keep_alive_beats_while_the_job_is_active(tmp_path: Path) -> None:
         await store.aclose()
 
     anyio.run(main)
+
+
+def test_snap_bounds_to_instants() -> None:
+    """Any time is a bound (as in Hudi); it moves to the latest write instant at or before it."""
+    from amcommit.spark.reader import snap
+
+    w = ["20260101000000001", "20260101000000005", "20260101000000009"]
+    assert snap(Query(as_of="20260101000000006"), w) == Query(as_of=w[1])
+    assert snap(Query(as_of="20250101000000000"), w).as_of == "00000000000000000"  # before all: empty
+    assert snap(Query(), w) == Query()
+    inc = snap(Query(incremental=True, since="20260101000000002", until="20260101000000008"), w)
+    assert inc == Query(incremental=True, since=w[0], until=w[1])
+    assert snap(Query(incremental=True, since="20250101000000000"), w) == Query(incremental=True)
+    empty = snap(Query(incremental=True, since="20260101000000006", until="20260101000000007"), w)
+    assert empty.since == empty.until == w[1]
+    commits = [_commit(t, {"p": [f"f{i}"]}) for i, t in enumerate(w)]
+    for q in [
+        Query(as_of="20260101000000006"),
+        Query(incremental=True, since="20260101000000002", until="20260101000000008"),
+    ]:
+        assert plan_files(commits, snap(q, w)) == plan_files(commits, q)

@@ -284,3 +284,34 @@ def test_table_write_refusals(spark: Any, tmp_path: Path) -> None:
         with pytest.raises(Exception, match=match):
             writer(make_df(spark, n=20, parts=1), **opts).save(str(dest))
     assert pending(dest) == [] and len(instants(dest)) == 1
+
+
+def test_table_read_past_a_clean_is_refused(spark: Any, tmp_path: Path) -> None:
+    """After a clean deleted replaced files, a time travel or incremental query reaching
+    before what it kept is refused in one line (hudi-rs silently returns fewer rows there).
+    Needs the reading/clean API (amcommit.table.clean, branch tableread)."""
+    import anyio
+
+    clean_mod = pytest.importorskip("amcommit.table.clean")
+    from amcommit.store.local import LocalStore
+
+    dest = tmp_path / "cleaned"
+    writer(make_df(spark, n=30, parts=1), partitionBy="cat", tableFormat="hudi").save(str(dest))
+    writer(make_df(spark, n=30, start=100, parts=1), "overwrite").save(str(dest))
+    writer(make_df(spark, n=30, start=200, parts=1), "overwrite").save(str(dest))
+    t1, _t2, t3 = instants(dest)
+
+    async def clean() -> None:
+        store = LocalStore("/")
+        try:
+            await clean_mod.clean(store, str(dest.resolve()).lstrip("/"), retain_commits=1)
+        finally:
+            await store.aclose()
+
+    anyio.run(clean)
+    assert sorted(i for i, _ in spark_rows(spark, dest)) == list(range(200, 230))
+    assert sorted(i for i, _ in spark_rows(spark, dest, asOf=t3)) == list(range(200, 230))
+    for opts in ({"asOf": t1}, {"since": "000", "until": t1}):
+        with pytest.raises(Exception, match="reaches past what clean") as e:
+            spark_rows(spark, dest, **opts)
+        assert str(e.value).count('File "') <= 1, str(e.value)

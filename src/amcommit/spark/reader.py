@@ -22,6 +22,7 @@ meta columns included, as Hudi's readers return them). Nothing here writes.
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,9 +45,9 @@ from amcommit.store.urls import (
     parse_location,
     store_options_type,
 )
-from amcommit.table.model import Instant
+from amcommit.table.model import WRITE_ACTIONS
 from amcommit.table.naming import PROPERTIES_FILE, check_instant
-from amcommit.table.timeline import FileVersion, LoadedCommit, changes, load_timeline, snapshot
+from amcommit.table.timeline import FileVersion, LoadedCommit, changes, list_instants, load_timeline, snapshot
 
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 COMMIT_TIME = "_hoodie_commit_time"
@@ -211,8 +212,65 @@ def group_files(files: Sequence[FileVersion], max_bytes: int) -> list[FilePart]:
     return parts
 
 
-async def _load(plan: ReadPlan) -> tuple[list[Instant], list[LoadedCommit], str | None]:
-    """The timeline, and the Spark schema JSON of the newest committed file (None: none)."""
+def snap(query: Query, writes: Sequence[str]) -> Query:
+    """The same query with every bound moved to the latest completed write instant at or
+    before it (None when there is none): Hudi takes any time as a bound, the timeline API
+    takes instants only; both give the same files. Pure; ``writes`` sorted."""
+
+    def down(t: str | None) -> str | None:
+        if t is None:
+            return None
+        i = bisect.bisect_right(writes, t)
+        return writes[i - 1] if i else None
+
+    if query.incremental:
+        since = down(query.since)
+        until = query.until
+        if until is not None:
+            until = down(until)
+            if until is None or (since is not None and until <= since):
+                return Query(incremental=True, since=since, until=since or _BEFORE_ALL)
+        return Query(incremental=True, since=since, until=until)
+    if query.as_of is None:
+        return query
+    return Query(as_of=down(query.as_of) or _BEFORE_ALL)
+
+
+_BEFORE_ALL = "00000000000000000"
+"""A bound before every instant (an empty snapshot or range)."""
+
+
+async def _plan(store: Any, dest: str, query: Query) -> tuple[list[FileVersion], list[FileVersion]]:
+    """``(files the query reads, files of the latest snapshot)``.
+
+    With the reading API (:class:`amcommit.table.reader.Timeline`, when present) a time
+    travel or incremental query reaching past what a clean deleted is refused
+    (``CleanedPast``, one line); otherwise the timeline is loaded whole."""
+    writes = sorted(
+        i.time for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS
+    )
+    q = snap(query, writes)
+    try:
+        from amcommit.table.reader import Timeline  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        _, commits = await load_timeline(store, dest)
+        return plan_files(commits, q), snapshot(commits)
+    tl = await Timeline.open(store, dest)
+    latest = await tl.snapshot()
+    if q.incremental:
+        if q.until == _BEFORE_ALL or (q.since is not None and q.since == q.until):
+            return [], latest
+        ch = await tl.changes(q.since, q.until)
+        replaced = set(ch.replaced)
+        return [f for f in ch.added if (f.partition, f.file_id) not in replaced], latest
+    if q.as_of == _BEFORE_ALL:
+        return [], latest
+    return (await tl.snapshot(q.as_of) if q.as_of is not None else latest), latest
+
+
+async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
+    """The files to read, and the Spark schema JSON of the newest committed file (None:
+    the table has no file)."""
     store, dest = open_location(plan.url, **plan.store_options)
     try:
         try:
@@ -222,14 +280,12 @@ async def _load(plan: ReadPlan) -> tuple[list[Instant], list[LoadedCommit], str 
                 f"{plan.url!r} holds no Hudi table (no {PROPERTIES_FILE}); "
                 "plain folders are read with spark.read.parquet"
             ) from None
-        instants, commits = await load_timeline(store, dest)
-        schema_json: str | None = None
-        for c in sorted(commits, key=lambda c: c.instant.time, reverse=True):
-            added = c.added()
-            if added:
-                schema_json = await _footer_schema(store, dest, added[0].path)
-                break
-        return instants, commits, schema_json
+        files, latest = await _plan(store, dest, plan.query)
+        newest = max(latest, key=lambda f: (f.instant, f.path), default=None)
+        if newest is None and files:
+            newest = max(files, key=lambda f: (f.instant, f.path))
+        schema_json = None if newest is None else await _footer_schema(store, dest, newest.path)
+        return files, schema_json
     finally:
         await store.aclose()
 
@@ -253,10 +309,9 @@ async def _footer_schema(store: Any, dest: str, rel: str) -> str:
 
 def load_plan(plan: ReadPlan) -> tuple[str, list[FilePart]]:
     """Blocking: read the timeline, plan the files; returns (schema JSON, input partitions)."""
-    _, commits, schema_json = run_blocking(lambda: _load(plan))
+    files, schema_json = run_blocking(lambda: _load(plan))
     if schema_json is None:
         raise ConfigError(f"the table {plan.url!r} has no committed data files yet: nothing to read")
-    files = plan_files(commits, plan.query)
     return schema_json, group_files(files, plan.max_partition_bytes) or [FilePart(())]
 
 
@@ -331,4 +386,5 @@ __all__ = [
     "parse_query",
     "plan_files",
     "read_files",
+    "snap",
 ]
