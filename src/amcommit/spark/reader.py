@@ -11,8 +11,10 @@ Queries, selected with Hudi's own option names (short aliases in brackets):
   [``since``] exclusive (``0`` / ``000``: from the start),
   ``hoodie.datasource.read.end.instanttime`` [``until``] inclusive (default: latest).
 
-Where each piece runs: :meth:`schema` and :meth:`reader` on the driver host (the timeline is
-read there once, and the files to read are planned with :mod:`amcommit.table.timeline`);
+Where each piece runs: ``schema()`` and ``reader()`` on the driver host (the timeline is
+read there, and the files to read are planned with :mod:`amcommit.table.timeline`, through
+the reading API ``amcommit.table.reader.Timeline`` when it is present: it refuses a query
+reaching past a clean); bounds may be any time (:func:`snap`);
 :meth:`TableReader.read` in executor Python workers, one input partition per group of
 files, reading with pyarrow and yielding Arrow record batches cast to the table's schema.
 
