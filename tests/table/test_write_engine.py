@@ -279,3 +279,36 @@ async def _emulator_scenario(sut: StoreUnderTest) -> None:
             snap_j = history[j - 1][2]
             want = sorted(k for h in history[i:j] for k in keys(h[1]) if k in snap_j)
             assert hudi_incremental(uri, times[i], until, storage=opts) == want, (times[i], until)
+
+
+async def test_non_partitioned_table(backend_local: StoreUnderTest) -> None:
+    from amcommit.committer.task import commit_task, setup_task
+    from amcommit.table.naming import base_file_name, new_file_id
+    from amcommit.table.schema import avro_schema
+    from tests.table.writehelpers import SCHEMA, parquet_bytes
+
+    store, dest = backend_local.store, join(backend_local.base, "np")
+    instants = []
+    for k, op in enumerate([Operation.INSERT, Operation.INSERT, Operation.INSERT_OVERWRITE_TABLE]):
+        w = await begin_write(
+            store,
+            dest,
+            operation=op,
+            spec=TableSpec("np"),
+            avro_schema=avro_schema(SCHEMA, "np"),
+            config=FAST,
+        )
+        work = await setup_task(store, w.layout, "a0")
+        name = base_file_name(new_file_id(), "0-0-0", w.instant)
+        await store.put(
+            join(work, name), parquet_bytes([{"id": k, "p": "x", "v": "v"}], meta=(w.instant, "", name, 0))
+        )
+        await commit_task(store, w.layout, "t0", "a0")
+        await commit_job(store, dest, w.instant, config=FAST)
+        instants.append(w.instant)
+    names = await listing(store, dest)
+    assert ".hoodie_partition_metadata" in names and len(_base_files(names)) == 3
+    uri = os.path.join(store.root, dest)  # type: ignore[attr-defined]
+    assert hudi_rows(uri) == [(2, "x", "v")]
+    assert hudi_rows(uri, as_of=instants[1]) == [(0, "x", "v"), (1, "x", "v")]
+    assert hudi_incremental(uri, instants[0], instants[1]) == [(1, "x", "v")]
