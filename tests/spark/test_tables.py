@@ -192,9 +192,35 @@ def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> N
     assert keys == 4000
 
 
+def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> None:
+    """Partition 0's first attempt finishes its files, then its Python worker dies (no
+    cleanup): its files stay in the write's staging, never in the table."""
+    dest = tmp_path / "crash"
+    df = make_df(spark, n=3000, parts=2)
+    writer(
+        df,
+        partitionBy="cat",
+        tableFormat="hudi",
+        **{
+            "amcommit.testing.fail_task": {
+                "partitions": [0],
+                "attempts": [0],
+                "after_rows": 500,
+                "how": "exit",
+            }
+        },
+    ).save(str(dest))
+    files = base_files(dest)
+    tokens = {parse_base_file_name(f.rsplit("/", 1)[-1]).write_token for f in files}  # type: ignore[union-attr]
+    assert not any(t.startswith("0-") and t.endswith("-0") for t in tokens), tokens
+    assert sorted(i for i, _ in hudi_rows(dest)) == list(range(3000))
+    assert not (dest / ".hoodie" / ".temp" / instants(dest)[0]).exists()
+
+
 def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
     dest = tmp_path / "t"
-    writer(make_df(spark, n=10, parts=1), tableFormat="hudi").save(str(dest))
+    writer(make_df(spark, n=10, parts=1), tableFormat="hudi").save(str(dest))  # not partitioned
+    assert hudi_rows(dest) == spark_rows(spark, dest) and len(hudi_rows(dest)) == 10
     for opts, match in [
         ({"hoodie.datasource.query.type": "streaming"}, "must be snapshot or incremental"),
         ({"asOf": "yesterday"}, "must be an instant time"),
