@@ -367,6 +367,12 @@ def register_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     st.set_defaults(func=cmd_emulator_start)
 
 
+def register_tables(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from amcommit.table import cli_write
+
+    cli_write.add_commands(sub, store_args)
+
+
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     register_success,
     register_manifest,
@@ -374,6 +380,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     register_commit_and_abort,
     register_demo,
     register_emulator,
+    register_tables,
 ]
 """Each adds its subcommand(s) to ``amcommit``'s parser; a new command appends one here."""
 

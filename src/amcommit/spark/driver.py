@@ -20,14 +20,20 @@ rolls back a commit that had not reached its point of no return, and completes o
 had (the destination is then fully committed although Spark reports the job as failed).
 
 ``abort_write`` is idempotent and safe at any point: before any task ran, after failed
-tasks, and after a ``commit()`` that failed midway.
+tasks, and after a ``commit()`` that failed midway. For a table write (job id = instant)
+the abort removes the inflight instant and every file stamped with it (the engine's table
+abort), so a failed Spark job leaves no trace on the timeline.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
+from amcommit.committer.config import ConflictMode
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.report import JobReport
 from amcommit.committer.sync import run_blocking
@@ -36,9 +42,10 @@ from amcommit.manifest import TaskManifest
 from amcommit.spark.fault_hooks import parse_driver_faults, wrap_driver_store
 from amcommit.spark.options import WritePlan
 from amcommit.spark.sqlconf import job_conflict_mode
-from amcommit.spark.task import TaskResult, decode_manifest
-from amcommit.store.base import Store
+from amcommit.spark.task import TaskResult, decode_manifest, job_layout
+from amcommit.store.base import PutMode, Store
 from amcommit.store.urls import open_location
+from amcommit.table.model import Operation
 
 log = logging.getLogger("amcommit.spark")
 
@@ -60,17 +67,61 @@ def decode_results(results: Sequence[TaskResult | None]) -> tuple[list[TaskManif
     return manifests, etags
 
 
+def table_operation(mode: ConflictMode) -> Operation:
+    """The operation a table write commits, from the job's conflict mode (settled from what
+    the tasks saw, :func:`~amcommit.spark.sqlconf.job_conflict_mode`): an append is an
+    ``INSERT``, a static overwrite ``INSERT_OVERWRITE_TABLE``, a dynamic one
+    ``INSERT_OVERWRITE`` (both replace commits, as the ``.requested`` instant says)."""
+    if mode == "replace":
+        return Operation.INSERT_OVERWRITE
+    if mode == "overwrite":
+        return Operation.INSERT_OVERWRITE_TABLE
+    return Operation.INSERT
+
+
+async def _settle_operation(store: Store, dest: str, plan: WritePlan, operation: Operation) -> None:
+    """Record in the write's job marker the overwrite the tasks settled (a session
+    ``partitionOverwriteMode=dynamic`` that ``writer()`` could not see): the ``.requested``
+    action is ``replacecommit`` for both overwrites, only ``operationType`` differs. One
+    whole-object put, before the job commit reads the marker; refused for an append.
+
+    Interim, until ``commit_job`` takes the operation itself (asked of the engine)."""
+    planned = Operation(plan.table_operation())
+    if planned.action != operation.action:
+        raise CommitError(
+            f"table write {plan.job_id}: the tasks settled {operation.value}, but the instant was "
+            f"requested as {planned.value}; nothing was changed",
+            stage="commit_job",
+        )
+    layout = job_layout(plan, dest)
+    body = json.loads(await store.get(layout.job_marker))
+    body["operation"] = operation.value
+    await store.put(layout.job_marker, json.dumps(body).encode(), mode=PutMode.OVERWRITE)
+
+
 def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobReport:
-    """Commit the job (see module docstring). Blocking; returns the job report."""
+    """Commit the job (see module docstring). Blocking; returns the job report.
+
+    For a table the job id is the instant: the commit publishes the completed instant
+    last, with the operation the tasks' overwrite mode settles (:func:`table_operation`)."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
-    config = plan.config().with_options(conflict_mode=job_conflict_mode(plan, [r for r in results if r]))
+    mode = job_conflict_mode(plan, [r for r in results if r])
+    config = plan.config().with_options(conflict_mode=mode)
+    extra: dict[str, Any] = {}
+    operation: Operation | None = None
+    if plan.table is not None:
+        operation = table_operation(mode)
+        if "operation" in inspect.signature(commit_job).parameters:
+            extra["operation"] = operation
 
     async def main() -> JobReport:
         store, dest = _open(plan, "commit")
         try:
+            if operation is not None and not extra and operation.value != plan.table_operation():
+                await _settle_operation(store, dest, plan, operation)
             report = await commit_job(
-                store, dest, plan.job_id, config=config, manifests=manifests, manifest_etags=etags
+                store, dest, plan.job_id, config=config, manifests=manifests, manifest_etags=etags, **extra
             )
             fixed = report.job_stats.counters.get("committer_manifests_republished", 0)
             if fixed:
@@ -114,4 +165,4 @@ def abort_write(plan: WritePlan) -> JobReport:
     return report
 
 
-__all__ = ["abort_write", "commit_write", "decode_results"]
+__all__ = ["abort_write", "commit_write", "decode_results", "table_operation"]

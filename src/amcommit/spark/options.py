@@ -28,6 +28,7 @@ naming the key and the closest known one. All conversion goes through
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -59,6 +60,9 @@ WRITER_OPTIONS: dict[str, str] = {
     "rowgroupbytes": "in-memory bytes per row group (default 128 MiB)",
     "maxfilebytes": "roll to a new file past this size (default: none local, 256 MiB remote)",
     "maxopenfiles": "open files per task before the least recently used is closed (default 100)",
+    "tableformat": "hudi: write an Apache Hudi Copy-on-Write table (an instant per write)",
+    "tablename": "the table's name on its first write (default: the last path segment)",
+    "recordkey": "record key column(s), comma-separated (default: a generated key per row)",
 }
 """Writer options (lowercase) and what they mean."""
 
@@ -80,6 +84,32 @@ class WriterOptions(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     maxfilebytes: Annotated[int, Meta(ge=0)] | None = None
     """None: 256 MiB for cloud destinations, no limit for local ones."""
     maxopenfiles: Annotated[int, Meta(ge=1)] = 100
+    tableformat: str = ""
+    tablename: str = ""
+    recordkey: str = ""
+
+
+TABLE_FORMATS = frozenset({"hudi"})
+"""Values of the ``tableFormat`` option."""
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The table part of a write into an Apache Hudi table (see :mod:`amcommit.table`).
+
+    ``instant`` and ``operation`` are set on the driver by ``writer()`` once the instant
+    is allocated (``begin_write``), before the plan is pickled to the tasks; ``new`` says
+    whether the destination held no table yet (then ``name`` and the key fields create it).
+    """
+
+    name: str
+    record_key_fields: tuple[str, ...] = ()
+    """Record key columns; () = a generated unique key per row."""
+    new: bool = True
+    instant: str = ""
+    operation: str = ""
+    """The :class:`~amcommit.table.model.Operation` planned from the save mode (an
+    overwrite left to the session's ``partitionOverwriteMode`` is settled at job commit)."""
 
 
 STORE_PREFIX = "store."
@@ -170,6 +200,14 @@ class WritePlan:
     explicit: frozenset[str] = frozenset()
     """Writer options given (lowercase; ``conflict_mode`` too if given): they beat the
     session's SQL settings (:mod:`amcommit.spark.sqlconf`)."""
+    table: TablePlan | None = None
+    """Set for a write into an Apache Hudi table (``tableFormat=hudi``, or a destination
+    that already holds one): the job id is then the instant. Partition columns are kept in
+    the files (Hudi's default) and the five meta columns lead every file."""
+
+    def table_operation(self) -> str:
+        """The operation the table write was begun with ("" for a plain write)."""
+        return self.table.operation if self.table is not None else ""
 
     def config(self) -> CommitterConfig:
         """The committer configuration (conflict mode decided by the save mode)."""
@@ -212,8 +250,16 @@ def build_plan(
     session_conf: Mapping[str, str] | None = None,
     job_id: str | None = None,
     spark_version: str = "",
+    existing_table: bool = False,
+    table_options_checked: bool = True,
 ) -> WritePlan:
     """Validate the write options against ``schema`` and make the plan of this write.
+
+    ``existing_table``: the destination already holds a Hudi table (its
+    ``.hoodie/hoodie.properties`` exists), so the write continues its timeline even without
+    ``tableFormat``. ``table_options_checked=False``: ``tableName`` / ``recordKey`` without
+    ``tableFormat`` are left for the caller to judge once it knows whether the destination
+    holds a table (:func:`check_table_options`).
 
     Raises :class:`~amcommit.errors.ConfigError` with a one-line message naming the bad
     option (never its value if it is a store option) on any problem.
@@ -309,8 +355,11 @@ def build_plan(
             )
         parts.append(f.name)
         given.append(name)
-    data_fields = [f for f in all_fields if f.name not in parts]
-    if parts and not data_fields:
+    table = _table_plan(w, all_fields, url, existing_table, table_options_checked)
+    # a table keeps its partition columns in the files (Hudi's default; its readers take
+    # column values from the files)
+    data_fields = all_fields if table is not None else [f for f in all_fields if f.name not in parts]
+    if parts and not [f for f in all_fields if f.name not in parts]:
         raise ConfigError("every column is a partition column: at least one data column must remain")
     if not all_fields:
         raise ConfigError("the DataFrame has no columns")
@@ -374,16 +423,101 @@ def build_plan(
         remote=remote,
         spark_version=spark_version,
         explicit=frozenset(writer) | ({"conflict_mode"} if explicit_mode else frozenset()),
+        table=table,
     )
+
+
+def check_table_options(plan: WritePlan) -> None:
+    """ConfigError if a plain write (no table at the destination, no ``tableFormat``) was
+    given table options. Pure."""
+    if plan.table is not None:
+        return
+    for name in ("tableName", "recordKey"):
+        if name.lower() in plan.explicit:
+            raise ConfigError(
+                f"option {name!r} needs option('tableFormat', 'hudi') (the destination holds no table)"
+            )
+
+
+def _table_plan(
+    w: WriterOptions, fields: list[Any], url: str, existing: bool, check: bool = True
+) -> TablePlan | None:
+    """The table part of the plan, or None for a plain destination. Pure."""
+    fmt = w.tableformat.strip().lower()
+    if fmt and fmt not in TABLE_FORMATS:
+        raise ConfigError(f"unsupported tableFormat {fmt!r} (supported: {', '.join(sorted(TABLE_FORMATS))})")
+    if not fmt and not existing:
+        for name, value in (("tableName", w.tablename), ("recordKey", w.recordkey)):
+            if value.strip() and check:
+                raise ConfigError(
+                    f"option {name!r} needs option('tableFormat', 'hudi') (the destination holds no table)"
+                )
+        return None
+    name = w.tablename.strip() or default_table_name(url)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", name):
+        raise ConfigError(
+            f"invalid tableName {name!r}: letters, digits, '_' and '-' only, not starting with a digit"
+        )
+    by_lower = {f.name.lower(): f for f in fields}
+    keys: list[str] = []
+    for raw in w.recordkey.split(","):
+        key = raw.strip().strip("`")
+        if not key:
+            continue
+        f = by_lower.get(key.lower())
+        if f is None:
+            names = [x.name for x in fields]
+            raise ConfigError(
+                f"recordKey column {key!r} is not in the DataFrame's columns ({', '.join(names)}){suggest(key, names)}"
+            )
+        if f.name in keys:
+            raise ConfigError(f"recordKey column {f.name!r} is listed twice")
+        if type(f.dataType).__name__ not in KEY_TYPES:
+            raise ConfigError(
+                f"recordKey column {f.name!r} has type {f.dataType.simpleString()}, which cannot be a record key "
+                "(use strings, integers, booleans, dates or decimals)"
+            )
+        keys.append(f.name)
+    return TablePlan(name=name, record_key_fields=tuple(keys), new=not existing)
+
+
+KEY_TYPES = frozenset(
+    {
+        "StringType",
+        "VarcharType",
+        "CharType",
+        "IntegerType",
+        "LongType",
+        "ShortType",
+        "ByteType",
+        "BooleanType",
+        "DateType",
+        "DecimalType",
+    }
+)
+"""Spark types usable as record key columns."""
+
+
+def default_table_name(url: str) -> str:
+    """The last path segment of ``url`` as a table name (``-`` and other characters Hudi
+    table names avoid become ``_``); ``table`` if nothing usable is left."""
+    seg = url.rstrip("/").rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9_]", "_", seg)
+    if not name or name[0].isdigit():
+        name = "t_" + name if name else "table"
+    return name
 
 
 __all__ = [
     "SOURCE_NAME",
     "STORE_PREFIX",
     "WRITER_OPTIONS",
+    "TablePlan",
     "WritePlan",
     "WriterOptions",
     "build_plan",
+    "check_table_options",
+    "default_table_name",
     "new_job_id",
     "session_defaults",
 ]

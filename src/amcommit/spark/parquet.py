@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from amcommit.errors import ConfigError
 from amcommit.store.base import join
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -339,6 +340,73 @@ class WriteStats:
     row_groups: int = 0
     paths: list[str] = field(default_factory=list)
     """Relative paths of the finished files."""
+    file_rows: dict[str, int] = field(default_factory=dict)
+    """Rows of each finished file (relative path -> rows)."""
+
+
+META_COLUMNS = (
+    "_hoodie_commit_time",
+    "_hoodie_commit_seqno",
+    "_hoodie_record_key",
+    "_hoodie_partition_path",
+    "_hoodie_file_name",
+)
+"""Hudi's meta columns (:data:`amcommit.table.naming.META_COLUMNS`), first in every file."""
+NULL_KEY = "__null__"
+EMPTY_KEY = "__empty__"
+
+
+@dataclass(frozen=True)
+class HudiMeta:
+    """What the meta columns of one task's files hold: ``_hoodie_commit_time`` = ``instant``,
+    ``_hoodie_commit_seqno`` = ``<instant>_<partition_id>_<n>`` (n counts the task's rows),
+    ``_hoodie_record_key`` from ``record_key_fields`` (or the seqno's form when there are
+    none: a generated unique key), ``_hoodie_partition_path`` = the Hive-style partition
+    folder, ``_hoodie_file_name`` = the base file's name."""
+
+    instant: str
+    partition_id: int
+    record_key_fields: tuple[str, ...] = ()
+
+
+class RecordKeyError(ConfigError):
+    """A row whose record key column is null or empty (one line, names the column)."""
+
+
+def _key_strings(arr: pa.Array) -> pa.Array:
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return arr.cast(pa.string())
+    return pc.cast(arr, pa.string())
+
+
+def record_keys(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array:
+    """``_hoodie_record_key`` of each row as Hudi's key generators format it: the value of a
+    single key column (SimpleKeyGenerator; null or empty is an error), or
+    ``f1:v1,f2:v2`` for several (ComplexKeyGenerator; ``__null__`` / ``__empty__`` for a
+    null / empty value, an error when all are). Pure."""
+    cols = [_key_strings(batch.column(batch.schema.get_field_index(f))) for f in fields]
+    if len(fields) == 1:
+        col = cols[0]
+        if col.null_count or (len(col) and pc.any(pc.equal(col, "")).as_py()):
+            raise RecordKeyError(
+                f"record key column {fields[0]!r} is null or empty in a row: every row needs a key"
+            )
+        return col
+    parts: list[pa.Array] = []
+    missing: pa.Array | None = None
+    for name, col in zip(fields, cols, strict=True):
+        absent = pc.or_(pc.is_null(col), pc.equal(pc.fill_null(col, ""), ""))
+        missing = absent if missing is None else pc.and_(missing, absent)
+        value = pc.if_else(
+            pc.is_null(col), NULL_KEY, pc.if_else(pc.equal(pc.fill_null(col, ""), ""), EMPTY_KEY, col)
+        )
+        parts.append(pc.binary_join_element_wise(pa.scalar(name + ":"), value, ""))
+    if missing is not None and len(missing) and pc.any(missing).as_py():
+        raise RecordKeyError(f"record key columns {', '.join(fields)} are all null or empty in a row")
+    return pc.binary_join_element_wise(*parts, ",")
 
 
 @dataclass
@@ -377,7 +445,13 @@ class PartitionedParquetWriter:
         spark_version: str = "",
         partition_dir_names: tuple[str, ...] = (),
         int96_timestamps: bool = False,
+        keep_partition_columns: bool = False,
+        meta: HudiMeta | None = None,
     ) -> None:
+        self.keep_partition_columns = keep_partition_columns
+        """Partition columns stay in the files too (Hudi tables)."""
+        self.meta = meta
+        """Set for a Hudi table: the meta columns lead every file (:class:`HudiMeta`)."""
         self.partition_columns = partition_columns
         self.partition_dir_names = partition_dir_names or partition_columns
         """Column names in the directory names (as ``partitionBy`` spelled them)."""
@@ -405,6 +479,7 @@ class PartitionedParquetWriter:
         self._rows_cache: pa.Array | None = None
         self._input_schema: pa.Schema | None = None
         self._cast_to: pa.Schema | None = None
+        self._fschema: pa.Schema | None = None
 
     def _writable(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch with null-typed fields made nullable (see :func:`writable_schema`)."""
@@ -421,7 +496,11 @@ class PartitionedParquetWriter:
                 raise ValueError(
                     f"partition columns {self.partition_columns} not all in {batch_schema.names}"
                 )
-            keep = [f for i, f in enumerate(batch_schema) if i not in self._part_idx]
+            keep = [
+                f
+                for i, f in enumerate(batch_schema)
+                if self.keep_partition_columns or i not in self._part_idx
+            ]
             meta: dict[bytes, bytes] = {}
             if self.spark_schema_json:
                 meta[SPARK_SCHEMA_KEY] = self.spark_schema_json.encode()
@@ -430,9 +509,31 @@ class PartitionedParquetWriter:
             self._schema = pa.schema(keep, metadata=meta or None)
         return self._schema
 
+    def _with_row_meta(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch with ``_hoodie_commit_seqno`` and ``_hoodie_record_key`` in front (the
+        meta columns that vary per row; the others are added per file at flush)."""
+        m = self.meta
+        assert m is not None
+        first = self.stats.rows
+        n = pc.cast(pc.add(self._row_numbers(batch.num_rows), first), pa.string())
+        seqno = pc.binary_join_element_wise(f"{m.instant}_{m.partition_id}_", n, "")
+        keys = record_keys(batch, m.record_key_fields) if m.record_key_fields else seqno
+        return pa.RecordBatch.from_arrays(
+            [seqno, keys, *batch.columns],
+            schema=pa.schema(
+                [
+                    pa.field(META_COLUMNS[1], pa.string()),
+                    pa.field(META_COLUMNS[2], pa.string()),
+                    *batch.schema,
+                ]
+            ),
+        )
+
     def write(self, batch: pa.RecordBatch) -> None:
         """Add a batch (with the partition columns, if any)."""
         batch = self._writable(batch)
+        if self.meta is not None:
+            batch = self._with_row_meta(batch)
         if batch.num_rows == 0:
             self._data_schema(batch.schema)
             return
@@ -441,7 +542,9 @@ class PartitionedParquetWriter:
         if not self.partition_columns:
             self._append("", batch.replace_schema_metadata(None))
             return
-        data_idx = [i for i in range(batch.num_columns) if i not in self._part_idx]
+        data_idx = [
+            i for i in range(batch.num_columns) if self.keep_partition_columns or i not in self._part_idx
+        ]
         keys = [batch.column(i) for i in self._part_idx]
         if all(k.null_count == 0 and _single_value(k) for k in keys):
             values = tuple(k[0].as_py() for k in keys)
@@ -486,28 +589,62 @@ class PartitionedParquetWriter:
             self._flush(largest)
 
     # -- output --------------------------------------------------------------------------
-    def _open_file(self, sink: _Sink, first: pa.Table | None = None) -> pq.ParquetWriter:
-        """The sink's open file, or a new one whose encodings are chosen from ``first``
-        (its first rows) as Spark's own writer would choose them (:func:`writer_options`)."""
-        if sink.writer is not None:
-            self._open.move_to_end(sink.rel_dir)
-            return sink.writer
+    def _file_schema(self) -> pa.Schema:
+        """The schema of the files: the buffered one, plus the per-file meta columns."""
+        assert self._schema is not None
+        if self.meta is None:
+            return self._schema
+        if self._fschema is None:
+            s = self._schema
+            fields = list(s)
+            string = pa.string()
+            fields.insert(0, pa.field(META_COLUMNS[0], string))
+            fields.insert(3, pa.field(META_COLUMNS[3], string))
+            fields.insert(4, pa.field(META_COLUMNS[4], string))
+            self._fschema = pa.schema(fields, metadata=s.metadata)
+        return self._fschema
+
+    def _decorate(self, sink: _Sink, table: pa.Table) -> pa.Table:
+        """``table`` with the per-file meta columns (commit time, partition path, file
+        name) inserted where Hudi puts them; ``table`` itself without :attr:`meta`."""
+        if self.meta is None:
+            return table
+        n = table.num_rows
+        string = pa.string()
+        table = table.add_column(0, META_COLUMNS[0], pa.repeat(pa.scalar(self.meta.instant, string), n))
+        table = table.add_column(3, META_COLUMNS[3], pa.repeat(pa.scalar(sink.rel_dir, string), n))
+        name = sink.rel_path.rsplit("/", 1)[-1]
+        return table.add_column(4, META_COLUMNS[4], pa.repeat(pa.scalar(name, string), n))
+
+    def _new_file(self, sink: _Sink) -> None:
+        """Name the sink's next file (closing the least recently used file if too many are open)."""
         while len(self._open) >= self.max_open_files:
             _, lru = next(iter(self._open.items()))
             self._close_file(lru)  # its later rows go to a new file
-        assert self._schema is not None
         name = self.file_name(self._n)
         self._n += 1
         sink.rel_path = join(sink.rel_dir, name)
         sink.local_path = self.local_path(sink.rel_path)
+        sink.file_rows = 0
+
+    def _open_file(self, sink: _Sink, first: pa.Table | None = None) -> pq.ParquetWriter:
+        """The sink's open file, or a new one (named by :meth:`_new_file`, called first when
+        the sink has no open file) whose encodings are chosen from ``first`` (its first
+        rows) as Spark's own writer would choose them (:func:`writer_options`)."""
+        if sink.writer is not None:
+            self._open.move_to_end(sink.rel_dir)
+            return sink.writer
+        if not sink.rel_path:
+            self._new_file(sink)
+        schema = self._file_schema()
         os.makedirs(os.path.dirname(sink.local_path), exist_ok=True)
-        kwargs = writer_options(first, int96=self.int96_timestamps and not _has_naive_timestamp(self._schema))
+        kwargs = writer_options(first, int96=self.int96_timestamps and not _has_naive_timestamp(schema))
         kwargs["compression"] = self.compression or "none"
         if self.compression_level is not None and self.compression:
             kwargs["compression_level"] = self.compression_level
-        sink.writer = pq.ParquetWriter(sink.local_path, self._schema, **kwargs)
-        if self._schema.metadata:  # without store_schema, pyarrow drops the schema's metadata
-            sink.writer.add_key_value_metadata(self._schema.metadata)
+        sink.writer = pq.ParquetWriter(sink.local_path, schema, **kwargs)
+        if schema.metadata:  # without store_schema, pyarrow drops the schema's metadata
+            sink.writer.add_key_value_metadata(schema.metadata)
         sink.file_rows = 0
         self._open[sink.rel_dir] = sink
         return sink.writer
@@ -522,11 +659,14 @@ class PartitionedParquetWriter:
         sink.buf, sink.buf_rows, sink.buf_bytes = [], 0, 0
         offset = 0
         while offset < table.num_rows:
-            writer = self._open_file(sink, table.slice(offset))
+            if sink.writer is None:
+                self._new_file(sink)
             n = table.num_rows - offset
             if self.max_records_per_file:
                 n = min(n, self.max_records_per_file - sink.file_rows)
-            writer.write_table(table.slice(offset, n), row_group_size=max(1, n))
+            rest = self._decorate(sink, table.slice(offset))
+            writer = self._open_file(sink, rest)
+            writer.write_table(rest.slice(0, n), row_group_size=max(1, n))
             self.stats.row_groups += 1
             sink.file_rows += n
             offset += n
@@ -544,7 +684,10 @@ class PartitionedParquetWriter:
         self.stats.files += 1
         self.stats.bytes += os.path.getsize(sink.local_path)
         self.stats.paths.append(sink.rel_path)
-        self.on_closed(sink.rel_path, sink.local_path)
+        self.stats.file_rows[sink.rel_path] = sink.file_rows
+        rel, local = sink.rel_path, sink.local_path
+        sink.rel_path = ""  # the next file gets a new name
+        self.on_closed(rel, local)
 
     def close(self) -> WriteStats:
         """Write every buffer and finish every file; returns what was written."""
@@ -588,7 +731,10 @@ def _select(batch: pa.RecordBatch, idx: list[int], schema: pa.Schema) -> pa.Reco
 
 __all__ = [
     "HIVE_DEFAULT_PARTITION",
+    "META_COLUMNS",
+    "HudiMeta",
     "PartitionedParquetWriter",
+    "RecordKeyError",
     "WriteStats",
     "dictionary_columns",
     "dictionary_pays",
@@ -596,6 +742,7 @@ __all__ = [
     "nullable_voids",
     "partition_dir",
     "partition_value",
+    "record_keys",
     "unwritable_column",
     "writable_schema",
     "writer_options",

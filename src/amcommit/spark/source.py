@@ -30,11 +30,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
 from amcommit.committer.job import setup_job
@@ -42,11 +48,19 @@ from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
-from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
+from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan, check_table_options
 from amcommit.spark.parquet import nullable_voids, unwritable_column
+from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
+from amcommit.store.base import basename, join
 from amcommit.store.urls import open_location
+from amcommit.table.model import Operation
+from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE
+
+if TYPE_CHECKING:
+    from amcommit.table.properties import TableProperties
+    from amcommit.table.write import TableWrite
 
 
 @dataclass
@@ -114,26 +128,169 @@ class AmcommitWriter(DataSourceArrowWriter):
             raise for_user(e, self.plan.url) from None
 
 
-def _check_destination(plan: WritePlan) -> None:
-    """Open the store and list the destination once: bad URLs, options and credentials fail
-    on the driver before any task starts. Messages never contain option values."""
+class TablePartition(InputPartition):
+    """One input partition of a table read: the files it reads."""
 
-    async def probe() -> None:
+    def __init__(self, part: FilePart) -> None:
+        super().__init__(part.files)
+        self.part = part
+
+
+class TableReader(DataSourceReader):
+    """Reader of one table query, planned on the driver (pickled to the tasks)."""
+
+    def __init__(self, plan: ReadPlan, schema_json: str, parts: list[FilePart]) -> None:
+        self.plan, self.schema_json, self.parts = plan, schema_json, parts
+
+    def __repr__(self) -> str:
+        return f"TableReader(url={self.plan.url!r}, query={self.plan.query!r}, partitions={len(self.parts)})"
+
+    def partitions(self) -> list[InputPartition]:
+        return [TablePartition(p) for p in self.parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of the partition's files, as Arrow batches of the table's schema."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert isinstance(partition, TablePartition)
+        schema = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
+        try:
+            yield from read_files(self.plan, partition.part, schema)
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
+
+
+def _check_destination(plan: WritePlan) -> TableProperties | None:
+    """Open the store and list the destination once: bad URLs, options and credentials fail
+    on the driver before any task starts. Messages never contain option values. Returns
+    the destination's table properties if it holds a Hudi table (``.hoodie/hoodie.properties``)."""
+
+    async def probe() -> tuple[TableProperties | None, bool]:
         store, dest = open_location(plan.url, **plan.store_options)
         try:
-            async for _ in store.list(dest, recursive=False):
-                break
+            held = False  # anything but a (half-created) .hoodie folder
+            async for info in store.list(dest, recursive=False):
+                if basename(info.path.rstrip("/")) != HOODIE_DIR:
+                    held = True
+                    break
+            path = join(dest, PROPERTIES_FILE)
+            try:
+                data = await store.get(path)
+            except NotFound:
+                return None, held
+            from amcommit.table.properties import decode_properties
+
+            return decode_properties(data, where=path), held
         except BucketNotFound:
             raise
         except NotFound:
-            pass  # a destination that does not exist yet
+            return None, False  # a destination that does not exist yet
         finally:
             await store.aclose()
 
     try:
-        run_blocking(probe)
+        props, held = run_blocking(probe)
     except AmcommitError as e:
         raise ConfigError(f"cannot use destination {plan.url!r}: {for_user(e, plan.url)}") from None
+    if props is None and held and plan.table is not None:
+        # Hudi's readers list partition folders: a plain write's files would be read as
+        # table files (or break every read)
+        raise ConfigError(
+            f"{plan.url!r} already holds files but no Hudi table: create a table in an empty destination"
+        )
+    return props
+
+
+def _continue_table(
+    options: dict[str, Any], plan: WritePlan, props: TableProperties, rebuild: Any
+) -> WritePlan:
+    """The plan of a write into an existing table: its partition fields and record key
+    fields are the table's (partitionBy / recordKey may be left out, or must agree)."""
+    given = [
+        c.strip().strip("`")
+        for c in str(options.get("partitionBy", options.get("partitionby", ""))).split(",")
+    ]
+    given = [c for c in given if c]
+    fields = props.partition_fields
+    if given and [c.lower() for c in given] != [c.lower() for c in fields]:
+        raise ConfigError(
+            f"partitionBy {','.join(given)!r} differs from the table's partition fields {','.join(fields) or '(none)'!r}"
+        )
+    opts = {k: v for k, v in options.items() if k.lower() != "partitionby"}
+    if fields:
+        opts["partitionBy"] = ",".join(fields)
+    key = str(options.get("recordKey", options.get("recordkey", ""))).strip()
+    if key and [k.strip().lower() for k in key.split(",")] != [k.lower() for k in props.record_key_fields]:
+        raise ConfigError(
+            f"recordKey {key!r} differs from the table's record key fields "
+            f"{','.join(props.record_key_fields) or '(generated)'!r}"
+        )
+    opts = {k: v for k, v in opts.items() if k.lower() != "recordkey"}
+    keys = [k for k in props.record_key_fields if k != "_hoodie_record_key"]
+    if keys:
+        opts["recordKey"] = ",".join(keys)
+    new_plan: WritePlan = rebuild(opts, existing_table=True)
+    assert new_plan.table is not None
+    return replace(new_plan, table=replace(new_plan.table, name=props.name or new_plan.table.name))
+
+
+def _begin_table_write(plan: WritePlan) -> WritePlan:
+    """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
+    the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from amcommit.table.schema import avro_schema
+    from amcommit.table.write import TableSpec, begin_write
+
+    table = plan.table
+    assert table is not None
+    # the .requested action comes from the save mode alone: both overwrites are replace
+    # commits; which one it is may be settled at job commit (the session's mode)
+    operation = (
+        Operation.INSERT
+        if not plan.overwrite
+        else (
+            Operation.INSERT_OVERWRITE
+            if plan.conflict_mode == "replace"
+            else Operation.INSERT_OVERWRITE_TABLE
+        )
+    )
+    arrow = to_arrow_schema(
+        StructType.fromJson(nullable_voids(json.loads(plan.data_schema_json))), timezone="UTC"
+    )
+    schema_json = avro_schema(arrow, table.name)
+    spec = (
+        TableSpec(
+            name=table.name,
+            partition_fields=plan.partition_columns,
+            record_key_fields=table.record_key_fields,
+        )
+        if table.new
+        else None
+    )
+
+    async def begin() -> TableWrite:
+        store, dest = open_location(plan.url, **plan.store_options)
+        try:
+            return await begin_write(
+                store,
+                dest,
+                operation=operation,
+                spec=spec,
+                avro_schema=schema_json,
+                config=plan.config(),
+                origin="spark",
+            )
+        finally:
+            await store.aclose()
+
+    write = run_blocking(begin)
+    return replace(
+        plan,
+        job_id=write.instant,
+        partition_dir_names=(),
+        table=replace(table, instant=write.instant, operation=operation.value),
+    )
 
 
 def _setup_job(plan: WritePlan) -> None:
@@ -165,6 +322,23 @@ class AmcommitDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
+    def schema(self) -> StructType:
+        """The table's schema: that of its newest committed files (meta columns first)."""
+        try:
+            schema_json, _ = load_plan(build_read_plan(dict(self.options)))
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
+        return StructType.fromJson(json.loads(schema_json))
+
+    def reader(self, schema: StructType) -> TableReader:
+        """Plan the query (snapshot, time travel or incremental) on the driver."""
+        try:
+            plan = build_read_plan(dict(self.options))
+            schema_json, parts = load_plan(plan)
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
+        return TableReader(plan, schema.json() if schema is not None else schema_json, parts)
+
     def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
         try:
             return self._writer(schema, overwrite)
@@ -180,6 +354,7 @@ class AmcommitDataSource(DataSource):
             overwrite,
             session_conf=self.session_conf,
             spark_version=pyspark.__version__,
+            table_options_checked=False,  # judged once we know whether a table is there
         )
         column = unwritable_column(plan.data_schema_json)
         if column is not None:
@@ -187,7 +362,24 @@ class AmcommitDataSource(DataSource):
                 f"column {column!r} is a map with void keys (e.g. map()), which amcommit cannot "
                 "write as Parquet; cast it to a typed map first"
             )
-        _check_destination(plan)
+        props = _check_destination(plan)
+        if props is not None:
+            props.check_supported(plan.url)
+
+            def rebuild(options: dict[str, Any], existing_table: bool) -> WritePlan:
+                return build_plan(
+                    options,
+                    schema,
+                    overwrite,
+                    session_conf=self.session_conf,
+                    spark_version=pyspark.__version__,
+                    existing_table=existing_table,
+                )
+
+            plan = _continue_table(dict(self.options), plan, props, rebuild)
+        check_table_options(plan)
+        if plan.table is not None:
+            return AmcommitWriter(_begin_table_write(plan))
         _setup_job(plan)
         return AmcommitWriter(plan)
 

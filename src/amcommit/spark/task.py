@@ -28,6 +28,7 @@ to the driver are committed) and are deleted by the job commit's cleanup.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -38,6 +39,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import msgspec
 import pyarrow as pa
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -48,11 +50,12 @@ from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
 from amcommit.spark.fault_hooks import InjectedTaskFailure, parse_task_failure
 from amcommit.spark.options import WritePlan
-from amcommit.spark.parquet import PartitionedParquetWriter
+from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWriter
 from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, join
 from amcommit.store.local import LocalStore
 from amcommit.store.urls import open_location
+from amcommit.table.naming import base_file_name, new_file_id, write_token
 
 UPLOADS_IN_FLIGHT = 4
 """Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
@@ -90,6 +93,23 @@ class TaskResult:
     ``dynamic``), None for an append: the driver commits with it."""
 
 
+def job_layout(plan: WritePlan, dest: str) -> JobLayout:
+    """The job's layout: a table write stages under ``.hoodie/.temp/<instant>/``."""
+    if plan.table is not None:
+        return JobLayout(dest, plan.job_id, table=True)
+    return JobLayout(dest, plan.job_id)
+
+
+def footer_schema_json(plan: WritePlan) -> str:
+    """The Spark schema stored in each file's footer: for a table, the five meta columns
+    (nullable strings) first, then every column."""
+    if plan.table is None:
+        return plan.data_schema_json
+    schema = json.loads(plan.data_schema_json)
+    meta = [{"name": c, "type": "string", "nullable": True, "metadata": {}} for c in META_COLUMNS]
+    return json.dumps({"type": "struct", "fields": [*meta, *schema["fields"]]}, separators=(",", ":"))
+
+
 def task_ids(job_id: str, partition: int, attempt: int) -> tuple[str, str]:
     """Hadoop-style ``(task id, task attempt id)`` for a Spark partition and attempt number."""
     base = f"{job_id}_m_{partition:06d}"
@@ -116,6 +136,20 @@ async def check_job_active(store: Store, layout: JobLayout) -> None:
             "is a leftover and writes nothing",
             stage="setup_task",
         )
+
+
+async def keep_alive(store: Store, layout: JobLayout, ttl: float) -> None:
+    """Keep a table write's writer alive while this task writes (a task may run longer than
+    ``writer_ttl`` between the beats of task setups and commits; a later writer would then
+    roll the instant back): beat every ``ttl / 4`` while the job is active. Runs until
+    cancelled; a zombie task of a finished job stops beating."""
+    from amcommit.table.heartbeat import try_beat
+
+    while True:
+        await anyio.sleep(ttl / 4)
+        if not await job_active(store, layout):
+            return
+        await try_beat(store, layout.dest, layout.job_id)
 
 
 async def discard_attempt(store: Store, layout: JobLayout, attempt_id: str) -> None:
@@ -193,6 +227,7 @@ def run_task(
     attempt: int,
     empty_schema: Callable[[], pa.Schema] | None = None,
     session: Mapping[str, str | None] | None = None,
+    stage: int = 0,
 ) -> TaskResult:
     """Write ``batches`` as task attempt ``attempt`` of ``partition`` and commit the task.
 
@@ -202,6 +237,11 @@ def run_task(
 
     ``session``: the session's SQL settings the task saw (``TaskContext`` local properties
     of :data:`~amcommit.spark.sqlconf.SESSION_KEYS`), applied as Spark's writer does.
+
+    For a table (``plan.table``), files are named ``<fileId>_<writeToken>_<instant>.parquet``
+    (the write token from ``partition``, ``stage`` and ``attempt``), carry the meta columns
+    first and keep the partition columns; their row counts go to the job commit in the
+    manifest's ``extra_data["hudi.rows"]``. An empty task writes no file.
 
     Blocking; runs its own event loop in a helper thread for the store calls.
     """
@@ -214,10 +254,15 @@ def run_task(
     with start_blocking_portal() as portal:
         store, dest = portal.call(_open, plan)
         try:
-            layout = JobLayout(dest, plan.job_id)
+            layout = job_layout(plan, dest)
             portal.call(check_job_active, store, layout)
             attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt)
             task_id, _ = task_ids(plan.job_id, partition, 0)
+            beats = (
+                portal.start_task_soon(keep_alive, store, layout, config.writer_ttl)
+                if plan.table is not None
+                else None
+            )
             tmp: str | None = None
             uploads: _Uploads | None = None
             if plan.remote or not isinstance(store, LocalStore):
@@ -238,11 +283,22 @@ def run_task(
                 def on_closed(rel: str, local: str) -> None:
                     pass
 
+            table = plan.table
+            meta = None if table is None else HudiMeta(table.instant, partition, table.record_key_fields)
+            token = write_token(partition, stage, attempt)
+
+            def file_name(n: int) -> str:
+                if table is None:
+                    return plan.file_name(partition, n)
+                return base_file_name(new_file_id(), token, table.instant)
+
             writer = PartitionedParquetWriter(
                 partition_columns=plan.partition_columns,
                 partition_dir_names=plan.partition_dir_names,
                 int96_timestamps=settings.int96_timestamps,
-                file_name=lambda n: plan.file_name(partition, n),
+                keep_partition_columns=table is not None,
+                meta=meta,
+                file_name=file_name,
                 local_path=local_path,
                 on_closed=on_closed,
                 compression=settings.compression,
@@ -252,7 +308,7 @@ def run_task(
                 max_records_per_file=settings.max_records_per_file,
                 max_file_bytes=plan.max_file_bytes,
                 max_open_files=plan.max_open_files,
-                spark_schema_json=plan.data_schema_json,
+                spark_schema_json=footer_schema_json(plan),
                 spark_version=plan.spark_version,
             )
             try:
@@ -265,22 +321,18 @@ def run_task(
                 if failure is not None:
                     _fail(failure.how, writer, uploads)
                 stats = writer.close()
-                if stats.files == 0 and partition == 0 and not plan.partition_columns:
+                if stats.files == 0 and partition == 0 and not plan.partition_columns and table is None:
                     if schema is None and empty_schema is not None:
                         schema = empty_schema()
                     if schema is not None:
                         writer.write_empty_file(schema)
                 if uploads is not None:
                     uploads.wait()
+                extra = {"rows": str(stats.rows), "spark.partition": str(partition)}
+                if table is not None:
+                    extra["hudi.rows"] = json.dumps(stats.file_rows, separators=(",", ":"))
                 manifest: TaskManifest = portal.call(
-                    lambda: commit_task(
-                        store,
-                        layout,
-                        task_id,
-                        attempt_id,
-                        config=config,
-                        extra_data={"rows": str(stats.rows), "spark.partition": str(partition)},
-                    )
+                    lambda: commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
                 )
                 info = portal.call(store.stat, layout.manifest_path(task_id))
                 portal.call(check_job_active, store, layout)  # not a zombie of a finished job
@@ -292,6 +344,8 @@ def run_task(
                     portal.call(discard_attempt, store, layout, attempt_id)
                 raise
             finally:
+                if beats is not None:
+                    beats.cancel()
                 if tmp is not None:
                     shutil.rmtree(tmp, ignore_errors=True)
         finally:
@@ -319,4 +373,13 @@ def _fail(how: str, writer: PartitionedParquetWriter, uploads: _Uploads | None) 
     raise InjectedTaskFailure("amcommit.testing.fail_task: injected task failure")
 
 
-__all__ = ["TaskResult", "decode_manifest", "encode_manifest", "run_task", "setup_attempt", "task_ids"]
+__all__ = [
+    "TaskResult",
+    "decode_manifest",
+    "encode_manifest",
+    "footer_schema_json",
+    "job_layout",
+    "run_task",
+    "setup_attempt",
+    "task_ids",
+]

@@ -1,0 +1,343 @@
+"""Hudi tables through ``format("amcommit")`` with a real SparkSession, hudi-rs as the oracle.
+
+One table gets: append (creates it), append (continues its timeline without
+``tableFormat``), dynamic partition overwrite, whole-table overwrite, then a write whose
+task fails on every attempt (the job aborts). hudi-rs's snapshot, time travel to every
+instant and incremental reads between every pair of instants must equal amcommit's own
+Spark reader and what was written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from amcommit.table.model import parse_instant_file
+from amcommit.table.naming import META_COLUMNS, parse_base_file_name
+from tests.spark.helpers import make_df, writer
+
+pytestmark = pytest.mark.spark
+
+hudi = pytest.importorskip("hudi")
+
+
+def instants(dest: Path) -> list[str]:
+    """Completed instant times, in order."""
+    out = []
+    for name in os.listdir(dest / ".hoodie"):
+        i = parse_instant_file(name)
+        if i is not None and i.completed and i.action in ("commit", "replacecommit"):
+            out.append(i.time)
+    return sorted(out)
+
+
+def pending(dest: Path) -> list[str]:
+    """Times of instants that are requested or inflight and not completed."""
+    seen = [i for n in os.listdir(dest / ".hoodie") if (i := parse_instant_file(n)) is not None]
+    done = {i.time for i in seen if i.completed}
+    return sorted({i.time for i in seen if i.time not in done})
+
+
+def base_files(dest: Path) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(dest):
+        dirs[:] = [d for d in dirs if d != ".hoodie"]
+        out.extend(os.path.relpath(os.path.join(root, f), dest) for f in files if f.endswith(".parquet"))
+    return sorted(out)
+
+
+def hudi_rows(dest: Path, **opts: str) -> list[tuple[int, str]]:
+    """(id, _hoodie_commit_time) of what hudi-rs reads (absolute path: pitfall 7)."""
+    table = hudi.HudiTableBuilder.from_base_uri(str(dest.resolve())).build()
+    o = hudi.HudiReadOptions()
+    if "as_of" in opts:
+        o = o.with_as_of_timestamp(opts["as_of"])
+    if "start" in opts:
+        o = o.with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(opts["start"])
+        if "end" in opts:
+            o = o.with_end_timestamp(opts["end"])
+    out: list[tuple[int, str]] = []
+    for b in table.read(o):
+        d = b.to_pydict()
+        out.extend(zip(d["id"], d["_hoodie_commit_time"], strict=True))
+    return sorted(out)
+
+
+def spark_rows(spark: Any, dest: Path | str, **opts: str) -> list[tuple[int, str]]:
+    r = spark.read.format("amcommit")
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return sorted((row.id, row._hoodie_commit_time) for row in r.load(str(dest)).collect())
+
+
+def test_table_timeline_read_by_hudi_rs(spark: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "events"
+    written: dict[str, list[tuple[int, str]]] = {}  # instant -> (id, cat) rows it wrote
+
+    def write(df: Any, mode: str = "append", **opts: str) -> str:
+        before = set(instants(dest)) if (dest / ".hoodie").exists() else set()
+        writer(df, mode, partitionBy="cat", **opts).save(str(dest))
+        (new,) = set(instants(dest)) - before
+        written[new] = sorted((r.id, r.cat) for r in df.select("id", "cat").collect())
+        return new
+
+    t1 = write(make_df(spark, n=600, parts=3), tableFormat="hudi", recordKey="id")
+    t2 = write(make_df(spark, n=300, start=1000, parts=2))  # continues the table, no tableFormat
+    t3 = write(
+        make_df(spark, n=200, start=2000, cats="a", parts=2), "overwrite", partitionOverwriteMode="dynamic"
+    )
+    t4 = write(make_df(spark, n=150, start=3000, cats="bc", parts=2), "overwrite")
+    assert instants(dest) == [t1, t2, t3, t4] and t1 < t2 < t3 < t4
+    assert [
+        n.rsplit(".", 1)[-1]
+        for n in sorted(os.listdir(dest / ".hoodie"))
+        if n[:17] == t3 and n.count(".") == 1
+    ] == ["replacecommit"]
+
+    # a write whose partition 1 fails on every attempt: Spark aborts the job
+    with pytest.raises(Exception, match="injected task failure"):
+        writer(
+            make_df(spark, n=100, start=9000, parts=2),
+            partitionBy="cat",
+            **{"amcommit.testing.fail_task": {"partitions": [1], "attempts": [0, 1, 2, 3]}},
+        ).save(str(dest))
+    assert instants(dest) == [t1, t2, t3, t4] and pending(dest) == []
+    stamped = {parse_base_file_name(f.rsplit("/", 1)[-1]).instant for f in base_files(dest)}  # type: ignore[union-attr]
+    assert stamped <= {t1, t2, t3, t4}, "a file of the failed write is left"
+    assert not (dest / "_temporary").exists()
+
+    # every file: meta columns first, partition column kept, record key = id
+    for f in base_files(dest):
+        t = pq.read_table(dest / f)
+        assert tuple(t.column_names[:5]) == META_COLUMNS and "cat" in t.column_names
+        d = t.to_pydict()
+        assert d["_hoodie_record_key"] == [str(i) for i in d["id"]]
+        assert set(d["_hoodie_partition_path"]) == {f.rsplit("/", 1)[0]}
+        assert set(d["_hoodie_file_name"]) == {f.rsplit("/", 1)[-1]}
+
+    # the model: rows visible as of each instant
+    order = [t1, t2, t3, t4]
+
+    def visible(upto: str) -> list[tuple[int, str]]:
+        rows: dict[str, list[tuple[int, str, str]]] = {}  # cat -> (id, cat, instant)
+        for t in order:
+            if t > upto:
+                break
+            new = [(i, c, t) for i, c in written[t]]
+            if t == t3:  # dynamic overwrite of the partitions written
+                for c in {c for _, c in written[t]}:
+                    rows[c] = []
+            if t == t4:
+                rows = {}
+            for r in new:
+                rows.setdefault(r[1], []).append(r)
+        return sorted((i, t) for rs in rows.values() for i, _, t in rs)
+
+    latest = visible(t4)
+    assert hudi_rows(dest) == latest == spark_rows(spark, dest)
+    for t in order:
+        assert hudi_rows(dest, as_of=t) == visible(t) == spark_rows(spark, dest, asOf=t), t
+        assert spark_rows(spark, dest, **{"as.of.instant": t}) == visible(t)
+    for i, a in enumerate(["000", *order]):
+        for b in order[i:]:
+            if a == b:
+                continue
+            expected = hudi_rows(dest, start=a, end=b)
+            assert spark_rows(spark, dest, since=a, until=b) == expected, (a, b)
+            hudi_opts = {
+                "hoodie.datasource.query.type": "incremental",
+                "hoodie.datasource.read.begin.instanttime": a,
+                "hoodie.datasource.read.end.instanttime": b,
+            }
+            assert spark_rows(spark, dest, **hudi_opts) == expected
+    # adjacent ranges hold exactly what each write wrote
+    for a, b in zip(["000", *order], order, strict=False):
+        assert sorted(i for i, _ in hudi_rows(dest, start=a, end=b)) == [i for i, _ in written[b]]
+
+    # plain Parquet reading sees the replaced files too (they stay until cleaned)
+    plain = spark.read.parquet(str(dest)).count()
+    assert plain == sum(len(v) for v in written.values()) > len(latest)
+
+
+def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> None:
+    """Partition 1's first attempt writes files, then fails: only the retry's files are
+    published (pitfall 2: two attempts of one file group break every hudi-rs read)."""
+    dest = tmp_path / "retry"
+    df = make_df(spark, n=4000, parts=3)
+    writer(
+        df,
+        partitionBy="cat",
+        tableFormat="hudi",
+        rowGroupRows="200",
+        maxRecordsPerFile="300",
+        **{"amcommit.testing.fail_task": {"partitions": [1], "attempts": [0], "after_rows": 900}},
+    ).save(str(dest))
+    files = base_files(dest)
+    ids = [parse_base_file_name(f.rsplit("/", 1)[-1]).file_id for f in files]  # type: ignore[union-attr]
+    assert len(ids) == len(set(ids))
+    tokens = {parse_base_file_name(f.rsplit("/", 1)[-1]).write_token for f in files}  # type: ignore[union-attr]
+    assert not any(t.startswith("1-") and t.endswith("-0") for t in tokens), (
+        "a failed attempt's file is published"
+    )
+    assert any(t.startswith("1-") and t.endswith("-1") for t in tokens)
+    got = hudi_rows(dest)
+    assert sorted(i for i, _ in got) == list(range(4000))
+    assert spark_rows(spark, dest) == got
+    # generated record keys are unique
+    keys = spark.read.format("amcommit").load(str(dest)).select("_hoodie_record_key").distinct().count()
+    assert keys == 4000
+
+
+def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> None:
+    """Partition 0's first attempt finishes its files, then its Python worker dies (no
+    cleanup): its files stay in the write's staging, never in the table."""
+    dest = tmp_path / "crash"
+    df = make_df(spark, n=3000, parts=2)
+    writer(
+        df,
+        partitionBy="cat",
+        tableFormat="hudi",
+        **{
+            "amcommit.testing.fail_task": {
+                "partitions": [0],
+                "attempts": [0],
+                "after_rows": 500,
+                "how": "exit",
+            }
+        },
+    ).save(str(dest))
+    files = base_files(dest)
+    tokens = {parse_base_file_name(f.rsplit("/", 1)[-1]).write_token for f in files}  # type: ignore[union-attr]
+    assert not any(t.startswith("0-") and t.endswith("-0") for t in tokens), tokens
+    assert sorted(i for i, _ in hudi_rows(dest)) == list(range(3000))
+    assert not (dest / ".hoodie" / ".temp" / instants(dest)[0]).exists()
+
+
+def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "t"
+    writer(make_df(spark, n=10, parts=1), tableFormat="hudi").save(str(dest))  # not partitioned
+    assert hudi_rows(dest) == spark_rows(spark, dest) and len(hudi_rows(dest)) == 10
+    for opts, match in [
+        ({"hoodie.datasource.query.type": "streaming"}, "must be snapshot or incremental"),
+        ({"asOf": "yesterday"}, "must be an instant time"),
+        ({"hoodie.datasource.query.type": "incremental"}, "needs option"),
+        ({"sinse": "000"}, "did you mean 'since'"),
+    ]:
+        r = spark.read.format("amcommit")
+        for k, v in opts.items():
+            r = r.option(k, v)
+        with pytest.raises(Exception, match=match) as e:
+            r.load(str(dest)).collect()
+        # as the writer's errors: Spark shows the worker's traceback, here one frame and the line
+        assert str(e.value).count('File "') <= 1, str(e.value)
+    with pytest.raises(Exception, match="holds no Hudi table"):
+        spark.read.format("amcommit").load(str(tmp_path / "nothing")).collect()
+
+
+def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
+    """A table on fake-gcs-server: amcommit's reader on the bucket, hudi-rs on a downloaded
+    copy (hudi-rs's GCS client cannot be pointed at the emulator's plain-HTTP endpoint)."""
+    import uuid
+
+    from tests.spark.test_cloud import download
+
+    bucket = f"amc-table-{uuid.uuid4().hex[:10]}"
+    fake_gcs.create_bucket(bucket)
+    url = f"gs://{bucket}/warehouse/events"
+    opts = {"endpoint": fake_gcs.url}
+    writer(
+        make_df(spark, n=500, parts=2), partitionBy="cat", tableFormat="hudi", recordKey="id", **opts
+    ).save(url)
+    writer(
+        make_df(spark, n=100, start=1000, cats="a", parts=2),
+        "overwrite",
+        partitionOverwriteMode="dynamic",
+        **opts,
+    ).save(url)
+    names = download(url, opts, tmp_path / "copy")
+    assert not [n for n in names if "_temporary" in n or n.startswith(".hoodie/.temp/")], names
+    expected = hudi_rows(tmp_path / "copy")
+    assert sorted(i for i, _ in expected) == sorted(
+        [i for i in range(500) if i % 3 != 0] + list(range(1000, 1100))
+    )
+    assert spark_rows(spark, url, **opts) == expected
+
+
+def test_table_dynamic_overwrite_from_session_conf(spark: Any, tmp_path: Path) -> None:
+    """``spark.sql.sources.partitionOverwriteMode=dynamic`` reaches only the tasks: the
+    commit records INSERT_OVERWRITE (what the tasks saw) and replaces only partition a."""
+    import json
+
+    dest = tmp_path / "conf"
+    writer(make_df(spark, n=300, parts=2), partitionBy="cat", tableFormat="hudi").save(str(dest))
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        writer(make_df(spark, n=50, start=1000, cats="a", parts=2), "overwrite").save(str(dest))
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+    t2 = instants(dest)[-1]
+    meta = json.loads((dest / ".hoodie" / f"{t2}.replacecommit").read_text())
+    assert meta["operationType"] == "INSERT_OVERWRITE" and list(meta["partitionToReplaceFileIds"]) == [
+        "cat=a"
+    ]
+    expected = sorted([i for i in range(300) if i % 3 != 0] + list(range(1000, 1050)))
+    assert sorted(i for i, _ in hudi_rows(dest)) == expected
+    assert spark_rows(spark, dest) == hudi_rows(dest)
+
+
+def test_table_write_refusals(spark: Any, tmp_path: Path) -> None:
+    """One line, before any task, nothing changed: a table over a plain destination, a
+    partitionBy or recordKey that is not the table's."""
+    plain = tmp_path / "plain"
+    writer(make_df(spark, n=20, parts=1)).save(str(plain))
+    before = sorted(os.listdir(plain))
+    with pytest.raises(Exception, match="already holds files but no Hudi table"):
+        writer(make_df(spark, n=20, parts=1), tableFormat="hudi").save(str(plain))
+    assert sorted(os.listdir(plain)) == before
+
+    dest = tmp_path / "t"
+    writer(make_df(spark, n=20, parts=1), partitionBy="cat", tableFormat="hudi", recordKey="id").save(
+        str(dest)
+    )
+    for opts, match in [
+        ({"partitionBy": "day"}, "differs from the table's partition fields 'cat'"),
+        ({"recordKey": "name"}, "differs from the table's record key fields 'id'"),
+    ]:
+        with pytest.raises(Exception, match=match):
+            writer(make_df(spark, n=20, parts=1), **opts).save(str(dest))
+    assert pending(dest) == [] and len(instants(dest)) == 1
+
+
+def test_table_read_past_a_clean_is_refused(spark: Any, tmp_path: Path) -> None:
+    """After a clean deleted replaced files, a time travel or incremental query reaching
+    before what it kept is refused in one line (hudi-rs silently returns fewer rows there).
+    Needs the reading/clean API (amcommit.table.clean, branch tableread)."""
+    import anyio
+
+    clean_mod = pytest.importorskip("amcommit.table.clean")
+    from amcommit.store.local import LocalStore
+
+    dest = tmp_path / "cleaned"
+    writer(make_df(spark, n=30, parts=1), partitionBy="cat", tableFormat="hudi").save(str(dest))
+    writer(make_df(spark, n=30, start=100, parts=1), "overwrite").save(str(dest))
+    writer(make_df(spark, n=30, start=200, parts=1), "overwrite").save(str(dest))
+    t1, _t2, t3 = instants(dest)
+
+    async def clean() -> None:
+        store = LocalStore("/")
+        try:
+            await clean_mod.clean(store, str(dest.resolve()).lstrip("/"), retain_commits=1)
+        finally:
+            await store.aclose()
+
+    anyio.run(clean)
+    assert sorted(i for i, _ in spark_rows(spark, dest)) == list(range(200, 230))
+    assert sorted(i for i, _ in spark_rows(spark, dest, asOf=t3)) == list(range(200, 230))
+    for opts in ({"asOf": t1}, {"since": "000", "until": t1}):
+        with pytest.raises(Exception, match="reaches past what clean") as e:
+            spark_rows(spark, dest, **opts)
+        assert str(e.value).count('File "') <= 1, str(e.value)
