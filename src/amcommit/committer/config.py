@@ -110,6 +110,9 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     lock_wait: float = 600.0
     """Seconds a commit waits for another job's destination lock before failing with a
     ConflictError naming the holder."""
+    clean_retain_commits: int | None = None
+    """Tables only: after each commit, clean file groups replaced before the latest N
+    commits (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
 
     def __post_init__(self) -> None:
         for name in (
