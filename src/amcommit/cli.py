@@ -487,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_arguments(sp)
     sp.set_defaults(func=cmd_demo)
+    __import__("amcommit.table.cli").table.cli.add_commands(
+        sub, store_args, _URL_FORMS
+    )  # timeline/changes/clean
     return p
 
 

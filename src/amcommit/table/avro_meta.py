@@ -206,7 +206,7 @@ def encode_cleaner_plan(plan: CleanerPlan, *, root_uri: str) -> bytes:
     """Avro container bytes of ``HoodieCleanerPlan`` v2. Paths are written as full URIs
     under ``root_uri`` (the table's URI, as Hudi's planner writes them)."""
     base = root_uri.rstrip("/")
-    record = {
+    record: dict[str, Any] = {
         "earliestInstantToRetain": {
             "timestamp": plan.earliest_retained,
             "action": plan.earliest_action,

@@ -29,6 +29,7 @@ made. Readers treat a pending clean like a completed one (its files may already 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -102,7 +103,7 @@ def plan_clean(
                     doomed.setdefault(group[0], set()).add(path)
     for (part, _fid), vs in versions.items():  # superseded versions (tables others wrote)
         vs.sort()
-        for (_, path), (newer, _) in zip(vs, vs[1:], strict=False):
+        for (_, path), (newer, _) in itertools.pairwise(vs):
             if prev < newer <= e:
                 doomed.setdefault(part, set()).add(path)
     if not doomed:
@@ -180,7 +181,12 @@ async def _execute(
 
 
 async def _resume_pending(
-    store: Store, dest: str, tl: Timeline, lst: Listing, config: CommitterConfig, report: CleanReport,
+    store: Store,
+    dest: str,
+    tl: Timeline,
+    lst: Listing,
+    config: CommitterConfig,
+    report: CleanReport,
     progress: ProgressCallback | None,
 ) -> bool:
     """Complete every pending clean instant from its stored plan. True if there was one."""
@@ -229,7 +235,14 @@ async def _clean_unlocked(
             break
         after = t  # the time was taken (by another writer): allocate a later one
     await _execute(
-        store, dest, t, plan, last_completed=plan.last_completed, config=config, report=report, progress=progress
+        store,
+        dest,
+        t,
+        plan,
+        last_completed=plan.last_completed,
+        config=config,
+        report=report,
+        progress=progress,
     )
     report.instant = t
     return report

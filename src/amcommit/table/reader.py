@@ -161,7 +161,7 @@ async def list_timeline(store: Store, dest: str, *, policy: RetryPolicy | None =
 
     objects = {basename(o.path): o for o in await retry_call(listing, policy=policy) if not o.is_dir}
     if "hoodie.properties" not in objects:
-        raise NotATable(dest)
+        raise NotATable.make(dest)
     best: dict[str, Instant] = {}
     for name in objects:
         i = parse_instant_file(name)
@@ -247,9 +247,11 @@ class Timeline:
         for i in lst.instants:
             if i.time == t:
                 if not i.completed:
-                    raise UnknownInstant(t, self.dest, f"the {i.action} is {i.state.value}, not completed")
+                    raise UnknownInstant.make(
+                        t, self.dest, f"the {i.action} is {i.state.value}, not completed"
+                    )
                 return
-        raise UnknownInstant(t, self.dest)
+        raise UnknownInstant.make(t, self.dest)
 
     def _write_instants(self, lst: Listing, since: str | None, until: str | None) -> list[Instant]:
         lo = 0 if since is None else bisect.bisect_right(lst.writes, since)
@@ -268,7 +270,7 @@ class Timeline:
             if t is not None:
                 check_instant(t)
         if since is not None and until is not None and since > until:
-            raise RangeReversed(since, until)
+            raise RangeReversed.make(since, until)
         lst = await self.listing()
         self._check_known(lst, since)
         self._check_known(lst, until)
@@ -276,8 +278,10 @@ class Timeline:
         if picked:
             mark = await self.cleaned(lst)
             if mark is not None and picked[0].time < mark.earliest:
-                raise CleanedPast(
-                    f"changes since {since or 'the start'} (first commit {picked[0].time})", mark.earliest, mark.clean
+                raise CleanedPast.make(
+                    f"changes since {since or 'the start'} (first commit {picked[0].time})",
+                    mark.earliest,
+                    mark.clean,
                 )
         return changes(await self.load(picked), since, until)
 
@@ -290,7 +294,7 @@ class Timeline:
         if as_of is not None:
             mark = await self.cleaned(lst)
             if mark is not None and as_of < mark.earliest:
-                raise CleanedPast(f"time travel to {as_of}", mark.earliest, mark.clean)
+                raise CleanedPast.make(f"time travel to {as_of}", mark.earliest, mark.clean)
         return snapshot(await self.load(self._write_instants(lst, None, as_of)), as_of)
 
     async def commits(self) -> list[LoadedCommit]:
@@ -329,7 +333,9 @@ class Timeline:
                         files=len(stats),
                         bytes=sum(s.file_size_in_bytes or s.total_write_bytes for s in stats),
                         rows=sum(s.num_writes for s in stats),
-                        replaced=len(c.replaced()) if c.metadata.partition_to_replace_file_ids is not None else None,
+                        replaced=len(c.replaced())
+                        if c.metadata.partition_to_replace_file_ids is not None
+                        else None,
                         duration=duration,
                         label=next((extra[k] for k in LABEL_KEYS if k in extra), None),
                     )
@@ -394,7 +400,9 @@ class BlockingTimeline:
         return self._run(lambda t: t.snapshot(as_of))
 
 
-def open_timeline(url: str, *, config: CommitterConfig = DEFAULT_CONFIG, **store_options: Any) -> BlockingTimeline:
+def open_timeline(
+    url: str, *, config: CommitterConfig = DEFAULT_CONFIG, **store_options: Any
+) -> BlockingTimeline:
     """The blocking timeline of the table at ``url``; ``store_options`` go to
     :func:`amcommit.store.urls.open_location` (endpoint, credentials)."""
     return BlockingTimeline(url, config=config, store_options=store_options)
