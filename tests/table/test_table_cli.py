@@ -34,7 +34,9 @@ def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.C
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL"]
     assert [ln.split()[0] for ln in lines[1:]] == times  # newest last
-    assert "q1/batch-7" in lines[2] and "inflight" in lines[4] and "replacecommit (INSERT_OVERWRITE)" in lines[3]
+    assert (
+        "q1/batch-7" in lines[2] and "inflight" in lines[4] and "replacecommit (INSERT_OVERWRITE)" in lines[3]
+    )
     assert main(["timeline", str(root), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["time"] for d in data] == times
@@ -55,7 +57,16 @@ def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.C
 def test_plain_text_table_without_rich(table: tuple[Path, list[str]]) -> None:
     root, times = table
     text = format_instants(open_timeline(str(root)).instants(), use_rich=False)
-    assert text.splitlines()[0].split() == ["TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL"]
+    assert text.splitlines()[0].split() == [
+        "TIME",
+        "ACTION",
+        "STATE",
+        "FILES",
+        "BYTES",
+        "ROWS",
+        "DURATION",
+        "LABEL",
+    ]
     assert text.splitlines()[-1].startswith(times[-1])
 
 
@@ -78,7 +89,10 @@ def test_clean_dry_run_then_clean(table: tuple[Path, list[str]], capsys: pytest.
     assert out[0] == f"would delete 3 files (keeping from instant {t[2]} on):" and len(out) == 4
     assert main(["clean", str(root), "--retain-commits", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("clean ") and f"deleted 3 files (0 already gone); time travel and incremental reads start at {t[2]}" in out
+    assert (
+        out.startswith("clean ")
+        and f"deleted 3 files (0 already gone); time travel and incremental reads start at {t[2]}" in out
+    )
     assert main(["clean", str(root), "--retain-commits", "2"]) == 0
     assert capsys.readouterr().out.strip() == "nothing to clean (keeping the latest 2 commits)"
 
@@ -87,8 +101,14 @@ def test_clean_dry_run_then_clean(table: tuple[Path, list[str]], capsys: pytest.
     ("argv", "message"),
     [
         (["changes", "{root}", "--since", "{t0}", "--until", "{t1}x"], "invalid instant time"),
-        (["changes", "{root}", "--since", "{t2}", "--until", "{t1}"], "range reversed: since {t2} is later than until {t1}"),
-        (["changes", "{root}", "--since", "{t3}"], "unknown instant {t3} in table '{root}': the commit is inflight"),
+        (
+            ["changes", "{root}", "--since", "{t2}", "--until", "{t1}"],
+            "range reversed: since {t2} is later than until {t1}",
+        ),
+        (
+            ["changes", "{root}", "--since", "{t3}"],
+            "unknown instant {t3} in table '{root}': the commit is inflight",
+        ),
         (["changes", "{root}", "--since", "20991231000000000"], "unknown instant 20991231000000000"),
         (["timeline", "{root}/a"], "'{root}/a' is not a table: no .hoodie/hoodie.properties"),
         (["clean", "{root}", "--retain-commits", "0"], "--retain-commits must be an integer >= 1, got 0"),
