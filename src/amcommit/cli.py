@@ -487,9 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_arguments(sp)
     sp.set_defaults(func=cmd_demo)
-    __import__("amcommit.table.cli").table.cli.add_commands(
-        sub, store_args, _URL_FORMS
-    )  # timeline/changes/clean
+    __import__("amcommit.table.cli_write", fromlist=["add_commands"]).add_commands(sub, store_args)
+    __import__("amcommit.table.cli", fromlist=["add_commands"]).add_commands(sub, store_args, _URL_FORMS)
     return p
 
 

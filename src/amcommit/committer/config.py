@@ -110,6 +110,11 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     lock_wait: float = 600.0
     """Seconds a commit waits for another job's destination lock before failing with a
     ConflictError naming the holder."""
+    writer_ttl: float = 120.0
+    """Hudi tables: seconds a writer's heartbeat (``.hoodie/.heartbeat/<instant>``) stays
+    fresh. An earlier inflight instant whose heartbeat is older (or that never heartbeated
+    and was allocated longer ago) belongs to a dead writer: the next commit rolls it back.
+    A live writer must refresh it at least this often (:mod:`amcommit.table.heartbeat`)."""
     clean_retain_commits: int | None = None
     """Tables only: after each commit, clean file groups replaced before the latest N
     commits (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
@@ -135,6 +140,8 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
             raise ConfigError("success_filenames must be >= 0")
         if not self.lock_ttl > 0:
             raise ConfigError(f"lock_ttl must be > 0 seconds, got {self.lock_ttl!r}")
+        if not self.writer_ttl > 0:
+            raise ConfigError(f"writer_ttl must be > 0 seconds, got {self.writer_ttl!r}")
         if not self.lock_wait >= 0:
             raise ConfigError(f"lock_wait must be >= 0 seconds, got {self.lock_wait!r}")
 

@@ -70,6 +70,9 @@ class JobContext:
     spool: EntrySpool | None = None
     dirs: set[str] = field(default_factory=set)
     journal: Journal | None = None
+    extra_data: list[dict[str, str]] = field(default_factory=list)
+    """The non-empty ``extra_data`` of the loaded manifests (table writes read row counts
+    from them)."""
     _retry: tuple[CommitterConfig, RetryPolicy, RetryPolicy] | None = field(
         default=None, init=False, repr=False
     )

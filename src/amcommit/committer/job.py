@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 import time
 from collections.abc import Sequence
 
@@ -63,6 +64,8 @@ from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
 from amcommit.uris import path_to_uri
 
+_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
+
 
 async def setup_job(
     store: Store,
@@ -79,6 +82,7 @@ async def setup_job(
     ``origin`` (who set it up, e.g. ``"spark"``) are recorded in the job marker; a later
     commit from the store alone checks them (:mod:`amcommit.committer.completeness`).
     """
+    await _refuse_table(store, dest, job_id, "setup_job")
     layout = JobLayout(dest, job_id, job_attempt)
     marker = {"jobId": job_id, "created": time.time(), "layout": "amcommit/1"}
     body = json.dumps({**marker, **marker_fields(origin, expected_tasks)}).encode()
@@ -91,6 +95,19 @@ async def setup_job(
     return layout
 
 
+async def _refuse_table(store: Store, dest: str, job_id: str, stage: str) -> None:
+    """CommitError if ``dest`` holds a Hudi table (a plain job would put a ``_temporary``
+    folder and plain files into it)."""
+    from amcommit.table.write import is_table
+
+    if await is_table(store, dest):
+        raise CommitError(
+            f"{dest!r} holds a Hudi table: plain job {job_id!r} cannot write into it (write through "
+            "the table API, begin_write, or tableFormat=hudi)",
+            stage=stage,
+        )
+
+
 async def _exists(store: Store, prefix: str, config: CommitterConfig) -> bool:
     async for _ in retry_list(store, prefix, recursive=False, policy=policies_of(config)[0]):
         return True
@@ -101,7 +118,12 @@ async def resolve_layout(
     store: Store, dest: str, job_id: str, job_attempt: int = 0, *, config: CommitterConfig = DEFAULT_CONFIG
 ) -> JobLayout | None:
     """The job's layout on the store: ours, else Hadoop's (``_temporary/$jobId``); None if
-    neither job directory exists. Listings are retried (``config``'s retry policy)."""
+    neither job directory exists. Listings are retried (``config``'s retry policy). A job id
+    that is an instant time with a staging folder in ``.hoodie/.temp/`` is a table write."""
+    if _INSTANT_RE.match(job_id) and job_attempt == 0:
+        table = JobLayout(dest, job_id, table=True)
+        if await _exists(store, table.job_dir, config):
+            return table
     ours = JobLayout(dest, job_id, job_attempt)
     if await _exists(store, ours.job_dir, config):
         return ours
@@ -175,6 +197,24 @@ async def commit_job(
     lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
     a half-done commit left by a dead holder is completed first). See :func:`_commit_job`.
     """
+    from amcommit.table.write import is_table
+
+    if await is_table(store, dest, config):
+        if not _INSTANT_RE.match(job_id) or job_attempt != 0:
+            await _refuse_table(store, dest, job_id, "commit_job")
+        from amcommit.table.commit import commit_table_job
+
+        return await commit_table_job(
+            store,
+            dest,
+            job_id,
+            config=config,
+            manifests=manifests,
+            manifest_etags=manifest_etags,
+            progress=progress,
+            limiter=limiter,
+            allow_partial=allow_partial,
+        )
     completed: list[str] = []  # the dead holder whose commit finish_previous completed
 
     async def finish_previous(prev: LockBody, s: Store) -> None:
@@ -257,6 +297,10 @@ async def _commit_job(
             f"{0 if manifests is None else len(manifests)} manifests but {len(manifest_etags)} manifest etags"
         )
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    if layout is None and _INSTANT_RE.match(job_id):
+        done = await _table_already_committed(store, dest, job_id)
+        if done is not None:
+            return done
     if layout is None:
         done = await _already_committed(store, JobLayout(dest, job_id, job_attempt), config)
         if done is not None:
@@ -276,7 +320,12 @@ async def _commit_job(
     report.completeness = completeness
     report.completed_previous = completed_previous[-1] if completed_previous else None
     try:
-        await _run_commit(ctx, manifests, manifest_etags)
+        if layout.table:
+            from amcommit.table.commit import run_table_commit
+
+            await run_table_commit(ctx, manifests, manifest_etags)
+        else:
+            await _run_commit(ctx, manifests, manifest_etags)
         report.success = True
     except BaseException as e:
         report.success = False
@@ -304,6 +353,36 @@ async def _commit_job(
                 stage="cleanup",
             ) from e
         report.error = f"cleanup failed: {_describe(e)}"
+    return report
+
+
+async def _table_already_committed(store: Store, dest: str, instant: str) -> JobReport | None:
+    """The report of a table write whose instant is completed and staging cleaned up."""
+    from amcommit.table.commit import completed_instant
+    from amcommit.table.model import Action, Operation, decode_commit_metadata
+    from amcommit.table.write import is_table
+
+    if not await is_table(store, dest):
+        return None
+    done = await completed_instant(store, dest, instant)
+    if done is None:
+        return None
+    from amcommit.store.base import join
+    from amcommit.table.naming import HOODIE_DIR
+
+    meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
+    report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
+    report.instant = instant
+    report.operation = meta.operation_type or (
+        Operation.INSERT_OVERWRITE.value
+        if done.action == Action.REPLACE_COMMIT.value
+        else Operation.INSERT.value
+    )
+    stats = meta.write_stats()
+    report.files = report.renamed = len(stats)
+    report.bytes = sum(s.file_size_in_bytes for s in stats)
+    report.already_committed = True
+    report.finished = time.time()
     return report
 
 
@@ -437,10 +516,13 @@ async def abort_job(
     destination is rolled back or the commit completed; otherwise only the job directory is
     deleted, without waiting for the lock."""
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    table = (layout is not None and layout.table) or (
+        layout is None and bool(_INSTANT_RE.match(job_id)) and await _is_table(store, dest, config)
+    )
     journal = (
         None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
     )
-    if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0]):
+    if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0], table=table):
         return await _abort_job(
             store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
         )
@@ -455,7 +537,14 @@ async def abort_job(
         job_attempt=job_attempt,
         operation="abort",
         finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
+        table=table,
     )
+
+
+async def _is_table(store: Store, dest: str, config: CommitterConfig) -> bool:
+    from amcommit.table.write import is_table
+
+    return await is_table(store, dest, config)
 
 
 async def _abort_job(
@@ -476,6 +565,15 @@ async def _abort_job(
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
     if layout is None:
         report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
+        if _INSTANT_RE.match(job_id) and await _is_table(store, dest, config):
+            done = await _table_already_committed(store, dest, job_id)
+            if done is not None:  # committed and cleaned up: nothing to abort
+                return done
+            # staging gone (a rollback interrupted after its cleanup): finish the rollback
+            from amcommit.table.rollback import finish_rollback
+
+            report.instant = job_id
+            report.rolled_back = await finish_rollback(store, dest, job_id, partitions=None, config=config)
         report.finished = time.time()
         return report
     ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
@@ -495,7 +593,12 @@ async def _abort_job(
                 journal.filenames = [path_to_uri(store.root_uri, d) for d in first]
                 await save_journal(ctx, journal, patient=True)
                 completed = True
-        if not completed:
+        if not completed and layout.table:
+            from amcommit.table.rollback import rollback_table_write
+
+            if await rollback_table_write(ctx, journal):
+                completed = True  # the instant was already published: only cleanup remains
+        elif not completed:
             if journal is not None:
                 async with ctx.stage("rollback"):
                     await rollback(ctx)

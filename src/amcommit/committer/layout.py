@@ -15,6 +15,11 @@ directory name, ``_temporary/$jobId`` instead of ``_temporary/manifest_$jobId``)
             tasks/$taskAttemptId/...           task attempt working directories
             task-attempts/$taskAttemptId       task attempt markers (setup_task; create-only)
     $dest/_SUCCESS                             JSON report, written last
+
+A *table* job (``table=True``, a Hudi table write, :mod:`amcommit.table.write`) keeps the
+same tree under ``$dest/.hoodie/.temp/$instant/`` instead of ``_temporary/manifest_$jobId``
+(the job id is the instant; never a ``_temporary`` folder in a table: Hudi readers break on
+it), and its destination lock is ``$dest/.hoodie/.temp/_commit.lock``. No ``_SUCCESS``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from amcommit.store.base import check_path, join
 TEMP_DIR_NAME = "_temporary"
 SUCCESS_NAME = "_SUCCESS"
 MANIFEST_SUFFIX = "-manifest.json"
+TABLE_TEMP_DIR = ".hoodie/.temp"
+"""Staging root of table writes (same as :data:`amcommit.table.naming.TEMP_DIR`)."""
+_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 
 
@@ -49,20 +57,32 @@ class JobLayout:
     job_attempt: int = 0
     hadoop: bool = False
     """Hadoop's layout (``_temporary/$jobId``) instead of ours (``_temporary/manifest_$jobId``)."""
+    table: bool = False
+    """A Hudi table write: staging in ``.hoodie/.temp/$instant/`` (the job id is the instant)."""
 
     def __post_init__(self) -> None:
         check_path(self.dest)
         check_id(self.job_id, "job id")
+        if self.table:
+            if self.hadoop:
+                raise ConfigError("a table write cannot use Hadoop's job layout")
+            if not _INSTANT_RE.match(self.job_id):
+                raise ConfigError(
+                    f"invalid instant {self.job_id!r}: a table write's job id is its instant time "
+                    "(17 digits yyyyMMddHHmmssSSS, UTC)"
+                )
         if not 0 <= self.job_attempt <= 99:
             raise ConfigError(f"job attempt must be within 0..99, got {self.job_attempt}")
 
     @property
     def temp_root(self) -> str:
+        if self.table:
+            return join(self.dest, TABLE_TEMP_DIR)
         return join(self.dest, TEMP_DIR_NAME)
 
     @property
     def job_dir(self) -> str:
-        name = self.job_id if self.hadoop else f"manifest_{self.job_id}"
+        name = self.job_id if (self.hadoop or self.table) else f"manifest_{self.job_id}"
         return join(self.temp_root, name)
 
     @property

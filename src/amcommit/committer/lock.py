@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import secrets
 import socket
 import time
@@ -69,7 +70,7 @@ import msgspec
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.journal import Journal, decode_journal
-from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
+from amcommit.committer.layout import TABLE_TEMP_DIR, TEMP_DIR_NAME, JobLayout
 from amcommit.errors import (
     AlreadyExists,
     CommitError,
@@ -101,6 +102,7 @@ its last successful renewal."""
 MAX_POLL = 2.0
 DEFAULT_POLICY = policies_of(DEFAULT_CONFIG)[0]
 _CONSISTENT_READS = 5
+_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
 Operation = Literal["commit", "abort"]
 
@@ -125,9 +127,10 @@ class LockBody(msgspec.Struct, kw_only=True):
 _dec = msgspec.json.Decoder(LockBody)
 
 
-def lock_path(dest: str) -> str:
-    """Store path of the lock object of destination ``dest``."""
-    return join(dest, TEMP_DIR_NAME, LOCK_NAME)
+def lock_path(dest: str, *, table: bool = False) -> str:
+    """Store path of the lock object of destination ``dest`` (a Hudi table's lock lives in
+    ``.hoodie/.temp/``: no ``_temporary`` folder may appear in a table)."""
+    return join(dest, TABLE_TEMP_DIR if table else TEMP_DIR_NAME, LOCK_NAME)
 
 
 def decode_lock(data: bytes) -> LockBody | None:
@@ -164,11 +167,13 @@ class DestinationLock:
         ttl: float = 60.0,
         wait: float = 600.0,
         policy: RetryPolicy = DEFAULT_POLICY,
+        table: bool = False,
     ) -> None:
         self.store = store
         self.policy = policy
         self.dest = dest
-        self.path = lock_path(dest)
+        self.table = table
+        self.path = lock_path(dest, table=table)
         self.job_id = job_id
         self.job_attempt = job_attempt
         self.operation = operation
@@ -378,7 +383,7 @@ class DestinationLock:
             await self._call(delete_within_lease)
         except (StoreError, LockLost):
             return
-        if store.capabilities.directories:
+        if store.capabilities.directories and not self.table:
             temp = join(self.dest, TEMP_DIR_NAME)
             try:
                 await self._call(lambda: store.delete(temp))  # only if empty
@@ -432,10 +437,12 @@ class FencedStore:
         await self.inner.aclose()
 
 
-async def held_by(store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> bool:
+async def held_by(
+    store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY, table: bool = False
+) -> bool:
     """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not). The
     read goes through the engine's retry layer with ``policy``."""
-    path = lock_path(dest)
+    path = lock_path(dest, table=table)
     try:
         body = decode_lock(await retry_call(partial(store.get, path), policy=policy))
     except NotFound:
@@ -451,8 +458,11 @@ async def unfinished_journal(
     the engine's retry layer with ``policy``."""
     if not job_id:
         return None
-    for hadoop in (False, True):
-        path = JobLayout(dest, job_id, 0, hadoop=hadoop).journal_path
+    kinds = [(False, False), (True, False)]
+    if _INSTANT_RE.match(job_id):
+        kinds.insert(0, (False, True))
+    for hadoop, table in kinds:
+        path = JobLayout(dest, job_id, 0, hadoop=hadoop, table=table).journal_path
         try:
             journal = decode_journal(await retry_call(partial(store.get, path), policy=policy))
         except NotFound:
@@ -472,6 +482,7 @@ async def run_locked(
     job_attempt: int = 0,
     operation: Operation = "commit",
     finish_previous: Callable[[LockBody, Store], Awaitable[object]] | None = None,
+    table: bool = False,
 ) -> T:
     """Run ``body(store)`` holding the lock of ``dest`` (waiting for it first); the store
     it gets is a :class:`FencedStore`.
@@ -500,6 +511,7 @@ async def run_locked(
         ttl=config.lock_ttl,
         wait=config.lock_wait,
         policy=policies_of(config)[0],
+        table=table,
     )
     policy = lock.policy
     previous = await lock.acquire()

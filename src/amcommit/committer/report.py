@@ -70,6 +70,10 @@ class JobReport:
     completeness: str | None = None
     """For a commit from the store alone (no manifests given): what its completeness check
     found (see :mod:`amcommit.committer.completeness`); None when the caller gave them."""
+    instant: str | None = None
+    """Table writes: the instant this commit completes (None for plain destinations)."""
+    operation: str | None = None
+    """Table writes: ``INSERT``, ``BULK_INSERT``, ``INSERT_OVERWRITE`` or ``INSERT_OVERWRITE_TABLE``."""
     job_stats: IOStatistics = field(default_factory=IOStatistics)
     task_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
     store_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)

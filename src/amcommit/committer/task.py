@@ -14,6 +14,7 @@ task; a job commit must not run concurrently with task commits (Spark guarantees
 
 from __future__ import annotations
 
+import json
 import time
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
@@ -56,6 +57,10 @@ async def setup_task(
             ) from None
     work = layout.task_attempt_dir(task_attempt_id)
     await retry_call(lambda: store.mkdirs(work), policy=policy)
+    if layout.table:
+        from amcommit.table.heartbeat import try_beat
+
+        await try_beat(store, layout.dest, layout.job_id)
     return work
 
 
@@ -123,11 +128,23 @@ async def build_manifest(
     root = store.root_uri
     file_entries = []
     total = 0
+    extra = dict(extra_data or {})
+    names: dict[str, str] | None = None
+    if layout.table:
+        from amcommit.table.tasknames import ROWS_KEY, plan_names
+
+        rels = [relative_to(f.path, work) for f in files]
+        names, rows, missing = plan_names(rels, layout.job_id, task_attempt_id, extra_data)
+        by_rel = {relative_to(f.path, work): f for f in files}
+        for rel in missing:
+            rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
+        extra[ROWS_KEY] = json.dumps(rows, sort_keys=True)
     for f in sorted(files, key=lambda i: i.path):
         rel = relative_to(f.path, work)
         total += f.size
+        out = names[rel] if names is not None else rel
         file_entries.append(
-            FileEntry(path_to_uri(root, f.path), path_to_uri(root, join(layout.dest, rel)), f.size, f.etag)
+            FileEntry(path_to_uri(root, f.path), path_to_uri(root, join(layout.dest, out)), f.size, f.etag)
         )
     dir_entries = [
         DirEntry(
@@ -150,8 +167,24 @@ async def build_manifest(
         task_attempt_dir=path_to_uri(root, work),
         files=file_entries,
         directories=dir_entries,
-        extra_data=dict(extra_data or {}),
+        extra_data=extra,
     )
+
+
+async def _footer_rows(store: Store, path: str, config: CommitterConfig) -> int:
+    """Rows of a Parquet file, from its footer (the whole file is read: engine users who
+    know their counts pass them in ``extra_data["hudi.rows"]``)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+    try:
+        return int(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows)
+    except Exception as e:
+        raise CommitError(
+            f"{path!r} is not a readable Parquet file ({type(e).__name__})", stage="commit_task"
+        ) from None
 
 
 async def commit_task(
@@ -175,6 +208,10 @@ async def commit_task(
     """
     stats = IOStatistics()
     t0 = time.perf_counter()
+    if layout.table:
+        from amcommit.table.heartbeat import try_beat
+
+        await try_beat(store, layout.dest, layout.job_id)
     manifest = await build_manifest(
         store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats, config=config
     )

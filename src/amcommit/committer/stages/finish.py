@@ -185,6 +185,8 @@ async def cleanup(ctx: JobContext) -> None:
             await run_parallel(children, rm_dir, ctx.config.io_threads)
         await ctx.call(lambda: store.delete(layout.attempt_dir, recursive=True))
         await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
+        if layout.table:
+            return  # .hoodie/.temp stays (other writers allocate their staging in it)
         try:  # only if empty: other jobs may use it
             await ctx.call(lambda: store.delete(layout.temp_root))
         except StoreError:

@@ -112,6 +112,8 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
         task_ids[m.task_id] = name
         spool.append(entries, spool.add_manifest(name))
         ctx.dirs |= dirs
+        if m.extra_data:
+            ctx.extra_data.append(dict(m.extra_data))
         ctx.report.task_stats.merge(m.iostatistics)
         done += 1
 

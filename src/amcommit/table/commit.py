@@ -1,0 +1,507 @@
+"""The job commit of a table write: files first, the completed instant last.
+
+``commit_job(store, dest, instant)`` on a table destination runs :func:`commit_table_job`: the
+usual journaled commit (:mod:`amcommit.committer.job`: manifests, journal, renames, resume,
+rollback, retries) under the table's destination lock, with these table stages
+(:func:`run_table_commit`):
+
+==================  =================================================================
+``check_order``     instants complete in allocation order (pitfall 8): a *later* completed
+                    write instant fails the commit (the write is rolled back: run it
+                    again); an *earlier* inflight one whose writer is alive (heartbeat)
+                    is waited for without holding the lock (up to ``lock_wait``); one
+                    whose writer is gone is rolled back first.
+``plan_commit``     the commit metadata (write stats, row counts, ``extraMetadata.schema``,
+                    ``operationType``, and for overwrites ``partitionToReplaceFileIds``
+                    computed from the timeline under the lock) is saved in the staging
+                    folder: a resume publishes exactly it.
+``prepare_dirs``,   the files are renamed into the table under their base file names.
+``rename_files``    Readers do not see them yet: they are stamped with an inflight instant.
+``partition_meta``  ``.hoodie_partition_metadata`` in every partition written (create-only).
+(journal renamed)   point of no return (as for plain commits: ``abort_job`` completes).
+``publish``         the completed ``<instant>.commit`` / ``.replacecommit`` is published
+                    atomically: written in the staging folder then renamed (stores with
+                    atomic renames), else a create-only put. This is the commit.
+==================  =================================================================
+
+Then the heartbeat and the staging folder are removed (the journal last). Overwrites never
+delete or move old files: replaced file groups stay until a clean. The ``.requested`` and
+inflight files stay next to the completed instant, as Hudi leaves them.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.errors import AlreadyExists, CommitError, ConflictError, ManifestError, NotFound
+from amcommit.manifest import TaskManifest
+from amcommit.store.base import PutMode, Store, basename, join, relative_to
+from amcommit.store.limits import Limiter
+from amcommit.table.heartbeat import delete_beat, heartbeat, last_beats, writer_alive
+from amcommit.table.model import (
+    WRITE_ACTIONS,
+    Action,
+    CommitMetadata,
+    Instant,
+    Operation,
+    State,
+    WriteStat,
+    decode_commit_metadata,
+    encode_commit_metadata,
+)
+from amcommit.table.naming import (
+    HOODIE_DIR,
+    PARTITION_METADATA_FILE,
+    TEMP_DIR,
+    is_instant,
+    parse_base_file_name,
+)
+from amcommit.table.tasknames import ROWS_KEY
+from amcommit.table.timeline import load_timeline, snapshot
+from amcommit.table.write import WriteMarker, read_marker, read_properties
+
+__all__ = [
+    "OrderPlan",
+    "commit_table_job",
+    "completed_instant",
+    "plan_order",
+    "run_table_commit",
+]
+
+PLAN_NAME = "commit-plan.json"
+
+
+class WaitForEarlier(Exception):
+    """Raised inside the locked commit body: release the lock, wait for ``instant``, retry."""
+
+    def __init__(self, instant: str) -> None:
+        super().__init__(instant)
+        self.instant = instant
+
+
+@dataclass
+class OrderPlan:
+    """What the order check found for instant ``mine`` (pure result of :func:`plan_order`)."""
+
+    later_completed: str | None = None
+    wait_for: str | None = None
+    dead: list[str] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    """Completed instants whose staging folder is still there (a writer died after
+    publishing, before its cleanup): the next commit removes it."""
+
+
+def pending_write_times(instants: Sequence[Instant], staged: set[str]) -> set[str]:
+    """Times of write instants that are not completed (plus staged-only claims)."""
+    done = {i.time for i in instants if i.completed}
+    pending = {i.time for i in instants if not i.completed and i.action in WRITE_ACTIONS}
+    return (pending | staged) - done
+
+
+def plan_order(
+    mine: str,
+    instants: Sequence[Instant],
+    staged: set[str],
+    beats: dict[str, float],
+    now: float,
+    ttl: float,
+) -> OrderPlan:
+    """Pure: a later completed write instant; else the earliest earlier pending instant
+    whose writer is alive (to wait for); and the earlier ones whose writers are gone."""
+    plan = OrderPlan()
+    plan.leftovers = sorted(staged & {i.time for i in instants if i.completed and i.action in WRITE_ACTIONS})
+    later = sorted(i.time for i in instants if i.completed and i.action in WRITE_ACTIONS and i.time > mine)
+    if later:
+        plan.later_completed = later[0]
+        return plan
+    for t in sorted(pending_write_times(instants, staged)):
+        if t >= mine:
+            continue
+        if writer_alive(t, beats.get(t), now, ttl):
+            if plan.wait_for is None:
+                plan.wait_for = t
+        else:
+            plan.dead.append(t)
+    return plan
+
+
+async def staged_times(store: Store, dest: str) -> set[str]:
+    out: set[str] = set()
+    try:
+        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
+            if info.is_dir and is_instant(basename(info.path)):
+                out.add(basename(info.path))
+    except NotFound:
+        pass
+    return out
+
+
+async def _order_state(store: Store, dest: str, mine: str, ttl: float) -> OrderPlan:
+    from amcommit.table.timeline import list_instants
+
+    instants = await list_instants(store, dest)
+    staged = await staged_times(store, dest)
+    beats = await last_beats(store, dest)
+    return plan_order(mine, instants, staged - {mine}, beats, time.time(), ttl)
+
+
+async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
+    """The completed write instant at time ``instant``, if there is one."""
+    for action in (Action.COMMIT, Action.REPLACE_COMMIT):
+        i = Instant(instant, action.value, State.COMPLETED)
+        try:
+            await store.stat(join(dest, HOODIE_DIR, i.file_name))
+            return i
+        except NotFound:
+            continue
+    return None
+
+
+def _out_of_order(mine: str, later: str) -> CommitError:
+    return CommitError(
+        f"instant {mine} cannot complete: the later instant {later} completed first (incremental "
+        "readers would skip it); the write was rolled back, run it again",
+        stage="check_order",
+    )
+
+
+async def check_order(ctx: JobContext) -> None:
+    """The ``check_order`` stage (under the lock, before anything changes)."""
+    from amcommit.committer.job import _abort_job
+
+    store, dest, mine = ctx.store, ctx.layout.dest, ctx.layout.job_id
+    for _ in range(100):
+        plan = await _order_state(store, dest, mine, ctx.config.writer_ttl)
+        if plan.later_completed is not None:
+            await _abort_job(store, dest, mine, config=ctx.config)
+            raise _out_of_order(mine, plan.later_completed)
+        if plan.dead:
+            for t in plan.dead:  # the writer is gone: roll its instant back (or complete it)
+                await _abort_job(store, dest, t, config=ctx.config)
+                ctx.report.job_stats.incr("table_dead_writers_rolled_back")
+            continue
+        if plan.wait_for is not None:
+            raise WaitForEarlier(plan.wait_for)
+        for t in plan.leftovers:  # committed by a writer that died before its cleanup
+            await ctx.call(lambda t=t: store.delete(join(dest, TEMP_DIR, t), recursive=True))  # type: ignore[misc]
+            await delete_beat(store, dest, t)
+        return
+    raise CommitError(f"instant {mine}: the timeline keeps changing", stage="check_order")
+
+
+async def wait_for_earlier(
+    store: Store, dest: str, mine: str, other: str, deadline: float, ttl: float
+) -> None:
+    """Wait (not holding the lock) until instant ``other`` is completed, gone, or its writer
+    dead; ConflictError naming it once ``deadline`` (monotonic) passes."""
+    delay = 0.05
+    while True:
+        plan = await _order_state(store, dest, mine, ttl)
+        if plan.wait_for != other:
+            return
+        if time.monotonic() >= deadline:
+            raise ConflictError(
+                f"instant {mine} must complete after the earlier instant {other}, whose writer is "
+                "still running (fresh heartbeat); gave up waiting (lock_wait). Run the commit again "
+                "once that write finished, or roll it back (`amcommit rollback DEST --instant "
+                f"{other}`) if its writer is gone"
+            )
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 1.0, ttl / 8)
+
+
+def _rows_by_path(ctx: JobContext) -> dict[str, int]:
+    import json
+
+    rows: dict[str, int] = {}
+    for extra in ctx.extra_data:
+        raw = extra.get(ROWS_KEY)
+        if raw:
+            try:
+                got = json.loads(raw)
+            except ValueError:
+                raise ManifestError(f"a task manifest's extra_data[{ROWS_KEY!r}] is not JSON") from None
+            if isinstance(got, dict):
+                rows.update({k: int(v) for k, v in got.items()})
+    return rows
+
+
+async def _schema_of(ctx: JobContext, marker: WriteMarker, table: str, latest: CommitMetadata | None) -> str:
+    if marker.avro_schema:
+        return marker.avro_schema
+    if latest is not None and latest.extra_metadata.get("schema"):
+        return latest.extra_metadata["schema"]
+    assert ctx.spool is not None
+    import pyarrow.parquet as pq
+
+    from amcommit.table.schema import avro_schema
+
+    for e in ctx.spool.entries():
+        data = await ctx.call(lambda e=e: ctx.store.get(e.src))  # type: ignore[misc]
+        return avro_schema(pq.ParquetFile(io.BytesIO(data)).schema_arrow, table)
+    props = await read_properties(ctx.store, ctx.layout.dest, ctx.config)
+    if props is not None and props.create_schema:
+        return props.create_schema
+    raise CommitError("the write has no schema: give avro_schema to begin_write", stage="plan_commit")
+
+
+async def plan_metadata(ctx: JobContext, marker: WriteMarker) -> CommitMetadata:
+    """The commit metadata of this write (reads the timeline for overwrites)."""
+    assert ctx.spool is not None
+    dest, instant = ctx.layout.dest, ctx.layout.job_id
+    props = await read_properties(ctx.store, dest, ctx.config)
+    if props is None:
+        raise CommitError(f"{dest!r} lost its hoodie.properties", stage="plan_commit")
+    depth = len(props.partition_fields)
+    op = Operation(marker.operation)
+    rows = _rows_by_path(ctx)
+    stats: dict[str, list[WriteStat]] = {}
+    for e in ctx.spool.entries():
+        rel = relative_to(e.dst, dest)
+        part, _, name = rel.rpartition("/")
+        parsed = parse_base_file_name(name)
+        if parsed is None or parsed.instant != instant:
+            raise ManifestError(f"{rel!r} is not a base file of instant {instant}")
+        if (part.count("/") + 1 if part else 0) != depth:
+            raise CommitError(
+                f"{rel!r} is not {depth} partition folder(s) deep (partition fields "
+                f"{list(props.partition_fields)})",
+                stage="plan_commit",
+            )
+        if rel not in rows:
+            raise ManifestError(f"no row count for {rel!r} in its task manifest")
+        n = rows[rel]
+        stats.setdefault(part, []).append(
+            WriteStat(
+                file_id=parsed.file_id,
+                path=rel,
+                num_writes=n,
+                num_inserts=n,
+                total_write_bytes=e.size,
+                partition_path=part,
+                file_size_in_bytes=e.size,
+            )
+        )
+    for lst in stats.values():
+        lst.sort(key=lambda s: s.path)
+    _, commits = await load_timeline(ctx.store, dest)
+    latest = max(commits, key=lambda c: c.instant.time).metadata if commits else None
+    replace: dict[str, list[str]] | None = None
+    if op.action is Action.REPLACE_COMMIT:
+        snap = snapshot(commits)
+        replace = {p: [] for p in stats}
+        if op is Operation.INSERT_OVERWRITE_TABLE:
+            for f in snap:
+                replace.setdefault(f.partition, [])
+        for f in snap:
+            if f.partition in replace:
+                replace[f.partition].append(f.file_id)
+        for ids in replace.values():
+            ids.sort()
+    return CommitMetadata(
+        partition_to_write_stats=dict(sorted(stats.items())),
+        extra_metadata={"schema": await _schema_of(ctx, marker, props.name, latest)},
+        operation_type=op.value,
+        partition_to_replace_file_ids=replace,
+    )
+
+
+def partition_metadata(instant: str, depth: int) -> bytes:
+    """``.hoodie_partition_metadata`` as Hudi writes it (a Java properties file)."""
+    stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
+    return f"#partition metadata\n#{stamp}\ncommitTime={instant}\npartitionDepth={depth}\n".encode()
+
+
+async def write_partition_metadata(ctx: JobContext, meta: CommitMetadata) -> None:
+    """Create ``.hoodie_partition_metadata`` in each partition written (create-only: the
+    first write into a partition names itself; an existing one is kept)."""
+    dest, instant = ctx.layout.dest, ctx.layout.job_id
+
+    async def one(part: str) -> None:
+        path = join(dest, part, PARTITION_METADATA_FILE) if part else join(dest, PARTITION_METADATA_FILE)
+        data = partition_metadata(instant, part.count("/") + 1 if part else 0)
+        try:
+            await ctx.call(lambda: ctx.store.put(path, data, mode=PutMode.CREATE))
+        except AlreadyExists:
+            pass
+
+    await run_parallel(sorted(meta.partition_to_write_stats), one, ctx.config.io_threads)
+
+
+async def publish(ctx: JobContext, action: Action, data: bytes) -> None:
+    """Publish the completed instant (see module doc); a repeat recognises its own file."""
+    store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+    name = Instant(instant, action.value, State.COMPLETED).file_name
+    final = join(dest, HOODIE_DIR, name)
+
+    async def ours() -> bool:
+        try:
+            return await ctx.call(lambda: store.get(final), patient=True) == data
+        except NotFound:
+            return False
+
+    if await ours():
+        return
+    try:
+        if store.capabilities.atomic_rename:
+            tmp = join(ctx.layout.job_dir, name)
+            await ctx.call(lambda: store.put(tmp, data, mode=PutMode.OVERWRITE), patient=True)
+            await ctx.call(lambda: store.rename(tmp, final), patient=True)
+        else:
+            await ctx.call(lambda: store.put(final, data, mode=PutMode.CREATE), patient=True)
+    except (AlreadyExists, NotFound):
+        if not await ours():
+            raise CommitError(f"{final!r} exists and is not this write's commit", stage="publish") from None
+
+
+async def run_table_commit(
+    ctx: JobContext, manifests: Sequence[TaskManifest] | None, etags: Sequence[str | None] | None = None
+) -> None:
+    """The table commit (module doc); replaces :func:`~amcommit.committer.job._run_commit`
+    for table layouts. Runs under the table's destination lock."""
+    from amcommit.committer.stages import load_manifests, prepare_dirs, rename_files
+
+    store, layout, report = ctx.store, ctx.layout, ctx.report
+    dest, instant = layout.dest, layout.job_id
+    marker = await ctx.call(lambda: read_marker(store, layout))
+    op = Operation(marker.operation)
+    report.instant, report.operation = instant, op.value
+    report.conflict_mode = "append"
+    ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
+    journal = await load_journal(ctx)
+    if journal is not None:
+        report.resumed = True
+        journal.runs += 1
+    ctx.journal = journal
+    done = await completed_instant(store, dest, instant)
+    if done is not None or (journal is not None and journal.state == "committed"):
+        if journal is not None:
+            restore_renames(journal, report)
+        await delete_beat(store, dest, instant)
+        return
+    plan_path = join(layout.job_dir, PLAN_NAME)
+    async with ctx.stage("load_manifests"):
+        await load_manifests.load_manifests(ctx, manifests)
+        if manifests is not None and journal is None:
+            await load_manifests.publish_given(ctx, manifests, etags)
+    if journal is None:
+        async with ctx.stage("check_order"):
+            await check_order(ctx)
+        async with ctx.stage("plan_commit"):
+            meta = await plan_metadata(ctx, marker)
+            data = encode_commit_metadata(meta)
+            await ctx.call(lambda: store.put(plan_path, data, mode=PutMode.OVERWRITE))
+        journal = Journal(job_id=instant, state="renaming", conflict_mode="append", layout="table")
+        ctx.journal = journal
+        await save_journal(ctx, journal)
+    else:
+        data = await ctx.call(lambda: store.get(plan_path))
+        meta = decode_commit_metadata(data, where=plan_path)
+    if journal.state == "renaming":
+        for stage, secs in journal.stage_seconds.items():
+            report.stage_seconds.setdefault(stage, secs)
+        async with ctx.stage("prepare_dirs"):
+            await prepare_dirs.prepare_dirs(ctx)
+        async with ctx.stage("rename_files"):
+            await rename_files.rename_files(ctx)
+        async with ctx.stage("partition_meta"):
+            await write_partition_metadata(ctx, meta)
+        journal.state = "renamed"
+        record_renames(journal, report)
+        await save_journal(ctx, journal, patient=True)
+    else:
+        restore_renames(journal, report)
+        async with ctx.stage("partition_meta"):
+            await write_partition_metadata(ctx, meta)
+    async with ctx.stage("publish"):
+        plan = await _order_state(store, dest, instant, ctx.config.writer_ttl)
+        if plan.later_completed is not None:  # cannot happen under the lock discipline
+            raise CommitError(
+                f"instant {instant} is ready but the later instant {plan.later_completed} completed "
+                "first; abort this write (`amcommit abort-job`) and run it again",
+                stage="publish",
+            )
+        await publish(ctx, op.action, data)
+    report.success = True
+    report.finished = time.time()
+    journal.state = "committed"
+    await save_journal(ctx, journal, patient=True)
+    await delete_beat(store, dest, instant)
+
+
+async def commit_table_job(
+    store: Store,
+    dest: str,
+    instant: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    manifests: Sequence[TaskManifest] | None = None,
+    manifest_etags: Sequence[str | None] | None = None,
+    progress: ProgressCallback | None = None,
+    limiter: Limiter | None = None,
+    allow_partial: bool = False,
+) -> JobReport:
+    """``commit_job`` of a table write: under the table's lock, keeping the writer's
+    heartbeat fresh; an earlier live instant is waited for outside the lock."""
+    from amcommit.committer.job import _commit_job, _finish_previous
+    from amcommit.committer.lock import LockBody, run_locked
+
+    staging = JobLayout(dest, instant, table=True)
+    deadline = time.monotonic() + config.lock_wait
+
+    async def finish_previous(prev: LockBody, s: Store) -> None:
+        await _finish_previous(s, dest, prev, config, limiter)
+
+    async def attempt() -> JobReport:
+        return await run_locked(
+            store,
+            dest,
+            instant,
+            config,
+            lambda s: _commit_job(
+                s,
+                dest,
+                instant,
+                config=config,
+                manifests=manifests,
+                manifest_etags=manifest_etags,
+                progress=progress,
+                limiter=limiter,
+                allow_partial=allow_partial,
+            ),
+            finish_previous=finish_previous,
+            table=True,
+        )
+
+    try:
+        await store.stat(staging.job_marker)
+    except NotFound:
+        return await attempt()  # already committed (or never begun): no heartbeat to keep
+    try:
+        async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
+            while True:
+                try:
+                    report = await attempt()
+                    break
+                except WaitForEarlier as w:
+                    await wait_for_earlier(store, dest, instant, w.instant, deadline, config.writer_ttl)
+    finally:
+        # the heartbeat loop has stopped: remove a beat it left after a commit or rollback
+        with anyio.CancelScope(shield=True):
+            try:
+                await store.stat(staging.job_marker)
+            except NotFound:
+                await delete_beat(store, dest, instant)
+            except Exception:
+                pass
+    return report

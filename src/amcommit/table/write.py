@@ -1,0 +1,294 @@
+"""Beginning a write into a Hudi table: properties, instant allocation, staging (engine API).
+
+A table write is a job whose id is its instant::
+
+    write = await begin_write(store, dest, operation=Operation.INSERT, spec=TableSpec("t", ("p",)))
+    work = await setup_task(store, write.layout, attempt_id)       # tasks as for any job
+    ...                                                             # write Parquet files below work
+    await commit_task(store, write.layout, task_id, attempt_id, extra_data={"hudi.rows": ...})
+    report = await commit_job(store, dest, write.instant)           # or abort_job(...)
+
+:func:`begin_write` (not atomic as a whole; each step is one atomic create-only put):
+
+1. reads ``.hoodie/hoodie.properties``; on a first write creates it (create-only: of two
+   first writers one creates it, the other continues the table if the specs agree, else
+   fails with one line);
+2. allocates the instant: strictly later than every instant in ``.hoodie/`` and every
+   staging folder in ``.hoodie/.temp/``, claimed by the create-only put of the job marker
+   ``.hoodie/.temp/<instant>/_job.json``. It then lists again: if any instant later than the
+   claimed one appeared meanwhile (a concurrent writer), the claim is given up and a later
+   time taken, so instants complete in allocation order without anyone waiting forever;
+3. writes the heartbeat, then ``<instant>.<action>.requested`` and the inflight file
+   (``<instant>.inflight`` for commits, ``<instant>.replacecommit.inflight``), both empty.
+
+A crash between these steps leaves an instant without a live heartbeat: a later commit rolls
+it back (:mod:`amcommit.table.commit`), or ``amcommit rollback DEST --instant I`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+
+import msgspec
+
+from amcommit.committer.completeness import marker_fields
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import policies_of, retry_call
+from amcommit.committer.layout import JobLayout
+from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestError, NotFound
+from amcommit.store.base import PutMode, Store, basename, check_path, join
+from amcommit.table.heartbeat import beat
+from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
+from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, TEMP_DIR, is_instant, next_instant
+from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
+from amcommit.table.timeline import list_instants
+
+__all__ = [
+    "TableSpec",
+    "TableWrite",
+    "WriteMarker",
+    "begin_write",
+    "inflight_instant",
+    "is_table",
+    "read_marker",
+    "read_properties",
+    "requested_instant",
+]
+
+MARKER_LAYOUT = "amcommit-table/1"
+_MAX_CLAIMS = 200
+
+
+class TableSpec(msgspec.Struct, frozen=True):
+    """What a first write creates (ignored, but checked for agreement, on later writes)."""
+
+    name: str
+    partition_fields: tuple[str, ...] = ()
+    record_key_fields: tuple[str, ...] = ()
+    """() = generated keys."""
+    meta_fields: bool = True
+    """``hoodie.populate.meta.fields``: the base files carry Hudi's five meta columns first
+    (the Spark writer writes them). False for files without them: hudi-rs then reads
+    snapshots and incremental ranges at file level, but Spark's Hudi incremental query
+    refuses such tables. With True, every file MUST carry them (hudi-rs fails otherwise)."""
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """A begun write: tasks use ``layout``; ``commit_job(store, dest, instant)`` commits it."""
+
+    dest: str
+    instant: str
+    operation: Operation
+    layout: JobLayout
+    properties: TableProperties
+
+
+class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
+    """``.hoodie/.temp/<instant>/_job.json``: what the job commit needs to know."""
+
+    job_id: str
+    created: float
+    layout: str = MARKER_LAYOUT
+    operation: str = Operation.INSERT.value
+    avro_schema: str | None = None
+    origin: str = "api"
+    expected_tasks: int | None = None
+
+
+def requested_instant(instant: str, operation: Operation) -> Instant:
+    return Instant(instant, operation.action.value, State.REQUESTED)
+
+
+def inflight_instant(instant: str, operation: Operation) -> Instant:
+    return Instant(instant, operation.action.value, State.INFLIGHT)
+
+
+def inflight_file_name(instant: str, operation: Operation) -> str:
+    """``<t>.inflight`` for a commit (Hudi's version-6 name), ``<t>.<action>.inflight`` else."""
+    if operation.action is Action.COMMIT:
+        return f"{instant}.inflight"
+    return inflight_instant(instant, operation).file_name
+
+
+async def read_properties(
+    store: Store, dest: str, config: CommitterConfig = DEFAULT_CONFIG
+) -> TableProperties | None:
+    """The table's properties, None if ``dest`` holds no ``hoodie.properties``."""
+    path = join(dest, PROPERTIES_FILE)
+    try:
+        data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+    except NotFound:
+        return None
+    return decode_properties(data, where=path)
+
+
+async def is_table(store: Store, dest: str, config: CommitterConfig = DEFAULT_CONFIG) -> bool:
+    """True if ``dest`` holds a Hudi table (``.hoodie/hoodie.properties`` exists)."""
+    path = join(dest, PROPERTIES_FILE)
+    try:
+        await retry_call(lambda: store.stat(path), policy=policies_of(config)[0])
+    except NotFound:
+        return False
+    return True
+
+
+async def read_marker(store: Store, layout: JobLayout) -> WriteMarker:
+    """The write's job marker; ManifestError if it is not a table write's marker."""
+    data = await store.get(layout.job_marker)
+    try:
+        m = msgspec.json.decode(data, type=WriteMarker)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ManifestError(f"{layout.job_marker}: not a table write's job marker ({e})") from None
+    if m.layout != MARKER_LAYOUT:
+        raise ManifestError(f"{layout.job_marker}: not a table write's job marker")
+    return m
+
+
+def _check_compatible(props: TableProperties, spec: TableSpec, dest: str) -> None:
+    diffs = []
+    if props.name != spec.name:
+        diffs.append(f"name {props.name!r} (asked {spec.name!r})")
+    if props.partition_fields != tuple(spec.partition_fields):
+        diffs.append(f"partition fields {list(props.partition_fields)} (asked {list(spec.partition_fields)})")
+    if props.record_key_fields != tuple(spec.record_key_fields):
+        diffs.append(
+            f"record key fields {list(props.record_key_fields)} (asked {list(spec.record_key_fields)})"
+        )
+    if diffs:
+        raise ConfigError(f"{dest!r} holds a Hudi table with another {'; '.join(diffs)}")
+
+
+async def _create_table(
+    store: Store, dest: str, spec: TableSpec, avro_schema: str | None, config: CommitterConfig
+) -> TableProperties:
+    policy = policies_of(config)[0]
+    others = []
+    async for info in store.list(dest, recursive=False):
+        name = basename(info.path)
+        if name != HOODIE_DIR:
+            others.append(name)
+            break
+    if others:
+        raise CommitError(
+            f"{dest!r} holds files that are not a Hudi table (e.g. {others[0]!r}): a table is "
+            "created only in an empty destination",
+            stage="begin_write",
+        )
+    props = new_properties(
+        spec.name,
+        partition_fields=tuple(spec.partition_fields),
+        record_key_fields=tuple(spec.record_key_fields),
+        create_schema=avro_schema,
+        meta_fields=spec.meta_fields,
+    )
+    path = join(dest, PROPERTIES_FILE)
+    data = encode_properties(props)
+    try:
+        await retry_call(lambda: store.put(path, data, mode=PutMode.CREATE), policy=policy)
+        return props
+    except AlreadyExists:
+        pass  # a concurrent first writer (or our own lost answer): continue its table
+    theirs = await read_properties(store, dest, config)
+    assert theirs is not None
+    _check_compatible(theirs, spec, dest)
+    return theirs
+
+
+async def _taken_times(store: Store, dest: str) -> set[str]:
+    """Times of every instant in ``.hoodie/`` and every staging folder in ``.hoodie/.temp/``."""
+    times = {i.time for i in await list_instants(store, dest)}
+    try:
+        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
+            name = basename(info.path)
+            if is_instant(name):
+                times.add(name)
+    except NotFound:
+        pass
+    return times
+
+
+async def begin_write(
+    store: Store,
+    dest: str,
+    *,
+    operation: Operation,
+    spec: TableSpec | None = None,
+    avro_schema: str | None = None,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    origin: str = "api",
+    expected_tasks: int | None = None,
+    error_if_exists: bool = False,
+) -> TableWrite:
+    """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
+    see the module doc for what is atomic.
+
+    ``avro_schema``: the rows' Avro schema (:func:`amcommit.table.schema.avro_schema`); None:
+    the commit takes the table's latest schema, else derives it from a written file.
+    ``error_if_exists`` (Spark's mode ``errorifexists``/``fail``): refuse, before anything is
+    written, a table that already holds a completed write.
+    """
+    check_path(dest)
+    operation = Operation(operation)
+    policy = policies_of(config)[0]
+    props = await read_properties(store, dest, config)
+    if props is None:
+        if spec is None:
+            raise ConfigError(
+                f"{dest!r} is not a Hudi table (no {PROPERTIES_FILE}): give a TableSpec to create one"
+            )
+        props = await _create_table(store, dest, spec, avro_schema, config)
+    elif spec is not None:
+        _check_compatible(props, spec, dest)
+    props.check_supported(dest)
+    instants = await list_instants(store, dest)
+    if error_if_exists and any(i.completed and i.action in WRITE_ACTIONS for i in instants):
+        raise CommitError(
+            f"table {dest!r} already holds data and the write mode refuses existing data "
+            "(errorifexists/fail); use append or overwrite",
+            stage="begin_write",
+        )
+    after: str | None = None
+    for _ in range(_MAX_CLAIMS):
+        taken = await _taken_times(store, dest)
+        floor = max([*taken, *([after] if after else [])], default=None)
+        instant = next_instant(datetime.now(UTC), floor)
+        layout = JobLayout(dest, instant, table=True)
+        marker = WriteMarker(
+            job_id=instant,
+            created=time.time(),
+            operation=operation.value,
+            avro_schema=avro_schema,
+            origin=origin,
+        )
+        body = json.loads(msgspec.json.encode(marker))
+        body.update(marker_fields(origin, expected_tasks))
+        data = json.dumps(body).encode()
+        try:
+            await retry_call(partial(store.put, layout.job_marker, data, mode=PutMode.CREATE), policy=policy)
+        except AlreadyExists:
+            after = instant
+            continue
+        later = [t for t in await _taken_times(store, dest) if t > instant]
+        if later:  # a concurrent writer allocated past us meanwhile: give this time up
+            await retry_call(partial(store.delete, layout.job_dir, recursive=True), policy=policy)
+            after = max(later)
+            continue
+        break
+    else:
+        raise CommitError(f"could not allocate an instant in {dest!r} (too many concurrent writers)")
+    await retry_call(lambda: store.mkdirs(layout.manifests_dir), policy=policy)
+    await retry_call(lambda: store.mkdirs(layout.tasks_dir), policy=policy)
+    await retry_call(lambda: beat(store, dest, instant), policy=policy)
+    hoodie = join(dest, HOODIE_DIR)
+    for name in (requested_instant(instant, operation).file_name, inflight_file_name(instant, operation)):
+        path = join(hoodie, name)
+        try:
+            await retry_call(lambda p=path: store.put(p, b"", mode=PutMode.CREATE), policy=policy)  # type: ignore[misc]
+        except AlreadyExists:
+            pass  # our own put whose answer was lost (the time is claimed by our marker)
+    return TableWrite(dest=dest, instant=instant, operation=operation, layout=layout, properties=props)

@@ -1,0 +1,87 @@
+"""Child process for test_write_kills: commit (or abort) a table write and SIGKILL itself
+just before its N-th mutating store request (put, rename, delete, mkdirs).
+
+Prints ``completed`` if the operation finished before request N."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from amcommit.committer import CommitterConfig
+from amcommit.committer.job import abort_job, commit_job
+from amcommit.store.base import ObjectInfo, RenameResult, Store
+from amcommit.store.local import LocalStore
+
+
+class KillAt:
+    """A store that SIGKILLs the process before its ``n``-th mutating request."""
+
+    def __init__(self, inner: Store, n: int) -> None:
+        self.inner = inner
+        self.n = n
+        self.count = 0
+        self.capabilities = inner.capabilities
+        self.iostats = inner.iostats
+
+    def _tick(self) -> None:
+        self.count += 1
+        if self.count >= self.n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self.inner.stat(path)
+
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        return self.inner.list(prefix, recursive=recursive)
+
+    async def get(self, path: str) -> bytes:
+        return await self.inner.get(path)
+
+    async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
+        self._tick()
+        return await self.inner.put(path, data, **kw)
+
+    async def rename(self, src: str, dst: str, **kw: Any) -> RenameResult:
+        self._tick()
+        return await self.inner.rename(src, dst, **kw)
+
+    async def delete(self, path: str, **kw: Any) -> bool:
+        self._tick()
+        return await self.inner.delete(path, **kw)
+
+    async def mkdirs(self, path: str) -> None:
+        self._tick()
+        await self.inner.mkdirs(path)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def main() -> None:
+    root, dest, instant, what, n = sys.argv[1:6]
+    ttl = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+
+    async def run() -> None:
+        store = KillAt(LocalStore(root), int(n))
+        cfg = CommitterConfig(io_threads=1, writer_ttl=ttl or 600.0, lock_ttl=ttl or 60.0)
+        if what == "commit":
+            await commit_job(store, dest, instant, config=cfg)  # type: ignore[arg-type]
+        else:
+            await abort_job(store, dest, instant, config=cfg)  # type: ignore[arg-type]
+
+    anyio.run(run)
+    print("completed")
+
+
+if __name__ == "__main__":
+    main()
