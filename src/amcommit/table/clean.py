@@ -12,7 +12,8 @@ Planning is pure (:func:`plan_clean`): it considers only replacements after the 
 clean's ``E``, so a clean never plans what an earlier one already deleted, and a clean with
 nothing to delete writes no instant.
 
-Execution (:func:`clean`), under the destination lock (the one job commits take):
+Execution (:func:`clean`), under the destination lock (the one table commits take,
+``.hoodie/.temp/_commit.lock``):
 
 1. ``<t>.clean.requested`` -- the plan (Avro ``HoodieCleanerPlan``), created create-only:
    this claims the instant time ``t``, later than every instant on the timeline;
@@ -272,6 +273,7 @@ async def clean(
         CLEAN_LOCK_OWNER,
         config,
         lambda s: _clean_unlocked(s, dest, retain_commits, config, False, progress),
+        table=True,
     )
 
 
