@@ -368,9 +368,11 @@ def register_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def register_tables(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from amcommit.table import cli as table_cli
     from amcommit.table import cli_write
 
     cli_write.add_commands(sub, store_args)
+    table_cli.add_commands(sub, store_args, _URL_FORMS)
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [

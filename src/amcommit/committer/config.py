@@ -115,6 +115,9 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     fresh. An earlier inflight instant whose heartbeat is older (or that never heartbeated
     and was allocated longer ago) belongs to a dead writer: the next commit rolls it back.
     A live writer must refresh it at least this often (:mod:`amcommit.table.heartbeat`)."""
+    clean_retain_commits: int | None = None
+    """Tables only: after each commit, clean file groups replaced before the latest N
+    commits (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
 
     def __post_init__(self) -> None:
         for name in (

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 import re
 import time
 from collections.abc import Sequence
@@ -52,6 +53,7 @@ from amcommit.committer.stages.renames_done import renames_done
 from amcommit.committer.stages.rollback import forget_commit, rollback
 from amcommit.errors import (
     AlreadyExists,
+    AmcommitError,
     CommitError,
     LockLost,
     ManifestError,
@@ -65,6 +67,8 @@ from amcommit.store.limits import Limiter
 from amcommit.uris import path_to_uri
 
 _INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
+
+log = logging.getLogger("amcommit.job")
 
 
 async def setup_job(
@@ -204,7 +208,7 @@ async def commit_job(
             await _refuse_table(store, dest, job_id, "commit_job")
         from amcommit.table.commit import commit_table_job
 
-        return await commit_table_job(
+        table_report = await commit_table_job(
             store,
             dest,
             job_id,
@@ -215,6 +219,9 @@ async def commit_job(
             limiter=limiter,
             allow_partial=allow_partial,
         )
+        if config.clean_retain_commits is not None and not table_report.already_committed:
+            await _clean_after(store, dest, config)
+        return table_report
     completed: list[str] = []  # the dead holder whose commit finish_previous completed
 
     async def finish_previous(prev: LockBody, s: Store) -> None:
@@ -242,6 +249,18 @@ async def commit_job(
         job_attempt=job_attempt,
         finish_previous=finish_previous,
     )
+
+
+async def _clean_after(store: Store, dest: str, config: CommitterConfig) -> None:
+    """``clean_retain_commits``: clean after a table commit, outside the lock the commit
+    held. A failed clean never fails the commit before it (that commit stays committed); it
+    is logged, and the next clean completes what it left."""
+    from amcommit.table.clean import clean_after_commit
+
+    try:
+        await clean_after_commit(store, dest, config)
+    except AmcommitError as e:
+        log.warning("clean after commit into %s failed (the commit stands): %s", dest, e)
 
 
 async def _finish_previous(

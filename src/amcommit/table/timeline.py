@@ -83,6 +83,12 @@ class Changes:
     added: list[FileVersion] = field(default_factory=list)
     replaced: list[tuple[str, str]] = field(default_factory=list)
 
+    def visible(self) -> list[FileVersion]:
+        """What an incremental read of the range reads (as hudi-rs plans it): the files added,
+        minus those whose file group a commit in the range replaced."""
+        gone = set(self.replaced)
+        return [f for f in self.added if (f.partition, f.file_id) not in gone]
+
 
 def _in_range(t: str, since: str | None, until: str | None) -> bool:
     return (since is None or t > since) and (until is None or t <= until)

@@ -1,0 +1,289 @@
+"""Clean: delete the base files of file groups replaced more than N commits ago.
+
+Retention rule (``retain_commits = N >= 1``): the latest N completed write instants (commits
+and replacecommits) stay readable -- a snapshot as of any of them, and incremental reads
+starting at or after the oldest of them (``E``, Hudi's *earliest commit to retain*). A clean
+deletes every version of the file groups replaced by a replacecommit at or before ``E`` (and,
+for tables written by others, versions superseded by a newer version at or before ``E``):
+no read that starts at or after ``E`` needs them. Reads that reach before ``E`` are refused
+by amcommit's readers afterwards (:class:`~amcommit.table.errors.CleanedPast`).
+
+Planning is pure (:func:`plan_clean`): it considers only replacements after the previous
+clean's ``E``, so a clean never plans what an earlier one already deleted, and a clean with
+nothing to delete writes no instant.
+
+Execution (:func:`clean`), under the destination lock (the one table commits take,
+``.hoodie/.temp/_commit.lock``):
+
+1. ``<t>.clean.requested`` -- the plan (Avro ``HoodieCleanerPlan``), created create-only:
+   this claims the instant time ``t``, later than every instant on the timeline;
+2. ``<t>.clean.inflight`` -- the same plan;
+3. the deletes, concurrently, each through the engine's retry layer (a file already gone
+   counts as deleted);
+4. ``<t>.clean`` -- the completed instant (Avro ``HoodieCleanMetadata``), written last.
+
+Nothing here is atomic as a whole; each step is idempotent. A clean killed at any point is
+completed by the next clean (or the next commit with ``clean_retain_commits``): a pending
+``.clean.requested`` / ``.clean.inflight`` is resumed from its stored plan before a new plan is
+made. Readers treat a pending clean like a completed one (its files may already be gone).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import policies_of, retry_call
+from amcommit.committer.lock import run_locked
+from amcommit.committer.report import Progress, ProgressCallback
+from amcommit.errors import AlreadyExists, ConfigError
+from amcommit.store.base import PutMode, Store, join
+from amcommit.store.retry import RetryPolicy
+from amcommit.table import avro_meta
+from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
+from amcommit.table.model import Action, Instant, State
+from amcommit.table.naming import HOODIE_DIR, next_instant
+from amcommit.table.reader import Listing, Timeline, gather_limited, table_uri
+from amcommit.table.timeline import LoadedCommit
+
+__all__ = ["CLEAN_LOCK_OWNER", "CleanReport", "clean", "clean_after_commit", "plan_clean"]
+
+CLEAN_LOCK_OWNER = "clean"
+"""The job id cleans hold the destination lock under: the same for every clean, so a clean
+run again after its process died takes the lock back at once and resumes."""
+
+
+@dataclass
+class CleanReport:
+    """What a clean did (or, with ``dry_run``, would do)."""
+
+    dest: str
+    retain_commits: int
+    instant: str | None = None
+    """The clean instant written (None: nothing to clean, or a dry run)."""
+    earliest_retained: str | None = None
+    files: list[str] = field(default_factory=list)
+    """Table-relative paths deleted (or planned, in a dry run)."""
+    already_gone: int = 0
+    resumed: list[str] = field(default_factory=list)
+    """Pending clean instants found and completed first."""
+    dry_run: bool = False
+
+
+def plan_clean(
+    commits: Sequence[LoadedCommit], retain_commits: int, previous_earliest: str | None = None
+) -> CleanerPlan | None:
+    """The files to delete so that the latest ``retain_commits`` write instants stay
+    readable; None if there is nothing to delete. ``previous_earliest``: the earliest
+    instant the previous clean retained (its deletions are not planned again). Pure."""
+    if isinstance(retain_commits, bool) or not isinstance(retain_commits, int) or retain_commits < 1:
+        raise ConfigError(f"retain_commits must be an integer >= 1, got {retain_commits!r}")
+    ordered = sorted(commits, key=lambda c: c.instant.time)
+    if len(ordered) <= retain_commits:
+        return None
+    keep = ordered[-retain_commits]
+    e = keep.instant.time
+    prev = previous_earliest or ""
+    versions: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for c in ordered:
+        for f in c.added():
+            versions.setdefault((f.partition, f.file_id), []).append((f.instant, f.path))
+    doomed: dict[str, set[str]] = {}
+    for c in ordered:
+        t = c.instant.time
+        if not prev < t <= e:
+            continue
+        for group in c.replaced():
+            for v_time, path in versions.get(group, []):
+                if v_time < t:
+                    doomed.setdefault(group[0], set()).add(path)
+    for (part, _fid), vs in versions.items():  # superseded versions (tables others wrote)
+        vs.sort()
+        for (_, path), (newer, _) in itertools.pairwise(vs):
+            if prev < newer <= e:
+                doomed.setdefault(part, set()).add(path)
+    if not doomed:
+        return None
+    return CleanerPlan(
+        earliest_retained=e,
+        earliest_action=keep.instant.action,
+        files={p: sorted(paths) for p, paths in sorted(doomed.items())},
+        last_completed=ordered[-1].instant.time,
+    )
+
+
+async def _previous_earliest(tl: Timeline, lst: Listing) -> str | None:
+    mark = await tl.cleaned(lst)
+    return mark.earliest if mark is not None else None
+
+
+async def _put_once(store: Store, path: str, data: bytes, policy: RetryPolicy) -> bool:
+    """Create ``path``; False if it exists already (an earlier run, or a lost answer)."""
+    try:
+        await retry_call(partial(store.put, path, data, mode=PutMode.CREATE), policy=policy)
+    except AlreadyExists:
+        return False
+    return True
+
+
+async def _execute(
+    store: Store,
+    dest: str,
+    instant: str,
+    plan: CleanerPlan,
+    *,
+    last_completed: str,
+    config: CommitterConfig,
+    report: CleanReport,
+    progress: ProgressCallback | None,
+) -> None:
+    """Steps 2-4 of the module doc for the clean ``instant`` whose requested file exists."""
+    policy = policies_of(config)[0]
+    started = time.monotonic()
+    hoodie = join(dest, HOODIE_DIR)
+    data = avro_meta.encode_cleaner_plan(plan, root_uri=table_uri(store, dest))
+    await _put_once(store, join(hoodie, f"{instant}.clean.inflight"), data, policy)
+    files = [rel for rels in plan.files.values() for rel in rels]
+    total = len(files)
+    done = 0
+    gone: list[bool] = []
+    if progress is not None:
+        progress(Progress("clean", 0, total, "start"))
+
+    async def delete(rel: str) -> bool:
+        nonlocal done
+        existed = await retry_call(partial(store.delete, join(dest, rel)), policy=policy)
+        done += 1
+        if progress is not None:
+            progress(Progress("clean", done, total))
+        return bool(existed)
+
+    gone = [not e for e in await gather_limited([partial(delete, rel) for rel in files], config.io_threads)]
+    if progress is not None:
+        progress(Progress("clean", done, total, "end"))
+    meta = CleanMetadata(
+        start_clean_time=instant,
+        time_taken_ms=int((time.monotonic() - started) * 1000),
+        earliest_retained=plan.earliest_retained,
+        last_completed=last_completed,
+        partitions=[
+            CleanPartition(partition=p, deleted=[avro_meta.file_name(r) for r in rels])
+            for p, rels in plan.files.items()
+        ],
+    )
+    await _put_once(store, join(hoodie, f"{instant}.clean"), avro_meta.encode_clean_metadata(meta), policy)
+    report.files.extend(files)
+    report.already_gone += sum(gone)
+
+
+async def _resume_pending(
+    store: Store,
+    dest: str,
+    tl: Timeline,
+    lst: Listing,
+    config: CommitterConfig,
+    report: CleanReport,
+    progress: ProgressCallback | None,
+) -> bool:
+    """Complete every pending clean instant from its stored plan. True if there was one."""
+    pending = [i for i in lst.instants if i.action == Action.CLEAN.value and not i.completed]
+    for i in pending:
+        name = Instant(i.time, i.action, State.REQUESTED).file_name
+        if i.state is State.INFLIGHT:
+            name = i.file_name
+        path = join(dest, HOODIE_DIR, name)
+        raw = await retry_call(partial(store.get, path), policy=tl.policy)
+        plan = avro_meta.decode_cleaner_plan(raw, root_uri=table_uri(store, dest), where=path)
+        last = max((w for w in lst.writes if w < i.time), default="")
+        await _execute(
+            store, dest, i.time, plan, last_completed=last, config=config, report=report, progress=progress
+        )
+        report.resumed.append(i.time)
+    return bool(pending)
+
+
+async def _clean_unlocked(
+    store: Store,
+    dest: str,
+    retain_commits: int,
+    config: CommitterConfig,
+    dry_run: bool,
+    progress: ProgressCallback | None,
+) -> CleanReport:
+    report = CleanReport(dest=dest, retain_commits=retain_commits, dry_run=dry_run)
+    tl = await Timeline.open(store, dest, config=config)
+    lst = await tl.listing()
+    if not dry_run and await _resume_pending(store, dest, tl, lst, config, report, progress):
+        lst = await tl.listing()
+    commits = await tl.load([i for i in lst.instants if i.time in set(lst.writes)])
+    plan = plan_clean(commits, retain_commits, await _previous_earliest(tl, lst))
+    if plan is None:
+        return report
+    report.earliest_retained = plan.earliest_retained
+    if dry_run:
+        report.files = [rel for rels in plan.files.values() for rel in rels]
+        return report
+    after = lst.instants[-1].time if lst.instants else None
+    data = avro_meta.encode_cleaner_plan(plan, root_uri=table_uri(store, dest))
+    while True:
+        t = next_instant(datetime.now(UTC), after=after)
+        if await _put_once(store, join(dest, HOODIE_DIR, f"{t}.clean.requested"), data, tl.policy):
+            break
+        after = t  # the time was taken (by another writer): allocate a later one
+    await _execute(
+        store,
+        dest,
+        t,
+        plan,
+        last_completed=plan.last_completed,
+        config=config,
+        report=report,
+        progress=progress,
+    )
+    report.instant = t
+    return report
+
+
+async def clean(
+    store: Store,
+    dest: str,
+    *,
+    retain_commits: int,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    dry_run: bool = False,
+    progress: ProgressCallback | None = None,
+    take_lock: bool = True,
+) -> CleanReport:
+    """Clean the table at ``dest`` keeping the latest ``retain_commits`` write instants
+    readable (see the module doc). Pending cleans are completed first. Holds the
+    destination lock (as owner :data:`CLEAN_LOCK_OWNER`) unless ``take_lock`` is False (a
+    caller that already holds it) or ``dry_run`` (which only reads)."""
+    if isinstance(retain_commits, bool) or not isinstance(retain_commits, int) or retain_commits < 1:
+        raise ConfigError(f"--retain-commits must be an integer >= 1, got {retain_commits!r}")
+    if dry_run or not take_lock:
+        return await _clean_unlocked(store, dest, retain_commits, config, dry_run, progress)
+    return await run_locked(
+        store,
+        dest,
+        CLEAN_LOCK_OWNER,
+        config,
+        lambda s: _clean_unlocked(s, dest, retain_commits, config, False, progress),
+        table=True,
+    )
+
+
+async def clean_after_commit(store: Store, dest: str, config: CommitterConfig) -> CleanReport | None:
+    """Run :func:`clean` with ``config.clean_retain_commits`` if it is set (else None).
+
+    Call it after a table commit returned (it takes the destination lock itself). A failed
+    clean leaves a pending clean instant that the next clean completes; the commit before
+    it stays committed either way."""
+    n = config.clean_retain_commits
+    if n is None:
+        return None
+    return await clean(store, dest, retain_commits=n, config=config)

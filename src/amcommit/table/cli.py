@@ -1,0 +1,203 @@
+"""Read-side table commands of the ``amcommit`` command line.
+
+    amcommit timeline DEST [--json]                      the instants, newest last
+    amcommit changes DEST --since I [--until J] [--json] files added / replaced in (I, J]
+    amcommit clean DEST --retain-commits N [--dry-run]   delete files replaced before the latest N commits
+
+Registered by :func:`add_commands` from :func:`amcommit.cli.build_parser`; errors go through
+``amcommit.cli.main`` (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from amcommit.table.clean import CleanReport
+from amcommit.table.reader import InstantInfo
+from amcommit.table.timeline import Changes
+
+__all__ = ["add_commands", "changes_json", "format_instants", "instants_json"]
+
+_COLUMNS = ("TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL")
+
+
+def instants_json(instants: list[InstantInfo]) -> list[dict[str, Any]]:
+    return [asdict(i) for i in instants]
+
+
+def changes_json(c: Changes) -> dict[str, Any]:
+    return {
+        "since": c.since,
+        "until": c.until,
+        "instants": [{"time": i.time, "action": i.action} for i in c.instants],
+        "added": [asdict(f) for f in c.added],
+        "replaced": [{"partition": p, "file_id": fid} for p, fid in c.replaced],
+    }
+
+
+def _num(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _row(i: InstantInfo) -> list[str]:
+    action = i.action if i.operation in (None, "CLEAN") else f"{i.action} ({i.operation})"
+    dur = "-" if i.duration is None else f"{i.duration:.3f} s"
+    return [i.time, action, i.state, _num(i.files), _num(i.bytes), _num(i.rows), dur, i.label or ""]
+
+
+def format_instants(instants: list[InstantInfo], *, use_rich: bool | None = None) -> str:
+    """The instants as a table: rich's if the package is importable, else aligned text."""
+    rows = [_row(i) for i in instants]
+    if use_rich is not False:
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            if use_rich:
+                raise
+        else:
+            table = Table(box=None, pad_edge=False)
+            for c in _COLUMNS:
+                table.add_column(
+                    c, justify="right" if c in ("FILES", "BYTES", "ROWS", "DURATION") else "left"
+                )
+            for r in rows:
+                table.add_row(*r)
+            console = Console(width=200, color_system=None, force_terminal=False)
+            with console.capture() as cap:
+                console.print(table)
+            return "\n".join(line.rstrip() for line in cap.get().splitlines())
+    allrows = [list(_COLUMNS), *rows]
+    widths = [max(len(r[k]) for r in allrows) for k in range(len(_COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in allrows)
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from amcommit.cli import _store_options
+    from amcommit.table.reader import open_timeline
+
+    return open_timeline(args.dest, **_store_options(args))
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    instants = _open(args).instants()
+    if args.json:
+        print(json.dumps(instants_json(instants), indent=2))
+    elif not instants:
+        print("no instants")
+    else:
+        print(format_instants(instants))
+    return 0
+
+
+def cmd_changes(args: argparse.Namespace) -> int:
+    c: Changes = _open(args).changes(args.since, args.until)
+    if args.json:
+        print(json.dumps(changes_json(c), indent=2))
+        return 0
+    until = c.until or "latest"
+    print(
+        f"changes in ({c.since}, {until}]: {len(c.instants)} instants, {len(c.added)} files added, "
+        f"{len(c.replaced)} file groups replaced"
+    )
+    for f in c.added:
+        print(f"+ {f.path}  ({f.rows:,} rows, {f.size:,} bytes, {f.instant})")
+    for p, fid in c.replaced:
+        print(f"- {p + '/' if p else ''}{fid}  (file group replaced)")
+    return 0
+
+
+def _clean_text(r: CleanReport) -> str:
+    if r.dry_run:
+        if not r.files:
+            return f"nothing to clean (keeping the latest {r.retain_commits} commits)"
+        lines = [f"would delete {len(r.files)} files (keeping from instant {r.earliest_retained} on):"]
+        return "\n".join(lines + [f"  {f}" for f in r.files])
+    out = []
+    if r.resumed:
+        out.append(f"completed interrupted clean {', '.join(r.resumed)}")
+    if r.instant is None:
+        out.append(f"nothing to clean (keeping the latest {r.retain_commits} commits)")
+    else:
+        out.append(
+            f"clean {r.instant}: deleted {len(r.files)} files ({r.already_gone} already gone); "
+            f"time travel and incremental reads start at {r.earliest_retained}"
+        )
+    return "\n".join(out)
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from amcommit.cli import _config, _store_options
+    from amcommit.committer.sync import run_blocking
+    from amcommit.store.urls import open_location
+    from amcommit.table.clean import clean
+
+    opts = _store_options(args)
+    config = _config(args)
+
+    async def main() -> CleanReport:
+        store, dest = open_location(args.dest, **opts)
+        try:
+            return await clean(
+                store, dest, retain_commits=args.retain_commits, config=config, dry_run=args.dry_run
+            )
+        finally:
+            await store.aclose()
+
+    report = run_blocking(main)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(_clean_text(report))
+    return 0
+
+
+def add_commands(
+    sub: Any, store_args: Callable[[argparse.ArgumentParser], None], url_forms: str = "a path or store URL"
+) -> None:
+    """Add ``timeline``, ``changes`` and ``clean`` to the subcommands ``sub``."""
+    sp = sub.add_parser(
+        "timeline",
+        help="list a table's instants (time, action, state, files, bytes, rows, duration, label)",
+        description="List the instants of the Hudi table at DEST, newest last. Reads only.",
+    )
+    sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    store_args(sp)
+    sp.set_defaults(func=cmd_timeline)
+
+    sp = sub.add_parser(
+        "changes",
+        help="files added and file groups replaced in (SINCE, UNTIL]",
+        description="Files added and file groups replaced by the commits in (SINCE, UNTIL] of the table "
+        "at DEST (an incremental read's file list). Reads only the instants in the range.",
+    )
+    sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument("--since", required=True, help="exclusive start: a completed instant time (17 digits)")
+    sp.add_argument("--until", help="inclusive end: a completed instant time (default: the latest)")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    store_args(sp)
+    sp.set_defaults(func=cmd_changes)
+
+    sp = sub.add_parser(
+        "clean",
+        help="delete the files of file groups replaced before the latest N commits",
+        description="Delete the base files of file groups replaced by overwrites before the latest N "
+        "commits, recorded as a clean instant; time travel and incremental reads before those N commits "
+        "are refused afterwards. Completes an interrupted clean first. Holds the destination lock.",
+    )
+    sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument(
+        "--retain-commits", type=int, required=True, metavar="N", help="commits kept readable (>= 1)"
+    )
+    sp.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
+    sp.add_argument(
+        "--conf", action="append", metavar="KEY=VALUE", help="committer option (lock_wait, io_threads, ...)"
+    )
+    store_args(sp)
+    sp.set_defaults(func=cmd_clean)

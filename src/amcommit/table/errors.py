@@ -1,0 +1,63 @@
+"""Typed errors of table reading and cleaning. Each message is one line naming the bad thing.
+
+Each class takes the whole message as its only positional argument (so ``copy.copy`` and
+:func:`amcommit.messages.for_user` can rebuild it) and is built with its ``make`` classmethod.
+"""
+
+from __future__ import annotations
+
+from amcommit.errors import AmcommitError, ConfigError
+
+__all__ = ["CleanedPast", "NotATable", "RangeReversed", "UnknownInstant"]
+
+
+class NotATable(AmcommitError):
+    """The destination holds no Hudi table (no ``.hoodie/hoodie.properties``)."""
+
+    def __init__(self, message: str, *, dest: str = "") -> None:
+        super().__init__(message)
+        self.dest = dest
+
+    @classmethod
+    def make(cls, dest: str) -> NotATable:
+        return cls(f"{dest!r} is not a table: no .hoodie/hoodie.properties", dest=dest)
+
+
+class UnknownInstant(ConfigError):
+    """A well-formed instant time that is no completed instant of the table."""
+
+    def __init__(self, message: str, *, instant: str = "") -> None:
+        super().__init__(message)
+        self.instant = instant
+
+    @classmethod
+    def make(cls, instant: str, dest: str, detail: str = "") -> UnknownInstant:
+        why = detail or "no completed instant has this time"
+        return cls(f"unknown instant {instant} in table {dest!r}: {why}", instant=instant)
+
+
+class RangeReversed(ConfigError):
+    """``since`` is later than ``until``."""
+
+    @classmethod
+    def make(cls, since: str, until: str) -> RangeReversed:
+        return cls(f"range reversed: since {since} is later than until {until}")
+
+
+class CleanedPast(AmcommitError):
+    """A time travel or incremental query reaches before what a clean kept: some files it
+    would read were deleted, so the answer would silently miss rows (hudi-rs returns fewer
+    rows there; amcommit refuses). ``earliest`` is the earliest instant still readable."""
+
+    def __init__(self, message: str, *, earliest: str = "", clean: str = "") -> None:
+        super().__init__(message)
+        self.earliest = earliest
+        self.clean = clean
+
+    @classmethod
+    def make(cls, query: str, earliest: str, clean: str) -> CleanedPast:
+        return cls(
+            f"{query} reaches past what clean {clean} deleted: the earliest instant still readable is {earliest}",
+            earliest=earliest,
+            clean=clean,
+        )

@@ -1,0 +1,408 @@
+"""Reading a table's timeline: instants, incremental changes, snapshots (time travel).
+
+:class:`Timeline` is the async API, opened on a store and a table path
+(``await Timeline.open(store, dest)``); :func:`open_timeline` is the blocking facade, opened on
+any store URL (``file://``, ``abfs[s]://``, ``wasb[s]://``, ``gs://``, plain paths).
+
+Cost of each query (the store is asked nothing else):
+
+- one non-recursive listing of ``.hoodie/`` (the instant files; unavoidable, and the only
+  request whose cost grows with the length of the timeline);
+- :meth:`Timeline.changes`: one read per completed write instant *in the range* (plus one
+  read of the latest clean instant, if there is one): O(instants in range);
+- :meth:`Timeline.snapshot`: one read per completed write instant up to ``as_of``;
+- :meth:`Timeline.instants`: one read per completed instant.
+
+Completed instants never change, so their metadata is cached by the :class:`Timeline`
+object; the listing is taken again by every query (the first query after :meth:`open`
+uses the listing ``open`` took).
+
+Queries are read-only and never atomic with respect to writers: a commit completing during a
+query is either in its listing or not (it appears whole or not at all, because the
+completed instant file is published last).
+
+Refusals (typed, one line each): :class:`~amcommit.table.errors.NotATable`,
+:class:`~amcommit.table.errors.UnknownInstant`, :class:`~amcommit.table.errors.RangeReversed`,
+and :class:`~amcommit.table.errors.CleanedPast` for a time travel or incremental query that
+reaches before the earliest instant a clean kept whole (hudi-rs silently returns fewer rows
+there; TABLES.md pitfall 6).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.context import policies_of, retry_call
+from amcommit.store.base import ObjectInfo, Store, basename, join
+from amcommit.store.retry import RetryPolicy
+from amcommit.table import avro_meta
+from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
+from amcommit.table.model import (
+    WRITE_ACTIONS,
+    Action,
+    CommitMetadata,
+    Instant,
+    State,
+    decode_commit_metadata,
+    parse_instant_file,
+)
+from amcommit.table.naming import HOODIE_DIR, check_instant, parse_instant
+from amcommit.table.timeline import Changes, FileVersion, LoadedCommit, changes, snapshot
+
+__all__ = [
+    "LABEL_KEYS",
+    "BlockingTimeline",
+    "CleanMark",
+    "InstantInfo",
+    "Listing",
+    "Timeline",
+    "gather_limited",
+    "open_timeline",
+    "table_uri",
+]
+
+T = TypeVar("T")
+
+LABEL_KEYS = ("amcommit.label", "label")
+"""``extraMetadata`` keys whose value is shown as an instant's label (first one present)."""
+READ_CONCURRENCY = 16
+"""Instant files read at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstantInfo:
+    """One instant of the timeline, in its most advanced state.
+
+    ``files``/``bytes``/``rows`` are what a completed write added (a completed clean:
+    ``files`` deleted); None when unknown (requested/inflight instants, other actions).
+    ``duration`` is seconds from the instant's time to its completed file's modification
+    time, when the store reports one.
+    """
+
+    time: str
+    action: str
+    state: str
+    operation: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    rows: int | None = None
+    replaced: int | None = None
+    duration: float | None = None
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CleanMark:
+    """What the latest clean removed: everything a reader needs before ``earliest`` may
+    be gone. ``clean`` is that clean's instant time."""
+
+    earliest: str
+    clean: str
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One listing of ``.hoodie/``: every instant (most advanced state per time), sorted."""
+
+    instants: list[Instant]
+    objects: dict[str, ObjectInfo]
+    """File name in ``.hoodie/`` -> what the listing said about it."""
+    writes: list[str]
+    """Times of the completed write instants (commit, replacecommit), sorted."""
+
+    def completed_times(self) -> set[str]:
+        return {i.time for i in self.instants if i.completed}
+
+
+async def gather_limited(fns: Sequence[Callable[[], Awaitable[T]]], limit: int = READ_CONCURRENCY) -> list[T]:
+    """Run ``fns`` with at most ``limit`` at once; results in order. A single failure is
+    raised as itself (not wrapped in an exception group)."""
+    results: list[Any] = [None] * len(fns)
+    sem = anyio.Semaphore(max(1, limit))
+
+    async def one(i: int, fn: Callable[[], Awaitable[T]]) -> None:
+        async with sem:
+            results[i] = await fn()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, fn in enumerate(fns):
+                tg.start_soon(one, i, fn)
+    except BaseExceptionGroup as eg:
+        first = eg.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    return results
+
+
+def table_uri(store: Store, dest: str) -> str:
+    """The table's URI as Hadoop prints it (``file:/tmp/t``, ``gs://bucket/t``)."""
+    return join(store.root_uri, dest)
+
+
+_STATE_RANK = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
+
+
+async def list_timeline(store: Store, dest: str, *, policy: RetryPolicy | None = None) -> Listing:
+    """List ``.hoodie/`` once (not recursive). NotATable without ``hoodie.properties``."""
+    policy = policy or policies_of(DEFAULT_CONFIG)[0]
+    hoodie = join(dest, HOODIE_DIR)
+
+    async def listing() -> list[ObjectInfo]:
+        return [o async for o in store.list(hoodie, recursive=False)]
+
+    objects = {basename(o.path): o for o in await retry_call(listing, policy=policy) if not o.is_dir}
+    if "hoodie.properties" not in objects:
+        raise NotATable.make(dest)
+    best: dict[str, Instant] = {}
+    for name in objects:
+        i = parse_instant_file(name)
+        if i is None:
+            continue
+        cur = best.get(i.time)
+        if cur is None or _STATE_RANK[i.state] > _STATE_RANK[cur.state]:
+            best[i.time] = i
+    instants = sorted(best.values())
+    writes = [i.time for i in instants if i.completed and i.action in WRITE_ACTIONS]
+    return Listing(instants, objects, writes)
+
+
+class Timeline:
+    """A table's timeline (async). Open with :meth:`open`; see the module doc for costs."""
+
+    def __init__(self, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> None:
+        self.store = store
+        self.dest = dest
+        self.policy = policies_of(config)[0]
+        self._meta: dict[str, CommitMetadata] = {}
+        self._cleans: dict[str, CleanMark | None] = {}
+        self._listing: Listing | None = None
+
+    @classmethod
+    async def open(cls, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> Timeline:
+        """List the timeline; NotATable if ``dest`` holds no table."""
+        t = cls(store, dest, config=config)
+        t._listing = await list_timeline(store, dest, policy=t.policy)
+        return t
+
+    async def listing(self) -> Listing:
+        """A fresh listing (the one :meth:`open` took, the first time)."""
+        if self._listing is not None:
+            lst, self._listing = self._listing, None
+            return lst
+        return await list_timeline(self.store, self.dest, policy=self.policy)
+
+    async def _get(self, name: str) -> bytes:
+        path = join(self.dest, HOODIE_DIR, name)
+        return await retry_call(partial(self.store.get, path), policy=self.policy)
+
+    async def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        """The metadata of a completed write instant (cached)."""
+        name = instant.file_name
+        meta = self._meta.get(name)
+        if meta is None:
+            where = join(self.dest, HOODIE_DIR, name)
+            meta = decode_commit_metadata(await self._get(name), where=where)
+            self._meta[name] = meta
+        return meta
+
+    async def load(self, instants: Sequence[Instant]) -> list[LoadedCommit]:
+        """Completed write instants with their metadata, read concurrently."""
+        metas = await gather_limited([partial(self.commit_metadata, i) for i in instants])
+        return [LoadedCommit(i, m) for i, m in zip(instants, metas, strict=True)]
+
+    async def cleaned(self, lst: Listing) -> CleanMark | None:
+        """What the latest clean (completed or under way) removed, from one read of its file."""
+        cleans = [i for i in lst.instants if i.action == Action.CLEAN.value]
+        if not cleans:
+            return None
+        last = cleans[-1]
+        key = last.file_name
+        if key in self._cleans:
+            return self._cleans[key]
+        where = join(self.dest, HOODIE_DIR, key)
+        data = await self._get(key)
+        if last.completed:
+            earliest = avro_meta.decode_clean_metadata(data, where=where).earliest_retained
+        else:
+            root = table_uri(self.store, self.dest)
+            earliest = avro_meta.decode_cleaner_plan(data, root_uri=root, where=where).earliest_retained
+        mark = CleanMark(earliest, last.time) if earliest else None
+        if last.completed:
+            self._cleans[key] = mark
+        return mark
+
+    def _check_known(self, lst: Listing, t: str | None) -> None:
+        if t is None:
+            return
+        check_instant(t)
+        for i in lst.instants:
+            if i.time == t:
+                if not i.completed:
+                    raise UnknownInstant.make(
+                        t, self.dest, f"the {i.action} is {i.state.value}, not completed"
+                    )
+                return
+        raise UnknownInstant.make(t, self.dest)
+
+    def _write_instants(self, lst: Listing, since: str | None, until: str | None) -> list[Instant]:
+        lo = 0 if since is None else bisect.bisect_right(lst.writes, since)
+        hi = len(lst.writes) if until is None else bisect.bisect_right(lst.writes, until)
+        wanted = set(lst.writes[lo:hi])
+        return [i for i in lst.instants if i.time in wanted]
+
+    async def changes(self, since: str | None, until: str | None = None) -> Changes:
+        """Files added and file groups replaced by the write instants in ``(since, until]``
+        (``since`` None: from the start; ``until`` None: up to the latest).
+
+        Both bounds must be completed instants of the table (UnknownInstant).
+        CleanedPast if a write instant in the range is older than the earliest instant the
+        latest clean kept whole (some of its files may be gone)."""
+        for t in (since, until):
+            if t is not None:
+                check_instant(t)
+        if since is not None and until is not None and since > until:
+            raise RangeReversed.make(since, until)
+        lst = await self.listing()
+        self._check_known(lst, since)
+        self._check_known(lst, until)
+        picked = self._write_instants(lst, since, until)
+        if picked:
+            mark = await self.cleaned(lst)
+            if mark is not None and picked[0].time < mark.earliest:
+                raise CleanedPast.make(
+                    f"changes since {since or 'the start'} (first commit {picked[0].time})",
+                    mark.earliest,
+                    mark.clean,
+                )
+        return changes(await self.load(picked), since, until)
+
+    async def snapshot(self, as_of: str | None = None) -> list[FileVersion]:
+        """The base files a snapshot read sees as of ``as_of`` (inclusive; None: latest),
+        sorted by partition and path. CleanedPast if ``as_of`` is older than the earliest
+        instant the latest clean kept whole."""
+        lst = await self.listing()
+        self._check_known(lst, as_of)
+        if as_of is not None:
+            mark = await self.cleaned(lst)
+            if mark is not None and as_of < mark.earliest:
+                raise CleanedPast.make(f"time travel to {as_of}", mark.earliest, mark.clean)
+        return snapshot(await self.load(self._write_instants(lst, None, as_of)), as_of)
+
+    async def commits(self) -> list[LoadedCommit]:
+        """Every completed write instant with its metadata, in timeline order."""
+        lst = await self.listing()
+        return await self.load(self._write_instants(lst, None, None))
+
+    async def instants(self) -> list[InstantInfo]:
+        """Every instant (most advanced state per time), oldest first, with what it did."""
+        lst = await self.listing()
+        writes = self._write_instants(lst, None, None)
+        loaded = {c.instant.time: c for c in await self.load(writes)}
+        done_cleans = [i for i in lst.instants if i.action == Action.CLEAN.value and i.completed]
+        clean_meta = await gather_limited([partial(self._get, i.file_name) for i in done_cleans])
+        cleans = {
+            i.time: avro_meta.decode_clean_metadata(d, where=join(self.dest, HOODIE_DIR, i.file_name))
+            for i, d in zip(done_cleans, clean_meta, strict=True)
+        }
+        out: list[InstantInfo] = []
+        for i in lst.instants:
+            info = lst.objects.get(i.file_name)
+            duration = None
+            if i.completed and info is not None and info.mtime is not None:
+                d = info.mtime - parse_instant(i.time).timestamp()
+                duration = round(d, 3) if d >= 0 else None
+            c = loaded.get(i.time)
+            if c is not None:
+                stats = c.metadata.write_stats()
+                extra = c.metadata.extra_metadata
+                out.append(
+                    InstantInfo(
+                        time=i.time,
+                        action=i.action,
+                        state=i.state.value,
+                        operation=c.metadata.operation_type,
+                        files=len(stats),
+                        bytes=sum(s.file_size_in_bytes or s.total_write_bytes for s in stats),
+                        rows=sum(s.num_writes for s in stats),
+                        replaced=len(c.replaced())
+                        if c.metadata.partition_to_replace_file_ids is not None
+                        else None,
+                        duration=duration,
+                        label=next((extra[k] for k in LABEL_KEYS if k in extra), None),
+                    )
+                )
+            elif i.time in cleans:
+                out.append(
+                    InstantInfo(
+                        time=i.time,
+                        action=i.action,
+                        state=i.state.value,
+                        operation="CLEAN",
+                        files=cleans[i.time].total_deleted,
+                        duration=duration,
+                    )
+                )
+            else:
+                out.append(InstantInfo(time=i.time, action=i.action, state=i.state.value, duration=duration))
+        return out
+
+
+class BlockingTimeline:
+    """The blocking facade of :class:`Timeline`: each call opens the store for the URL,
+    runs the query in a private event loop (see :func:`amcommit.committer.sync.run_blocking`)
+    and closes the store."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        config: CommitterConfig = DEFAULT_CONFIG,
+        store_options: dict[str, Any] | None = None,
+        store_factory: Callable[[], tuple[Store, str]] | None = None,
+    ) -> None:
+        self.url = url
+        self.config = config
+        self.store_options = dict(store_options or {})
+        self._factory = store_factory
+
+    def _run(self, fn: Callable[[Timeline], Awaitable[T]]) -> T:
+        from amcommit.committer.sync import run_blocking
+        from amcommit.store.urls import open_location
+
+        async def main() -> T:
+            if self._factory is not None:
+                store, dest = self._factory()
+            else:
+                store, dest = open_location(self.url, **self.store_options)
+            try:
+                return await fn(await Timeline.open(store, dest, config=self.config))
+            finally:
+                await store.aclose()
+
+        return run_blocking(main)
+
+    def instants(self) -> list[InstantInfo]:
+        return self._run(lambda t: t.instants())
+
+    def changes(self, since: str | None, until: str | None = None) -> Changes:
+        return self._run(lambda t: t.changes(since, until))
+
+    def snapshot(self, as_of: str | None = None) -> list[FileVersion]:
+        return self._run(lambda t: t.snapshot(as_of))
+
+
+def open_timeline(
+    url: str, *, config: CommitterConfig = DEFAULT_CONFIG, **store_options: Any
+) -> BlockingTimeline:
+    """The blocking timeline of the table at ``url``; ``store_options`` go to
+    :func:`amcommit.store.urls.open_location` (endpoint, credentials)."""
+    return BlockingTimeline(url, config=config, store_options=store_options)

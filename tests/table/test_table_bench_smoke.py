@@ -1,0 +1,31 @@
+"""Smoke test of benchmarks/table_changes.py --quick: runs, verifies against hudi-rs, writes JSON.
+Not a measurement: the figures are not checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(120)
+def test_table_changes_quick(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.table_changes", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| instants | range |" in proc.stdout
+    rows = json.loads((tmp_path / "table_changes.json").read_text())["rows"]
+    assert {(r["instants"], r["range"]) for r in rows} == {(100, 1), (100, 10), (10, 1)}
+    for r in rows:
+        assert r["verified"] == "exact" and r["files"] == 10 * r["range"]
+        assert r["amcommit_ms"] > 0 and r["hudi_rs_ms"] > 0 and r["list_table_ms"] > 0

@@ -1,0 +1,134 @@
+"""`amcommit timeline`, `amcommit changes`, `amcommit clean`: output and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from amcommit.cli import main
+from amcommit.table.cli import format_instants
+from amcommit.table.model import Operation
+from amcommit.table.reader import open_timeline
+from tests.table.tablegen import Write, generate, write_local
+
+WRITES = [
+    Write(files={"a": 2}),
+    Write(files={"a": 1}, label="q1/batch-7"),
+    Write(Operation.INSERT_OVERWRITE, files={"a": 1}),
+    Write(files={"b": 1}, failed=True),
+    Write(files={"b": 1}),
+]
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> tuple[Path, list[str]]:
+    gen = generate(WRITES)
+    return write_local(gen, tmp_path / "t"), gen.instants
+
+
+def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    root, times = table
+    assert main(["timeline", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL"]
+    assert [ln.split()[0] for ln in lines[1:]] == times  # newest last
+    assert (
+        "q1/batch-7" in lines[2] and "inflight" in lines[4] and "replacecommit (INSERT_OVERWRITE)" in lines[3]
+    )
+    assert main(["timeline", str(root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["time"] for d in data] == times
+    assert data[0] | {"bytes": 0} == {
+        "time": times[0],
+        "action": "commit",
+        "state": "completed",
+        "operation": "INSERT",
+        "files": 2,
+        "bytes": 0,
+        "rows": 6,
+        "replaced": None,
+        "duration": 0.25,
+        "label": None,
+    }
+
+
+def test_plain_text_table_without_rich(table: tuple[Path, list[str]]) -> None:
+    root, times = table
+    text = format_instants(open_timeline(str(root)).instants(), use_rich=False)
+    assert text.splitlines()[0].split() == [
+        "TIME",
+        "ACTION",
+        "STATE",
+        "FILES",
+        "BYTES",
+        "ROWS",
+        "DURATION",
+        "LABEL",
+    ]
+    assert text.splitlines()[-1].startswith(times[-1])
+
+
+def test_changes(table: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    root, t = table
+    assert main(["changes", str(root), "--since", t[0], "--until", t[2]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"changes in ({t[0]}, {t[2]}]: 2 instants, 2 files added, 3 file groups replaced"
+    assert sum(ln.startswith("+ p=a/") for ln in out) == 2 and sum(ln.startswith("- p=a/") for ln in out) == 3
+    assert main(["changes", str(root), "--since", t[2], "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [i["time"] for i in data["instants"]] == [t[4]] and data["until"] is None
+    assert [f["instant"] for f in data["added"]] == [t[4]] and data["replaced"] == []
+
+
+def test_clean_dry_run_then_clean(table: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    root, t = table
+    assert main(["clean", str(root), "--retain-commits", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"would delete 3 files (keeping from instant {t[2]} on):" and len(out) == 4
+    assert main(["clean", str(root), "--retain-commits", "2"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.startswith("clean ")
+        and f"deleted 3 files (0 already gone); time travel and incremental reads start at {t[2]}" in out
+    )
+    assert main(["clean", str(root), "--retain-commits", "2"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to clean (keeping the latest 2 commits)"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["changes", "{root}", "--since", "{t0}", "--until", "{t1}x"], "invalid instant time"),
+        (
+            ["changes", "{root}", "--since", "{t2}", "--until", "{t1}"],
+            "range reversed: since {t2} is later than until {t1}",
+        ),
+        (
+            ["changes", "{root}", "--since", "{t3}"],
+            "unknown instant {t3} in table '{root}': the commit is inflight",
+        ),
+        (["changes", "{root}", "--since", "20991231000000000"], "unknown instant 20991231000000000"),
+        (["timeline", "{root}/a"], "'{root}/a' is not a table: no .hoodie/hoodie.properties"),
+        (["clean", "{root}", "--retain-commits", "0"], "--retain-commits must be an integer >= 1, got 0"),
+    ],
+)
+def test_errors_are_one_line(
+    table: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    root, t = table
+    fmt = {"root": str(root), "t0": t[0], "t1": t[1], "t2": t[2], "t3": t[3]}
+    assert main([a.format(**fmt) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("amcommit: error: ") and "Traceback" not in err
+    assert message.format(**fmt) in err
+
+
+def test_cleaned_past_is_one_line(table: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    root, t = table
+    assert main(["clean", str(root), "--retain-commits", "1"]) == 0
+    capsys.readouterr()
+    assert main(["changes", str(root), "--since", t[0]]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the earliest instant still readable is {t[4]}" in err
