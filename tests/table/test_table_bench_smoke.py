@@ -29,3 +29,18 @@ def test_table_changes_quick(tmp_path: Path) -> None:
     for r in rows:
         assert r["verified"] == "exact" and r["files"] == 10 * r["range"]
         assert r["amcommit_ms"] > 0 and r["hudi_rs_ms"] > 0 and r["list_table_ms"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_table_commit_quick() -> None:
+    """benchmarks/table_commit.py --quick runs both contenders and verifies both outputs."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.table_commit", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| plain | 100 |" in proc.stdout and "| table | 100 |" in proc.stdout
+    assert "table commit:" in proc.stdout
