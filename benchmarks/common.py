@@ -6,11 +6,14 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,3 +130,29 @@ async def timed_renames(store: Any, etags: Sequence[str], concurrency: int) -> t
         for _ in range(concurrency):
             tg.start_soon(worker)
     return time.perf_counter() - w0, time.process_time() - c0
+
+
+def alternate(rounds: int, contenders: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """``(round, contender)`` for every round; the order is reversed every other round, so no
+    contender always runs first (or always second, on a warmer machine)."""
+    for r in range(rounds):
+        for name in contenders if r % 2 == 0 else tuple(reversed(contenders)):
+            yield r, name
+
+
+def best_of(
+    rows: Sequence[dict[str, Any]], contenders: Sequence[str], key: str = "seconds"
+) -> list[dict[str, Any]]:
+    """Each contender's best row (smallest ``key``), in the order of ``contenders``."""
+    return [min((x for x in rows if x["contender"] == n), key=lambda x: x[key]) for n in contenders]
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[str]:
+    """A fresh temporary directory (in ``/dev/shm`` where writable), removed afterwards."""
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    root = tempfile.mkdtemp(prefix=prefix, dir=base)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

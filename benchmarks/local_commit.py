@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -29,7 +28,16 @@ import anyio
 from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.store.local import LocalStore
-from benchmarks.common import Measure, peak_rss_mb, run_isolated, table, write_json
+from benchmarks.common import (
+    Measure,
+    alternate,
+    best_of,
+    peak_rss_mb,
+    run_isolated,
+    scratch_dir,
+    table,
+    write_json,
+)
 
 JOB = "202611220200_0001"
 
@@ -103,23 +111,15 @@ def main() -> None:
         print(json.dumps(contender(*a.worker)))
         return
     rows = []
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    for r in range(a.rounds):
-        for name in ("amcommit", "sequential") if r % 2 == 0 else ("sequential", "amcommit"):
-            root = tempfile.mkdtemp(prefix="amc-local-", dir=base)
-            try:
-                anyio.run(prepare, root, a.tasks, a.files)
-                row = run_isolated("benchmarks.local_commit", ["--worker", name, root])
-                verify(root, a.tasks * a.files)
-                rows.append(row | {"round": r})
-                print(f"round {r} {name}: {row['seconds']:.2f} s", file=sys.stderr)
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-    best = {
-        n: min((x for x in rows if x["contender"] == n), key=lambda x: x["seconds"])
-        for n in ("amcommit", "sequential")
-    }
-    summary = [best["amcommit"], best["sequential"]]
+    for r, name in alternate(a.rounds, ("amcommit", "sequential")):
+        with scratch_dir("amc-local-") as root:
+            anyio.run(prepare, root, a.tasks, a.files)
+            row = run_isolated("benchmarks.local_commit", ["--worker", name, root])
+            verify(root, a.tasks * a.files)
+            rows.append(row | {"round": r})
+            print(f"round {r} {name}: {row['seconds']:.2f} s", file=sys.stderr)
+    summary = best_of(rows, ("amcommit", "sequential"))
+    best = {x["contender"]: x for x in summary}
     ratio = best["sequential"]["seconds"] / best["amcommit"]["seconds"]
     print(
         table(

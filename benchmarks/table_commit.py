@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -35,7 +33,16 @@ from amcommit.store.local import LocalStore
 from amcommit.table.model import Operation
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.write import TableSpec, begin_write
-from benchmarks.common import Measure, peak_rss_mb, run_isolated, table, write_json
+from benchmarks.common import (
+    Measure,
+    alternate,
+    best_of,
+    peak_rss_mb,
+    run_isolated,
+    scratch_dir,
+    table,
+    write_json,
+)
 
 JOB = "202611230200_0001"
 SPEC = TableSpec(name="bench", partition_fields=("day",))
@@ -138,24 +145,16 @@ def main() -> None:
     if a.quick:
         a.tasks, a.files, a.rounds = 4, 25, 1
     rows: list[dict[str, Any]] = []
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     expected = 2 * 5 + a.tasks * a.files
-    for r in range(a.rounds):
-        for kind in ("plain", "table") if r % 2 == 0 else ("table", "plain"):
-            root = tempfile.mkdtemp(prefix="amc-table-", dir=base)
-            try:
-                job = anyio.run(prepare, root, kind, a.tasks, a.files)
-                row = run_isolated("benchmarks.table_commit", ["--worker", kind, root, job])
-                verify(root, kind, expected)
-                rows.append(row | {"round": r})
-                print(f"round {r} {kind}: {row['seconds']:.3f} s", file=sys.stderr)
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-    best = {
-        n: min((x for x in rows if x["contender"] == n), key=lambda x: x["seconds"])
-        for n in ("plain", "table")
-    }
-    summary = [best["plain"], best["table"]]
+    for r, kind in alternate(a.rounds, ("plain", "table")):
+        with scratch_dir("amc-table-") as root:
+            job = anyio.run(prepare, root, kind, a.tasks, a.files)
+            row = run_isolated("benchmarks.table_commit", ["--worker", kind, root, job])
+            verify(root, kind, expected)
+            rows.append(row | {"round": r})
+            print(f"round {r} {kind}: {row['seconds']:.3f} s", file=sys.stderr)
+    summary = best_of(rows, ("plain", "table"))
+    best = {x["contender"]: x for x in summary}
     ratio = best["table"]["seconds"] / best["plain"]["seconds"]
     cpu_ratio = best["table"]["cpu_ms_per_file"] / best["plain"]["cpu_ms_per_file"]
     print(

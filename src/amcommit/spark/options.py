@@ -481,21 +481,9 @@ def _table_plan(
     return TablePlan(name=name, record_key_fields=tuple(keys), new=not existing)
 
 
-KEY_TYPES = frozenset(
-    {
-        "StringType",
-        "VarcharType",
-        "CharType",
-        "IntegerType",
-        "LongType",
-        "ShortType",
-        "ByteType",
-        "BooleanType",
-        "DateType",
-        "DecimalType",
-    }
-)
-"""Spark types usable as record key columns."""
+KEY_TYPES = PARTITION_TYPES - {"TimestampType", "TimestampNTZType", "DoubleType", "FloatType"}
+"""Spark types usable as record key columns: the partition column types, except timestamps and
+floating point (their string forms are not stable keys)."""
 
 
 def default_table_name(url: str) -> str:
