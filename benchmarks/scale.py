@@ -25,7 +25,8 @@ from amcommit.committer.layout import JobLayout
 from amcommit.errors import NotFound
 from amcommit.iostats import IOStatistics
 from amcommit.manifest import TASK_MANIFEST_TYPE, FileEntry, TaskManifest, encode_json
-from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, WriteMode, basename
+from amcommit.paths import basename
+from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, WriteMode
 from benchmarks.common import Measure, peak_rss_mb
 
 ROOT = "mem://bench/"

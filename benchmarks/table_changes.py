@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 from amcommit.table.reader import Timeline
 from benchmarks.common import RESULTS, machine, table
 from tests.table.tablegen import Write, generate, write_local

@@ -45,3 +45,29 @@ def test_quick_smallest_case(tmp_path: Path) -> None:
     assert payload["targets"], "targets are evaluated"
     assert (tmp_path / "benchmarks.md").read_text().startswith("Run ")
     assert (tmp_path / "emulators.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.timeout(180)
+def test_stream_commit_quick(tmp_path: Path) -> None:
+    """``benchmarks.stream_commit --quick`` runs both sinks and writes its JSON to --out
+    only (never over benchmarks/results)."""
+    pytest.importorskip("pyspark")
+    refused = subprocess.run(
+        [sys.executable, "-m", "benchmarks.stream_commit", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--out" in refused.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.stream_commit", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 10 |" in proc.stdout
+    rows = json.loads((tmp_path / "stream_commit.json").read_text())["rows"]
+    assert [r["files_per_batch"] for r in rows] == [10]

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from amcommit.cli import main
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 
 ROOT = Path(__file__).parents[1]
 

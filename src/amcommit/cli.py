@@ -43,14 +43,14 @@ from amcommit.console import (
 from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
 from amcommit.manifest import decode_manifest, decode_success
 from amcommit.messages import for_user
+from amcommit.paths import basename
 from amcommit.redact import redact
-from amcommit.store.base import basename
 
 
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
     """The store options of the command (``--endpoint``, ``--store-option``, the Azure
     environment variables), converted and checked by the backend's options struct."""
-    from amcommit.store.urls import store_options
+    from amcommit.store.schemes import store_options
 
     opts: dict[str, Any] = {}
     env = os.environ
@@ -88,7 +88,7 @@ def _config(args: argparse.Namespace) -> CommitterConfig:
 
 def _read(url: str, opts: dict[str, Any]) -> bytes:
     from amcommit.committer.sync import run_blocking
-    from amcommit.store.urls import open_location
+    from amcommit.store.schemes import open_location
 
     async def main() -> bytes:
         store, path = open_location(url, **opts)
@@ -166,7 +166,7 @@ def cmd_abort_job(args: argparse.Namespace) -> int:
 def cmd_jobs(args: argparse.Namespace) -> int:
     from amcommit.committer.jobs import list_jobs
     from amcommit.committer.sync import run_blocking
-    from amcommit.store.urls import open_location
+    from amcommit.store.schemes import open_location
 
     opts = _store_options(args)
 

@@ -16,13 +16,13 @@ import copy
 import re
 
 from amcommit.errors import AmcommitError, BucketNotFound, StoreError
-from amcommit.uris import ParsedUri
+from amcommit.paths import ParsedUri
 
 _AZURE = frozenset({"abfs", "abfss", "wasb", "wasbs", "az"})
 
 
 def _parse(url: str) -> ParsedUri | None:
-    from amcommit.store.urls import parse_location
+    from amcommit.store.schemes import parse_location
 
     try:
         return parse_location(url)

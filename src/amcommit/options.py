@@ -4,7 +4,7 @@ Every option set is a frozen :class:`Options` struct (``msgspec.Struct``): the s
 of each backend (:mod:`amcommit.store.options`) and
 :class:`~amcommit.committer.config.CommitterConfig`. :func:`convert_options` is the only
 place that turns user input into them, for the CLI, the Spark data source, the Spark
-session conf and :func:`~amcommit.store.urls.open_location`:
+session conf and :func:`~amcommit.store.schemes.open_location`:
 
 * values may be strings, as the CLI and Spark pass them: ``"false"`` -> ``False``,
   ``"64"`` -> ``64``, ``"1.5"`` -> ``1.5`` (``msgspec.convert(..., strict=False)``), plus

@@ -12,8 +12,8 @@ import pytest
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.emulators.azurite import Azurite
 from amcommit.errors import CommitError
+from amcommit.paths import join
 from amcommit.store.azure import BlobStore
-from amcommit.store.base import join
 from tests.azure.fault_proxy import FaultProxy
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, task_ids

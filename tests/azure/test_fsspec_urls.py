@@ -9,7 +9,7 @@ import pytest
 from amcommit.emulators.azurite import Azurite
 from amcommit.errors import ConfigError
 from amcommit.store.azure import BlobStore, DfsStore
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 from tests.servers.adls_server import AdlsTestServer
 
 

@@ -6,7 +6,8 @@ import anyio
 import pytest
 
 from amcommit.errors import AlreadyExists, InvalidInput, NotFound, PreconditionFailed
-from amcommit.store.base import PutMode, UpdateIf, join
+from amcommit.paths import join
+from amcommit.store.base import PutMode, UpdateIf
 from tests.backends import StoreUnderTest
 
 NAMES = ["plain.txt", "with space.bin", "unicodé-ü.txt", "pct%41.txt", "plus+sign.txt", "hash#tag.txt"]
@@ -209,7 +210,7 @@ async def test_bad_paths_rejected(sut: StoreUnderTest, bad: str) -> None:
 
 
 async def test_root_uri_round_trip(sut: StoreUnderTest) -> None:
-    from amcommit.uris import path_to_uri, uri_to_path
+    from amcommit.paths import path_to_uri, uri_to_path
 
     p = join(sut.base, "d ir/f%#+é")
     uri = path_to_uri(sut.store.root_uri, p)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from amcommit.committer import setup_job
-from amcommit.store.base import Store, join
+from amcommit.paths import join
+from amcommit.store.base import Store
 from tests.engine.helpers import run_task, snapshot, temp_files
 
 JOB = "202611230001_0007"

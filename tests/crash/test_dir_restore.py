@@ -14,7 +14,7 @@ import pytest
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import CommitError
-from amcommit.store.base import join
+from amcommit.paths import join
 from tests.backends import StoreUnderTest
 from tests.crash.runner import kill_child
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files

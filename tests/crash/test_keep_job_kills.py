@@ -11,7 +11,8 @@ import pytest
 
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.errors import ConflictError
-from amcommit.store.base import Store, join
+from amcommit.paths import join
+from amcommit.store.base import Store
 from tests.backends import StoreUnderTest
 from tests.crash.runner import kill_child
 from tests.engine.helpers import run_task, snapshot, temp_files

@@ -5,7 +5,8 @@ from __future__ import annotations
 from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.manifest import TaskManifest
-from amcommit.store.base import Store, join, relative_to
+from amcommit.paths import join, relative_to
+from amcommit.store.base import Store
 
 
 def task_ids(job: str, n: int, attempt: int = 0) -> tuple[str, str]:

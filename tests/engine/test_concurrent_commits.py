@@ -21,9 +21,10 @@ import pytest
 from amcommit.committer import CommitterConfig, Progress, abort_job, commit_job, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
-from amcommit.committer.stages.check_conflicts import minimal_roots
+from amcommit.committer.stages.scope import minimal_roots
 from amcommit.errors import ConflictError, LockLost, NotFound, PermissionDenied, PreconditionFailed
-from amcommit.store.base import Store, is_within, join, parent
+from amcommit.paths import is_within, join, parent
+from amcommit.store.base import Store
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.backends import StoreUnderTest

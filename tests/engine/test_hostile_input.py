@@ -18,7 +18,8 @@ from amcommit.committer.stages import load_manifests
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import CommitError, ManifestError, PreconditionFailed
 from amcommit.manifest import TaskManifest, decode_manifest, decode_success, encode_json
-from amcommit.store.base import PutMode, Store, join, relative_to
+from amcommit.paths import join, relative_to
+from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, task_ids

@@ -20,9 +20,9 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import CommitError, ConflictError, ManifestError, PermissionDenied, Transient
 from amcommit.manifest import decode_success
-from amcommit.store.base import PutMode, Store, join
+from amcommit.paths import join, path_to_uri
+from amcommit.store.base import PutMode, Store
 from amcommit.store.faulty import FaultyStore
-from amcommit.uris import path_to_uri
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files
 

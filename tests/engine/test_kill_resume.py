@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
-from amcommit.store.base import join
+from amcommit.paths import join
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task, snapshot, temp_files
 

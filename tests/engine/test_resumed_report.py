@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from amcommit.committer import CommitterConfig, abort_job, commit_job
-from amcommit.store.base import join
+from amcommit.paths import join
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import snapshot, temp_files
 from tests.engine.test_kill_resume import JOB, NEW, kill_at, prepare

@@ -11,7 +11,7 @@ import pytest
 from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError
-from amcommit.store.base import join
+from amcommit.paths import join
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import snapshot, task_ids

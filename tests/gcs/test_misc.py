@@ -11,7 +11,7 @@ import pytest
 from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.errors import AlreadyExists, ConfigError, PreconditionFailed
 from amcommit.store.gcs import GcsStore, resolve_endpoint
-from amcommit.store.urls import open_location, open_store
+from amcommit.store.schemes import open_location, open_store
 from tests.gcs.conftest import GcsEnv
 
 

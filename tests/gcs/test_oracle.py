@@ -10,7 +10,7 @@ import json
 import anyio
 
 from amcommit.committer import commit_job, setup_job
-from amcommit.store.base import join
+from amcommit.paths import join
 from amcommit.store.gcs import RENAME_ID_KEY
 from amcommit.store.gcs.store import SOURCE_GEN_KEY
 from tests.engine.helpers import run_task

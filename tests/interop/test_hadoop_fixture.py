@@ -11,8 +11,8 @@ import pytest
 
 from amcommit.committer import commit_job, resolve_layout
 from amcommit.manifest import Scope, check_manifest, decode_manifest, decode_success
+from amcommit.paths import encode_path
 from amcommit.store.local import LocalStore
-from amcommit.uris import encode_path
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "hadoop"
 FACTS = json.loads((FIXTURE / "fixture.json").read_text())

@@ -1,5 +1,13 @@
 """The fault matrix of issue 11: scenarios x backends, each checked against an oracle.
 
+Plain destinations and, since issue 13, Hudi table commits (scenarios ``table-*``: append,
+dynamic and whole-table overwrite killed at the table commit's stages then resumed or
+aborted, killed mid-cleanup, a failed write rolled back, dead writers taken over), checked
+against :mod:`tests.matrix.table_oracle` (exact objects and bytes, the completed instant's
+metadata) and hudi-rs (the whole instant or nothing) where hudi-rs reaches the backend
+(local files, Azurite, fake-gcs-server; not the ADLS test server or the GCS double: see
+:data:`tests.matrix.table_runner.HUDI_UNREACHABLE`).
+
 * :mod:`tests.matrix.scenarios`: the scenario table (data);
 * :mod:`tests.matrix.oracle`: the expected destination, computed from a scenario (pure);
 * :mod:`tests.matrix.stores`: backend connection info as JSON, and opening a store from it;
@@ -9,5 +17,7 @@
 * :mod:`tests.matrix.chaos_proxy`: HTTP faults in front of any emulator (429/503 storms,
   lost answers, connection resets);
 * :mod:`tests.matrix.runner`: runs one scenario on one backend;
+* :mod:`tests.matrix.table_oracle` / :mod:`tests.matrix.table_runner`: the table scenarios'
+  expected results (pure) and runner;
 * :mod:`tests.matrix.table`: the markdown table of the last run (``last_run.md``).
 """

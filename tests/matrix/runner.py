@@ -32,9 +32,9 @@ from amcommit.committer.report import JobReport
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import AmcommitError
 from amcommit.manifest import decode_success
-from amcommit.store.base import Store, join, relative_to
+from amcommit.paths import join, path_to_uri, relative_to
+from amcommit.store.base import Store
 from amcommit.store.faulty import FaultRule, FaultyStore
-from amcommit.uris import path_to_uri
 from tests.matrix import kill_child, oracle
 from tests.matrix.chaos_proxy import ChaosProxy
 from tests.matrix.oracle import Job
@@ -83,6 +83,10 @@ class Cell:
 
     def path(self, template: str) -> str:
         """A path template of scenarios.py for this run."""
+        if "{" not in template:
+            return template
+        if not self.sc.jobs:  # a table scenario: only {dest}
+            return template.replace("{dest}", self.dest)
         lay = self.layout(self.sc.jobs[0])
         subst = {
             "{dest}": self.dest,
@@ -504,6 +508,11 @@ def _diff(got: dict[str, bytes], want: dict[str, bytes]) -> str:
 
 # -- entry point --------------------------------------------------------------------------------
 async def run_cell(cell: Cell) -> None:
+    if cell.sc.tables:
+        from tests.matrix.table_runner import run_table_cell
+
+        await run_table_cell(cell)
+        return
     await setup(cell)
     kind = cell.sc.fault.kind
     job = cell.sc.jobs[0]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.matrix.oracle import Attempt, Files, Job
+from tests.matrix.table_oracle import INSERT, OVERWRITE, OVERWRITE_TABLE, TableJob
 
 JOB = "202611230001_0011"
 JOB_B = "202611230002_0012"
@@ -95,6 +96,10 @@ class Scenario:
     maybe: Mapping[str, str] = field(default_factory=dict)
     """Like ``xfail`` but not strict (the cell passes either way): for cells that fail
     for a known reason another branch is fixing."""
+    tables: tuple[TableJob, ...] = ()
+    """A table scenario (tests/matrix/table_runner.py): the writes into the old Hudi table
+    (``old`` and ``jobs`` unused). Fault kinds: ``none``, ``kill``, ``takeover``, ``store``
+    (a permanent store error, then ``amcommit rollback``)."""
 
 
 def P(point: str) -> dict[str, Any]:
@@ -468,6 +473,110 @@ SCENARIOS += [
             abort_kill={"type": "store", "op": "delete", "path": "{dest}/p=*"},
             lock_ttl=TAKEOVER_TTL,
         ),
+    ),
+]
+
+# -- Hudi table commits (issue 13): killed at every stage of the table commit ----------------------
+# The write: two tasks, four base files in p=a (an old partition) and p=c (a new one).
+T_ROWS = (((10, "a", "n10"), (11, "c", "n11")), ((12, "a", "n12"), (13, "c", "n13"), (14, "a", "n14")))
+TABLE_JOBS = {
+    "append": TableJob(INSERT, T_ROWS),
+    "overwrite-dyn": TableJob(OVERWRITE, T_ROWS),
+    "overwrite-all": TableJob(OVERWRITE_TABLE, T_ROWS),
+}
+# (kill point, past the point of no return): the table commit's stages (table/commit.py).
+# Once every file is renamed, abort_job completes the commit (as for plain commits); the
+# journal says "renamed" after partition_meta; publish writes the completed instant.
+TABLE_POINTS = [
+    ("load_manifests:end", False),
+    ("check_order:end", False),
+    ("plan_commit:end", False),
+    ("prepare_dirs:end", False),
+    ("rename_files:progress:2", False),
+    ("rename_files:end", True),
+    ("partition_meta:end", True),
+    ("publish:start", True),
+    ("publish:end", True),
+    ("cleanup:start", True),
+]
+TABLE_SAMPLE = {"rename_files:progress:2", "publish:end"}
+"""The stages at which append and the whole-table overwrite are killed: before and after the
+point of no return (dynamic overwrite, the replacecommit with the most requests, is killed at
+all of them; tests/table/test_write_kills.py kills it before every request): suite budget."""
+
+SCENARIOS += [
+    Scenario(f"table-{k}", f"table: {j.operation}, no fault", {}, (), tables=(j,))
+    for k, j in TABLE_JOBS.items()
+]
+for _k, _j in TABLE_JOBS.items():
+    for _point, _past in TABLE_POINTS:
+        if _k != "overwrite-dyn" and _point not in TABLE_SAMPLE:
+            continue
+        _short = _point.replace(":progress", "").replace(":", "-").replace("_", "-")
+        for _then in ("resume", "abort"):
+            SCENARIOS.append(
+                Scenario(
+                    f"table-{_k}-kill-{_short}-{_then}",
+                    f"table: {_j.operation}, killed at {_point}, {_then}",
+                    {},
+                    (),
+                    Fault("kill", P(_point), past_no_return=_past),
+                    _then,
+                    tables=(_j,),
+                )
+            )
+TABLE_TTL = 1.0
+"""Lock and heartbeat ttl of the table takeovers (B waits ~1 s per cell)."""
+_MARKER_GONE = {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.temp/2*/_job.json"}
+MID_CLEANUP = {
+    # flat stores delete the staging objects one by one: cut right after the job marker's
+    "blob": _MARKER_GONE,
+    "gcs-double": _MARKER_GONE,
+    "gcs-fake": _MARKER_GONE,
+    # stores with directories delete folders: cut after the first one
+    "*": {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.temp/2*"},
+}
+SCENARIOS += [
+    Scenario(
+        f"table-overwrite-dyn-kill-mid-cleanup-{_then}",
+        f"table: insert_overwrite, killed mid-cleanup after publishing (flat stores: the job "
+        f"marker deleted, the journal not), {_then}",
+        {},
+        (),
+        Fault("kill", MID_CLEANUP, past_no_return=True),
+        _then,
+        tables=(TABLE_JOBS["overwrite-dyn"],),
+    )
+    for _then in ("resume", "abort")
+]
+T_B = TableJob(OVERWRITE, (((20, "a", "b20"), (21, "d", "b21")),))
+SCENARIOS += [
+    Scenario(
+        "table-failed-rollback",
+        "table: overwrite fails for good at its 2nd rename; amcommit rollback: the old table",
+        {},
+        (),
+        Fault("store", rule="fail"),
+        tables=(TABLE_JOBS["overwrite-dyn"],),
+    ),
+    Scenario(
+        "table-takeover-mid-rename",
+        f"table: writer A killed mid-rename holding the lock (ttl {TABLE_TTL:g} s); writer B "
+        "takes the lock over, completes A's commit (its journal), commits: A then B",
+        {},
+        (),
+        # past_no_return here: the takeover completes A's commit (as for plain destinations)
+        Fault("takeover", P("rename_files:progress:2"), lock_ttl=TABLE_TTL, past_no_return=True),
+        tables=(TABLE_JOBS["append"], T_B),
+    ),
+    Scenario(
+        "table-takeover-dead-writer",
+        f"table: writer A killed before its journal, holding the lock (ttl {TABLE_TTL:g} s, "
+        "heartbeat too); writer B rolls A's inflight instant back, commits: B alone",
+        {},
+        (),
+        Fault("takeover", P("check_order:end"), lock_ttl=TABLE_TTL),
+        tables=(TABLE_JOBS["append"], T_B),
     ),
 ]
 

@@ -1,5 +1,6 @@
 """The fault matrix of issue 11: every scenario of tests/matrix/scenarios.py on every
-backend, checked against the oracle (exact listing and bytes). Writes
+backend (plain destinations and Hudi tables), checked against the oracle (exact listing and
+bytes; for tables also hudi-rs). Writes
 tests/matrix/last_run.md (``python -m tests.matrix.table`` prints it again)."""
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from amcommit.store.base import Store, relative_to
-from amcommit.store.urls import open_location
+from amcommit.paths import relative_to
+from amcommit.store.base import Store
+from amcommit.store.schemes import open_location
 from tests.spark.helpers import make_df, read, rows, writer
 
 pytestmark = pytest.mark.spark

@@ -341,3 +341,91 @@ def test_table_read_past_a_clean_is_refused(spark: Any, tmp_path: Path) -> None:
         with pytest.raises(Exception, match="reaches past what clean") as e:
             spark_rows(spark, dest, **opts)
         assert str(e.value).count('File "') <= 1, str(e.value)
+
+
+def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_path: Path) -> None:
+    """A Spark table write whose upstream stage runs 4x ``writer_ttl`` (no write task beats
+    then) stays alive through the driver's keep-alive process: a concurrent engine writer
+    that commits meanwhile waits for it instead of rolling it back; afterwards no heartbeat
+    is left (the keep-alive process ended with the write)."""
+    import glob
+    import json
+    import threading
+    import time
+
+    import anyio
+    import pyarrow as pa
+
+    from amcommit.committer.config import CommitterConfig
+    from amcommit.committer.job import commit_job
+    from amcommit.committer.task import commit_task, setup_task
+    from amcommit.store.local import LocalStore
+    from amcommit.table.model import Operation
+    from amcommit.table.naming import base_file_name, new_file_id, write_token
+    from amcommit.table.schema import avro_schema
+    from amcommit.table.write import begin_write
+    from tests.table.writehelpers import parquet_bytes
+
+    dest = tmp_path / "slow"
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
+    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=60.0, writer_ttl=1.0)
+    other: dict[str, Any] = {}
+
+    async def engine_write() -> None:
+        store = LocalStore(str(tmp_path))
+        w = await begin_write(
+            store, "slow", operation=Operation.INSERT, avro_schema=avro_schema(schema, "slow"), config=cfg
+        )
+        work = await setup_task(store, w.layout, f"attempt_{w.instant}_m_000000_0")
+        name = base_file_name(new_file_id(), write_token(0, 0, 0), w.instant)
+        data = parquet_bytes([{"id": 1000, "v": "e"}], schema, meta=(w.instant, "", name, 0))
+        await store.put(f"{work}/{name}", data)
+        rows = json.dumps({name: 1})
+        await commit_task(
+            store,
+            w.layout,
+            f"task_{w.instant}_m_000000",
+            f"attempt_{w.instant}_m_000000_0",
+            extra_data={"hudi.rows": rows},
+        )
+        await commit_job(store, "slow", w.instant, config=cfg)
+        other["instant"] = w.instant
+        await store.aclose()
+
+    def concurrent() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while not glob.glob(str(dest / ".hoodie" / "*.inflight")) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.5)  # longer than writer_ttl: the Spark write's begin beat is stale by now
+            anyio.run(engine_write)
+        except BaseException as e:  # reported below
+            other["error"] = repr(e)
+
+    # an upstream stage of the write sleeps 4 s (JVM side): no write task runs meanwhile
+    df = (
+        spark.range(0, 10, numPartitions=1)
+        .selectExpr(
+            "id",
+            "cast(id as string) as v",
+            "if(id = 0, java_method('java.lang.Thread', 'sleep', bigint(4000)), '') as z",
+        )
+        .repartition(1)
+        .drop("z")
+    )
+    thread = threading.Thread(target=concurrent)
+    thread.start()
+    # without adaptive execution Spark begins the write (writer()) before the upstream stage
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        writer(df, tableFormat="hudi", writer_ttl="1").save(str(dest))
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
+        thread.join(90)
+    assert "error" not in other, other
+    done = instants(dest)
+    assert len(done) == 2 and done[1] == other["instant"], done  # the Spark write completed first
+    deadline = time.monotonic() + 5
+    while os.listdir(dest / ".hoodie" / ".heartbeat") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.listdir(dest / ".hoodie" / ".heartbeat") == []

@@ -32,7 +32,7 @@ from amcommit.spark.parquet import HIVE_DEFAULT_PARTITION, PartitionedParquetWri
 from amcommit.spark.source import _setup_job
 from amcommit.spark.task import decode_manifest, run_task
 from amcommit.store.local import LocalStore
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 
 SCHEMA = StructType(
     [

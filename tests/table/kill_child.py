@@ -1,7 +1,13 @@
 """Child process for test_write_kills: commit (or abort) a table write and SIGKILL itself
 just before its N-th mutating store request (put, rename, delete, mkdirs).
 
-Prints ``completed`` if the operation finished before request N."""
+Prints ``completed`` if the operation finished before request N.
+
+Two ways in: ``python -m tests.table.kill_child ROOT DEST INSTANT commit|abort N [TTL]`` (a
+local store), or :func:`run_spec` with JSON ``{"backend": INFO, "dest": D, "instant": I,
+"what": "commit"|"abort", "n": N, "config": {...}}`` (any backend of tests.matrix.stores;
+the target of a process forked from a fork server, as tests/table/test_write_kills.py runs
+it on the emulators)."""
 
 from __future__ import annotations
 
@@ -65,6 +71,26 @@ class KillAt:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def run_spec(text: str) -> None:
+    """Run one JSON spec (module doc) in this process, then exit it."""
+    import json
+
+    from tests.matrix.stores import open_store
+
+    spec = json.loads(text)
+    cfg = CommitterConfig(**spec.get("config", {}))
+
+    async def run() -> None:
+        store = KillAt(open_store(spec["backend"]), int(spec["n"]))
+        async with store.inner:
+            op = commit_job if spec["what"] == "commit" else abort_job
+            await op(store, spec["dest"], spec["instant"], config=cfg)  # type: ignore[arg-type]
+
+    anyio.run(run)
+    print("completed")
+    sys.exit(0)
 
 
 def main() -> None:

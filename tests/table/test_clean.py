@@ -16,7 +16,7 @@ import pytest
 
 from amcommit.committer.config import CommitterConfig
 from amcommit.errors import ConfigError
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 from amcommit.table import avro_meta
 from amcommit.table.clean import CleanReport, clean, clean_after_commit, plan_clean
 from amcommit.table.errors import CleanedPast
@@ -194,7 +194,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys, anyio
     from amcommit.committer.config import CommitterConfig
-    from amcommit.store.urls import open_location
+    from amcommit.store.schemes import open_location
     from amcommit.table.clean import clean
 
     kill_at = int(sys.argv[2])

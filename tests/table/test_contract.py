@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -119,9 +120,18 @@ def test_commit_metadata_json_as_hudi_writes_it() -> None:
         extra_metadata={"schema": "{}"},
     )
     data = encode_commit_metadata(meta)
-    assert b'"partitionToWriteStats"' in data and b'"fileId": "x-0"' in data
-    assert b"partitionToReplaceFileIds" not in data
+    raw = json.loads(data)  # compact JSON (readers ignore whitespace)
+    assert raw["partitionToWriteStats"][""][0]["fileId"] == "x-0" and raw["operationType"] == "INSERT"
+    assert "partitionToReplaceFileIds" not in raw and b"partitionToReplaceFileIds" not in data
     assert decode_commit_metadata(data) == meta
+    replace = CommitMetadata(
+        partition_to_write_stats=meta.partition_to_write_stats,
+        operation_type="INSERT_OVERWRITE",
+        partition_to_replace_file_ids={"": ["old-0"]},
+    )
+    rdata = encode_commit_metadata(replace)
+    assert json.loads(rdata)["partitionToReplaceFileIds"] == {"": ["old-0"]}
+    assert decode_commit_metadata(rdata) == replace
     # Unknown keys (Hudi Java writes more) are ignored.
     assert (
         decode_commit_metadata(b'{"partitionToWriteStats": {}, "runtimeStats": 1}').operation_type

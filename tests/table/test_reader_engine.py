@@ -12,7 +12,7 @@ import pytest
 
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 from amcommit.table.clean import clean, clean_after_commit
 from amcommit.table.errors import CleanedPast
 from amcommit.table.model import Operation

@@ -17,7 +17,8 @@ from typing import Any
 import hudi
 import pytest
 
-from amcommit.store.base import Store, join
+from amcommit.paths import join
+from amcommit.store.base import Store
 from amcommit.table.errors import CleanedPast
 from amcommit.table.model import Operation
 from amcommit.table.reader import Timeline, open_timeline
@@ -87,7 +88,7 @@ def test_local_reader_equals_hudi_rs(tmp_path: Path) -> None:
 def test_cleaned_table_reader_refuses_where_hudi_rs_silently_loses_rows(tmp_path: Path) -> None:
     import anyio
 
-    from amcommit.store.urls import open_location
+    from amcommit.store.schemes import open_location
     from amcommit.table.clean import clean
 
     gen = generate(WRITES)

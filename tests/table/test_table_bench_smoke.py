@@ -33,7 +33,10 @@ def test_table_changes_quick(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_table_commit_quick() -> None:
-    """benchmarks/table_commit.py --quick runs both contenders and verifies both outputs."""
+    """benchmarks/table_commit.py --quick runs both contenders and verifies both outputs,
+    and leaves the results of the last full run alone."""
+    results = ROOT / "benchmarks" / "results" / "table_commit.json"
+    before = results.read_bytes() if results.exists() else None
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.table_commit", "--quick"],
         cwd=ROOT,
@@ -43,4 +46,5 @@ def test_table_commit_quick() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| plain | 100 |" in proc.stdout and "| table | 100 |" in proc.stdout
-    assert "table commit:" in proc.stdout
+    assert "local: table commit " in proc.stdout and "table requests:" in proc.stdout
+    assert (results.read_bytes() if results.exists() else None) == before

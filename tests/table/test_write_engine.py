@@ -15,7 +15,8 @@ import pytest
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job, setup_job
 from amcommit.errors import CommitError, ConfigError
-from amcommit.store.base import PutMode, join
+from amcommit.paths import join
+from amcommit.store.base import PutMode
 from amcommit.store.local import LocalStore
 from amcommit.table.model import Operation, decode_commit_metadata
 from amcommit.table.rollback import rollback_instant

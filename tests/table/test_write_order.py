@@ -8,7 +8,7 @@ import pytest
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import commit_job
 from amcommit.errors import CommitError, ConflictError
-from amcommit.store.base import join
+from amcommit.paths import join
 from amcommit.table.commit import plan_order
 from amcommit.table.model import Instant, Operation, State
 from amcommit.table.rollback import rollback_instant
@@ -150,7 +150,9 @@ async def test_rollback_instant_of_dead_writer(backend_local: StoreUnderTest) ->
     before = await listing(store, dest)
     w = await begin(store, dest, config=FAST)
     await write_tasks(store, w, rows(10, 2))
-    report = await rollback_instant(store, dest, w.instant, config=FAST)
+    quick = FAST.with_options(writer_ttl=0.5)
+    await anyio.sleep(0.8)  # its writer is gone: no heartbeat for longer than writer_ttl
+    report = await rollback_instant(store, dest, w.instant, config=quick)
     assert report.rolled_back
     assert await listing(store, dest) == before
 
@@ -166,7 +168,14 @@ async def test_cli_rollback(backend_local: StoreUnderTest, capsys: pytest.Captur
     w = await begin(store, dest, config=FAST)
     await write_tasks(store, w, rows(10, 2))
     path = os.path.join(store.root, dest)  # type: ignore[attr-defined]
-    assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w.instant]) == 0
+    during = await listing(store, dest)
+    # the writer is alive (fresh heartbeat): refused in one line, nothing changed
+    assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w.instant]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "live writer" in err[0] and "--force" in err[0], err
+    assert await listing(store, dest) == during
+    # --force rolls it back all the same
+    assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w.instant, "--force"]) == 0
     assert await listing(store, dest) == before
     assert await anyio.to_thread.run_sync(main, ["rollback", path, "--instant", w0.instant]) == 1
     err = capsys.readouterr().err.strip().splitlines()

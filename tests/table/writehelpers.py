@@ -14,7 +14,8 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.job import commit_job
 from amcommit.committer.report import JobReport
 from amcommit.committer.task import commit_task, setup_task
-from amcommit.store.base import Store, join, relative_to
+from amcommit.paths import join, relative_to
+from amcommit.store.base import Store
 from amcommit.table.model import Operation
 from amcommit.table.naming import base_file_name, commit_seqno, generated_record_key, new_file_id, write_token
 from amcommit.table.schema import avro_schema

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from amcommit.errors import ConfigError
+from amcommit.paths import ParsedUri, uri_to_path
 from amcommit.store.azure import BlobStore, DfsStore
 from amcommit.store.azure._common import canonical_fsspec_uri, fsspec_account
 from amcommit.store.azure.auth import parse_connection_string
-from amcommit.store.urls import parse_location, store_options
-from amcommit.uris import ParsedUri, uri_to_path
+from amcommit.store.schemes import parse_location, store_options
 
 
 def test_gcs_scheme_is_gs() -> None:
@@ -57,7 +57,7 @@ def test_missing_account_is_one_line_naming_the_option() -> None:
 
 
 def test_az_url_resolves_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    from amcommit.store.urls import open_location
+    from amcommit.store.schemes import open_location
 
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME", raising=False)
     store, path = open_location("az://cont/a/b", account="acct", account_key="AAAA")

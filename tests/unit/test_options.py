@@ -28,7 +28,7 @@ from amcommit.store.options import (
     LocalOptions,
     StoreOptions,
 )
-from amcommit.store.urls import open_store, store_options
+from amcommit.store.schemes import open_store, store_options
 
 WASB = "wasb://c@acct.blob.core.windows.net/dest"
 ABFS = "abfs://fs@acct.dfs.core.windows.net/dest"

@@ -10,15 +10,15 @@ import pytest
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.layout import JobLayout, check_id
 from amcommit.committer.spool import EntrySpool
-from amcommit.committer.stages.check_conflicts import minimal_roots
 from amcommit.committer.stages.prepare_dirs import plan_directories, with_ancestors
+from amcommit.committer.stages.scope import minimal_roots
 from amcommit.errors import ConfigError, InvalidInput, NotFound, Throttled, Transient
 from amcommit.manifest import RenameEntry
+from amcommit.paths import decode_path, encode_path, parse_uri, uri_to_path
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.limits import Limiter
 from amcommit.store.local import LocalStore
 from amcommit.store.retry import RetryPolicy, call_with_retries
-from amcommit.uris import decode_path, encode_path, parse_uri, uri_to_path
 
 
 @pytest.mark.parametrize(
@@ -230,3 +230,50 @@ def test_new_limiter_reacts_to_the_first_throttle() -> None:
     assert lim.rate == 500.0 and lim.rate_decreases == 1
     lim.throttled()  # within the cooldown: one decrease per interval
     assert lim.rate == 500.0
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda f: setattr(f, "dest", f.dest.replace("/dest/", "/dest/.hoodie/.temp/")),
+            "temporary directory",
+        ),
+        (lambda f: setattr(f, "dest", f.dest.replace("/dest/", "/dest/../escape/")), "not usable"),
+        (lambda f: setattr(f, "source", f.source.replace("/tasks/", "/tasks/../")), "not usable"),
+        (lambda f: setattr(f, "source", f.source + "/"), "not usable"),
+    ],
+)
+def test_table_staging_manifest_takes_the_fast_path(
+    mutate: object, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table write stages under ``.hoodie/.temp/``: its URIs map by slicing (no URI parsing),
+    also when the raw JSON has escapes elsewhere (``plain=False``: JSON in extraData), and
+    bad entries are still refused."""
+    import amcommit.paths
+    from amcommit.errors import ManifestError
+    from amcommit.manifest import TASK_MANIFEST_TYPE, FileEntry, Scope, TaskManifest, check_manifest
+
+    root = "gs://bucket/"
+    inst = "20261123020000123"
+    tdir = f"{root}dest/.hoodie/.temp/{inst}/00/tasks/attempt_{inst}_m_000000_0"
+    name = "0b3f7e2c-1b7e-4a55-9c1e-0a1b2c3d4e5f-0_0-1-0_" + inst + ".parquet"
+    files = [FileEntry(f"{tdir}/day={i}/{name}", f"{root}dest/day={i}/{name}", 1, "e") for i in range(5)]
+    m = TaskManifest(
+        TASK_MANIFEST_TYPE, 1, inst, 0, f"task_{inst}_m_000000", f"attempt_{inst}_m_000000_0", tdir, files
+    )
+    scope = Scope(root, "dest", "dest/.hoodie/.temp", f"dest/.hoodie/.temp/{inst}/00/tasks")
+    real = amcommit.paths.uri_to_path
+
+    def no_parsing(root_uri: str, uri: str) -> str:
+        raise AssertionError(f"parsed {uri}")
+
+    monkeypatch.setattr(amcommit.paths, "uri_to_path", no_parsing)
+    entries, dirs = check_manifest(m, job_id=inst, scope=scope, plain=False)
+    assert [e.dst for e in entries] == [f"dest/day={i}/{name}" for i in range(5)]
+    assert entries[0].src == f"dest/.hoodie/.temp/{inst}/00/tasks/attempt_{inst}_m_000000_0/day=0/{name}"
+    assert dirs == {f"dest/day={i}" for i in range(5)}
+    monkeypatch.setattr(amcommit.paths, "uri_to_path", real)
+    mutate(files[3])  # type: ignore[operator]
+    with pytest.raises(ManifestError, match=message):
+        check_manifest(m, job_id=inst, scope=scope, plain=False)

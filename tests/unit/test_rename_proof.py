@@ -153,7 +153,7 @@ def test_judge_rename(
 
 
 def test_engine_ids_are_deterministic_and_distinct() -> None:
-    from amcommit.committer.stages.rename_files import aside_id, back_id, rename_id, restore_id
+    from amcommit.committer.stages.renaming import aside_id, back_id, rename_id, restore_id
 
     ids = [f("job_1", "d/p=1/a.bin") for f in (rename_id, aside_id, restore_id, back_id)]
     assert ids == [f("job_1", "d/p=1/a.bin") for f in (rename_id, aside_id, restore_id, back_id)]

@@ -36,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.abc
@@ -54,12 +54,21 @@ from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import Backoff, RetryPolicy, call_with_retries
 
+if TYPE_CHECKING:
+    from amcommit.committer.stages.load_manifests import LoadedManifests
+
 T = TypeVar("T")
 
 
 @dataclass
 class JobContext:
-    """Everything a stage needs. Stages read and fill it; they never hold global state."""
+    """The environment of a job commit's stages: the store, the job's layout, its config,
+    limiter, progress callback, the journal (set by the orchestrator) and the report, the
+    sink of counters and stage times. Stages read it; what they compute for each other
+    travels as their explicit inputs and results (``run(ctx, inputs) -> result`` in each
+    stage module), never through here. Only the orchestrators (``committer/job.py``,
+    ``table/commit.py``) set ``config`` (a resumed commit keeps its conflict mode) and
+    ``journal``."""
 
     store: Store
     layout: JobLayout
@@ -67,12 +76,7 @@ class JobContext:
     report: JobReport
     limiter: Limiter
     progress: ProgressCallback | None = None
-    spool: EntrySpool | None = None
-    dirs: set[str] = field(default_factory=set)
     journal: Journal | None = None
-    extra_data: list[dict[str, str]] = field(default_factory=list)
-    """The non-empty ``extra_data`` of the loaded manifests (table writes read row counts
-    from them)."""
     _retry: tuple[CommitterConfig, RetryPolicy, RetryPolicy] | None = field(
         default=None, init=False, repr=False
     )
@@ -154,6 +158,20 @@ class JobContext:
             self.report.stage_seconds[name] = self.report.stage_seconds.get(name, 0.0) + (
                 time.perf_counter() - t0
             )
+
+
+@dataclass
+class CommitRun:
+    """What one orchestrator run has loaded (not the stages': they get it as inputs). The
+    orchestrator owns the spool (it closes it when the run ends) and the loaded manifests,
+    which the failure path needs to roll back."""
+
+    spool: EntrySpool | None = None
+    loaded: LoadedManifests | None = None
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
 
 
 def policies_of(config: CommitterConfig) -> tuple[RetryPolicy, RetryPolicy]:

@@ -15,6 +15,8 @@ journal state          ``commit_job`` again            ``abort_job``
 ``committed``          only cleanup remains            completes the cleanup
 ====================  ===========================================================
 
+The table is :func:`next_action` (a pure function; the runs below act on its answer).
+
 What is atomic: each file rename (on stores with atomic rename). What is not: the job
 commit as a whole; its all-or-nothing outcome comes from the journal and the rules above.
 A failure a retry cannot fix (conflict, a changed source, a bad manifest) rolls back what
@@ -25,7 +27,7 @@ manifests) is kept until ``abort_job``, so it can be committed again.
 The point of no return is "every file renamed". The journal's ``renamed`` write records it
 with the patient retry policy (:mod:`amcommit.committer.context`); if that write fails for
 good (or the process dies just before it), the journal still says ``renaming``, and
-``abort_job`` checks the store (:func:`~amcommit.committer.stages.renames_done.renames_done`:
+``abort_job`` checks the store (:mod:`~amcommit.committer.stages.renames_done`:
 every source gone, every destination provably this job's file) before rolling back, and
 completes the commit instead. The residual risk is the proof itself: on a store that keeps
 neither etags across renames nor a rename id, a destination is recognised by its size only
@@ -34,27 +36,49 @@ neither etags across renames nor a rename id, a destination is recognised by its
 
 from __future__ import annotations
 
+import enum
 import heapq
 import json
 import logging
 import re
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 from amcommit.committer.completeness import job_completeness, marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import JobContext, policies_of, retry_call, retry_list
-from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
+from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call, retry_list
+from amcommit.committer.journal import (
+    Journal,
+    JournalState,
+    load_journal,
+    record_renames,
+    restore_renames,
+    save_journal,
+)
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
-from amcommit.committer.stages import check_conflicts, finish, load_manifests, prepare_dirs, rename_files
-from amcommit.committer.stages.renames_done import renames_done
-from amcommit.committer.stages.rollback import forget_commit, rollback
+from amcommit.committer.stages import (
+    check_conflicts,
+    cleanup,
+    delete_victims,
+    load_manifests,
+    prepare_dirs,
+    publish_manifests,
+    rename_files,
+    renames_done,
+    rollback,
+    save_success,
+    validate_output,
+    write_summary,
+)
+from amcommit.committer.stages.rollback import forget_commit
 from amcommit.errors import (
     AlreadyExists,
     AmcommitError,
     CommitError,
+    ConfigError,
     LockLost,
     ManifestError,
     NotFound,
@@ -62,13 +86,64 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.manifest import SuccessData, TaskManifest, decode_success
+from amcommit.paths import path_to_uri
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
-from amcommit.uris import path_to_uri
+
+if TYPE_CHECKING:
+    from amcommit.table.labels import Label
 
 _INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
 log = logging.getLogger("amcommit.job")
+
+
+class Action(enum.Enum):
+    """What a commit or abort run does next (:func:`next_action`)."""
+
+    FRESH = "fresh"
+    """commit, no journal: check conflicts, write the journal, rename, finish."""
+    RESUME_RENAMES = "resume_renames"
+    """commit, journal ``renaming``: rename what is left, then finish."""
+    FINISH = "finish"
+    """commit, journal ``renamed``: delete old files, ``_SUCCESS``, cleanup."""
+    CLEANUP = "cleanup"
+    """commit, journal ``committed``: only cleanup remains."""
+    DELETE_JOB = "delete_job"
+    """abort, no journal: delete the job directory (nothing was renamed)."""
+    CHECK_RENAMES = "check_renames"
+    """abort, journal ``renaming``: load the manifests and look whether every file is in
+    place (:mod:`~amcommit.committer.stages.renames_done`), then decide again."""
+    ROLLBACK = "rollback"
+    """abort, journal ``renaming`` with files not in place: roll back, delete the job."""
+    COMPLETE = "complete"
+    """abort past the point of no return: complete the commit instead."""
+
+
+def next_action(
+    operation: Literal["commit", "abort"],
+    journal: JournalState | None,
+    *,
+    renames_done: bool | None = None,
+) -> Action:
+    """The resume/abort table of the module docstring, as a pure function: what a run of
+    ``operation`` does given the journal's state (None: no journal) and, for an abort of a
+    ``renaming`` commit, whether every file was found in place (None: not looked yet)."""
+    if operation == "commit":
+        if journal is None:
+            return Action.FRESH
+        return {
+            "renaming": Action.RESUME_RENAMES,
+            "renamed": Action.FINISH,
+            "committed": Action.CLEANUP,
+        }[journal]
+    if journal is None:
+        return Action.DELETE_JOB
+    if journal in ("renamed", "committed"):
+        return Action.COMPLETE
+    if renames_done is None:
+        return Action.CHECK_RENAMES
+    return Action.COMPLETE if renames_done else Action.ROLLBACK
 
 
 async def setup_job(
@@ -196,10 +271,18 @@ async def commit_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
     allow_partial: bool = False,
+    label: Label | None = None,
+    operation: str | None = None,
 ) -> JobReport:
     """Commit (or resume committing) job ``job_id`` into ``dest`` holding the destination
     lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
     a half-done commit left by a dead holder is completed first). See :func:`_commit_job`.
+    ``label``: table writes only (:mod:`amcommit.table.labels`: each label commits once).
+
+    ``operation`` (table writes only; a :class:`~amcommit.table.model.Operation` value):
+    the operation to commit if it differs from the one given to ``begin_write`` (same
+    action only), settled before anything is published
+    (:func:`~amcommit.table.write.set_operation`). ConfigError for a plain destination.
     """
     from amcommit.table.write import is_table
 
@@ -218,10 +301,16 @@ async def commit_job(
             progress=progress,
             limiter=limiter,
             allow_partial=allow_partial,
+            label=label,
+            operation=operation,
         )
         if config.clean_retain_commits is not None and not table_report.already_committed:
             await _clean_after(store, dest, config)
         return table_report
+    if label is not None:
+        raise ConfigError(f"{dest!r} is not a Hudi table: labels (exactly-once commits) need a table write")
+    if operation is not None:
+        raise ConfigError(f"operation={operation!r} applies to table writes only; {dest!r} is not a table")
     completed: list[str] = []  # the dead holder whose commit finish_previous completed
 
     async def finish_previous(prev: LockBody, s: Store) -> None:
@@ -294,13 +383,14 @@ async def _commit_job(
     limiter: Limiter | None = None,
     allow_partial: bool = False,
     completed_previous: Sequence[str] = (),
+    label: Label | None = None,
 ) -> JobReport:
     """Commit (or resume committing) job ``job_id`` into ``dest``; return its report.
 
     ``manifests``: the task manifests if the caller has them (Spark commit messages);
     otherwise they are loaded from the job directory. Given manifests are validated, then
     published in place of whatever the job directory holds (see
-    :func:`~amcommit.committer.stages.load_manifests.publish_given`; ``manifest_etags``,
+    :mod:`~amcommit.committer.stages.publish_manifests`; ``manifest_etags``,
     the etags the tasks saw after publishing, spare re-reading them), so that a resume or
     a rollback works from exactly the same manifests. Committing a job that is already
     committed and cleaned up returns the report read back from ``_SUCCESS``.
@@ -338,32 +428,32 @@ async def _commit_job(
     report = ctx.report
     report.completeness = completeness
     report.completed_previous = completed_previous[-1] if completed_previous else None
+    run = CommitRun()
     try:
         if layout.table:
             from amcommit.table.commit import run_table_commit
 
-            await run_table_commit(ctx, manifests, manifest_etags)
+            await run_table_commit(ctx, manifests, manifest_etags, run=run, label=label)
         else:
-            await _run_commit(ctx, manifests, manifest_etags)
+            await _run_commit(ctx, run, manifests, manifest_etags)
         report.success = True
     except BaseException as e:
         report.success = False
         report.error = _describe(e)
         report.finished = time.time()
-        await _after_failure(ctx, e)
+        await _after_failure(ctx, run, e)
         raise
     finally:
-        if ctx.spool is not None:
-            ctx.spool.close()
+        run.close()
     report.finished = time.time()
     report.store_stats = store.iostats.snapshot(prefix="store_")
     try:
-        await finish.write_summary(ctx)
+        await write_summary.run(ctx, write_summary.SummaryInputs(report))
     except Exception as e:  # the commit succeeded; a report directory problem is not fatal
         report.error = f"summary report not written: {_describe(e)}"
     try:
         async with ctx.stage("cleanup"):
-            await finish.cleanup(ctx)
+            await cleanup.run(ctx, cleanup.CleanupInputs())
     except StoreError as e:
         if not config.cleanup_failures_ignored:
             raise CommitError(
@@ -386,12 +476,13 @@ async def _table_already_committed(store: Store, dest: str, instant: str) -> Job
     done = await completed_instant(store, dest, instant)
     if done is None:
         return None
-    from amcommit.store.base import join
+    from amcommit.paths import join
     from amcommit.table.naming import HOODIE_DIR
 
     meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
     report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
     report.instant = instant
+    report.label = meta.extra_metadata.get("amcommit.label")
     report.operation = meta.operation_type or (
         Operation.INSERT_OVERWRITE.value
         if done.action == Action.REPLACE_COMMIT.value
@@ -406,7 +497,10 @@ async def _table_already_committed(store: Store, dest: str, instant: str) -> Job
 
 
 async def _run_commit(
-    ctx: JobContext, manifests: Sequence[TaskManifest] | None, etags: Sequence[str | None] | None = None
+    ctx: JobContext,
+    run: CommitRun,
+    manifests: Sequence[TaskManifest] | None,
+    etags: Sequence[str | None] | None = None,
 ) -> None:
     store, layout, report = ctx.store, ctx.layout, ctx.report
     journal = await load_journal(ctx)
@@ -414,7 +508,8 @@ async def _run_commit(
         report.resumed = True
         journal.runs += 1
     ctx.journal = journal
-    if journal is not None and journal.state == "committed":
+    action = next_action("commit", journal.state if journal is not None else None)
+    if action is Action.CLEANUP:
         # only cleanup remains: report what the committing run wrote into _SUCCESS
         success = await _read_success(store, layout, ctx.config)
         if success is not None:
@@ -426,17 +521,14 @@ async def _run_commit(
         report.conflict_mode = journal.conflict_mode
 
     async with ctx.stage("load_manifests"):
-        await load_manifests.load_manifests(ctx, manifests)
+        run.spool = load_manifests.new_spool(ctx)
+        loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
         if manifests is not None and journal is None:
-            await load_manifests.publish_given(ctx, manifests, etags)
+            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
 
-    if journal is None:
+    if action is Action.FRESH:
         async with ctx.stage("check_conflicts"):
-            if ctx.config.conflict_mode == "fail":
-                await check_conflicts.check_fail_mode(ctx)
-            chunks = 0
-            if ctx.config.conflict_mode in ("replace", "overwrite"):
-                chunks = await check_conflicts.record_victims(ctx)
+            chunks = (await check_conflicts.run(ctx, check_conflicts.ConflictInputs(loaded))).victim_chunks
         journal = Journal(
             job_id=layout.job_id,
             state="renaming",
@@ -446,15 +538,16 @@ async def _run_commit(
             stage_seconds=dict(report.stage_seconds),
         )
         ctx.journal = journal
+    assert journal is not None
     await save_journal(ctx, journal)
 
-    if journal.state == "renaming":
+    if action in (Action.FRESH, Action.RESUME_RENAMES):
         for stage, secs in journal.stage_seconds.items():  # a resume: the first run's check
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
-            await prepare_dirs.prepare_dirs(ctx)
+            await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
         async with ctx.stage("rename_files"):
-            await rename_files.rename_files(ctx)
+            await rename_files.run(ctx, rename_files.RenameInputs(loaded))
         journal.state = "renamed"
         record_renames(journal, report)
         # the point of no return: from here a transient error must not fail the commit
@@ -462,20 +555,16 @@ async def _run_commit(
     else:
         restore_renames(journal, report)  # the run that renamed recorded what it did
     async with ctx.stage("delete_victims"):
-        await finish.delete_victims(ctx, journal.victim_chunks)
-        if journal.victim_chunks:
-            # count the recorded old files now gone, not this run's successful deletes: an
-            # earlier run may have deleted some, a lost answer hides a delete
-            report.victims_deleted = await check_conflicts.count_removed_victims(ctx, journal.victim_chunks)
+        await delete_victims.run(ctx, delete_victims.DeleteVictimsInputs(loaded, journal.victim_chunks))
     if ctx.config.validate_output:
         async with ctx.stage("validate_output"):
-            await finish.validate_output(ctx)
+            await validate_output.run(ctx, validate_output.ValidateInputs(loaded))
     report.success = True  # everything is in place; the report says so
     report.finished = time.time()
     report.store_stats = store.iostats.snapshot(prefix="store_")
     if ctx.config.success_marker:
         async with ctx.stage("save_success"):
-            await finish.save_success(ctx)
+            await save_success.run(ctx, save_success.SaveSuccessInputs(report.to_success_data()))
     journal.state = "committed"
     await save_journal(ctx, journal, patient=True)
 
@@ -491,7 +580,7 @@ def _unfixable(e: BaseException) -> bool:
     return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, (RollbackError, LockLost))
 
 
-async def _after_failure(ctx: JobContext, e: BaseException) -> None:
+async def _after_failure(ctx: JobContext, run: CommitRun, e: BaseException) -> None:
     """Roll back (for unfixable errors during the renames, before the point of no return)
     and write the summary report. Never raises over the original error.
 
@@ -503,19 +592,19 @@ async def _after_failure(ctx: JobContext, e: BaseException) -> None:
     if (
         ctx.config.rollback_on_failure
         and _unfixable(e)
-        and ctx.spool is not None
+        and run.loaded is not None
         and journal is not None
         and journal.state == "renaming"
         and ctx.report.failed_stage in ("prepare_dirs", "rename_files")
     ):
         try:
             async with ctx.stage("rollback"):
-                await rollback(ctx, keep_job=True)
+                await rollback.run(ctx, rollback.RollbackInputs(run.loaded, keep_job=True))
                 await forget_commit(ctx, journal.victim_chunks)
         except Exception as re:  # keep the journal; abort_job can finish the rollback
             ctx.report.error = f"{ctx.report.error}; rollback failed: {_describe(re)}"
     try:
-        await finish.write_summary(ctx)
+        await write_summary.run(ctx, write_summary.SummaryInputs(ctx.report))
     except Exception as we:
         ctx.report.error = f"{ctx.report.error}; summary report not written: {_describe(we)}"
 
@@ -597,36 +686,39 @@ async def _abort_job(
         return report
     ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
     journal = await load_journal(ctx)
-    completed = journal is not None and journal.state in ("renamed", "committed")
+    action = next_action("abort", journal.state if journal is not None else None)
+    run = CommitRun()
     try:
-        if journal is not None and not completed:
+        if action is Action.CHECK_RENAMES:
+            assert journal is not None
             async with ctx.stage("load_manifests"):
-                await load_manifests.load_manifests(ctx)
-            if await renames_done(ctx):
+                run.spool = load_manifests.new_spool(ctx)
+                loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool))
+            in_place = (await renames_done.run(ctx, renames_done.RenamesDoneInputs(loaded))).done
+            action = next_action("abort", journal.state, renames_done=in_place)
+            if action is Action.COMPLETE:
                 # every file is in place although the journal never said so (its write
                 # failed): the point of no return was passed; complete, never roll back
-                assert ctx.spool is not None
                 journal.state = "renamed"
-                journal.renamed = journal.recovered_renames = ctx.spool.count
-                first = heapq.nsmallest(config.success_filenames, (e.dst for e in ctx.spool.entries()))
+                journal.renamed = journal.recovered_renames = loaded.spool.count
+                first = heapq.nsmallest(config.success_filenames, (e.dst for e in loaded.spool.entries()))
                 journal.filenames = [path_to_uri(store.root_uri, d) for d in first]
                 await save_journal(ctx, journal, patient=True)
-                completed = True
-        if not completed and layout.table:
+        if action is not Action.COMPLETE and layout.table:
             from amcommit.table.rollback import rollback_table_write
 
-            if await rollback_table_write(ctx, journal):
-                completed = True  # the instant was already published: only cleanup remains
-        elif not completed:
-            if journal is not None:
+            if await rollback_table_write(ctx, journal, run=run):
+                action = Action.COMPLETE  # the instant was already published: only cleanup remains
+        elif action is not Action.COMPLETE:
+            if action is Action.ROLLBACK:
+                assert run.loaded is not None
                 async with ctx.stage("rollback"):
-                    await rollback(ctx)
+                    await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
             async with ctx.stage("cleanup"):
-                await finish.cleanup(ctx)
+                await cleanup.run(ctx, cleanup.CleanupInputs())
     finally:
-        if ctx.spool is not None:
-            ctx.spool.close()
-    if completed:
+        run.close()
+    if action is Action.COMPLETE:
         assert journal is not None
         return await _commit_job(
             store,

@@ -25,9 +25,9 @@ from amcommit.committer.layout import MANIFEST_SUFFIX, TEMP_DIR_NAME, JobLayout,
 from amcommit.committer.lock import LOCK_NAME, LockBody, decode_lock, lock_path
 from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.manifest import decode_success
-from amcommit.store.base import Store, basename, join
+from amcommit.paths import basename, join, path_to_uri
+from amcommit.store.base import Store
 from amcommit.store.retry import RetryPolicy
-from amcommit.uris import path_to_uri
 
 JobState = Literal["set up", "renaming", "renamed", "committed", "unreadable"]
 """``set up``: no journal yet (tasks may be running, the commit has not begun);

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from amcommit.errors import ConfigError
-from amcommit.store.base import check_path, join
+from amcommit.paths import check_path, join
 
 TEMP_DIR_NAME = "_temporary"
 SUCCESS_NAME = "_SUCCESS"

@@ -81,16 +81,8 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.iostats import IOStatistics
-from amcommit.store.base import (
-    Capabilities,
-    ObjectInfo,
-    PutMode,
-    RenameResult,
-    Store,
-    UpdateIf,
-    WriteMode,
-    join,
-)
+from amcommit.paths import join
+from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, Store, UpdateIf, WriteMode
 from amcommit.store.retry import RetryPolicy
 
 T = TypeVar("T")

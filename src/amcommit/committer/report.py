@@ -74,6 +74,12 @@ class JobReport:
     """Table writes: the instant this commit completes (None for plain destinations)."""
     operation: str | None = None
     """Table writes: ``INSERT``, ``BULK_INSERT``, ``INSERT_OVERWRITE`` or ``INSERT_OVERWRITE_TABLE``."""
+    label: str | None = None
+    """Labelled table writes: the label's text ``"<app_id>:<version>"`` (:mod:`amcommit.table.labels`)."""
+    skipped_label: str | None = None
+    """Set only when this labelled write was skipped because its label was already committed:
+    the instant that had committed it. This write was rolled back (``files`` 0, ``success``
+    True, ``instant`` this write's rolled-back instant)."""
     job_stats: IOStatistics = field(default_factory=IOStatistics)
     task_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
     store_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)

@@ -22,7 +22,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.manifest import TaskManifest
 from amcommit.store.base import Store
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 
 T = TypeVar("T")
 

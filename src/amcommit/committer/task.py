@@ -31,9 +31,9 @@ from amcommit.manifest import (
     TaskManifest,
     encode_json,
 )
-from amcommit.store.base import ObjectInfo, PutMode, Store, join, parent, relative_to
+from amcommit.paths import join, parent, path_to_uri, relative_to
+from amcommit.store.base import ObjectInfo, PutMode, Store
 from amcommit.store.retry import RetryPolicy, call_with_retries
-from amcommit.uris import path_to_uri
 
 
 async def setup_task(

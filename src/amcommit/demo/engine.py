@@ -16,8 +16,9 @@ from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.console import ProgressBar, format_report
 from amcommit.demo import check_at_least_one
 from amcommit.demo.targets import demo_target
-from amcommit.store.base import Store, join, relative_to
-from amcommit.store.urls import open_location
+from amcommit.paths import join, relative_to
+from amcommit.store.base import Store
+from amcommit.store.schemes import open_location
 
 
 def _payload(task: int, i: int, size: int) -> bytes:

@@ -21,9 +21,10 @@ from amcommit.demo import check_at_least_one
 from amcommit.demo.targets import DemoTarget, demo_target
 from amcommit.errors import ConfigError
 from amcommit.manifest import SuccessData, decode_success
+from amcommit.paths import relative_to
 from amcommit.spark.session import local_builder
-from amcommit.store.base import Store, relative_to
-from amcommit.store.urls import open_location
+from amcommit.store.base import Store
+from amcommit.store.schemes import open_location
 
 
 def _say(msg: str) -> None:

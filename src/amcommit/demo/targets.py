@@ -22,7 +22,7 @@ class DemoTarget:
     url: str
     """The destination (a URL, or a local path)."""
     options: dict[str, Any] = field(repr=False)
-    """Store options for :func:`~amcommit.store.urls.open_location` / ``.option(...)``."""
+    """Store options for :func:`~amcommit.store.schemes.open_location` / ``.option(...)``."""
     where: str
     local_dir: str | None = None
     """The destination as a local directory (local target), else None."""
@@ -41,7 +41,7 @@ def demo_target(args: argparse.Namespace, name: str = "events") -> Iterator[Demo
             )
         return
     if args.dest:
-        from amcommit.store.urls import parse_location
+        from amcommit.store.schemes import parse_location
 
         parsed = parse_location(args.dest)
         if parsed.scheme != "file":

@@ -36,7 +36,7 @@ class EmulatorTarget:
     url: str
     """URL of the bucket's root as amcommit spells it, ending in ``/``."""
     options: dict[str, str] = field(repr=False)
-    """Store options for :func:`~amcommit.store.urls.open_location` and ``.option(...)``."""
+    """Store options for :func:`~amcommit.store.schemes.open_location` and ``.option(...)``."""
     env: dict[str, str] = field(repr=False)
     """Environment variables that let the CLI and SDKs find it (instead of options)."""
     description: str

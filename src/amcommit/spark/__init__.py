@@ -15,6 +15,7 @@ The source is registered automatically (module ``pyspark_amcommit``); call
 
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
 from amcommit.spark.source import AmcommitCommitMessage, AmcommitDataSource, AmcommitWriter, register
+from amcommit.spark.stream import write_batch
 
 DefaultSource = AmcommitDataSource
 
@@ -27,4 +28,5 @@ __all__ = [
     "WritePlan",
     "build_plan",
     "register",
+    "write_batch",
 ]

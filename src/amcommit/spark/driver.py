@@ -27,11 +27,9 @@ abort), so a failed Spark job leaves no trace on the timeline.
 
 from __future__ import annotations
 
-import inspect
-import json
+import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from amcommit.committer.config import ConflictMode
 from amcommit.committer.job import abort_job, commit_job
@@ -42,9 +40,10 @@ from amcommit.manifest import TaskManifest
 from amcommit.spark.fault_hooks import parse_driver_faults, wrap_driver_store
 from amcommit.spark.options import WritePlan
 from amcommit.spark.sqlconf import job_conflict_mode
-from amcommit.spark.task import TaskResult, decode_manifest, job_layout
-from amcommit.store.base import PutMode, Store
-from amcommit.store.urls import open_location
+from amcommit.spark.task import TaskResult, decode_manifest
+from amcommit.store.base import Store
+from amcommit.store.schemes import open_location
+from amcommit.table.labels import Label
 from amcommit.table.model import Operation
 
 log = logging.getLogger("amcommit.spark")
@@ -79,49 +78,61 @@ def table_operation(mode: ConflictMode) -> Operation:
     return Operation.INSERT
 
 
-async def _settle_operation(store: Store, dest: str, plan: WritePlan, operation: Operation) -> None:
-    """Record in the write's job marker the overwrite the tasks settled (a session
-    ``partitionOverwriteMode=dynamic`` that ``writer()`` could not see): the ``.requested``
-    action is ``replacecommit`` for both overwrites, only ``operationType`` differs. One
-    whole-object put, before the job commit reads the marker; refused for an append.
+def keep_write_alive(plan: WritePlan) -> None:
+    """Start the driver's keep-alive process of the table write ``plan.job_id`` (its
+    instant): it beats until the write is committed or aborted, or the Spark driver's JVM
+    is gone (:mod:`amcommit.table.beater`). If it cannot start, the begun write is aborted
+    (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run."""
+    from amcommit.table import beater
 
-    Interim, until ``commit_job`` takes the operation itself (asked of the engine)."""
-    planned = Operation(plan.table_operation())
-    if planned.action != operation.action:
-        raise CommitError(
-            f"table write {plan.job_id}: the tasks settled {operation.value}, but the instant was "
-            f"requested as {planned.value}; nothing was changed",
-            stage="commit_job",
+    try:
+        beater.start(
+            plan.url,
+            dict(plan.store_options),
+            plan.job_id,
+            plan.config().writer_ttl,
+            watch=beater.jvm_watch(),
         )
-    layout = job_layout(plan, dest)
-    body = json.loads(await store.get(layout.job_marker))
-    body["operation"] = operation.value
-    await store.put(layout.job_marker, json.dumps(body).encode(), mode=PutMode.OVERWRITE)
+    except CommitError:
+        with contextlib.suppress(Exception):
+            abort_write(plan)
+        raise
 
 
-def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobReport:
+def commit_write(
+    plan: WritePlan,
+    results: Sequence[TaskResult | None],
+    *,
+    label: Label | None = None,
+    wrap: Callable[[Store], Store] | None = None,
+) -> JobReport:
     """Commit the job (see module docstring). Blocking; returns the job report.
 
     For a table the job id is the instant: the commit publishes the completed instant
-    last, with the operation the tasks' overwrite mode settles (:func:`table_operation`)."""
+    last, with the operation the tasks' overwrite mode settles (:func:`table_operation`).
+    ``label`` (a :class:`amcommit.table.labels.Label`, streaming): committed once per label,
+    see ``commit_job``; ``wrap``: applied to the commit's store (test hooks)."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
     mode = job_conflict_mode(plan, [r for r in results if r])
     config = plan.config().with_options(conflict_mode=mode)
-    extra: dict[str, Any] = {}
-    operation: Operation | None = None
-    if plan.table is not None:
-        operation = table_operation(mode)
-        if "operation" in inspect.signature(commit_job).parameters:
-            extra["operation"] = operation
+    # a table's operation: the overwrite mode the tasks settled; commit_job records it in the
+    # write's marker before it publishes anything (the action must match the .requested one)
+    operation = None if plan.table is None else table_operation(mode).value
 
     async def main() -> JobReport:
-        store, dest = _open(plan, "commit")
-        try:
-            if operation is not None and not extra and operation.value != plan.table_operation():
-                await _settle_operation(store, dest, plan, operation)
+        inner, dest = _open(plan, "commit")
+        async with inner:
+            store = inner if wrap is None else wrap(inner)
             report = await commit_job(
-                store, dest, plan.job_id, config=config, manifests=manifests, manifest_etags=etags, **extra
+                store,
+                dest,
+                plan.job_id,
+                config=config,
+                manifests=manifests,
+                manifest_etags=etags,
+                operation=operation,
+                label=label,
             )
             fixed = report.job_stats.counters.get("committer_manifests_republished", 0)
             if fixed:
@@ -129,8 +140,6 @@ def commit_write(plan: WritePlan, results: Sequence[TaskResult | None]) -> JobRe
                     "job %s: %d published manifest(s) replaced by the authorised ones", plan.job_id, fixed
                 )
             return report
-        finally:
-            await store.aclose()
 
     report = run_blocking(main)
     log.info(
@@ -150,10 +159,8 @@ def abort_write(plan: WritePlan) -> JobReport:
 
     async def main() -> JobReport:
         store, dest = _open(plan, "abort")
-        try:
+        async with store:
             return await abort_job(store, dest, plan.job_id, config=config)
-        finally:
-            await store.aclose()
 
     report = run_blocking(main)
     if report.success:
@@ -165,4 +172,4 @@ def abort_write(plan: WritePlan) -> JobReport:
     return report
 
 
-__all__ = ["abort_write", "commit_write", "decode_results", "table_operation"]
+__all__ = ["abort_write", "commit_write", "decode_results", "keep_write_alive", "table_operation"]

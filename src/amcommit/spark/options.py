@@ -42,7 +42,12 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.options import Options, convert_options, suggest
 from amcommit.redact import redact_url
 from amcommit.store.options import ALL_STORE_OPTIONS
-from amcommit.store.urls import convert_store_options, normalise_store_key, parse_location, store_options_type
+from amcommit.store.schemes import (
+    convert_store_options,
+    normalise_store_key,
+    parse_location,
+    store_options_type,
+)
 
 SOURCE_NAME = "amcommit"
 

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from amcommit.errors import ConfigError
-from amcommit.store.base import join
+from amcommit.paths import join
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"

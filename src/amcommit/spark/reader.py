@@ -38,9 +38,9 @@ import pyarrow.parquet as pq
 from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, ConfigError, NotFound
 from amcommit.options import Options, convert_options, suggest
-from amcommit.store.base import join
-from amcommit.store.local import LocalStore
-from amcommit.store.urls import (
+from amcommit.paths import join
+from amcommit.store.base import local_os_path
+from amcommit.store.schemes import (
     convert_store_options,
     normalise_store_key,
     open_location,
@@ -274,7 +274,7 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
     """The files to read, and the Spark schema JSON of the newest committed file (None:
     the table has no file)."""
     store, dest = open_location(plan.url, **plan.store_options)
-    try:
+    async with store:
         try:
             await store.stat(join(dest, PROPERTIES_FILE))
         except NotFound:
@@ -288,15 +288,14 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
             newest = max(files, key=lambda f: (f.instant, f.path))
         schema_json = None if newest is None else await _footer_schema(store, dest, newest.path)
         return files, schema_json
-    finally:
-        await store.aclose()
 
 
 async def _footer_schema(store: Any, dest: str, rel: str) -> str:
     path = join(dest, rel)
-    if isinstance(store, LocalStore):
-        meta = pq.read_metadata(store.os_path(path))
-        arrow = pq.read_schema(store.os_path(path))
+    os_path = local_os_path(store, path)
+    if os_path is not None:
+        meta = pq.read_metadata(os_path)
+        arrow = pq.read_schema(os_path)
     else:
         data = await store.get(path)
         meta = pq.read_metadata(io.BytesIO(data))
@@ -350,13 +349,12 @@ def read_files(plan: ReadPlan, part: FilePart, schema: pa.Schema) -> Iterator[pa
 
     async def fetch(rel: str) -> bytes | str:
         store, dest = open_location(plan.url, **plan.store_options)
-        try:
+        async with store:
             path = join(dest, rel)
-            if isinstance(store, LocalStore):
-                return store.os_path(path)
+            os_path = local_os_path(store, path)
+            if os_path is not None:
+                return os_path
             return await store.get(path)
-        finally:
-            await store.aclose()
 
     for rel in part.files:
         src = run_blocking(lambda rel=rel: fetch(rel))  # type: ignore[misc]

@@ -21,9 +21,8 @@ see the session setting and report it in their commit messages, see
 rejects the other save modes and ``.partitionBy()`` for Python data sources before they get
 here: partition columns are given as ``option("partitionBy", "a,b")``.
 
-Streaming (later): a ``streamWriter`` can reuse the task side unchanged with one job id per
-micro-batch (``<queryJobId>_<batchId>``) and ``commit_write`` per epoch; nothing here
-assumes a batch write except the choice of ``writer()``.
+Streaming: :meth:`AmcommitDataSource.streamWriter` (:mod:`amcommit.spark.stream`) reuses
+the task side unchanged with one table instant per micro-batch.
 """
 
 from __future__ import annotations
@@ -47,14 +46,14 @@ from amcommit.committer.job import setup_job
 from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.messages import for_user
-from amcommit.spark.driver import abort_write, commit_write
+from amcommit.paths import basename, join
+from amcommit.spark.driver import abort_write, commit_write, keep_write_alive
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan, check_table_options
 from amcommit.spark.parquet import nullable_voids, unwritable_column
 from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
-from amcommit.store.base import basename, join
-from amcommit.store.urls import open_location
+from amcommit.store.schemes import open_location
 from amcommit.table.model import Operation
 from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE
 
@@ -167,26 +166,25 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
 
     async def probe() -> tuple[TableProperties | None, bool]:
         store, dest = open_location(plan.url, **plan.store_options)
-        try:
-            held = False  # anything but a (half-created) .hoodie folder
-            async for info in store.list(dest, recursive=False):
-                if basename(info.path.rstrip("/")) != HOODIE_DIR:
-                    held = True
-                    break
-            path = join(dest, PROPERTIES_FILE)
+        async with store:
             try:
-                data = await store.get(path)
-            except NotFound:
-                return None, held
-            from amcommit.table.properties import decode_properties
+                held = False  # anything but a (half-created) .hoodie folder
+                async for info in store.list(dest, recursive=False):
+                    if basename(info.path.rstrip("/")) != HOODIE_DIR:
+                        held = True
+                        break
+                path = join(dest, PROPERTIES_FILE)
+                try:
+                    data = await store.get(path)
+                except NotFound:
+                    return None, held
+                from amcommit.table.properties import decode_properties
 
-            return decode_properties(data, where=path), held
-        except BucketNotFound:
-            raise
-        except NotFound:
-            return None, False  # a destination that does not exist yet
-        finally:
-            await store.aclose()
+                return decode_properties(data, where=path), held
+            except BucketNotFound:
+                raise
+            except NotFound:
+                return None, False  # a destination that does not exist yet
 
     try:
         props, held = run_blocking(probe)
@@ -271,7 +269,7 @@ def _begin_table_write(plan: WritePlan) -> WritePlan:
 
     async def begin() -> TableWrite:
         store, dest = open_location(plan.url, **plan.store_options)
-        try:
+        async with store:
             return await begin_write(
                 store,
                 dest,
@@ -281,16 +279,16 @@ def _begin_table_write(plan: WritePlan) -> WritePlan:
                 config=plan.config(),
                 origin="spark",
             )
-        finally:
-            await store.aclose()
 
     write = run_blocking(begin)
-    return replace(
+    begun = replace(
         plan,
         job_id=write.instant,
         partition_dir_names=(),
         table=replace(table, instant=write.instant, operation=operation.value),
     )
+    keep_write_alive(begun)  # the driver's beats until commit/abort (or the driver is gone)
+    return begun
 
 
 def _setup_job(plan: WritePlan) -> None:
@@ -299,12 +297,10 @@ def _setup_job(plan: WritePlan) -> None:
 
     async def setup() -> None:
         store, dest = open_location(plan.url, **plan.store_options)
-        try:
+        async with store:
             # origin "spark": only the driver's commit() knows which tasks make the job
             # complete, so a later commit-job from the store alone refuses it
             await setup_job(store, dest, plan.job_id, origin="spark")
-        finally:
-            await store.aclose()
 
     run_blocking(setup)
 
@@ -345,7 +341,16 @@ class AmcommitDataSource(DataSource):
         except AmcommitError as e:
             raise for_user(e, self.options.get("path")) from None
 
-    def _writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """``writeStream.format("amcommit")``: one instant per micro-batch, committed once
+        per (query id, batch id) label (:mod:`amcommit.spark.stream`)."""
+        from amcommit.spark.stream import stream_writer
+
+        return stream_writer(self, schema, overwrite)
+
+    def _writer(self, schema: StructType, overwrite: bool, begin: bool = True) -> AmcommitWriter:
+        """The checked plan; ``begin=False``: a table write's instant is not allocated yet
+        (the streaming sink allocates it later, :mod:`amcommit.spark.stream`)."""
         import pyspark
 
         plan = build_plan(
@@ -379,7 +384,7 @@ class AmcommitDataSource(DataSource):
             plan = _continue_table(dict(self.options), plan, props, rebuild)
         check_table_options(plan)
         if plan.table is not None:
-            return AmcommitWriter(_begin_table_write(plan))
+            return AmcommitWriter(_begin_table_write(plan) if begin else plan)
         _setup_job(plan)
         return AmcommitWriter(plan)
 

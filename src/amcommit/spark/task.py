@@ -48,13 +48,13 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
+from amcommit.paths import join
 from amcommit.spark.fault_hooks import InjectedTaskFailure, parse_task_failure
 from amcommit.spark.options import WritePlan
 from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWriter
 from amcommit.spark.sqlconf import task_settings
-from amcommit.store.base import Store, join
-from amcommit.store.local import LocalStore
-from amcommit.store.urls import open_location
+from amcommit.store.base import Store, local_os_path
+from amcommit.store.schemes import open_location
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 
 UPLOADS_IN_FLIGHT = 4
@@ -265,7 +265,7 @@ def run_task(
             )
             tmp: str | None = None
             uploads: _Uploads | None = None
-            if plan.remote or not isinstance(store, LocalStore):
+            if plan.remote or local_os_path(store, work) is None:
                 tmp = tempfile.mkdtemp(prefix=f"amcommit-{attempt_id}-")
                 tmp_dir = tmp
                 uploads = _Uploads(portal, store, work)
@@ -275,10 +275,11 @@ def run_task(
 
                 on_closed: Any = uploads
             else:
-                local_store: LocalStore = store
 
                 def local_path(rel: str) -> str:
-                    return local_store.os_path(join(work, rel))
+                    os_path = local_os_path(store, join(work, rel))
+                    assert os_path is not None
+                    return os_path
 
                 def on_closed(rel: str, local: str) -> None:
                     pass

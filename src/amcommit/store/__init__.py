@@ -1,19 +1,11 @@
 """The async storage layer: one protocol (:class:`Store`), one module per backend."""
 
-from amcommit.store.base import (
-    Capabilities,
-    ObjectInfo,
-    PutMode,
-    RenameResult,
-    Store,
-    UpdateIf,
-    WriteMode,
-)
+from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, Store, UpdateIf, WriteMode
 from amcommit.store.faulty import FaultRule, FaultyStore
 from amcommit.store.limits import Limiter, shared_limiter
 from amcommit.store.local import LocalStore
 from amcommit.store.retry import RetryPolicy
-from amcommit.store.urls import open_location, open_store, register_scheme
+from amcommit.store.schemes import open_location, open_store, register_scheme
 
 __all__ = [
     "Capabilities",

@@ -2,7 +2,7 @@
 
 Paths are keys relative to the store's root (a bucket, an ADLS filesystem, or ``/`` for
 local files): ``"a/b/c.parquet"``, no leading or trailing ``/``, no empty, ``.`` or ``..``
-segments. ``""`` is the root itself. :func:`check_path` enforces this.
+segments. ``""`` is the root itself. :func:`amcommit.paths.check_path` enforces this; all path algebra is in :mod:`amcommit.paths`.
 
 What is atomic, per operation (all backends):
 
@@ -23,12 +23,13 @@ backends that can prove the earlier attempt succeeded (etag kept on rename, or t
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from amcommit.errors import InvalidInput
 from amcommit.iostats import IOStatistics
+from amcommit.paths import check_path
 
 
 class PutMode(enum.Enum):
@@ -111,6 +112,10 @@ class Capabilities:
     declined to repeat; for stores without it (local, fault injection) the engine's
     :meth:`~amcommit.committer.context.JobContext.call` is the retry layer. See
     :mod:`amcommit.store.retry`."""
+    local_root: str | None = None
+    """The OS directory the store's paths are files in, when a caller on this machine may
+    read and write them directly (:func:`local_os_path`); None for remote stores and for
+    wrappers that must see every operation (fault injection)."""
 
 
 @runtime_checkable
@@ -193,61 +198,16 @@ class Store(Protocol):
         ...
 
 
-# ---------------------------------------------------------------------------------------
-# path helpers (pure)
+TMP_PREFIX = ".amcommit-tmp-"
+"""Name prefix of the temporary files a store writes next to their final name before an
+atomic publish (local files, ADLS Gen2); listings skip them."""
 
 
-def check_path(path: str, *, allow_root: bool = True) -> str:
-    """Validate a store path and return it; raise InvalidInput naming the bad path."""
-    if path == "":
-        if allow_root:
-            return path
-        raise InvalidInput("empty path", path=path)
-    if path.startswith("/") or path.endswith("/"):
-        raise InvalidInput("path must not start or end with '/'", path=path)
-    for seg in path.split("/"):
-        if seg in ("", ".", ".."):
-            raise InvalidInput("path has an empty, '.' or '..' segment", path=path)
-        if "\x00" in seg:
-            raise InvalidInput("path contains a NUL character", path=path)
-    return path
-
-
-def join(*parts: str) -> str:
-    """Join path segments, skipping empty ones: ``join("a", "", "b/c") == "a/b/c"``."""
-    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
-
-
-def parent(path: str) -> str:
-    """Parent directory of ``path`` (``""`` for top-level names)."""
-    i = path.rfind("/")
-    return path[:i] if i >= 0 else ""
-
-
-def basename(path: str) -> str:
-    return path[path.rfind("/") + 1 :]
-
-
-def ancestors(path: str) -> list[str]:
-    """Proper ancestors of ``path`` from the top, excluding the root: ``a/b/c`` ->
-    ``["a", "a/b"]``."""
-    segs = path.split("/")
-    return ["/".join(segs[:i]) for i in range(1, len(segs))]
-
-
-def is_within(path: str, directory: str) -> bool:
-    """True if ``path`` is ``directory`` or below it."""
-    if directory == "":
-        return True
-    return path == directory or path.startswith(directory + "/")
-
-
-def relative_to(path: str, directory: str) -> str:
-    """``path`` relative to ``directory`` (which must contain it)."""
-    if directory == "":
-        return path
-    if path == directory:
-        return ""
-    if not path.startswith(directory + "/"):
-        raise InvalidInput(f"not below {directory!r}", path=path)
-    return path[len(directory) + 1 :]
+def local_os_path(store: Store, path: str) -> str | None:
+    """The OS path of store path ``path`` if ``store`` is files of this machine
+    (``capabilities.local_root``), else None. Pure."""
+    root = store.capabilities.local_root
+    if root is None:
+        return None
+    check_path(path)
+    return os.path.join(root, path) if path else root

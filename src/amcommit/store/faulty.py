@@ -28,14 +28,7 @@ import anyio
 
 from amcommit.errors import StoreError, Throttled, Transient
 from amcommit.iostats import IOStatistics
-from amcommit.store.base import (
-    Capabilities,
-    ObjectInfo,
-    PutMode,
-    RenameResult,
-    Store,
-    WriteMode,
-)
+from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, Store, WriteMode
 
 T = TypeVar("T")
 
@@ -233,11 +226,12 @@ class FaultyStore:
     def capabilities(self) -> Capabilities:
         """The wrapped store's, with ``retries=False``: faults are injected above whatever
         the wrapped store retries, so the engine must retry them (errors the wrapped store
-        already retried carry ``retries_spent`` and are not retried again)."""
+        already retried carry ``retries_spent`` and are not retried again); and without
+        ``local_root``, so no caller goes around the faults to the files."""
         inner = self.inner.capabilities
         cached = self._caps
         if cached is None or cached[0] is not inner:  # the inner store's may change (GCS move)
-            cached = self._caps = (inner, replace(inner, retries=False))
+            cached = self._caps = (inner, replace(inner, retries=False, local_root=None))
         return cached[1]
 
     @property

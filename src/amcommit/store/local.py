@@ -51,23 +51,20 @@ from amcommit.errors import (
     Transient,
 )
 from amcommit.iostats import IOStatistics
+from amcommit.paths import check_path, join, parent
 from amcommit.store.base import (
+    TMP_PREFIX,
     Capabilities,
     ObjectInfo,
     PutMode,
     RenameResult,
     UpdateIf,
     WriteMode,
-    check_path,
-    join,
-    parent,
 )
 from amcommit.store.limits import Limiter
 
 T = TypeVar("T")
 
-TMP_PREFIX = ".amcommit-tmp-"
-"""Hidden temporary files of in-flight ``put`` calls; never listed."""
 
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
@@ -209,13 +206,14 @@ class LocalStore:
             rename_provenance=False,
             conditional_put=True,
             name="local",
+            local_root=self.root,
         )
         self._locks: dict[str, threading.Lock] = {}
         self._closed = False
 
     @property
     def root_uri(self) -> str:
-        from amcommit.uris import encode_path
+        from amcommit.paths import encode_path
 
         r = self.root.rstrip("/")
         return "file://" + encode_path(r) + "/"
@@ -486,4 +484,4 @@ def _dir_flock(d: str) -> Iterator[None]:
         os.close(fd)
 
 
-__all__ = ["TMP_PREFIX", "LocalStore", "local_store_of", "parent", "rename_noreplace"]
+__all__ = ["LocalStore", "local_store_of", "rename_noreplace"]

@@ -42,7 +42,8 @@ from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.lock import run_locked
 from amcommit.committer.report import Progress, ProgressCallback
 from amcommit.errors import AlreadyExists, ConfigError
-from amcommit.store.base import PutMode, Store, join
+from amcommit.paths import join
+from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryPolicy
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition

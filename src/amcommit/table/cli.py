@@ -33,7 +33,7 @@ def changes_json(c: Changes) -> dict[str, Any]:
     return {
         "since": c.since,
         "until": c.until,
-        "instants": [{"time": i.time, "action": i.action} for i in c.instants],
+        "instants": [{"time": i.time, "action": i.action, "label": c.labels.get(i.time)} for i in c.instants],
         "added": [asdict(f) for f in c.added],
         "replaced": [{"partition": p, "file_id": fid} for p, fid in c.replaced],
     }
@@ -133,7 +133,7 @@ def _clean_text(r: CleanReport) -> str:
 def cmd_clean(args: argparse.Namespace) -> int:
     from amcommit.cli import _config, _store_options
     from amcommit.committer.sync import run_blocking
-    from amcommit.store.urls import open_location
+    from amcommit.store.schemes import open_location
     from amcommit.table.clean import clean
 
     opts = _store_options(args)

@@ -32,6 +32,7 @@ inflight files stay next to the completed instant, as Hudi leaves them.
 from __future__ import annotations
 
 import io
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,15 +40,26 @@ from dataclasses import dataclass, field
 import anyio
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import CommitRun, JobContext, run_parallel
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
-from amcommit.errors import AlreadyExists, CommitError, ConflictError, ManifestError, NotFound
+from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.errors import (
+    AlreadyExists,
+    CommitError,
+    ConflictError,
+    LockLost,
+    ManifestError,
+    NotFound,
+    StoreError,
+)
 from amcommit.manifest import TaskManifest
-from amcommit.store.base import PutMode, Store, basename, join, relative_to
+from amcommit.paths import basename, join, relative_to
+from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
-from amcommit.table.heartbeat import delete_beat, heartbeat, last_beats, writer_alive
+from amcommit.table.heartbeat import delete_beat, heartbeat, judge_writers, stop_beat, writer_alive
+from amcommit.table.labels import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
     WRITE_ACTIONS,
     Action,
@@ -67,8 +79,8 @@ from amcommit.table.naming import (
     parse_base_file_name,
 )
 from amcommit.table.tasknames import ROWS_KEY
-from amcommit.table.timeline import load_timeline, snapshot
-from amcommit.table.write import WriteMarker, read_marker, read_properties
+from amcommit.table.timeline import LoadedCommit, list_instants, snapshot
+from amcommit.table.write import WriteMarker, read_marker, read_properties, set_operation
 
 __all__ = [
     "OrderPlan",
@@ -79,6 +91,8 @@ __all__ = [
 ]
 
 PLAN_NAME = "commit-plan.json"
+
+log = logging.getLogger("amcommit.table.commit")
 
 
 class WaitForEarlier(Exception):
@@ -146,13 +160,46 @@ async def staged_times(store: Store, dest: str) -> set[str]:
     return out
 
 
-async def _order_state(store: Store, dest: str, mine: str, ttl: float) -> OrderPlan:
+async def _order_inputs(store: Store, dest: str) -> tuple[list[Instant], set[str]]:
+    """The timeline and the staged instants: two listings, sent together."""
     from amcommit.table.timeline import list_instants
 
-    instants = await list_instants(store, dest)
-    staged = await staged_times(store, dest)
-    beats = await last_beats(store, dest)
-    return plan_order(mine, instants, staged - {mine}, beats, time.time(), ttl)
+    instants: list[Instant] = []
+    staged: set[str] = set()
+
+    async def timeline() -> None:
+        instants.extend(await list_instants(store, dest))
+
+    async def staging() -> None:
+        staged.update(await staged_times(store, dest))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(timeline)
+        tg.start_soon(staging)
+    return instants, staged
+
+
+async def _order_state_and_timeline(
+    store: Store, dest: str, mine: str, ttl: float
+) -> tuple[OrderPlan, list[Instant]]:
+    """:func:`plan_order` on fresh listings, and the timeline it judged. The writers of
+    earlier pending instants (if any) are judged by the store's clock
+    (:func:`~amcommit.table.heartbeat.judge_writers`)."""
+    instants, staged = await _order_inputs(store, dest)
+    staged.discard(mine)
+    earlier = [t for t in pending_write_times(instants, staged) if t < mine]
+    beats, now = await judge_writers(store, dest, earlier)
+    return plan_order(mine, instants, staged, beats, now, ttl), instants
+
+
+async def _order_state(store: Store, dest: str, mine: str, ttl: float) -> OrderPlan:
+    return (await _order_state_and_timeline(store, dest, mine, ttl))[0]
+
+
+def later_completed(mine: str, instants: Sequence[Instant]) -> str | None:
+    """The earliest completed write instant later than ``mine``, if any (pure)."""
+    later = [i.time for i in instants if i.completed and i.action in WRITE_ACTIONS and i.time > mine]
+    return min(later) if later else None
 
 
 async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
@@ -175,19 +222,21 @@ def _out_of_order(mine: str, later: str) -> CommitError:
     )
 
 
-async def check_order(ctx: JobContext) -> None:
-    """The ``check_order`` stage (under the lock, before anything changes)."""
+async def check_order(ctx: JobContext) -> list[Instant]:
+    """The ``check_order`` stage (under the lock, before anything changes); returns the
+    timeline it judged (listed under the lock: :func:`plan_metadata` plans from it)."""
     from amcommit.committer.job import _abort_job
 
     store, dest, mine = ctx.store, ctx.layout.dest, ctx.layout.job_id
     for _ in range(100):
-        plan = await _order_state(store, dest, mine, ctx.config.writer_ttl)
+        plan, instants = await _order_state_and_timeline(store, dest, mine, ctx.config.writer_ttl)
         if plan.later_completed is not None:
             await _abort_job(store, dest, mine, config=ctx.config)
             raise _out_of_order(mine, plan.later_completed)
         if plan.dead:
             for t in plan.dead:  # the writer is gone: roll its instant back (or complete it)
-                await _abort_job(store, dest, t, config=ctx.config)
+                if (await _abort_job(store, dest, t, config=ctx.config)).success:
+                    ctx.report.completed_previous = t  # its commit was past the point of no return
                 ctx.report.job_stats.incr("table_dead_writers_rolled_back")
             continue
         if plan.wait_for is not None:
@@ -195,7 +244,7 @@ async def check_order(ctx: JobContext) -> None:
         for t in plan.leftovers:  # committed by a writer that died before its cleanup
             await ctx.call(lambda t=t: store.delete(join(dest, TEMP_DIR, t), recursive=True))  # type: ignore[misc]
             await delete_beat(store, dest, t)
-        return
+        return instants
     raise CommitError(f"instant {mine}: the timeline keeps changing", stage="check_order")
 
 
@@ -220,11 +269,11 @@ async def wait_for_earlier(
         delay = min(delay * 2, 1.0, ttl / 8)
 
 
-def _rows_by_path(ctx: JobContext) -> dict[str, int]:
+def _rows_by_path(loaded: LoadedManifests) -> dict[str, int]:
     import json
 
     rows: dict[str, int] = {}
-    for extra in ctx.extra_data:
+    for extra in loaded.extra_data:
         raw = extra.get(ROWS_KEY)
         if raw:
             try:
@@ -236,17 +285,18 @@ def _rows_by_path(ctx: JobContext) -> dict[str, int]:
     return rows
 
 
-async def _schema_of(ctx: JobContext, marker: WriteMarker, table: str, latest: CommitMetadata | None) -> str:
+async def _schema_of(
+    ctx: JobContext, loaded: LoadedManifests, marker: WriteMarker, table: str, latest: CommitMetadata | None
+) -> str:
     if marker.avro_schema:
         return marker.avro_schema
     if latest is not None and latest.extra_metadata.get("schema"):
         return latest.extra_metadata["schema"]
-    assert ctx.spool is not None
     import pyarrow.parquet as pq
 
     from amcommit.table.schema import avro_schema
 
-    for e in ctx.spool.entries():
+    for e in loaded.spool.entries():
         data = await ctx.call(lambda e=e: ctx.store.get(e.src))  # type: ignore[misc]
         return avro_schema(pq.ParquetFile(io.BytesIO(data)).schema_arrow, table)
     props = await read_properties(ctx.store, ctx.layout.dest, ctx.config)
@@ -255,33 +305,59 @@ async def _schema_of(ctx: JobContext, marker: WriteMarker, table: str, latest: C
     raise CommitError("the write has no schema: give avro_schema to begin_write", stage="plan_commit")
 
 
-async def plan_metadata(ctx: JobContext, marker: WriteMarker) -> CommitMetadata:
-    """The commit metadata of this write (reads the timeline for overwrites)."""
-    assert ctx.spool is not None
+async def _load_commits(ctx: JobContext, instants: Sequence[Instant]) -> list[LoadedCommit]:
+    """The metadata of the completed write instants among ``instants`` (read in parallel)."""
+    dest = ctx.layout.dest
+    done = [i for i in instants if i.completed and i.action in WRITE_ACTIONS]
+    metas: dict[Instant, CommitMetadata] = {}
+
+    async def one(i: Instant) -> None:
+        path = join(dest, HOODIE_DIR, i.file_name)
+        data = await ctx.call(lambda: ctx.store.get(path))
+        metas[i] = decode_commit_metadata(data, where=path)
+
+    await run_parallel(done, one, ctx.config.io_threads)
+    return [LoadedCommit(i, metas[i]) for i in done]
+
+
+async def plan_metadata(
+    ctx: JobContext,
+    marker: WriteMarker,
+    loaded: LoadedManifests,
+    instants: Sequence[Instant] | None = None,
+) -> CommitMetadata:
+    """The commit metadata of this write. ``instants``: the timeline as the order check
+    listed it under the lock (listed here if None). Commit metadata is read only where it
+    is needed: every completed write instant for an overwrite (the replaced file groups),
+    the latest one for a write whose marker has no schema, none otherwise."""
     dest, instant = ctx.layout.dest, ctx.layout.job_id
     props = await read_properties(ctx.store, dest, ctx.config)
     if props is None:
         raise CommitError(f"{dest!r} lost its hoodie.properties", stage="plan_commit")
     depth = len(props.partition_fields)
     op = Operation(marker.operation)
-    rows = _rows_by_path(ctx)
+    rows = _rows_by_path(loaded)
     stats: dict[str, list[WriteStat]] = {}
-    for e in ctx.spool.entries():
-        rel = relative_to(e.dst, dest)
+    prefix = dest + "/" if dest else ""
+    for e in loaded.spool.entries():
+        rel = e.dst[len(prefix) :] if e.dst.startswith(prefix) else relative_to(e.dst, dest)
         part, _, name = rel.rpartition("/")
         parsed = parse_base_file_name(name)
         if parsed is None or parsed.instant != instant:
             raise ManifestError(f"{rel!r} is not a base file of instant {instant}")
-        if (part.count("/") + 1 if part else 0) != depth:
-            raise CommitError(
-                f"{rel!r} is not {depth} partition folder(s) deep (partition fields "
-                f"{list(props.partition_fields)})",
-                stage="plan_commit",
-            )
-        if rel not in rows:
+        group = stats.get(part)
+        if group is None:  # a new partition: check its depth once
+            if (part.count("/") + 1 if part else 0) != depth:
+                raise CommitError(
+                    f"{rel!r} is not {depth} partition folder(s) deep (partition fields "
+                    f"{list(props.partition_fields)})",
+                    stage="plan_commit",
+                )
+            group = stats[part] = []
+        n = rows.get(rel)
+        if n is None:
             raise ManifestError(f"no row count for {rel!r} in its task manifest")
-        n = rows[rel]
-        stats.setdefault(part, []).append(
+        group.append(
             WriteStat(
                 file_id=parsed.file_id,
                 path=rel,
@@ -294,10 +370,19 @@ async def plan_metadata(ctx: JobContext, marker: WriteMarker) -> CommitMetadata:
         )
     for lst in stats.values():
         lst.sort(key=lambda s: s.path)
-    _, commits = await load_timeline(ctx.store, dest)
+    if instants is None:
+        instants = await list_instants(ctx.store, dest)
+    writes = [i for i in instants if i.completed and i.action in WRITE_ACTIONS]
+    replacing = op.action is Action.REPLACE_COMMIT
+    if replacing:
+        commits = await _load_commits(ctx, writes)
+    elif not marker.avro_schema and writes:  # the schema of the latest completed write
+        commits = await _load_commits(ctx, [max(writes, key=lambda i: i.time)])
+    else:
+        commits = []
     latest = max(commits, key=lambda c: c.instant.time).metadata if commits else None
     replace: dict[str, list[str]] | None = None
-    if op.action is Action.REPLACE_COMMIT:
+    if replacing:
         snap = snapshot(commits)
         replace = {p: [] for p in stats}
         if op is Operation.INSERT_OVERWRITE_TABLE:
@@ -310,7 +395,7 @@ async def plan_metadata(ctx: JobContext, marker: WriteMarker) -> CommitMetadata:
             ids.sort()
     return CommitMetadata(
         partition_to_write_stats=dict(sorted(stats.items())),
-        extra_metadata={"schema": await _schema_of(ctx, marker, props.name, latest)},
+        extra_metadata={"schema": await _schema_of(ctx, loaded, marker, props.name, latest)},
         operation_type=op.value,
         partition_to_replace_file_ids=replace,
     )
@@ -339,7 +424,12 @@ async def write_partition_metadata(ctx: JobContext, meta: CommitMetadata) -> Non
 
 
 async def publish(ctx: JobContext, action: Action, data: bytes) -> None:
-    """Publish the completed instant (see module doc); a repeat recognises its own file."""
+    """Publish the completed instant (see module doc); a repeat recognises its own file.
+
+    Neither the rename nor the create-only put ever replaces a file, so the instant file
+    is read (to recognise this write's own, published by an earlier try or run) only when
+    one is in the way; :func:`run_table_commit` returns before this when the instant was
+    already completed as the commit began, under the same lock."""
     store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
     name = Instant(instant, action.value, State.COMPLETED).file_name
     final = join(dest, HOODIE_DIR, name)
@@ -350,8 +440,6 @@ async def publish(ctx: JobContext, action: Action, data: bytes) -> None:
         except NotFound:
             return False
 
-    if await ours():
-        return
     try:
         if store.capabilities.atomic_rename:
             tmp = join(ctx.layout.job_dir, name)
@@ -364,18 +452,57 @@ async def publish(ctx: JobContext, action: Action, data: bytes) -> None:
             raise CommitError(f"{final!r} exists and is not this write's commit", stage="publish") from None
 
 
+async def skip_labelled(ctx: JobContext, by: str, run: CommitRun) -> None:
+    """This write's label was committed by instant ``by``: roll the write back exactly as
+    ``abort_job`` does (staged files, staging folder, heartbeat, inflight and requested
+    instant files) and say so in the report. Runs under the lock, before anything of this
+    write was published."""
+    from amcommit.table.rollback import rollback_table_write
+
+    ctx.config = ctx.config.with_options(cleanup_skipped=False)
+    await rollback_table_write(ctx, None, run=run)
+    ctx.config = ctx.config.with_options(cleanup_skipped=True)  # the staging folder is gone
+    report = ctx.report
+    report.skipped_label = by
+    report.files = report.bytes = report.renamed = 0
+    report.filenames = []
+    report.job_stats.incr("table_labels_skipped")
+    log.info("write %s skipped: label %s was committed by instant %s", ctx.layout.job_id, report.label, by)
+
+
 async def run_table_commit(
-    ctx: JobContext, manifests: Sequence[TaskManifest] | None, etags: Sequence[str | None] | None = None
+    ctx: JobContext,
+    manifests: Sequence[TaskManifest] | None,
+    etags: Sequence[str | None] | None = None,
+    *,
+    run: CommitRun,
+    label: Label | None = None,
 ) -> None:
     """The table commit (module doc); replaces :func:`~amcommit.committer.job._run_commit`
-    for table layouts. Runs under the table's destination lock."""
-    from amcommit.committer.stages import load_manifests, prepare_dirs, rename_files
+    for table layouts. Runs under the table's destination lock. ``run`` receives the
+    loaded manifests (the caller closes it and rolls back from it on failure).
+
+    ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
+    the plan; a label already committed skips the write (:func:`skip_labelled`). Once the
+    plan is saved the label is in it, so a resume (by anyone) publishes it with the label."""
+    from amcommit.committer.stages import load_manifests, prepare_dirs, publish_manifests, rename_files
 
     store, layout, report = ctx.store, ctx.layout, ctx.report
     dest, instant = layout.dest, layout.job_id
-    marker = await ctx.call(lambda: read_marker(store, layout))
-    op = Operation(marker.operation)
+    marker: WriteMarker | None = None
+    try:
+        marker = await ctx.call(lambda: read_marker(store, layout))
+        op = Operation(marker.operation)
+    except NotFound:  # a cleanup cut short (flat stores delete the marker first): published?
+        published = await completed_instant(store, dest, instant)
+        if published is None:
+            raise
+        got = await ctx.call(lambda: store.get(join(dest, HOODIE_DIR, published.file_name)))
+        op = Operation(decode_commit_metadata(got).operation_type)
     report.instant, report.operation = instant, op.value
+    if label is None and marker is not None:
+        label = marker.label()
+    report.label = None if label is None else label.text()
     report.conflict_mode = "append"
     ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
     journal = await load_journal(ctx)
@@ -391,14 +518,25 @@ async def run_table_commit(
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
     async with ctx.stage("load_manifests"):
-        await load_manifests.load_manifests(ctx, manifests)
+        run.spool = load_manifests.new_spool(ctx)
+        loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
         if manifests is not None and journal is None:
-            await load_manifests.publish_given(ctx, manifests, etags)
+            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
     if journal is None:
         async with ctx.stage("check_order"):
-            await check_order(ctx)
+            instants = await check_order(ctx)
+        if label is not None:
+            async with ctx.stage("check_label"):
+                by = await committed_by(store, dest, label, config=ctx.config)
+            if by is not None:
+                await skip_labelled(ctx, by, run)
+                return
         async with ctx.stage("plan_commit"):
-            meta = await plan_metadata(ctx, marker)
+            # no marker only when the instant was published (returned above)
+            assert marker is not None, "table write without its staging marker"
+            meta = await plan_metadata(ctx, marker, loaded, instants)
+            if label is not None:
+                meta.extra_metadata.update(label_metadata(label))
             data = encode_commit_metadata(meta)
             await ctx.call(lambda: store.put(plan_path, data, mode=PutMode.OVERWRITE))
         journal = Journal(job_id=instant, state="renaming", conflict_mode="append", layout="table")
@@ -407,13 +545,15 @@ async def run_table_commit(
     else:
         data = await ctx.call(lambda: store.get(plan_path))
         meta = decode_commit_metadata(data, where=plan_path)
+        planned = label_of(meta.extra_metadata)  # the plan's label is the one published
+        report.label = None if planned is None else planned.text()
     if journal.state == "renaming":
         for stage, secs in journal.stage_seconds.items():
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
-            await prepare_dirs.prepare_dirs(ctx)
+            await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
         async with ctx.stage("rename_files"):
-            await rename_files.rename_files(ctx)
+            await rename_files.run(ctx, rename_files.RenameInputs(loaded))
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, meta)
         journal.state = "renamed"
@@ -424,10 +564,12 @@ async def run_table_commit(
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, meta)
     async with ctx.stage("publish"):
-        plan = await _order_state(store, dest, instant, ctx.config.writer_ttl)
-        if plan.later_completed is not None:  # cannot happen under the lock discipline
+        # only a later completed instant matters here (one listing): cannot happen under
+        # the lock discipline, checked anyway right before the instant is published
+        later = later_completed(instant, await list_instants(store, dest))
+        if later is not None:
             raise CommitError(
-                f"instant {instant} is ready but the later instant {plan.later_completed} completed "
+                f"instant {instant} is ready but the later instant {later} completed "
                 "first; abort this write (`amcommit abort-job`) and run it again",
                 stage="publish",
             )
@@ -437,6 +579,24 @@ async def run_table_commit(
     journal.state = "committed"
     await save_journal(ctx, journal, patient=True)
     await delete_beat(store, dest, instant)
+
+
+async def _skipped_before(
+    store: Store, dest: str, instant: str, label: Label, config: CommitterConfig
+) -> JobReport | None:
+    """The report of a labelled write skipped before (its staging is gone, its instant not
+    completed, its label committed by another instant); None otherwise."""
+    from amcommit.paths import path_to_uri
+
+    if await completed_instant(store, dest, instant) is not None:
+        return None
+    by = await committed_by(store, dest, label, config=config)
+    if by is None or by == instant:
+        return None
+    report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
+    report.instant, report.label, report.skipped_label = instant, label.text(), by
+    report.finished = time.time()
+    return report
 
 
 async def commit_table_job(
@@ -450,17 +610,31 @@ async def commit_table_job(
     progress: ProgressCallback | None = None,
     limiter: Limiter | None = None,
     allow_partial: bool = False,
+    label: Label | None = None,
+    operation: str | None = None,
 ) -> JobReport:
     """``commit_job`` of a table write: under the table's lock, keeping the writer's
-    heartbeat fresh; an earlier live instant is waited for outside the lock."""
+    heartbeat fresh; an earlier live instant is waited for outside the lock.
+
+    ``label`` (overrides the one given to ``begin_write``): see :func:`run_table_commit`. A
+    write already skipped for its label (staging gone, instant not completed) gets the same
+    skipped report again. ``operation``: settled first
+    (:func:`~amcommit.table.write.set_operation`), before anything is published.
+
+    A commit that fails with the write still in place (an error, or cancelled) marks the
+    heartbeat *stopped* (:func:`~amcommit.table.heartbeat.stop_beat`): ``amcommit rollback``
+    and later writers treat the write as abandoned at once; running ``commit_job`` again
+    beats again and resumes it."""
     from amcommit.committer.job import _commit_job, _finish_previous
     from amcommit.committer.lock import LockBody, run_locked
 
     staging = JobLayout(dest, instant, table=True)
     deadline = time.monotonic() + config.lock_wait
+    completed: list[str] = []  # a dead holder whose half-done commit finish_previous completed
 
     async def finish_previous(prev: LockBody, s: Store) -> None:
-        await _finish_previous(s, dest, prev, config, limiter)
+        if await _finish_previous(s, dest, prev, config, limiter):
+            completed.append(prev.owner)
 
     async def attempt() -> JobReport:
         return await run_locked(
@@ -478,6 +652,8 @@ async def commit_table_job(
                 progress=progress,
                 limiter=limiter,
                 allow_partial=allow_partial,
+                label=label,
+                completed_previous=completed,
             ),
             finish_previous=finish_previous,
             table=True,
@@ -486,17 +662,31 @@ async def commit_table_job(
     try:
         await store.stat(staging.job_marker)
     except NotFound:
+        if label is not None:
+            skipped = await _skipped_before(store, dest, instant, label, config)
+            if skipped is not None:
+                return skipped
         return await attempt()  # already committed (or never begun): no heartbeat to keep
+    stopped = False  # this writer gave up on the write: its heartbeat says so
     try:
         async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
+            if operation is not None:
+                await set_operation(store, dest, instant, Operation(operation), config)
             while True:
                 try:
                     report = await attempt()
                     break
                 except WaitForEarlier as w:
                     await wait_for_earlier(store, dest, instant, w.instant, deadline, config.writer_ttl)
+    except LockLost:
+        raise  # a taker completes or rolls back this very commit: leave the judging to it
+    except BaseException:
+        stopped = True
+        raise
     finally:
-        # the heartbeat loop has stopped: remove a beat it left after a commit or rollback
+        # the heartbeat loop has stopped: remove a beat it left after a commit or rollback;
+        # a commit that failed with the write still there says its writer stopped, so that
+        # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
         with anyio.CancelScope(shield=True):
             try:
                 await store.stat(staging.job_marker)
@@ -504,4 +694,10 @@ async def commit_table_job(
                 await delete_beat(store, dest, instant)
             except Exception:
                 pass
+            else:
+                if stopped:
+                    try:
+                        await stop_beat(store, dest, instant)
+                    except StoreError:
+                        pass
     return report

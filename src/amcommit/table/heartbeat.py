@@ -1,38 +1,101 @@
 """Writer heartbeats of a Hudi table: ``.hoodie/.heartbeat/<instant>`` (Hudi's own place).
 
 A writer proves it is alive by rewriting its heartbeat file (a whole-object put: atomic; the
-body is its wall-clock time, the store's modification time is what is judged). The commit of
-a later instant judges an earlier inflight instant by it (:func:`writer_alive`, pure): its
-writer is alive while the heartbeat is younger than ``writer_ttl``; an instant that never
-heartbeated is alive while its allocation time is younger than ``writer_ttl``.
+body is its wall-clock time, for people). The commit of a later instant judges an earlier
+inflight instant by it (:func:`judge_writers`, then :func:`writer_alive`, pure): its writer is
+alive while its last sign of life is younger than ``writer_ttl``.
 
-Who beats: :func:`~amcommit.table.write.begin_write` (first beat), every task setup and task
-commit, a running job commit (:func:`heartbeat`, for its whole duration, including a wait for
-an earlier instant). An engine user whose tasks run longer than ``writer_ttl`` between task
-setups and commits keeps the write alive with ``async with heartbeat(store, dest, instant)``.
+**Who must beat, and for how long.** For the whole life of the write, from
+:func:`~amcommit.table.write.begin_write` until its commit or abort, a beat at least every
+``writer_ttl`` (the loops here beat every ``writer_ttl / 4``). Otherwise a concurrent writer
+may judge the live write dead and roll it back, deleting its files.
 
-Clocks: the store's modification times are compared with the judging process's wall clock;
-the two must agree within a small fraction of ``writer_ttl`` (default 120 s).
+- :func:`~amcommit.table.write.begin_write` beats once; every task setup and task commit
+  beats; a running ``commit_job`` beats for its whole duration (including a wait for an
+  earlier instant, and the completion of a dead holder's commit).
+- The Spark writer: each write task beats while it runs, and the driver starts a keep-alive
+  process when it begins the write (:mod:`amcommit.table.beater`) that beats until the write
+  is committed or aborted, or the Spark driver's JVM is gone (a slow upstream stage, queued
+  tasks, the wait before ``commit()``).
+- **Engine users** must keep the write alive between ``begin_write`` and ``commit_job`` /
+  ``abort_job`` themselves, e.g.::
+
+      write = await begin_write(store, dest, operation=Operation.INSERT, spec=spec, config=config)
+      async with heartbeat(store, dest, write.instant, ttl=config.writer_ttl):
+          ...                                      # tasks, however long they take
+          await commit_job(store, dest, write.instant, config=config)
+
+  (a process that runs tasks elsewhere can run :func:`keep_beating` instead: it stops by
+  itself once the write is committed or aborted).
+
+**Clocks.** A sign of life is the *store's* modification time of the heartbeat (else of the
+write's job marker, else of its ``.requested`` file), and the judge compares it with the
+*store's* current time, read from a probe object it writes (:func:`store_now`) just before it
+lists the heartbeats. Neither the writers' nor the judge's clocks matter; the assumption is
+that the store stamps modification times with one clock that runs at a sane rate (one
+service, or one file system). Only when a store gives no modification times does the judge
+fall back to the heartbeat body (the writer's clock) and its own clock: those must then agree
+within a small fraction of ``writer_ttl``. An instant with no sign of life at all is judged
+by its time (the writer's clock at allocation) against the store's clock.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 
 import anyio
 
 from amcommit.errors import NotFound, StoreError
-from amcommit.store.base import PutMode, Store, basename, join
-from amcommit.table.naming import HEARTBEAT_DIR, check_instant, heartbeat_path, is_instant, parse_instant
+from amcommit.paths import basename, join
+from amcommit.store.base import PutMode, Store
+from amcommit.table.naming import (
+    HEARTBEAT_DIR,
+    HOODIE_DIR,
+    check_instant,
+    heartbeat_path,
+    is_instant,
+    parse_instant,
+)
 
-__all__ = ["beat", "delete_beat", "heartbeat", "last_beats", "writer_alive"]
+__all__ = [
+    "beat",
+    "delete_beat",
+    "heartbeat",
+    "judge_writers",
+    "keep_beating",
+    "last_beats",
+    "stop_beat",
+    "store_now",
+    "writer_alive",
+]
 
 
 async def beat(store: Store, dest: str, instant: str) -> None:
     """Refresh the heartbeat of ``instant``'s writer (one put; atomic)."""
     await store.put(join(dest, heartbeat_path(instant)), repr(time.time()).encode(), mode=PutMode.OVERWRITE)
+
+
+STOPPED = b"stopped"
+"""Body of a heartbeat whose writer gave up (:func:`stop_beat`): judged dead at once."""
+
+
+async def stop_beat(store: Store, dest: str, instant: str) -> None:
+    """Say that ``instant``'s writer has stopped without finishing (its commit failed for
+    good, or it was cancelled): the heartbeat body becomes ``stopped``, so a rollback or a
+    later writer need not wait ``writer_ttl`` for it. A writer that resumes the write beats
+    again (:func:`beat` overwrites it). One put; atomic."""
+    await store.put(join(dest, heartbeat_path(instant)), STOPPED, mode=PutMode.OVERWRITE)
+
+
+async def _stopped(store: Store, path: str) -> bool:
+    """Whether the heartbeat at ``path`` says its writer stopped (False when unreadable)."""
+    try:
+        return (await store.get(path)).strip() == STOPPED
+    except StoreError:
+        return False
 
 
 async def try_beat(store: Store, dest: str, instant: str) -> None:
@@ -64,35 +127,139 @@ async def last_beats(store: Store, dest: str) -> dict[str, float]:
                 out[name] = info.mtime
                 continue
             try:
-                out[name] = float((await store.get(info.path)).decode())
-            except (NotFound, ValueError, UnicodeDecodeError):
+                body = await store.get(info.path)
+            except NotFound:
+                continue
+            try:
+                out[name] = float("-inf") if body.strip() == STOPPED else float(body.decode())
+            except (ValueError, UnicodeDecodeError):
                 continue
     except NotFound:
         pass
     return out
 
 
+async def store_now(store: Store, dest: str) -> float | None:
+    """The store's current time: the modification time it gives a probe object written
+    now (``.hoodie/.heartbeat/.clock-<random>``, deleted again). None if the store gives
+    no modification times. Three requests; not atomic (a probe left by a crash is inert)."""
+    probe = join(dest, HEARTBEAT_DIR, f".clock-{secrets.token_hex(8)}")
+    info = await store.put(probe, b"", mode=PutMode.OVERWRITE)
+    try:
+        mtime = info.mtime if info.mtime is not None else (await store.stat(probe)).mtime
+    finally:
+        try:
+            await store.delete(probe)
+        except StoreError:
+            pass
+    return mtime
+
+
+async def _first_sign(store: Store, dest: str, instant: str) -> float | None:
+    """Store time of the earliest trace of a write that never heartbeated (its job marker,
+    else its ``.requested`` file), None if neither is there or the store gives no times."""
+    from amcommit.committer.layout import JobLayout
+
+    paths = [
+        JobLayout(dest, instant, table=True).job_marker,
+        join(dest, HOODIE_DIR, f"{instant}.commit.requested"),
+        join(dest, HOODIE_DIR, f"{instant}.replacecommit.requested"),
+    ]
+    for path in paths:
+        try:
+            mtime = (await store.stat(path)).mtime
+        except NotFound:
+            continue
+        if mtime is not None:
+            return mtime
+    return None
+
+
+async def judge_writers(store: Store, dest: str, pending: Iterable[str]) -> tuple[dict[str, float], float]:
+    """What :func:`writer_alive` needs to judge the writers of the ``pending`` instants:
+    (instant -> its last sign of life, now), both by the store's clock when the store gives
+    modification times (see the module doc), else by the heartbeat bodies and our clock.
+
+    ``now`` is read *before* the heartbeats are listed, so a beat written meanwhile can only
+    make a writer look younger (never a live writer dead). A writer that said it stopped
+    (:func:`stop_beat`) gets ``-inf``: dead at once. One listing, plus a read of each
+    judged heartbeat on stores with modification times."""
+    wanted = sorted(set(pending))
+    if not wanted:
+        return {}, time.time()
+    now = await store_now(store, dest)
+    beats = await last_beats(store, dest)
+    if now is None:
+        return beats, time.time()
+    for t in wanted:
+        if t in beats:
+            # by modification time: read the body of the beats judged, for a stopped writer
+            if await _stopped(store, join(dest, heartbeat_path(t))):
+                beats[t] = float("-inf")
+        else:
+            first = await _first_sign(store, dest, t)
+            if first is not None:
+                beats[t] = first
+    return beats, now
+
+
 def writer_alive(instant: str, last_beat: float | None, now: float, ttl: float) -> bool:
-    """Whether the writer of ``instant`` counts as alive at wall-clock ``now`` (pure)."""
+    """Whether the writer of ``instant`` counts as alive at ``now`` (pure; ``last_beat``
+    and ``now`` from one clock, see :func:`judge_writers`; no sign of life: the instant's
+    own time)."""
     seen = last_beat if last_beat is not None else parse_instant(instant).timestamp()
     return now - seen <= ttl
 
 
-@asynccontextmanager
-async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0) -> AsyncIterator[None]:
-    """Keep ``instant``'s writer alive while the block runs: beat now, then every ``ttl/4``.
-    The heartbeat file is left in place on exit (the commit or rollback removes it)."""
-    check_instant(instant)
-    await beat(store, dest, instant)
-
-    async def loop() -> None:
-        while True:
-            await anyio.sleep(ttl / 4)
-            await try_beat(store, dest, instant)
+async def _write_active(store: Store, dest: str, instant: str) -> bool:
+    """False once the write's job marker is gone (committed or aborted); True on doubt."""
+    from amcommit.committer.layout import JobLayout
 
     try:
+        await store.stat(JobLayout(dest, instant, table=True).job_marker)
+    except NotFound:
+        return False
+    except StoreError:
+        return True
+    return True
+
+
+async def keep_beating(
+    store: Store,
+    dest: str,
+    instant: str,
+    *,
+    ttl: float,
+    still_running: Callable[[], bool] | None = None,
+) -> None:
+    """Beat every ``ttl / 4`` until the write of ``instant`` is over (its job marker is gone:
+    committed or aborted) or ``still_running()`` says False. Runs until then or until
+    cancelled. Each beat is followed by a check of the marker, and a beat that raced the
+    end of the write is removed again, so no heartbeat outlives its write."""
+    while True:
+        await anyio.sleep(ttl / 4)
+        if still_running is not None and not still_running():
+            return
+        await try_beat(store, dest, instant)
+        if not await _write_active(store, dest, instant):
+            try:
+                await delete_beat(store, dest, instant)
+            except StoreError:
+                pass
+            return
+
+
+@asynccontextmanager
+async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0) -> AsyncIterator[None]:
+    """Keep ``instant``'s writer alive while the block runs: beat now, then every ``ttl/4``
+    (:func:`keep_beating`: the beats stop by themselves once the write is committed or
+    aborted, also inside the block). The heartbeat file is left in place on exit while the
+    write is still going on (its commit or rollback removes it)."""
+    check_instant(instant)
+    await beat(store, dest, instant)
+    try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(loop)
+            tg.start_soon(lambda: keep_beating(store, dest, instant, ttl=ttl))
             try:
                 yield
             finally:

@@ -40,7 +40,8 @@ import anyio
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import policies_of, retry_call
-from amcommit.store.base import ObjectInfo, Store, basename, join
+from amcommit.paths import basename, join
+from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryPolicy
 from amcommit.table import avro_meta
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
@@ -376,7 +377,7 @@ class BlockingTimeline:
 
     def _run(self, fn: Callable[[Timeline], Awaitable[T]]) -> T:
         from amcommit.committer.sync import run_blocking
-        from amcommit.store.urls import open_location
+        from amcommit.store.schemes import open_location
 
         async def main() -> T:
             if self._factory is not None:
@@ -404,5 +405,5 @@ def open_timeline(
     url: str, *, config: CommitterConfig = DEFAULT_CONFIG, **store_options: Any
 ) -> BlockingTimeline:
     """The blocking timeline of the table at ``url``; ``store_options`` go to
-    :func:`amcommit.store.urls.open_location` (endpoint, credentials)."""
+    :func:`amcommit.store.schemes.open_location` (endpoint, credentials)."""
     return BlockingTimeline(url, config=config, store_options=store_options)

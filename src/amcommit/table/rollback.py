@@ -18,17 +18,19 @@ A completed instant is never rolled back here (:func:`rollback_instant` refuses 
 from __future__ import annotations
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import JobContext, policies_of, retry_call
+from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call
 from amcommit.committer.journal import Journal
 from amcommit.committer.report import JobReport
-from amcommit.errors import CommitError, ConfigError, ManifestError, NotFound, StoreError
-from amcommit.store.base import Store, basename, is_within, join, parent, relative_to
+from amcommit.errors import CommitError, ConfigError, ConflictError, ManifestError, NotFound, StoreError
+from amcommit.paths import basename, is_within, join, parent, relative_to
+from amcommit.store.base import Store
 from amcommit.table.heartbeat import delete_beat
 from amcommit.table.naming import (
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
     check_instant,
     parse_base_file_name,
+    parse_instant,
 )
 
 __all__ = ["finish_rollback", "rollback_instant", "rollback_table_write"]
@@ -137,30 +139,32 @@ async def finish_rollback(
     return found
 
 
-async def rollback_table_write(ctx: JobContext, journal: Journal | None) -> bool:
+async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run: CommitRun) -> bool:
     """Roll back the table write of ``ctx`` (module doc). True if its instant turned out to
-    be completed already (nothing is rolled back; the caller completes the cleanup)."""
-    from amcommit.committer.stages import finish, load_manifests
-    from amcommit.committer.stages.rollback import rollback
+    be completed already (nothing is rolled back; the caller completes the cleanup).
+    ``run``: what the caller loaded (the manifests are loaded into it if it holds none; the
+    caller closes it)."""
+    from amcommit.committer.stages import cleanup, load_manifests, rollback
     from amcommit.table.commit import completed_instant
 
     store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
     if await completed_instant(store, dest, instant) is not None:
         return True
-    if ctx.spool is None:
+    if run.spool is None:
+        run.spool = load_manifests.new_spool(ctx)
         try:
-            await load_manifests.load_manifests(ctx)
+            run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool))
         except (ManifestError, NotFound):
             pass  # no usable manifests: nothing of theirs was renamed without a journal
     partitions: set[str] = set()
-    if ctx.spool is not None:
+    if run.spool is not None:
         partitions = {
-            relative_to(parent(e.dst), dest) if parent(e.dst) != dest else "" for e in ctx.spool.entries()
+            relative_to(parent(e.dst), dest) if parent(e.dst) != dest else "" for e in run.spool.entries()
         }
-    if journal is not None and ctx.spool is not None:
+    if journal is not None and run.loaded is not None:
         async with ctx.stage("rollback"):
-            await rollback(ctx)
-    if journal is not None and ctx.spool is None:
+            await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
+    if journal is not None and run.loaded is None:
         partitions_arg: set[str] | None = None  # renamed files of unknown partitions: look everywhere
     else:
         partitions_arg = partitions
@@ -168,7 +172,7 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None) -> bool
         touched = await remove_stamped(store, dest, instant, partitions_arg, ctx.config)
         await _remove_empty(store, dest, touched | {join(dest, p) for p in partitions if p})
     async with ctx.stage("cleanup"):
-        await finish.cleanup(ctx)
+        await cleanup.run(ctx, cleanup.CleanupInputs())
     async with ctx.stage("rollback_instant"):
         await finish_rollback(store, dest, instant, partitions=set(), config=ctx.config)
     ctx.report.rolled_back = True
@@ -177,12 +181,22 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None) -> bool
 
 
 async def rollback_instant(
-    store: Store, dest: str, instant: str, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    force: bool = False,
 ) -> JobReport:
     """Roll back the inflight instant ``instant`` of the table at ``dest`` (``abort_job`` of
     its write: under the table's lock if its commit had begun). CommitError if the instant
     is completed, ConfigError if ``dest`` is not a table; an instant with nothing left is a
-    no-op (``report.rolled_back`` False)."""
+    no-op (``report.rolled_back`` False).
+
+    An instant whose writer is alive (a sign of life younger than ``config.writer_ttl``, by
+    the store's clock: :mod:`amcommit.table.heartbeat`) is refused with ConflictError before
+    anything changes, unless ``force`` (that deletes the files of a running write: its
+    commit then fails)."""
     from amcommit.committer.job import abort_job
     from amcommit.table.commit import completed_instant
     from amcommit.table.write import is_table
@@ -195,4 +209,22 @@ async def rollback_instant(
             f"instant {instant} of {dest!r} is completed: rollback removes only inflight instants",
             stage="rollback",
         )
+    if not force:
+        await _refuse_live(store, dest, instant, config.writer_ttl)
     return await abort_job(store, dest, instant, config=config)
+
+
+async def _refuse_live(store: Store, dest: str, instant: str, ttl: float) -> None:
+    """ConflictError if the writer of ``instant`` is alive (nothing of it found: no error)."""
+    from amcommit.table.heartbeat import _first_sign, judge_writers, writer_alive
+
+    beats, now = await judge_writers(store, dest, [instant])
+    seen = beats.get(instant)
+    if seen is None and await _first_sign(store, dest, instant) is None:
+        return  # no heartbeat, marker or .requested: nothing that could be running
+    if writer_alive(instant, seen, now, ttl):
+        age = now - (seen if seen is not None else parse_instant(instant).timestamp())
+        raise ConflictError(
+            f"instant {instant} of {dest!r} has a live writer (last heartbeat {max(age, 0.0):.0f} s "
+            f"ago, writer_ttl {ttl:g} s): rollback refused; wait, or use --force if that writer is gone"
+        )

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from amcommit.store.base import Store, basename, join
+from amcommit.paths import basename, join
+from amcommit.store.base import Store
 from amcommit.table.model import (
     WRITE_ACTIONS,
     CommitMetadata,
@@ -82,6 +83,9 @@ class Changes:
     instants: list[Instant] = field(default_factory=list)
     added: list[FileVersion] = field(default_factory=list)
     replaced: list[tuple[str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    """Instant time -> label text (``extraMetadata["amcommit.label"]``) of the labelled
+    instants in the range (:mod:`amcommit.table.labels`)."""
 
     def visible(self) -> list[FileVersion]:
         """What an incremental read of the range reads (as hudi-rs plans it): the files added,
@@ -130,6 +134,9 @@ def changes(commits: Iterable[LoadedCommit], since: str | None, until: str | Non
     for c in _sorted(commits):
         if _in_range(c.instant.time, since, until):
             out.instants.append(c.instant)
+            label = c.metadata.extra_metadata.get("amcommit.label")  # labels.EXTRA_LABEL
+            if label is not None:
+                out.labels[c.instant.time] = label
             out.added.extend(c.added())
             out.replaced.extend(c.replaced())
     return out

@@ -40,8 +40,10 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestError, NotFound
-from amcommit.store.base import PutMode, Store, basename, check_path, join
+from amcommit.paths import basename, check_path, join
+from amcommit.store.base import PutMode, Store
 from amcommit.table.heartbeat import beat
+from amcommit.table.labels import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
 from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, TEMP_DIR, is_instant, next_instant
 from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
@@ -57,6 +59,7 @@ __all__ = [
     "read_marker",
     "read_properties",
     "requested_instant",
+    "set_operation",
 ]
 
 MARKER_LAYOUT = "amcommit-table/1"
@@ -86,6 +89,7 @@ class TableWrite:
     operation: Operation
     layout: JobLayout
     properties: TableProperties
+    label: Label | None = None
 
 
 class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
@@ -98,6 +102,15 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
     avro_schema: str | None = None
     origin: str = "api"
     expected_tasks: int | None = None
+    label_app: str | None = None
+    """The write's label (:class:`amcommit.table.labels.Label`), if it has one."""
+    label_version: int | None = None
+
+    def label(self) -> Label | None:
+        """The label given to :func:`begin_write`, None without one."""
+        if self.label_app is None or self.label_version is None:
+            return None
+        return Label(self.label_app, self.label_version)
 
 
 def requested_instant(instant: str, operation: Operation) -> Instant:
@@ -223,6 +236,7 @@ async def begin_write(
     origin: str = "api",
     expected_tasks: int | None = None,
     error_if_exists: bool = False,
+    label: Label | None = None,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -231,9 +245,14 @@ async def begin_write(
     the commit takes the table's latest schema, else derives it from a written file.
     ``error_if_exists`` (Spark's mode ``errorifexists``/``fail``): refuse, before anything is
     written, a table that already holds a completed write.
+    ``label``: the write's label (:mod:`amcommit.table.labels`), kept in the job marker; the
+    commit accepts each label once (the check is made at commit, under the lock; a caller
+    may ask :func:`~amcommit.table.labels.committed_by` first to skip the work).
     """
     check_path(dest)
     operation = Operation(operation)
+    if label is not None and not isinstance(label, Label):
+        raise ConfigError(f"label must be an amcommit.table.labels.Label, got {type(label).__name__}")
     policy = policies_of(config)[0]
     props = await read_properties(store, dest, config)
     if props is None:
@@ -264,6 +283,8 @@ async def begin_write(
             operation=operation.value,
             avro_schema=avro_schema,
             origin=origin,
+            label_app=None if label is None else label.app_id,
+            label_version=None if label is None else label.version,
         )
         body = json.loads(msgspec.json.encode(marker))
         body.update(marker_fields(origin, expected_tasks))
@@ -291,4 +312,47 @@ async def begin_write(
             await retry_call(lambda p=path: store.put(p, b"", mode=PutMode.CREATE), policy=policy)  # type: ignore[misc]
         except AlreadyExists:
             pass  # our own put whose answer was lost (the time is claimed by our marker)
-    return TableWrite(dest=dest, instant=instant, operation=operation, layout=layout, properties=props)
+    return TableWrite(
+        dest=dest, instant=instant, operation=operation, layout=layout, properties=props, label=label
+    )
+
+
+async def set_operation(
+    store: Store, dest: str, instant: str, operation: Operation, config: CommitterConfig = DEFAULT_CONFIG
+) -> bool:
+    """Settle the operation the begun write ``instant`` commits, when it is only known after
+    :func:`begin_write` (e.g. a Spark overwrite whose dynamic/static mode the tasks report):
+    ``commit_job(..., operation=...)`` calls it before its commit publishes anything.
+
+    The action must stay that of the ``.requested`` instant (both overwrites are replace
+    commits; an append is a commit): CommitError otherwise, and also if the write's commit
+    already began (its journal exists) with another operation. The job marker is rewritten
+    with one whole-object put (atomic; its other fields are kept). True if it changed."""
+    operation = Operation(operation)
+    layout = JobLayout(dest, instant, table=True)
+    policy = policies_of(config)[0]
+    marker = await retry_call(lambda: read_marker(store, layout), policy=policy)
+    current = Operation(marker.operation)
+    if current is operation:
+        return False
+    if current.action is not operation.action:
+        raise CommitError(
+            f"table write {instant}: operation {operation.value} is a {operation.action.value}, but the "
+            f"instant was requested as {current.value} ({current.action.value}); nothing was changed",
+            stage="commit_job",
+        )
+    try:
+        await retry_call(lambda: store.stat(layout.journal_path), policy=policy)
+    except NotFound:
+        pass
+    else:
+        raise CommitError(
+            f"table write {instant}: its commit began as {current.value}; it cannot change to "
+            f"{operation.value} now (nothing was changed)",
+            stage="commit_job",
+        )
+    body = json.loads(await retry_call(lambda: store.get(layout.job_marker), policy=policy))
+    body["operation"] = operation.value
+    data = json.dumps(body).encode()
+    await retry_call(partial(store.put, layout.job_marker, data, mode=PutMode.OVERWRITE), policy=policy)
+    return True

@@ -1,30 +1,58 @@
-"""Stage 2: decide what the commit may touch in the destination, before touching it.
+"""Stage 2 (``check_conflicts``): decide what the commit may touch in the destination,
+before touching it: ``run(ctx, ConflictInputs) -> ConflictResult``.
 
 * ``fail`` mode: any file already in a partition directory written to is a conflict.
 * ``replace`` / ``overwrite``: record the *victims* (the old files to remove after the new
-  ones are in) on the store, so a resumed commit or a rollback knows them exactly.
+  ones are in) on the store (:mod:`~amcommit.committer.stages.victims`), so a resumed
+  commit or a rollback knows them exactly.
+* ``append``: nothing to check (a clash shows at the rename).
 
-Pure planning (:func:`partitions_of`, :func:`minimal_roots`) is separate from the listing.
-Listings and chunk writes go through the job's retry layer; the victim listing is
-unbounded, so a listing that fails midway restarts the whole recording (chunks are
-rewritten from the first; no path is recorded twice, memory stays one chunk).
+Pure planning (:func:`partitions_of`, :func:`~amcommit.committer.stages.scope.minimal_roots`)
+is separate from the listing. Listings and chunk writes go through the job's retry layer;
+the victim listing is unbounded, so a listing that fails midway restarts the whole
+recording (chunks are rewritten from the first; no path is recorded twice, memory stays
+one chunk).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from functools import partial
+from dataclasses import dataclass
 
 import anyio
 import msgspec
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import SUCCESS_NAME
-from amcommit.errors import ConflictError, NotFound, StoreError
-from amcommit.store.base import ObjectInfo, PutMode, basename, is_within, join, parent
+from amcommit.committer.spool import EntrySpool
+from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.scope import replace_scope
+from amcommit.committer.stages.victims import VICTIM_CHUNK
+from amcommit.errors import ConflictError, StoreError
+from amcommit.paths import basename, is_within, parent
+from amcommit.store.base import ObjectInfo, PutMode
 from amcommit.store.retry import Backoff
 
-VICTIM_CHUNK = 50_000
+
+@dataclass(frozen=True)
+class ConflictInputs:
+    loaded: LoadedManifests
+
+
+@dataclass(frozen=True)
+class ConflictResult:
+    victim_chunks: int
+    """How many victim lists were recorded (0 unless ``replace``/``overwrite``)."""
+
+
+async def run(ctx: JobContext, inputs: ConflictInputs) -> ConflictResult:
+    """Check (``fail``) or record (``replace``/``overwrite``) per ``ctx.config.conflict_mode``."""
+    if ctx.config.conflict_mode == "fail":
+        await check_fail_mode(ctx, inputs.loaded)
+    chunks = 0
+    if ctx.config.conflict_mode in ("replace", "overwrite"):
+        chunks = await record_victims(ctx, inputs.loaded.spool)
+    return ConflictResult(chunks)
 
 
 def partitions_of(dirs: set[str], dest: str, has_top_level_files: bool) -> set[str]:
@@ -35,38 +63,13 @@ def partitions_of(dirs: set[str], dest: str, has_top_level_files: bool) -> set[s
     return out
 
 
-def minimal_roots(dirs: set[str]) -> list[str]:
-    """Drop every directory that lies below another one in the set (pure)."""
-    roots: list[str] = []
-    for d in sorted(dirs, key=lambda p: (p.count("/"), p)):
-        if not any(is_within(d, r) for r in roots):
-            roots.append(d)
-    return roots
+def _has_top_level_files(ctx: JobContext, spool: EntrySpool) -> bool:
+    return any(parent(e.dst) == ctx.layout.dest for e in spool.entries())
 
 
-def _has_top_level_files(ctx: JobContext) -> bool:
-    assert ctx.spool is not None
-    return any(parent(e.dst) == ctx.layout.dest for e in ctx.spool.entries())
-
-
-def replace_scope(ctx: JobContext) -> list[str]:
-    """The directories whose old content a ``replace``/``overwrite`` commit removes."""
-    if ctx.config.conflict_mode == "overwrite":
-        return [ctx.layout.dest]
-    file_dirs = set()
-    assert ctx.spool is not None
-    for e in ctx.spool.entries():
-        file_dirs.add(parent(e.dst))
-    return minimal_roots(file_dirs)
-
-
-def in_replace_scope(ctx: JobContext, path: str, roots: list[str]) -> bool:
-    return not is_within(path, ctx.layout.temp_root) and any(is_within(path, r) for r in roots)
-
-
-async def check_fail_mode(ctx: JobContext) -> None:
+async def check_fail_mode(ctx: JobContext, loaded: LoadedManifests) -> None:
     """ConflictError naming the first non-empty partition (``fail`` mode)."""
-    parts = partitions_of(ctx.dirs, ctx.layout.dest, _has_top_level_files(ctx))
+    parts = partitions_of(set(loaded.dirs), ctx.layout.dest, _has_top_level_files(ctx, loaded.spool))
     found: list[str] = []
 
     async def probe(d: str) -> None:
@@ -83,13 +86,13 @@ async def check_fail_mode(ctx: JobContext) -> None:
         )
 
 
-async def record_victims(ctx: JobContext) -> int:
+async def record_victims(ctx: JobContext, spool: EntrySpool) -> int:
     """List the old files in the replace scope and save them in chunks; return chunk count.
 
     A listing that fails with a retryable error is started again from the beginning (the
     job's retry policy; chunks already written are overwritten), so each old file is
     recorded exactly once. Only the chunks counted by the journal are ever read."""
-    roots = replace_scope(ctx)
+    roots = replace_scope(ctx, spool)
     backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
     attempt = 0
     while True:
@@ -142,29 +145,3 @@ async def list_files_outside(ctx: JobContext, root: str) -> AsyncIterator[Object
                 yield info
         else:
             yield child
-
-
-async def count_removed_victims(ctx: JobContext, chunks: int) -> int:
-    """How many recorded old files are gone for good (not replaced by a new file of the
-    same name): what ``delete_victims`` removes over all runs of a commit."""
-    assert ctx.spool is not None
-    spool = ctx.spool
-    return sum(1 for chunk in await load_victims(ctx, chunks) for p in chunk if not spool.has_dest(p))
-
-
-async def load_victims(ctx: JobContext, chunks: int) -> list[list[str]]:
-    _dec = msgspec.json.Decoder(list[str])
-    out = []
-    for i in range(chunks):
-        path = ctx.layout.victims_path(i)
-        try:
-            out.append(_dec.decode(await ctx.call(partial(ctx.store.get, path))))
-        except NotFound:
-            out.append([])
-    return out
-
-
-def trash_path(ctx: JobContext, dst: str) -> str:
-    """Where an old file at ``dst`` is moved aside to."""
-    rel = dst[len(ctx.layout.dest) + 1 :] if ctx.layout.dest else dst
-    return join(ctx.layout.trash_dir, rel)

@@ -1,4 +1,5 @@
-"""Stage 1: load and validate every task manifest into the bounded-memory spool.
+"""Stage 1 (``load_manifests``): load and validate every task manifest into the
+bounded-memory spool: ``run(ctx, LoadInputs) -> LoadedManifests``.
 
 Manifests are read with ``config.load_threads`` in parallel; each is decoded, validated
 (:func:`amcommit.manifest.check_manifest`) and appended to the spool, then dropped, so at
@@ -14,13 +15,14 @@ Every listing, read and write goes through the job's retry layer
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.spool import EntrySpool
-from amcommit.errors import ManifestError, NotFound
-from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, encode_json, manifest_is_plain
-from amcommit.store.base import PutMode, basename, parent
+from amcommit.errors import ManifestError
+from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, manifest_is_plain
+from amcommit.paths import basename, parent
 from amcommit.store.local import local_store_of
 
 
@@ -34,70 +36,39 @@ async def list_manifest_paths(ctx: JobContext) -> list[str]:
     return sorted(paths)
 
 
-async def publish_given(
-    ctx: JobContext, manifests: Sequence[TaskManifest], etags: Sequence[str | None] | None = None
-) -> int:
-    """Make the job's published manifests exactly ``manifests`` (the ones the caller commits,
-    e.g. those Spark's commit coordinator authorised); return how many were written or
-    removed.
+@dataclass(frozen=True)
+class LoadInputs:
+    """``spool``: an empty spool the caller owns and closes (:func:`new_spool`; on a failure
+    it keeps what was appended before it). ``manifests``: the task manifests if the caller
+    has them (else they are read from the job attempt's manifest directory)."""
 
-    A resumed commit (``commit-job``) and a rollback (``abort-job``) read the published
-    manifests, so they must name exactly the files being committed: a manifest published
-    by another attempt of the same task (denied the commit, or a zombie) is replaced, and
-    manifests of tasks that are not part of the job are removed. A published manifest is
-    left alone when its etag equals the one in ``etags`` (what its task saw after
-    publishing) or, without a known etag, when its bytes are what this commit would write.
-    Runs before the journal exists; each write is an atomic whole-object put (not atomic
-    as a set: a crash midway leaves a mix, which the next commit with the same manifests
-    repairs).
-    """
-    store, layout = ctx.store, ctx.layout
-    published: dict[str, str | None] = {}
-    try:
-        async for info in ctx.list(layout.manifests_dir, recursive=False):
-            if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
-                published[info.path] = info.etag
-    except NotFound:
-        pass
-    # commit_job checks that ``etags`` match ``manifests`` before any I/O
-    known = list(etags) if etags is not None else [None] * len(manifests)
-    wanted: dict[str, tuple[TaskManifest, str | None]] = {}
-    for m, etag in zip(manifests, known, strict=True):
-        wanted[layout.manifest_path(m.task_id)] = (m, etag)
-    changed = 0
-
-    async def sync(path: str) -> None:
-        nonlocal changed
-        m, etag = wanted[path]
-        data = encode_json(m)
-        if path in published:
-            if etag is not None and published[path] == etag:
-                return
-            if etag is None:
-                try:
-                    if await ctx.call(lambda: store.get(path)) == data:
-                        return
-                except NotFound:
-                    pass
-        await ctx.call(lambda: store.put(path, data, mode=PutMode.OVERWRITE))
-        changed += 1
-
-    async def remove(path: str) -> None:
-        nonlocal changed
-        await ctx.call(lambda: store.delete(path))
-        changed += 1
-
-    await run_parallel(sorted(wanted), sync, ctx.config.load_threads)
-    await run_parallel(sorted(published.keys() - wanted.keys()), remove, ctx.config.load_threads)
-    if changed:
-        ctx.report.job_stats.incr("committer_manifests_republished", changed)
-    return changed
+    spool: EntrySpool
+    manifests: Sequence[TaskManifest] | None = None
 
 
-async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | None = None) -> EntrySpool:
-    """Fill ``ctx.spool`` and ``ctx.dirs``; return the spool. ManifestError on bad input."""
-    spool = EntrySpool(directory=ctx.config.spool_dir)
-    ctx.spool = spool
+@dataclass(frozen=True)
+class LoadedManifests:
+    """The stage's result: every rename entry (in ``spool``), the directories the entries
+    declare, the non-empty ``extra_data`` of the manifests (table writes read row counts
+    from them) and the number of manifests loaded."""
+
+    spool: EntrySpool
+    dirs: frozenset[str]
+    extra_data: tuple[dict[str, str], ...]
+    manifests: int
+
+
+def new_spool(ctx: JobContext) -> EntrySpool:
+    """An empty spool in ``config.spool_dir`` for :class:`LoadInputs`."""
+    return EntrySpool(directory=ctx.config.spool_dir)
+
+
+async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
+    """Load, validate and spool every manifest (see the module docstring); also counts
+    manifests, files and bytes in the report. ManifestError on bad input."""
+    spool, manifests = inputs.spool, inputs.manifests
+    all_dirs: set[str] = set()
+    extra_data: list[dict[str, str]] = []
     scope = ctx.scope
     job_id = ctx.layout.job_id
     task_ids: dict[str, str] = {}
@@ -111,9 +82,9 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
             raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
         task_ids[m.task_id] = name
         spool.append(entries, spool.add_manifest(name))
-        ctx.dirs |= dirs
+        all_dirs.update(dirs)
         if m.extra_data:
-            ctx.extra_data.append(dict(m.extra_data))
+            extra_data.append(dict(m.extra_data))
         ctx.report.task_stats.merge(m.iostatistics)
         done += 1
 
@@ -140,12 +111,12 @@ async def load_manifests(ctx: JobContext, manifests: Sequence[TaskManifest] | No
         if len(set(names)) == 1:
             raise ManifestError(f"duplicate destination {dst!r}{more}", manifest=names[0])
         raise ManifestError(f"destination {dst!r} is written by several tasks: {', '.join(names)}{more}")
-    _check_file_dir_clashes(spool, ctx.dirs, ctx.layout.dest)
+    _check_file_dir_clashes(spool, all_dirs, ctx.layout.dest)
     await _check_local_sources(ctx, spool)
     ctx.report.manifests = done
     ctx.report.files = spool.count
     ctx.report.bytes = spool.total_bytes
-    return spool
+    return LoadedManifests(spool, frozenset(all_dirs), tuple(extra_data), done)
 
 
 def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> None:

@@ -1,4 +1,5 @@
-"""Stage 3: create the destination directories once, before any rename.
+"""Stage 3 (``prepare_dirs``): create the destination directories once, before any rename:
+``run(ctx, PrepareInputs) -> PrepareResult``.
 
 Planning is pure (:func:`plan_directories`): deduplicate, and create only the leaves
 (``mkdirs`` creates their parents). On stores with real directories, each planned
@@ -9,11 +10,15 @@ append never deletes a user's file). Flat stores (Blob, GCS) have nothing to cre
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amcommit.committer.context import JobContext, run_parallel
-from amcommit.committer.stages.check_conflicts import in_replace_scope, replace_scope
-from amcommit.committer.stages.rename_files import move_aside, next_steps, uri
+from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.messages import next_steps, uri
+from amcommit.committer.stages.renaming import move_aside
+from amcommit.committer.stages.scope import in_replace_scope, replace_scope
 from amcommit.errors import ConflictError, NotFound
-from amcommit.store.base import is_within
+from amcommit.paths import is_within
 
 
 def plan_directories(dirs: set[str]) -> list[str]:
@@ -40,13 +45,31 @@ def with_ancestors(dirs: set[str], dest: str) -> set[str]:
     return out
 
 
-async def prepare_dirs(ctx: JobContext) -> int:
+@dataclass(frozen=True)
+class PrepareInputs:
+    loaded: LoadedManifests
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    created: int
+    """How many leaf directories were created (also ``report.directories_created``)."""
+
+
+async def run(ctx: JobContext, inputs: PrepareInputs) -> PrepareResult:
+    """Create the planned directories (files in the way are moved aside in replace scope,
+    else a ConflictError); counts ``moved_aside`` and ``directories_created`` in the report."""
+    return PrepareResult(await prepare_dirs(ctx, inputs.loaded))
+
+
+async def prepare_dirs(ctx: JobContext, loaded: LoadedManifests) -> int:
     """Create the planned directories; return how many leaves were created."""
-    if not ctx.store.capabilities.directories or not ctx.dirs:
+    dirs = set(loaded.dirs)
+    if not ctx.store.capabilities.directories or not dirs:
         return 0
     store = ctx.store
     replacing = ctx.config.conflict_mode in ("replace", "overwrite")
-    roots = replace_scope(ctx) if replacing else []
+    roots = replace_scope(ctx, loaded.spool) if replacing else []
     missing: set[str] = set()
 
     async def check(d: str) -> None:
@@ -63,7 +86,7 @@ async def prepare_dirs(ctx: JobContext) -> int:
             return
         raise ConflictError(next_steps(ctx, f"a file is in the way of directory {uri(ctx, d)!r}"))
 
-    await run_parallel(sorted(with_ancestors(ctx.dirs, ctx.layout.dest)), check, ctx.config.io_threads)
+    await run_parallel(sorted(with_ancestors(dirs, ctx.layout.dest)), check, ctx.config.io_threads)
     leaves = plan_directories(missing)
 
     async def make(d: str) -> None:

@@ -1,4 +1,5 @@
-"""Did a commit whose journal says ``renaming`` in fact rename every file?
+"""Did a commit whose journal says ``renaming`` in fact rename every file? (used by
+``abort_job``: ``run(ctx, RenamesDoneInputs) -> RenamesDoneResult``)
 
 The journal's ``renamed`` write is the point of no return. A commit can finish every
 rename and then fail to write it (a storm of throttling outlasting even the patient retry
@@ -7,7 +8,7 @@ the commit, not roll back a complete output: :func:`renames_done` tells it, from
 without needing any write.
 
 A file counts as renamed when its source is gone and its destination is provably this
-job's file (:func:`~amcommit.committer.stages.rename_files.is_ours`: etag where renames keep
+job's file (:func:`~amcommit.committer.stages.renaming.is_ours`: etag where renames keep
 it, the rename id mark where they copy, else the size). A copy-based rename stopped between
 its copy and its delete (source still there) is *not* done: the rollback removes its copy.
 A job with no files is never "done" this way (abort then leaves the destination alone).
@@ -15,11 +16,30 @@ A job with no files is never "done" this way (abort then leaves the destination 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amcommit.committer.context import JobContext, run_parallel
-from amcommit.committer.stages.rename_files import is_ours, rename_id
+from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.renaming import is_ours, rename_id
 from amcommit.errors import NotFound
 from amcommit.manifest import RenameEntry
 from amcommit.store.base import ObjectInfo
+
+
+@dataclass(frozen=True)
+class RenamesDoneInputs:
+    loaded: LoadedManifests
+
+
+@dataclass(frozen=True)
+class RenamesDoneResult:
+    done: bool
+    """Every file of the loaded manifests is in place (never for a job with no files)."""
+
+
+async def run(ctx: JobContext, inputs: RenamesDoneInputs) -> RenamesDoneResult:
+    """See :func:`renames_done`."""
+    return RenamesDoneResult(await renames_done(ctx, inputs.loaded))
 
 
 class _NotDone(Exception):
@@ -33,14 +53,13 @@ async def _stat(ctx: JobContext, path: str) -> ObjectInfo | None:
         return None
 
 
-async def renames_done(ctx: JobContext) -> bool:
+async def renames_done(ctx: JobContext, loaded: LoadedManifests) -> bool:
     """True if every file of the loaded spool is in place (see the module docstring).
 
-    Costs up to two ``stat`` per file, stopping at the first file not in place. Needs
-    ``ctx.spool`` loaded. Store errors are raised (the caller then decides nothing).
+    Costs up to two ``stat`` per file, stopping at the first file not in place. Store
+    errors are raised (the caller then decides nothing).
     """
-    spool = ctx.spool
-    assert spool is not None
+    spool = loaded.spool
     if spool.count == 0:
         return False
     job_id = ctx.layout.job_id

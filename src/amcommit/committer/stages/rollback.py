@@ -1,16 +1,17 @@
-"""Rollback of a partly renamed job commit (journal state ``renaming``).
+"""Rollback of a partly renamed job commit (journal state ``renaming``), stage name
+``rollback``: ``run(ctx, RollbackInputs) -> RollbackResult``.
 
 Order, each step idempotent and recoverable by a later process:
 
 1. *Undo* every forward rename this job provably made (judged by
    :func:`~amcommit.store.proof.judge_rename`): a finished one is deleted (``abort_job``) or,
    with ``keep_job``, moved back into its task directory (id
-   :func:`~amcommit.committer.stages.rename_files.back_id`), so the job can be committed
+   :func:`~amcommit.committer.stages.renaming.back_id`), so the job can be committed
    again; a copy whose source is still there (killed between copy and delete) is deleted.
 2. Remove the directories the commit created that are now empty, so that an old *file*
    moved aside from where the job needed a directory can come back.
 3. *Restore* every trash entry to its place (id
-   :func:`~amcommit.committer.stages.rename_files.restore_id`). A trash entry that is a
+   :func:`~amcommit.committer.stages.renaming.restore_id`). A trash entry that is a
    half-done move aside (the original never left: the trash holds our copy of that very
    version) is simply deleted; a half-done restore is completed.
 4. Remove the directories left empty.
@@ -22,11 +23,13 @@ this job's, or a non-empty directory.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 from amcommit.committer.context import JobContext, run_parallel
-from amcommit.committer.stages.finish import remove_empty_dirs
-from amcommit.committer.stages.rename_files import (
+from amcommit.committer.stages.dirs import remove_empty_dirs
+from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.renaming import (
     aside_id,
     back_id,
     forward_expected,
@@ -36,14 +39,33 @@ from amcommit.committer.stages.rename_files import (
 )
 from amcommit.errors import AlreadyExists, NotFound, RollbackError, StoreError
 from amcommit.manifest import RenameEntry
-from amcommit.store.base import ObjectInfo, join, relative_to
+from amcommit.paths import join, relative_to
+from amcommit.store.base import ObjectInfo
 from amcommit.store.proof import Expected, Verdict, judge_rename
 
 
-async def rollback(ctx: JobContext, *, keep_job: bool = False) -> None:
+@dataclass(frozen=True)
+class RollbackInputs:
+    loaded: LoadedManifests
+    keep_job: bool = False
+    """Move renamed files back to their task paths instead of deleting them."""
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    rolled_back: bool
+    """Always True when ``run`` returns (also ``report.rolled_back``)."""
+
+
+async def run(ctx: JobContext, inputs: RollbackInputs) -> RollbackResult:
+    """Undo the renames and moves aside (see module doc); RollbackError if incomplete."""
+    await rollback(ctx, inputs.loaded, keep_job=inputs.keep_job)
+    return RollbackResult(ctx.report.rolled_back)
+
+
+async def rollback(ctx: JobContext, loaded: LoadedManifests, *, keep_job: bool = False) -> None:
     """Undo the renames and moves aside of a partly renamed commit (see module doc).
     ``keep_job``: move renamed files back to their task paths instead of deleting them."""
-    assert ctx.spool is not None
     store, layout = ctx.store, ctx.layout
     job = layout.job_id
     try:
@@ -62,14 +84,14 @@ async def rollback(ctx: JobContext, *, keep_job: bool = False) -> None:
                 else:
                     await ctx.call(lambda: store.delete(e.dst))
 
-        await run_parallel(ctx.spool.entries(), undo, ctx.config.io_threads)
-        await remove_empty_dirs(ctx, set(ctx.dirs))
+        await run_parallel(loaded.spool.entries(), undo, ctx.config.io_threads)
+        await remove_empty_dirs(ctx, set(loaded.dirs))
 
         async def restore(info: ObjectInfo) -> None:
             await restore_one(ctx, info, join(layout.dest, relative_to(info.path, layout.trash_dir)))
 
         await run_parallel(ctx.list(layout.trash_dir, recursive=True), restore, ctx.config.io_threads)
-        await remove_empty_dirs(ctx, set(ctx.dirs))
+        await remove_empty_dirs(ctx, set(loaded.dirs))
     except RollbackError:
         raise
     except StoreError as e:

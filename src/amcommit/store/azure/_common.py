@@ -11,6 +11,7 @@ from yarl import URL
 
 from amcommit.errors import AlreadyExists, ConfigError, InvalidInput, NotFound
 from amcommit.iostats import IOStatistics
+from amcommit.paths import ParsedUri
 from amcommit.store.azure.auth import (
     ConnectionInfo,
     Credential,
@@ -23,7 +24,6 @@ from amcommit.store.http import HttpClient, HttpResponse, quote_plain
 from amcommit.store.limits import Limiter
 from amcommit.store.options import BlobOptions, DfsOptions
 from amcommit.store.retry import RetryPolicy
-from amcommit.uris import ParsedUri
 
 API_VERSION = "2025-01-05"
 """``x-ms-version`` sent by default (accepted by Azure and by Azurite 3.37 without flags)."""
@@ -287,7 +287,7 @@ def store_options_from_url(parsed: ParsedUri, service: str, options: dict[str, A
     ``connection_string``, ``account_key``, ``sas_token``, ``token_provider``,
     ``credential``, ``account``, ``limiter``, ``retry`` and the store's own tuning options.
     """
-    from amcommit.store.urls import convert_store_options
+    from amcommit.store.schemes import convert_store_options
 
     opts = convert_store_options(DfsOptions if service == "dfs" else BlobOptions, options).given()
     conn = opts.pop("connection_string", None)

@@ -48,6 +48,7 @@ from amcommit.errors import (
     StoreError,
     Transient,
 )
+from amcommit.paths import ParsedUri, check_path
 from amcommit.store.azure._common import (
     META_PUT_ID,
     META_RENAME_ID,
@@ -56,17 +57,8 @@ from amcommit.store.azure._common import (
     parse_http_date,
     store_options_from_url,
 )
-from amcommit.store.base import (
-    Capabilities,
-    ObjectInfo,
-    PutMode,
-    RenameResult,
-    UpdateIf,
-    WriteMode,
-    check_path,
-)
+from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, UpdateIf, WriteMode
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
-from amcommit.uris import ParsedUri
 
 _META = "x-ms-meta-"
 META_SOURCE_ETAG = "amcommitsrcetag"

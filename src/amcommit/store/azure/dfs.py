@@ -34,6 +34,7 @@ from urllib.parse import quote
 import msgspec
 
 from amcommit.errors import AlreadyExists, NotFound, PreconditionFailed, StoreError, Transient
+from amcommit.paths import ParsedUri, basename, check_path, join, parent
 from amcommit.store.azure._common import (
     AzureBase,
     norm_etag,
@@ -42,21 +43,16 @@ from amcommit.store.azure._common import (
     store_options_from_url,
 )
 from amcommit.store.base import (
+    TMP_PREFIX,
     Capabilities,
     ObjectInfo,
     PutMode,
     RenameResult,
     UpdateIf,
     WriteMode,
-    basename,
-    check_path,
-    join,
-    parent,
 )
-from amcommit.store.local import TMP_PREFIX
 from amcommit.store.proof import Expected, Verdict, judge_rename
 from amcommit.store.retry import call_with_retries
-from amcommit.uris import ParsedUri
 
 _MiB = 1024 * 1024
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from amcommit.errors import ConfigError
+from amcommit.paths import ParsedUri
 from amcommit.store.gcs.auth import AccessToken, BearerAuth, TokenProvider, google_auth_provider, static_token
 from amcommit.store.gcs.client import RENAME_ID_KEY, resolve_endpoint
 from amcommit.store.gcs.store import GcsStore
 from amcommit.store.options import GcsOptions
-from amcommit.store.urls import convert_store_options
-from amcommit.uris import ParsedUri
+from amcommit.store.schemes import convert_store_options
 
 
 def gcs_from_url(parsed: ParsedUri, **options: Any) -> GcsStore:

@@ -73,16 +73,8 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.iostats import IOStatistics
-from amcommit.store.base import (
-    Capabilities,
-    ObjectInfo,
-    PutMode,
-    RenameResult,
-    UpdateIf,
-    WriteMode,
-    ancestors,
-    check_path,
-)
+from amcommit.paths import ancestors, check_path
+from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, UpdateIf, WriteMode
 from amcommit.store.gcs.auth import BearerAuth, TokenProvider, google_auth_provider
 from amcommit.store.gcs.client import (
     ENCODER,

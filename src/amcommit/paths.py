@@ -1,11 +1,22 @@
-"""URIs as Hadoop prints them, and conversion between URIs and store paths.
+"""Paths in one place: store paths and the URIs that name them. Pure functions, no I/O.
 
-Hadoop's ``Path.toUri().toString()`` percent-encodes, in the path, every ASCII character
-that ``java.net.URI`` does not allow there (space, ``%``, ``#``, ``?``, ``"``, ``<``, ``>``,
-``[``, ``]``, ``\\``, ``^``, `````, ``{``, ``|``, ``}`` and controls) and leaves the rest,
-including ``+`` and non-ASCII letters, as they are. :func:`encode_path` does the same, so
-manifests we write read the same as Hadoop's; :func:`decode_path` undoes any
-percent-encoding (UTF-8). Paths are compared only in decoded form.
+**Store paths** are keys relative to a store's root (a bucket, an ADLS filesystem, or
+``/`` for local files): ``"a/b/c.parquet"``, no leading or trailing ``/``, no empty, ``.``
+or ``..`` segments; ``""`` is the root itself (:func:`check_path`). :func:`join`,
+:func:`parent`, :func:`basename`, :func:`ancestors`, :func:`is_within` and
+:func:`relative_to` are their algebra.
+
+**URIs** are written as Hadoop prints them. Hadoop's ``Path.toUri().toString()``
+percent-encodes, in the path, every ASCII character that ``java.net.URI`` does not allow
+there (space, ``%``, ``#``, ``?``, ``"``, ``<``, ``>``, ``[``, ``]``, ``\\``, ``^``, `````,
+``{``, ``|``, ``}`` and controls) and leaves the rest, including ``+`` and non-ASCII
+letters, as they are. :func:`encode_path` does the same, so manifests we write read the
+same as Hadoop's; :func:`decode_path` undoes any percent-encoding (UTF-8). Paths are
+compared only in decoded form. :func:`path_to_uri` / :func:`uri_to_path` convert between
+the two under a store's root URI (:func:`path_mapper`, :func:`fast_prefixes` and
+:func:`is_plain_path` are the fast path for hot loops).
+
+Opening a store for a URL is :mod:`amcommit.store.schemes`.
 """
 
 from __future__ import annotations
@@ -114,7 +125,7 @@ def _parse_root(root_uri: str) -> ParsedUri:
 
 
 @functools.lru_cache(maxsize=64)
-def _fast_prefixes(root_uri: str) -> tuple[str, ...]:
+def fast_prefixes(root_uri: str) -> tuple[str, ...]:
     """Literal prefixes under which a URI maps to a store path by slicing alone."""
     if root_uri.startswith("file:"):
         path = "/" + _parse_root(root_uri).path
@@ -123,7 +134,7 @@ def _fast_prefixes(root_uri: str) -> tuple[str, ...]:
     return (root_uri if root_uri.endswith("/") else root_uri + "/",)
 
 
-def _plain_path(p: str) -> bool:
+def is_plain_path(p: str) -> bool:
     """A path that surely needs no decoding or normalisation (a few substring scans;
     a false "no" only sends the URI down the exact, slower path)."""
     return (
@@ -140,13 +151,13 @@ def _plain_path(p: str) -> bool:
 
 def path_mapper(root_uri: str) -> Callable[[str], str]:
     """``uri_to_path`` bound to one root (prefixes computed once; for hot loops)."""
-    prefixes = _fast_prefixes(root_uri)
+    prefixes = fast_prefixes(root_uri)
 
     def to_path(uri: str) -> str:
         for prefix in prefixes:
             if uri.startswith(prefix):
                 rest = uri[len(prefix) :]
-                if _plain_path(rest):
+                if is_plain_path(rest):
                     return rest
                 break
         return uri_to_path(root_uri, uri)
@@ -156,10 +167,10 @@ def path_mapper(root_uri: str) -> Callable[[str], str]:
 
 def uri_to_path(root_uri: str, uri: str) -> str:
     """Store path of ``uri``; InvalidInput if it lies outside the store's root."""
-    for prefix in _fast_prefixes(root_uri):
+    for prefix in fast_prefixes(root_uri):
         if uri.startswith(prefix):
             rest = uri[len(prefix) :]
-            if _plain_path(rest):
+            if is_plain_path(rest):
                 return rest
             break
     root = _parse_root(root_uri)
@@ -176,3 +187,63 @@ def uri_to_path(root_uri: str, uri: str) -> str:
         if seg in ("", ".", ".."):
             raise InvalidInput("URI path has an empty, '.' or '..' segment", path=uri)
     return tp
+
+
+# ---------------------------------------------------------------------------------------
+# store paths
+
+
+def check_path(path: str, *, allow_root: bool = True) -> str:
+    """Validate a store path and return it; raise InvalidInput naming the bad path."""
+    if path == "":
+        if allow_root:
+            return path
+        raise InvalidInput("empty path", path=path)
+    if path.startswith("/") or path.endswith("/"):
+        raise InvalidInput("path must not start or end with '/'", path=path)
+    for seg in path.split("/"):
+        if seg in ("", ".", ".."):
+            raise InvalidInput("path has an empty, '.' or '..' segment", path=path)
+        if "\x00" in seg:
+            raise InvalidInput("path contains a NUL character", path=path)
+    return path
+
+
+def join(*parts: str) -> str:
+    """Join path segments, skipping empty ones: ``join("a", "", "b/c") == "a/b/c"``."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def parent(path: str) -> str:
+    """Parent directory of ``path`` (``""`` for top-level names)."""
+    i = path.rfind("/")
+    return path[:i] if i >= 0 else ""
+
+
+def basename(path: str) -> str:
+    return path[path.rfind("/") + 1 :]
+
+
+def ancestors(path: str) -> list[str]:
+    """Proper ancestors of ``path`` from the top, excluding the root: ``a/b/c`` ->
+    ``["a", "a/b"]``."""
+    segs = path.split("/")
+    return ["/".join(segs[:i]) for i in range(1, len(segs))]
+
+
+def is_within(path: str, directory: str) -> bool:
+    """True if ``path`` is ``directory`` or below it."""
+    if directory == "":
+        return True
+    return path == directory or path.startswith(directory + "/")
+
+
+def relative_to(path: str, directory: str) -> str:
+    """``path`` relative to ``directory`` (which must contain it)."""
+    if directory == "":
+        return path
+    if path == directory:
+        return ""
+    if not path.startswith(directory + "/"):
+        raise InvalidInput(f"not below {directory!r}", path=path)
+    return path[len(directory) + 1 :]

@@ -1,4 +1,6 @@
-"""``open_store(url)``: a :class:`~amcommit.store.base.Store` for a URL.
+"""The URL scheme registry (scheme -> backend opener) and ``open_store(url)``: a
+:class:`~amcommit.store.base.Store` for a URL. Path and URI algebra is in
+:mod:`amcommit.paths`.
 
 Schemes:
 
@@ -42,9 +44,9 @@ from typing import Any, TypeVar, cast
 
 from amcommit.errors import ConfigError, InvalidInput
 from amcommit.options import convert_options
+from amcommit.paths import ParsedUri, parse_uri
 from amcommit.store.base import Store
 from amcommit.store.options import BlobOptions, DfsOptions, GcsOptions, LocalOptions, StoreOptions
-from amcommit.uris import ParsedUri, parse_uri
 
 OptionsT = TypeVar("OptionsT", bound=StoreOptions)
 

@@ -1,0 +1,87 @@
+"""Stage 8 (``cleanup``): delete the job directory once the commit is done (or by
+``abort_job``): ``run(ctx, CleanupInputs) -> None``. Idempotent; the journal is deleted
+last, so an interrupted cleanup resumes as "committed"."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+
+from amcommit.committer.context import JobContext, run_parallel
+from amcommit.errors import StoreError
+from amcommit.store.base import ObjectInfo
+from amcommit.store.retry import Backoff
+
+
+@dataclass(frozen=True)
+class CleanupInputs:
+    """Nothing beyond the context: the layout says what to delete, ``config`` how
+    (``cleanup_skipped``, ``cleanup_base_first``, ``cleanup_parallel_delete``)."""
+
+
+async def run(ctx: JobContext, inputs: CleanupInputs) -> None:
+    """Delete the job directory (see :func:`cleanup`)."""
+    await cleanup(ctx)
+
+
+async def cleanup(ctx: JobContext) -> None:
+    """Delete the job directory: task attempt directories in parallel first, then the job
+    attempt directory (manifests), then the rest, the journal last, so a cleanup
+    interrupted at any point resumes as "committed"; finally ``_temporary`` itself if no
+    other job uses it. Idempotent; every request goes through the job's retry layer (on
+    flat stores a listing that fails midway restarts the deletion pass: deletes are
+    idempotent and memory stays bounded)."""
+    if ctx.config.cleanup_skipped:
+        return
+    store, layout = ctx.store, ctx.layout
+    if store.capabilities.directories:
+        if ctx.config.cleanup_base_first:
+            try:
+                await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
+            except StoreError:
+                pass
+        if ctx.config.cleanup_parallel_delete:
+            children = [i.path async for i in ctx.list(layout.tasks_dir, recursive=False)]
+
+            async def rm_dir(p: str) -> None:
+                await ctx.call(lambda: store.delete(p, recursive=True))
+
+            await run_parallel(children, rm_dir, ctx.config.io_threads)
+        await ctx.call(lambda: store.delete(layout.attempt_dir, recursive=True))
+        await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
+        if layout.table:
+            return  # .hoodie/.temp stays (other writers allocate their staging in it)
+        try:  # only if empty: other jobs may use it
+            await ctx.call(lambda: store.delete(layout.temp_root))
+        except StoreError:
+            pass
+    else:
+        journal = layout.journal_path
+
+        async def rm(info: ObjectInfo) -> None:
+            if info.path != journal:
+                await ctx.call(lambda: store.delete(info.path))
+
+        async def one_pass() -> None:
+            await run_parallel(store.list(layout.job_dir, recursive=True), rm, ctx.config.io_threads)
+
+        await _restarting(ctx, one_pass)
+        await ctx.call(lambda: store.delete(journal))
+
+
+async def _restarting(ctx: JobContext, fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn`` (a pass over a listing doing idempotent work) again from the start when
+    its listing fails with a retryable error, under the job's retry policy."""
+    backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            await fn()
+            return
+        except StoreError as e:
+            delay = backoff.after(e, attempt)
+            ctx.report.job_stats.incr("committer_listing_restarted")
+        await anyio.sleep(delay)

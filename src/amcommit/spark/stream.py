@@ -1,0 +1,477 @@
+"""Exactly-once Structured Streaming into a Hudi table: ``writeStream.format("amcommit")``.
+
+Each micro-batch is one instant of the table whose commit metadata carries the label
+``(query id, batch id)`` (:class:`amcommit.table.labels.Label`); the engine commits a label
+once. Where each piece runs (PySpark 4 Python streaming data source API):
+
+* :func:`stream_writer` (``DataSource.streamWriter``) runs once per micro-batch on the
+  driver host: options are checked as for a batch write (the destination becomes a Hudi
+  table on the first batch), and the batch's instant is allocated (``begin_write``) before
+  any task writes, since it is in every file name and ``_hoodie_commit_time``.
+* :meth:`AmcommitStreamWriter.write` runs in the tasks: they alone see the query id
+  (``sql.streaming.queryId``, the same across restarts from one checkpoint) and the run id
+  (``spark.jobGroup.id``, new on every restart) as local properties. A task takes or renews
+  the query's lease (:mod:`amcommit.spark.stream_state`; a second run of the query at once
+  fails with one line), records the owner of the instant, writes and commits its files as a
+  batch-write task does, and carries the ids to ``commit()`` in its message.
+* :meth:`AmcommitStreamWriter.commit` (a process with no session) first rolls back the
+  inflight instants of the same query left by dead runs (recognised by their owner file: no
+  waiting for their heartbeat), then commits with the label. A label already committed (a
+  replay: Spark calls ``commit()`` again for a batch whose ``commits/<batchId>`` it did not
+  record) is skipped: the engine removes the re-written files and the skip is logged and
+  counted. ``abort()`` rolls the batch's instant back.
+
+What is atomic: each instant's publication (one completed instant file). Batches commit in
+order (instants are allocated per batch and complete in allocation order). Output mode
+``append`` appends; ``complete`` replaces the table (``INSERT_OVERWRITE_TABLE``) each batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from amcommit.committer.job import abort_job
+from amcommit.committer.report import JobReport
+from amcommit.committer.sync import run_blocking
+from amcommit.errors import AmcommitError, ConfigError
+from amcommit.messages import for_user
+from amcommit.spark.driver import abort_write, commit_write
+from amcommit.spark.options import WritePlan
+from amcommit.spark.stream_hooks import kill_in_renames, maybe_kill
+from amcommit.spark.stream_state import (
+    DEFAULT_LEASE_TTL,
+    Owner,
+    acquire_lease,
+    checkpoint_app,
+    dead_instants,
+    read_owners,
+    write_owner,
+)
+from amcommit.spark.task import TaskResult
+from amcommit.store.base import Store
+from amcommit.store.schemes import open_location
+
+if TYPE_CHECKING:
+    from amcommit.spark.source import AmcommitDataSource
+
+log = logging.getLogger("amcommit.spark.stream")
+
+QUERY_ID_KEY = "sql.streaming.queryId"
+BATCH_ID_KEY = "streaming.sql.batchId"
+RUN_ID_KEY = "spark.jobGroup.id"
+
+STREAM_OPTIONS = frozenset({"checkpointlocation", "leasettl", "queryname", "outputmode"})
+"""Options of the streaming sink that the batch writer does not know (lowercase)."""
+
+__all__ = [
+    "AmcommitStreamWriter",
+    "StreamCommitMessage",
+    "StreamIds",
+    "batch_label",
+    "stream_writer",
+    "write_batch",
+]
+
+
+@dataclass(frozen=True)
+class StreamIds:
+    """Who writes a micro-batch: label app id (query id, else the checkpoint key), run id."""
+
+    app: str
+    run: str | None
+    checkpoint: str | None
+
+
+@dataclass
+class StreamCommitMessage(WriterCommitMessage):
+    """One task's commit message: its manifest, the query's ids it saw, and the plan it
+    wrote with (its instant: the commit-side writer has none)."""
+
+    result: TaskResult
+    ids: StreamIds
+    plan: WritePlan
+
+
+def batch_label(app: str, batch_id: int) -> Any:
+    """The label of micro-batch ``batch_id`` of query ``app``."""
+    from amcommit.table.labels import Label
+
+    return Label(app_id=app, version=int(batch_id))
+
+
+def _no_query_id() -> ConfigError:
+    return ConfigError(
+        "no streaming query id: the tasks saw no sql.streaming.queryId and no "
+        "option('checkpointLocation', ...) was given; amcommit needs one of them to commit "
+        "each micro-batch exactly once"
+    )
+
+
+async def _open(plan: WritePlan) -> Store:
+    store, _ = open_location(plan.url, **plan.store_options)
+    return store
+
+
+def _dest(plan: WritePlan) -> str:
+    return open_location(plan.url, **plan.store_options)[1]
+
+
+class AmcommitStreamWriter(DataSourceStreamArrowWriter):
+    """The writer of one micro-batch (its instant is allocated): pickled to the tasks and to
+    ``commit()`` / ``abort()``."""
+
+    def __init__(self, plan: WritePlan, checkpoint: str | None, lease_ttl: float) -> None:
+        self.plan, self.checkpoint, self.lease_ttl = plan, checkpoint, lease_ttl
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark calls ``streamWriter()`` twice per micro-batch: once for the tasks (that
+        writer is pickled to them) and once in the process that runs ``commit()`` /
+        ``abort()`` (never pickled). The instant is allocated when the tasks' writer is
+        pickled, so the commit-side writer allocates nothing; ``commit()`` takes the
+        instant from the tasks' messages."""
+        assert self.plan.table is not None
+        if not self.plan.table.instant:
+            self.plan = begin_batch(self.plan, self.checkpoint)
+        return dict(self.__dict__)
+
+    def __repr__(self) -> str:
+        return f"AmcommitStreamWriter(instant={self.plan.job_id!r}, url={self.plan.url!r})"
+
+    def _ids(self, ctx: Any) -> StreamIds:
+        query = ctx.getLocalProperty(QUERY_ID_KEY) if ctx is not None else None
+        run = ctx.getLocalProperty(RUN_ID_KEY) if ctx is not None else None
+        app = query or (checkpoint_app(self.checkpoint) if self.checkpoint else None)
+        if not app:
+            raise _no_query_id()
+        ck = checkpoint_app(self.checkpoint) if self.checkpoint else None
+        return StreamIds(app=app, run=run, checkpoint=ck)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamCommitMessage:
+        """Take the query's lease, record the instant's owner, write and commit the task."""
+        from pyspark import TaskContext
+
+        from amcommit.spark.sqlconf import SESSION_KEYS
+        from amcommit.spark.task import run_task
+
+        ctx = TaskContext.get()
+        try:
+            ids = self._ids(ctx)
+            batch_text = ctx.getLocalProperty(BATCH_ID_KEY) if ctx is not None else None
+            batch = int(batch_text) if batch_text and batch_text.lstrip("-").isdigit() else None
+            self._claim(ids)
+            partition = ctx.partitionId() if ctx is not None else 0
+            attempt = ctx.attemptNumber() if ctx is not None else 0
+            session = {k: ctx.getLocalProperty(k) for k in SESSION_KEYS} if ctx is not None else {}
+            with self._renewing(ids):
+                result = run_task(
+                    self.plan,
+                    self._watch(iterator, batch),
+                    partition=partition,
+                    attempt=attempt,
+                    session=session,
+                )
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
+        return StreamCommitMessage(result, ids, self.plan)
+
+    def _claim(self, ids: StreamIds) -> None:
+        plan = self.plan
+
+        async def claim() -> None:
+            store, dest = open_location(plan.url, **plan.store_options)
+            async with store:
+                if ids.run is not None:
+                    await acquire_lease(store, dest, ids.app, ids.run, self.lease_ttl)
+                await write_owner(store, dest, plan.job_id, Owner(ids.app, ids.run, ids.checkpoint))
+
+        run_blocking(claim)
+
+    @contextlib.contextmanager
+    def _renewing(self, ids: StreamIds) -> Iterator[None]:
+        """Renew the query's lease every ``lease_ttl / 4`` seconds while the block runs (a
+        background thread; a failed renewal is retried at the next turn)."""
+        if ids.run is None:
+            yield
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(self.lease_ttl / 4):
+                with contextlib.suppress(Exception):
+                    self._claim(ids)
+
+        t = threading.Thread(target=loop, name="amcommit-lease", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join(timeout=5)
+
+    @staticmethod
+    def _watch(batches: Iterator[pa.RecordBatch], batch: int | None) -> Iterator[pa.RecordBatch]:
+        """The task's rows (the test kill points fire after the first)."""
+        first = True
+        for b in batches:
+            yield b
+            if first:
+                first = False
+                maybe_kill("slow_task", batch)
+                maybe_kill("task_write", batch)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Commit micro-batch ``batchId`` with its label (skipped if already committed)."""
+        try:
+            plan = self._plan_of(messages)
+            if plan is None:
+                raise ConfigError(f"micro-batch {batchId}: no task reported what it wrote; nothing to commit")
+            commit_batch(plan, self._results(messages), self._ids_of(messages), batchId, self.lease_ttl)
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Roll the micro-batch's instant back (or complete it, past the point of no return).
+        Without any message (every task failed) the instant is unknown here: the next
+        commit of the query rolls it back (its owner file names the query)."""
+        plan = self._plan_of(messages)
+        if plan is None:
+            log.warning("micro-batch %d aborted before any task reported: nothing to roll back here", batchId)
+            return
+        try:
+            abort_write(plan)
+        except AmcommitError as e:
+            raise for_user(e, self.plan.url) from None
+
+    @staticmethod
+    def _plan_of(messages: list[WriterCommitMessage | None]) -> WritePlan | None:
+        for m in messages:
+            if isinstance(m, StreamCommitMessage):
+                return m.plan
+        return None
+
+    @staticmethod
+    def _results(messages: list[WriterCommitMessage | None]) -> list[TaskResult | None]:
+        return [m.result if isinstance(m, StreamCommitMessage) else None for m in messages]
+
+    def _ids_of(self, messages: list[WriterCommitMessage | None]) -> StreamIds:
+        for m in messages:
+            if isinstance(m, StreamCommitMessage):
+                return m.ids
+        if self.checkpoint:
+            return StreamIds(checkpoint_app(self.checkpoint), None, checkpoint_app(self.checkpoint))
+        raise _no_query_id()
+
+
+def _roll_back_dead(plan: WritePlan, ids: StreamIds) -> list[str]:
+    """Roll back the earlier inflight instants of the same query (dead runs)."""
+
+    async def main() -> list[str]:
+        store, dest = open_location(plan.url, **plan.store_options)
+        async with store:
+            owners = await read_owners(store, dest)
+            dead = dead_instants(plan.job_id, owners, ids.app, ids.checkpoint)
+            for t in dead:
+                report = await abort_job(store, dest, t, config=plan.config())
+                log.warning(
+                    "query %s: instant %s of a dead run %s",
+                    ids.app,
+                    t,
+                    "completed (past its point of no return)" if report.success else "rolled back",
+                )
+            return dead
+
+    return run_blocking(main)
+
+
+def commit_batch(
+    plan: WritePlan,
+    results: list[TaskResult | None],
+    ids: StreamIds,
+    batch_id: int,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+) -> JobReport:
+    """The driver side of one micro-batch (see module doc). Blocking."""
+    maybe_kill("before_commit", batch_id)
+    if ids.run is not None:
+
+        async def renew() -> None:
+            store, dest = open_location(plan.url, **plan.store_options)
+            async with store:
+                await acquire_lease(store, dest, ids.app, ids.run or "", lease_ttl)
+
+        run_blocking(renew)
+    _roll_back_dead(plan, ids)
+    label = batch_label(ids.app, batch_id)
+    wrap: Callable[[Store], Store] = lambda s: kill_in_renames(s, batch_id)  # noqa: E731
+    report = commit_write(plan, results, label=label, wrap=wrap)
+    skipped = getattr(report, "skipped_label", None)
+    if skipped:
+        report.job_stats.incr("stream_batches_skipped")
+        log.warning(
+            "query %s batch %d was already committed by instant %s: this replay was skipped "
+            "and its files removed",
+            ids.app,
+            batch_id,
+            skipped,
+        )
+    else:
+        log.info("query %s batch %d committed as instant %s", ids.app, batch_id, report.instant)
+    maybe_kill("after_commit", batch_id)
+    return report
+
+
+def _stream_options(options: dict[str, Any]) -> tuple[dict[str, Any], str | None, float]:
+    """Split the streaming options off: (batch writer options, checkpoint, lease ttl)."""
+    checkpoint: str | None = None
+    ttl = DEFAULT_LEASE_TTL
+    rest: dict[str, Any] = {}
+    for k, v in options.items():
+        low = str(k).lower()
+        if low == "checkpointlocation":
+            checkpoint = str(v) or None
+        elif low == "leasettl":
+            try:
+                ttl = float(v)
+            except ValueError:
+                raise ConfigError(f"option 'leaseTtl' must be a number of seconds, got {v!r}") from None
+            if not ttl > 0:
+                raise ConfigError("option 'leaseTtl' must be > 0 seconds")
+        elif low in STREAM_OPTIONS:
+            continue
+        else:
+            rest[k] = v
+    if not any(str(k).lower() == "tableformat" for k in rest):
+        rest["tableFormat"] = "hudi"  # the destination is a table (created by the first batch)
+    return rest, checkpoint, ttl
+
+
+def stream_writer(source: AmcommitDataSource, schema: Any, overwrite: bool) -> AmcommitStreamWriter:
+    """``DataSource.streamWriter``: check the options (no instant yet, see
+    :class:`AmcommitStreamWriter`)."""
+    try:
+        options, checkpoint, ttl = _stream_options(dict(source.options))
+        plan = type(source)(options)._writer(schema, overwrite, begin=False).plan
+        if plan.table is None:  # pragma: no cover  (tableFormat is always set above)
+            raise ConfigError("a streaming write needs a table destination")
+        return AmcommitStreamWriter(plan, checkpoint, ttl)
+    except AmcommitError as e:
+        raise for_user(e, source.options.get("path")) from None
+
+
+def begin_batch(plan: WritePlan, checkpoint: str | None) -> WritePlan:
+    """Allocate a micro-batch's instant (``begin_write``) and record its owner's checkpoint
+    key (when known) in the staging folder."""
+    from amcommit.spark.source import _begin_table_write
+
+    plan = _begin_table_write(plan)
+    if checkpoint:
+        ck = checkpoint_app(checkpoint)
+
+        async def own() -> None:
+            store, dest = open_location(plan.url, **plan.store_options)
+            async with store:
+                await write_owner(store, dest, plan.job_id, Owner(None, None, ck))
+
+        with contextlib.suppress(AmcommitError):
+            run_blocking(own)
+    return plan
+
+
+def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
+    """``foreachBatch`` sink: write ``df`` (micro-batch ``batch_id``) into the table at
+    ``dest`` exactly once, with the label ``(query id, batch_id)``. The query id is the
+    session's ``sql.streaming.queryId`` local property (else the ``checkpointLocation``
+    option's key); the options are those of ``format("amcommit")`` plus ``mode``
+    (``append``, or ``overwrite`` to replace the table).
+
+    Runs in the caller's process (foreachBatch functions run on the driver): the instant is
+    allocated here, the tasks write through ``mapInArrow`` and the commit runs here. A
+    replayed batch whose label is committed is skipped by the commit (its files removed);
+    ``report.skipped_label`` then names the instant that had committed it.
+
+    Atomic: the batch's instant is published at once or not at all. Blocking.
+    """
+    import json
+
+    from amcommit.spark.source import AmcommitDataSource
+
+    spark = df.sparkSession
+    sc = spark.sparkContext
+    query = sc.getLocalProperty(QUERY_ID_KEY)
+    run = sc.getLocalProperty(RUN_ID_KEY)
+    opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
+    mode = str(opts.pop("mode", "append")).lower()
+    if mode not in ("append", "overwrite"):
+        raise ConfigError(f"write_batch: mode must be 'append' or 'overwrite', got {mode!r}")
+    rest, checkpoint, ttl = _stream_options(opts)
+    ck = checkpoint_app(checkpoint) if checkpoint else None
+    app = query or ck
+    if not app:
+        raise _no_query_id()
+    ids = StreamIds(app, run, ck)
+    rest["path"] = dest
+    try:
+        plan = AmcommitDataSource(rest)._writer(df.schema, mode == "overwrite", begin=False).plan
+        plan = begin_batch(plan, checkpoint)
+    except AmcommitError as e:
+        raise for_user(e, dest) from None
+    writer = AmcommitStreamWriter(plan, checkpoint, ttl)
+    try:
+        writer._claim(ids)
+        results = _run_tasks(df, writer, ids, int(batch_id))
+        return commit_batch(plan, results, ids, int(batch_id), ttl)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            abort_write(plan)
+        raise
+
+
+def _run_tasks(
+    df: Any, writer: AmcommitStreamWriter, ids: StreamIds, batch_id: int
+) -> list[TaskResult | None]:
+    """Every partition of ``df`` written as one task (``rdd.mapPartitions``: ``mapInArrow``
+    needs pandas); the results of the attempts Spark kept, in partition order."""
+    import pickle
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from amcommit.spark.task import run_task
+
+    plan = writer.plan
+    arrow = to_arrow_schema(df.schema, timezone="UTC")
+
+    def task(rows: Iterator[Any]) -> Iterator[tuple[int, bytes]]:
+        from pyspark import TaskContext
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            chunk: list[dict[str, Any]] = []
+            for r in rows:
+                chunk.append(r.asDict(recursive=True))
+                if len(chunk) >= 10_000:
+                    yield pa.RecordBatch.from_pylist(chunk, schema=arrow)
+                    chunk = []
+            if chunk:
+                yield pa.RecordBatch.from_pylist(chunk, schema=arrow)
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        try:
+            with writer._renewing(ids):
+                result = run_task(
+                    plan, writer._watch(batches(), batch_id), partition=partition, attempt=attempt
+                )
+        except AmcommitError as e:
+            raise for_user(e, plan.url) from None
+        yield partition, pickle.dumps(result)
+
+    got = df.rdd.mapPartitions(task).collect()
+    return [pickle.loads(r) for _, r in sorted(got, key=lambda x: x[0])]

@@ -1,0 +1,189 @@
+"""Exactly-once streaming through ``writeStream.format("amcommit")`` (issue 14).
+
+The driver is a real separate process (``tests/spark/stream_child.py``, its own session so
+the kill takes the Python driver, its JVM and workers at once) killed with SIGKILL at each
+point by the sink's test hooks (:mod:`amcommit.spark.stream_hooks`); it is then restarted
+from the checkpoint. One query per chain keeps Spark start-ups few (each costs ~10 s).
+After every run the table holds no duplicate and nothing that was not input; after the last
+one exactly the input, read with ``spark.read.parquet``, amcommit's reader and hudi-rs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amcommit.spark.stream_hooks import ENV, SIGNAL_ENV
+
+pytestmark = pytest.mark.spark
+
+hudi = pytest.importorskip("hudi")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def drop(src: Path, first: int, files: int, per_file: int = 5) -> list[int]:
+    """Drop ``files`` JSON files (ids from ``first``) into the source folder."""
+    src.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for f in range(files):
+        lines = []
+        for j in range(per_file):
+            i = first + f * per_file + j
+            ids.append(i)
+            lines.append(json.dumps({"id": i, "day": f"2026-11-0{i % 2 + 1}", "v": f"v{i}"}))
+        tmp = src / f".f{first + f}.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(src / f"f{first + f:06d}.json")
+    return ids
+
+
+def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) -> tuple[int, str]:
+    """Run the driver to its end (or its kill); (return code, stderr tail)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
+    env.pop(ENV, None)
+    if fault:
+        env[ENV] = fault
+    if spec.get("signal"):
+        env[SIGNAL_ENV] = spec["signal"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tests.spark.stream_child", json.dumps(spec)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"driver timed out: {err[-3000:]}") from None
+    return p.returncode, (out + err)[-3000:]
+
+
+def hudi_ids(dest: Path) -> list[int]:
+    table = hudi.HudiTableBuilder.from_base_uri(str(dest.resolve())).build()
+    return sorted(i for b in table.read(hudi.HudiReadOptions()) for i in b.to_pydict()["id"])
+
+
+def labels(dest: Path) -> list[str]:
+    """Labels of the completed instants, in instant order."""
+    out = []
+    for name in sorted(os.listdir(dest / ".hoodie")):
+        if name.endswith((".commit", ".replacecommit")):
+            meta = json.loads((dest / ".hoodie" / name).read_text())
+            out.append(meta["extraMetadata"]["amcommit.label"])
+    return out
+
+
+def check(spark: Any, dest: Path, input_ids: list[int], exact: bool, parquet: bool = True) -> list[int]:
+    """No duplicate, nothing foreign; ``exact``: all the input. Three readers agree
+    (``parquet=False``: a kill mid renames left a file of an inflight instant that only
+    Hudi readers skip, until the restart rolls it back)."""
+    amc = sorted(r.id for r in spark.read.format("amcommit").load(str(dest)).select("id").collect())
+    rs = hudi_ids(dest)
+    assert amc == rs, (amc, rs)
+    if parquet:
+        par = sorted(r.id for r in spark.read.parquet(str(dest)).select("id").collect())
+        assert par == amc, (par, amc)
+    assert len(set(amc)) == len(amc), f"duplicates: {amc}"
+    assert set(amc) <= set(input_ids)
+    if exact:
+        assert amc == sorted(input_ids)
+    got = labels(dest)
+    assert len(set(got)) == len(got), f"a label committed twice: {got}"
+    return amc
+
+
+@pytest.mark.timeout(900)
+def test_stream_kill_chain_local(spark: Any, tmp_path: Path) -> None:
+    """One query, its driver killed at every point in turn, restarted each time."""
+    src, dest, cp = tmp_path / "in", tmp_path / "table", tmp_path / "cp"
+    spec: dict[str, Any] = {
+        "src": str(src),
+        "dest": str(dest),
+        "checkpoint": str(cp),
+        "max_files": 1,
+        "options": {"partitionBy": "day", "leaseTtl": "3"},
+    }
+    ids = drop(src, 0, 2)  # batches 0 and 1
+    # 1. killed during the task writes of batch 1 (batch 0 committed)
+    rc, log = run(spec, "task_write@1")
+    assert rc == -signal.SIGKILL, log
+    assert len(check(spark, dest, ids, exact=False)) == 5  # one file: which one is Spark's choice
+    # 2. restarted: batch 1 re-run, killed after its writes, before commit()
+    rc, log = run(spec, "before_commit@1")
+    assert rc == -signal.SIGKILL, log
+    assert len(check(spark, dest, ids, exact=False)) == 5
+    # 3. killed inside the job commit's renames (the dead runs' instants rolled back first)
+    rc, log = run(spec, "in_renames@1")
+    assert rc == -signal.SIGKILL, log
+    check(spark, dest, ids, exact=False, parquet=False)
+    # 4. batch 1 committed, killed before Spark records commits/1: commit() comes again
+    rc, log = run(spec, "after_commit@1")
+    assert rc == -signal.SIGKILL, log
+    assert not (cp / "commits" / "1").exists()
+    assert check(spark, dest, ids, exact=True) == sorted(ids)
+    # 5. the replay of batch 1 is skipped; a graceful stop() in the middle of batch 2
+    ids += drop(src, 100, 1)
+    flag = tmp_path / "mid-batch"
+    rc, log = run({**spec, "stop_mid_batch": True, "signal": str(flag)}, "slow_task@2=30")
+    assert rc == 0 and flag.exists(), log
+    check(spark, dest, ids, exact=False)
+    # 6. restarted to the end
+    ids += drop(src, 200, 1)
+    rc, log = run(spec)
+    assert rc == 0, log
+    check(spark, dest, ids, exact=True)
+    got = labels(dest)
+    app = got[0].rsplit(":", 1)[0]
+    assert got == [f"{app}:{b}" for b in range(4)], got
+    temp = dest / ".hoodie" / ".temp"
+    assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
+
+
+@pytest.mark.timeout(600)
+def test_foreach_batch_replay_and_two_queries_one_table(spark: Any, tmp_path: Path) -> None:
+    """``foreachBatch`` + ``write_batch``: killed after batch 0 committed (before Spark's
+    ``commits/0``), the restart replays batch 0, which is skipped. Then a second query (its
+    own checkpoint) writes into the same table: its batch 0 is not mistaken for the first
+    query's."""
+    src, dest, cp = tmp_path / "in", tmp_path / "table", tmp_path / "cp"
+    spec: dict[str, Any] = {
+        "src": str(src),
+        "dest": str(dest),
+        "checkpoint": str(cp),
+        "max_files": 1,
+        "sink": "foreach",
+        "options": {"partitionBy": "day", "leaseTtl": "3"},
+    }
+    ids = drop(src, 0, 2)
+    rc, log = run(spec, "after_commit@0")
+    assert rc == -signal.SIGKILL, log
+    assert not (cp / "commits" / "0").exists()
+    assert len(check(spark, dest, ids, exact=False)) == 5
+    rc, log = run(spec)
+    assert rc == 0, log
+    check(spark, dest, ids, exact=True)
+    first = labels(dest)
+    assert len(first) == 2 and first[0].endswith(":0") and first[1].endswith(":1"), first
+    other = tmp_path / "in2"
+    ids += drop(other, 500, 1)
+    rc, log = run({**spec, "src": str(other), "checkpoint": str(tmp_path / "cp2"), "sink": "amcommit"})
+    assert rc == 0, log
+    check(spark, dest, ids, exact=True)
+    got = labels(dest)
+    assert (
+        got[:2] == first and got[2].endswith(":0") and got[2].rsplit(":", 1)[0] != first[0].rsplit(":", 1)[0]
+    )

@@ -1,0 +1,228 @@
+"""Writer liveness of table writes: a long write kept alive is never rolled back by a
+concurrent writer, a SIGKILLed one is, liveness is judged by the store's clock (skewed
+clocks), and ``commit_job(operation=...)`` settles the operation before publishing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.job import commit_job
+from amcommit.errors import CommitError, ConfigError, ConflictError
+from amcommit.paths import join
+from amcommit.store.base import ObjectInfo, Store
+from amcommit.store.local import LocalStore
+from amcommit.table.heartbeat import heartbeat
+from amcommit.table.model import Operation
+from amcommit.table.timeline import list_instants, load_timeline
+from tests.backends import StoreUnderTest
+from tests.table.writehelpers import begin, listing, rows, write, write_tasks
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+async def _completed(store: Store, dest: str) -> list[str]:
+    return [i.time for i in await list_instants(store, dest) if i.completed]
+
+
+async def test_long_write_kept_alive_is_not_rolled_back(backend_local: StoreUnderTest) -> None:
+    """Tasks take 3x writer_ttl; a later writer commits meanwhile: it waits for the live
+    earlier write instead of rolling it back; no heartbeat outlives its write."""
+    store, dest = backend_local.store, join(backend_local.base, "tbl")
+    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=1.0)
+    await write(store, dest, rows(0, 2), config=cfg)
+    early = await begin(store, dest, config=cfg)
+    order: list[str] = []
+
+    async def later_writer() -> None:
+        late = await begin(store, dest, config=cfg)
+        await write_tasks(store, late, rows(20, 2))
+        await commit_job(store, dest, late.instant, config=cfg)
+        order.append(late.instant)
+
+    async with heartbeat(store, dest, early.instant, ttl=cfg.writer_ttl):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(later_writer)
+            await anyio.sleep(3.0)  # long tasks, no task setup/commit beating meanwhile
+            await write_tasks(store, early, rows(10, 2))
+            await commit_job(store, dest, early.instant, config=cfg)
+            order.append(early.instant)
+        await anyio.sleep(0.6)  # still inside the block: its beats stopped with the write
+    assert order[0] == early.instant
+    done = await _completed(store, dest)
+    assert done[-2:] == order
+    assert not [n for n in await listing(store, dest) if ".heartbeat/" in n or ".temp/" in n]
+
+
+async def test_sigkilled_writer_is_rolled_back_after_ttl(tmp_path: Path) -> None:
+    """A writer kept alive by ``heartbeat`` is SIGKILLed: the next commit rolls its instant
+    back once its heartbeat is older than writer_ttl, then commits."""
+    store = LocalStore(str(tmp_path))
+    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=1.0)
+    await write(store, "tbl", rows(0, 2), config=cfg)
+    child = await anyio.to_thread.run_sync(
+        lambda: subprocess.Popen(
+            [sys.executable, "-m", "tests.table.beat_child", str(tmp_path), "tbl", "1.0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ},
+            cwd=ROOT,
+        )
+    )
+    assert child.stdout is not None
+    dead = (await anyio.to_thread.run_sync(child.stdout.readline)).strip()
+    await anyio.sleep(1.2)  # it keeps beating: alive past one writer_ttl
+    assert child.poll() is None and dead in [i.time for i in await list_instants(store, "tbl")]
+    os.kill(child.pid, signal.SIGKILL)
+    await anyio.to_thread.run_sync(child.wait)
+    w, report = await write(store, "tbl", rows(20, 2), config=cfg)
+    assert report.success and report.job_stats.counters.get("table_dead_writers_rolled_back") == 1
+    assert not [n for n in await listing(store, "tbl") if dead in n]
+    assert dead not in [i.time for i in await list_instants(store, "tbl")]
+    assert (await _completed(store, "tbl"))[-1] == w.instant
+
+
+class SkewedStore:
+    """A store whose clock runs ``skew`` seconds off: every modification time it reports
+    is shifted (what a store with another clock than ours looks like)."""
+
+    def __init__(self, inner: LocalStore, skew: float) -> None:
+        self.inner, self.skew = inner, skew
+        self.capabilities, self.iostats = inner.capabilities, inner.iostats
+
+    def _fix(self, info: ObjectInfo) -> ObjectInfo:
+        return info if info.mtime is None else replace(info, mtime=info.mtime + self.skew)
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    async def stat(self, path: str) -> ObjectInfo:
+        return self._fix(await self.inner.stat(path))
+
+    async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        async for info in self.inner.list(prefix, recursive=recursive):
+            yield self._fix(info)
+
+    async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
+        return self._fix(await self.inner.put(path, data, **kw))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+async def test_liveness_judged_by_the_stores_clock(tmp_path: Path, skew: float) -> None:
+    """The store's clock is an hour off ours: a live writer is still waited for (not
+    rolled back), and a dead one still rolled back."""
+    store: Any = SkewedStore(LocalStore(str(tmp_path)), skew)
+    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=0.6, writer_ttl=5.0)
+    await write(store, "tbl", rows(0, 2), config=cfg)
+    early = await begin(store, "tbl", config=cfg)
+    await write_tasks(store, early, rows(10, 2))
+    late = await begin(store, "tbl", config=cfg)
+    await write_tasks(store, late, rows(20, 2))
+    with pytest.raises(ConflictError, match=early.instant):  # alive: waited for, in vain
+        await commit_job(store, "tbl", late.instant, config=cfg)
+    assert early.instant in [i.time for i in await list_instants(store, "tbl")]
+    await anyio.sleep(0.7)
+    report = await commit_job(store, "tbl", late.instant, config=cfg.with_options(writer_ttl=0.5))
+    assert report.success and report.job_stats.counters.get("table_dead_writers_rolled_back") == 1
+    assert early.instant not in [i.time for i in await list_instants(store, "tbl")]
+
+
+async def test_judge_with_a_skewed_clock_waits_for_a_live_writer(
+    backend_local: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our own clock is an hour ahead of the store's: a live writer is not judged dead."""
+    store, dest = backend_local.store, join(backend_local.base, "tbl")
+    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=0.6, writer_ttl=5.0)
+    await write(store, dest, rows(0, 2), config=cfg)
+    early = await begin(store, dest, config=cfg)
+    late = await begin(store, dest, config=cfg)
+    await write_tasks(store, late, rows(20, 2))
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    with pytest.raises(ConflictError, match=early.instant):
+        await commit_job(store, dest, late.instant, config=cfg)
+    assert early.instant in [i.time for i in await list_instants(store, dest)]
+
+
+async def test_commit_job_settles_the_operation(backend_local: StoreUnderTest) -> None:
+    store, dest = backend_local.store, join(backend_local.base, "tbl")
+    await write(store, dest, rows(0, 4))
+    w = await begin(store, dest, Operation.INSERT_OVERWRITE_TABLE)
+    await write_tasks(store, w, rows(10, 2, parts=("a",)))
+    before = await listing(store, dest)
+    with pytest.raises(CommitError, match="requested as INSERT_OVERWRITE_TABLE"):
+        await commit_job(store, dest, w.instant, operation=Operation.INSERT)
+    assert await listing(store, dest) == before
+    report = await commit_job(store, dest, w.instant, operation=Operation.INSERT_OVERWRITE)
+    assert report.success and report.operation == "INSERT_OVERWRITE"
+    _, commits = await load_timeline(store, dest)
+    meta = commits[-1].metadata
+    assert meta.operation_type == "INSERT_OVERWRITE"
+    assert meta.partition_to_replace_file_ids is not None
+    assert sorted(meta.partition_to_replace_file_ids) == ["p=a"]  # dynamic: only the partition written
+    with pytest.raises(ConfigError, match="table writes only"):
+        await commit_job(store, join(backend_local.base, "plain"), "job1", operation="INSERT")
+
+
+def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Path) -> None:
+    """The driver's keep-alive process: beats while the watched driver lives and the write
+    is active; stops when the driver is gone (the beat then ages), and when the write is over
+    (its beat removed)."""
+    from amcommit.store.schemes import open_location
+    from amcommit.table.beater import ProcessWatch, start
+    from amcommit.table.naming import heartbeat_path
+    from amcommit.table.write import TableSpec, begin_write
+
+    url = str(tmp_path / "t")
+
+    async def begin() -> tuple[str, str]:
+        store, dest = open_location(url)
+        try:
+            w = await begin_write(store, dest, operation=Operation.INSERT, spec=TableSpec("t"))
+            return w.instant, w.layout.job_marker
+        finally:
+            await store.aclose()
+
+    def wait_exit(proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 5
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is not None
+
+    # the driver dies: the beats stop, the heartbeat stays (and ages)
+    instant, _ = anyio.run(begin)
+    beat = tmp_path / "t" / heartbeat_path(instant)
+    driver = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = start(url, {}, instant, 0.4, watch=ProcessWatch(driver.pid))
+        first = beat.stat().st_mtime_ns
+        time.sleep(0.5)
+        assert beat.stat().st_mtime_ns > first and proc.poll() is None
+    finally:
+        driver.kill()
+        driver.wait()
+    wait_exit(proc)
+    last = beat.stat().st_mtime_ns
+    time.sleep(0.3)
+    assert beat.stat().st_mtime_ns == last
+    # the write is committed or aborted (its marker gone): the process ends, no beat left
+    instant, marker = anyio.run(begin)
+    proc = start(url, {}, instant, 0.4, watch=ProcessWatch(os.getpid()))
+    os.unlink("/" + marker.lstrip("/"))
+    wait_exit(proc)
+    assert not (tmp_path / "t" / heartbeat_path(instant)).exists()

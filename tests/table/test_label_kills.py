@@ -1,0 +1,132 @@
+"""Labelled writes and real processes: SIGKILL at points before and after the commit's point
+of no return, then the retry of the same label; two processes racing one label.
+
+After every scenario: hudi-rs and amcommit's planner see each batch exactly once, the label
+is on exactly one completed instant, and nothing of the loser is left (listing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.store.local import LocalStore
+from amcommit.table.labels import Label, label_of
+from amcommit.table.timeline import load_timeline, snapshot
+from tests.table.label_child import ingest_once
+from tests.table.writehelpers import hudi_rows, keys, listing, rows
+
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def _run(root: Path, app: str, version: int, first: int, n: int, kill: str = "-", ttl: float = 2.0) -> Any:
+    """Run the child to its end; its JSON answer, or None if it was killed."""
+    argv = [sys.executable, "-m", "tests.table.label_child", str(root), "tbl", app, str(version)]
+    argv += [str(first), str(n), kill, str(ttl)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ}, cwd=REPO)
+    if r.returncode == -9:
+        return None
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+async def _check_exactly_once(
+    store: LocalStore, root: Path, expected: list[tuple[Any, ...]]
+) -> dict[str, str]:
+    """hudi-rs and our planner read ``expected``; nothing but committed files and completed
+    instants remain. Returns instant -> label text of the completed instants."""
+    uri = str(root / "tbl")
+    assert hudi_rows(uri) == expected
+    _, commits = await load_timeline(store, "tbl")
+    assert sum(f.rows for f in snapshot(commits)) == len(expected)
+    names = await listing(store, "tbl")
+    parquet = sorted(n for n in names if n.endswith(".parquet"))
+    assert parquet == sorted(f.path for f in snapshot(commits))  # no file of a rolled-back write
+    completed = {c.instant.time for c in commits}
+    leftovers = [
+        n
+        for n in names
+        if n.startswith((".hoodie/.temp/2", ".hoodie/.heartbeat/"))
+        or (n.startswith(".hoodie/2") and n.split("/")[1][:17] not in completed)
+    ]
+    assert leftovers == []
+    out = {}
+    for c in commits:
+        label = label_of(c.metadata.extra_metadata)
+        out[c.instant.time] = "" if label is None else label.text()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("point", "kill", "passed"),
+    [
+        # after the label check, before the plan: nothing decided; the retry commits
+        ("before_plan", r"^put .*/commit-plan\.json$", False),
+        # every file renamed, journal "renamed", the .commit not yet published
+        ("before_publish", r"^rename .* -> .*/\.hoodie/\d{17}\.commit$", True),
+        # published, cleanup not done
+        ("after_publish", r"^delete .*/\.hoodie/\.heartbeat/", True),
+    ],
+)
+async def test_killed_labelled_write_then_retry(tmp_path: Path, point: str, kill: str, passed: bool) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    store = LocalStore(str(root), fsync=False)
+    first = _run(root, "app", 0, 0, 4)
+    assert first["skipped"] is None
+    assert _run(root, "app", 1, 10, 6, kill) is None  # killed at `point`
+    seen = hudi_rows(str(root / "tbl"))
+    assert seen == (keys(rows(0, 4) + rows(10, 6)) if point == "after_publish" else keys(rows(0, 4))), point
+    cfg = CommitterConfig(writer_ttl=2.0, lock_ttl=2.0, lock_wait=60.0)
+    retry = await ingest_once(store, "tbl", Label("app", 1), rows(10, 6), cfg)
+    if passed:  # the killed write is completed (by the retry's commit), the retry skipped
+        assert retry["skipped"] is not None and retry["skipped"] != retry["instant"], retry
+    else:  # the killed write was rolled back; the retry committed
+        assert retry["skipped"] is None and retry["label"] == "app:1", retry
+    # once more: nothing new; then the next batch (its commit also removes what a writer
+    # killed after publishing left: staging folder, heartbeat)
+    again = await ingest_once(store, "tbl", Label("app", 1), rows(10, 6), cfg)
+    assert again["skipped"] is not None and again["instant"] is None
+    assert (await ingest_once(store, "tbl", Label("app", 2), rows(20, 2), cfg))["skipped"] is None
+    labels = await _check_exactly_once(store, root, keys(rows(0, 4) + rows(10, 6) + rows(20, 2)))
+    assert sorted(labels.values()) == ["app:0", "app:1", "app:2"]
+    await store.aclose()
+
+
+def _race(root: Path) -> list[Any]:
+    """Two children commit label race:3 (different rows) at once; their answers."""
+    procs = []
+    for n in range(2):
+        argv = [sys.executable, "-m", "tests.table.label_child", str(root), "tbl", "race", "3"]
+        argv += [str(100 * (n + 1)), "3", "-", "30", "nocheck"]  # both reach commit_job
+        procs.append(
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        )
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    return outs
+
+
+async def test_two_processes_race_one_label(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    store = LocalStore(str(root), fsync=False)
+    assert _run(root, "base", 0, 0, 2)["skipped"] is None
+    outs = _race(root)
+    winners = [n for n, o in enumerate(outs) if o["skipped"] is None]
+    assert len(winners) == 1, outs
+    w = winners[0]
+    assert outs[1 - w]["skipped"] == outs[w]["instant"]
+    assert outs[1 - w]["instant"] is not None  # skipped by the commit's check, under the lock
+    labels = await _check_exactly_once(store, root, keys(rows(0, 2) + rows(100 * (w + 1), 3)))
+    assert sorted(labels.values()) == ["base:0", "race:3"]
+    await store.aclose()
