@@ -226,3 +226,37 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
     os.unlink("/" + marker.lstrip("/"))
     wait_exit(proc)
     assert not (tmp_path / "t" / heartbeat_path(instant)).exists()
+
+
+async def test_failed_commit_says_its_writer_stopped(backend_local: StoreUnderTest) -> None:
+    """While the write is live, ``rollback`` (no --force) is refused; once its commit fails
+    for good the heartbeat says ``stopped`` and the rollback goes ahead at once (no wait of
+    writer_ttl), leaving the table as before the write."""
+    from amcommit.errors import PermissionDenied
+    from amcommit.store.faulty import FaultRule, FaultyStore
+    from amcommit.table.heartbeat import STOPPED
+    from amcommit.table.naming import heartbeat_path
+    from amcommit.table.rollback import rollback_instant
+
+    store, dest = backend_local.store, join(backend_local.base, "tbl")
+    cfg = CommitterConfig(writer_ttl=120.0)
+    await write(store, dest, rows(0, 2), config=cfg)
+    before = await listing(store, dest)
+    w = await begin(store, dest, config=cfg)
+    await write_tasks(store, w, rows(10, 4))
+    with pytest.raises(ConflictError, match="live writer"):
+        await rollback_instant(store, dest, w.instant, config=cfg)
+    faulty = FaultyStore(store)
+    faulty.add(FaultRule("error", frozenset({"rename"}), path=f"{dest}/p=*", after=1, error=PermissionDenied))
+    with pytest.raises(PermissionDenied):
+        await commit_job(faulty, dest, w.instant, config=cfg)  # type: ignore[arg-type]
+    beat_at = join(dest, heartbeat_path(w.instant))
+    assert await store.get(beat_at) == STOPPED
+    # a commit run again (the fault still there) fails again: stopped again
+    with pytest.raises(PermissionDenied):
+        await commit_job(faulty, dest, w.instant, config=cfg)  # type: ignore[arg-type]
+    assert await store.get(beat_at) == STOPPED
+    t0 = time.monotonic()
+    report = await rollback_instant(store, dest, w.instant, config=cfg)
+    assert report.rolled_back and time.monotonic() - t0 < 30.0
+    assert await listing(store, dest) == before
