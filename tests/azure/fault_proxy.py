@@ -14,11 +14,10 @@ path glob and presence of a header; kinds:
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote
 
@@ -26,12 +25,18 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from amcommit.store.faulty import RuleMatcher
+
 Kind = Literal["lose", "throttle", "before", "rewrite"]
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 
 
 @dataclass
-class ProxyRule:
+class ProxyRule(RuleMatcher):
+    """A proxy rule: the shared :class:`~amcommit.store.faulty.RuleMatcher` (operation =
+    the HTTP method, path = the decoded blob path after the container), plus a header the
+    request must carry."""
+
     kind: Kind
     method: str | None = None
     path: str | None = None
@@ -39,19 +44,22 @@ class ProxyRule:
     header: str | None = None
     """Only requests carrying this header (e.g. ``x-ms-copy-source``)."""
     count: int | None = 1
+    after: int = 0
     retry_after: float | None = None
     hook: Callable[[], None] | None = None
     set_headers: dict[str, str] | None = None
-    fired: int = 0
+    matched: int = field(default=0, init=False)
+    fired: int = field(default=0, init=False)
+
+    @property
+    def ops(self) -> frozenset[str] | None:  # type: ignore[override]
+        return None if self.method is None else frozenset({self.method})
 
     def matches(self, method: str, path: str, headers: object) -> bool:
-        if self.method is not None and method != self.method:
-            return False
-        if self.path is not None and not fnmatch.fnmatchcase(path, self.path):
-            return False
+        """Whether the request is selected and the fault fires for it (counts it)."""
         if self.header is not None and self.header not in headers:  # type: ignore[operator]
             return False
-        return self.count is None or self.fired < self.count
+        return self.check(method, (path,))
 
 
 class FaultProxy:
@@ -127,7 +135,6 @@ class FaultProxy:
         with self._lock:
             for r in self.rules:
                 if r.matches(request.method, path, request.headers):
-                    r.fired += 1
                     rule = r
                     break
         if rule is not None and rule.kind == "throttle":

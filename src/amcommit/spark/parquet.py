@@ -12,6 +12,20 @@ Files are written to ``local_path(rel)`` and handed to ``on_closed(rel, local_pa
 complete (the task uploads them there for cloud stores; for local destinations the local
 path *is* the task attempt directory). Nothing here is atomic: the files sit in the task
 attempt's private directory until the job commit renames them.
+
+Why not ``pyarrow.dataset.write_dataset`` (evaluated with pyarrow 26, issue 12): it covers
+partitioning, open-file limits, row-group sizes and ``max_rows_per_file``, but
+
+* Hive partition folders are escaped by RFC 3986 (``segment_encoding="uri"``: ``p=a b``
+  becomes ``p=a%20b``; Spark writes ``p=a b`` and escapes only its own set, see
+  :func:`escape_path_name`), or not at all (``"none"``: a ``/`` in a value makes a folder);
+* it names the files itself (``basename_template``) and splits them by row count only, so a
+  row cannot know its file: Hudi's ``_hoodie_file_name`` and ``_hoodie_commit_seqno`` meta
+  columns must name the file the row lands in;
+* no roll by bytes (``max_file_bytes``) and no memory bound in bytes (``buffer_bytes``);
+* one dictionary-encoding choice for all files, decided before any data is seen, where
+  parquet-mr decides per column and file (:func:`dictionary_columns`: the size parity with
+  Spark's own files).
 """
 
 from __future__ import annotations
