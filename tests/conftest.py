@@ -12,7 +12,7 @@ from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.backends import CONFORMANCE_BACKENDS, ENGINE_BACKENDS, StoreUnderTest
 
-pytest_plugins = ["tests.plugins.azure_backends", "tests.plugins.gcs_backends"]
+pytest_plugins = ["tests.plugins.azure_backends", "tests.plugins.gcs_backends", "tests.plugins.matrix_report"]
 
 
 def _local_base(tmp_path: Path) -> tuple[LocalStore, str]:
@@ -46,3 +46,13 @@ def sut(request: pytest.FixtureRequest) -> StoreUnderTest:
 def engine_sut(request: pytest.FixtureRequest) -> StoreUnderTest:
     """The store under test, for the engine (job commit) suite."""
     return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
+
+
+# The longest tests (each a chain of Spark driver processes, 1-2 minutes) first: under
+# pytest-xdist (`./run test` runs `-n auto`) the other worker meanwhile works through the
+# rest, instead of both idling at the end on one long test each.
+_FIRST = ("tests/spark/test_stream.py::",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: 0 if item.nodeid.startswith(_FIRST) else 1)

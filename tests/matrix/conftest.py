@@ -1,9 +1,10 @@
 """Fixtures of the fault matrix (one fresh container / bucket / directory per cell, on the
-session's emulators) and the hook that records every cell's result for the table."""
+session's emulators). The hooks that record every cell's result for the table are in
+:mod:`tests.plugins.matrix_report` (loaded by the top conftest, so that under pytest-xdist
+the controller, which never loads this conftest, writes the table)."""
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,8 +17,6 @@ import pytest
 from tests.matrix.stores import BackendInfo
 
 HERE = Path(__file__).parent
-RESULTS = HERE / "last_run.json"
-TABLE = HERE / "last_run.md"
 
 
 # Sync fixtures: the matrix test runs its own event loop (anyio.run), so that a cell's
@@ -112,49 +111,3 @@ def matrix_sdk_list(
         return lambda d: {b.name: b.size for b in bucket.list_blobs(prefix=d + "/")}
 
     return make
-
-
-# -- results for the table -------------------------------------------------------------------------
-_results: dict[str, dict[str, str]] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "tests/matrix/test_matrix.py::test_matrix[" not in report.nodeid:
-        return
-    cell = report.nodeid.split("[", 1)[1].rstrip("]")
-    scenario, _, backend = cell.rpartition(".")
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
-        if hasattr(report, "wasxfail"):
-            outcome = "xpassed" if report.passed else "xfail"  # passed: a non-strict xfail
-            reason = str(report.wasxfail)
-        elif report.skipped:
-            outcome = "skip"
-            longrepr: Any = report.longrepr
-            reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
-            reason = reason.removeprefix("Skipped: ")
-        elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
-            outcome = "xpass"
-            reason = str(report.longrepr).removeprefix("[XPASS(strict)]").strip()
-        else:
-            outcome = report.outcome
-            reason = ""
-            if report.failed:
-                reason = str(
-                    getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
-                )  # type: ignore[union-attr]
-        _results[f"{scenario}|{backend}"] = {
-            "scenario": scenario,
-            "backend": backend,
-            "outcome": outcome,
-            "reason": reason.splitlines()[0][:300] if reason else "",
-            "seconds": f"{report.duration:.2f}",
-        }
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    if not _results:
-        return
-    from tests.matrix.table import render
-
-    RESULTS.write_text(json.dumps(list(_results.values()), indent=1, ensure_ascii=False))
-    TABLE.write_text(render(list(_results.values())))

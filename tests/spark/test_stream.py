@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,8 @@ def drop(src: Path, first: int, files: int, per_file: int = 5) -> list[int]:
     return ids
 
 
-def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) -> tuple[int, str]:
-    """Run the driver to its end (or its kill); (return code, stderr tail)."""
+def start(spec: dict[str, Any], fault: str | None = None) -> subprocess.Popen[str]:
+    """Start the driver process (its own session: a kill takes its JVM and workers too)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     env.pop(ENV, None)
@@ -56,7 +57,7 @@ def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) ->
         env[ENV] = fault
     if spec.get("signal"):
         env[SIGNAL_ENV] = spec["signal"]
-    p = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "tests.spark.stream_child", json.dumps(spec)],
         cwd=ROOT,
         env=env,
@@ -65,6 +66,10 @@ def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) ->
         text=True,
         start_new_session=True,
     )
+
+
+def finish(p: subprocess.Popen[str], timeout: float = 240) -> tuple[int, str]:
+    """Wait for the driver's end (or its kill); (return code, output tail)."""
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -72,6 +77,11 @@ def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) ->
         out, err = p.communicate()
         raise AssertionError(f"driver timed out: {err[-3000:]}") from None
     return p.returncode, (out + err)[-3000:]
+
+
+def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) -> tuple[int, str]:
+    """Run the driver to its end (or its kill); (return code, output tail)."""
+    return finish(start(spec, fault), timeout)
 
 
 def hudi_ids(dest: Path) -> list[int]:
@@ -244,3 +254,39 @@ def test_foreach_batch_replay_and_two_queries_one_table(spark: Any, tmp_path: Pa
     assert (
         got[:2] == first and got[2].endswith(":0") and got[2].rsplit(":", 1)[0] != first[0].rsplit(":", 1)[0]
     )
+
+
+@pytest.mark.timeout(600)
+def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
+    """Run A of a query is in the middle of a batch (a slow task renewing the query's lease)
+    when run B of the same query (same checkpoint) starts: B fails with one clear line and
+    leaves nothing behind; A then finishes, and the table holds exactly the input once."""
+    src, dest, cp = tmp_path / "in", tmp_path / "table", tmp_path / "cp"
+    t = Target(str(dest), {}, dest, tmp_path)
+    spec: dict[str, Any] = {
+        "src": str(src),
+        "dest": str(dest),
+        "checkpoint": str(cp),
+        "max_files": 1,
+        "options": {"partitionBy": "day", "leaseTtl": "3"},
+    }
+    ids = drop(src, 0, 2)
+    flag = tmp_path / "a-mid-batch"
+    a = start({**spec, "signal": str(flag)}, "slow_task@0=25")
+    try:
+        deadline = time.monotonic() + 180
+        while not flag.exists():
+            assert a.poll() is None, finish(a)[1]
+            assert time.monotonic() < deadline, "run A never reached its batch"
+            time.sleep(0.2)
+        rc_b, log_b = run(spec)
+    finally:
+        rc_a, log_a = finish(a)
+    assert rc_b != 0, log_b
+    assert "is already running in another run" in log_b, log_b
+    assert rc_a == 0, log_a
+    check(spark, t, ids, exact=True)
+    got = labels(dest)
+    assert len(got) == 2 and got[0].endswith(":0") and got[1].endswith(":1"), got
+    temp = dest / ".hoodie" / ".temp"
+    assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
