@@ -1,15 +1,25 @@
 """Streaming micro-batches: amcommit's exactly-once sink vs Spark's file sink, same run.
 
-    python -m benchmarks.stream_commit [--quick] [--out DIR]
+    python -m benchmarks.stream_commit [--quick] [--rounds N] [--out DIR]
 
-For micro-batches of 10 and 100 JSON files (``maxFilesPerTrigger``), one Spark session
+For micro-batches of 10 and 100 files (``maxFilesPerTrigger`` JSON input files per batch,
+repartitioned so that each batch also *writes* that many Parquet files), one Spark session
 streams the same input through ``writeStream.format("amcommit")`` (a Hudi table, one
 labelled instant per batch) and through ``writeStream.format("parquet")`` (Spark's file
-sink and its ``_spark_metadata`` log) on local files, alternating the two. Per batch, from
-``query.recentProgress``: ``addBatch`` (the batch's tasks plus the sink's commit: Spark
-does not time the commit alone) and ``triggerExecution`` (end to end). Medians over the
-batches after the first (warm-up) of each run. Writes ``stream_commit.json`` to ``--out``
-(default ``benchmarks/results``; ``--quick`` refuses that default and needs ``--out``).
+sink and its ``_spark_metadata`` log) on local files. Rounds alternate the order of the two
+sinks (fresh output and checkpoint each run). Per batch:
+
+* ``commit latency``: from the last data file of the batch written (its modification time)
+  to the batch made visible: amcommit's completed instant ``.hoodie/<instant>.commit``, the
+  file sink's ``_spark_metadata/<batch>`` log entry (their modification times). This covers
+  the task results reaching the driver, the sink's ``commit()`` and, for amcommit, the job
+  commit's renames and the timeline: what a reader waits for after the data exists;
+* ``addBatch`` (the batch's tasks plus the sink's commit, from ``query.recentProgress``) and
+  ``triggerExecution`` (the whole batch, end to end).
+
+Medians over the batches after the first (warm-up) of every run, pooled over the rounds.
+Writes ``stream_commit.json`` to ``--out`` (default ``benchmarks/results``; ``--quick``
+refuses that default and needs ``--out``).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +43,21 @@ def make_input(folder: Path, files: int, rows_per_file: int) -> None:
     folder.mkdir(parents=True)
     for f in range(files):
         lines = [
-            json.dumps({"id": f * rows_per_file + j, "day": f"2026-11-0{j % 2 + 1}", "v": "x" * 20})
+            json.dumps({"id": f * rows_per_file + j, "day": "2026-11-01", "v": "x" * 20})
             for j in range(rows_per_file)
         ]
         (folder / f"f{f:06d}.json").write_text("\n".join(lines) + "\n")
 
 
 def run_query(spark: Any, sink: str, src: Path, out: Path, per_batch: int) -> list[dict[str, float]]:
-    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", str(per_batch)).json(str(src))
+    """Stream ``src`` through ``sink`` into ``out/table``; per batch (in order) its
+    ``addBatch`` and ``triggerExecution`` milliseconds."""
+    stream = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", str(per_batch))
+        .json(str(src))
+        .repartition(per_batch)  # one task, hence one Parquet file, per input file
+    )
     w = (
         stream.writeStream.format(sink)
         .option("checkpointLocation", str(out / "cp"))
@@ -58,9 +76,39 @@ def run_query(spark: Any, sink: str, src: Path, out: Path, per_batch: int) -> li
     return rows
 
 
+def _data_files(table: Path) -> list[Path]:
+    return [
+        p for p in table.rglob("*.parquet") if ".hoodie" not in p.parts and "_spark_metadata" not in p.parts
+    ]
+
+
+def commit_latencies(sink: str, table: Path) -> list[float]:
+    """Per batch, in order: ms from its last data file's modification to the file that
+    makes the batch visible (see the module doc)."""
+    out: list[float] = []
+    if sink == "amcommit":
+        by_instant: dict[str, float] = {}
+        for f in _data_files(table):
+            instant = f.stem.rsplit("_", 1)[-1]  # <fileId>_<writeToken>_<instant>.parquet
+            by_instant[instant] = max(by_instant.get(instant, 0.0), f.stat().st_mtime)
+        for done in sorted((table / ".hoodie").glob("*.commit")):
+            instant = done.name.split(".", 1)[0]
+            if instant in by_instant:
+                out.append((done.stat().st_mtime - by_instant[instant]) * 1000.0)
+        return out
+    log = table / "_spark_metadata"
+    for entry in sorted((p for p in log.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+        paths = [json.loads(line)["path"] for line in entry.read_text().splitlines()[1:] if line.strip()]
+        mtimes = [Path(urllib.parse.unquote(urllib.parse.urlparse(u).path)).stat().st_mtime for u in paths]
+        if mtimes:
+            out.append((entry.stat().st_mtime - max(mtimes)) * 1000.0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="10-file batches only, 3 batches")
+    ap.add_argument("--quick", action="store_true", help="10-file batches only, 3 batches, 1 round")
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each sink per size, orders alternating")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     out_dir = args.out or RESULTS
@@ -78,36 +126,51 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     sizes = [10] if args.quick else [10, 100]
     batches = 3 if args.quick else 6
+    rounds = 1 if args.quick else max(1, args.rounds)
     results: list[dict[str, Any]] = []
     scratch = Path(tempfile.mkdtemp(prefix="amcommit-stream-bench-"))
     try:
         for n in sizes:
             src = scratch / f"in{n}"
             make_input(src, n * batches, 200)
-            per_sink: dict[str, list[dict[str, float]]] = {"amcommit": [], "parquet": []}
-            for sink in ("parquet", "amcommit"):
-                t0 = time.perf_counter()
-                rows = run_query(spark, sink, src, scratch / f"{sink}{n}", n)
-                per_sink[sink] = rows[1:] or rows  # first batch: warm-up
-                print(f"{sink} {n} files/batch: {len(rows)} batches in {time.perf_counter() - t0:.1f}s")
-            row: dict[str, Any] = {"files_per_batch": n, "batches": batches}
-            for sink, rows in per_sink.items():
-                row[f"{sink}_add_batch_ms"] = statistics.median(r["add_batch_ms"] for r in rows)
-                row[f"{sink}_trigger_ms"] = statistics.median(r["trigger_ms"] for r in rows)
-            row["add_batch_ratio"] = row["amcommit_add_batch_ms"] / max(row["parquet_add_batch_ms"], 1.0)
-            row["trigger_ratio"] = row["amcommit_trigger_ms"] / max(row["parquet_trigger_ms"], 1.0)
+            pooled: dict[str, list[dict[str, float]]] = {"amcommit": [], "parquet": []}
+            for r in range(rounds):
+                order = ("parquet", "amcommit") if r % 2 == 0 else ("amcommit", "parquet")
+                for sink in order:
+                    out = scratch / f"{sink}{n}-{r}"
+                    t0 = time.perf_counter()
+                    rows = run_query(spark, sink, src, out, n)
+                    lat = commit_latencies(sink, out / "table")
+                    if len(lat) != len(rows):
+                        raise RuntimeError(f"{sink}: {len(rows)} batches but {len(lat)} commits found")
+                    for row, ms in zip(rows, lat, strict=True):
+                        row["commit_ms"] = ms
+                    pooled[sink].extend(rows[1:] or rows)  # first batch of a run: warm-up
+                    print(
+                        f"{sink} {n} files/batch, round {r + 1}: {len(rows)} batches in {time.perf_counter() - t0:.1f}s"
+                    )
+            row: dict[str, Any] = {"files_per_batch": n, "batches": batches, "rounds": rounds}
+            for sink, rows in pooled.items():
+                for key in ("commit_ms", "add_batch_ms", "trigger_ms"):
+                    row[f"{sink}_{key}"] = statistics.median(x[key] for x in rows)
+            for key in ("commit_ms", "add_batch_ms", "trigger_ms"):
+                row[f"{key.removesuffix('_ms')}_ratio"] = row[f"amcommit_{key}"] / max(
+                    row[f"parquet_{key}"], 1.0
+                )
             results.append(row)
     finally:
         spark.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+    print()
     print(
-        "| files/batch | amcommit addBatch ms | parquet addBatch ms | ratio | amcommit batch ms | parquet batch ms | ratio |"
+        "| files/batch | commit latency ms amcommit / parquet | ratio | addBatch ms amcommit / parquet | ratio | batch ms amcommit / parquet | ratio |"
     )
     print("|---|---|---|---|---|---|---|")
     for r in results:
         print(
-            f"| {r['files_per_batch']} | {r['amcommit_add_batch_ms']:.0f} | {r['parquet_add_batch_ms']:.0f} | "
-            f"{r['add_batch_ratio']:.2f}x | {r['amcommit_trigger_ms']:.0f} | {r['parquet_trigger_ms']:.0f} | "
+            f"| {r['files_per_batch']} | {r['amcommit_commit_ms']:.0f} / {r['parquet_commit_ms']:.0f} | "
+            f"{r['commit_ratio']:.2f}x | {r['amcommit_add_batch_ms']:.0f} / {r['parquet_add_batch_ms']:.0f} | "
+            f"{r['add_batch_ratio']:.2f}x | {r['amcommit_trigger_ms']:.0f} / {r['parquet_trigger_ms']:.0f} | "
             f"{r['trigger_ratio']:.2f}x |"
         )
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,6 @@ def test_stream_commit_quick(tmp_path: Path) -> None:
         timeout=170,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| 10 |" in proc.stdout
+    assert "| 10 | " in proc.stdout
     rows = json.loads((tmp_path / "stream_commit.json").read_text())["rows"]
     assert [r["files_per_batch"] for r in rows] == [10]

@@ -412,9 +412,19 @@ async def write_partition_metadata(ctx: JobContext, meta: CommitMetadata) -> Non
     first write into a partition names itself; an existing one is kept)."""
     dest, instant = ctx.layout.dest, ctx.layout.job_id
 
+    # local files: a stat costs a fraction of a create-only put (temp file, link, unlink);
+    # object stores answer a create-only put of an existing object as fast as a stat
+    stat_first = ctx.store.capabilities.local_root is not None
+
     async def one(part: str) -> None:
         path = join(dest, part, PARTITION_METADATA_FILE) if part else join(dest, PARTITION_METADATA_FILE)
         data = partition_metadata(instant, part.count("/") + 1 if part else 0)
+        if stat_first:
+            try:
+                await ctx.call(lambda: ctx.store.stat(path))
+                return
+            except NotFound:
+                pass
         try:
             await ctx.call(lambda: ctx.store.put(path, data, mode=PutMode.CREATE))
         except AlreadyExists:
