@@ -170,7 +170,7 @@ def main() -> None:
             out.write(f"error: {_describe(e)}\n")
             out.flush()
             return
-        try:
+        async with store:
             try:
                 await beat(store, dest, job.instant)
             except Exception as e:
@@ -184,8 +184,6 @@ def main() -> None:
             await keep_beating(
                 store, dest, job.instant, ttl=job.ttl, still_running=None if watch is None else watch.alive
             )
-        finally:
-            await store.aclose()
 
     anyio.run(run)
 

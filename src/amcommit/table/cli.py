@@ -141,12 +141,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
     async def main() -> CleanReport:
         store, dest = open_location(args.dest, **opts)
-        try:
+        async with store:
             return await clean(
                 store, dest, retain_commits=args.retain_commits, config=config, dry_run=args.dry_run
             )
-        finally:
-            await store.aclose()
 
     report = run_blocking(main)
     if args.json:

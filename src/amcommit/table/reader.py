@@ -384,10 +384,8 @@ class BlockingTimeline:
                 store, dest = self._factory()
             else:
                 store, dest = open_location(self.url, **self.store_options)
-            try:
+            async with store:
                 return await fn(await Timeline.open(store, dest, config=self.config))
-            finally:
-                await store.aclose()
 
         return run_blocking(main)
 
