@@ -110,6 +110,8 @@ class Target:
     options: dict[str, str]
     local: Path | None
     scratch: Path
+    sink: str = "amcommit"
+    """``amcommit`` (``writeStream.format``) or ``foreach`` (``foreachBatch`` + ``write_batch``)."""
     copies: int = 0
 
     def files(self) -> Path:
@@ -146,11 +148,14 @@ def check(spark: Any, t: Target, input_ids: list[int], exact: bool, parquet: boo
     return amc
 
 
-@pytest.fixture(params=["local", "azurite", "fake-gcs"])
+@pytest.fixture(params=["local", "azurite", "fake-gcs", "local-foreach"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
-    """The table's place on each backend (emulators started only when asked for)."""
-    if request.param == "local":
-        return Target(str(tmp_path / "table"), {}, tmp_path / "table", tmp_path)
+    """The table's place on each backend (emulators started only when asked for); the
+    ``foreachBatch`` sink shares every store request with ``format("amcommit")`` (both
+    commit through ``commit_batch``), so it runs its chain on local files only."""
+    if request.param in ("local", "local-foreach"):
+        sink = "foreach" if request.param == "local-foreach" else "amcommit"
+        return Target(str(tmp_path / "table"), {}, tmp_path / "table", tmp_path, sink)
     if request.param == "azurite":
         import anyio
 
@@ -173,13 +178,14 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
 @pytest.mark.timeout(900)
 def test_stream_kill_chain(spark: Any, target: Target, tmp_path: Path) -> None:
     """One query, its driver killed at every point in turn, restarted each time: on local
-    files, Azurite (Blob API) and fake-gcs-server."""
+    files, Azurite (Blob API) and fake-gcs-server; and through ``foreachBatch``."""
     src, cp = tmp_path / "in", tmp_path / "cp"
     spec: dict[str, Any] = {
         "src": str(src),
         "dest": target.url,
         "checkpoint": str(cp),
         "max_files": 1,
+        "sink": target.sink,
         "options": {"partitionBy": "day", "leaseTtl": "3", **target.options},
     }
     ids = drop(src, 0, 2)  # batches 0 and 1
