@@ -84,6 +84,19 @@ def run(spec: dict[str, Any], fault: str | None = None, timeout: float = 240) ->
     return finish(start(spec, fault), timeout)
 
 
+def query_spec(tmp_path: Path, t: Target) -> dict[str, Any]:
+    """The driver's spec: JSON files from ``tmp_path/in``, one per micro-batch, into ``t``
+    through ``t.sink``, checkpoint ``tmp_path/cp``, lease ttl 3 s."""
+    return {
+        "src": str(tmp_path / "in"),
+        "dest": t.url,
+        "checkpoint": str(tmp_path / "cp"),
+        "max_files": 1,
+        "sink": t.sink,
+        "options": {"partitionBy": "day", "leaseTtl": "3", **t.options},
+    }
+
+
 def hudi_ids(dest: Path) -> list[int]:
     table = hudi.HudiTableBuilder.from_base_uri(str(dest.resolve())).build()
     return sorted(i for b in table.read(hudi.HudiReadOptions()) for i in b.to_pydict()["id"])
@@ -180,14 +193,7 @@ def test_stream_kill_chain(spark: Any, target: Target, tmp_path: Path) -> None:
     """One query, its driver killed at every point in turn, restarted each time: on local
     files, Azurite (Blob API) and fake-gcs-server; and through ``foreachBatch``."""
     src, cp = tmp_path / "in", tmp_path / "cp"
-    spec: dict[str, Any] = {
-        "src": str(src),
-        "dest": target.url,
-        "checkpoint": str(cp),
-        "max_files": 1,
-        "sink": target.sink,
-        "options": {"partitionBy": "day", "leaseTtl": "3", **target.options},
-    }
+    spec = query_spec(tmp_path, target)
     ids = drop(src, 0, 2)  # batches 0 and 1
     # 1. killed during the task writes of batch 1 (batch 0 committed)
     rc, log = run(spec, "task_write@1")
@@ -232,15 +238,8 @@ def test_foreach_batch_replay_and_two_queries_one_table(spark: Any, tmp_path: Pa
     own checkpoint) writes into the same table: its batch 0 is not mistaken for the first
     query's."""
     src, dest, cp = tmp_path / "in", tmp_path / "table", tmp_path / "cp"
-    t = Target(str(dest), {}, dest, tmp_path)
-    spec: dict[str, Any] = {
-        "src": str(src),
-        "dest": str(dest),
-        "checkpoint": str(cp),
-        "max_files": 1,
-        "sink": "foreach",
-        "options": {"partitionBy": "day", "leaseTtl": "3"},
-    }
+    t = Target(str(dest), {}, dest, tmp_path, "foreach")
+    spec = query_spec(tmp_path, t)
     ids = drop(src, 0, 2)
     rc, log = run(spec, "after_commit@0")
     assert rc == -signal.SIGKILL, log
@@ -267,15 +266,9 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
     """Run A of a query is in the middle of a batch (a slow task renewing the query's lease)
     when run B of the same query (same checkpoint) starts: B fails with one clear line and
     leaves nothing behind; A then finishes, and the table holds exactly the input once."""
-    src, dest, cp = tmp_path / "in", tmp_path / "table", tmp_path / "cp"
+    src, dest = tmp_path / "in", tmp_path / "table"
     t = Target(str(dest), {}, dest, tmp_path)
-    spec: dict[str, Any] = {
-        "src": str(src),
-        "dest": str(dest),
-        "checkpoint": str(cp),
-        "max_files": 1,
-        "options": {"partitionBy": "day", "leaseTtl": "3"},
-    }
+    spec = query_spec(tmp_path, t)
     ids = drop(src, 0, 2)
     flag = tmp_path / "a-mid-batch"
     a = start({**spec, "signal": str(flag)}, "slow_task@0=25")

@@ -11,66 +11,20 @@ it on the emulators)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 
 from amcommit.committer import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job
-from amcommit.store.base import ObjectInfo, RenameResult, Store
+from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
+from tests.table.killstore import KillStore
 
 
-class KillAt:
+def KillAt(inner: Store, n: int) -> KillStore:
     """A store that SIGKILLs the process before its ``n``-th mutating request."""
-
-    def __init__(self, inner: Store, n: int) -> None:
-        self.inner = inner
-        self.n = n
-        self.count = 0
-        self.capabilities = inner.capabilities
-        self.iostats = inner.iostats
-
-    def _tick(self) -> None:
-        self.count += 1
-        if self.count >= self.n:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    @property
-    def root_uri(self) -> str:
-        return self.inner.root_uri
-
-    async def stat(self, path: str) -> ObjectInfo:
-        return await self.inner.stat(path)
-
-    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
-        return self.inner.list(prefix, recursive=recursive)
-
-    async def get(self, path: str) -> bytes:
-        return await self.inner.get(path)
-
-    async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
-        self._tick()
-        return await self.inner.put(path, data, **kw)
-
-    async def rename(self, src: str, dst: str, **kw: Any) -> RenameResult:
-        self._tick()
-        return await self.inner.rename(src, dst, **kw)
-
-    async def delete(self, path: str, **kw: Any) -> bool:
-        self._tick()
-        return await self.inner.delete(path, **kw)
-
-    async def mkdirs(self, path: str) -> None:
-        self._tick()
-        await self.inner.mkdirs(path)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    return KillStore(inner, None, n)
 
 
 def run_spec(text: str) -> None:

@@ -8,74 +8,27 @@ argv: root dest app version first_row n_rows kill_regex ttl [nocheck]. Prints on
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 
 from amcommit.committer import CommitterConfig
 from amcommit.committer.job import commit_job
-from amcommit.store.base import ObjectInfo, RenameResult, Store
+from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.labels import Label, committed_by
 from amcommit.table.model import Operation
 from amcommit.table.schema import avro_schema
 from amcommit.table.write import begin_write
+from tests.table.killstore import KillStore
 from tests.table.writehelpers import SCHEMA, SPEC, rows, write_tasks
 
 
-class KillOn:
+def KillOn(inner: Store, pattern: str, nth: int = 1) -> KillStore:
     """A store that SIGKILLs the process before the ``nth`` mutating request whose
-    ``"<op> <path>[ -> <dst>]"`` matches ``pattern``."""
-
-    def __init__(self, inner: Store, pattern: str, nth: int = 1) -> None:
-        self.inner = inner
-        self.pattern = None if pattern == "-" else re.compile(pattern)
-        self.nth = nth
-        self.capabilities = inner.capabilities
-        self.iostats = inner.iostats
-
-    def _check(self, what: str) -> None:
-        if self.pattern is not None and self.pattern.search(what):
-            self.nth -= 1
-            if self.nth <= 0:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    @property
-    def root_uri(self) -> str:
-        return self.inner.root_uri
-
-    async def stat(self, path: str) -> ObjectInfo:
-        return await self.inner.stat(path)
-
-    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
-        return self.inner.list(prefix, recursive=recursive)
-
-    async def get(self, path: str) -> bytes:
-        return await self.inner.get(path)
-
-    async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
-        self._check(f"put {path}")
-        return await self.inner.put(path, data, **kw)
-
-    async def rename(self, src: str, dst: str, **kw: Any) -> RenameResult:
-        self._check(f"rename {src} -> {dst}")
-        return await self.inner.rename(src, dst, **kw)
-
-    async def delete(self, path: str, **kw: Any) -> bool:
-        self._check(f"delete {path}")
-        return await self.inner.delete(path, **kw)
-
-    async def mkdirs(self, path: str) -> None:
-        self._check(f"mkdirs {path}")
-        await self.inner.mkdirs(path)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    ``"<op> <path>[ -> <dst>]"`` matches ``pattern`` (``"-"``: never)."""
+    return KillStore(inner, "(?!)" if pattern == "-" else pattern, nth)
 
 
 async def ingest_once(
