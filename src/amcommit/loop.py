@@ -29,6 +29,7 @@ async API) uses that loop, whichever it is: nothing here changes it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -96,18 +97,25 @@ def describe() -> str:
     return "asyncio"
 
 
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """A function creating a new loop of the kind :func:`choice` picks
+    (``uvloop.new_event_loop`` or ``asyncio.new_event_loop``); for runners other than
+    anyio's (the test suite's pytest-asyncio hook uses it)."""
+    if choice() == "uvloop":
+        mod = _uvloop()
+        assert mod is not None  # choice() checked
+        factory: Callable[[], asyncio.AbstractEventLoop] = mod.new_event_loop
+        return factory
+    return asyncio.new_event_loop
+
+
 def backend_options() -> dict[str, Any]:
     """anyio ``backend_options`` for the loop :func:`choice` picks (for ``anyio.run``,
     ``start_blocking_portal``): ``{"loop_factory": uvloop.new_event_loop}`` or ``{}``.
 
     An explicit factory rather than anyio's ``use_uvloop=True``, which on Windows would
     import winloop instead."""
-    if choice() == "uvloop":
-        mod = _uvloop()
-        assert mod is not None  # choice() checked
-        factory: Callable[[], Any] = mod.new_event_loop
-        return {"loop_factory": factory}
-    return {}
+    return {"loop_factory": loop_factory()} if choice() == "uvloop" else {}
 
 
 def run(fn: Callable[[Unpack[Ts]], Awaitable[T]], *args: *Ts) -> T:
