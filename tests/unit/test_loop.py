@@ -11,6 +11,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -23,7 +24,7 @@ from amcommit.store.local import LocalStore
 if sys.platform == "win32":  # pragma: no cover - uvloop does not exist there
     pytest.skip("uvloop is not available on Windows", allow_module_level=True)
 # Not importorskip: the test extra installs uvloop, so its absence is a broken setup.
-import uvloop  # noqa: E402
+import uvloop
 
 
 def _kind(lp: asyncio.AbstractEventLoop) -> str:
@@ -121,7 +122,7 @@ def test_blocking_portal_follows_the_choice(monkeypatch: pytest.MonkeyPatch) -> 
 class _Recording(LocalStore):
     """A LocalStore noting the loop each rename and put ran on."""
 
-    loops: set[str] = set()
+    loops: ClassVar[set[str]] = set()
 
     async def put(self, *a, **kw):  # type: ignore[no-untyped-def]
         self.loops.add(_kind(asyncio.get_running_loop()))
