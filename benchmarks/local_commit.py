@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.store.local import LocalStore
@@ -66,7 +67,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
     dest = os.path.join(root, "dest")
     with Measure() as m:
         if name == "amcommit":
-            report = anyio.run(
+            report = amcommit_loop.run(
                 lambda: commit_job(LocalStore(root, fsync=False), "dest", JOB, config=CommitterConfig())
             )
             files = report.files
@@ -90,6 +91,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
         "files_per_s": files / m.wall,
         "cpu_ms_per_file": m.cpu * 1000 / files,
         "peak_rss_mb": peak_rss_mb(),
+        "loop": amcommit_loop.describe() if name == "amcommit" else "",
     }
 
 

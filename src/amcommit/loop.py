@@ -21,7 +21,7 @@ time a loop starts, so it also reaches Spark executors through
 Behaviour is identical on both loops: the same requests in the same order, the same
 atomicity (a rename is as atomic as the store makes it, a job commit is not atomic as a
 whole and is recovered the same way), the same errors. Only speed differs: uvloop
-spends less client CPU per request (see the benchmark ``benchmarks/uvloop_commit.py``).
+spends less client CPU per request (measured by ``python -m benchmarks.event_loop``).
 
 Code that runs inside a loop someone else started (an ``async`` caller, a notebook, the
 async API) uses that loop, whichever it is: nothing here changes it.
