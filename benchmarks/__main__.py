@@ -132,12 +132,11 @@ def run_throttle(cfg: dict[str, Any]) -> dict[str, Any]:
 def scale_worker(files: int, manifests: int) -> None:
     """benchmarks/scale.py's run in this fresh process, with the peak RSS of this process's
     own address space (``ru_maxrss`` would include the parent's, see job_commit)."""
-    import anyio
-
+    from amcommit import loop as amcommit_loop
     from benchmarks import scale
     from benchmarks.job_commit import own_peak_rss_mb
 
-    r = anyio.run(scale.run, files, manifests, 64, 16)
+    r = amcommit_loop.run(scale.run, files, manifests, 64, 16)
     r["peak_rss_mb_getrusage"] = r["peak_rss_mb"]
     r["peak_rss_mb"] = round(own_peak_rss_mb(), 1)
     print(json.dumps(r))
