@@ -16,8 +16,10 @@ Measured as in those modules: whole-job files/s and client CPU ms per committed 
 (process CPU time of the commit / files); every output is verified (``exact``), and each
 worker reports the loop it really ran on (checked). Summary per backend and loop: best of
 the rounds (highest files/s; lowest CPU ms/file, each on its own) and the median; ratios
-uvloop / asyncio. The load average before and after is recorded with the results: on a
-shared machine read the numbers as rough. Results: ``results/event_loop.json``.
+uvloop / asyncio. ``--raw`` adds the raw aiohttp rename loop of :mod:`benchmarks.job_commit`
+(the same requests, no engine) on each loop: the loop's own share of the difference. The
+load average before and after is recorded with the results: on a shared machine read the
+numbers as rough. Results: ``results/event_loop.json`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ LOOPS = ("asyncio", "uvloop")
 LOCAL_TASKS = 200
 
 
-def _label(loop: str) -> str:
-    return f"amcommit ({loop})"
+KINDS = {"amcommit": "amcommit", "raw": "raw aiohttp"}
+
+
+def _label(loop: str, kind: str = "amcommit") -> str:
+    return f"{KINDS[kind]} ({loop})"
 
 
 def _check_loop(row: dict[str, Any], loop: str) -> None:
@@ -68,7 +73,7 @@ def run_local(files: int, rounds: int, log: Any = sys.stderr) -> list[dict[str, 
             row = run_isolated("benchmarks.local_commit", ["--worker", "amcommit", root], env=loop_env(loop))
             local_commit.verify(root, LOCAL_TASKS * per)
         _check_loop(row, loop)
-        row.update(backend="local", contender=_label(loop), round=r, verified="exact")
+        row.update(backend="local", kind="amcommit", contender=_label(loop), round=r, verified="exact")
         runs.append(row)
         print(
             f"  local {row['files']:>6} {_label(loop):<18} {row['files_per_s']:>8,.0f} files/s "
@@ -80,34 +85,38 @@ def run_local(files: int, rounds: int, log: Any = sys.stderr) -> list[dict[str, 
 
 
 def run_emulator(
-    kind: str, files: int, conc: int, rounds: int, log: Any = sys.stderr
+    backend: str, files: int, conc: int, rounds: int, raw: bool = False, log: Any = sys.stderr
 ) -> list[dict[str, Any]]:
+    """``raw``: also the raw aiohttp rename loop of :mod:`benchmarks.job_commit` on each
+    loop (the same requests without the engine: how much of the difference is the loop's)."""
     from benchmarks.job_commit import Contender, run_one
 
+    plan = [(kind, loop) for kind in (("amcommit", "raw") if raw else ("amcommit",)) for loop in LOOPS]
     runs = []
-    for r, loop in alternate(rounds, LOOPS):
-        row = run_one(kind, files, Contender("amcommit", conc, loop=loop), log=log)
+    for r, (kind, loop) in alternate(rounds, plan):
+        row = run_one(backend, files, Contender(kind, conc, loop=loop), log=log)
         if row["verified"] != "exact":
-            raise RuntimeError(f"{kind} {_label(loop)}: output not exact: {row['verified']}")
+            raise RuntimeError(f"{backend} {_label(loop, kind)}: output not exact: {row['verified']}")
         _check_loop(row, loop)
-        row.update(contender=_label(loop), round=r)
+        row.update(contender=_label(loop, kind), round=r)
         runs.append(row)
     return runs
 
 
 def summarize(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per backend: one row per loop (best and median) and one ratio row (uvloop / asyncio)."""
+    """Per backend and contender kind: one row per loop (best and median) and one ratio row
+    (uvloop / asyncio)."""
     rows: list[dict[str, Any]] = []
-    for backend in dict.fromkeys(r["backend"] for r in runs):
+    for backend, kind in dict.fromkeys((r["backend"], r.get("kind", "amcommit")) for r in runs):
         per: dict[str, dict[str, Any]] = {}
         for loop in LOOPS:
-            rs = [r for r in runs if r["backend"] == backend and r["contender"] == _label(loop)]
+            rs = [r for r in runs if r["backend"] == backend and r["contender"] == _label(loop, kind)]
             if not rs:
                 continue
             per[loop] = {
                 "backend": backend,
                 "files": rs[0]["files"],
-                "contender": _label(loop),
+                "contender": _label(loop, kind),
                 "rounds": len(rs),
                 "best_files_per_s": max(r["files_per_s"] for r in rs),
                 "median_files_per_s": statistics.median(r["files_per_s"] for r in rs),
@@ -122,7 +131,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "backend": backend,
                     "files": a["files"],
-                    "contender": "ratio uvloop / asyncio",
+                    "contender": f"{KINDS[kind]}: ratio uvloop / asyncio",
                     "rounds": min(a["rounds"], u["rounds"]),
                     **{
                         k: round(u[k] / a[k], 3) if a[k] else None
@@ -157,6 +166,7 @@ def run(
     local_files: int,
     concurrency: int,
     rounds: int,
+    raw: bool = False,
     log: Any = sys.stderr,
 ) -> dict[str, Any]:
     """Every backend, ``rounds`` rounds of both loops; rows, runs, table and load averages."""
@@ -166,7 +176,7 @@ def run(
         if backend == "local":
             runs += run_local(local_files, rounds, log)
         else:
-            runs += run_emulator(backend, files, concurrency, rounds, log)
+            runs += run_emulator(backend, files, concurrency, rounds, raw, log)
     rows = summarize(runs)
     return {
         "rows": rows,
@@ -184,10 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local-files", type=int, default=20000, help="files per job on local files")
     ap.add_argument("--concurrency", type=int, default=32, help="io_threads on the emulators")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--raw", action="store_true", help="emulators: also the raw aiohttp loop on each loop")
     ap.add_argument("--out", help="JSON results file (default benchmarks/results/event_loop.json)")
     a = ap.parse_args(argv)
     t0 = time.time()
-    res = run(a.backends.split(","), a.files, a.local_files, a.concurrency, a.rounds)
+    res = run(a.backends.split(","), a.files, a.local_files, a.concurrency, a.rounds, a.raw)
     print(f"### amcommit on asyncio vs uvloop (best of {a.rounds} rounds, alternating)\n")
     print(res["table"])
     print(f"\nload average before {res['load_before']}, after {res['load_after']}")

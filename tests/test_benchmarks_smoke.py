@@ -73,7 +73,7 @@ def test_event_loop_local(tmp_path: Path) -> None:
     for r in runs:
         assert r["files"] == 400 and r["files_per_s"] > 0 and r["cpu_ms_per_file"] > 0
         assert r["loop"].split()[0] == r["contender"][len("amcommit (") : -1]
-    ratio = [r for r in payload["rows"] if r["contender"] == "ratio uvloop / asyncio"]
+    ratio = [r for r in payload["rows"] if r["contender"] == "amcommit: ratio uvloop / asyncio"]
     assert len(ratio) == 1 and ratio[0]["best_cpu_ms_per_file"] > 0
     assert len(payload["load_before"]) == 3
 
