@@ -146,6 +146,19 @@ def loop_env(loop: str | None) -> dict[str, str]:
     return {"AMCOMMIT_UVLOOP": "1" if loop == "uvloop" else "0"}
 
 
+def running_loop() -> str:
+    """The event loop running this coroutine, as ``uvloop 0.21.0`` or ``asyncio``: what a
+    worker really ran on (not what it was asked for)."""
+    import asyncio
+
+    mod = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    if mod == "uvloop":
+        import uvloop
+
+        return f"uvloop {uvloop.__version__}"
+    return mod
+
+
 def load_average() -> list[float]:
     """The 1, 5 and 15-minute load averages (empty where unknown)."""
     try:

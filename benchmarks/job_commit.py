@@ -44,7 +44,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.clients import KINDS, Target, emulator, server_cpu
-from benchmarks.common import Measure, loop_env, peak_rss_mb, percentile, run_isolated, table, write_json
+from benchmarks.common import (
+    Measure,
+    loop_env,
+    peak_rss_mb,
+    percentile,
+    run_isolated,
+    running_loop,
+    table,
+    write_json,
+)
 
 
 def own_peak_rss_mb() -> float:
@@ -230,7 +239,7 @@ def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
         )
         res["retries"] = retries
         res["recovered"] = report.recovered_renames
-        res["loop"] = loop.describe()
+        res["loop"] = running_loop()
         return res
 
     return loop.run(main)
@@ -258,10 +267,12 @@ def work_raw(t: Target, conc: int, entries: list[list[Any]]) -> dict[str, Any]:
                 async with anyio.create_task_group() as tg:
                     for _ in range(conc):
                         tg.start_soon(worker)
+        ran_on.append(running_loop())
         return m
 
+    ran_on: list[str] = []
     m = loop.run(main)
-    return _result(len(entries), m, m.wall, lat, loop=loop.describe())
+    return _result(len(entries), m, m.wall, lat, loop=ran_on[0])
 
 
 def _layout() -> Any:
