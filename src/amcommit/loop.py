@@ -15,13 +15,13 @@ Turn uvloop off with the environment variable ``AMCOMMIT_UVLOOP=0`` (also ``fals
 for the CLI process and the processes it starts. ``AMCOMMIT_UVLOOP=1`` (``true``, ``yes``,
 ``on``) *requires* uvloop: starting a loop then fails with :class:`ConfigError` if it is
 not installed. Unset, empty or ``auto``: uvloop if importable. The variable is read each
-time a loop starts, so it also reaches Spark executors through
-``spark.executorEnv.AMCOMMIT_UVLOOP``.
+time a loop starts; for Spark executors set it with ``spark.executorEnv.AMCOMMIT_UVLOOP``.
 
-Behaviour is identical on both loops: the same requests in the same order, the same
+Behaviour is identical on both loops: the same requests, the same
 atomicity (a rename is as atomic as the store makes it, a job commit is not atomic as a
 whole and is recovered the same way), the same errors. Only speed differs: uvloop
-spends less client CPU per request (measured by ``python -m benchmarks.event_loop``).
+spends somewhat less client CPU per request (measured by ``python -m benchmarks.event_loop``;
+0-5% per file on the emulators here, see benchmarks/README.md).
 
 Code that runs inside a loop someone else started (an ``async`` caller, a notebook, the
 async API) uses that loop, whichever it is: nothing here changes it.
