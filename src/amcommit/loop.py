@@ -21,7 +21,7 @@ Behaviour is identical on both loops: the same requests, the same
 atomicity (a rename is as atomic as the store makes it, a job commit is not atomic as a
 whole and is recovered the same way), the same errors. Only speed differs: uvloop
 spends somewhat less client CPU per request (measured by ``python -m benchmarks.event_loop``;
-0-5% per file on the emulators here, see benchmarks/README.md).
+within the noise on the emulators of a 2-core machine, see benchmarks/README.md).
 
 Code that runs inside a loop someone else started (an ``async`` caller, a notebook, the
 async API) uses that loop, whichever it is: nothing here changes it.
