@@ -1,6 +1,6 @@
 """The benchmark suite in one command: tables, JSON, PNG plots and the targets.
 
-    .venv/bin/python -m benchmarks [--quick] [--only emulators,latency,throttle,scale,spark]
+    .venv/bin/python -m benchmarks [--quick] [--only emulators,latency,throttle,scale,spark,loop]
     ./run bench [--quick] [--only ...]
 
 Scenarios (see each module's docstring for what exactly runs and is measured):
@@ -13,7 +13,9 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
 * ``throttle``: 10% of requests answered 503/429 with Retry-After, 20,000 files;
 * ``scale`` (benchmarks/scale.py): 1,000,000 files in 10,000 synthetic manifests;
 * ``spark`` (benchmarks/spark_committers.py): local job commit of 2,000 files, amcommit vs
-  Hadoop's FileOutputCommitter v1/v2 and ManifestCommitter; rows/s of whole Spark writes.
+  Hadoop's FileOutputCommitter v1/v2 and ManifestCommitter; rows/s of whole Spark writes;
+* ``loop`` (benchmarks/event_loop.py): the same job commit with amcommit on asyncio's own
+  event loop and on uvloop, alternating rounds, local files and the emulators.
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
@@ -32,7 +34,7 @@ from typing import Any
 
 from benchmarks.common import machine, run_isolated, table
 
-SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark")
+SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "loop")
 RESULTS = Path(__file__).parent / "results"
 
 FULL: dict[str, dict[str, Any]] = {
@@ -56,12 +58,21 @@ FULL: dict[str, dict[str, Any]] = {
     "throttle": {"backends": ["gcs"], "files": 5000},
     "scale": {"files": 1_000_000, "manifests": 10_000},
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 2, "rows": 500_000},
+    # amcommit on asyncio's loop vs uvloop, alternating rounds (benchmarks/event_loop.py)
+    "loop": {
+        "backends": ["local", "gcs", "azurite"],
+        "files": 2000,
+        "local_files": 20000,
+        "conc": 32,
+        "rounds": 3,
+    },
 }
 QUICK: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs", "azurite"], "sizes": [400], "concurrency": [32]},
     "latency": {"backends": ["gcs"], "files": 400, "conc": [64], "lean": [256], "seq_tasks": 1},
     "scale": {"files": 100_000, "manifests": 1_000},
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 1, "rows": 0},
+    "loop": {"backends": ["local", "gcs"], "files": 400, "local_files": 2000, "conc": 32, "rounds": 1},
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs"], "sizes": [200], "concurrency": [8], "contenders": ["amcommit", "raw"]},
@@ -121,12 +132,11 @@ def run_throttle(cfg: dict[str, Any]) -> dict[str, Any]:
 def scale_worker(files: int, manifests: int) -> None:
     """benchmarks/scale.py's run in this fresh process, with the peak RSS of this process's
     own address space (``ru_maxrss`` would include the parent's, see job_commit)."""
-    import anyio
-
+    from amcommit import loop as amcommit_loop
     from benchmarks import scale
     from benchmarks.job_commit import own_peak_rss_mb
 
-    r = anyio.run(scale.run, files, manifests, 64, 16)
+    r = amcommit_loop.run(scale.run, files, manifests, 64, 16)
     r["peak_rss_mb_getrusage"] = r["peak_rss_mb"]
     r["peak_rss_mb"] = round(own_peak_rss_mb(), 1)
     print(json.dumps(r))
@@ -155,12 +165,19 @@ def run_spark(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def run_loop(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import event_loop
+
+    return event_loop.run(cfg["backends"], cfg["files"], cfg["local_files"], cfg["conc"], cfg["rounds"])
+
+
 RUNNERS = {
     "emulators": run_emulators,
     "latency": run_latency,
     "throttle": run_throttle,
     "scale": run_scale,
     "spark": run_spark,
+    "loop": run_loop,
 }
 
 TITLES = {
@@ -169,6 +186,7 @@ TITLES = {
     "throttle": "Job commit with 10% of requests throttled (503/429 + Retry-After: 1)",
     "scale": "Scale: synthetic manifests on a store with no I/O cost",
     "spark": "Local files through PySpark (Hadoop 3.5 committers vs amcommit)",
+    "loop": "amcommit on asyncio's event loop vs uvloop (alternating rounds)",
 }
 
 

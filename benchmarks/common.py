@@ -99,15 +99,19 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
-def run_isolated(module: str, args: Sequence[str], timeout: float = 3600) -> dict[str, Any]:
-    """Run ``python -m module args`` in a fresh process (so peak RSS is its own) and
-    return the JSON it prints on its last stdout line."""
+def run_isolated(
+    module: str, args: Sequence[str], timeout: float = 3600, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``python -m module args`` in a fresh process (so peak RSS is its own), with
+    ``env`` added to this process's environment, and return the JSON it prints on its last
+    stdout line."""
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=str(Path(__file__).parent.parent),
+        env={**os.environ, **env} if env else None,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{module} {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
@@ -130,6 +134,37 @@ async def timed_renames(store: Any, etags: Sequence[str], concurrency: int) -> t
         for _ in range(concurrency):
             tg.start_soon(worker)
     return time.perf_counter() - w0, time.process_time() - c0
+
+
+def loop_env(loop: str | None) -> dict[str, str]:
+    """The environment that makes amcommit run on ``loop`` (``asyncio`` / ``uvloop``, see
+    :mod:`amcommit.loop`); ``None``: amcommit's own choice (uvloop where installed)."""
+    if loop is None:
+        return {}
+    if loop not in ("asyncio", "uvloop"):
+        raise ValueError(f"unknown event loop {loop!r}: asyncio or uvloop")
+    return {"AMCOMMIT_UVLOOP": "1" if loop == "uvloop" else "0"}
+
+
+def running_loop() -> str:
+    """The event loop running this coroutine, as ``uvloop 0.21.0`` or ``asyncio``: what a
+    worker really ran on (not what it was asked for)."""
+    import asyncio
+
+    mod = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    if mod == "uvloop":
+        import uvloop
+
+        return f"uvloop {uvloop.__version__}"
+    return mod
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15-minute load averages (empty where unknown)."""
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return []
 
 
 def alternate(rounds: int, contenders: Sequence[str]) -> Iterator[tuple[int, str]]:

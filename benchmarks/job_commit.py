@@ -44,7 +44,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.clients import KINDS, Target, emulator, server_cpu
-from benchmarks.common import Measure, peak_rss_mb, percentile, run_isolated, table, write_json
+from benchmarks.common import (
+    Measure,
+    loop_env,
+    peak_rss_mb,
+    percentile,
+    run_isolated,
+    running_loop,
+    table,
+    write_json,
+)
 
 
 def own_peak_rss_mb() -> float:
@@ -202,8 +211,7 @@ def _result(files: int, m: Measure, rename_s: float, lat: Sequence[float], **ext
 
 
 def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
-    import anyio
-
+    from amcommit import loop
     from amcommit.committer import CommitterConfig, commit_job
     from benchmarks.clients import TimedStore, amcommit_store
 
@@ -231,14 +239,16 @@ def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
         )
         res["retries"] = retries
         res["recovered"] = report.recovered_renames
+        res["loop"] = running_loop()
         return res
 
-    return anyio.run(main)  # type: ignore[no-any-return]
+    return loop.run(main)
 
 
 def work_raw(t: Target, conc: int, entries: list[list[Any]]) -> dict[str, Any]:
     import anyio
 
+    from amcommit import loop
     from benchmarks.clients import raw_renamer
 
     lat: list[float] = []
@@ -257,10 +267,12 @@ def work_raw(t: Target, conc: int, entries: list[list[Any]]) -> dict[str, Any]:
                 async with anyio.create_task_group() as tg:
                     for _ in range(conc):
                         tg.start_soon(worker)
+        ran_on.append(running_loop())
         return m
 
-    m = anyio.run(main)
-    return _result(len(entries), m, m.wall, lat)
+    ran_on: list[str] = []
+    m = loop.run(main)
+    return _result(len(entries), m, m.wall, lat, loop=ran_on[0])
 
 
 def _layout() -> Any:
@@ -330,6 +342,7 @@ def worker_main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     t = Target.from_json(spec["target"])
     kind, conc = spec["contender"], spec.get("concurrency", 0)
+    os.environ.update(loop_env(spec.get("loop")))  # before any loop starts
     if kind == "amcommit":
         res = work_amcommit(t, conc, bool(spec.get("lean")))
     elif kind == "raw":
@@ -352,13 +365,15 @@ class Contender:
     concurrency: int = 0
     sample_tasks: int | None = None
     lean: bool = False  # amcommit with 2-request renames (see clients.amcommit_store)
+    loop: str | None = None  # amcommit/raw: asyncio | uvloop; None: amcommit.loop's choice
 
     @property
     def label(self) -> str:
+        on = f" ({self.loop})" if self.loop else ""
         if self.kind == "amcommit":
-            return f"amcommit c={self.concurrency}" + (" lean (2 req)" if self.lean else "")
+            return f"amcommit c={self.concurrency}" + (" lean (2 req)" if self.lean else "") + on
         if self.kind == "raw":
-            return f"raw ceiling c={self.concurrency}"
+            return f"raw ceiling c={self.concurrency}{on}"
         if self.kind == "threadpool":
             return f"thread pool {self.concurrency}"
         return "v1 sequential" + (f" (sample: {self.sample_tasks} tasks)" if self.sample_tasks else "")
@@ -387,6 +402,7 @@ def run_one(
             "concurrency": c.concurrency,
             "sample_tasks": c.sample_tasks,
             "lean": c.lean,
+            "loop": c.loop,
         }
         if c.kind == "raw":
             spec["entries"] = job.entries

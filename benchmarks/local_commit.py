@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.store.local import LocalStore
@@ -34,6 +35,7 @@ from benchmarks.common import (
     best_of,
     peak_rss_mb,
     run_isolated,
+    running_loop,
     scratch_dir,
     table,
     write_json,
@@ -64,11 +66,15 @@ async def prepare(root: str, tasks: int, files: int) -> None:
 def contender(name: str, root: str) -> dict[str, Any]:
     layout = JobLayout("dest", JOB)
     dest = os.path.join(root, "dest")
+    ran_on = ""  # the loop amcommit ran on
     with Measure() as m:
         if name == "amcommit":
-            report = anyio.run(
-                lambda: commit_job(LocalStore(root, fsync=False), "dest", JOB, config=CommitterConfig())
-            )
+
+            async def run() -> tuple[Any, str]:
+                store = LocalStore(root, fsync=False)
+                return await commit_job(store, "dest", JOB, config=CommitterConfig()), running_loop()
+
+            report, ran_on = amcommit_loop.run(run)
             files = report.files
         else:
             files = 0
@@ -90,6 +96,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
         "files_per_s": files / m.wall,
         "cpu_ms_per_file": m.cpu * 1000 / files,
         "peak_rss_mb": peak_rss_mb(),
+        "loop": ran_on,
     }
 
 

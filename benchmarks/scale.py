@@ -18,8 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Self
 
-import anyio
-
+from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import NotFound
@@ -174,7 +173,7 @@ def main() -> None:
     p.add_argument("--io-threads", type=int, default=64)
     p.add_argument("--load-threads", type=int, default=16)
     a = p.parse_args()
-    result = anyio.run(run, a.files, a.manifests, a.io_threads, a.load_threads)
+    result = amcommit_loop.run(run, a.files, a.manifests, a.io_threads, a.load_threads)
     print(json.dumps(result), file=sys.stdout)
 
 

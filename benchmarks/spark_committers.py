@@ -133,8 +133,7 @@ async def _amcommit_prepare(root: str, tasks: int, files: int) -> float:
 
 def amcommit_worker(root: str) -> dict[str, Any]:
     """The job commit alone, in this (fresh) process."""
-    import anyio
-
+    from amcommit import loop as amcommit_loop
     from amcommit.committer import commit_job
     from amcommit.store.local import LocalStore
 
@@ -149,7 +148,7 @@ def amcommit_worker(root: str) -> dict[str, Any]:
             "peak_rss_mb": own_peak_rss_mb(),
         }
 
-    return anyio.run(main)  # type: ignore[no-any-return]
+    return amcommit_loop.run(main)
 
 
 def _count(dest: str) -> int:

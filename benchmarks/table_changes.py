@@ -31,6 +31,7 @@ from typing import Any
 
 import anyio
 
+from amcommit import loop as amcommit_loop
 from amcommit.store.schemes import open_location
 from amcommit.table.reader import Timeline
 from benchmarks.common import RESULTS, machine, table
@@ -87,7 +88,7 @@ def measure(root: Path, times: list[str], repeats: int) -> list[dict[str, Any]]:
         am, lists, cold, hot = [], [], [], []
         files = 0
         for since, until in _ranges(times, size, repeats):
-            wall, listing, ours = anyio.run(_amcommit, root, since, until)
+            wall, listing, ours = amcommit_loop.run(_amcommit, root, since, until)
             lists.append(listing)
             opts = (
                 hudi.HudiReadOptions()

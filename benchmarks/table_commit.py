@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job, setup_task
 from amcommit.paths import join
 from amcommit.store.base import Store
@@ -133,7 +134,7 @@ def contender(kind: str, root: str, job: str, backend: str = "local", dest: str 
     import amcommit.table.commit  # noqa: F401
 
     with Measure() as m:
-        report, counters = anyio.run(run)
+        report, counters = amcommit_loop.run(run)
     # requests sent per store operation, failed ones (e.g. a stat of a missing file) included
     requests = {
         k[3:]: v + counters.get(f"{k}.failures", 0)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer.job import commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.paths import join
@@ -108,7 +109,7 @@ def main() -> None:
         finally:
             await store.aclose()
 
-    anyio.run(go)
+    amcommit_loop.run(go)  # uvloop where installed, like amcommit's own entry points
 
 
 if __name__ == "__main__":

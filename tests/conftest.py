@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from amcommit import loop as amcommit_loop
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.backends import CONFORMANCE_BACKENDS, ENGINE_BACKENDS, StoreUnderTest
@@ -52,6 +54,13 @@ def engine_sut(request: pytest.FixtureRequest) -> StoreUnderTest:
 # pytest-xdist (`./run test` runs `-n auto`) the other worker meanwhile works through the
 # rest, instead of both idling at the end on one long test each.
 _FIRST = ("tests/spark/test_stream.py::",)
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    """Async tests run on the loop amcommit itself would start (:mod:`amcommit.loop`):
+    uvloop where installed, asyncio's with ``AMCOMMIT_UVLOOP=0``. So the whole suite
+    exercises the engine on the loop users get."""
+    return {amcommit_loop.choice(): amcommit_loop.loop_factory()}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

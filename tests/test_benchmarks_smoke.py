@@ -47,6 +47,37 @@ def test_quick_smallest_case(tmp_path: Path) -> None:
     assert (tmp_path / "emulators.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.timeout(120)
+def test_event_loop_local(tmp_path: Path) -> None:
+    """``benchmarks.event_loop``: amcommit on asyncio and on uvloop in one run, each worker
+    on the loop it was asked for, a ratio row, the JSON at --out."""
+    pytest.importorskip("uvloop")
+    out = tmp_path / "loop.json"
+    args = ["--backends", "local", "--local-files", "400", "--rounds", "2", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.event_loop", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    runs = payload["runs"]
+    assert [(r["round"], r["contender"]) for r in runs] == [
+        (0, "amcommit (asyncio)"),
+        (0, "amcommit (uvloop)"),
+        (1, "amcommit (uvloop)"),
+        (1, "amcommit (asyncio)"),
+    ]
+    for r in runs:
+        assert r["files"] == 400 and r["files_per_s"] > 0 and r["cpu_ms_per_file"] > 0
+        assert r["loop"].split()[0] == r["contender"][len("amcommit (") : -1]
+    ratio = [r for r in payload["rows"] if r["contender"] == "amcommit: ratio uvloop / asyncio"]
+    assert len(ratio) == 1 and ratio[0]["best_cpu_ms_per_file"] > 0
+    assert len(payload["load_before"]) == 3
+
+
 @pytest.mark.timeout(180)
 def test_stream_commit_quick(tmp_path: Path) -> None:
     """``benchmarks.stream_commit --quick`` runs both sinks and writes its JSON to --out

@@ -8,6 +8,7 @@
     amcommit demo [--target gcs|azurite|local] [--no-spark]   a Spark job committed on an embedded default
     amcommit emulator start gcs|azurite      run an emulator with a bucket, print how to use it
     amcommit --version
+    amcommit --no-uvloop COMMAND ...          any command on asyncio's own loop (see amcommit.loop)
 
 User errors print one line (``amcommit: error: ...``) and exit with status 1 (2 for bad
 usage); no tracebacks. A closed output pipe (``amcommit jobs DEST | head -1``) ends the
@@ -27,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from amcommit import loop
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.jobs import DestinationJobs
 from amcommit.console import (
@@ -392,6 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="amcommit", description="Async job-commit engine for ABFS, GCS and local files."
     )
     p.add_argument("--version", action="version", version=f"amcommit {package_version()}")
+    p.add_argument(
+        "--no-uvloop",
+        action="store_true",
+        help=f"run on asyncio's default event loop even where uvloop is installed (= {loop.ENV_VAR}=0, "
+        "also for the processes this command starts); results are the same, only speed differs",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in COMMANDS:
         register(sub)
@@ -418,6 +426,8 @@ def _output_closed() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.no_uvloop:  # in the environment, so processes started from here inherit it
+        os.environ[loop.ENV_VAR] = "0"
     try:
         status = int(args.func(args))
         sys.stdout.flush()

@@ -3,7 +3,9 @@
 Each call opens the store for the destination URL, runs the async operation to completion
 in a private event loop, and closes the store. Called from a thread that already runs an
 event loop, the work runs in a fresh loop on an anyio blocking-portal thread instead (so it
-never re-enters that loop). The same atomicity and idempotency rules as the async API apply.
+never re-enters that loop). The private loop is uvloop where installed and not turned off
+(:mod:`amcommit.loop`); behaviour is the same on either. The same atomicity and
+idempotency rules as the async API apply.
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import anyio
-from anyio.from_thread import start_blocking_portal
-
+from amcommit import loop as _loop
 from amcommit.committer import job as _job
 from amcommit.committer import task as _task
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
@@ -29,14 +29,15 @@ T = TypeVar("T")
 
 def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``fn()`` to completion and return its result (or raise its error), from any
-    thread. With no event loop running in this thread: ``anyio.run``. Inside a running
-    loop (a notebook, an async caller): in a fresh loop on a portal thread
-    (:func:`anyio.from_thread.start_blocking_portal`), which this call waits for."""
+    thread. With no event loop running in this thread: in a fresh loop in this thread.
+    Inside a running loop (a notebook, an async caller): in a fresh loop on a portal
+    thread (:func:`amcommit.loop.blocking_portal`), which this call waits for. The fresh
+    loop is uvloop where installed and not turned off (:mod:`amcommit.loop`)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return anyio.run(fn)
-    with start_blocking_portal() as portal:
+        return _loop.run(fn)
+    with _loop.blocking_portal() as portal:
         return portal.call(fn)
 
 

@@ -10,6 +10,7 @@ import uuid
 
 import anyio
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.layout import TEMP_DIR_NAME
 from amcommit.committer.task import abort_task, commit_task, setup_task
@@ -98,4 +99,4 @@ def run_engine_demo(args: argparse.Namespace) -> int:
             async with store:
                 return await _demo(args, store, dest)
 
-        return anyio.run(main)
+        return amcommit_loop.run(main)

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer.layout import SUCCESS_NAME, TEMP_DIR_NAME
 from amcommit.console import format_report, report_from_success
 from amcommit.demo import check_at_least_one
@@ -88,7 +89,7 @@ def _read_success(url: str, options: dict[str, Any]) -> SuccessData:
         async with store:
             return decode_success(await store.get(f"{dest}/{SUCCESS_NAME}" if dest else SUCCESS_NAME))
 
-    return anyio.run(main)
+    return amcommit_loop.run(main)
 
 
 def run_spark_demo(args: argparse.Namespace) -> int:
@@ -156,7 +157,7 @@ def _run(args: argparse.Namespace, target: DemoTarget, tasks: int, failed: int) 
                 )
             else:
                 copy_dir = tempfile.mkdtemp(prefix="amcommit-demo-copy-")
-                names = anyio.run(_download, target.url, target.options, copy_dir)
+                names = amcommit_loop.run(_download, target.url, target.options, copy_dir)
                 read_dir = copy_dir
             ok = _verify(spark, df, read_dir, names, success, args.rows)
         finally:

@@ -98,8 +98,7 @@ def _gcs(stack: contextlib.ExitStack, bucket: str, port: int | None) -> Emulator
 
 
 def _azurite(stack: contextlib.ExitStack, container: str, port: int | None) -> EmulatorTarget:
-    import anyio
-
+    from amcommit import loop as amcommit_loop
     from amcommit.emulators.azurite import Azurite
     from amcommit.store.azure import BlobStore
 
@@ -110,7 +109,7 @@ def _azurite(stack: contextlib.ExitStack, container: str, port: int | None) -> E
         async with blob:
             await blob.create_container()
 
-    anyio.run(create)
+    amcommit_loop.run(create)
     return EmulatorTarget(
         kind="azurite",
         endpoint=az.endpoint,

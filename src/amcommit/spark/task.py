@@ -42,11 +42,12 @@ from typing import Any
 import anyio
 import msgspec
 import pyarrow as pa
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import BlockingPortal
 
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
+from amcommit.loop import blocking_portal
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join
 from amcommit.spark.fault_hooks import InjectedTaskFailure, parse_task_failure
@@ -243,7 +244,8 @@ def run_task(
     first and keep the partition columns; their row counts go to the job commit in the
     manifest's ``extra_data["hudi.rows"]``. An empty task writes no file.
 
-    Blocking; runs its own event loop in a helper thread for the store calls.
+    Blocking; runs its own event loop in a helper thread for the store calls (uvloop where
+    installed and not turned off: :mod:`amcommit.loop`).
     """
     t0 = time.perf_counter()
     settings = task_settings(plan, session or {})
@@ -251,7 +253,7 @@ def run_task(
     if failure is not None and not failure.applies(partition, attempt):
         failure = None
     config = plan.config()
-    with start_blocking_portal() as portal:
+    with blocking_portal() as portal:
         store, dest = portal.call(_open, plan)
         try:
             layout = job_layout(plan, dest)

@@ -155,8 +155,7 @@ def _describe(e: Exception) -> str:
 
 def main() -> None:
     """The keep-alive process: read the job from stdin, beat, say ``ok``, keep beating."""
-    import anyio
-
+    from amcommit import loop as amcommit_loop
     from amcommit.store.schemes import open_location
     from amcommit.table.heartbeat import beat, keep_beating
 
@@ -185,7 +184,7 @@ def main() -> None:
                 store, dest, job.instant, ttl=job.ttl, still_running=None if watch is None else watch.alive
             )
 
-    anyio.run(run)
+    amcommit_loop.run(run)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,132 @@
+"""Which event loop amcommit runs on: the one place that decides.
+
+Every event loop amcommit starts itself (the blocking facade
+:func:`amcommit.committer.sync.run_blocking` used by the Spark driver, the Spark tasks'
+blocking portal, the CLI, the table keep-alive process, the demos) is started through
+:func:`run` or :func:`blocking_portal` here, on the loop :func:`choice` picks:
+
+* `uvloop <https://github.com/MagicStack/uvloop>`_ when it is importable (install it with
+  the ``fast`` extra: ``pip install 'amcommit[fast]'``; Linux and macOS only) and not
+  turned off;
+* otherwise asyncio's default loop.
+
+Turn uvloop off with the environment variable ``AMCOMMIT_UVLOOP=0`` (also ``false``,
+``no``, ``off``), or with ``amcommit --no-uvloop COMMAND ...``, which sets that variable
+for the CLI process and the processes it starts. ``AMCOMMIT_UVLOOP=1`` (``true``, ``yes``,
+``on``) *requires* uvloop: starting a loop then fails with :class:`ConfigError` if it is
+not installed. Unset, empty or ``auto``: uvloop if importable. The variable is read each
+time a loop starts; for Spark executors set it with ``spark.executorEnv.AMCOMMIT_UVLOOP``.
+
+Behaviour is identical on both loops: the same requests, the same
+atomicity (a rename is as atomic as the store makes it, a job commit is not atomic as a
+whole and is recovered the same way), the same errors. Only speed differs: uvloop
+spends somewhat less client CPU per request (measured by ``python -m benchmarks.event_loop``;
+within the noise on the emulators of a 2-core machine, see benchmarks/README.md).
+
+Code that runs inside a loop someone else started (an ``async`` caller, a notebook, the
+async API) uses that loop, whichever it is: nothing here changes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from importlib import import_module
+from typing import Any, Literal, TypeVar, TypeVarTuple, Unpack
+
+import anyio
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from amcommit.errors import ConfigError
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+ENV_VAR = "AMCOMMIT_UVLOOP"
+"""The environment variable that turns uvloop off (``0``) or requires it (``1``)."""
+
+LoopName = Literal["uvloop", "asyncio"]
+
+_OFF = frozenset({"0", "false", "no", "off"})
+_ON = frozenset({"1", "true", "yes", "on"})
+_AUTO = frozenset({"", "auto"})
+
+
+def _uvloop() -> Any | None:
+    """The uvloop module, or None where it is not installed (or cannot load)."""
+    try:
+        return import_module("uvloop")
+    except ImportError:
+        return None
+
+
+def uvloop_available() -> bool:
+    """True when uvloop can be imported in this interpreter."""
+    return _uvloop() is not None
+
+
+def choice() -> LoopName:
+    """The loop the next :func:`run` / :func:`blocking_portal` starts, from
+    ``AMCOMMIT_UVLOOP`` and whether uvloop is installed.
+
+    Raises :class:`ConfigError` (one line) for a value it does not know, or for
+    ``AMCOMMIT_UVLOOP=1`` without uvloop installed."""
+    raw = os.environ.get(ENV_VAR, "")
+    value = raw.strip().lower()
+    if value in _OFF:
+        return "asyncio"
+    if value in _ON:
+        if not uvloop_available():
+            raise ConfigError(
+                f"{ENV_VAR}={raw} requires uvloop, which is not installed "
+                "(pip install 'amcommit[fast]'; not available on Windows)"
+            )
+        return "uvloop"
+    if value in _AUTO:
+        return "uvloop" if uvloop_available() else "asyncio"
+    raise ConfigError(f"{ENV_VAR}={raw!r}: expected 0/1, true/false, yes/no, on/off or auto")
+
+
+def describe() -> str:
+    """``uvloop 0.21.0`` or ``asyncio``: the loop :func:`choice` picks, for messages."""
+    if choice() == "uvloop":
+        mod = _uvloop()
+        return f"uvloop {getattr(mod, '__version__', '?')}"
+    return "asyncio"
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """A function creating a new loop of the kind :func:`choice` picks
+    (``uvloop.new_event_loop`` or ``asyncio.new_event_loop``); for runners other than
+    anyio's (the test suite's pytest-asyncio hook uses it)."""
+    if choice() == "uvloop":
+        mod = _uvloop()
+        assert mod is not None  # choice() checked
+        factory: Callable[[], asyncio.AbstractEventLoop] = mod.new_event_loop
+        return factory
+    return asyncio.new_event_loop
+
+
+def backend_options() -> dict[str, Any]:
+    """anyio ``backend_options`` for the loop :func:`choice` picks (for ``anyio.run``,
+    ``start_blocking_portal``): ``{"loop_factory": uvloop.new_event_loop}`` or ``{}``.
+
+    An explicit factory rather than anyio's ``use_uvloop=True``, which on Windows would
+    import winloop instead."""
+    return {"loop_factory": loop_factory()} if choice() == "uvloop" else {}
+
+
+def run(fn: Callable[[Unpack[Ts]], Awaitable[T]], *args: *Ts) -> T:
+    """``anyio.run(fn, *args)`` on the chosen loop, in this thread (which must not be
+    running a loop already: see :func:`amcommit.committer.sync.run_blocking`)."""
+    return anyio.run(fn, *args, backend_options=backend_options())
+
+
+@contextmanager
+def blocking_portal() -> Iterator[BlockingPortal]:
+    """:func:`anyio.from_thread.start_blocking_portal` on the chosen loop: a new thread
+    running a fresh loop, for calling async code from blocking code."""
+    with start_blocking_portal(backend_options=backend_options()) as portal:
+        yield portal
