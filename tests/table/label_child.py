@@ -2,7 +2,8 @@
 (ask ``committed_by``, else begin, write, commit with the label), SIGKILLed just before the
 first mutating store request matching a regex (``"-"``: never).
 
-argv: root dest app version first_row n_rows kill_regex ttl [nocheck]. Prints one JSON line:
+argv: root dest app version first_row n_rows kill_regex ttl [nocheck] (a local store), or
+``--spec JSON`` (any backend, :func:`run_spec`). Prints one JSON line:
 ``{"instant": ..., "skipped": ..., "label": ...}`` when it was not killed."""
 
 from __future__ import annotations
@@ -59,7 +60,31 @@ async def ingest_once(
     return {"instant": w.instant, "skipped": r.skipped_label, "label": r.label}
 
 
+def run_spec(text: str) -> None:
+    """One labelled write on any backend of ``tests.matrix.stores``: JSON ``{"backend":
+    INFO, "dest", "app", "version", "first", "n", "kill", "ttl"}``; prints the JSON answer."""
+    from tests.matrix.stores import open_store
+
+    spec = json.loads(text)
+
+    async def run() -> None:
+        inner = open_store(spec["backend"])
+        t = float(spec["ttl"])
+        cfg = CommitterConfig(io_threads=2, writer_ttl=t, lock_ttl=t, lock_wait=60.0)
+        async with inner:
+            store = KillOn(inner, spec["kill"])
+            label = Label(spec["app"], int(spec["version"]))
+            data = rows(int(spec["first"]), int(spec["n"]))
+            out = await ingest_once(store, spec["dest"], label, data, cfg)  # type: ignore[arg-type]
+        print(json.dumps(out), flush=True)
+
+    anyio.run(run)
+
+
 def main() -> None:
+    if sys.argv[1] == "--spec":
+        run_spec(sys.argv[2])
+        return
     root, dest, app, version, first, n, pattern, ttl = sys.argv[1:9]
     precheck = sys.argv[9:] != ["nocheck"]
 

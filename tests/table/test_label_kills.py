@@ -10,15 +10,21 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import pytest
 
 from amcommit.committer.config import CommitterConfig
+from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.labels import Label, label_of
 from amcommit.table.timeline import load_timeline, snapshot
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake  # noqa: F401 (fixtures)
 from tests.table.label_child import ingest_once
 from tests.table.writehelpers import hudi_rows, keys, listing, rows
 
@@ -37,15 +43,18 @@ def _run(root: Path, app: str, version: int, first: int, n: int, kill: str = "-"
 
 
 async def _check_exactly_once(
-    store: LocalStore, root: Path, expected: list[tuple[Any, ...]]
+    store: Store,
+    dest: str,
+    hudi_uri: str,
+    expected: list[tuple[Any, ...]],
+    storage: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """hudi-rs and our planner read ``expected``; nothing but committed files and completed
     instants remain. Returns instant -> label text of the completed instants."""
-    uri = str(root / "tbl")
-    assert hudi_rows(uri) == expected
-    _, commits = await load_timeline(store, "tbl")
+    assert hudi_rows(hudi_uri, storage=storage) == expected
+    _, commits = await load_timeline(store, dest)
     assert sum(f.rows for f in snapshot(commits)) == len(expected)
-    names = await listing(store, "tbl")
+    names = await listing(store, dest)
     parquet = sorted(n for n in names if n.endswith(".parquet"))
     assert parquet == sorted(f.path for f in snapshot(commits))  # no file of a rolled-back write
     completed = {c.instant.time for c in commits}
@@ -63,40 +72,95 @@ async def _check_exactly_once(
     return out
 
 
-@pytest.mark.parametrize(
-    ("point", "kill", "passed"),
-    [
-        # after the label check, before the plan: nothing decided; the retry commits
-        ("before_plan", r"^put .*/commit-plan\.json$", False),
-        # every file renamed, journal "renamed", the .commit not yet published
-        ("before_publish", r"^rename .* -> .*/\.hoodie/\d{17}\.commit$", True),
-        # published, cleanup not done
-        ("after_publish", r"^delete .*/\.hoodie/\.heartbeat/", True),
-    ],
-)
-async def test_killed_labelled_write_then_retry(tmp_path: Path, point: str, kill: str, passed: bool) -> None:
-    root = tmp_path / "root"
-    root.mkdir()
-    store = LocalStore(str(root), fsync=False)
-    first = _run(root, "app", 0, 0, 4)
-    assert first["skipped"] is None
-    assert _run(root, "app", 1, 10, 6, kill) is None  # killed at `point`
-    seen = hudi_rows(str(root / "tbl"))
-    assert seen == (keys(rows(0, 4) + rows(10, 6)) if point == "after_publish" else keys(rows(0, 4))), point
+POINTS = [
+    # after the label check, before the plan: nothing decided; the retry commits
+    ("before_plan", r"^put .*/commit-plan\.json$", False),
+    # every file renamed, journal "renamed", the .commit not yet published (a rename where
+    # renames are atomic, else a create-only put)
+    ("before_publish", r"^(rename .* -> |put ).*/\.hoodie/\d{17}\.commit$", True),
+    # published, cleanup not done
+    ("after_publish", r"^delete .*/\.hoodie/\.heartbeat/", True),
+]
+
+
+async def _retry_after_kill(
+    store: Store,
+    dest: str,
+    kill_run: Callable[[], Any],
+    read: Callable[[], list[tuple[Any, ...]]],
+    point: str,
+    passed: bool,
+) -> None:
+    """Batch 0 committed here; batch 1 killed at ``point`` by ``kill_run()``; then the retry
+    of batch 1, once more, and batch 2, as an ingestion tool runs them."""
     cfg = CommitterConfig(writer_ttl=2.0, lock_ttl=2.0, lock_wait=60.0)
-    retry = await ingest_once(store, "tbl", Label("app", 1), rows(10, 6), cfg)
+    first = await ingest_once(store, dest, Label("app", 0), rows(0, 4), cfg)
+    assert first["skipped"] is None
+    assert kill_run() is None  # killed at `point`
+    seen = read()
+    assert seen == (keys(rows(0, 4) + rows(10, 6)) if point == "after_publish" else keys(rows(0, 4))), point
+    retry = await ingest_once(store, dest, Label("app", 1), rows(10, 6), cfg)
     if passed:  # the killed write is completed (by the retry's commit), the retry skipped
         assert retry["skipped"] is not None and retry["skipped"] != retry["instant"], retry
     else:  # the killed write was rolled back; the retry committed
         assert retry["skipped"] is None and retry["label"] == "app:1", retry
     # once more: nothing new; then the next batch (its commit also removes what a writer
     # killed after publishing left: staging folder, heartbeat)
-    again = await ingest_once(store, "tbl", Label("app", 1), rows(10, 6), cfg)
+    again = await ingest_once(store, dest, Label("app", 1), rows(10, 6), cfg)
     assert again["skipped"] is not None and again["instant"] is None
-    assert (await ingest_once(store, "tbl", Label("app", 2), rows(20, 2), cfg))["skipped"] is None
-    labels = await _check_exactly_once(store, root, keys(rows(0, 4) + rows(10, 6) + rows(20, 2)))
+    assert (await ingest_once(store, dest, Label("app", 2), rows(20, 2), cfg))["skipped"] is None
+
+
+@pytest.mark.parametrize(("point", "kill", "passed"), POINTS)
+async def test_killed_labelled_write_then_retry(tmp_path: Path, point: str, kill: str, passed: bool) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    uri = str(root / "tbl")
+    async with LocalStore(str(root), fsync=False) as store:
+        await _retry_after_kill(
+            store, "tbl", lambda: _run(root, "app", 1, 10, 6, kill), lambda: hudi_rows(uri), point, passed
+        )
+        labels = await _check_exactly_once(store, "tbl", uri, keys(rows(0, 4) + rows(10, 6) + rows(20, 2)))
     assert sorted(labels.values()) == ["app:0", "app:1", "app:2"]
-    await store.aclose()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["blob", "gcs-fake"])
+@pytest.mark.parametrize(("point", "kill", "passed"), POINTS)
+def test_killed_labelled_write_then_retry_on_emulators(
+    backend: str, point: str, kill: str, passed: bool, request: pytest.FixtureRequest
+) -> None:
+    """The same on Azurite (Blob API) and fake-gcs-server: the killed writer is a real
+    process, SIGKILLed before the matching request; hudi-rs reads the emulator."""
+    from tests.matrix.stores import open_store
+    from tests.matrix.table_runner import hudi_location
+
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    dest = f"lbl-{uuid.uuid4().hex[:8]}/tbl"
+    where = hudi_location(SimpleNamespace(info=info, backend=backend, dest=dest))  # type: ignore[arg-type]
+    assert where is not None
+    uri, storage = where
+
+    def kill_run() -> Any:
+        spec = {"backend": info, "dest": dest, "app": "app", "version": 1, "first": 10, "n": 6}
+        spec |= {"kill": kill, "ttl": 2.0}
+        argv = [sys.executable, "-m", "tests.table.label_child", "--spec", json.dumps(spec)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ}, cwd=REPO)
+        if r.returncode == -9:
+            return None
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    async def go() -> dict[str, str]:
+        async with open_store(info) as store:
+            await _retry_after_kill(
+                store, dest, kill_run, lambda: hudi_rows(uri, storage=storage), point, passed
+            )
+            expected = keys(rows(0, 4) + rows(10, 6) + rows(20, 2))
+            return await _check_exactly_once(store, dest, uri, expected, storage)
+
+    labels = anyio.run(go)
+    assert sorted(labels.values()) == ["app:0", "app:1", "app:2"]
 
 
 def _race(root: Path) -> list[Any]:
@@ -127,6 +191,8 @@ async def test_two_processes_race_one_label(tmp_path: Path) -> None:
     w = winners[0]
     assert outs[1 - w]["skipped"] == outs[w]["instant"]
     assert outs[1 - w]["instant"] is not None  # skipped by the commit's check, under the lock
-    labels = await _check_exactly_once(store, root, keys(rows(0, 2) + rows(100 * (w + 1), 3)))
+    labels = await _check_exactly_once(
+        store, "tbl", str(root / "tbl"), keys(rows(0, 2) + rows(100 * (w + 1), 3))
+    )
     assert sorted(labels.values()) == ["base:0", "race:3"]
     await store.aclose()
