@@ -90,10 +90,15 @@ async def stop_beat(store: Store, dest: str, instant: str) -> None:
     await store.put(join(dest, heartbeat_path(instant)), STOPPED, mode=PutMode.OVERWRITE)
 
 
+def _says_stopped(body: bytes) -> bool:
+    """Whether a heartbeat body is the one :func:`stop_beat` writes (pure)."""
+    return body.strip() == STOPPED
+
+
 async def _stopped(store: Store, path: str) -> bool:
     """Whether the heartbeat at ``path`` says its writer stopped (False when unreadable)."""
     try:
-        return (await store.get(path)).strip() == STOPPED
+        return _says_stopped(await store.get(path))
     except StoreError:
         return False
 
@@ -131,7 +136,7 @@ async def last_beats(store: Store, dest: str) -> dict[str, float]:
             except NotFound:
                 continue
             try:
-                out[name] = float("-inf") if body.strip() == STOPPED else float(body.decode())
+                out[name] = float("-inf") if _says_stopped(body) else float(body.decode())
             except (ValueError, UnicodeDecodeError):
                 continue
     except NotFound:

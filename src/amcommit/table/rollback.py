@@ -30,7 +30,6 @@ from amcommit.table.naming import (
     PARTITION_METADATA_FILE,
     check_instant,
     parse_base_file_name,
-    parse_instant,
 )
 
 __all__ = ["finish_rollback", "rollback_instant", "rollback_table_write"]
@@ -216,14 +215,14 @@ async def rollback_instant(
 
 async def _refuse_live(store: Store, dest: str, instant: str, ttl: float) -> None:
     """ConflictError if the writer of ``instant`` is alive (nothing of it found: no error)."""
-    from amcommit.table.heartbeat import _first_sign, judge_writers, writer_alive
+    from amcommit.table.heartbeat import judge_writers, writer_alive
 
     beats, now = await judge_writers(store, dest, [instant])
     seen = beats.get(instant)
-    if seen is None and await _first_sign(store, dest, instant) is None:
-        return  # no heartbeat, marker or .requested: nothing that could be running
+    if seen is None:
+        return  # no heartbeat, marker or .requested (judge_writers looked): nothing running
     if writer_alive(instant, seen, now, ttl):
-        age = now - (seen if seen is not None else parse_instant(instant).timestamp())
+        age = now - seen
         raise ConflictError(
             f"instant {instant} of {dest!r} has a live writer (last heartbeat {max(age, 0.0):.0f} s "
             f"ago, writer_ttl {ttl:g} s): rollback refused; wait, or use --force if that writer is gone"

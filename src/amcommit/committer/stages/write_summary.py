@@ -33,11 +33,8 @@ async def write_summary(ctx: JobContext, report: JobReport) -> None:
     url = ctx.config.summary_report_directory
     if not url:
         return
-    store, base = open_location(url)
-    try:
+    store, base = open_location(url)  # a store of its own, closed here
+    async with store:
         data = encode_json(report.to_success_data())
         path = join(base, f"summary-{ctx.layout.job_id}.json")
         await ctx.call(lambda: store.put(path, data, mode=PutMode.OVERWRITE))
-    finally:
-        if store is not ctx.store:
-            await store.aclose()
