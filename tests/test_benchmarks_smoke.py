@@ -14,6 +14,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_benchmark(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m <argv>`` from the repository root, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def _fake_gcs_available() -> bool:
     try:
         from amcommit.emulators.fakegcs import find_binary
@@ -26,13 +33,7 @@ def _fake_gcs_available() -> bool:
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not _fake_gcs_available(), reason="fake-gcs-server is not installed")
 def test_quick_smallest_case(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    proc = run_benchmark("benchmarks", "--smoke", "--out", str(tmp_path), timeout=110)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| amcommit c=8 |" in proc.stdout
     payload = json.loads((tmp_path / "benchmarks.json").read_text())
@@ -54,13 +55,7 @@ def test_event_loop_local(tmp_path: Path) -> None:
     pytest.importorskip("uvloop")
     out = tmp_path / "loop.json"
     args = ["--backends", "local", "--local-files", "400", "--rounds", "2", "--out", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.event_loop", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    proc = run_benchmark("benchmarks.event_loop", *args, timeout=110)
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads(out.read_text())
     runs = payload["runs"]
@@ -83,21 +78,9 @@ def test_stream_commit_quick(tmp_path: Path) -> None:
     """``benchmarks.stream_commit --quick`` runs both sinks and writes its JSON to --out
     only (never over benchmarks/results)."""
     pytest.importorskip("pyspark")
-    refused = subprocess.run(
-        [sys.executable, "-m", "benchmarks.stream_commit", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = run_benchmark("benchmarks.stream_commit", "--quick", timeout=60)
     assert refused.returncode == 2 and "--out" in refused.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.stream_commit", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=170,
-    )
+    proc = run_benchmark("benchmarks.stream_commit", "--quick", "--out", str(tmp_path), timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| 10 | " in proc.stdout
     rows = json.loads((tmp_path / "stream_commit.json").read_text())["rows"]

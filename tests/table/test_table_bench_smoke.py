@@ -4,24 +4,18 @@ Not a measurement: the figures are not checked."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_benchmarks_smoke import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
 def test_table_changes_quick(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.table_changes", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    proc = run_benchmark("benchmarks.table_changes", "--quick", "--out", str(tmp_path), timeout=110)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| instants | range |" in proc.stdout
     rows = json.loads((tmp_path / "table_changes.json").read_text())["rows"]
@@ -37,13 +31,7 @@ def test_table_commit_quick() -> None:
     and leaves the results of the last full run alone."""
     results = ROOT / "benchmarks" / "results" / "table_commit.json"
     before = results.read_bytes() if results.exists() else None
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.table_commit", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    proc = run_benchmark("benchmarks.table_commit", "--quick", timeout=110)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| plain | 100 |" in proc.stdout and "| table | 100 |" in proc.stdout
     assert "local: table commit " in proc.stdout and "table requests:" in proc.stdout
