@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from amcommit.committer.config import ConflictMode
 from amcommit.committer.job import abort_job, commit_job
@@ -104,6 +104,7 @@ def commit_write(
     results: Sequence[TaskResult | None],
     *,
     label: Label | None = None,
+    before: Callable[[Store, str], Awaitable[None]] | None = None,
     wrap: Callable[[Store], Store] | None = None,
 ) -> JobReport:
     """Commit the job (see module docstring). Blocking; returns the job report.
@@ -111,7 +112,9 @@ def commit_write(
     For a table the job id is the instant: the commit publishes the completed instant
     last, with the operation the tasks' overwrite mode settles (:func:`table_operation`).
     ``label`` (a :class:`amcommit.table.labels.Label`, streaming): committed once per label,
-    see ``commit_job``; ``wrap``: applied to the commit's store (test hooks)."""
+    see ``commit_job``; ``before(store, dest)``: run first, on the same store and event loop
+    (the streaming sink's lease and dead-run rollback); ``wrap``: applied to the commit's
+    store (test hooks)."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
     mode = job_conflict_mode(plan, [r for r in results if r])
@@ -123,6 +126,8 @@ def commit_write(
     async def main() -> JobReport:
         inner, dest = _open(plan, "commit")
         async with inner:
+            if before is not None:
+                await before(inner, dest)
             store = inner if wrap is None else wrap(inner)
             report = await commit_job(
                 store,

@@ -270,25 +270,19 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
         raise _no_query_id()
 
 
-def _roll_back_dead(plan: WritePlan, ids: StreamIds) -> list[str]:
+async def _roll_back_dead(store: Store, dest: str, plan: WritePlan, ids: StreamIds) -> list[str]:
     """Roll back the earlier inflight instants of the same query (dead runs)."""
-
-    async def main() -> list[str]:
-        store, dest = open_location(plan.url, **plan.store_options)
-        async with store:
-            owners = await read_owners(store, dest)
-            dead = dead_instants(plan.job_id, owners, ids.app, ids.checkpoint)
-            for t in dead:
-                report = await abort_job(store, dest, t, config=plan.config())
-                log.warning(
-                    "query %s: instant %s of a dead run %s",
-                    ids.app,
-                    t,
-                    "completed (past its point of no return)" if report.success else "rolled back",
-                )
-            return dead
-
-    return run_blocking(main)
+    owners = await read_owners(store, dest)
+    dead = dead_instants(plan.job_id, owners, ids.app, ids.checkpoint)
+    for t in dead:
+        report = await abort_job(store, dest, t, config=plan.config())
+        log.warning(
+            "query %s: instant %s of a dead run %s",
+            ids.app,
+            t,
+            "completed (past its point of no return)" if report.success else "rolled back",
+        )
+    return dead
 
 
 def commit_batch(
@@ -298,20 +292,19 @@ def commit_batch(
     batch_id: int,
     lease_ttl: float = DEFAULT_LEASE_TTL,
 ) -> JobReport:
-    """The driver side of one micro-batch (see module doc). Blocking."""
+    """The driver side of one micro-batch (see module doc): renew the query's lease, roll
+    back its dead runs' instants, commit with the batch's label; one store, one event
+    loop. Blocking."""
     maybe_kill("before_commit", batch_id)
-    if ids.run is not None:
 
-        async def renew() -> None:
-            store, dest = open_location(plan.url, **plan.store_options)
-            async with store:
-                await acquire_lease(store, dest, ids.app, ids.run or "", lease_ttl)
+    async def before(store: Store, dest: str) -> None:
+        if ids.run is not None:
+            await acquire_lease(store, dest, ids.app, ids.run, lease_ttl)
+        await _roll_back_dead(store, dest, plan, ids)
 
-        run_blocking(renew)
-    _roll_back_dead(plan, ids)
     label = batch_label(ids.app, batch_id)
     wrap: Callable[[Store], Store] = lambda s: kill_in_renames(s, batch_id)  # noqa: E731
-    report = commit_write(plan, results, label=label, wrap=wrap)
+    report = commit_write(plan, results, label=label, before=before, wrap=wrap)
     skipped = getattr(report, "skipped_label", None)
     if skipped:
         report.job_stats.incr("stream_batches_skipped")
