@@ -42,7 +42,11 @@ async def cleanup(ctx: JobContext) -> None:
                 await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
             except StoreError:
                 pass
-        if ctx.config.cleanup_parallel_delete:
+        if store.capabilities.batch_rename:
+            # local files: one thread removing the task directories is faster than many
+            # (parallel deletes of one file system contend in the kernel)
+            await ctx.call(lambda: store.delete(layout.tasks_dir, recursive=True))
+        elif ctx.config.cleanup_parallel_delete:
             children = [i.path async for i in ctx.list(layout.tasks_dir, recursive=False)]
 
             async def rm_dir(p: str) -> None:
