@@ -61,6 +61,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Literal, Self, TypeVar
 
@@ -401,7 +402,10 @@ class FencedStore:
     def __init__(self, inner: Store, lock: DestinationLock) -> None:
         self.inner = inner
         self.lock = lock
-        self.capabilities: Capabilities = inner.capabilities
+        caps = inner.capabilities
+        if caps.batch_rename and batch_renamer(inner) is None:
+            caps = replace(caps, batch_rename=False)  # a wrapper below without the method
+        self.capabilities: Capabilities = caps
         self.iostats: IOStatistics = inner.iostats
 
     @property

@@ -240,7 +240,11 @@ class FaultyStore:
         inner = self.inner.capabilities
         cached = self._caps
         if cached is None or cached[0] is not inner:  # the inner store's may change (GCS move)
-            cached = self._caps = (inner, replace(inner, retries=False, local_root=None))
+            batches = inner.batch_rename and batch_renamer(self.inner) is not None
+            cached = self._caps = (
+                inner,
+                replace(inner, retries=False, local_root=None, batch_rename=batches),
+            )
         return cached[1]
 
     @property
