@@ -32,6 +32,7 @@ import fcntl
 import os
 import shutil
 import stat as stat_mod
+import sys
 import threading
 import time
 import uuid
@@ -87,6 +88,8 @@ def _load_renameat2() -> Callable[[bytes, bytes], int] | None:
 
 
 _renameat2 = _load_renameat2()
+_FS_ENCODING = sys.getfilesystemencoding()
+"""``os.fsencode`` is ``str.encode(_FS_ENCODING, "surrogateescape")`` on POSIX."""
 
 
 def rename_noreplace(src: str, dst: str) -> None:
@@ -405,7 +408,7 @@ class LocalStore:
 
         def run() -> dict[int, StoreError]:
             failed: dict[int, StoreError] = {}
-            lstat, is_reg, mv, enc = os.lstat, stat_mod.S_ISREG, _renameat2, os.fsencode
+            lstat, is_reg, mv, fse = os.lstat, stat_mod.S_ISREG, _renameat2, _FS_ENCODING
             for i, r in enumerate(requests):
                 ps, pd = paths[i]
                 try:
@@ -414,7 +417,7 @@ class LocalStore:
                         if (
                             is_reg(st.st_mode)
                             and (r.src_etag is None or _etag(st) == r.src_etag)
-                            and mv(enc(ps), enc(pd)) == 0
+                            and mv(ps.encode(fse, "surrogateescape"), pd.encode(fse, "surrogateescape")) == 0
                         ):
                             continue
                     _rename_file(
