@@ -40,7 +40,10 @@ def test_round_trip_and_append(spark: Any, tmp_path: Path) -> None:
     # the tasks and the job commit ran on uvloop where it is installed (the test extra has it)
     on = "uvloop " if uvloop_available() else "asyncio"
     assert s["diagnostics"]["event_loop"].startswith(on)
-    assert s["diagnostics"]["task_event_loops"].startswith(on) and "," not in s["diagnostics"]["task_event_loops"]
+    assert (
+        s["diagnostics"]["task_event_loops"].startswith(on)
+        and "," not in s["diagnostics"]["task_event_loops"]
+    )
     md = pq.ParquetFile(dest / files[0]).metadata
     assert md.row_group(0).column(0).compression == "SNAPPY"
     assert b"org.apache.spark.sql.parquet.row.metadata" in md.metadata

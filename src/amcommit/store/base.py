@@ -119,6 +119,11 @@ class Capabilities:
     """The OS directory the store's paths are files in, when a caller on this machine may
     read and write them directly (:func:`local_os_path`); None for remote stores and for
     wrappers that must see every operation (fault injection)."""
+    parallel_io: bool = True
+    """Operations sent at once finish sooner than one after another (remote stores: the
+    latency overlaps). False for local files, where the kernel serialises renames and
+    deletes of one file system and worker threads only contend: the engine then removes
+    directories one at a time."""
     batch_rename: bool = False
     """The store has ``rename_batch`` (:class:`BatchRenamer`): many renames in one call,
     cheaper per file than one ``rename`` each (local files: one worker-thread hop per

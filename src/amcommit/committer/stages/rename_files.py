@@ -177,11 +177,10 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
     report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
 
 
-BATCH_WORKERS = 1
-"""Batches renamed at once on a :class:`~amcommit.store.base.BatchRenamer` (each in a
-worker thread). One: measured on ext4, two threads renaming at once were 2x slower than
-one, not faster: the kernel serialises renames between directories of one file system
-(``s_vfs_rename_mutex``) and the threads contend for the interpreter lock."""
+BATCH_WORKERS = 2
+"""Batches in progress at once on a :class:`~amcommit.store.base.BatchRenamer`: one is
+prepared while the other renames (the local store renames one batch at a time: see
+:class:`~amcommit.store.local.LocalStore`)."""
 
 FAILED_IN_BATCH_CONCURRENCY = 16
 """The renames of one batch that failed are recovered this many at a time."""
