@@ -306,22 +306,16 @@ def targets(res: dict[str, Any]) -> list[dict[str, str]]:
     sp = res.get("spark", {}).get("job_commit", [])
     if sp:
         by = {r["committer"]: r for r in sp}
-        a, m = by.get("amcommit commit_job"), by.get("Hadoop ManifestCommitter")
-        if a and m:
-            add(
-                f"local job commit of {a['files']:,} files faster than Hadoop's ManifestCommitter",
-                a["job_commit_ms"] < m["job_commit_ms"],
-                f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(m['job_commit_ms'])} ms "
-                f"({m['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
-            )
-        v1 = by.get("Hadoop FileOutputCommitter v1")
-        if a and v1:
-            add(
-                f"local job commit of {a['files']:,} files faster than FileOutputCommitter v1",
-                a["job_commit_ms"] < v1["job_commit_ms"],
-                f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(v1['job_commit_ms'])} ms "
-                f"({v1['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
-            )
+        a = by.get("amcommit commit_job")
+        for name in ("Hadoop ManifestCommitter", "Hadoop FileOutputCommitter v1"):
+            other = by.get(name)
+            if a and other:
+                add(
+                    f"local job commit of {a['files']:,} files faster than {name.removeprefix('Hadoop ')}",
+                    a["job_commit_ms"] < other["job_commit_ms"],
+                    f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(other['job_commit_ms'])} ms "
+                    f"({other['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
+                )
     loc = res.get("local")
     if loc:
         add(

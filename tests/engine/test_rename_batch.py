@@ -5,9 +5,7 @@ per-request faults, and a job commit recovers every failed request of a batch.""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,10 +13,11 @@ from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.lock import DestinationLock, FencedStore
 from amcommit.errors import AlreadyExists, LockLost, NotFound, PreconditionFailed, Transient
 from amcommit.paths import join
-from amcommit.store.base import ObjectInfo, RenameRequest, RenameResult, Store, batch_renamer
+from amcommit.store.base import RenameRequest, Store, batch_renamer
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task, snapshot, temp_files
+from tests.table.killstore import KillStore
 
 JOB = "202611230003_0001"
 
@@ -86,45 +85,6 @@ async def test_fenced_store_refuses_a_batch_after_the_lease_is_lost(tmp_path: Pa
     assert await inner.get("src/b") == b"b"
 
 
-class _NoBatches:
-    """A wrapper that copies the capabilities but not ``rename_batch``."""
-
-    def __init__(self, inner: LocalStore) -> None:
-        self.inner = inner
-        self.capabilities = inner.capabilities
-        self.iostats = inner.iostats
-        self.renames = 0
-
-    @property
-    def root_uri(self) -> str:
-        return self.inner.root_uri
-
-    async def stat(self, path: str) -> ObjectInfo:
-        return await self.inner.stat(path)
-
-    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
-        return self.inner.list(prefix, recursive=recursive)
-
-    async def get(self, path: str) -> bytes:
-        return await self.inner.get(path)
-
-    async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
-        return await self.inner.put(path, data, **kw)
-
-    async def delete(self, path: str, **kw: Any) -> bool:
-        return await self.inner.delete(path, **kw)
-
-    async def mkdirs(self, path: str) -> None:
-        await self.inner.mkdirs(path)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def rename(self, src: str, dst: str, **kw: Any) -> RenameResult:
-        self.renames += 1
-        return await self.inner.rename(src, dst, **kw)
-
-
 async def prepare(store: Store, dest: str) -> dict[str, bytes]:
     await store.put(join(dest, "p=1/same.bin"), b"old same")
     layout = await setup_job(store, dest, JOB)
@@ -139,13 +99,14 @@ async def prepare(store: Store, dest: str) -> dict[str, bytes]:
 async def test_a_wrapper_without_batches_renames_one_by_one(tmp_path: Path) -> None:
     inner = LocalStore(str(tmp_path), fsync=False)
     expected = await prepare(inner, "d")
-    store = _NoBatches(inner)
-    assert batch_renamer(store) is None  # type: ignore[arg-type]
+    # a wrapper that copies the capabilities but not rename_batch; counts renames, never kills
+    store = KillStore(inner, pattern="^rename ", nth=10**9)
+    assert store.capabilities.batch_rename and batch_renamer(store) is None  # type: ignore[arg-type]
     before = inner.iostats.count("rename") + inner.iostats.failures("rename")
     await commit_job(store, "d", JOB, config=CommitterConfig(conflict_mode="overwrite"))  # type: ignore[arg-type]
     # every rename went through the wrapper, one by one (none in a batch below it)
     after = inner.iostats.count("rename") + inner.iostats.failures("rename")
-    assert store.renames == after - before >= 121
+    assert store.count == after - before >= 121
     assert await snapshot(inner, "d") == expected
 
 
