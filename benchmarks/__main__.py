@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks.common import machine, run_isolated, table
 
-SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "loop")
+SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "local", "loop")
 RESULTS = Path(__file__).parent / "results"
 
 FULL: dict[str, dict[str, Any]] = {
@@ -58,6 +58,8 @@ FULL: dict[str, dict[str, Any]] = {
     "throttle": {"backends": ["gcs"], "files": 5000},
     "scale": {"files": 1_000_000, "manifests": 10_000},
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 2, "rows": 500_000},
+    # amcommit's local job commit vs a sequential os.rename loop (benchmarks/local_commit.py)
+    "local": {"tasks": 200, "files": 100, "rounds": 3},
     # amcommit on asyncio's loop vs uvloop, alternating rounds (benchmarks/event_loop.py)
     "loop": {
         "backends": ["local", "gcs", "azurite"],
@@ -72,10 +74,12 @@ QUICK: dict[str, dict[str, Any]] = {
     "latency": {"backends": ["gcs"], "files": 400, "conc": [64], "lean": [256], "seq_tasks": 1},
     "scale": {"files": 100_000, "manifests": 1_000},
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 1, "rows": 0},
+    "local": {"tasks": 20, "files": 100, "rounds": 1},
     "loop": {"backends": ["local", "gcs"], "files": 400, "local_files": 2000, "conc": 32, "rounds": 1},
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs"], "sizes": [200], "concurrency": [8], "contenders": ["amcommit", "raw"]},
+    "local": {"tasks": 5, "files": 20, "rounds": 1},
 }
 
 
@@ -165,6 +169,12 @@ def run_spark(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def run_local(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import local_commit
+
+    return local_commit.run(cfg["tasks"], cfg["files"], cfg["rounds"])
+
+
 def run_loop(cfg: dict[str, Any]) -> dict[str, Any]:
     from benchmarks import event_loop
 
@@ -177,6 +187,7 @@ RUNNERS = {
     "throttle": run_throttle,
     "scale": run_scale,
     "spark": run_spark,
+    "local": run_local,
     "loop": run_loop,
 }
 
@@ -186,6 +197,7 @@ TITLES = {
     "throttle": "Job commit with 10% of requests throttled (503/429 + Retry-After: 1)",
     "scale": "Scale: synthetic manifests on a store with no I/O cost",
     "spark": "Local files through PySpark (Hadoop 3.5 committers vs amcommit)",
+    "local": "Local job commit vs a sequential os.rename loop (FileOutputCommitter v1's way)",
     "loop": "amcommit on asyncio's event loop vs uvloop (alternating rounds)",
 }
 
@@ -294,14 +306,23 @@ def targets(res: dict[str, Any]) -> list[dict[str, str]]:
     sp = res.get("spark", {}).get("job_commit", [])
     if sp:
         by = {r["committer"]: r for r in sp}
-        a, m = by.get("amcommit commit_job"), by.get("Hadoop ManifestCommitter")
-        if a and m:
-            add(
-                f"local job commit of {a['files']:,} files faster than Hadoop's ManifestCommitter",
-                a["job_commit_ms"] < m["job_commit_ms"],
-                f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(m['job_commit_ms'])} ms "
-                f"({m['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
-            )
+        a = by.get("amcommit commit_job")
+        for name in ("Hadoop ManifestCommitter", "Hadoop FileOutputCommitter v1"):
+            other = by.get(name)
+            if a and other:
+                add(
+                    f"local job commit of {a['files']:,} files faster than {name.removeprefix('Hadoop ')}",
+                    a["job_commit_ms"] < other["job_commit_ms"],
+                    f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(other['job_commit_ms'])} ms "
+                    f"({other['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
+                )
+    loc = res.get("local")
+    if loc:
+        add(
+            f"local job commit of {loc['files']:,} files >= 1.0x the sequential rename loop",
+            loc["speedup_vs_sequential"] >= 1.0,
+            f"{loc['speedup_vs_sequential']:.2f}x (renaming one by one: {loc['one_by_one_vs_sequential']:.2f}x)",
+        )
     return out
 
 

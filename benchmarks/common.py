@@ -149,14 +149,9 @@ def loop_env(loop: str | None) -> dict[str, str]:
 def running_loop() -> str:
     """The event loop running this coroutine, as ``uvloop 0.21.0`` or ``asyncio``: what a
     worker really ran on (not what it was asked for)."""
-    import asyncio
+    from amcommit.loop import running
 
-    mod = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    if mod == "uvloop":
-        import uvloop
-
-        return f"uvloop {uvloop.__version__}"
-    return mod
+    return running()
 
 
 def load_average() -> list[float]:

@@ -37,6 +37,10 @@ def test_quick_smallest_case(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| amcommit c=8 |" in proc.stdout
     payload = json.loads((tmp_path / "benchmarks.json").read_text())
+    local = payload["results"]["local"]
+    assert {r["contender"] for r in local["rows"]} == {"amcommit", "amcommit one by one", "sequential"}
+    assert all(r["verified"] == "exact" and r["files"] == 100 for r in local["rows"])
+    assert local["speedup_vs_sequential"] > 0 and "| amcommit one by one | 100 |" in proc.stdout
     rows = payload["results"]["emulators"]["rows"]
     assert {r["kind"] for r in rows} == {"amcommit", "raw"}
     for r in rows:

@@ -389,11 +389,40 @@ COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
 """Each adds its subcommand(s) to ``amcommit``'s parser; a new command appends one here."""
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package version, and the event loop commands would run on
+    (``--no-uvloop`` given before it is taken into account)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=kw.get("help"))
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, "no_uvloop", False):
+            how = "asyncio (--no-uvloop)"
+        else:
+            try:
+                how = loop.describe()
+            except ConfigError as e:
+                how = f"none: {e}"
+        print(f"amcommit {package_version()}\nevent loop: {how}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="amcommit", description="Async job-commit engine for ABFS, GCS and local files."
     )
-    p.add_argument("--version", action="version", version=f"amcommit {package_version()}")
+    p.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the version and the event loop commands run on, and exit",
+    )
     p.add_argument(
         "--no-uvloop",
         action="store_true",

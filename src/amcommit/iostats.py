@@ -119,6 +119,28 @@ class IOStatistics:
             if ms > st.max:
                 st.max = ms
 
+    def record_many(self, op: str, n: int, seconds: float, *, failed: int = 0) -> None:
+        """Record ``n`` operations that took ``seconds`` together (a batch), ``failed``
+        of them failures: each counts with the batch's mean duration."""
+        if n <= 0:
+            return
+        mean = seconds / n
+        for _ in range(failed):
+            self.record(op, mean, failed=True)
+        ok = n - failed
+        if ok <= 0:
+            return
+        st = self._ops.get(op)
+        if st is None:
+            st = self._ops[op] = _OpStats()
+        ms = mean * 1000.0
+        st.count += ok
+        st.sum += ms * ok
+        if ms < st.min:
+            st.min = ms
+        if ms > st.max:
+            st.max = ms
+
     def incr(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
 

@@ -97,6 +97,15 @@ def describe() -> str:
     return "asyncio"
 
 
+def running() -> str:
+    """The event loop running the calling coroutine, as ``uvloop 0.21.0`` or ``asyncio``
+    (another loop: its module's name): what really runs, not what was asked for."""
+    mod = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    if mod == "uvloop":
+        return f"uvloop {getattr(_uvloop(), '__version__', '?')}"
+    return mod
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     """A function creating a new loop of the kind :func:`choice` picks
     (``uvloop.new_event_loop`` or ``asyncio.new_event_loop``); for runners other than

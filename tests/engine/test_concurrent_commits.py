@@ -310,9 +310,11 @@ async def test_holder_that_cannot_renew_stops_and_resumes(tmp_path: Path) -> Non
     assert await temp_files(store, dest) == []
 
 
-async def test_no_write_starts_after_the_lease_ran_out(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch", [1, 2])
+async def test_no_write_starts_after_the_lease_ran_out(tmp_path: Path, batch: int) -> None:
     """The event loop is blocked past the lease (the heartbeat cannot run): the commit's
-    next write is refused by the fence itself, not later by the heartbeat."""
+    next write is refused by the fence itself, not later by the heartbeat. With batches
+    of 2 renames, the fence refuses the next batch."""
     store = LocalStore(str(tmp_path / "root"), fsync=False)
     dest = "warehouse/t"
     a = ("job_a", "overwrite", job_files("a", "p=1", 8))
@@ -322,7 +324,7 @@ async def test_no_write_starts_after_the_lease_ran_out(tmp_path: Path) -> None:
         if p.stage == "rename_files" and p.phase == "progress" and p.done == 2:
             time.sleep(0.8)  # blocks the loop: longer than the lease (0.75 * 0.6 s)
 
-    cfg = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.6)
+    cfg = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.6, rename_batch_size=batch)
     with pytest.raises(LockLost, match="was not started"):
         await commit_job(store, dest, "job_a", config=cfg, progress=progress)
     renamed = [k for k in await snapshot(store, dest) if k.startswith("p=1/a-")]

@@ -1,5 +1,6 @@
-"""A job commit really killed (SIGKILL, in a subprocess) at each stage boundary, then
-resumed by commit_job or undone by abort_job: the destination is always exact."""
+"""A job commit really killed (SIGKILL, in a subprocess) at each stage boundary, and in
+the middle of a batch of local renames (right after any rename system call), then resumed
+by commit_job or undone by abort_job: the destination is always exact."""
 
 from __future__ import annotations
 
@@ -51,10 +52,11 @@ async def prepare(tmp_path: Path) -> tuple[LocalStore, str]:
     return store, dest
 
 
-def kill_at(store: LocalStore, dest: str, point: str) -> None:
+def kill_at(store: LocalStore, dest: str, point: str, batch: int | None = None) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), *sys.path]))
+    args = [store.root, dest, JOB, "overwrite", point, *([] if batch is None else [str(batch)])]
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.engine.kill_child", store.root, dest, JOB, "overwrite", point],
+        [sys.executable, "-m", "tests.engine.kill_child", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -64,20 +66,33 @@ def kill_at(store: LocalStore, dest: str, point: str) -> None:
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
 
 
+BATCHES = [pytest.param(None, id="batched"), pytest.param(1, id="one-by-one")]
+"""The default (local renames in batches) and file-by-file renames (``rename_batch_size=1``,
+the path of every other store)."""
+
+
+@pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize(("point", "past_no_return"), POINTS)
-async def test_killed_then_resumed(tmp_path: Path, point: str, past_no_return: bool) -> None:
+async def test_killed_then_resumed(
+    tmp_path: Path, point: str, past_no_return: bool, batch: int | None
+) -> None:
     store, dest = await prepare(tmp_path)
-    kill_at(store, dest, point)
+    kill_at(store, dest, point, batch)
     report = await commit_job(store, dest, JOB, config=CommitterConfig(conflict_mode="overwrite"))
     assert report.success
     assert await snapshot(store, dest) == NEW
     assert await temp_files(store, dest) == []
 
 
+@pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize(("point", "past_no_return"), POINTS)
-async def test_killed_then_aborted(tmp_path: Path, point: str, past_no_return: bool) -> None:
+async def test_killed_then_aborted(
+    tmp_path: Path, point: str, past_no_return: bool, batch: int | None
+) -> None:
     store, dest = await prepare(tmp_path)
-    kill_at(store, dest, point)
+    kill_at(store, dest, point, batch)
+    if batch is None and point == "rename_files:progress:5":
+        past_no_return = True  # batches of one task's 4 files: 5 done means all 8 are
     await abort_job(store, dest, JOB)
     # before the point of no return, abort restores the old data exactly; after it, abort
     # completes the commit (the old data is already partly deleted by design)
@@ -85,3 +100,64 @@ async def test_killed_then_aborted(tmp_path: Path, point: str, past_no_return: b
     assert await temp_files(store, dest) == []
     await abort_job(store, dest, JOB)  # idempotent
     assert await snapshot(store, dest) == (NEW if past_no_return else OLD)
+
+
+# -- killed inside a batch of renames ---------------------------------------------------
+
+BIG = {f"p={i % 4}/big-{i:04d}.parquet": f"big {i}".encode() for i in range(600)} | {
+    "p=1/same.parquet": b"new same"
+}
+"""601 files in 3 tasks of ~200: with batches of 64, 4 batches per task, the last short."""
+SYSCALLS = [1, 2, 63, 64, 65, 200, 202, 203, 450, 601, 602]
+"""Kill right after the N-th rename system call: 602 in all. ``p=1/same.parquet`` is taken
+(an old file): its forward rename fails in its batch, and after that batch the old file is
+moved aside (one rename) and the new one renamed (another)."""
+
+
+async def prepare_big(tmp_path: Path) -> tuple[LocalStore, str]:
+    store = LocalStore(str(tmp_path / "root"), fsync=False)
+    dest = "warehouse/big"
+    for p, d in OLD.items():
+        await store.put(join(dest, p), d)
+    layout = await setup_job(store, dest, JOB)
+    items = list(BIG.items())
+    for t in range(3):
+        await run_task(store, layout, t, dict(items[t * 200 : (t + 1) * 200 + (1 if t == 2 else 0)]))
+    return store, dest
+
+
+async def assert_cut_after(store: LocalStore, dest: str, n: int) -> None:
+    """The killed commit had renamed exactly what its first ``n`` rename calls did."""
+    now = await snapshot(store, dest)
+    published = {k for k, v in now.items() if BIG.get(k) == v}
+    moved_aside = now.get("p=1/same.parquet") != b"old same"
+    assert len(published) + moved_aside == n
+    assert {k: v for k, v in now.items() if k not in published} == {
+        k: v for k, v in OLD.items() if not (moved_aside and k == "p=1/same.parquet")
+    }
+
+
+@pytest.mark.parametrize("n", SYSCALLS)
+async def test_killed_inside_a_batch_then_resumed(tmp_path: Path, n: int) -> None:
+    store, dest = await prepare_big(tmp_path)
+    kill_at(store, dest, f"renameat2:{n}", 64)
+    await assert_cut_after(store, dest, n)
+    report = await commit_job(store, dest, JOB, config=CommitterConfig(conflict_mode="overwrite"))
+    assert report.success and report.resumed
+    assert report.files == len(BIG)
+    assert await snapshot(store, dest) == BIG
+    assert await temp_files(store, dest) == []
+
+
+@pytest.mark.parametrize("n", SYSCALLS)
+async def test_killed_inside_a_batch_then_aborted(tmp_path: Path, n: int) -> None:
+    store, dest = await prepare_big(tmp_path)
+    kill_at(store, dest, f"renameat2:{n}", 64)
+    await assert_cut_after(store, dest, n)
+    await abort_job(store, dest, JOB)
+    # every rename done, the journal not yet "renamed": abort completes the commit
+    expected = BIG if n == 602 else OLD
+    assert await snapshot(store, dest) == expected
+    assert await temp_files(store, dest) == []
+    await abort_job(store, dest, JOB)  # idempotent
+    assert await snapshot(store, dest) == expected

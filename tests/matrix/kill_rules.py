@@ -47,12 +47,19 @@ class _KillAfterStore(FaultyStore):
         self._rule = rule
         self._seen = 0
 
+    def _matches(self, op: str, paths: tuple[str, ...]) -> bool:
+        r = self._rule
+        return op == r["op"] and any(fnmatch.fnmatchcase(p, r.get("path", "*")) for p in paths)
+
+    def _selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        # a batch of renames sends the renames the rule counts through _call one by one
+        return self._matches(op, paths) or super()._selects(op, paths)
+
     async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
         result = await super()._call(op, paths, fn)
-        r = self._rule
-        if op == r["op"] and any(fnmatch.fnmatchcase(p, r.get("path", "*")) for p in paths):
+        if self._matches(op, paths):
             self._seen += 1
-            if self._seen >= r.get("nth", 1):
+            if self._seen >= self._rule.get("nth", 1):
                 die()
         return result
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from amcommit.committer.sync import BlockingCommitter
+from amcommit.loop import uvloop_available
 from tests.spark.helpers import data_files, make_df, no_temporary, read, rows, success, writer
 
 pytestmark = pytest.mark.spark
@@ -36,6 +37,13 @@ def test_round_trip_and_append(spark: Any, tmp_path: Path) -> None:
     assert len(files) == s["metrics"]["files"] == 4 * 3 * 2
     assert all(f.split("/")[0].startswith("cat=") and f.split("/")[1].startswith("day=") for f in files)
     assert all(s["jobId"] in f for f in files) and no_temporary(dest)
+    # the tasks and the job commit ran on uvloop where it is installed (the test extra has it)
+    on = "uvloop " if uvloop_available() else "asyncio"
+    assert s["diagnostics"]["event_loop"].startswith(on)
+    assert (
+        s["diagnostics"]["task_event_loops"].startswith(on)
+        and "," not in s["diagnostics"]["task_event_loops"]
+    )
     md = pq.ParquetFile(dest / files[0]).metadata
     assert md.row_group(0).column(0).compression == "SNAPPY"
     assert b"org.apache.spark.sql.parquet.row.metadata" in md.metadata

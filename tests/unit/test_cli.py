@@ -11,6 +11,7 @@ import pytest
 
 from amcommit.cli import main
 from amcommit.committer import setup_job
+from amcommit.loop import uvloop_available
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task
 
@@ -211,13 +212,27 @@ def test_store_options_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _store_options(args) == {"use_move": False, "page_size": 64}
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("env", "args", "shown"),
+    [
+        ("0", ["--version"], "asyncio"),
+        ("auto", ["--no-uvloop", "--version"], "asyncio (--no-uvloop)"),
+        ("auto", ["--version"], "uvloop " if uvloop_available() else "asyncio"),
+        ("maybe", ["--version"], "none: AMCOMMIT_UVLOOP='maybe': expected 0/1"),
+    ],
+)
+def test_version_shows_the_event_loop(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, env: str, args: list[str], shown: str
+) -> None:
     from amcommit import __version__
 
+    monkeypatch.setenv("AMCOMMIT_UVLOOP", env)
     with pytest.raises(SystemExit) as e:
-        main(["--version"])
+        main(args)
     assert e.value.code == 0
-    assert capsys.readouterr().out.strip() == f"amcommit {__version__}"
+    version, loop_line = capsys.readouterr().out.strip().splitlines()
+    assert version == f"amcommit {__version__}"
+    assert loop_line.startswith(f"event loop: {shown}")
 
 
 def test_every_argument_and_command_has_help() -> None:

@@ -63,6 +63,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     io_rate: float | None = None
     """Upper bound on file operations started per second by one job commit (None: none);
     the store's own limiter adapts further to throttling."""
+    rename_batch_size: int = 256
+    """Renames per call on stores that rename in batches (local files, see
+    :class:`~amcommit.store.base.BatchRenamer`): one worker-thread hop per batch instead of
+    one coroutine per file. 1 renames file by file. Not used with ``io_rate``."""
     load_threads: int = 16
     """Manifests loaded concurrently (bounds memory: at most this many are decoded at once)."""
     load_queue_capacity: int = 64
@@ -122,6 +126,7 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     def __post_init__(self) -> None:
         for name in (
             "io_threads",
+            "rename_batch_size",
             "load_threads",
             "load_queue_capacity",
             "manifest_save_attempts",

@@ -45,6 +45,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from amcommit import loop as amcommit_loop
 from amcommit.committer.completeness import job_completeness, marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call, retry_list
@@ -221,6 +222,7 @@ def _new_context(
 ) -> JobContext:
     report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest))
     report.conflict_mode = config.conflict_mode
+    report.event_loop = amcommit_loop.running()
     # the job's workers already bound concurrency (io_threads); its own limiter adds the
     # rate limit and throttling feedback. A caller's (shared) limiter is used as given.
     lim = limiter or Limiter(max_concurrency=None, rate=config.io_rate)
@@ -523,6 +525,7 @@ async def _run_commit(
     async with ctx.stage("load_manifests"):
         run.spool = load_manifests.new_spool(ctx)
         loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
+        report.task_event_loops = sorted({x["event_loop"] for x in loaded.extra_data if "event_loop" in x})
         if manifests is not None and journal is None:
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
 

@@ -60,7 +60,8 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Literal, Self, TypeVar
 
@@ -82,7 +83,17 @@ from amcommit.errors import (
 )
 from amcommit.iostats import IOStatistics
 from amcommit.paths import join
-from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, Store, UpdateIf, WriteMode
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameRequest,
+    RenameResult,
+    Store,
+    UpdateIf,
+    WriteMode,
+    batch_renamer,
+)
 from amcommit.store.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -391,7 +402,10 @@ class FencedStore:
     def __init__(self, inner: Store, lock: DestinationLock) -> None:
         self.inner = inner
         self.lock = lock
-        self.capabilities: Capabilities = inner.capabilities
+        caps = inner.capabilities
+        if caps.batch_rename and batch_renamer(inner) is None:
+            caps = replace(caps, batch_rename=False)  # a wrapper below without the method
+        self.capabilities: Capabilities = caps
         self.iostats: IOStatistics = inner.iostats
 
     @property
@@ -416,6 +430,16 @@ class FencedStore:
     ) -> RenameResult:
         self.lock.check("rename", src)
         return await self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id)
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """The lease is checked once, before the batch starts (a batch is short: the
+        engine's batches are a few hundred local renames)."""
+        inner = batch_renamer(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} has no rename_batch")
+        if requests:
+            self.lock.check("rename", requests[0].src)
+        return await inner.rename_batch(requests)
 
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         self.lock.check("delete", path)

@@ -72,6 +72,12 @@ class JobReport:
     found (see :mod:`amcommit.committer.completeness`); None when the caller gave them."""
     instant: str | None = None
     """Table writes: the instant this commit completes (None for plain destinations)."""
+    event_loop: str = ""
+    """The event loop the commit ran on (:func:`amcommit.loop.running`); ``_SUCCESS``
+    diagnostic ``event_loop``."""
+    task_event_loops: list[str] = field(default_factory=list)
+    """The event loops the task commits ran on, as their manifests say (``extra_data``
+    ``event_loop``, written by the Spark task writer); diagnostic ``task_event_loops``."""
     operation: str | None = None
     """Table writes: ``INSERT``, ``BULK_INSERT``, ``INSERT_OVERWRITE`` or ``INSERT_OVERWRITE_TABLE``."""
     label: str | None = None
@@ -147,6 +153,10 @@ class JobReport:
             diagnostics["rolled_back"] = "true"
         if self.completed_previous:
             diagnostics["completed_previous_job"] = self.completed_previous
+        if self.event_loop:
+            diagnostics["event_loop"] = self.event_loop
+        if self.task_event_loops:
+            diagnostics["task_event_loops"] = ", ".join(self.task_event_loops)
         return SuccessData(
             timestamp=int(now * 1000),
             date=datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(),

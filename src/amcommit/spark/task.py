@@ -48,6 +48,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
 from amcommit.loop import blocking_portal
+from amcommit.loop import running as running_loop
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join
 from amcommit.spark.fault_hooks import InjectedTaskFailure, parse_task_failure
@@ -331,7 +332,11 @@ def run_task(
                         writer.write_empty_file(schema)
                 if uploads is not None:
                     uploads.wait()
-                extra = {"rows": str(stats.rows), "spark.partition": str(partition)}
+                extra = {
+                    "rows": str(stats.rows),
+                    "spark.partition": str(partition),
+                    "event_loop": portal.call(_running_loop),
+                }
                 if table is not None:
                     extra["hudi.rows"] = json.dumps(stats.file_rows, separators=(",", ":"))
                 manifest: TaskManifest = portal.call(
@@ -386,3 +391,8 @@ __all__ = [
     "setup_attempt",
     "task_ids",
 ]
+
+
+async def _running_loop() -> str:
+    """The event loop the task's store calls run on (recorded in its manifest)."""
+    return running_loop()

@@ -18,16 +18,19 @@ Idempotency: ``stat``, ``get``, ``list``, ``mkdirs`` and ``delete`` may be repea
 ``rename`` repeated after success raises :class:`~amcommit.errors.NotFound` for the source;
 backends that can prove the earlier attempt succeeded (etag kept on rename, or the
 ``rename_id`` provenance mark) return ``RenameResult(recovered=True)`` instead.
+``rename_batch`` (stores with ``Capabilities.batch_rename``) is many renames in one call,
+each atomic as ``rename`` is, the batch as a whole not.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
+from amcommit.errors import StoreError
 from amcommit.iostats import IOStatistics
 from amcommit.paths import check_path
 
@@ -116,6 +119,25 @@ class Capabilities:
     """The OS directory the store's paths are files in, when a caller on this machine may
     read and write them directly (:func:`local_os_path`); None for remote stores and for
     wrappers that must see every operation (fault injection)."""
+    parallel_io: bool = True
+    """Operations sent at once finish sooner than one after another (remote stores: the
+    latency overlaps). False for local files, where the kernel serialises renames and
+    deletes of one file system and worker threads only contend: the engine then removes
+    directories one at a time."""
+    batch_rename: bool = False
+    """The store has ``rename_batch`` (:class:`BatchRenamer`): many renames in one call,
+    cheaper per file than one ``rename`` each (local files: one worker-thread hop per
+    batch instead of one coroutine per file). Use :func:`batch_renamer`."""
+
+
+class RenameRequest(NamedTuple):
+    """One rename of a :meth:`BatchRenamer.rename_batch`: the arguments of
+    :meth:`Store.rename`."""
+
+    src: str
+    dst: str
+    src_etag: str | None = None
+    rename_id: str | None = None
 
 
 @runtime_checkable
@@ -211,3 +233,32 @@ def local_os_path(store: Store, path: str) -> str | None:
         return None
     check_path(path)
     return os.path.join(root, path) if path else root
+
+
+@runtime_checkable
+class BatchRenamer(Protocol):
+    """A store that renames many files in one call (``Capabilities.batch_rename``)."""
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """Carry out every request as :meth:`Store.rename` would, in order, each on its
+        own: a failed request does not stop the ones after it. Returns the failures: the
+        index of each request that failed, with the :class:`~amcommit.errors.StoreError`
+        ``rename`` would have raised (returned, not raised). Every other request succeeded
+        as ``rename`` would have (``RenameResult(dst, etag=src_etag)``).
+
+        Atomic per request only: a batch stopped midway (a killed process) has done a
+        prefix of its requests, each whole or not at all. Not retried: the caller repeats
+        a failed request through ``rename`` (every request is recognisable when repeated,
+        like ``rename``'s). Errors other than :class:`~amcommit.errors.StoreError`
+        (cancellation, a bug) are raised and may leave a prefix done.
+        """
+        ...
+
+
+def batch_renamer(store: Store) -> BatchRenamer | None:
+    """``store`` as a :class:`BatchRenamer` if it declares and has ``rename_batch``; None
+    otherwise (a wrapper that copies the capabilities but not the method stays on
+    ``rename``)."""
+    if store.capabilities.batch_rename and isinstance(store, BatchRenamer):
+        return store
+    return None

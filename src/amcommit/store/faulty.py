@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Self, TypeVar
 
@@ -28,7 +28,16 @@ import anyio
 
 from amcommit.errors import StoreError, Throttled, Transient
 from amcommit.iostats import IOStatistics
-from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, Store, WriteMode
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameRequest,
+    RenameResult,
+    Store,
+    WriteMode,
+    batch_renamer,
+)
 
 T = TypeVar("T")
 
@@ -231,7 +240,11 @@ class FaultyStore:
         inner = self.inner.capabilities
         cached = self._caps
         if cached is None or cached[0] is not inner:  # the inner store's may change (GCS move)
-            cached = self._caps = (inner, replace(inner, retries=False, local_root=None))
+            batches = inner.batch_rename and batch_renamer(self.inner) is not None
+            cached = self._caps = (
+                inner,
+                replace(inner, retries=False, local_root=None, batch_rename=batches),
+            )
         return cached[1]
 
     @property
@@ -270,6 +283,39 @@ class FaultyStore:
             (src, dst),
             lambda: self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id),
         )
+
+    def _selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        """Whether any rule is about the call ``op`` on ``paths`` (pure; subclasses that
+        act on calls add their own conditions)."""
+        return any(rule.selects(op, paths) for rule in self.rules)
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """The wrapped store's batch, with the faults of :meth:`rename`: the requests no
+        rule is about go to the wrapped store's ``rename_batch`` in runs, each request a
+        rule is about goes through :meth:`rename` on its own (its fault, or lost answer,
+        is its failure), in order."""
+        inner = batch_renamer(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} has no rename_batch")
+        failed: dict[int, StoreError] = {}
+        start = 0  # first index of the current run of requests no rule is about
+
+        async def flush(end: int) -> None:
+            if end > start:
+                for i, e in (await inner.rename_batch(requests[start:end])).items():
+                    failed[start + i] = e
+
+        for i, r in enumerate(requests):
+            if not self._selects("rename", (r.src, r.dst)):
+                continue
+            await flush(i)
+            start = i + 1
+            try:
+                await self.rename(r.src, r.dst, src_etag=r.src_etag, rename_id=r.rename_id)
+            except StoreError as e:
+                failed[i] = e
+        await flush(len(requests))
+        return failed
 
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         return await self._call("delete", (path,), lambda: self.inner.delete(path, recursive=recursive))

@@ -32,6 +32,7 @@ import fcntl
 import os
 import shutil
 import stat as stat_mod
+import sys
 import threading
 import time
 import uuid
@@ -57,6 +58,7 @@ from amcommit.store.base import (
     Capabilities,
     ObjectInfo,
     PutMode,
+    RenameRequest,
     RenameResult,
     UpdateIf,
     WriteMode,
@@ -86,6 +88,8 @@ def _load_renameat2() -> Callable[[bytes, bytes], int] | None:
 
 
 _renameat2 = _load_renameat2()
+_FS_ENCODING = sys.getfilesystemencoding()
+"""``os.fsencode`` is ``str.encode(_FS_ENCODING, "surrogateescape")`` on POSIX."""
 
 
 def rename_noreplace(src: str, dst: str) -> None:
@@ -105,6 +109,32 @@ def rename_noreplace(src: str, dst: str) -> None:
         return
     os.link(src, dst)  # atomic create-only
     os.unlink(src)
+
+
+def _rename_file(ps: str, pd: str, src: str, dst: str, src_etag: str | None, declared: bool) -> RenameResult:
+    """The rename of :meth:`LocalStore.rename` (OS paths ``ps``/``pd`` of store paths
+    ``src``/``dst``), blocking. ``declared``: the caller says the source is a file."""
+    if declared:
+        st = os.lstat(ps)
+        what = _not_a_file(st.st_mode)
+        if what is not None:
+            raise PreconditionFailed(f"source is {what}, not a file", op="rename", path=src)
+        if src_etag is not None and _etag(st) != src_etag:
+            raise PreconditionFailed(
+                f"source etag is {_etag(st)}, expected {src_etag}", op="rename", path=src
+            )
+    try:
+        rename_noreplace(ps, pd)  # optimistic: the parent usually exists already
+    except FileExistsError:
+        raise AlreadyExists("destination exists", op="rename", path=dst) from None
+    except FileNotFoundError:
+        os.stat(ps)  # a missing source raises NotFound here
+        os.makedirs(os.path.dirname(pd), exist_ok=True)
+        try:
+            rename_noreplace(ps, pd)
+        except FileExistsError:
+            raise AlreadyExists("destination exists", op="rename", path=dst) from None
+    return RenameResult(dst=dst, etag=src_etag)
 
 
 def _special(mode: int) -> str | None:
@@ -207,9 +237,15 @@ class LocalStore:
             conditional_put=True,
             name="local",
             local_root=self.root,
+            parallel_io=False,
+            batch_rename=True,
         )
         self._locks: dict[str, threading.Lock] = {}
         self._closed = False
+        self._renaming = anyio.Lock()
+        """One batch renames at a time (the kernel serialises renames between directories
+        of one file system; two threads renaming were measured 2x slower than one); the
+        caller prepares the next batch meanwhile."""
 
     @property
     def root_uri(self) -> str:
@@ -357,29 +393,54 @@ class LocalStore:
         ps, pd = self.os_path(src), self.os_path(dst)
 
         def mv() -> RenameResult:
-            if src_etag is not None or rename_id is not None:  # a declared file
-                st = os.lstat(ps)
-                what = _not_a_file(st.st_mode)
-                if what is not None:
-                    raise PreconditionFailed(f"source is {what}, not a file", op="rename", path=src)
-                if src_etag is not None and _etag(st) != src_etag:
-                    raise PreconditionFailed(
-                        f"source etag is {_etag(st)}, expected {src_etag}", op="rename", path=src
-                    )
-            try:
-                rename_noreplace(ps, pd)  # optimistic: the parent usually exists already
-            except FileExistsError:
-                raise AlreadyExists("destination exists", op="rename", path=dst) from None
-            except FileNotFoundError:
-                os.stat(ps)  # a missing source raises NotFound here
-                os.makedirs(os.path.dirname(pd), exist_ok=True)
-                try:
-                    rename_noreplace(ps, pd)
-                except FileExistsError:
-                    raise AlreadyExists("destination exists", op="rename", path=dst) from None
-            return RenameResult(dst=dst, etag=src_etag)
+            return _rename_file(ps, pd, src, dst, src_etag, src_etag is not None or rename_id is not None)
 
         return await self._run("rename", src, mv, inline=True)
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """Many :meth:`rename` calls in one worker-thread hop under one limiter slot (see
+        :meth:`~amcommit.store.base.BatchRenamer.rename_batch`): each request is checked
+        and renamed exactly as ``rename`` does it (a declared file's ``lstat`` and etag
+        compared just before its ``RENAME_NOREPLACE``), one after another; a killed process
+        has done a prefix of them. One thread: renames between directories of one file
+        system are serialised by the kernel anyway (``s_vfs_rename_mutex``)."""
+        root = self.root.rstrip("/") + "/"
+        paths: list[tuple[str, str]] = []
+        for r in requests:
+            check_path(r.src, allow_root=False)
+            check_path(r.dst, allow_root=False)
+            paths.append((root + r.src, root + r.dst))
+
+        def run() -> dict[int, StoreError]:
+            failed: dict[int, StoreError] = {}
+            lstat, is_reg, mv, fse = os.lstat, stat_mod.S_ISREG, _renameat2, _FS_ENCODING
+            for i, r in enumerate(requests):
+                ps, pd = paths[i]
+                try:
+                    if mv is not None and (r.src_etag is not None or r.rename_id is not None):
+                        st = lstat(ps)  # the checks of _rename_file, inlined (the hot path)
+                        if (
+                            is_reg(st.st_mode)
+                            and (r.src_etag is None or _etag(st) == r.src_etag)
+                            and mv(ps.encode(fse, "surrogateescape"), pd.encode(fse, "surrogateescape")) == 0
+                        ):
+                            continue
+                    _rename_file(
+                        ps, pd, r.src, r.dst, r.src_etag, r.src_etag is not None or r.rename_id is not None
+                    )  # the slow path decides and explains every other case
+                except OSError as e:
+                    failed[i] = _map_oserror(e, "rename", r.src)
+                except StoreError as e:
+                    failed[i] = e
+            return failed
+
+        t0 = time.perf_counter()
+        async with self.limiter.slot(), self._renaming:
+            failed = await anyio.to_thread.run_sync(run)
+        self.iostats.record_many("rename", len(requests), time.perf_counter() - t0, failed=len(failed))
+        if len(failed) < len(requests):
+            self.limiter.succeeded()
+        return failed
 
     async def find_non_file(self, paths: Sequence[str], below: str) -> tuple[str, str] | None:
         """The first of ``paths`` (declared files, all below directory ``below``) that is

@@ -26,25 +26,38 @@ What happens when a rename does not simply succeed:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
+import anyio
+
 from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.messages import conflict_message
 from amcommit.committer.stages.renaming import (
     back_id,
     forward_expected,
     move_aside,
+    rename_id,
     settle,
     stat_or_none,
 )
 from amcommit.committer.stages.scope import in_replace_scope, replace_scope
-from amcommit.errors import AlreadyExists, CommitError, ConflictError, NotFound, PreconditionFailed
+from amcommit.errors import (
+    AlreadyExists,
+    CommitError,
+    ConflictError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+)
 from amcommit.manifest import RenameEntry
 from amcommit.paths import path_to_uri
-from amcommit.store.base import RenameResult
+from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer
 from amcommit.store.proof import Expected, Verdict
+from amcommit.store.retry import Backoff
 
 
 @dataclass(frozen=True)
@@ -66,8 +79,12 @@ async def run(ctx: JobContext, inputs: RenameInputs) -> RenameResults:
     return RenameResults(ctx.report.renamed, ctx.report.recovered_renames)
 
 
-async def rename_one(ctx: JobContext, entry: RenameEntry, roots: list[str] | None) -> RenameResult:
-    """Rename one file with recovery (see module docstring). ``roots``: replace scope."""
+async def rename_one(
+    ctx: JobContext, entry: RenameEntry, roots: list[str] | None, first: StoreError | None = None
+) -> RenameResult:
+    """Rename one file with recovery (see module docstring). ``roots``: replace scope.
+    ``first``: the answer an earlier attempt of this rename got (a batch's), a
+    non-retryable error, taken as the first call's answer instead of calling again."""
     store, job = ctx.store, ctx.layout.job_id
     want = forward_expected(job, entry)
     rid = want.rename_id
@@ -75,6 +92,9 @@ async def rename_one(ctx: JobContext, entry: RenameEntry, roots: list[str] | Non
     moved_aside = stale_removed = moved_back = False
     while True:
         try:
+            if first is not None:
+                err, first = first, None
+                raise err
             return await ctx.call(
                 partial(store.rename, entry.src, entry.dst, src_etag=src_etag, rename_id=rid)
             )
@@ -127,14 +147,80 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
     names: list[str] = []
     limit = ctx.config.success_filenames
 
-    async def one(entry: RenameEntry) -> None:
-        res = await rename_one(ctx, entry, roots)
+    def done(entry: RenameEntry, res: RenameResult) -> None:
         report.renamed += 1
         if res.recovered:
             report.recovered_renames += 1
         if len(names) < limit:
             names.append(entry.dst)
+
+    async def one(entry: RenameEntry) -> None:
+        done(entry, await rename_one(ctx, entry, roots))
         ctx.emit("rename_files", report.renamed, total)
 
-    await run_parallel(spool.entries(), one, ctx.config.io_threads)
+    batcher = batch_renamer(ctx.store)
+    size = ctx.config.rename_batch_size
+    if batcher is not None and size > 1 and ctx.config.io_rate is None:
+
+        async def batch(rows: list[RenameEntry]) -> None:
+            redone = await rename_batch(ctx, batcher, rows, roots)
+            report.renamed += len(rows)
+            report.recovered_renames += sum(1 for r in redone.values() if r.recovered)
+            if len(names) < limit:
+                names.extend(e.dst for e in rows[: limit - len(names)])
+            ctx.emit("rename_files", report.renamed, total)
+
+        workers = min(ctx.config.io_threads, BATCH_WORKERS)
+        await run_parallel(_batches(spool, size), batch, workers)
+    else:
+        await run_parallel(spool.entries(), one, ctx.config.io_threads)
     report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
+
+
+BATCH_WORKERS = 2
+"""Batches in progress at once on a :class:`~amcommit.store.base.BatchRenamer`: one is
+prepared while the other renames (the local store renames one batch at a time: see
+:class:`~amcommit.store.local.LocalStore`)."""
+
+FAILED_IN_BATCH_CONCURRENCY = 16
+"""The renames of one batch that failed are recovered this many at a time."""
+
+
+def _batches(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
+    """The spool's entries in lists of at most ``size``, one manifest's frame at a time."""
+    for _, rows in spool.frames():
+        for i in range(0, len(rows), size):
+            yield rows[i : i + size]
+
+
+async def rename_batch(
+    ctx: JobContext, batcher: BatchRenamer, rows: list[RenameEntry], roots: list[str] | None
+) -> dict[int, RenameResult]:
+    """Rename ``rows`` with one :meth:`~amcommit.store.base.BatchRenamer.rename_batch` call
+    (through the job's limiter and retry layer: one slot per batch), then every request
+    that failed through :func:`rename_one` and its recovery: a non-retryable answer (the
+    source gone, the destination taken, the etag changed) is handed to it as the first
+    answer; after a retryable one (throttled, transient) it waits the backoff and renames
+    again. Returns the results of the requests that went through :func:`rename_one`, by
+    index in ``rows``; every other row was renamed by the batch."""
+    job = ctx.layout.job_id
+    provenance = ctx.store.capabilities.rename_provenance
+    requests = [
+        RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
+        for e in rows
+    ]
+    failed = await ctx.call(partial(batcher.rename_batch, requests))
+    results: dict[int, RenameResult] = {}
+    if failed:
+
+        async def recover(i: int) -> None:
+            err = failed[i]
+            if err.retryable:
+                backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+                await anyio.sleep(backoff.after(err, 1))
+                results[i] = await rename_one(ctx, rows[i], roots)
+            else:
+                results[i] = await rename_one(ctx, rows[i], roots, first=err)
+
+        await run_parallel(sorted(failed), recover, FAILED_IN_BATCH_CONCURRENCY)
+    return results
