@@ -21,7 +21,7 @@ from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.spool import EntrySpool
 from amcommit.errors import ManifestError
-from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, manifest_is_plain
+from amcommit.manifest import TaskManifest, check_manifest_columns, decode_manifest, manifest_is_plain
 from amcommit.paths import basename, parent
 from amcommit.store.local import local_store_of
 
@@ -76,13 +76,13 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
 
     def accept(m: TaskManifest, name: str, plain: bool = False) -> None:
         nonlocal done
-        entries, dirs = check_manifest(m, job_id=job_id, scope=scope, name=name, plain=plain)
+        c = check_manifest_columns(m, job_id=job_id, scope=scope, name=name, plain=plain)
         other = task_ids.get(m.task_id)
         if other is not None:
             raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
         task_ids[m.task_id] = name
-        spool.append(entries, spool.add_manifest(name))
-        all_dirs.update(dirs)
+        spool.append_columns(c.srcs, c.dsts, c.sizes, c.etags, spool.add_manifest(name))
+        all_dirs.update(c.dirs)
         if m.extra_data:
             extra_data.append(dict(m.extra_data))
         ctx.report.task_stats.merge(m.iostatistics)
@@ -124,13 +124,11 @@ def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> Non
     another destination, or a declared directory). Hash lookups, then one exact pass over
     the spool only when a hash matches."""
     seen: set[str] = set()
-    suspects: set[str] = set()
     for d in dirs:
         while d and d != dest and d not in seen:
             seen.add(d)
-            if spool.has_dest(d):
-                suspects.add(d)
             d = parent(d)
+    suspects = {d for d in seen if spool.has_dest(d)}
     if not suspects:
         return
     for mi, rows in spool.frames():
