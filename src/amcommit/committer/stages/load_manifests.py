@@ -14,8 +14,11 @@ Every listing, read and write goes through the job's retry layer
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import anyio.lowlevel
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
@@ -24,6 +27,9 @@ from amcommit.errors import ManifestError
 from amcommit.manifest import TaskManifest, check_manifest_columns, decode_manifest, manifest_is_plain
 from amcommit.paths import basename, parent
 from amcommit.store.local import local_store_of
+
+_YIELD_EVERY = 0.05
+"""Seconds of loading after which the stage yields to the event loop at least once."""
 
 
 async def list_manifest_paths(ctx: JobContext) -> list[str]:
@@ -97,10 +103,19 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
         paths = await list_manifest_paths(ctx)
         total = len(paths)
 
+        last_yield = time.monotonic()
+
         async def load(path: str) -> None:
+            nonlocal last_yield
             data = await ctx.call(lambda: ctx.store.get(path))
             accept(decode_manifest(data, name=basename(path)), basename(path), manifest_is_plain(data))
             ctx.emit("load_manifests", done, total)
+            if time.monotonic() - last_yield > _YIELD_EVERY:
+                # a store that answers without waiting (a cache, a test double) would
+                # otherwise hold the event loop for the whole stage: the lock's heartbeat
+                # and progress reports must run
+                await anyio.lowlevel.checkpoint()
+                last_yield = time.monotonic()
 
         await run_parallel(paths, load, ctx.config.load_threads)
 
