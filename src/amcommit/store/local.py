@@ -386,17 +386,22 @@ class LocalStore:
         not a regular file reached through real directories, with the reason; None if all
         are fine. Missing paths are skipped (a resumed commit renamed them already).
 
-        One ``lstat`` per path plus one per directory between it and ``below``. Read only;
-        not atomic with what the caller does next.
+        Each directory holding a few of ``paths`` is listed once (``scandir``: the entry
+        types come with the listing, no ``lstat`` per file), and so is each directory
+        above it up to ``below`` (its listing says whether a child is a real directory
+        or a symbolic link). A path the listings do not show as a regular file in real
+        directories, or in a directory holding fewer than 4 of the paths, is
+        checked exactly: one ``lstat`` per path plus one per directory between it and
+        ``below``, which also gives the reason. Read only; not atomic with what the caller
+        does next.
         """
         root = self.root
         prefix = below + "/" if below else ""
 
         def check() -> tuple[str, str] | None:
             real_dirs: set[str] = set()
-            for p in paths:
-                if not p.startswith(prefix):
-                    return p, f"it is not below {below!r}"
+
+            def exact(p: str) -> tuple[str, str] | None:
                 d = parent(p)
                 while len(d) > len(below) and d not in real_dirs:
                     try:
@@ -410,10 +415,62 @@ class LocalStore:
                 try:
                     st = os.lstat(os.path.join(root, p))
                 except (FileNotFoundError, NotADirectoryError):
-                    continue
+                    return None
                 what = _not_a_file(st.st_mode)
                 if what is not None:
                     return p, f"it is {what}, not a file"
+                return None
+
+            groups: dict[str, list[str]] = {}
+            for p in paths:
+                if not p.startswith(prefix):
+                    return p, f"it is not below {below!r}"
+                d, _, name = p.rpartition("/")
+                names = groups.get(d)
+                if names is None:
+                    groups[d] = [name]
+                else:
+                    names.append(name)
+            listings: dict[str, dict[str, int] | None] = {}
+
+            def listing(d: str) -> dict[str, int] | None:
+                """Kinds of ``d``'s entries (0 regular file, 1 real directory, 2 other)."""
+                if d not in listings:
+                    try:
+                        with os.scandir(os.path.join(root, d) if d else root) as it:
+                            listings[d] = {
+                                e.name: 0
+                                if e.is_file(follow_symlinks=False)
+                                else 1
+                                if e.is_dir(follow_symlinks=False)
+                                else 2
+                                for e in it
+                            }
+                    except OSError:
+                        listings[d] = None
+                return listings[d]
+
+            def known_real(d: str) -> bool:
+                """``d`` and every directory above it, up to ``below``, are real directories
+                (by the listings of their parents)."""
+                chain = []  # real if every one above is: added to real_dirs only then
+                while len(d) > len(below) and d not in real_dirs:
+                    up, _, name = d.rpartition("/")
+                    kinds = listing(up)
+                    if kinds is None or kinds.get(name) != 1:
+                        return False
+                    chain.append(d)
+                    d = up
+                real_dirs.update(chain)
+                return True
+
+            for d, names in groups.items():
+                kinds = listing(d) if len(names) >= 4 and known_real(d) else None
+                for name in names:
+                    if kinds is None or kinds.get(name) != 0:
+                        bad = exact(f"{d}/{name}" if d else name)
+                        if bad is not None:
+                            return bad
             return None
 
         return await self._run("check", below, check)
