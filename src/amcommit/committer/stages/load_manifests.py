@@ -155,15 +155,32 @@ def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> Non
                 )
 
 
-async def _check_local_sources(ctx: JobContext, spool: EntrySpool) -> None:
+async def _check_local_sources(ctx: JobContext, spool: EntrySpool, batch: int = 16384) -> None:
     """On a local store, refuse before any rename a source that is not a regular file (a
-    directory, a symbolic link, a FIFO...) or lies behind a symlinked directory. One
-    ``lstat`` per source, in worker threads, one spool frame at a time."""
+    directory, a symbolic link, a FIFO...) or lies behind a symlinked directory
+    (:meth:`~amcommit.store.local.LocalStore.find_non_file`, in a worker thread), for
+    ``batch`` sources at a time (frames are one manifest each: small)."""
     local = local_store_of(ctx.store)
     if local is None:
         return
-    for mi, rows in spool.frames():
-        bad = await local.find_non_file([e.src for e in rows], ctx.scope.tasks_dir)
+    below = ctx.scope.tasks_dir
+    srcs: list[str] = []
+    owners: list[tuple[int, int]] = []  # (manifest index, sources so far) per frame
+
+    async def check() -> None:
+        bad = await local.find_non_file(srcs, below)
         if bad is not None:
             path, why = bad
+            at = srcs.index(path)
+            mi = next(mi for mi, end in owners if at < end)
             raise ManifestError(f"source {path!r} is not usable: {why}", manifest=spool.sources[mi])
+        srcs.clear()
+        owners.clear()
+
+    for mi, rows in spool.frames():
+        srcs.extend([e.src for e in rows])
+        owners.append((mi, len(srcs)))
+        if len(srcs) >= batch:
+            await check()
+    if srcs:
+        await check()
