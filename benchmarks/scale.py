@@ -265,7 +265,7 @@ def main() -> None:
     if a.local_worker:
         print(json.dumps(amcommit_loop.run(run_local, a.local_worker)))
     elif a.local:
-        rows = []
+        rows, before = [], load_average()
         for r in range(a.rounds):
             with scratch_dir("amc-scale-local-") as root:
                 anyio.run(local_commit.prepare, root, a.tasks, a.per_task)
@@ -277,13 +277,16 @@ def main() -> None:
             "scale_local", {"rows": rows, "best": best, "load_average": load_average(), "when": time.time()}
         )
     elif a.rows:
-        rows = []
+        rows, before = [], load_average()
         for n in (int(x) for x in a.rows.split(",")):
             args = ["--files", str(n), "--manifests", str(n // 100)]
             rows.append(run_isolated("benchmarks.scale", args, timeout=7200))
             print(f"{n:,} files: {rows[-1]}", file=sys.stderr)
         print(table(rows, ROW_COLUMNS, "Scale: synthetic manifests of 100 files, store with no I/O cost"))
-        write_json("scale", {"rows": rows, "load_average": load_average(), "when": time.time()})
+        write_json(
+            "scale",
+            {"rows": rows, "load_average_before_after": [before, load_average()], "when": time.time()},
+        )
     else:
         result = amcommit_loop.run(run, a.files, a.manifests, a.io_threads, a.load_threads)
         print(json.dumps(result), file=sys.stdout)

@@ -395,8 +395,12 @@ class LocalStore:
         ``below``, which also gives the reason. Read only; not atomic with what the caller
         does next.
         """
+        import itertools  # here: this method is the only part of the module it changes
+        from operator import itemgetter
+
         root = self.root
         prefix = below + "/" if below else ""
+        first, third = itemgetter(0), itemgetter(2)
 
         def check() -> tuple[str, str] | None:
             real_dirs: set[str] = set()
@@ -421,31 +425,26 @@ class LocalStore:
                     return p, f"it is {what}, not a file"
                 return None
 
-            groups: dict[str, list[str]] = {}
-            for p in paths:
-                if not p.startswith(prefix):
-                    return p, f"it is not below {below!r}"
-                d, _, name = p.rpartition("/")
-                names = groups.get(d)
-                if names is None:
-                    groups[d] = [name]
-                else:
-                    names.append(name)
-            listings: dict[str, dict[str, int] | None] = {}
+            if not all(map(str.startswith, paths, itertools.repeat(prefix))):
+                p = next(p for p in paths if not p.startswith(prefix))
+                return p, f"it is not below {below!r}"
+            # (directory, "/", name) of every path, grouped by directory: C loops only
+            parts = sorted(map(str.rpartition, paths, itertools.repeat("/")))
+            listings: dict[str, tuple[set[str], set[str]] | None] = {}
 
-            def listing(d: str) -> dict[str, int] | None:
-                """Kinds of ``d``'s entries (0 regular file, 1 real directory, 2 other)."""
+            def listing(d: str) -> tuple[set[str], set[str]] | None:
+                """The names of ``d``'s regular files and of its real directories."""
                 if d not in listings:
+                    files: set[str] = set()
+                    dirs: set[str] = set()
                     try:
                         with os.scandir(os.path.join(root, d) if d else root) as it:
-                            listings[d] = {
-                                e.name: 0
-                                if e.is_file(follow_symlinks=False)
-                                else 1
-                                if e.is_dir(follow_symlinks=False)
-                                else 2
-                                for e in it
-                            }
+                            for e in it:
+                                if e.is_file(follow_symlinks=False):
+                                    files.add(e.name)
+                                elif e.is_dir(follow_symlinks=False):
+                                    dirs.add(e.name)
+                        listings[d] = files, dirs
                     except OSError:
                         listings[d] = None
                 return listings[d]
@@ -457,17 +456,20 @@ class LocalStore:
                 while len(d) > len(below) and d not in real_dirs:
                     up, _, name = d.rpartition("/")
                     kinds = listing(up)
-                    if kinds is None or kinds.get(name) != 1:
+                    if kinds is None or name not in kinds[1]:
                         return False
                     chain.append(d)
                     d = up
                 real_dirs.update(chain)
                 return True
 
-            for d, names in groups.items():
+            for d, group in itertools.groupby(parts, first):
+                names = list(map(third, group))
                 kinds = listing(d) if len(names) >= 4 and known_real(d) else None
+                if kinds is not None and kinds[0].issuperset(names):
+                    continue  # all regular files, in real directories
                 for name in names:
-                    if kinds is None or kinds.get(name) != 0:
+                    if kinds is None or name not in kinds[0]:
                         bad = exact(f"{d}/{name}" if d else name)
                         if bad is not None:
                             return bad
