@@ -342,8 +342,11 @@ def _fast_columns(
         return None
     srcs, dsts, dirs = src_side[0], dst_side[0], dst_side[1]
     temp = scope.temp_dir
-    if any(is_within(d, temp) for d in dirs) or (parent(temp) in dirs and temp in dsts):
-        return None  # a destination inside the job's temporary directory, or that directory
+    joined_dirs = "\n" + "\n".join(dirs) + "\n"
+    if "\n" + temp + "/" in joined_dirs or "\n" + temp + "\n" in joined_dirs:
+        return None  # a destination inside the job's temporary directory
+    if parent(temp) in dirs and temp in dsts:
+        return None  # the job's temporary directory itself
     etags: list[str | None] = list(map(_get_etag, files))
     if "" in etags:
         etags = [e or None for e in etags]
