@@ -87,3 +87,42 @@ async def test_path_not_below_is_refused(tmp_path: Path) -> None:
     paths = make(tmp_path, 4)
     got = await LocalStore(str(tmp_path)).find_non_file([*paths, "job/other/f"], BELOW)
     assert got == ("job/other/f", f"it is not below {BELOW!r}")
+
+
+@pytest.mark.parametrize("bad_at", [0, 7, 19])
+async def test_load_stage_checks_sources_in_batches_and_names_the_manifest(
+    tmp_path: Path, bad_at: int
+) -> None:
+    """The load stage's check of local sources (batches checked while loading goes on)
+    finds a bad source in any batch and names the manifest that declared it."""
+    import anyio
+
+    from amcommit.committer.stages.load_manifests import _LocalSources
+
+    paths = make(tmp_path, 5)  # 20 paths, 4 "manifests" of 5
+    bad = tmp_path / paths[bad_at]
+    bad.unlink()
+    bad.mkdir()
+    sources = _LocalSources(LocalStore(str(tmp_path)), BELOW, batch=3)
+    async with anyio.create_task_group() as tg:
+        for k in range(4):
+            sources.add(paths[k * 5 : k * 5 + 5], f"m{k}")
+            if sources.full():
+                await sources.start(tg)
+        await sources.start(tg)
+    assert sources.bad == (paths[bad_at], "it is a directory, not a file", f"m{bad_at // 5}")
+    assert not sources.srcs
+
+
+async def test_load_stage_source_check_passes_good_sources(tmp_path: Path) -> None:
+    import anyio
+
+    from amcommit.committer.stages.load_manifests import _LocalSources
+
+    paths = make(tmp_path, 5)
+    sources = _LocalSources(LocalStore(str(tmp_path)), BELOW, batch=4)
+    async with anyio.create_task_group() as tg:
+        for k in range(4):
+            sources.add(paths[k * 5 : k * 5 + 5], f"m{k}")
+            await sources.start(tg)
+    assert sources.bad is None

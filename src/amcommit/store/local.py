@@ -399,6 +399,7 @@ class LocalStore:
         from operator import itemgetter
 
         root = self.root
+        base = root if root.endswith("/") else root + "/"  # + a store path: os.path.join
         prefix = below + "/" if below else ""
         first, third = itemgetter(0), itemgetter(2)
 
@@ -409,7 +410,7 @@ class LocalStore:
                 d = parent(p)
                 while len(d) > len(below) and d not in real_dirs:
                     try:
-                        st = os.lstat(os.path.join(root, d))
+                        st = os.lstat(base + d)
                     except FileNotFoundError:
                         break
                     if not stat_mod.S_ISDIR(st.st_mode):
@@ -417,7 +418,7 @@ class LocalStore:
                     real_dirs.add(d)
                     d = parent(d)
                 try:
-                    st = os.lstat(os.path.join(root, p))
+                    st = os.lstat(base + p)
                 except (FileNotFoundError, NotADirectoryError):
                     return None
                 what = _not_a_file(st.st_mode)
@@ -438,7 +439,7 @@ class LocalStore:
                     files: set[str] = set()
                     dirs: set[str] = set()
                     try:
-                        with os.scandir(os.path.join(root, d) if d else root) as it:
+                        with os.scandir(base + d if d else root) as it:
                             for e in it:
                                 if e.is_file(follow_symlinks=False):
                                     files.add(e.name)
