@@ -17,6 +17,7 @@ the duplicate check is exact either way.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import tempfile
@@ -28,13 +29,17 @@ import msgspec
 
 from amcommit.manifest import RenameEntry
 
-_np: Any
-try:  # optional accelerator (the ``fast`` extra); the fallback is exact too
-    import numpy
 
-    _np = numpy
-except ImportError:  # pragma: no cover - exercised by forcing use_numpy=False in tests
-    _np = None
+@functools.cache
+def _numpy() -> Any:
+    """numpy if installed (the ``fast`` extra), else None. Imported on first use: a task
+    process that never seals an index does not pay for the import."""
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - the set fallback is tested with use_numpy=False
+        return None
+    return numpy
+
 
 _HDR = struct.Struct("<I")
 _FLUSH_AT = 1 << 20
@@ -54,14 +59,21 @@ class DestIndex:
     entry); None chooses numpy when it is installed."""
 
     def __init__(self, *, use_numpy: bool | None = None) -> None:
-        self.use_numpy = _np is not None if use_numpy is None else use_numpy
-        if self.use_numpy and _np is None:
-            raise RuntimeError("numpy is not installed")
+        self._use_numpy = use_numpy
         self._pending = array("q")
         self._sorted: Any = None  # numpy int64 array, sorted (numpy mode)
         self._set: set[int] = set()  # every digest (set mode)
         self._dups: set[int] = set()
         self.count = 0
+
+    @property
+    def use_numpy(self) -> bool:
+        """Whether this index sorts its digests with numpy (decided on first use)."""
+        if self._use_numpy is None:
+            self._use_numpy = _numpy() is not None
+        elif self._use_numpy and _numpy() is None:
+            raise RuntimeError("numpy is not installed")
+        return self._use_numpy
 
     def add(self, dests: Iterable[str]) -> None:
         """Add the digests of ``dests`` (C loops only: no Python code per entry)."""
@@ -74,9 +86,9 @@ class DestIndex:
             return
         pending, self._pending = self._pending, array("q")
         if self.use_numpy:
-            assert _np is not None
-            new = _np.frombuffer(pending, dtype=_np.int64)  # a view: no copy
-            merged = new if self._sorted is None else _np.concatenate((self._sorted, new))
+            np = _numpy()
+            new = np.frombuffer(pending, dtype=np.int64)  # a view: no copy
+            merged = new if self._sorted is None else np.concatenate((self._sorted, new))
             del new, pending
             merged.sort()  # in place, in C: about 1 s for 10 million digests
             same = merged[1:] == merged[:-1]
@@ -106,7 +118,7 @@ class DestIndex:
             s = self._sorted
             if s is None:
                 return False
-            i = int(_np.searchsorted(s, digest))
+            i = int(_numpy().searchsorted(s, digest))
             return i < len(s) and int(s[i]) == digest
         return digest in self._set
 
