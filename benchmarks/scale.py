@@ -32,7 +32,7 @@ import operator
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Self
 
 import anyio
@@ -40,6 +40,7 @@ import anyio.lowlevel
 
 from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job
+from amcommit.committer import spool as spool_module
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import Progress
 from amcommit.committer.spool import DestIndex
@@ -73,7 +74,7 @@ class SyntheticStore:
         self.iostats = IOStatistics()
         self.small: dict[str, bytes] = {}
         self._tpl: bytes | None = None
-        self._pick = operator.itemgetter(0)
+        self._pick: Callable[[tuple[bytes, bytes, bytes]], tuple[bytes, ...]] = operator.itemgetter(0, 0)
         self.gen_seconds = 0.0
         self.renames = 0
         """Time spent generating manifests (the benchmark's cost, not the engine's)."""
@@ -118,7 +119,7 @@ class SyntheticStore:
         t0 = time.perf_counter()
         if self._tpl is None:
             self._tpl = self._template()
-        data = self._tpl % self._pick((b"%06d" % t, b"%05d" % t, b"%08X" % t))
+        data: bytes = self._tpl % self._pick((b"%06d" % t, b"%05d" % t, b"%08X" % t))
         self.gen_seconds += time.perf_counter() - t0
         return data
 
@@ -191,7 +192,7 @@ async def run(files: int, manifests: int, io_threads: int, load_threads: int) ->
             cpu[p.phase] = time.process_time()
 
     with Measure() as m:
-        report = await commit_job(store, layout.dest, JOB, config=cfg, progress=progress)  # type: ignore[arg-type]
+        report = await commit_job(store, layout.dest, JOB, config=cfg, progress=progress)
     load_s = report.stage_seconds["load_manifests"]
     load_cpu = cpu["end"] - cpu["start"]
     rename_s = report.stage_seconds["rename_files"]
@@ -261,7 +262,10 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=200, help="--local: manifests")
     p.add_argument("--per-task", type=int, default=100, help="--local: files per manifest")
     p.add_argument("--local-worker", help=argparse.SUPPRESS)
+    p.add_argument("--no-numpy", action="store_true", help="the digest index without numpy (a set)")
     a = p.parse_args()
+    if a.no_numpy:
+        spool_module._numpy = lambda: None  # type: ignore[assignment]
     if a.local_worker:
         print(json.dumps(amcommit_loop.run(run_local, a.local_worker)))
     elif a.local:
@@ -279,7 +283,7 @@ def main() -> None:
     elif a.rows:
         rows, before = [], load_average()
         for n in (int(x) for x in a.rows.split(",")):
-            args = ["--files", str(n), "--manifests", str(n // 100)]
+            args = ["--files", str(n), "--manifests", str(n // 100)] + (["--no-numpy"] if a.no_numpy else [])
             rows.append(run_isolated("benchmarks.scale", args, timeout=7200))
             print(f"{n:,} files: {rows[-1]}", file=sys.stderr)
         print(table(rows, ROW_COLUMNS, "Scale: synthetic manifests of 100 files, store with no I/O cost"))
