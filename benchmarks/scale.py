@@ -211,7 +211,7 @@ async def run(files: int, manifests: int, io_threads: int, load_threads: int) ->
         "cpu_ms_per_file": round(m.cpu * 1000 / report.files, 4),
         "peak_rss_mb": round(own_peak_rss_mb(), 1),
         "success_bytes": len(store.small.get(layout.success_path, b"")),
-        "numpy_index": DestIndex().use_numpy,
+        "numpy_index": report.files >= DestIndex.NUMPY_FROM and spool_module._numpy() is not None,
     }
 
 

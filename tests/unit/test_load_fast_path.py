@@ -230,3 +230,14 @@ def test_file_dir_clash_found(use_numpy: bool) -> None:
     with pytest.raises(ManifestError, match="m1: destination 'd/p=1' is a file"):
         _check_file_dir_clashes(sp, {"d/p=1"}, "d")
     _check_file_dir_clashes(sp, {"d/p=2/q"}, "d")  # no clash
+
+
+@pytest.mark.skipif(not HAVE_NUMPY, reason="no numpy")
+def test_index_uses_numpy_only_for_large_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    small = DestIndex()
+    small.add(["a", "b", "a"])
+    assert small.duplicates() == {hash("a")} and not small.use_numpy
+    monkeypatch.setattr(DestIndex, "NUMPY_FROM", 3)
+    big = DestIndex()
+    big.add(["a", "b", "a"])
+    assert big.duplicates() == {hash("a")} and big.use_numpy and hash("b") in big

@@ -8,9 +8,9 @@ Destination uniqueness is checked with fixed-size 64-bit digests of the destinat
 (Python's string hash, computed in C): :class:`DestIndex`. Appending only adds each
 digest to a flat ``array('q')`` (8 bytes per entry, no Python object per entry); the
 index is *sealed* (sorted, equal neighbours found) once, when it is first asked. With
-numpy installed the sort is numpy's (about 1 s for 10 million digests, 8 bytes per entry
-in all); without numpy the digests go into a Python set at sealing (about 70 bytes per
-entry: fine for millions of files, not for tens of millions). Digest collisions are
+numpy installed and a million digests or more, the sort is numpy's (about 1 s for 10
+million digests, 8 bytes per entry in all); otherwise the digests go into a Python set at
+sealing (about 70 bytes per entry: fine for millions of files, not for tens of millions). Digest collisions are
 resolved exactly in a second pass over the spool (:meth:`EntrySpool.find_duplicates`), so
 the duplicate check is exact either way.
 """
@@ -56,7 +56,11 @@ def dest_hash(dst: str) -> int:
 class DestIndex:
     """Multiset of destination digests: which digests occur more than once, and whether a
     digest occurs at all. ``use_numpy``: sort with numpy (bounded memory: 8 bytes per
-    entry); None chooses numpy when it is installed."""
+    entry); None chooses numpy when it is installed and the index holds at least
+    ``NUMPY_FROM`` digests when first asked (below that a set is faster than importing
+    numpy, about 0.1 s, and small enough)."""
+
+    NUMPY_FROM = 1_000_000
 
     def __init__(self, *, use_numpy: bool | None = None) -> None:
         self._use_numpy = use_numpy
@@ -70,7 +74,7 @@ class DestIndex:
     def use_numpy(self) -> bool:
         """Whether this index sorts its digests with numpy (decided on first use)."""
         if self._use_numpy is None:
-            self._use_numpy = _numpy() is not None
+            self._use_numpy = self.count >= self.NUMPY_FROM and _numpy() is not None
         elif self._use_numpy and _numpy() is None:
             raise RuntimeError("numpy is not installed")
         return self._use_numpy
