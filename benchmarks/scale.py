@@ -278,7 +278,13 @@ def main() -> None:
         best = min(rows, key=lambda x: x["load_manifests_ms"])
         print(table(rows, ["round", "files", "load_manifests_ms", "load_manifests_cpu_ms", "commit_ms"]))
         write_json(
-            "scale_local", {"rows": rows, "best": best, "load_average": load_average(), "when": time.time()}
+            "scale_local",
+            {
+                "rows": rows,
+                "best": best,
+                "load_average_before_after": [before, load_average()],
+                "when": time.time(),
+            },
         )
     elif a.rows:
         rows, before = [], load_average()
@@ -288,7 +294,7 @@ def main() -> None:
             print(f"{n:,} files: {rows[-1]}", file=sys.stderr)
         print(table(rows, ROW_COLUMNS, "Scale: synthetic manifests of 100 files, store with no I/O cost"))
         write_json(
-            "scale",
+            "scale_no_numpy" if a.no_numpy else "scale",
             {"rows": rows, "load_average_before_after": [before, load_average()], "when": time.time()},
         )
     else:
