@@ -1,32 +1,60 @@
 """Scale: a job commit of N files in M task manifests on a store with no I/O cost.
 
-The synthetic store generates each manifest on request (so the store holds no data and
-the peak RSS measured is the engine's own) and answers renames, deletes and mkdirs at once.
-Measured: manifest load rate (entries/s; ``entries_per_s`` includes generating the JSON,
-``engine_entries_per_s`` excludes the generator's own time),
-rename rate (engine overhead only), client CPU, and the peak RSS of the process.
+The synthetic store serves each task manifest as bytes made on request from one template
+encoded once (one C-level bytes formatting per manifest: no data is kept, so the peak RSS
+measured is the engine's own), and answers renames, deletes and mkdirs at once. It yields
+to the event loop on every manifest read and every 256th rename, as a store with I/O
+would (else nothing else runs for the whole stage: the destination lock's heartbeat
+starves in a 10M-file commit).
+
+Measured, per row:
+
+* ``entries_per_s``: entries / wall time of the engine's ``load_manifests`` stage, end to
+  end: listing, reading (the store formatting the bytes: ``generate_s``), decoding
+  (msgspec), validating (``check_manifest_columns``), spooling, the exact duplicate check
+  across manifests, the file/directory clash check.
+* ``engine_entries_per_s``: the same, minus the store's ``generate_s``.
+* ``load_cpu_entries_per_s``: entries / process CPU time of the stage (less sensitive to
+  other processes on the machine).
+* ``rename_s``/``renames_per_s``: the engine's own per-file overhead with a no-op rename;
+  ``total_s``, ``cpu_ms_per_file``: the whole commit; ``peak_rss_mb``: the process's.
 
     python -m benchmarks.scale --files 1000000 --manifests 10000
+    python -m benchmarks.scale --rows 1000000,3000000,10000000   # one fresh process each
+    python -m benchmarks.scale --local --rounds 3   # load_manifests on 20,000 local files
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import operator
+import re
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Self
+
+import anyio
+import anyio.lowlevel
 
 from amcommit import loop as amcommit_loop
 from amcommit.committer import CommitterConfig, commit_job
+from amcommit.committer import spool as spool_module
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.report import Progress
+from amcommit.committer.spool import DestIndex
 from amcommit.errors import NotFound
 from amcommit.iostats import IOStatistics
 from amcommit.manifest import TASK_MANIFEST_TYPE, FileEntry, TaskManifest, encode_json
 from amcommit.paths import basename
 from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, WriteMode
-from benchmarks.common import Measure, peak_rss_mb
+from amcommit.store.local import LocalStore
+from benchmarks import local_commit
+from benchmarks.common import Measure, load_average, run_isolated, scratch_dir, table, write_json
+from benchmarks.job_commit import own_peak_rss_mb
+
+LOCAL_JOB = local_commit.JOB
 
 ROOT = "mem://bench/"
 JOB = "202611220100_0001"
@@ -46,7 +74,9 @@ class SyntheticStore:
         self.iostats = IOStatistics()
         self.small: dict[str, bytes] = {}
         self._tpl: bytes | None = None
+        self._pick: Callable[[tuple[bytes, bytes, bytes]], tuple[bytes, ...]] = operator.itemgetter(0, 0)
         self.gen_seconds = 0.0
+        self.renames = 0
         """Time spent generating manifests (the benchmark's cost, not the engine's)."""
 
     @property
@@ -54,6 +84,8 @@ class SyntheticStore:
         return ROOT
 
     def _template(self) -> bytes:
+        """The manifest as a bytes %-format (its own ``%`` escaped): one ``%s`` per place
+        the task number goes (``_pick`` orders the three forms of it for them)."""
         lay = self.layout
         ta = f"attempt_{JOB}_m_@T6@_0"
         tdir = f"{ROOT}{lay.tasks_dir}/{ta}"
@@ -76,16 +108,18 @@ class SyntheticStore:
             task_attempt_dir=tdir,
             files=files,
         )
-        return encode_json(m)
+        tpl = encode_json(m).replace(b"%", b"%%")
+        order = [k for k in re.findall(rb"@T[658]@", tpl)]
+        self._pick = operator.itemgetter(*(b"@T6@@T5@@T8@".index(k) // 4 for k in order))
+        return re.sub(rb"@T[658]@", b"%s", tpl)
 
     def manifest_bytes(self, t: int) -> bytes:
-        """Task ``t``'s manifest: the template with the task number filled in (cheap, so
-        the benchmark measures the engine, not the generator)."""
+        """Task ``t``'s manifest: the template formatted with the task number (C calls
+        only, so the benchmark measures the engine, not the generator)."""
         t0 = time.perf_counter()
         if self._tpl is None:
             self._tpl = self._template()
-        data = self._tpl.replace(b"@T6@", b"%06d" % t).replace(b"@T5@", b"%05d" % t)
-        data = data.replace(b"@T8@", b"%08X" % t)
+        data: bytes = self._tpl % self._pick((b"%06d" % t, b"%05d" % t, b"%08X" % t))
         self.gen_seconds += time.perf_counter() - t0
         return data
 
@@ -106,6 +140,7 @@ class SyntheticStore:
                     yield ObjectInfo(p, len(self.small[p]))
 
     async def get(self, path: str) -> bytes:
+        await anyio.lowlevel.checkpoint()  # as a read with I/O would: the lock's heartbeat runs
         if path in self.small:
             return self.small[path]
         if path.endswith("-manifest.json"):
@@ -120,6 +155,9 @@ class SyntheticStore:
     async def rename(
         self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
     ) -> RenameResult:
+        self.renames += 1
+        if not self.renames % 256:  # yield now and then, as a store with I/O would
+            await anyio.lowlevel.checkpoint()
         if src in self.small:
             self.small[dst] = self.small.pop(src)
         return RenameResult(dst, src_etag)
@@ -141,14 +179,22 @@ class SyntheticStore:
 
 
 async def run(files: int, manifests: int, io_threads: int, load_threads: int) -> dict[str, object]:
+    """One job commit of ``files`` files in ``manifests`` synthetic manifests."""
     per = files // manifests
     layout = JobLayout("warehouse/events", JOB)
     store = SyntheticStore(layout, manifests, per)
     store.small[layout.job_marker] = b"{}"
     cfg = CommitterConfig(io_threads=io_threads, load_threads=load_threads)
+    cpu: dict[str, float] = {}
+
+    def progress(p: Progress) -> None:  # the load stage's process CPU time
+        if p.stage == "load_manifests" and p.phase in ("start", "end"):
+            cpu[p.phase] = time.process_time()
+
     with Measure() as m:
-        report = await commit_job(store, layout.dest, JOB, config=cfg)  # type: ignore[arg-type]
+        report = await commit_job(store, layout.dest, JOB, config=cfg, progress=progress)
     load_s = report.stage_seconds["load_manifests"]
+    load_cpu = cpu["end"] - cpu["start"]
     rename_s = report.stage_seconds["rename_files"]
     return {
         "files": report.files,
@@ -157,13 +203,51 @@ async def run(files: int, manifests: int, io_threads: int, load_threads: int) ->
         "entries_per_s": round(report.files / load_s),
         "generate_s": round(store.gen_seconds, 2),
         "engine_entries_per_s": round(report.files / (load_s - store.gen_seconds)),
+        "load_cpu_s": round(load_cpu, 2),
+        "load_cpu_entries_per_s": round(report.files / load_cpu),
         "rename_s": round(rename_s, 2),
         "renames_per_s": round(report.files / rename_s),
         "total_s": round(m.wall, 2),
         "cpu_ms_per_file": round(m.cpu * 1000 / report.files, 4),
-        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "peak_rss_mb": round(own_peak_rss_mb(), 1),
         "success_bytes": len(store.small.get(layout.success_path, b"")),
+        "numpy_index": report.files >= DestIndex.NUMPY_FROM and spool_module._numpy() is not None,
     }
+
+
+async def run_local(root: str) -> dict[str, float]:
+    """``commit_job`` of the job :func:`benchmarks.local_commit.prepare` made in ``root``:
+    wall and process CPU milliseconds of its ``load_manifests`` stage, and of the whole."""
+    cpu: dict[str, float] = {}
+
+    def progress(p: Progress) -> None:
+        if p.stage == "load_manifests" and p.phase in ("start", "end"):
+            cpu[p.phase] = time.process_time()
+
+    store = LocalStore(root, fsync=False)
+    with Measure() as m:
+        report = await commit_job(store, "dest", LOCAL_JOB, config=CommitterConfig(), progress=progress)
+    return {
+        "files": report.files,
+        "load_manifests_ms": round(report.stage_seconds["load_manifests"] * 1000, 1),
+        "load_manifests_cpu_ms": round((cpu["end"] - cpu["start"]) * 1000, 1),
+        "commit_ms": round(m.wall * 1000, 1),
+    }
+
+
+ROW_COLUMNS = [
+    "files",
+    "manifests",
+    "entries_per_s",
+    "engine_entries_per_s",
+    "load_cpu_entries_per_s",
+    "load_s",
+    "generate_s",
+    "renames_per_s",
+    "total_s",
+    "cpu_ms_per_file",
+    "peak_rss_mb",
+]
 
 
 def main() -> None:
@@ -172,9 +256,50 @@ def main() -> None:
     p.add_argument("--manifests", type=int, default=10_000)
     p.add_argument("--io-threads", type=int, default=64)
     p.add_argument("--load-threads", type=int, default=16)
+    p.add_argument("--rows", help="file counts, comma-separated: one fresh process each (100 per manifest)")
+    p.add_argument("--local", action="store_true", help="load_manifests on local files instead")
+    p.add_argument("--rounds", type=int, default=3, help="--local: rounds (best and all reported)")
+    p.add_argument("--tasks", type=int, default=200, help="--local: manifests")
+    p.add_argument("--per-task", type=int, default=100, help="--local: files per manifest")
+    p.add_argument("--local-worker", help=argparse.SUPPRESS)
+    p.add_argument("--no-numpy", action="store_true", help="the digest index without numpy (a set)")
     a = p.parse_args()
-    result = amcommit_loop.run(run, a.files, a.manifests, a.io_threads, a.load_threads)
-    print(json.dumps(result), file=sys.stdout)
+    if a.no_numpy:
+        spool_module._numpy = lambda: None  # type: ignore[assignment]
+    if a.local_worker:
+        print(json.dumps(amcommit_loop.run(run_local, a.local_worker)))
+    elif a.local:
+        rows, before = [], load_average()
+        for r in range(a.rounds):
+            with scratch_dir("amc-scale-local-") as root:
+                anyio.run(local_commit.prepare, root, a.tasks, a.per_task)
+                rows.append(run_isolated("benchmarks.scale", ["--local-worker", root]) | {"round": r})
+                print(f"round {r}: {rows[-1]}", file=sys.stderr)
+        best = min(rows, key=lambda x: x["load_manifests_ms"])
+        print(table(rows, ["round", "files", "load_manifests_ms", "load_manifests_cpu_ms", "commit_ms"]))
+        write_json(
+            "scale_local",
+            {
+                "rows": rows,
+                "best": best,
+                "load_average_before_after": [before, load_average()],
+                "when": time.time(),
+            },
+        )
+    elif a.rows:
+        rows, before = [], load_average()
+        for n in (int(x) for x in a.rows.split(",")):
+            args = ["--files", str(n), "--manifests", str(n // 100)] + (["--no-numpy"] if a.no_numpy else [])
+            rows.append(run_isolated("benchmarks.scale", args, timeout=7200))
+            print(f"{n:,} files: {rows[-1]}", file=sys.stderr)
+        print(table(rows, ROW_COLUMNS, "Scale: synthetic manifests of 100 files, store with no I/O cost"))
+        write_json(
+            "scale_no_numpy" if a.no_numpy else "scale",
+            {"rows": rows, "load_average_before_after": [before, load_average()], "when": time.time()},
+        )
+    else:
+        result = amcommit_loop.run(run, a.files, a.manifests, a.io_threads, a.load_threads)
+        print(json.dumps(result), file=sys.stdout)
 
 
 if __name__ == "__main__":

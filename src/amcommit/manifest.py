@@ -16,6 +16,8 @@ ManifestError too (never a ``RecursionError``).
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ import msgspec
 
 from amcommit.errors import InvalidInput, ManifestError
 from amcommit.iostats import IOStatisticsSnapshot
-from amcommit.paths import fast_prefixes, is_plain_path, is_within, path_mapper
+from amcommit.paths import fast_prefixes, is_plain_path, is_within, parent, path_mapper
 
 TASK_MANIFEST_TYPE = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.files.TaskManifest/1"
 TASK_MANIFEST_VERSION = 1
@@ -38,7 +40,7 @@ Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_SIZE)]
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=MAX_SIZE)]
 
 
-class FileEntry(msgspec.Struct, omit_defaults=True):
+class FileEntry(msgspec.Struct, omit_defaults=True, gc=False):
     """One file to rename at job commit: ``s`` source URI, ``d`` destination URI,
     ``z`` size in bytes, ``e`` etag (absent when the store has none)."""
 
@@ -58,7 +60,7 @@ class DirStatus:
     CREATED = 4
 
 
-class DirEntry(msgspec.Struct):
+class DirEntry(msgspec.Struct, gc=False):
     """A destination directory: ``d`` URI, ``t`` status (:class:`DirStatus`), ``l`` depth."""
 
     dir: str = msgspec.field(name="d")
@@ -236,14 +238,40 @@ def _check_stats(m: TaskManifest, name: str) -> None:
             raise ManifestError(f"IO statistic value {v} does not fit in 64 bits", manifest=name)
 
 
+class CheckedManifest(NamedTuple):
+    """A validated manifest's renames as columns (store paths), and its directories."""
+
+    srcs: list[str]
+    dsts: list[str]
+    sizes: list[int]
+    etags: list[str | None]
+    dirs: set[str]
+
+    def entries(self) -> list[RenameEntry]:
+        """The renames as :class:`RenameEntry` rows."""
+        return list(map(RenameEntry, self.srcs, self.dsts, self.sizes, self.etags))
+
+
 def check_manifest(
     m: TaskManifest, *, job_id: str, scope: Scope, name: str = "", plain: bool = False
 ) -> tuple[list[RenameEntry], set[str]]:
     """Validate a manifest for job ``job_id``; return its renames and directories (paths).
+    See :func:`check_manifest_columns` (the same checks; this form returns rows)."""
+    checked = check_manifest_columns(m, job_id=job_id, scope=scope, name=name, plain=plain)
+    return checked.entries(), checked.dirs
+
+
+def check_manifest_columns(
+    m: TaskManifest, *, job_id: str, scope: Scope, name: str = "", plain: bool = False
+) -> CheckedManifest:
+    """Validate a manifest for job ``job_id``; return its renames (as columns) and
+    directories (store paths).
 
     ``plain``: the caller checked the raw JSON with :func:`manifest_is_plain`; otherwise the
-    decoded URIs are checked here (:func:`uris_are_plain`). Either enables the fast path;
-    every entry is still checked, and any doubt takes the exact path.
+    decoded URIs are checked here (:func:`uris_are_plain`). Either enables the fast path
+    (:func:`_fast_columns`: every entry is still checked, by scans of the joined URIs in C);
+    any doubt about any entry sends the whole manifest down the exact path, which finds and
+    names the first bad entry.
     Raises ManifestError naming ``name`` and the first bad entry. Duplicate destinations
     (within or across manifests) are caught exactly by the job commit's spool.
     """
@@ -260,48 +288,135 @@ def check_manifest(
     _check_stats(m, name)
     attempt_dir = f"{scope.tasks_dir}/{m.task_attempt_id}" if scope.tasks_dir else m.task_attempt_id
     attempt_prefix = attempt_dir + "/"
-    to_path = path_mapper(scope.root_uri)
-    entries: list[RenameEntry] = []
-    dirs: set[str] = set()
     dest_prefix = scope.dest + "/" if scope.dest else ""
-    temp_prefix = scope.temp_dir + "/"
     files = m.files
-    fast_src = fast_dst = fast_tmp = ""
-    if files and not plain:
-        plain = uris_are_plain(files)
-    if plain and files:
-        fast_src, fast_dst, fast_tmp = _fast_prefixes_for(scope, attempt_prefix, dest_prefix, files[0])
-    if fast_src:
-        # fast path: prefix checks and slices; any entry in doubt goes the exact way below.
-        # The prefixes are sane paths (_sane_prefix); what follows them must hold no empty
-        # or dot-leading segment: searched from each prefix's last "/" on
-        ls, ld = len(fast_src) - len(attempt_prefix), len(fast_dst) - len(dest_prefix)
-        ks, kd = len(fast_src) - 1, len(fast_dst) - 1
-        slow = []
-        append = entries.append
-        add_dir = dirs.add
-        for f in files:
-            s_uri, d_uri = f.source, f.dest
-            if (
-                0 <= f.size <= MAX_SIZE
-                and s_uri.startswith(fast_src)
-                and d_uri.startswith(fast_dst)
-                and not d_uri.startswith(fast_tmp)
-                and d_uri[-1] != "/"
-                and s_uri[-1] != "/"
-                and len(s_uri) > len(fast_src)
-                and s_uri.find("//", ks) < 0
-                and s_uri.find("/.", ks) < 0
-                and d_uri.find("//", kd) < 0
-                and d_uri.find("/.", kd) < 0
-            ):
-                dst = d_uri[ld:]
-                append(RenameEntry(s_uri[ls:], dst, f.size, f.etag or None))
-                add_dir(dst.rpartition("/")[0])
-                continue
-            slow.append(f)
-        files = slow
-    for f in files:
+    fast = None
+    if files:
+        if not plain:
+            plain = uris_are_plain(files)
+        if plain:
+            fast = _fast_columns(scope, attempt_prefix, dest_prefix, files)
+    if fast is None:
+        checked = _exact_columns(m, scope, attempt_prefix, dest_prefix, name)
+    else:
+        checked = fast
+    dirs = checked.dirs
+    to_path = path_mapper(scope.root_uri)
+    for de in m.directories:
+        d = _path(to_path, de.dir, "directory", name)
+        _check_dest(scope, d, de.dir, name)
+        dirs.add(d)
+    dirs.discard(scope.dest)
+    return checked
+
+
+_get_source = operator.attrgetter("source")
+_get_dest = operator.attrgetter("dest")
+_get_size = operator.attrgetter("size")
+_get_etag = operator.attrgetter("etag")
+_first = operator.itemgetter(0)
+_third = operator.itemgetter(2)
+
+
+def _fast_columns(
+    scope: Scope, attempt_prefix: str, dest_prefix: str, files: list[FileEntry]
+) -> CheckedManifest | None:
+    """The fast path of :func:`check_manifest_columns` for a plain manifest (see
+    :func:`manifest_is_plain`), or None if any entry is in doubt.
+
+    No Python code runs per entry (C loops with ``map``, joins, splits and scans; see
+    :func:`_paths_below`): every source URI starts with the task attempt's URI prefix and
+    every destination URI with the destination's (so a store path is the URI minus the
+    root's prefix: a C slice), no path below its prefix has an empty segment or one
+    starting with a dot (``.``, ``..``), no destination is the job's temporary directory
+    or lies inside it, and every size is in range."""
+    fast_src, fast_dst, _ = _fast_prefixes_for(scope, attempt_prefix, dest_prefix, files[0])
+    if not fast_src:
+        return None
+    sizes: list[int] = list(map(_get_size, files))
+    if min(sizes) < 0 or max(sizes) > MAX_SIZE:
+        return None
+    src_side = _paths_below(list(map(_get_source, files)), fast_src, attempt_prefix, with_dirs=False)
+    dst_side = _paths_below(list(map(_get_dest, files)), fast_dst, dest_prefix, with_dirs=True)
+    if src_side is None or dst_side is None:
+        return None
+    srcs, dsts, dirs = src_side[0], dst_side[0], dst_side[1]
+    temp = scope.temp_dir
+    joined_dirs = "\n" + "\n".join(dirs) + "\n"
+    if "\n" + temp + "/" in joined_dirs or "\n" + temp + "\n" in joined_dirs:
+        return None  # a destination inside the job's temporary directory
+    if parent(temp) in dirs and temp in dsts:
+        return None  # the job's temporary directory itself
+    etags: list[str | None] = list(map(_get_etag, files))
+    if "" in etags:
+        etags = [e or None for e in etags]
+    return CheckedManifest(srcs, dsts, sizes, etags, dirs)
+
+
+def _paths_below(
+    uris: list[str], uri_prefix: str, path_prefix: str, *, with_dirs: bool
+) -> tuple[list[str], set[str]] | None:
+    """Store paths of ``uris`` (and, ``with_dirs``, the set of their parent directories),
+    if every URI starts with ``uri_prefix``, which ends with the store path prefix
+    ``path_prefix`` (a sane path and ``/``: :func:`_sane_prefix`), and what follows it is
+    a sane relative path: no empty segment (so no trailing ``/``), none starting with a dot
+    (``.``, ``..``, ``.x``: those go the exact way). Else None.
+
+    No Python code per entry: C loops over the URIs, and either the segments of all the
+    tails at once (one join and one split) or, ``with_dirs``, the file names at once and
+    each *distinct* directory (:func:`_dirs_below`)."""
+    if not path_prefix or not all(map(str.startswith, uris, itertools.repeat(uri_prefix))):
+        return None  # no prefix (the store's root): the exact path
+    paths = list(map(operator.itemgetter(slice(len(uri_prefix) - len(path_prefix), None)), uris))
+    if with_dirs:
+        parts = list(map(str.rpartition, paths, itertools.repeat("/")))
+        names = list(map(_third, parts))
+        dirs = set(map(_first, parts))
+        if not all(names) or "." in "".join(map(_first, names)) or not _dirs_below(dirs, path_prefix):
+            return None
+        return paths, dirs
+    segs = "/".join(map(operator.itemgetter(slice(len(uri_prefix), None)), uris)).split("/")
+    if not all(segs) or "." in "".join(map(_first, segs)):
+        return None
+    return paths, set()
+
+
+_SANE_TAILS: set[str] = set()
+"""Directory tails (below a prefix) already found sane, e.g. ``day=01``: partition
+directories repeat across manifests. Bounded (cleared when large)."""
+
+
+def _dirs_below(dirs: set[str], prefix: str) -> bool:
+    """True if each of ``dirs`` is ``prefix`` without its ``/``, or ``prefix`` followed by
+    segments that are not empty and do not start with a dot. ``dirs`` are parents of paths
+    that start with ``prefix``, so each is one of those two forms or ``prefix`` itself."""
+    if prefix in dirs:  # a path "prefix" + "/name": an empty segment
+        return False
+    tails = set(map(operator.itemgetter(slice(len(prefix), None)), dirs))
+    tails.discard("")  # prefix[:-1]
+    new = tails - _SANE_TAILS
+    for t in new:
+        if not all(seg and seg[0] != "." for seg in t.split("/")):
+            return False
+    if new:
+        if len(_SANE_TAILS) > 100_000:
+            _SANE_TAILS.clear()
+        _SANE_TAILS.update(new)
+    return True
+
+
+def _exact_columns(
+    m: TaskManifest, scope: Scope, attempt_prefix: str, dest_prefix: str, name: str
+) -> CheckedManifest:
+    """The exact path of :func:`check_manifest_columns`: every URI parsed and decoded."""
+    to_path = path_mapper(scope.root_uri)
+    temp_prefix = scope.temp_dir + "/"
+    srcs: list[str] = []
+    dsts: list[str] = []
+    sizes: list[int] = []
+    etags: list[str | None] = []
+    dirs: set[str] = set()
+    for f in m.files:
         if not 0 <= f.size <= MAX_SIZE:
             what = "negative size" if f.size < 0 else "size too large:"
             raise ManifestError(f"{what} {f.size} for {_show(f.dest)}", manifest=name)
@@ -317,17 +432,12 @@ def check_manifest(
             raise ManifestError(
                 f"destination {_show(f.dest)} is the destination directory itself", manifest=name
             )
-        entries.append(RenameEntry(src, dst, f.size, f.etag or None))
-        d = dst.rpartition("/")[0]
-        if d != scope.dest:
-            dirs.add(d)
-    for de in m.directories:
-        d = _path(to_path, de.dir, "directory", name)
-        _check_dest(scope, d, de.dir, name)
-        if d != scope.dest:
-            dirs.add(d)
-    dirs.discard(scope.dest)
-    return entries, dirs
+        srcs.append(src)
+        dsts.append(dst)
+        sizes.append(f.size)
+        etags.append(f.etag or None)
+        dirs.add(dst.rpartition("/")[0])
+    return CheckedManifest(srcs, dsts, sizes, etags, dirs)
 
 
 def _fast_prefixes_for(

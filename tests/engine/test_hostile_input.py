@@ -161,10 +161,10 @@ async def test_dir_source_refused_by_local_rename_and_rolled_back(
     """Without the pre-rename check, LocalStore.rename itself refuses a directory declared
     as a file, after other files were renamed; the rollback restores the destination."""
 
-    async def no_check(ctx: object, spool: object) -> None:
+    def no_check(ctx: object) -> None:
         return None
 
-    monkeypatch.setattr(load_manifests, "_check_local_sources", no_check)
+    monkeypatch.setattr(load_manifests, "_local_sources", no_check)
     s, dest = backend_local.store, join(backend_local.base, "dest")
     for spoil in (_dir_source, _dir_source_no_etag):
         layout, m = await prepared(s, dest)

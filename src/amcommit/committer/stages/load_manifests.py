@@ -14,16 +14,23 @@ Every listing, read and write goes through the job's retry layer
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from amcommit.committer.context import JobContext, run_parallel
+import anyio.abc
+import anyio.lowlevel
+
+from amcommit.committer.context import JobContext, _first_error, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.spool import EntrySpool
 from amcommit.errors import ManifestError
-from amcommit.manifest import TaskManifest, check_manifest, decode_manifest, manifest_is_plain
+from amcommit.manifest import TaskManifest, check_manifest_columns, decode_manifest, manifest_is_plain
 from amcommit.paths import basename, parent
-from amcommit.store.local import local_store_of
+from amcommit.store.local import LocalStore, local_store_of
+
+_YIELD_EVERY = 0.05
+"""Seconds of loading after which the stage yields to the event loop at least once."""
 
 
 async def list_manifest_paths(ctx: JobContext) -> list[str]:
@@ -76,33 +83,57 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
 
     def accept(m: TaskManifest, name: str, plain: bool = False) -> None:
         nonlocal done
-        entries, dirs = check_manifest(m, job_id=job_id, scope=scope, name=name, plain=plain)
+        c = check_manifest_columns(m, job_id=job_id, scope=scope, name=name, plain=plain)
         other = task_ids.get(m.task_id)
         if other is not None:
             raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
         task_ids[m.task_id] = name
-        spool.append(entries, spool.add_manifest(name))
-        all_dirs.update(dirs)
+        spool.append_columns(c.srcs, c.dsts, c.sizes, c.etags, spool.add_manifest(name))
+        if sources is not None:
+            sources.add(c.srcs, name)
+        all_dirs.update(c.dirs)
         if m.extra_data:
             extra_data.append(dict(m.extra_data))
         ctx.report.task_stats.merge(m.iostatistics)
         done += 1
 
-    if manifests is not None:
-        total = len(manifests)
-        for m in manifests:
-            accept(m, f"manifest of {m.task_attempt_id}")
-            ctx.emit("load_manifests", done, total)
-    else:
-        paths = await list_manifest_paths(ctx)
-        total = len(paths)
+    sources = _local_sources(ctx)
+    try:
+        async with anyio.create_task_group() as tg:
+            if manifests is not None:
+                total = len(manifests)
+                for m in manifests:
+                    accept(m, f"manifest of {m.task_attempt_id}")
+                    ctx.emit("load_manifests", done, total)
+                    if sources is not None and sources.full():
+                        await sources.start(tg)
+            else:
+                paths = await list_manifest_paths(ctx)
+                total = len(paths)
 
-        async def load(path: str) -> None:
-            data = await ctx.call(lambda: ctx.store.get(path))
-            accept(decode_manifest(data, name=basename(path)), basename(path), manifest_is_plain(data))
-            ctx.emit("load_manifests", done, total)
+                last_yield = time.monotonic()
 
-        await run_parallel(paths, load, ctx.config.load_threads)
+                async def load(path: str) -> None:
+                    nonlocal last_yield
+                    data = await ctx.call(lambda: ctx.store.get(path))
+                    accept(
+                        decode_manifest(data, name=basename(path)), basename(path), manifest_is_plain(data)
+                    )
+                    ctx.emit("load_manifests", done, total)
+                    if sources is not None and sources.full():
+                        await sources.start(tg)
+                    if time.monotonic() - last_yield > _YIELD_EVERY:
+                        # a store that answers without waiting (a cache, a test double) would
+                        # otherwise hold the event loop for the whole stage: the lock's
+                        # heartbeat and progress reports must run
+                        await anyio.lowlevel.checkpoint()
+                        last_yield = time.monotonic()
+
+                await run_parallel(paths, load, ctx.config.load_threads)
+            if sources is not None:
+                await sources.start(tg)
+    except BaseExceptionGroup as eg:
+        raise _first_error(eg) from None
 
     dups = spool.find_duplicates()
     if dups:
@@ -112,7 +143,9 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
             raise ManifestError(f"duplicate destination {dst!r}{more}", manifest=names[0])
         raise ManifestError(f"destination {dst!r} is written by several tasks: {', '.join(names)}{more}")
     _check_file_dir_clashes(spool, all_dirs, ctx.layout.dest)
-    await _check_local_sources(ctx, spool)
+    if sources is not None and sources.bad is not None:
+        path, why, name = sources.bad
+        raise ManifestError(f"source {path!r} is not usable: {why}", manifest=name)
     ctx.report.manifests = done
     ctx.report.files = spool.count
     ctx.report.bytes = spool.total_bytes
@@ -124,13 +157,11 @@ def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> Non
     another destination, or a declared directory). Hash lookups, then one exact pass over
     the spool only when a hash matches."""
     seen: set[str] = set()
-    suspects: set[str] = set()
     for d in dirs:
         while d and d != dest and d not in seen:
             seen.add(d)
-            if spool.has_dest(d):
-                suspects.add(d)
             d = parent(d)
+    suspects = {d for d in seen if spool.has_dest(d)}
     if not suspects:
         return
     for mi, rows in spool.frames():
@@ -142,15 +173,61 @@ def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> Non
                 )
 
 
-async def _check_local_sources(ctx: JobContext, spool: EntrySpool) -> None:
-    """On a local store, refuse before any rename a source that is not a regular file (a
-    directory, a symbolic link, a FIFO...) or lies behind a symlinked directory. One
-    ``lstat`` per source, in worker threads, one spool frame at a time."""
+def _local_sources(ctx: JobContext) -> _LocalSources | None:
+    """The check of the sources on a local store (None elsewhere: there the rename itself
+    refuses a directory source, see ``Store.rename``)."""
     local = local_store_of(ctx.store)
-    if local is None:
-        return
-    for mi, rows in spool.frames():
-        bad = await local.find_non_file([e.src for e in rows], ctx.scope.tasks_dir)
-        if bad is not None:
-            path, why = bad
-            raise ManifestError(f"source {path!r} is not usable: {why}", manifest=spool.sources[mi])
+    return None if local is None else _LocalSources(local, ctx.scope.tasks_dir)
+
+
+class _LocalSources:
+    """On a local store, refuse before any rename a source that is not a regular file (a
+    directory, a symbolic link, a FIFO...) or lies behind a symlinked directory
+    (:meth:`~amcommit.store.local.LocalStore.find_non_file`).
+
+    The sources are checked in batches of ``batch`` in a worker thread *while later
+    manifests load* (the thread mostly waits on the filesystem): at most one batch is
+    being checked while the next fills, so at most two are in memory. The first bad
+    source found is kept in :attr:`bad` (path, reason, manifest); the stage raises it after
+    its duplicate and clash checks."""
+
+    def __init__(self, local: LocalStore, below: str, batch: int = 16384) -> None:
+        self.local, self.below, self.batch = local, below, batch
+        self.srcs: list[str] = []
+        self.owners: list[tuple[str, int]] = []
+        """(manifest name, number of sources in the batch once its sources were added)"""
+        self.bad: tuple[str, str, str] | None = None
+        self._checking: anyio.Event | None = None
+
+    def add(self, srcs: list[str], manifest: str) -> None:
+        if self.bad is not None:
+            return  # one is enough
+        self.srcs += srcs
+        self.owners.append((manifest, len(self.srcs)))
+
+    def full(self) -> bool:
+        return len(self.srcs) >= self.batch
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Check the batch gathered so far in ``tg`` (after the previous batch's check)."""
+        while self._checking is not None:
+            await self._checking.wait()
+        if not self.srcs or self.bad is not None:
+            self.srcs, self.owners = [], []
+            return
+        srcs, owners = self.srcs, self.owners
+        self.srcs, self.owners = [], []
+        done = self._checking = anyio.Event()
+
+        async def check() -> None:
+            try:
+                bad = await self.local.find_non_file(srcs, self.below)
+                if bad is not None:
+                    path, why = bad
+                    at = srcs.index(path)
+                    self.bad = path, why, next(name for name, end in owners if at < end)
+            finally:
+                self._checking = None
+                done.set()
+
+        tg.start_soon(check)
