@@ -118,7 +118,13 @@ class SyntheticStore:
         return ObjectInfo(path, len(data), "e")
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         if src in self.small:
             self.small[dst] = self.small.pop(src)

@@ -32,6 +32,13 @@ TASK_MANIFEST_VERSION = 1
 SUCCESS_NAME = "org.apache.hadoop.fs.s3a.commit.files.SuccessData/1"
 COMMITTER_NAME = "amcommit"
 
+SOURCE_META_KEY = "amcommit.sourceUserMetadata"
+"""``extraData`` key of a task manifest: ``"none"`` when the task commit listed every file
+of the manifest with its metadata (Blob) and none carried user metadata; absent when not
+known. Lets the job commit's copy-based rename skip reading the source (see
+``Store.rename(src_meta=)``). An ``extraData`` entry, not a new per-file key, so the
+manifest stays exactly Hadoop's format; a manifest without it takes the safe path."""
+
 MAX_SIZE = 2**63 - 1
 """Largest file size a manifest may declare (Hadoop's ``long``)."""
 Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_SIZE)]
@@ -153,6 +160,10 @@ class RenameEntry(NamedTuple):
     dst: str
     size: int
     etag: str | None
+    meta: bool | None = None
+    """Whether the source (at ``etag``) carries user metadata, as the task commit saw it
+    (:data:`SOURCE_META_KEY`); None = not known (manifests of Hadoop or of older
+    versions): the rename then reads the source where a copy must carry metadata."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +272,7 @@ def check_manifest(
     attempt_dir = f"{scope.tasks_dir}/{m.task_attempt_id}" if scope.tasks_dir else m.task_attempt_id
     attempt_prefix = attempt_dir + "/"
     to_path = path_mapper(scope.root_uri)
+    meta = False if m.extra_data.get(SOURCE_META_KEY) == "none" else None
     entries: list[RenameEntry] = []
     dirs: set[str] = set()
     dest_prefix = scope.dest + "/" if scope.dest else ""
@@ -296,7 +308,7 @@ def check_manifest(
                 and d_uri.find("/.", kd) < 0
             ):
                 dst = d_uri[ld:]
-                append(RenameEntry(s_uri[ls:], dst, f.size, f.etag or None))
+                append(RenameEntry(s_uri[ls:], dst, f.size, f.etag or None, meta))
                 add_dir(dst.rpartition("/")[0])
                 continue
             slow.append(f)
@@ -317,7 +329,7 @@ def check_manifest(
             raise ManifestError(
                 f"destination {_show(f.dest)} is the destination directory itself", manifest=name
             )
-        entries.append(RenameEntry(src, dst, f.size, f.etag or None))
+        entries.append(RenameEntry(src, dst, f.size, f.etag or None, meta))
         d = dst.rpartition("/")[0]
         if d != scope.dest:
             dirs.add(d)

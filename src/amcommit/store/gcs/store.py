@@ -565,7 +565,13 @@ class GcsStore:
         return False
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         """Rename one object; never overwrites ``dst`` (see the module docstring for the
         two strategies, their atomicity and the recovery of retried renames)."""
