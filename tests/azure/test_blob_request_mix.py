@@ -39,7 +39,12 @@ def count_requests(store: BlobStore, monkeypatch: pytest.MonkeyPatch) -> collect
 
 
 async def _task(
-    env: BlobEnv, store: BlobStore, dest: str, *, meta_on: str | None = None, extra: dict[str, str] | None = None
+    env: BlobEnv,
+    store: BlobStore,
+    dest: str,
+    *,
+    meta_on: str | None = None,
+    extra: dict[str, str] | None = None,
 ) -> tuple[JobLayout, str]:
     """One committed task writing FILES (``meta_on``: that file uploaded with the SDK,
     carrying user metadata and content settings); returns the layout and manifest path."""
@@ -89,7 +94,9 @@ async def test_plain_sources_rename_with_copy_and_delete_only(
     assert set(props.metadata) == {"amcommitrenameid", "amcommitsrcetag"}
 
 
-async def test_a_source_with_user_metadata_keeps_it(blob_env: BlobEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_source_with_user_metadata_keeps_it(
+    blob_env: BlobEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = blob_env.store()
     dest = "out/meta"
     rel = "p=1/part-00003.bin"
