@@ -391,14 +391,14 @@ class BlobStore(AzureBase):
             except (AlreadyExists, PreconditionFailed) as e:
                 if e.code == "SourceConditionNotMet":
                     raise PreconditionFailed(
-                        "source changed", op="rename", path=src, status=e.status
+                        f"source is no longer at etag {etag}", op="rename", path=src, status=e.status
                     ) from None
                 try:
                     d = self._info(dst, await self._head(dst, "rename"))
                 except NotFound:
                     # (Azurite answers a failed source condition with ConditionNotMet)
                     raise PreconditionFailed(
-                        "source changed", op="rename", path=src, status=e.status
+                        f"source is no longer at etag {etag}", op="rename", path=src, status=e.status
                     ) from None
                 verdict = judge_rename(self.capabilities, Expected(rid), d, source_at(src, etag, size, d))
                 if verdict is Verdict.STALE and not stale_removed:
