@@ -203,21 +203,32 @@ def amcommit_store(t: Target, concurrency: int, lean: bool = False) -> Any:
 
 
 class TimedStore:
-    """Delegates to a store and records the wall time of every ``rename`` (p50/p99)."""
+    """Delegates to a store and records the wall time of every ``rename`` (p50/p99), and
+    the process CPU time from the first rename's start to the last one's end
+    (:attr:`rename_cpu`: the rename phase's CPU, comparable with the raw loop's)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.latencies: list[float] = []
+        self._cpu0: float | None = None
+        self._cpu1 = 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    @property
+    def rename_cpu(self) -> float:
+        return 0.0 if self._cpu0 is None else self._cpu1 - self._cpu0
+
     async def rename(self, src: str, dst: str, **kw: Any) -> Any:
         t0 = time.perf_counter()
+        if self._cpu0 is None:
+            self._cpu0 = time.process_time()
         try:
             return await self._inner.rename(src, dst, **kw)
         finally:
             self.latencies.append(time.perf_counter() - t0)
+            self._cpu1 = time.process_time()
 
 
 # -- official SDKs ---------------------------------------------------------------------
