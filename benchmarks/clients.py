@@ -398,7 +398,9 @@ async def raw_renamer(t: Target, concurrency: int) -> Any:
 
             async def rename(src: str, dst: str, etag: str) -> None:
                 # metadata PATCH (the rename id onto the source) + objects.move
-                body = json.dumps({"metadata": {"amcommitRenameId": uuid.uuid4().hex}}).encode()
+                body = json.dumps(
+                    {"metadata": {"amcommitRenameId": uuid.uuid4().hex, "amcommitSourceGeneration": None}}
+                ).encode()
                 u = murl(src, q=f"ifGenerationMatch={etag}&fields={fields}")
                 async with session.patch(u, data=body, headers=jh) as r:
                     s = json.loads(await r.read())

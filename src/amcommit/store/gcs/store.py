@@ -102,6 +102,9 @@ _OBJECT_FIELDS = (
 _LIST_FIELDS = f"items({_OBJECT_FIELDS}),prefixes,nextPageToken"
 # encoded query strings of the per-rename requests (built once, not per request)
 _GET_Q = query({"fields": _OBJECT_FIELDS})
+_MOVE_Q = query({"fields": "name,size,generation,metageneration,crc32c,metadata"})
+"""The fields a move-based rename reads from its PATCH and move answers (generations for
+the preconditions, size and crc32c for the proofs): a partial response, smaller to parse."""
 _JSON_HEADERS = {"Content-Type": "application/json; charset=UTF-8"}
 """Headers of the JSON-bodied rename requests (never mutated: signing copies them)."""
 _REWRITE_FIELDS_Q = query({"fields": f"done,rewriteToken,resource({_OBJECT_FIELDS})"})
@@ -640,7 +643,7 @@ class GcsStore:
         patch_body = ENCODER.encode({"metadata": {RENAME_ID_KEY: rid, SOURCE_GEN_KEY: None}})
         qsrc = qname(src)  # encoded once for both requests
         move_suffix = f"/moveTo/o/{qname(dst)}"
-        patch_url = self._qobj_url_q(qsrc, f"ifGenerationMatch={expected}&{_GET_Q}" if expected else _GET_Q)
+        patch_url = self._qobj_url_q(qsrc, f"ifGenerationMatch={expected}&{_MOVE_Q}" if expected else _MOVE_Q)
         for _round in range(_MAX_MOVE_ROUNDS):
             try:
                 r = await self.http.send(
@@ -663,14 +666,14 @@ class GcsStore:
                 raise PreconditionFailed("source generation changed", op="rename", path=src, status=412)
             gen, mgen = s.generation, s.metageneration
             if gen.isdigit() and mgen.isdigit():  # always, from the service: no encoding needed
-                q = f"ifGenerationMatch=0&ifSourceGenerationMatch={gen}&ifSourceMetagenerationMatch={mgen}&{_GET_Q}"
+                q = f"ifGenerationMatch=0&ifSourceGenerationMatch={gen}&ifSourceMetagenerationMatch={mgen}&{_MOVE_Q}"
             else:
                 q = query(
                     {
                         "ifGenerationMatch": 0,
                         "ifSourceGenerationMatch": gen,
                         "ifSourceMetagenerationMatch": mgen,
-                        "fields": _OBJECT_FIELDS,
+                        "fields": "name,size,generation,metageneration,crc32c,metadata",
                     }
                 )
             url = self._qobj_url_q(qsrc, q, move_suffix)
