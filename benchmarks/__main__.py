@@ -5,7 +5,7 @@
 
 Scenarios (see each module's docstring for what exactly runs and is measured):
 
-* ``emulators`` (benchmarks/job_commit.py): job commit on Azurite and fake-gcs-server,
+* ``emulators`` (benchmarks/job_commit.py): job commit on Azurite, fake-gcs-server and the GCS double (``objects.move``),
   2,000 and 20,000 files in 200 task manifests, amcommit at concurrency 8/32/128 vs v1
   sequential vs thread pool 32 vs the raw emulator ceiling;
 * ``latency`` (benchmarks/latency_proxy.py): 50 ms added to every request by a loopback
@@ -46,6 +46,8 @@ FULL: dict[str, dict[str, Any]] = {
             ["gcs", 2000, [8, 32, 128], None],
             ["gcs", 20000, [32, 128], None],
             ["azurite", 2000, [8, 32, 128], None],
+            # the GCS double: objects.move, the rename path of a real GCS bucket
+            ["gcsmove", 2000, [8, 32, 128], None],
             # no Azurite 20,000: its in-memory store slows with every blob it holds; on
             # 2026-11-22 one 20,000-file contender was half done after 14 minutes
         ]
@@ -70,7 +72,7 @@ FULL: dict[str, dict[str, Any]] = {
     },
 }
 QUICK: dict[str, dict[str, Any]] = {
-    "emulators": {"backends": ["gcs", "azurite"], "sizes": [400], "concurrency": [32]},
+    "emulators": {"backends": ["gcs", "azurite", "gcsmove"], "sizes": [400], "concurrency": [32]},
     "latency": {"backends": ["gcs"], "files": 400, "conc": [64], "lean": [256], "seq_tasks": 1},
     "scale": {"files": 100_000, "manifests": 1_000},
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 1, "rows": 0},

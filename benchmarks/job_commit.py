@@ -4,8 +4,10 @@
         [--concurrency 8,32,128] [--rounds 1] [--seq-sample-tasks 20]
 
 A job of N files (1 KiB each) in 200 task manifests is written with amcommit's task side
-(setup_job, setup_task, put, commit_task) into a *fresh* emulator (Azurite or
-fake-gcs-server; their cost grows with the objects they ever held), then one contender
+(setup_job, setup_task, put, commit_task) into a *fresh* emulator (Azurite,
+fake-gcs-server, or ``gcsmove``: the repository's GCS double, which enforces preconditions
+and has ``objects.move``, the rename path of a real GCS bucket; emulators' cost grows with
+the objects they ever held), then one contender
 commits it, in its own fresh process (``python -m benchmarks.job_commit --worker``), so
 that its CPU time and peak RSS are its own. The output is then listed and compared with
 what the tasks wrote: every file at its destination with its size, nothing else there,
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.clients import KINDS, Target, emulator, server_cpu
+from benchmarks.clients import ALL_KINDS, KINDS, Target, emulator, server_cpu
 from benchmarks.common import (
     Measure,
     loop_env,
@@ -239,10 +241,26 @@ def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
         )
         res["retries"] = retries
         res["recovered"] = report.recovered_renames
+        res["requests_per_file"] = round(store_requests(inner) / report.files, 3) if report.files else 0.0
+        if report.files:
+            res["rename_cpu_ms_per_file"] = round(store.rename_cpu * 1000 / report.files, 3)
         res["loop"] = running_loop()
         return res
 
     return loop.run(main)
+
+
+def store_requests(store: Any) -> int:
+    """HTTP requests an amcommit store sent (answered or failed), from its IO statistics:
+    every request is recorded once under its operation; on GCS the requests are the
+    ``gcs_*`` operations (``stat``/``put``/``rename``/... there time whole calls)."""
+    ops = store.iostats._ops
+    gcs = store.capabilities.name == "gcs"
+    return sum(st.count + st.fail_count for op, st in ops.items() if not gcs or op.startswith("gcs_"))
+
+
+RAW_REQUESTS = {"azurite": 2, "gcs": 4, "gcsmove": 2}
+"""Requests per rename of the raw loop (``benchmarks.clients.raw_renamer``)."""
 
 
 def work_raw(t: Target, conc: int, entries: list[list[Any]]) -> dict[str, Any]:
@@ -272,7 +290,9 @@ def work_raw(t: Target, conc: int, entries: list[list[Any]]) -> dict[str, Any]:
 
     ran_on: list[str] = []
     m = loop.run(main)
-    return _result(len(entries), m, m.wall, lat, loop=ran_on[0])
+    res = _result(len(entries), m, m.wall, lat, loop=ran_on[0], requests_per_file=RAW_REQUESTS[t.kind])
+    res["rename_cpu_ms_per_file"] = res["cpu_ms_per_file"]  # it is only a rename phase
+    return res
 
 
 def _layout() -> Any:
@@ -307,7 +327,7 @@ def work_threadpool(t: Target, threads: int) -> dict[str, Any]:
         leftovers = [n for n, _, _ in sdk.list(lay.temp_root + "/")]
         list(pool.map(sdk.delete, leftovers))
     sdk.close()
-    return _result(len(entries), m, rename_s, lat)
+    return _result(len(entries), m, rename_s, lat, requests_per_file=1 if t.kind == "gcsmove" else 2)
 
 
 def work_sequential(t: Target, sample_tasks: int | None) -> dict[str, Any]:
@@ -531,6 +551,13 @@ def run_cases(
     return runs
 
 
+def _median_of(rs: list[dict[str, Any]], key: str) -> float | None:
+    import statistics
+
+    vals = [r[key] for r in rs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median over rounds per (backend, size, contender), with ratios to the baselines."""
     import statistics
@@ -550,12 +577,14 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "files_per_s": statistics.median(r["files_per_s"] for r in rs),
             "renames_per_s": statistics.median(r["renames_per_s"] for r in rs),
             "cpu_ms_per_file": statistics.median(r["cpu_ms_per_file"] for r in rs),
+            "rename_cpu_ms_per_file": _median_of(rs, "rename_cpu_ms_per_file"),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
             "p50_ms": med["p50_ms"],
             "p99_ms": med["p99_ms"],
             "retries": med["retries"],
             "recovered": med["recovered"],
             "server_cpu_ms_per_file": med.get("server_cpu_ms_per_file"),
+            "requests_per_file": med.get("requests_per_file"),
             "verified": "exact" if all(r["verified"] == "exact" for r in rs) else med["verified"],
             "runs": len(rs),
             "sample": bool(med.get("sample")),
@@ -571,6 +600,10 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             tp = by.get((r["backend"], r["files"], f"thread pool {SDK_THREADS}"))
             if raw and raw["renames_per_s"]:
                 r["pct_of_raw"] = round(100 * r["renames_per_s"] / raw["renames_per_s"], 1)
+            if raw and raw["cpu_ms_per_file"] and r.get("rename_cpu_ms_per_file"):
+                # rename phase against rename phase: the raw loop loads no manifests and
+                # cleans nothing up
+                r["cpu_vs_raw"] = round(r["rename_cpu_ms_per_file"] / raw["cpu_ms_per_file"], 3)
             if tp and tp["cpu_ms_per_file"]:
                 r["cpu_vs_threadpool"] = round(r["cpu_ms_per_file"] / tp["cpu_ms_per_file"], 3)
             if tp and tp["files_per_s"]:
@@ -587,7 +620,10 @@ COLUMNS = [
     "files_per_s",
     "renames_per_s",
     "pct_of_raw",
+    "requests_per_file",
     "cpu_ms_per_file",
+    "rename_cpu_ms_per_file",
+    "cpu_vs_raw",
     "cpu_vs_threadpool",
     "peak_rss_mb",
     "p50_ms",
@@ -601,7 +637,8 @@ COLUMNS = [
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--backends", default=",".join(KINDS))
+    ap.add_argument("--backends", default=",".join(KINDS), help=f"some of {','.join(ALL_KINDS)}")
+    ap.add_argument("--contenders", default=None, help="some of amcommit,raw,threadpool,sequential")
     ap.add_argument("--files", default="2000,20000")
     ap.add_argument("--concurrency", default="8,32,128")
     ap.add_argument("--rounds", type=int, default=1)
@@ -616,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         [int(x) for x in a.concurrency.split(",")],
         rounds=a.rounds,
         seq_sample_tasks=a.seq_sample_tasks,
+        kinds=a.contenders.split(",") if a.contenders else None,
     )
     rows = summarize(runs)
     print(table(rows, COLUMNS, "Job commit on the emulators"))

@@ -47,7 +47,7 @@ LEGEND = {
     "sequential": "sequential (v1 style)",
     "hadoop": "Hadoop / Spark",
 }
-BACKENDS = {"azurite": "Azurite", "gcs": "fake-gcs-server"}
+BACKENDS = {"azurite": "Azurite", "gcs": "fake-gcs-server", "gcsmove": "GCS double (objects.move)"}
 
 Bar = tuple[str, float, str, str]
 """label, value, value as printed, kind (a key of :data:`COLORS`)."""

@@ -153,7 +153,13 @@ class SyntheticStore:
         return ObjectInfo(path, len(data), "e")
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         self.renames += 1
         if not self.renames % 256:  # yield now and then, as a store with I/O would

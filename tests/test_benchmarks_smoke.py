@@ -89,3 +89,24 @@ def test_stream_commit_quick(tmp_path: Path) -> None:
     assert "| 10 | " in proc.stdout
     rows = json.loads((tmp_path / "stream_commit.json").read_text())["rows"]
     assert [r["files_per_batch"] for r in rows] == [10]
+
+
+@pytest.mark.timeout(150)
+def test_gcs_double_move_backend() -> None:
+    """The ``gcsmove`` backend (the GCS double in a process of its own, ``objects.move``):
+    amcommit renames with 2 requests (PATCH + move) like the raw loop, every output exact,
+    and the rename phase's CPU is compared with the raw loop's."""
+    from benchmarks import job_commit
+
+    runs = job_commit.run_matrix(["gcsmove"], [200], [8], kinds=["amcommit", "raw", "threadpool"], log=None)
+    rows = {r["kind"]: r for r in job_commit.summarize(runs)}
+    assert set(rows) == {"amcommit", "raw", "threadpool"}
+    for r in rows.values():
+        assert r["verified"] == "exact", r
+    am = rows["amcommit"]
+    # 200 files in 200 manifests: 2 per rename plus ~3 per manifest (get, delete, ...)
+    assert am["requests_per_file"] is not None and 2.0 < am["requests_per_file"] < 8.0
+    assert rows["raw"]["requests_per_file"] == 2
+    assert am["rename_cpu_ms_per_file"] > 0 and am["cpu_vs_raw"] > 0 and am["cpu_vs_threadpool"] > 0
+    moves = [r for r in runs if r["kind"] == "amcommit"]
+    assert all(r["retries"] == 0 for r in moves)

@@ -34,6 +34,13 @@ TASK_MANIFEST_VERSION = 1
 SUCCESS_NAME = "org.apache.hadoop.fs.s3a.commit.files.SuccessData/1"
 COMMITTER_NAME = "amcommit"
 
+SOURCE_META_KEY = "amcommit.sourceUserMetadata"
+"""``extraData`` key of a task manifest: ``"none"`` when the task commit listed every file
+of the manifest with its metadata (Blob) and none carried user metadata; absent when not
+known. Lets the job commit's copy-based rename skip reading the source (see
+``Store.rename(src_meta=)``). An ``extraData`` entry, not a new per-file key, so the
+manifest stays exactly Hadoop's format; a manifest without it takes the safe path."""
+
 MAX_SIZE = 2**63 - 1
 """Largest file size a manifest may declare (Hadoop's ``long``)."""
 Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_SIZE)]
@@ -155,6 +162,10 @@ class RenameEntry(NamedTuple):
     dst: str
     size: int
     etag: str | None
+    meta: bool | None = None
+    """Whether the source (at ``etag``) carries user metadata, as the task commit saw it
+    (:data:`SOURCE_META_KEY`); None = not known (manifests of Hadoop or of older
+    versions): the rename then reads the source where a copy must carry metadata."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,10 +257,16 @@ class CheckedManifest(NamedTuple):
     sizes: list[int]
     etags: list[str | None]
     dirs: set[str]
+    meta: bool | None = None
+    """Whether the sources carry user metadata (:attr:`RenameEntry.meta`, the same for
+    every entry of a manifest)."""
 
     def entries(self) -> list[RenameEntry]:
         """The renames as :class:`RenameEntry` rows."""
-        return list(map(RenameEntry, self.srcs, self.dsts, self.sizes, self.etags))
+        n = len(self.srcs)
+        return list(
+            map(RenameEntry, self.srcs, self.dsts, self.sizes, self.etags, itertools.repeat(self.meta, n))
+        )
 
 
 def check_manifest(
@@ -307,6 +324,8 @@ def check_manifest_columns(
         _check_dest(scope, d, de.dir, name)
         dirs.add(d)
     dirs.discard(scope.dest)
+    if m.extra_data.get(SOURCE_META_KEY) == "none":  # the task's own listing saw no user metadata
+        return checked._replace(meta=False)
     return checked
 
 

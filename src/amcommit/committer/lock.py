@@ -426,10 +426,16 @@ class FencedStore:
         return await self.inner.put(path, data, mode=mode)
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         self.lock.check("rename", src)
-        return await self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id)
+        return await self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id, src_meta=src_meta)
 
     async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
         """The lease is checked once, before the batch starts (a batch is short: the

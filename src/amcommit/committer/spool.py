@@ -18,6 +18,7 @@ the duplicate check is exact either way.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import struct
 import tempfile
@@ -155,8 +156,9 @@ class EntrySpool:
         """Add the entries of one manifest (frames of at most ``batch_size``)."""
         if not entries:
             return
-        srcs, dsts, sizes, etags = zip(*entries, strict=True)
-        self.append_columns(srcs, dsts, sizes, etags, manifest_index)
+        srcs, dsts, sizes, etags, metas = zip(*entries, strict=True)
+        meta = metas[0] if len(set(metas)) == 1 else None  # mixed: not known (the safe side)
+        self.append_columns(srcs, dsts, sizes, etags, manifest_index, meta)
 
     def append_columns(
         self,
@@ -165,15 +167,20 @@ class EntrySpool:
         sizes: Sequence[int],
         etags: Sequence[str | None],
         manifest_index: int,
+        meta: bool | None = None,
     ) -> None:
         """Add the entries of one manifest given as columns (as :func:`check_manifest_columns`
-        returns them): no Python code runs per entry."""
+        returns them): no Python code runs per entry. ``meta``: every entry's
+        :attr:`~amcommit.manifest.RenameEntry.meta` (None is not stored: the default)."""
         n = len(dsts)
         if not n:
             return
         self.index.add(dsts)
         self.total_bytes += sum(sizes)
-        rows = list(zip(srcs, dsts, sizes, etags, strict=True))
+        if meta is None:
+            rows: list[tuple[Any, ...]] = list(zip(srcs, dsts, sizes, etags, strict=True))
+        else:
+            rows = list(zip(srcs, dsts, sizes, etags, itertools.repeat(meta, n), strict=False))
         step = self.batch_size
         buf = self._buf
         for i in range(0, n, step):

@@ -23,6 +23,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.iostats import IOStatistics
 from amcommit.manifest import (
+    SOURCE_META_KEY,
     TASK_MANIFEST_TYPE,
     TASK_MANIFEST_VERSION,
     DirEntry,
@@ -139,6 +140,11 @@ async def build_manifest(
         for rel in missing:
             rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
         extra[ROWS_KEY] = json.dumps(rows, sort_keys=True)
+    extra.pop(SOURCE_META_KEY, None)  # said by this listing only, never by a caller
+    if files and all(f.user_meta is False and f.etag for f in files):
+        # every file was listed with its metadata and has none to carry: the job commit's
+        # copy-based rename need not read it again (bound to the etags recorded here)
+        extra[SOURCE_META_KEY] = "none"
     for f in sorted(files, key=lambda i: i.path):
         rel = relative_to(f.path, work)
         total += f.size

@@ -81,6 +81,11 @@ class ObjectInfo:
     checksum: str | None = None
     """A checksum of the content when the store reports one for free (GCS: ``crc32c``);
     compared by :func:`amcommit.store.proof.judge_rename` when the renamer knows it."""
+    user_meta: bool | None = None
+    """Whether the object carries user metadata a copy-based rename must carry over
+    (amcommit's own marks excluded), when the store reports it for free (Blob listings and
+    stats); None = not known. Task commit records it in the manifest so that the job
+    commit's rename need not read the source again (see ``Store.rename(src_meta=)``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +180,13 @@ class Store(Protocol):
         ...
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         """Rename a file; never overwrites ``dst`` (:class:`~amcommit.errors.AlreadyExists`).
 
@@ -183,6 +194,14 @@ class Store(Protocol):
         source still has this etag. ``rename_id``: an opaque id recorded on the destination
         by copy-based stores so a retry can prove this rename happened. Creates missing
         parent directories of ``dst``.
+
+        ``src_meta=False`` (only meaningful with ``src_etag``): the caller knows that the
+        source *at that etag* carries no user metadata (a task manifest records it), so a
+        copy-based store that must re-send metadata with its copy (Blob) need not read the
+        source first. The copy is conditioned on ``src_etag``, and changing metadata
+        changes the etag, so a wrong claim about a later version cannot lose metadata.
+        ``None`` (unknown) or ``True`` keeps the safe path. Stores that rename in place
+        ignore it.
 
         With ``src_etag`` or ``rename_id`` the caller declares the source to be a file (a
         job commit's forward rename): a directory (or, on local stores, a symbolic link or

@@ -276,12 +276,18 @@ class FaultyStore:
         return await self._call("put", (path,), lambda: self.inner.put(path, data, mode=mode))
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         return await self._call(
             "rename",
             (src, dst),
-            lambda: self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id),
+            lambda: self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id, src_meta=src_meta),
         )
 
     def _selects(self, op: str, paths: tuple[str, ...]) -> bool:

@@ -386,7 +386,13 @@ class LocalStore:
         return await self._run("put", path, write)
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         check_path(src, allow_root=False)
         check_path(dst, allow_root=False)

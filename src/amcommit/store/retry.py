@@ -131,12 +131,16 @@ async def call_with_retries(
     ``retries_spent``. An error already marked so by an inner loop is raised at once
     (see the module docstring: one retry layer per request).
     """
-    backoff = Backoff(policy, limiter=limiter, stats=stats, retry_if=retry_if)
-    attempt = 0
+    try:
+        return await fn(1)  # the common case: no failure handling is built at all
+    except StoreError as e:
+        backoff = Backoff(policy, limiter=limiter, stats=stats, retry_if=retry_if)
+        delay = backoff.after(e, 1)
+    attempt = 1
     while True:
+        await anyio.sleep(delay)
         attempt += 1
         try:
             return await fn(attempt)
         except StoreError as e:
             delay = backoff.after(e, attempt)
-        await anyio.sleep(delay)

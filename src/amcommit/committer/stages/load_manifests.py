@@ -88,7 +88,7 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
         if other is not None:
             raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
         task_ids[m.task_id] = name
-        spool.append_columns(c.srcs, c.dsts, c.sizes, c.etags, spool.add_manifest(name))
+        spool.append_columns(c.srcs, c.dsts, c.sizes, c.etags, spool.add_manifest(name), c.meta)
         if sources is not None:
             sources.add(c.srcs, name)
         all_dirs.update(c.dirs)

@@ -88,7 +88,7 @@ async def rename_one(
     store, job = ctx.store, ctx.layout.job_id
     want = forward_expected(job, entry)
     rid = want.rename_id
-    src_etag = entry.etag
+    src_etag, src_meta = entry.etag, entry.meta
     moved_aside = stale_removed = moved_back = False
     while True:
         try:
@@ -96,7 +96,9 @@ async def rename_one(
                 err, first = first, None
                 raise err
             return await ctx.call(
-                partial(store.rename, entry.src, entry.dst, src_etag=src_etag, rename_id=rid)
+                partial(
+                    store.rename, entry.src, entry.dst, src_etag=src_etag, rename_id=rid, src_meta=src_meta
+                )
             )
         except NotFound:
             if await settle(ctx, entry.src, entry.dst, want) is Verdict.DONE:
@@ -125,7 +127,7 @@ async def rename_one(
                 and s.size == entry.size
             ):
                 # an earlier rollback of this job moved the file back (new etag on a copy store)
-                src_etag, moved_back = s.etag, True
+                src_etag, src_meta, moved_back = s.etag, s.user_meta, True
                 want = Expected(rid, entry.size, s.etag)
                 continue
             raise CommitError(

@@ -119,6 +119,8 @@ class AzureBase:
         self.api_version = api_version
         self._sas = self.credential.query
         self._container_url = f"{self.endpoint}/{quote_path(container)}"
+        cu = URL(self._container_url, encoded=True)  # its parts: url() builds, never parses
+        self._url_scheme, self._url_authority, self._url_path = cu.scheme, cu.raw_authority, cu.raw_path
         self._root_uri = root_uri or self._default_root_uri()
         self.limiter = limiter or Limiter(max_concurrency=128)
         self.retry = retry or RetryPolicy()
@@ -165,10 +167,15 @@ class AzureBase:
 
     def url(self, path: str, query: str = "") -> URL:
         """Encoded URL of ``path`` in the container (``""``: the container itself)."""
-        base = f"{self._container_url}/{quote_path(path)}" if path else self._container_url
         if self._sas:
             query = f"{query}&{self._sas}" if query else self._sas
-        return URL(f"{base}?{query}" if query else base, encoded=True)
+        return URL.build(
+            scheme=self._url_scheme,
+            authority=self._url_authority,
+            path=f"{self._url_path}/{quote_path(path)}" if path else self._url_path,
+            query_string=query,
+            encoded=True,
+        )
 
     def url_text(self, path: str) -> str:
         """The URL of ``path`` as text (with the SAS query, if any), e.g. for a copy source."""

@@ -23,7 +23,6 @@ import base64
 import binascii
 import email.utils
 import functools
-import hashlib
 import hmac
 import inspect
 import time
@@ -141,6 +140,13 @@ def canonical_query(raw_query: str) -> list[tuple[str, str]]:
     return out
 
 
+_SIGNED_INDEX = {h: i for i, h in enumerate(_SIGNED_HEADERS)}
+
+
+def _xms_sort_key(kv: tuple[str, str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return header_sort_key(kv[0])
+
+
 def string_to_sign(
     method: str,
     account: str,
@@ -151,27 +157,35 @@ def string_to_sign(
     """The Shared Key string-to-sign for a Blob / Data Lake request.
 
     ``raw_path`` is the URL path exactly as sent (percent-encoded); ``query`` holds decoded
-    ``(name, value)`` pairs; ``headers`` the request headers (any case).
+    ``(name, value)`` pairs; ``headers`` the request headers (any case; of two names
+    differing only in case the later one counts). One pass over the headers (it runs for
+    every request).
     """
-    lower = {k.lower(): v for k, v in headers.items()}
-    if lower.get("content-length") == "0":
-        lower["content-length"] = ""
-    parts = [method.upper()]
-    parts.extend(lower.get(h, "") for h in _SIGNED_HEADERS)
-    xms = sorted(
-        ((k, v) for k, v in lower.items() if k.startswith("x-ms-")), key=lambda kv: header_sort_key(kv[0])
-    )
-    canon_headers = "".join(f"{k}:{v.strip()}\n" for k, v in xms)
+    std = [""] * len(_SIGNED_HEADERS)
+    xms: dict[str, str] = {}
+    index = _SIGNED_INDEX
+    for k, v in headers.items():
+        lk = k.lower()
+        if lk.startswith("x-ms-"):
+            xms[lk] = v
+        else:
+            i = index.get(lk)
+            if i is not None:
+                std[i] = v
+    if std[2] == "0":  # content-length
+        std[2] = ""
+    canon_headers = "".join(f"{k}:{v.strip()}\n" for k, v in sorted(xms.items(), key=_xms_sort_key))
+    resource = f"/{account}{raw_path or '/'}"
     grouped: dict[str, list[str]] = {}
     for k, v in query:
         grouped.setdefault(k.lower(), []).append(v)
-    resource = f"/{account}{raw_path or '/'}"
-    canon_query = "".join(f"\n{k}:{','.join(sorted(vs))}" for k, vs in sorted(grouped.items()))
-    return "\n".join(parts) + "\n" + canon_headers + resource + canon_query
+    if grouped:
+        resource += "".join(f"\n{k}:{','.join(sorted(vs))}" for k, vs in sorted(grouped.items()))
+    return f"{method.upper()}\n" + "\n".join(std) + "\n" + canon_headers + resource
 
 
 def hmac_sha256_b64(key: bytes, text: str) -> str:
-    return base64.b64encode(hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()).decode()
+    return base64.b64encode(hmac.digest(key, text.encode("utf-8"), "sha256")).decode()
 
 
 class SharedKey:

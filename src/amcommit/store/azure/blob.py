@@ -17,9 +17,13 @@ Operations and their limits:
   proves an earlier success by the destination's ``rename_id`` (and size): ``stat`` exposes
   it as :attr:`ObjectInfo.rename_id`. Without a caller's ``rename_id`` one is generated per
   call (internal retries can still prove success; a later call cannot). Two concurrent
-  renames of one source are not exclusive (both copies may succeed). With
-  ``preserve_metadata=False`` and a known ``src_etag`` the Get Properties is skipped (two
-  requests per rename) and the copy carries only ``amcommitrenameid``.
+  renames of one source are not exclusive (both copies may succeed). With a known
+  ``src_etag`` the Get Properties is skipped (two requests per rename: Copy Blob + Delete
+  Blob) when the caller vouches that the source at that etag has no user metadata
+  (``src_meta=False``: task commit lists the blobs with their metadata and says so in the
+  manifest) or when ``preserve_metadata=False``; the copy then carries only amcommit's
+  marks. Any change of the source's metadata changes its etag, so the copy's
+  ``x-ms-source-if-match`` fails rather than drop metadata a later version gained.
 * Directories are virtual: ``mkdirs`` is a no-op and writes no ``hdi_isfolder`` marker
   blobs (they cost a request per directory and nothing needs them); markers written by
   other tools are recognised by ``stat`` and ``list`` and removed by recursive deletes.
@@ -32,7 +36,7 @@ from __future__ import annotations
 import base64
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -66,8 +70,15 @@ META_SOURCE_ETAG = "amcommitsrcetag"
 _MiB = 1024 * 1024
 
 
-def _meta(headers: CIMultiDictProxy[str]) -> dict[str, str]:
-    return {k[len(_META) :].lower(): v for k, v in headers.items() if k.lower().startswith(_META)}
+_OWN_META = frozenset((META_RENAME_ID, META_PUT_ID, META_SOURCE_ETAG))
+"""amcommit's own metadata keys: never carried over by a rename (it writes its own)."""
+_OWN_HEADERS = frozenset(f"{_META}{k}" for k in _OWN_META)
+
+
+def _has_user_meta(keys: Iterable[str]) -> bool:
+    """True if any of these (lower-case) metadata keys is the user's, not amcommit's own
+    (a folder marker's ``hdi_isfolder`` counts: such a blob is not renamed as a file)."""
+    return any(k not in _OWN_META for k in keys)
 
 
 class BlobStore(AzureBase):
@@ -128,6 +139,7 @@ class BlobStore(AzureBase):
             mtime=parse_http_date(headers.get("Last-Modified")),
             rename_id=headers.get(f"{_META}{META_RENAME_ID}"),
             source_etag=norm_etag(headers.get(f"{_META}{META_SOURCE_ETAG}")),
+            user_meta=_has_user_meta(k[len(_META) :].lower() for k in headers if k.lower().startswith(_META)),
         )
 
     async def _head(self, path: str, op: str) -> CIMultiDictProxy[str]:
@@ -210,6 +222,7 @@ class BlobStore(AzureBase):
                     mtime=parse_http_date(props.get("Last-Modified")),
                     rename_id=meta.get(META_RENAME_ID),
                     source_etag=norm_etag(meta.get(META_SOURCE_ETAG)),
+                    user_meta=_has_user_meta(meta),
                 )
             for d in prefixes:
                 name = d.rstrip("/")
@@ -299,17 +312,26 @@ class BlobStore(AzureBase):
         raise e
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
-        """Copy + conditional delete; never overwrites ``dst``. See the module doc."""
+        """Copy + conditional delete; never overwrites ``dst``; not atomic (for a moment
+        both names exist). See the module doc."""
         check_path(src, allow_root=False)
         check_path(dst, allow_root=False)
         if src == dst:
             raise AlreadyExists("source and destination are the same", op="rename", path=dst)
         rid = rename_id or uuid.uuid4().hex
         headers: dict[str, str] = {}
-        if src_etag is not None and not self.preserve_metadata:
-            etag, size = norm_etag(src_etag), None  # two requests: copy + delete
+        if src_etag is not None and (src_meta is False or not self.preserve_metadata):
+            # two requests: copy + delete (nothing of the source's to carry over, and the
+            # copy is conditioned on the etag the caller knows)
+            etag, size = norm_etag(src_etag), None
         else:
             try:
                 sh = await self._head(src, "rename")
@@ -324,9 +346,10 @@ class BlobStore(AzureBase):
                 )
             etag, size = source.etag, source.size
             if self.preserve_metadata:
-                drop = tuple(f"{_META}{k}" for k in (META_RENAME_ID, META_PUT_ID, META_SOURCE_ETAG))
                 headers = {
-                    k: v for k, v in sh.items() if k.lower().startswith(_META) and k.lower() not in drop
+                    k: v
+                    for k, v in sh.items()
+                    if k.lower().startswith(_META) and k.lower() not in _OWN_HEADERS
                 }
         assert etag is not None
         headers.update(
@@ -368,14 +391,14 @@ class BlobStore(AzureBase):
             except (AlreadyExists, PreconditionFailed) as e:
                 if e.code == "SourceConditionNotMet":
                     raise PreconditionFailed(
-                        "source changed", op="rename", path=src, status=e.status
+                        f"source is no longer at etag {etag}", op="rename", path=src, status=e.status
                     ) from None
                 try:
                     d = self._info(dst, await self._head(dst, "rename"))
                 except NotFound:
                     # (Azurite answers a failed source condition with ConditionNotMet)
                     raise PreconditionFailed(
-                        "source changed", op="rename", path=src, status=e.status
+                        f"source is no longer at etag {etag}", op="rename", path=src, status=e.status
                     ) from None
                 verdict = judge_rename(self.capabilities, Expected(rid), d, source_at(src, etag, size, d))
                 if verdict is Verdict.STALE and not stale_removed:

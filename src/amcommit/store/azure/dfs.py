@@ -225,7 +225,13 @@ class DfsStore(AzureBase):
         return etag
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         """Atomic rename that never overwrites; recovers lost answers by etag."""
         check_path(src, allow_root=False)

@@ -102,6 +102,11 @@ _OBJECT_FIELDS = (
 _LIST_FIELDS = f"items({_OBJECT_FIELDS}),prefixes,nextPageToken"
 # encoded query strings of the per-rename requests (built once, not per request)
 _GET_Q = query({"fields": _OBJECT_FIELDS})
+_MOVE_Q = query({"fields": "name,size,generation,metageneration,crc32c,metadata"})
+"""The fields a move-based rename reads from its PATCH and move answers (generations for
+the preconditions, size and crc32c for the proofs): a partial response, smaller to parse."""
+_JSON_HEADERS = {"Content-Type": "application/json; charset=UTF-8"}
+"""Headers of the JSON-bodied rename requests (never mutated: signing copies them)."""
 _REWRITE_FIELDS_Q = query({"fields": f"done,rewriteToken,resource({_OBJECT_FIELDS})"})
 _MOVE_UNSUPPORTED = (400, 405, 501)
 SOURCE_GEN_KEY = "amcommitSourceGeneration"
@@ -266,13 +271,17 @@ class GcsStore:
     def _obj_url_q(self, name: str, q: str, suffix: str = "") -> URL:
         """The URL of object ``name`` (+ ``suffix``) with the encoded query string ``q``
         (built from its parts: about half the cost of parsing the URL string)."""
+        return self._qobj_url_q(qname(name), q, suffix)
+
+    def _qobj_url_q(self, qn: str, q: str, suffix: str = "") -> URL:
+        """:meth:`_obj_url_q` for a name already encoded (``qn = qname(name)``)."""
         if self.user_project:
             up = query({"userProject": self.user_project})
             q = f"{q}&{up}" if q else up
         return URL.build(
             scheme=self._scheme,
             authority=self._authority,
-            path=f"{self._obj_path}/{qname(name)}{suffix}",
+            path=f"{self._obj_path}/{qn}{suffix}",
             query_string=q,
             encoded=True,
         )
@@ -565,7 +574,13 @@ class GcsStore:
         return False
 
     async def rename(
-        self, src: str, dst: str, *, src_etag: str | None = None, rename_id: str | None = None
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
     ) -> RenameResult:
         """Rename one object; never overwrites ``dst`` (see the module docstring for the
         two strategies, their atomicity and the recovery of retried renames)."""
@@ -578,14 +593,14 @@ class GcsStore:
         with self.iostats.time("rename"):
             # the rewrite strategy's source delete runs in this scope (extending its
             # deadline) instead of opening a second one
-            return await self._shielded(
+            return await self.http.shielded(
                 "rename", src, lambda scope: self._rename(src, dst, expected, rid, scope)
             )
 
     async def _rename(
         self, src: str, dst: str, expected: str | None, rid: str, scope: anyio.CancelScope
     ) -> RenameResult:
-        if self._use_move is not False and await self.supports_move():
+        if self._use_move or (self._use_move is None and await self.supports_move()):
             res = await self._rename_move(src, dst, expected, rid)
             if res is not None:
                 return res
@@ -626,14 +641,17 @@ class GcsStore:
         if self.verify_preconditions and await self._find_object(dst) is not None:
             raise AlreadyExists("destination exists", op="rename", path=dst)
         patch_body = ENCODER.encode({"metadata": {RENAME_ID_KEY: rid, SOURCE_GEN_KEY: None}})
+        qsrc = qname(src)  # encoded once for both requests
+        move_suffix = f"/moveTo/o/{qname(dst)}"
+        patch_url = self._qobj_url_q(qsrc, f"ifGenerationMatch={expected}&{_MOVE_Q}" if expected else _MOVE_Q)
         for _round in range(_MAX_MOVE_ROUNDS):
             try:
                 r = await self.http.send(
                     "gcs_patch",
                     "PATCH",
-                    self._obj_url(src, params={"ifGenerationMatch": expected, "fields": _OBJECT_FIELDS}),
+                    patch_url,
                     path=src,
-                    headers={"Content-Type": "application/json; charset=UTF-8"},
+                    headers=_JSON_HEADERS,
                     data=patch_body,
                     write=True,
                 )  # setting one metadata key to a fixed value: idempotent
@@ -646,16 +664,19 @@ class GcsStore:
             s = OBJECT_DECODER.decode(r.body)
             if expected is not None and s.generation != expected:
                 raise PreconditionFailed("source generation changed", op="rename", path=src, status=412)
-            url = self._obj_url(
-                src,
-                f"/moveTo/o/{qname(dst)}",
-                {
-                    "ifGenerationMatch": 0,
-                    "ifSourceGenerationMatch": s.generation,
-                    "ifSourceMetagenerationMatch": s.metageneration,
-                    "fields": _OBJECT_FIELDS,
-                },
-            )
+            gen, mgen = s.generation, s.metageneration
+            if gen.isdigit() and mgen.isdigit():  # always, from the service: no encoding needed
+                q = f"ifGenerationMatch=0&ifSourceGenerationMatch={gen}&ifSourceMetagenerationMatch={mgen}&{_MOVE_Q}"
+            else:
+                q = query(
+                    {
+                        "ifGenerationMatch": 0,
+                        "ifSourceGenerationMatch": gen,
+                        "ifSourceMetagenerationMatch": mgen,
+                        "fields": "name,size,generation,metageneration,crc32c,metadata",
+                    }
+                )
+            url = self._qobj_url_q(qsrc, q, move_suffix)
             try:
                 r = await self.http.send("gcs_move", "POST", url, path=src, write=True)
             except NotFound:
