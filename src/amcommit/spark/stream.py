@@ -304,7 +304,7 @@ def commit_batch(
 
     label = batch_label(ids.app, batch_id)
     wrap: Callable[[Store], Store] = lambda s: kill_in_renames(s, batch_id)  # noqa: E731
-    report = commit_write(plan, results, label=label, before=before, wrap=wrap)
+    report = commit_write(plan, results, label=label, before=before, wrap=wrap, keep_loop=True)
     skipped = getattr(report, "skipped_label", None)
     if skipped:
         report.job_stats.incr("stream_batches_skipped")
