@@ -578,7 +578,15 @@ async def run_table_commit(
         async with ctx.stage("prepare_dirs"):
             await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
         async with ctx.stage("rename_files"):
-            await rename_files.run(ctx, rename_files.RenameInputs(loaded))
+            # no more rename workers than files (the stage feeds its workers from the
+            # spool, an iterator of unknown length: 128 workers for a 10-file micro-batch
+            # cost ~2 ms to start)
+            config = ctx.config
+            ctx.config = config.with_options(io_threads=max(1, min(config.io_threads, loaded.spool.count)))
+            try:
+                await rename_files.run(ctx, rename_files.RenameInputs(loaded))
+            finally:
+                ctx.config = config
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, meta)
         journal.state = "renamed"
