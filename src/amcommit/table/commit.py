@@ -205,15 +205,20 @@ def later_completed(mine: str, instants: Sequence[Instant]) -> str | None:
 
 
 async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
-    """The completed write instant at time ``instant``, if there is one."""
-    for action in (Action.COMMIT, Action.REPLACE_COMMIT):
+    """The completed write instant at time ``instant``, if there is one (the two possible
+    names are looked up at the same time: one round trip)."""
+    found: list[Instant] = []
+
+    async def look(action: Action) -> None:
         i = Instant(instant, action.value, State.COMPLETED)
         try:
             await store.stat(join(dest, HOODIE_DIR, i.file_name))
-            return i
+            found.append(i)
         except NotFound:
-            continue
-    return None
+            pass
+
+    await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT), look, 2)
+    return min(found) if found else None
 
 
 def _out_of_order(mine: str, later: str) -> CommitError:
@@ -530,12 +535,23 @@ async def run_table_commit(
     report.label = None if label is None else label.text()
     report.conflict_mode = "append"
     ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
-    journal = await load_journal(ctx)
+    # the journal and the completed instant are looked up at the same time
+    journal: Journal | None = None
+    done: Instant | None = None
+
+    async def journal_of() -> None:
+        nonlocal journal
+        journal = await load_journal(ctx)
+
+    async def done_of() -> None:
+        nonlocal done
+        done = await completed_instant(store, dest, instant)
+
+    await run_parallel([journal_of, done_of], lambda step: step(), 2)
     if journal is not None:
         report.resumed = True
         journal.runs += 1
     ctx.journal = journal
-    done = await completed_instant(store, dest, instant)
     if done is not None or (journal is not None and journal.state == "committed"):
         if journal is not None:
             restore_renames(journal, report)
