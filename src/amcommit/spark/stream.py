@@ -41,7 +41,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from amcommit.committer.context import run_parallel
 from amcommit.committer.job import abort_job
 from amcommit.committer.report import JobReport
-from amcommit.committer.sync import run_blocking
+from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
@@ -193,7 +193,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
                     await acquire_lease(store, dest, ids.app, ids.run, self.lease_ttl)
                 await write_owner(store, dest, plan.job_id, Owner(ids.app, ids.run, ids.checkpoint))
 
-        run_blocking(claim)
+        run_kept_loop(claim)  # the worker process's kept loop (tasks run on it too)
 
     @contextlib.contextmanager
     def _renewing(self, ids: StreamIds) -> Iterator[None]:
