@@ -91,12 +91,15 @@ def run_query(
     return str(q.id), rows
 
 
-def last_task_end(event_dir: Path) -> dict[tuple[str, int], float]:
-    """(query id, batch id) -> the latest task ``Finish Time`` (epoch seconds) of the
+def task_ends(event_dir: Path) -> dict[tuple[str, int], list[float]]:
+    """(query id, batch id) -> the ``Finish Time`` (epoch seconds) of every task of the
     batch's jobs, from Spark's event log (jobs carry ``sql.streaming.queryId`` and
-    ``streaming.sql.batchId`` in their properties)."""
+    ``streaming.sql.batchId`` in their properties). A job may carry the id of the batch
+    before it (the file source lists the next batch's input, in parallel from 32 files
+    on, with the last batch's properties): callers keep the tasks finished before the
+    batch became visible."""
     stage_of: dict[int, tuple[str, int]] = {}
-    out: dict[tuple[str, int], float] = {}
+    out: dict[tuple[str, int], list[float]] = {}
     for f in sorted(p for p in event_dir.rglob("events_*") if p.is_file()):
         for line in f.read_text().splitlines():
             ev = json.loads(line)
@@ -110,7 +113,7 @@ def last_task_end(event_dir: Path) -> dict[tuple[str, int], float]:
             elif kind == "SparkListenerTaskEnd":
                 key = stage_of.get(int(ev["Stage ID"]))
                 if key is not None:
-                    out[key] = max(out.get(key, 0.0), ev["Task Info"]["Finish Time"] / 1000.0)
+                    out.setdefault(key, []).append(ev["Task Info"]["Finish Time"] / 1000.0)
     return out
 
 
@@ -202,12 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
     try:
         # Spark writes its event log as it goes and closes it at stop()
-        ends = last_task_end(events)
+        ends = task_ends(events)
         for _n, _sink, qid, kept in runs:
             for row in kept:
-                end = ends.get((qid, int(row["batch"])))
-                if end is not None:
-                    row["after_tasks_ms"] = (row["visible_at"] - end) * 1000.0
+                before = [t for t in ends.get((qid, int(row["batch"])), []) if t <= row["visible_at"]]
+                if before:
+                    row["after_tasks_ms"] = (row["visible_at"] - max(before)) * 1000.0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     keys = ("commit_ms", "after_tasks_ms", "add_batch_ms", "trigger_ms")
