@@ -14,6 +14,13 @@ sinks (fresh output and checkpoint each run). Per batch:
   file sink's ``_spark_metadata/<batch>`` log entry (their modification times). This covers
   the task results reaching the driver, the sink's ``commit()`` and, for amcommit, the job
   commit's renames and the timeline: what a reader waits for after the data exists;
+* ``after tasks``: from the batch's last task *finished* as Spark's scheduler records it
+  (the latest ``Finish Time`` of the batch's tasks in Spark's event log, millisecond clock
+  of the driver JVM) to the same visible file. The tasks' own commit work (amcommit: the
+  task manifest; the file sink: nothing, its files are written in place) is excluded: this
+  is the sink's driver-side commit, including, for amcommit, the hand-off to the Python
+  worker process that runs ``commit()`` (the Python data source API) and the job commit
+  up to the completed instant. The same interval for both sinks;
 * ``addBatch`` (the batch's tasks plus the sink's commit, from ``query.recentProgress``) and
   ``triggerExecution`` (the whole batch, end to end).
 
@@ -49,9 +56,11 @@ def make_input(folder: Path, files: int, rows_per_file: int) -> None:
         (folder / f"f{f:06d}.json").write_text("\n".join(lines) + "\n")
 
 
-def run_query(spark: Any, sink: str, src: Path, out: Path, per_batch: int) -> list[dict[str, float]]:
-    """Stream ``src`` through ``sink`` into ``out/table``; per batch (in order) its
-    ``addBatch`` and ``triggerExecution`` milliseconds."""
+def run_query(
+    spark: Any, sink: str, src: Path, out: Path, per_batch: int
+) -> tuple[str, list[dict[str, float]]]:
+    """Stream ``src`` through ``sink`` into ``out/table``; the query's id and per batch (in
+    order) its ``addBatch`` and ``triggerExecution`` milliseconds."""
     stream = (
         spark.readStream.schema(SCHEMA)
         .option("maxFilesPerTrigger", str(per_batch))
@@ -72,8 +81,40 @@ def run_query(spark: Any, sink: str, src: Path, out: Path, per_batch: int) -> li
     for p in q.recentProgress:
         d = p.get("durationMs", {}) if isinstance(p, dict) else p.durationMs
         if d.get("addBatch") is not None:
-            rows.append({"add_batch_ms": float(d["addBatch"]), "trigger_ms": float(d["triggerExecution"])})
-    return rows
+            rows.append(
+                {
+                    "batch": float(p["batchId"] if isinstance(p, dict) else p.batchId),
+                    "add_batch_ms": float(d["addBatch"]),
+                    "trigger_ms": float(d["triggerExecution"]),
+                }
+            )
+    return str(q.id), rows
+
+
+def task_ends(event_dir: Path) -> dict[tuple[str, int], list[float]]:
+    """(query id, batch id) -> the ``Finish Time`` (epoch seconds) of every task of the
+    batch's jobs, from Spark's event log (jobs carry ``sql.streaming.queryId`` and
+    ``streaming.sql.batchId`` in their properties). A job may carry the id of the batch
+    before it (the file source lists the next batch's input, in parallel from 32 files
+    on, with the last batch's properties): callers keep the tasks finished before the
+    batch became visible."""
+    stage_of: dict[int, tuple[str, int]] = {}
+    out: dict[tuple[str, int], list[float]] = {}
+    for f in sorted(p for p in event_dir.rglob("events_*") if p.is_file()):
+        for line in f.read_text().splitlines():
+            ev = json.loads(line)
+            kind = ev.get("Event")
+            if kind == "SparkListenerJobStart":
+                props = ev.get("Properties") or {}
+                qid, bid = props.get("sql.streaming.queryId"), props.get("streaming.sql.batchId")
+                if qid is not None and bid is not None:
+                    for sid in ev.get("Stage IDs", []):
+                        stage_of[int(sid)] = (qid, int(bid))
+            elif kind == "SparkListenerTaskEnd":
+                key = stage_of.get(int(ev["Stage ID"]))
+                if key is not None:
+                    out.setdefault(key, []).append(ev["Task Info"]["Finish Time"] / 1000.0)
+    return out
 
 
 def _data_files(table: Path) -> list[Path]:
@@ -82,10 +123,10 @@ def _data_files(table: Path) -> list[Path]:
     ]
 
 
-def commit_latencies(sink: str, table: Path) -> list[float]:
-    """Per batch, in order: ms from its last data file's modification to the file that
-    makes the batch visible (see the module doc)."""
-    out: list[float] = []
+def commit_latencies(sink: str, table: Path) -> list[tuple[float, float]]:
+    """Per batch, in order: (ms from its last data file's modification to the file that
+    makes the batch visible (see the module doc), that file's modification time)."""
+    out: list[tuple[float, float]] = []
     if sink == "amcommit":
         by_instant: dict[str, float] = {}
         for f in _data_files(table):
@@ -94,14 +135,16 @@ def commit_latencies(sink: str, table: Path) -> list[float]:
         for done in sorted((table / ".hoodie").glob("*.commit")):
             instant = done.name.split(".", 1)[0]
             if instant in by_instant:
-                out.append((done.stat().st_mtime - by_instant[instant]) * 1000.0)
+                seen = done.stat().st_mtime
+                out.append(((seen - by_instant[instant]) * 1000.0, seen))
         return out
     log = table / "_spark_metadata"
     for entry in sorted((p for p in log.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
         paths = [json.loads(line)["path"] for line in entry.read_text().splitlines()[1:] if line.strip()]
         mtimes = [Path(urllib.parse.unquote(urllib.parse.urlparse(u).path)).stat().st_mtime for u in paths]
         if mtimes:
-            out.append((entry.stat().st_mtime - max(mtimes)) * 1000.0)
+            seen = entry.stat().st_mtime
+            out.append(((seen - max(mtimes)) * 1000.0, seen))
     return out
 
 
@@ -117,10 +160,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from amcommit.spark.session import local_builder
 
+    scratch = Path(tempfile.mkdtemp(prefix="amcommit-stream-bench-"))
+    events = scratch / "events"
+    events.mkdir()
     spark = (
         local_builder("local[2]", "amcommit-stream-bench")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.eventLog.enabled", "true")
+        .config("spark.eventLog.dir", events.as_uri())
+        .config("spark.eventLog.compress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -128,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = 3 if args.quick else 6
     rounds = 1 if args.quick else max(1, args.rounds)
     results: list[dict[str, Any]] = []
-    scratch = Path(tempfile.mkdtemp(prefix="amcommit-stream-bench-"))
+    runs: list[tuple[int, str, str, list[dict[str, float]]]] = []  # (size, sink, query id, rows)
     try:
         for n in sizes:
             src = scratch / f"in{n}"
@@ -139,37 +188,53 @@ def main(argv: list[str] | None = None) -> int:
                 for sink in order:
                     out = scratch / f"{sink}{n}-{r}"
                     t0 = time.perf_counter()
-                    rows = run_query(spark, sink, src, out, n)
+                    qid, rows = run_query(spark, sink, src, out, n)
                     lat = commit_latencies(sink, out / "table")
                     if len(lat) != len(rows):
                         raise RuntimeError(f"{sink}: {len(rows)} batches but {len(lat)} commits found")
-                    for row, ms in zip(rows, lat, strict=True):
-                        row["commit_ms"] = ms
-                    pooled[sink].extend(rows[1:] or rows)  # first batch of a run: warm-up
+                    for row, (ms, seen) in zip(rows, lat, strict=True):
+                        row["commit_ms"], row["visible_at"] = ms, seen
+                    kept = rows[1:] or rows  # first batch of a run: warm-up
+                    pooled[sink].extend(kept)
+                    runs.append((n, sink, qid, kept))
                     print(
                         f"{sink} {n} files/batch, round {r + 1}: {len(rows)} batches in {time.perf_counter() - t0:.1f}s"
                     )
-            row: dict[str, Any] = {"files_per_batch": n, "batches": batches, "rounds": rounds}
-            for sink, rows in pooled.items():
-                for key in ("commit_ms", "add_batch_ms", "trigger_ms"):
-                    row[f"{sink}_{key}"] = statistics.median(x[key] for x in rows)
-            for key in ("commit_ms", "add_batch_ms", "trigger_ms"):
-                row[f"{key.removesuffix('_ms')}_ratio"] = row[f"amcommit_{key}"] / max(
-                    row[f"parquet_{key}"], 1.0
-                )
-            results.append(row)
+            results.append({"files_per_batch": n, "batches": batches, "rounds": rounds, "pooled": pooled})
     finally:
         spark.stop()
+    try:
+        # Spark writes its event log as it goes and closes it at stop()
+        ends = task_ends(events)
+        for _n, _sink, qid, kept in runs:
+            for row in kept:
+                before = [t for t in ends.get((qid, int(row["batch"])), []) if t <= row["visible_at"]]
+                if before:
+                    row["after_tasks_ms"] = (row["visible_at"] - max(before)) * 1000.0
+    finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    keys = ("commit_ms", "after_tasks_ms", "add_batch_ms", "trigger_ms")
+    for row in results:
+        pooled = row.pop("pooled")
+        for sink, rows in pooled.items():
+            for key in keys:
+                vals = [x[key] for x in rows if key in x]
+                row[f"{sink}_{key}"] = statistics.median(vals) if vals else float("nan")
+                if key in ("commit_ms", "after_tasks_ms"):
+                    row[f"{sink}_{key}_all"] = [round(v, 1) for v in vals]
+        for key in keys:
+            row[f"{key.removesuffix('_ms')}_ratio"] = row[f"amcommit_{key}"] / max(row[f"parquet_{key}"], 1.0)
     print()
     print(
-        "| files/batch | commit latency ms amcommit / parquet | ratio | addBatch ms amcommit / parquet | ratio | batch ms amcommit / parquet | ratio |"
+        "| files/batch | commit latency ms amcommit / parquet | ratio | after tasks ms amcommit / parquet | ratio "
+        "| addBatch ms amcommit / parquet | ratio | batch ms amcommit / parquet | ratio |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['files_per_batch']} | {r['amcommit_commit_ms']:.0f} / {r['parquet_commit_ms']:.0f} | "
-            f"{r['commit_ratio']:.2f}x | {r['amcommit_add_batch_ms']:.0f} / {r['parquet_add_batch_ms']:.0f} | "
+            f"{r['commit_ratio']:.2f}x | {r['amcommit_after_tasks_ms']:.0f} / {r['parquet_after_tasks_ms']:.0f} | "
+            f"{r['after_tasks_ratio']:.2f}x | {r['amcommit_add_batch_ms']:.0f} / {r['parquet_add_batch_ms']:.0f} | "
             f"{r['add_batch_ratio']:.2f}x | {r['amcommit_trigger_ms']:.0f} / {r['parquet_trigger_ms']:.0f} | "
             f"{r['trigger_ratio']:.2f}x |"
         )

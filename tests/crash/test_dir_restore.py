@@ -55,7 +55,9 @@ async def test_killed_mid_rename_then_aborted(sut: StoreUnderTest, mode: str) ->
         "action": "commit",
         "dest": dest,
         "job_id": JOB,
-        "config": {"conflict_mode": mode, "io_threads": 1},
+        # one rename at a time, local files too (a batch would emit its first progress event
+        # after its last rename): the kill falls between the two renames
+        "config": {"conflict_mode": mode, "io_threads": 1, "rename_batch_size": 1},
         "kill": {"progress": "rename_files:progress:1"},
     }
     kill_child(spec)

@@ -242,9 +242,16 @@ def run_child(cell: Cell, op: str, job: Job, kill: Any, **more: Any) -> None:
         "kill": kill,
         # one manifest and one file operation at a time: a kill at a progress event is then
         # a clean boundary (no other rename half done) and the renames run in spool order
-        # (task 0's files sorted, then task 1's); the rename-kind rules cut inside one rename on purpose
+        # (task 0's files sorted, then task 1's); the rename-kind rules cut inside one rename on
+        # purpose. Local renames one by one too (not in batches: a progress event then follows
+        # each file; cuts inside a batch are tests/engine/test_kill_resume.py's)
         "config": CONFIG
-        | {"io_threads": 1, "load_threads": 1, "delete_target_files": job.delete_target_files}
+        | {
+            "io_threads": 1,
+            "load_threads": 1,
+            "rename_batch_size": 1,
+            "delete_target_files": job.delete_target_files,
+        }
         | more,
     }
     proc = _FORKS.Process(target=kill_child.run_spec, args=(json.dumps(spec),), name=f"matrix-{op}")

@@ -265,3 +265,39 @@ async def test_timeline_and_changes_show_labels(
             )
             since = i["time"]
     assert seen == [(t1, "q:1", 2)]
+
+
+async def test_pending_of_finds_a_published_write_left_staged(
+    label_sut: StoreUnderTest,
+) -> None:
+    """A write whose label was given to commit_job only, published and then cut short in
+    its cleanup (staging folder back in place, no commit plan in it: on stores with atomic
+    renames the plan *became* the completed instant): pending_of reads the label from the
+    completed instant, so ``recover`` finishes that cleanup; another app's is not touched."""
+    from amcommit.committer.layout import JobLayout
+    from amcommit.table.labels import pending_of, recover
+
+    store, dest = label_sut.store, join(label_sut.base, "t")
+    label = Label("q-left", 1)
+    from amcommit.table.schema import avro_schema
+
+    w = await begin_write(
+        store,
+        dest,
+        operation=Operation.INSERT,
+        spec=SPEC,
+        avro_schema=avro_schema(SCHEMA, SPEC.name),
+        config=FAST,
+    )
+    marker = await store.get(JobLayout(dest, w.instant, table=True).job_marker)
+    await write_tasks(store, w, rows(0, 4))
+    report = await commit_job(store, dest, w.instant, config=FAST, label=label)
+    assert report.success and report.label == label.text()
+    done = await listing(store, dest)
+    # the cleanup cut short: the staging folder (job marker) is still there
+    await store.put(JobLayout(dest, w.instant, table=True).job_marker, marker)
+    assert await pending_of(store, dest, "another-app", config=FAST) == []
+    assert await pending_of(store, dest, label.app_id, config=FAST) == [w.instant]
+    assert await recover(store, dest, label.app_id, config=FAST) == [w.instant]
+    assert await listing(store, dest) == done
+    assert await pending_of(store, dest, label.app_id, config=FAST) == []

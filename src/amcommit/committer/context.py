@@ -33,7 +33,7 @@ the defaults), so a commit whose renames are all done does not fail on a transie
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sized
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -254,8 +254,18 @@ async def run_parallel(
     Items are pulled lazily (at most ``concurrency`` are in progress). A synchronous
     iterable is shared directly by the workers (no hand-off cost per item); an async
     iterator is fed through a small stream. The first failure cancels the rest and is
-    raised (unwrapped from the exception group).
+    raised (unwrapped from the exception group). A sized collection gets no more workers
+    than it has items (a task costs ~20 us to start: 128 of them for 3 directories cost
+    more than the work), and a single item runs inline, without a task group.
     """
+    if isinstance(items, Sized):
+        if len(items) == 0:
+            return
+        if len(items) == 1 and not hasattr(items, "__aiter__"):
+            for item in items:
+                await worker(item)
+            return
+        concurrency = min(concurrency, len(items))
     try:
         async with anyio.create_task_group() as tg:
             if hasattr(items, "__aiter__"):

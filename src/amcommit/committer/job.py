@@ -722,12 +722,15 @@ async def _abort_job(
     finally:
         run.close()
     if action is Action.COMPLETE:
-        assert journal is not None
+        # no journal: a table write whose instant is published and whose cleanup was cut
+        # short after the journal went (a directory deleted in any order, or a flat store's
+        # objects): the commit (its early return on a completed instant) finishes the cleanup
+        mode = journal.conflict_mode if journal is not None else config.conflict_mode
         return await _commit_job(
             store,
             dest,
             job_id,
-            config=config.with_options(conflict_mode=journal.conflict_mode),
+            config=config.with_options(conflict_mode=mode),
             progress=progress,
             job_attempt=job_attempt,
             limiter=limiter,

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from amcommit.committer.config import ConflictMode
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.report import JobReport
-from amcommit.committer.sync import run_blocking
+from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import CommitError
 from amcommit.manifest import TaskManifest
 from amcommit.spark.fault_hooks import parse_driver_faults, wrap_driver_store
@@ -106,6 +106,7 @@ def commit_write(
     label: Label | None = None,
     before: Callable[[Store, str], Awaitable[None]] | None = None,
     wrap: Callable[[Store], Store] | None = None,
+    keep_loop: bool = False,
 ) -> JobReport:
     """Commit the job (see module docstring). Blocking; returns the job report.
 
@@ -114,7 +115,9 @@ def commit_write(
     ``label`` (a :class:`amcommit.table.labels.Label`, streaming): committed once per label,
     see ``commit_job``; ``before(store, dest)``: run first, on the same store and event loop
     (the streaming sink's lease and dead-run rollback); ``wrap``: applied to the commit's
-    store (test hooks)."""
+    store (test hooks); ``keep_loop``: run on the process's kept event loop
+    (:func:`~amcommit.committer.sync.run_kept_loop`: the streaming sink commits every batch
+    from one long-lived worker process)."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
     mode = job_conflict_mode(plan, [r for r in results if r])
@@ -146,7 +149,7 @@ def commit_write(
                 )
             return report
 
-    report = run_blocking(main)
+    report = run_kept_loop(main) if keep_loop else run_blocking(main)
     log.info(
         "job %s committed: %d files, %d bytes, %.0f renames/s, %d recovered renames",
         report.job_id,

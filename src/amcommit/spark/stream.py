@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from amcommit.committer.context import run_parallel
 from amcommit.committer.job import abort_job
 from amcommit.committer.report import JobReport
-from amcommit.committer.sync import run_blocking
+from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
@@ -192,7 +193,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
                     await acquire_lease(store, dest, ids.app, ids.run, self.lease_ttl)
                 await write_owner(store, dest, plan.job_id, Owner(ids.app, ids.run, ids.checkpoint))
 
-        run_blocking(claim)
+        run_kept_loop(claim)  # the worker process's kept loop (tasks run on it too)
 
     @contextlib.contextmanager
     def _renewing(self, ids: StreamIds) -> Iterator[None]:
@@ -270,9 +271,13 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
         raise _no_query_id()
 
 
-async def _roll_back_dead(store: Store, dest: str, plan: WritePlan, ids: StreamIds) -> list[str]:
-    """Roll back the earlier inflight instants of the same query (dead runs)."""
-    owners = await read_owners(store, dest)
+async def _roll_back_dead(
+    store: Store, dest: str, plan: WritePlan, ids: StreamIds, owners: dict[str, Owner] | None = None
+) -> list[str]:
+    """Roll back the earlier inflight instants of the same query (dead runs); ``owners``:
+    :func:`read_owners` already done."""
+    if owners is None:
+        owners = await read_owners(store, dest)
     dead = dead_instants(plan.job_id, owners, ids.app, ids.checkpoint)
     for t in dead:
         report = await abort_job(store, dest, t, config=plan.config())
@@ -298,13 +303,23 @@ def commit_batch(
     maybe_kill("before_commit", batch_id)
 
     async def before(store: Store, dest: str) -> None:
-        if ids.run is not None:
-            await acquire_lease(store, dest, ids.app, ids.run, lease_ttl)
-        await _roll_back_dead(store, dest, plan, ids)
+        # the lease and the owner files are read at the same time (one round trip less
+        # per batch); dead runs are rolled back only once the lease is ours
+        owners: dict[str, Owner] = {}
+
+        async def lease() -> None:
+            if ids.run is not None:
+                await acquire_lease(store, dest, ids.app, ids.run, lease_ttl)
+
+        async def read() -> None:
+            owners.update(await read_owners(store, dest))
+
+        await run_parallel([lease, read], lambda step: step(), 2)  # errors unwrapped
+        await _roll_back_dead(store, dest, plan, ids, owners)
 
     label = batch_label(ids.app, batch_id)
     wrap: Callable[[Store], Store] = lambda s: kill_in_renames(s, batch_id)  # noqa: E731
-    report = commit_write(plan, results, label=label, before=before, wrap=wrap)
+    report = commit_write(plan, results, label=label, before=before, wrap=wrap, keep_loop=True)
     skipped = getattr(report, "skipped_label", None)
     if skipped:
         report.job_stats.incr("stream_batches_skipped")

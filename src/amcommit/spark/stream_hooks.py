@@ -21,9 +21,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any, cast
 
-from amcommit.store.base import RenameResult, Store
+from amcommit.errors import StoreError
+from amcommit.store.base import RenameRequest, RenameResult, Store, batch_renamer
 
 ENV = "AMCOMMIT_TESTING_STREAM_FAULT"
 SIGNAL_ENV = "AMCOMMIT_TESTING_STREAM_SIGNAL"
@@ -84,6 +86,20 @@ class _KillOnRename:
             if self._seen >= self._n:
                 kill_driver()
         return await self._inner.rename(src, dst, **kw)
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """A batch (local files) is cut just before its request that is the ``n``-th rename
+        of a ``.parquet`` file: the requests before it are renamed, then the driver dies."""
+        inner = batch_renamer(self._inner)
+        assert inner is not None, "rename_batch of a store without batches"
+        for i, r in enumerate(requests):
+            if r.dst.endswith(".parquet"):
+                self._seen += 1
+                if self._seen >= self._n:
+                    if i:
+                        await inner.rename_batch(requests[:i])
+                    kill_driver()
+        return await inner.rename_batch(requests)
 
 
 def kill_in_renames(store: Store, batch: int) -> Store:

@@ -45,9 +45,9 @@ import pyarrow as pa
 from anyio.from_thread import BlockingPortal
 
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.sync import kept_portal
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
-from amcommit.loop import blocking_portal
 from amcommit.loop import running as running_loop
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join
@@ -254,7 +254,8 @@ def run_task(
     if failure is not None and not failure.applies(partition, attempt):
         failure = None
     config = plan.config()
-    with blocking_portal() as portal:
+    # the worker process's kept loop: Spark reuses Python workers task after task
+    with contextlib.nullcontext(kept_portal()) as portal:
         store, dest = portal.call(_open, plan)
         try:
             layout = job_layout(plan, dest)

@@ -195,7 +195,7 @@ async def pending_of(
     from amcommit.committer.layout import JobLayout
     from amcommit.paths import basename
     from amcommit.table.commit import PLAN_NAME
-    from amcommit.table.naming import TEMP_DIR, is_instant
+    from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
     from amcommit.table.write import read_marker
 
     policy = policies_of(config)[0]
@@ -220,11 +220,19 @@ async def pending_of(
             continue
         label = marker.label()
         if label is None:
-            try:
-                plan = await retry_call(partial(store.get, join(layout.job_dir, PLAN_NAME)), policy=policy)
-                label = label_of(_decode_extra(plan, PLAN_NAME))
-            except (NotFound, ManifestError):
-                label = None
+            # the saved plan; once published by a rename (stores with atomic renames) it is
+            # the completed instant itself: a leftover staging folder of a completed write
+            plan_path = join(layout.job_dir, PLAN_NAME)
+            paths = [plan_path] + [
+                join(dest, HOODIE_DIR, i.file_name) for i in instants if i.time == t and i.completed
+            ]
+            for path in paths:
+                try:
+                    plan = await retry_call(partial(store.get, path), policy=policy)
+                    label = label_of(_decode_extra(plan, path))
+                    break
+                except (NotFound, ManifestError):
+                    label = None
         if label is not None and label.app_id == app_id:
             out.add(t)
     return sorted(out)

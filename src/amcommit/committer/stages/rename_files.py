@@ -175,7 +175,7 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
         workers = min(ctx.config.io_threads, BATCH_WORKERS)
         await run_parallel(_batches(spool, size), batch, workers)
     else:
-        await run_parallel(spool.entries(), one, ctx.config.io_threads)
+        await run_parallel(spool.entries(), one, max(1, min(ctx.config.io_threads, total)))
     report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
 
 
