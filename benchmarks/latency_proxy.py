@@ -1,29 +1,48 @@
-"""A loopback HTTP/1.1 proxy that adds latency to every request and can throttle; and the
+"""A loopback HTTP/1.1 proxy (aiohttp) that delays and throttles requests by rule; and the
 latency-hiding and throttling scenarios that use it.
 
 The proxy sits between a client (amcommit, an official SDK, the raw loop: all see the same
-thing) and an emulator on 127.0.0.1. It reads each request (head + body, by
-``Content-Length`` or chunked framing) and either
+thing) and an emulator on 127.0.0.1. It is an ``aiohttp.web`` server (the low-level
+:class:`aiohttp.web.Server`: no router, no middleware) that forwards every request through
+one :class:`aiohttp.ClientSession`, whose keep-alive connection pool (``--pool``, default
+512) is sized for the benchmarks' concurrency (at most 256 requests in flight). Both sides
+speak HTTP/1.1 with keep-alive. Bodies up to 1 MiB are forwarded in one piece (they are
+already in the parser's buffer); larger or chunked ones are streamed in 64 KiB pieces, in
+both directions. Nothing is decompressed or re-encoded: the emulator's bytes and headers
+(minus hop-by-hop ones) reach the client as sent.
 
-* forwards it ``--delay`` seconds after it arrived (the answer comes straight back), so
-  every request costs at least that much more, as on a real cloud store; or
-* with probability ``--throttle`` answers it itself, without forwarding: ``503
-  ServerBusy`` (Azure's shape, with ``x-ms-error-code``) or ``429 rateLimitExceeded``
-  (GCS's JSON error), both with ``Retry-After``.
+Which requests are delayed or throttled is decided by :class:`ProxyRule`, the shared
+fault-rule matcher :class:`amcommit.store.faulty.RuleMatcher` (the one FaultyStore, the
+Azure fault proxy and the test doubles use): a rule selects requests by HTTP method
+(``ops``) and by an fnmatch glob on the decoded request path or, for uploads, the
+``name`` query parameter (``path``); of those it lets ``after`` through, then fires at
+most ``count`` times, each time with ``probability``. Kinds:
 
-Clients send one request at a time per connection (no pipelining), so answers stay in
-order. The proxy runs in its own process (``python -m benchmarks.latency_proxy serve``)
-and writes its counters to ``--stats-file`` when it gets SIGTERM.
+* ``delay``: wait ``seconds`` before forwarding (delay rules add up), so every selected
+  request costs at least that much more, as on a real cloud store;
+* ``throttle``: answer the request itself after the delays, without forwarding:
+  ``503 ServerBusy`` (Azure's shape, with ``x-ms-error-code``) or ``429
+  rateLimitExceeded`` (GCS's JSON error), both with ``Retry-After``. The first throttle
+  rule that fires wins.
+
+``--delay S`` and ``--throttle P`` are shorthands for one rule each over every request;
+``--rule`` adds rules (``kind,key=value,...``, e.g.
+``throttle,probability=0.5,count=10,ops=PUT,path=*/part-*``). The proxy runs in its own
+process on the event loop :mod:`amcommit.loop` picks (uvloop where installed) and writes
+its counters (requests, delayed, throttled, per-rule counts, CPU) to ``--stats-file``
+when it gets SIGTERM.
 
 Scenarios (each contender in a fresh process, fresh emulator, output verified exact):
 
-    .venv/bin/python -m benchmarks.latency_proxy latency [--files 20000] [--backend gcs]
-    .venv/bin/python -m benchmarks.latency_proxy throttle [--files 20000] [--backend gcs]
+    .venv/bin/python -m benchmarks.latency_proxy latency [--files 20000] [--backends gcs]
+    .venv/bin/python -m benchmarks.latency_proxy throttle [--files 5000] [--backends gcs]
 
-* ``latency``: 50 ms added to every request; amcommit (defaults, c=64; and c=256 with
-  two requests per rename, as the SDK contenders send) vs the thread pool of 32 vs v1
-  sequential. Sequential at 50 ms per request would take hours at
-  20,000 files: it commits a sample of the tasks and its rate is reported (marked).
+* ``latency``: 50 ms added to every request; amcommit with its defaults
+  (``CommitterConfig()`` and the store's default options: literally what a user gets),
+  amcommit at c=256 (io_threads and store limiter 256, no GCS write gate), amcommit lean
+  (two requests per rename, as the SDK contenders send) at c=256, the thread pool of 32
+  and v1 sequential. Sequential at 50 ms per request would take hours at 20,000 files:
+  it commits a sample of the tasks and its rate is reported (marked).
 * ``throttle``: 10% of requests answered 503/429 with ``Retry-After: 1``; amcommit vs the
   thread pool; throughput, retries and an exact output.
 """
@@ -41,156 +60,141 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from amcommit.emulators.procs import stop_process
+from amcommit.store.faulty import RuleMatcher
 
 # -- the proxy -------------------------------------------------------------------------
 
-
-class _Stats:
-    def __init__(self) -> None:
-        self.requests = 0
-        self.throttled = 0
-        self.connections = 0
-
-
-class _Upstream(asyncio.Protocol):
-    def __init__(self, down: _Downstream) -> None:
-        self.down = down
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.down.upstream_ready()
-
-    def data_received(self, data: bytes) -> None:
-        if self.down.transport is not None and not self.down.transport.is_closing():
-            self.down.transport.write(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.down.transport is not None:
-            self.down.transport.close()
+RuleKind = Literal["delay", "throttle"]
+_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
+)
+_WHOLE = 1 << 20  # bodies up to this size are forwarded in one piece, larger ones streamed
+_CHUNK = 1 << 16
 
 
-class _Downstream(asyncio.Protocol):
-    def __init__(self, proxy: Proxy) -> None:
-        self.p = proxy
-        self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.up: _Upstream | None = None
-        self.buf = bytearray()
-        self.need: int | None = None  # bytes of the current request (None: head incomplete)
-        self.chunked = False
-        self.method = b""
-        self.queue: deque[tuple[float, bytes]] = deque()
+@dataclass
+class ProxyRule(RuleMatcher):
+    """One proxy rule: the shared :class:`~amcommit.store.faulty.RuleMatcher` over HTTP
+    requests (``ops``: methods, e.g. ``{"PUT"}``; ``path``: fnmatch glob on the decoded
+    request path or the ``name`` query parameter), plus what to do when it fires."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.p.stats.connections += 1
-        self.up = _Upstream(self)
-        self.loop.create_task(self._connect())
+    kind: RuleKind
+    ops: frozenset[str] | None = None
+    path: str | None = None
+    probability: float = 1.0
+    count: int | None = None
+    after: int = 0
+    seconds: float = 0.0
+    """``delay``: how long to hold the request."""
+    matched: int = field(default=0, init=False)
+    fired: int = field(default=0, init=False)
 
-    async def _connect(self) -> None:
-        assert self.up is not None
-        try:
-            await self.loop.create_connection(lambda: self.up, self.p.target_host, self.p.target_port)  # type: ignore[arg-type, return-value]
-        except OSError:
-            if self.transport is not None:
-                self.transport.close()
+    def __post_init__(self) -> None:
+        if self.kind not in ("delay", "throttle"):
+            raise ValueError(f"unknown rule kind {self.kind!r} (delay, throttle)")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"probability must be within [0, 1], got {self.probability}")
+        if self.ops is not None:
+            self.ops = frozenset(m.upper() for m in self.ops)
 
-    def upstream_ready(self) -> None:
-        self._flush()
+    @classmethod
+    def parse(cls, spec: str) -> ProxyRule:
+        """A rule from ``kind,key=value,...`` (keys: ops as ``GET+PUT``, path, probability,
+        count, after, seconds)."""
+        kind, *pairs = spec.split(",")
+        kw: dict[str, Any] = {}
+        for pair in pairs:
+            k, sep, v = pair.partition("=")
+            if not sep:
+                raise ValueError(f"rule {spec!r}: expected key=value, got {pair!r}")
+            if k == "ops":
+                kw[k] = frozenset(v.split("+"))
+            elif k == "path":
+                kw[k] = v
+            elif k in ("count", "after"):
+                kw[k] = int(v)
+            elif k in ("probability", "seconds"):
+                kw[k] = float(v)
+            else:
+                raise ValueError(f"rule {spec!r}: unknown key {k!r}")
+        return cls(kind, **kw)  # type: ignore[arg-type]
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.up is not None and self.up.transport is not None:
-            self.up.transport.close()
+    def to_spec(self) -> str:
+        """The ``--rule`` text of this rule (:meth:`parse` inverts it)."""
+        parts: list[str] = [self.kind]
+        if self.ops is not None:
+            parts.append("ops=" + "+".join(sorted(self.ops)))
+        if self.path is not None:
+            parts.append(f"path={self.path}")
+        if self.probability != 1.0:
+            parts.append(f"probability={self.probability}")
+        if self.count is not None:
+            parts.append(f"count={self.count}")
+        if self.after:
+            parts.append(f"after={self.after}")
+        if self.seconds:
+            parts.append(f"seconds={self.seconds}")
+        return ",".join(parts)
 
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while self._one():
-            pass
+    def describe(self) -> dict[str, Any]:
+        """The rule and its counters, for the stats file."""
+        return {"rule": self.to_spec(), "matched": self.matched, "fired": self.fired}
 
-    def _one(self) -> bool:
-        """Take one complete request off the buffer; False if none is complete."""
-        if self.need is None:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                return False
-            head = bytes(self.buf[: end + 4])
-            self.method = head.split(b" ", 1)[0]
-            length = 0
-            self.chunked = False
-            for line in head.split(b"\r\n")[1:]:
-                k, _, v = line.partition(b":")
-                k = k.strip().lower()
-                if k == b"content-length":
-                    length = int(v.strip())
-                elif k == b"transfer-encoding" and b"chunked" in v.lower():
-                    self.chunked = True
-            self.need = end + 4 + length
-        if self.chunked:
-            term = self.buf.find(b"0\r\n\r\n", self.need)
-            if term < 0:
-                return False
-            size = term + 5
-        else:
-            if len(self.buf) < self.need:
-                return False
-            size = self.need
-        req = bytes(self.buf[:size])
-        del self.buf[:size]
-        self.need = None
-        self.p.stats.requests += 1
-        if self.p.throttle and random.random() < self.p.throttle:
-            self.p.stats.throttled += 1
-            if self.transport is not None:
-                self.transport.write(self.p.throttle_answer(self.method == b"HEAD"))
-            return True
-        due = self.loop.time() + self.p.delay
-        self.queue.append((due, req))
-        if self.p.delay > 0:
-            self.loop.call_at(due, self._flush)
-        else:
-            self._flush()
-        return True
 
-    def _flush(self) -> None:
-        up = self.up.transport if self.up is not None else None
-        if up is None:
-            return  # upstream_ready() flushes
-        now = self.loop.time() + 1e-4
-        while self.queue and self.queue[0][0] <= now:
-            up.write(self.queue.popleft()[1])
+def standard_rules(delay: float = 0.0, throttle: float = 0.0) -> list[ProxyRule]:
+    """The scenarios' rules: ``delay`` seconds on every request, ``throttle`` probability
+    of a throttling answer on every request (each rule only when non-zero)."""
+    rules = []
+    if delay > 0:
+        rules.append(ProxyRule("delay", seconds=delay))
+    if throttle > 0:
+        rules.append(ProxyRule("throttle", probability=throttle))
+    return rules
 
 
 class Proxy:
-    """The proxy's settings and counters (see the module docstring)."""
+    """The proxy's settings, rules and counters (see the module docstring)."""
 
     def __init__(
-        self, target_port: int, *, delay: float, throttle: float, style: str, retry_after: int = 1
+        self,
+        target_port: int,
+        rules: Sequence[ProxyRule],
+        *,
+        style: str,
+        retry_after: int = 1,
+        pool: int = 512,
+        seed: int | None = None,
     ) -> None:
-        self.target_host = "127.0.0.1"
-        self.target_port = target_port
-        self.delay = delay
-        self.throttle = throttle
+        self.upstream = f"http://127.0.0.1:{target_port}"
+        self.rules = list(rules)
         self.style = style
         self.retry_after = retry_after
-        self.stats = _Stats()
+        self.pool = pool
+        self.rng = random.Random(seed)
+        self.requests = 0
+        self.delayed = 0
+        self.throttled = 0
+        self.upstream_errors = 0
+        self._conns: set[object] = set()
+        self._throttle_status, self._throttle_headers, self._throttle_body = self._throttle_answer()
+        # filled in by serve()
+        self._session: Any = None
 
-    def throttle_answer(self, head_only: bool) -> bytes:
+    def _throttle_answer(self) -> tuple[int, dict[str, str], bytes]:
         if self.style == "azure":
-            status = b"503 Service Unavailable"
             body = (
                 b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
                 b"<Message>The server is busy (benchmark proxy).</Message></Error>"
             )
-            extra = b"Content-Type: application/xml\r\nx-ms-error-code: ServerBusy\r\n"
+            headers = {"Content-Type": "application/xml", "x-ms-error-code": "ServerBusy"}
+            status = 503
         else:
-            status = b"429 Too Many Requests"
             body = json.dumps(
                 {
                     "error": {
@@ -200,41 +204,137 @@ class Proxy:
                     }
                 }
             ).encode()
-            extra = b"Content-Type: application/json; charset=UTF-8\r\n"
-        head = (
-            b"HTTP/1.1 "
-            + status
-            + b"\r\n"
-            + extra
-            + b"Retry-After: %d\r\n" % self.retry_after
-            + b"Content-Length: %d\r\n\r\n" % len(body)
-        )
-        return head if head_only else head + body
+            headers = {"Content-Type": "application/json; charset=UTF-8"}
+            status = 429
+        headers["Retry-After"] = str(self.retry_after)
+        return status, headers, body
+
+    def decide(self, method: str, paths: tuple[str, ...]) -> tuple[float, bool]:
+        """(seconds to hold the request, whether to throttle it) by the rules, in order;
+        counts the request."""
+        self.requests += 1
+        wait = 0.0
+        throttle = False
+        for r in self.rules:
+            if r.kind == "delay":
+                if r.check(method, paths, self.rng):
+                    wait += r.seconds
+            elif not throttle and r.check(method, paths, self.rng):
+                throttle = True
+        if wait > 0:
+            self.delayed += 1
+        if throttle:
+            self.throttled += 1
+        return wait, throttle
+
+    async def handle(self, request: Any) -> Any:
+        """Answer one request: hold it by the delay rules, then throttle or forward it."""
+        from aiohttp import ClientError, web
+
+        self._conns.add(request.transport)
+        if self.rules:
+            path = request.path
+            name = request.query.get("name") if "name=" in request.query_string else None
+            wait, throttle = self.decide(request.method, (path,) if name is None else (path, name))
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if throttle:
+                return web.Response(
+                    status=self._throttle_status,
+                    headers=self._throttle_headers,
+                    body=None if request.method == "HEAD" else self._throttle_body,
+                )
+        else:
+            self.requests += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        data: Any = None
+        if request.body_exists:
+            length = request.content_length
+            if length is not None and length <= _WHOLE:
+                data = await request.read()
+            else:
+                data = request.content.iter_chunked(_CHUNK)
+        try:
+            async with self._session.request(
+                request.method, self.upstream + request.raw_path, headers=headers, data=data
+            ) as up:
+                out = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
+                length = up.content_length
+                if request.method == "HEAD" or up.status in (204, 304):
+                    return web.Response(status=up.status, headers=out)
+                if length is not None and length <= _WHOLE:
+                    body = await up.read()
+                    out.pop("Content-Length", None)
+                    return web.Response(status=up.status, headers=out, body=body)
+                out.pop("Content-Length", None)
+                resp = web.StreamResponse(status=up.status, headers=out)
+                if length is not None:
+                    resp.content_length = length
+                await resp.prepare(request)
+                async for chunk in up.content.iter_chunked(_CHUNK):
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+        except (ClientError, OSError) as e:
+            self.upstream_errors += 1
+            return web.Response(status=502, text=f"benchmark proxy: upstream failed: {e!r}")
+
+    def stats(self, serve_cpu_s: float) -> dict[str, Any]:
+        """The counters, CPU seconds of the whole process and of serving alone."""
+        t = os.times()
+        return {
+            "requests": self.requests,
+            "delayed": self.delayed,
+            "throttled": self.throttled,
+            "upstream_errors": self.upstream_errors,
+            "connections": len(self._conns),
+            "rules": [r.describe() for r in self.rules],
+            "proxy_cpu_s": round(t.user + t.system, 3),
+            "serve_cpu_s": round(serve_cpu_s, 3),
+            "cpu_us_per_request": round(serve_cpu_s * 1e6 / self.requests, 1) if self.requests else 0.0,
+        }
 
     async def serve(self, port_file: str | None, stats_file: str | None) -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Downstream(self), "127.0.0.1", 0, backlog=1024)
-        port = server.sockets[0].getsockname()[1]
-        if port_file:
-            _write_file(port_file, str(port))
+        """Listen on 127.0.0.1 (a free port, written to ``port_file``) until SIGTERM/SIGINT;
+        then write :meth:`stats` to ``stats_file``."""
+        import aiohttp
+        from aiohttp import web
+
+        connector = aiohttp.TCPConnector(
+            limit=self.pool,
+            limit_per_host=0,
+            keepalive_timeout=4.0,  # Azurite drops idle connections after 5 s
+            ttl_dns_cache=None,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            raise_for_status=False,
+            requote_redirect_url=False,
+        )
+        server = web.Server(self.handle, access_log=None, client_max_size=1 << 40)
+        runner = web.ServerRunner(server, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        port = runner.addresses[0][1]
         stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        t0 = os.times()
+        if port_file:
+            _write_file(port_file, str(port))
         await stop.wait()
-        server.close()
+        t1 = os.times()
+        await runner.cleanup()
+        await self._session.close()
         if stats_file:
-            t = os.times()
-            _write_file(
-                stats_file,
-                json.dumps(
-                    {
-                        "requests": self.stats.requests,
-                        "throttled": self.stats.throttled,
-                        "connections": self.stats.connections,
-                        "proxy_cpu_s": round(t.user + t.system, 3),
-                    }
-                ),
-            )
+            serve_cpu = (t1.user + t1.system) - (t0.user + t0.system)
+            _write_file(stats_file, json.dumps(self.stats(serve_cpu)))
 
 
 def _write_file(path: str, text: str) -> None:
@@ -245,33 +345,29 @@ def _write_file(path: str, text: str) -> None:
 
 
 @contextlib.contextmanager
-def proxied(target: Any, *, delay: float = 0.0, throttle: float = 0.0) -> Iterator[tuple[Any, Any]]:
-    """Run a proxy process in front of ``target`` (a clients.Target); yield (the target
-    through the proxy, ``stats()`` which stops the proxy and returns its counters)."""
+def proxied(
+    target: Any,
+    *,
+    delay: float = 0.0,
+    throttle: float = 0.0,
+    rules: Sequence[ProxyRule] = (),
+    pool: int = 512,
+    seed: int | None = None,
+) -> Iterator[tuple[Any, Any]]:
+    """Run a proxy process in front of ``target`` (a clients.Target) with ``delay`` and
+    ``throttle`` on every request (:func:`standard_rules`) followed by ``rules``; yield
+    (the target through the proxy, ``stats()`` which stops the proxy and returns its
+    counters)."""
     style = "azure" if target.kind == "azurite" else "gcs"
+    specs = [r.to_spec() for r in [*standard_rules(delay, throttle), *rules]]
     with tempfile.TemporaryDirectory(prefix="amcommit-proxy-") as tmp:
         port_file, stats_file = f"{tmp}/port", f"{tmp}/stats.json"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.latency_proxy",
-                "serve",
-                "--target-port",
-                str(target.port),
-                "--delay",
-                str(delay),
-                "--throttle",
-                str(throttle),
-                "--style",
-                style,
-                "--port-file",
-                port_file,
-                "--stats-file",
-                stats_file,
-            ],
-            cwd=str(Path(__file__).parent.parent),
-        )
+        argv = [sys.executable, "-m", "benchmarks.latency_proxy", "serve", "--target-port", str(target.port)]
+        argv += ["--style", style, "--pool", str(pool), "--port-file", port_file, "--stats-file", stats_file]
+        argv += [a for s in specs for a in ("--rule", s)]
+        if seed is not None:
+            argv += ["--seed", str(seed)]
+        proc = subprocess.Popen(argv, cwd=str(Path(__file__).parent.parent))
         try:
             deadline = time.monotonic() + 20
             while not os.path.exists(port_file):
@@ -302,16 +398,17 @@ def run_latency(
     files: int,
     *,
     delay: float = 0.05,
-    amcommit_conc: Sequence[int] = (64,),
+    amcommit_conc: Sequence[int] = (256,),
     lean_conc: Sequence[int] = (256,),
     seq_sample_tasks: int = 4,
     log: Any = sys.stderr,
 ) -> list[dict[str, Any]]:
-    """amcommit (defaults; and lean: 2 requests per rename like the SDKs) vs thread pool 32
-    vs sequential (sampled) with ``delay`` on every request."""
+    """amcommit (defaults; c=N; lean: 2 requests per rename like the SDKs) vs thread pool
+    32 vs sequential (sampled) with ``delay`` on every request."""
     from benchmarks.job_commit import SDK_THREADS, Contender, run_one
 
-    plan = [Contender("amcommit", c) for c in amcommit_conc]
+    plan = [Contender("amcommit", 0, defaults=True)]
+    plan += [Contender("amcommit", c) for c in amcommit_conc]
     plan += [Contender("amcommit", c, lean=True) for c in lean_conc]
     plan += [Contender("threadpool", SDK_THREADS), Contender("sequential", 0, seq_sample_tasks)]
     rows = []
@@ -319,6 +416,7 @@ def run_latency(
         for c in plan:
             r = run_one(kind, files, c, proxy=lambda t: proxied(t, delay=delay), log=log)
             r["scenario"] = f"latency {int(delay * 1000)} ms"
+            _proxy_cpu(r)
             rows.append(r)
     _ratios(rows)
     return rows
@@ -333,12 +431,13 @@ def run_throttle(
     lean_conc: Sequence[int] = (64,),
     log: Any = sys.stderr,
 ) -> list[dict[str, Any]]:
-    """amcommit (defaults; and lean: 2 requests per rename like the SDK, so the same share
+    """amcommit (defaults; c=N; lean: 2 requests per rename like the SDK, so the same share
     of renames meets a throttling answer) vs thread pool 32, with ``fraction`` of requests
     throttled (Retry-After: 1)."""
     from benchmarks.job_commit import SDK_THREADS, Contender, run_one
 
-    plan = [Contender("amcommit", c) for c in amcommit_conc]
+    plan = [Contender("amcommit", 0, defaults=True)]
+    plan += [Contender("amcommit", c) for c in amcommit_conc]
     plan += [Contender("amcommit", c, lean=True) for c in lean_conc]
     plan += [Contender("threadpool", SDK_THREADS)]
     rows = []
@@ -352,9 +451,19 @@ def run_throttle(
             if r["kind"] != "amcommit" and r["verified"] == "exact":
                 # the SDKs keep no count; every throttled answer was retried (output exact)
                 r["retries"] = r["throttled_answers"]
+            _proxy_cpu(r)
             rows.append(r)
     _ratios(rows)
     return rows
+
+
+def _proxy_cpu(r: dict[str, Any]) -> None:
+    """Add the proxy's CPU per file and per request (while serving) to a row."""
+    p = r.get("proxy") or {}
+    if p.get("requests") and r.get("files"):
+        r["proxy_cpu_ms_per_file"] = round(p["serve_cpu_s"] * 1000 / r["files"], 3)
+        r["proxy_cpu_us_per_request"] = p["cpu_us_per_request"]
+        r["requests_per_file"] = round(p["requests"] / r["files"], 2)
 
 
 def _ratios(rows: list[dict[str, Any]]) -> None:
@@ -378,7 +487,10 @@ LAT_COLUMNS = [
     "files_per_s",
     "x_threadpool",
     "x_sequential",
+    "requests_per_file",
     "cpu_ms_per_file",
+    "server_cpu_ms_per_file",
+    "proxy_cpu_ms_per_file",
     "peak_rss_mb",
     "p50_ms",
     "p99_ms",
@@ -400,31 +512,34 @@ THR_COLUMNS = [
 ]
 
 
-def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**r, "files": r["files"]} for r in rows]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="run the proxy (until SIGTERM)")
     s.add_argument("--target-port", type=int, required=True)
-    s.add_argument("--delay", type=float, default=0.05)
-    s.add_argument("--throttle", type=float, default=0.0)
+    s.add_argument("--delay", type=float, default=0.0, help="seconds added to every request")
+    s.add_argument("--throttle", type=float, default=0.0, help="share of requests throttled")
+    s.add_argument("--rule", action="append", default=[], help="kind,key=value,... (repeatable)")
     s.add_argument("--style", choices=["azure", "gcs"], default="gcs")
     s.add_argument("--retry-after", type=int, default=1)
+    s.add_argument("--pool", type=int, default=512, help="upstream connections at most")
+    s.add_argument("--seed", type=int, default=None)
     s.add_argument("--port-file")
     s.add_argument("--stats-file")
     for name in ("latency", "throttle"):
         p = sub.add_parser(name)
         p.add_argument("--backends", default="gcs")
-        p.add_argument("--files", type=int, default=20000)
+        p.add_argument("--files", type=int, default=20000 if name == "latency" else 5000)
     a = ap.parse_args(argv)
     if a.cmd == "serve":
+        from amcommit.loop import loop_factory
+
+        rules = [*standard_rules(a.delay, a.throttle), *(ProxyRule.parse(x) for x in a.rule)]
         proxy = Proxy(
-            a.target_port, delay=a.delay, throttle=a.throttle, style=a.style, retry_after=a.retry_after
+            a.target_port, rules, style=a.style, retry_after=a.retry_after, pool=a.pool, seed=a.seed
         )
-        asyncio.run(proxy.serve(a.port_file, a.stats_file))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(proxy.serve(a.port_file, a.stats_file))
         return 0
     from benchmarks.common import table, write_json
 
