@@ -39,7 +39,8 @@ Scenarios (each contender in a fresh process, fresh emulator, output verified ex
 
 * ``latency``: 50 ms added to every request; amcommit with its defaults
   (``CommitterConfig()`` and the store's default options: literally what a user gets),
-  amcommit at c=256 (io_threads and store limiter 256, no GCS write gate), amcommit lean
+  amcommit at c=128 and c=256 (io_threads and store limiter N, no GCS write gate; c=128
+  is the defaults without the write gate), amcommit lean
   (two requests per rename, as the SDK contenders send) at c=256, the thread pool of 32
   and v1 sequential. Sequential at 50 ms per request would take hours at 20,000 files:
   it commits a sample of the tasks and its rate is reported (marked).
@@ -65,6 +66,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
+from aiohttp import ClientError, web
+from multidict import CIMultiDict
+from yarl import URL
+
 from amcommit.emulators.procs import stop_process
 from amcommit.store.faulty import RuleMatcher
 
@@ -74,6 +80,7 @@ RuleKind = Literal["delay", "throttle"]
 _HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
 )
+_HOP_OUT = _HOP | {"content-length"}  # aiohttp.web sets the answer's length itself
 _WHOLE = 1 << 20  # bodies up to this size are forwarded in one piece, larger ones streamed
 _CHUNK = 1 << 16
 
@@ -184,7 +191,7 @@ class Proxy:
         self._conns: set[object] = set()
         self._throttle_status, self._throttle_headers, self._throttle_body = self._throttle_answer()
         # filled in by serve()
-        self._session: Any = None
+        self._session: aiohttp.ClientSession | None = None
 
     def _throttle_answer(self) -> tuple[int, dict[str, str], bytes]:
         if self.style == "azure":
@@ -227,9 +234,8 @@ class Proxy:
             self.throttled += 1
         return wait, throttle
 
-    async def handle(self, request: Any) -> Any:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Answer one request: hold it by the delay rules, then throttle or forward it."""
-        from aiohttp import ClientError, web
 
         self._conns.add(request.transport)
         if self.rules:
@@ -246,7 +252,10 @@ class Proxy:
                 )
         else:
             self.requests += 1
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        headers = CIMultiDict(request.headers)
+        for h in _HOP:
+            if h in headers:
+                del headers[h]
         data: Any = None
         if request.body_exists:
             length = request.content_length
@@ -254,19 +263,21 @@ class Proxy:
                 data = await request.read()
             else:
                 data = request.content.iter_chunked(_CHUNK)
+        url = URL(self.upstream + request.raw_path, encoded=True)
+        assert self._session is not None  # serve() opened it
         try:
-            async with self._session.request(
-                request.method, self.upstream + request.raw_path, headers=headers, data=data
-            ) as up:
-                out = {k: v for k, v in up.headers.items() if k.lower() not in _HOP}
+            async with self._session.request(request.method, url, headers=headers, data=data) as up:
+                out = CIMultiDict(up.headers)
+                for h in _HOP_OUT:
+                    if h in out:
+                        del out[h]
                 length = up.content_length
                 if request.method == "HEAD" or up.status in (204, 304):
+                    if length is not None:
+                        out["Content-Length"] = str(length)
                     return web.Response(status=up.status, headers=out)
                 if length is not None and length <= _WHOLE:
-                    body = await up.read()
-                    out.pop("Content-Length", None)
-                    return web.Response(status=up.status, headers=out, body=body)
-                out.pop("Content-Length", None)
+                    return web.Response(status=up.status, headers=out, body=await up.read())
                 resp = web.StreamResponse(status=up.status, headers=out)
                 if length is not None:
                     resp.content_length = length
@@ -297,9 +308,6 @@ class Proxy:
     async def serve(self, port_file: str | None, stats_file: str | None) -> None:
         """Listen on 127.0.0.1 (a free port, written to ``port_file``) until SIGTERM/SIGINT;
         then write :meth:`stats` to ``stats_file``."""
-        import aiohttp
-        from aiohttp import web
-
         connector = aiohttp.TCPConnector(
             limit=self.pool,
             limit_per_host=0,
@@ -315,7 +323,7 @@ class Proxy:
             raise_for_status=False,
             requote_redirect_url=False,
         )
-        server = web.Server(self.handle, access_log=None, client_max_size=1 << 40)
+        server = web.Server(self.handle, access_log=None, auto_decompress=False)
         runner = web.ServerRunner(server, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -398,7 +406,7 @@ def run_latency(
     files: int,
     *,
     delay: float = 0.05,
-    amcommit_conc: Sequence[int] = (256,),
+    amcommit_conc: Sequence[int] = (128, 256),
     lean_conc: Sequence[int] = (256,),
     seq_sample_tasks: int = 4,
     log: Any = sys.stderr,
