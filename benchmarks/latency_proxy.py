@@ -409,10 +409,12 @@ def run_latency(
     amcommit_conc: Sequence[int] = (128, 256),
     lean_conc: Sequence[int] = (256,),
     seq_sample_tasks: int = 4,
+    double: bool = False,
     log: Any = sys.stderr,
 ) -> list[dict[str, Any]]:
     """amcommit (defaults; c=N; lean: 2 requests per rename like the SDKs) vs thread pool
-    32 vs sequential (sampled) with ``delay`` on every request."""
+    32 vs sequential (sampled) with ``delay`` on every request; ``double``: also the
+    defaults, c=256 and the thread pool on the GCS double (``objects.move``)."""
     from benchmarks.job_commit import SDK_THREADS, Contender, run_one
 
     plan = [Contender("amcommit", 0, defaults=True)]
@@ -426,6 +428,13 @@ def run_latency(
             r["scenario"] = f"latency {int(delay * 1000)} ms"
             _proxy_cpu(r)
             rows.append(r)
+    if double:
+        for c in [Contender("amcommit", 0, defaults=True), Contender("amcommit", 256)]:
+            rows.append(run_on_double(files, c, delay=delay, log=log))
+        rows.append(run_on_double(files, Contender("threadpool", SDK_THREADS), delay=delay, log=log))
+        for r in rows[-3:]:
+            r["scenario"] = f"latency {int(delay * 1000)} ms"
+            _proxy_cpu(r)
     _ratios(rows)
     return rows
 
@@ -463,6 +472,77 @@ def run_throttle(
             rows.append(r)
     _ratios(rows)
     return rows
+
+
+_DOUBLE_MAIN = """
+import os, sys, time
+from tests.servers.gcs_double import GcsDouble
+d = GcsDouble().start_in_thread()
+d.create_bucket(sys.argv[2])
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(d.port))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(3600)
+"""
+
+
+@contextlib.contextmanager
+def gcs_double() -> Iterator[tuple[Any, int]]:
+    """The GCS double (``tests/servers/gcs_double.py``: ``objects.move``, preconditions
+    enforced on the server, like the real service) in its own process with a fresh bucket;
+    yield (its clients.Target, its pid)."""
+    import uuid
+
+    from benchmarks.clients import Target
+
+    bucket = f"bench{uuid.uuid4().hex[:10]}"
+    with tempfile.TemporaryDirectory(prefix="amcommit-double-") as tmp:
+        port_file = f"{tmp}/port"
+        root = str(Path(__file__).parent.parent)
+        proc = subprocess.Popen([sys.executable, "-c", _DOUBLE_MAIN, port_file, bucket], cwd=root)
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.exists(port_file):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the GCS double did not start")
+                time.sleep(0.02)
+            yield Target("gcs", f"http://127.0.0.1:{Path(port_file).read_text()}", bucket), proc.pid
+        finally:
+            stop_process(proc)
+
+
+def run_on_double(files: int, c: Any, *, delay: float = 0.05, log: Any = sys.stderr) -> dict[str, Any]:
+    """``job_commit.run_one`` with the GCS double (``objects.move``: the rename path of
+    the real service) instead of fake-gcs-server, behind the proxy with ``delay``."""
+    from benchmarks.clients import server_cpu
+    from benchmarks.common import run_isolated
+    from benchmarks.job_commit import setup, verify
+
+    with gcs_double() as (t, pid), tempfile.TemporaryDirectory(prefix="amcommit-bench-") as tmp:
+        job = setup(t, files)
+        spec = {"contender": c.kind, "concurrency": c.concurrency, "sample_tasks": c.sample_tasks}
+        spec.update(lean=c.lean, defaults=c.defaults, loop=c.loop)
+        path = Path(tmp) / "spec.json"
+        with proxied(t, delay=delay) as (pt, stats):
+            path.write_text(json.dumps({**spec, "target": pt.to_json()}))
+            s0 = server_cpu(pid)
+            try:
+                res = run_isolated("benchmarks.job_commit", ["--worker", str(path)], timeout=3600)
+            except Exception as e:  # a failed contender is a finding: keep going
+                res = {"files_per_s": 0.0, "files": 0, "cpu_ms_per_file": 0.0, "error": str(e)[-300:]}
+            s1 = server_cpu(pid)
+            res["proxy"] = stats()
+        res["verified"] = verify(t, job, c.sample_tasks, True) if "error" not in res else "FAILED"
+    res.update(backend="gcs double (move)", job_files=job.files, contender=c.label, kind=c.kind)
+    res["concurrency"] = c.concurrency
+    if s0 is not None and s1 is not None and res["files"]:
+        res["server_cpu_ms_per_file"] = round((s1 - s0) * 1000 / res["files"], 3)
+    if log is not None:
+        print(
+            f"  double {files} {c.label:<34} {res['files_per_s']:>8,.0f} files/s {res['verified']}", file=log
+        )
+    return res
 
 
 def _proxy_cpu(r: dict[str, Any]) -> None:
@@ -538,6 +618,9 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--backends", default="gcs")
         p.add_argument("--files", type=int, default=20000 if name == "latency" else 5000)
+        if name == "latency":
+            p.add_argument("--double", action="store_true", help="also on the GCS double (objects.move)")
+            p.add_argument("--only-double", action="store_true", help="only the GCS double's rows")
     a = ap.parse_args(argv)
     if a.cmd == "serve":
         from amcommit.loop import loop_factory
@@ -553,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backends = a.backends.split(",")
     if a.cmd == "latency":
-        rows = run_latency(backends, a.files)
+        rows = run_latency([] if a.only_double else backends, a.files, double=a.double or a.only_double)
         print(table(rows, LAT_COLUMNS, "Job commit with 50 ms added to every request"))
         print(f"\nwrote {write_json('latency', {'benchmark': 'latency', 'rows': rows})}")
     else:
