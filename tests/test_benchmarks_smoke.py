@@ -90,10 +90,10 @@ def test_stream_commit_quick(tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not _fake_gcs_available(), reason="fake-gcs-server is not installed")
 def test_latency_proxy_rules() -> None:
-    """``benchmarks.latency_proxy``'s aiohttp proxy in front of fake-gcs-server: delay and
-    throttle rules (the shared RuleMatcher: count, method, path glob) fire exactly as
-    counted, throttled answers have GCS's shape, bodies (one streamed) come back intact
-    over one keep-alive connection."""
+    """``benchmarks.latency_proxy``'s raw-asyncio proxy in front of fake-gcs-server: delay
+    and throttle rules (the shared RuleMatcher: count, method, path glob) fire exactly as
+    counted, throttled answers have GCS's shape, a 2 MiB body goes up and comes back
+    intact, all over one keep-alive connection."""
     import asyncio
     import time
 
@@ -106,7 +106,7 @@ def test_latency_proxy_rules() -> None:
         ProxyRule("delay", seconds=0.05, count=4),
         ProxyRule("throttle", ops=frozenset({"GET"}), path="*/o/big*", count=2),
     ]
-    big = bytes(range(256)) * 8192  # 2 MiB: more than the proxy forwards in one piece
+    big = bytes(range(256)) * 8192  # 2 MiB: many reads of the socket on both sides
 
     async def client(endpoint: str, bucket: str) -> list[tuple[int, float, bytes, str | None]]:
         out = []
