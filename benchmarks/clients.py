@@ -202,6 +202,18 @@ def amcommit_store(t: Target, concurrency: int, lean: bool = False) -> Any:
     return GcsStore(t.container, endpoint=t.endpoint, limiter=lim, write_rate=None, **opts)
 
 
+def amcommit_default_store(t: Target) -> Any:
+    """amcommit's store for ``t`` with every option at its default (limiter, GCS write
+    gate, request mix): what a user gets without tuning."""
+    if t.kind == "azurite":
+        from amcommit.store.azure import BlobStore
+
+        return BlobStore(t.container, endpoint=t.endpoint, account=t.account, account_key=t.key)
+    from amcommit.store.gcs import GcsStore
+
+    return GcsStore(t.container, endpoint=t.endpoint)
+
+
 class TimedStore:
     """Delegates to a store and records the wall time of every ``rename`` (p50/p99), and
     the process CPU time from the first rename's start to the last one's end

@@ -212,15 +212,16 @@ def _result(files: int, m: Measure, rename_s: float, lat: Sequence[float], **ext
     }
 
 
-def work_amcommit(t: Target, conc: int, lean: bool = False) -> dict[str, Any]:
+def work_amcommit(t: Target, conc: int, lean: bool = False, defaults: bool = False) -> dict[str, Any]:
     from amcommit import loop
     from amcommit.committer import CommitterConfig, commit_job
-    from benchmarks.clients import TimedStore, amcommit_store
+    from benchmarks.clients import TimedStore, amcommit_default_store, amcommit_store
 
     async def main() -> dict[str, Any]:
-        inner = amcommit_store(t, conc, lean)
+        # defaults: literally CommitterConfig() and the store's default options
+        inner = amcommit_default_store(t) if defaults else amcommit_store(t, conc, lean)
         store = TimedStore(inner)
-        cfg = CommitterConfig(io_threads=conc)
+        cfg = CommitterConfig() if defaults else CommitterConfig(io_threads=conc)
         with Measure() as m:
             report = await commit_job(store, DEST, JOB, config=cfg)  # type: ignore[arg-type]
         await inner.aclose()
@@ -364,7 +365,7 @@ def worker_main(spec_path: str) -> None:
     kind, conc = spec["contender"], spec.get("concurrency", 0)
     os.environ.update(loop_env(spec.get("loop")))  # before any loop starts
     if kind == "amcommit":
-        res = work_amcommit(t, conc, bool(spec.get("lean")))
+        res = work_amcommit(t, conc, bool(spec.get("lean")), bool(spec.get("defaults")))
     elif kind == "raw":
         res = work_raw(t, conc, spec["entries"])
     elif kind == "threadpool":
@@ -386,10 +387,13 @@ class Contender:
     sample_tasks: int | None = None
     lean: bool = False  # amcommit with 2-request renames (see clients.amcommit_store)
     loop: str | None = None  # amcommit/raw: asyncio | uvloop; None: amcommit.loop's choice
+    defaults: bool = False  # amcommit with CommitterConfig() and default store options
 
     @property
     def label(self) -> str:
         on = f" ({self.loop})" if self.loop else ""
+        if self.kind == "amcommit" and self.defaults:
+            return "amcommit defaults" + on
         if self.kind == "amcommit":
             return f"amcommit c={self.concurrency}" + (" lean (2 req)" if self.lean else "") + on
         if self.kind == "raw":
@@ -422,6 +426,7 @@ def run_one(
             "concurrency": c.concurrency,
             "sample_tasks": c.sample_tasks,
             "lean": c.lean,
+            "defaults": c.defaults,
             "loop": c.loop,
         }
         if c.kind == "raw":
