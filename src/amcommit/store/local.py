@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import itertools
 import os
 import shutil
 import stat as stat_mod
@@ -38,6 +39,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Self, TypeVar
 
 import anyio
@@ -462,9 +464,6 @@ class LocalStore:
         ``below``, which also gives the reason. Read only; not atomic with what the caller
         does next.
         """
-        import itertools  # here: this method is the only part of the module it changes
-        from operator import itemgetter
-
         root = self.root
         base = root if root.endswith("/") else root + "/"  # + a store path: os.path.join
         prefix = below + "/" if below else ""

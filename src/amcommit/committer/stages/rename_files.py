@@ -149,15 +149,13 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
     names: list[str] = []
     limit = ctx.config.success_filenames
 
-    def done(entry: RenameEntry, res: RenameResult) -> None:
+    async def one(entry: RenameEntry) -> None:
+        res = await rename_one(ctx, entry, roots)
         report.renamed += 1
         if res.recovered:
             report.recovered_renames += 1
         if len(names) < limit:
             names.append(entry.dst)
-
-    async def one(entry: RenameEntry) -> None:
-        done(entry, await rename_one(ctx, entry, roots))
         ctx.emit("rename_files", report.renamed, total)
 
     batcher = batch_renamer(ctx.store)
