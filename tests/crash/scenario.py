@@ -20,7 +20,11 @@ JOB = "202611230001_0007"
 OLD = {"p=1/same.bin": b"old same", "p=1/old.bin": b"old 1", "p=2/keep.bin": b"keep 2"}
 NEW = {"p=1/same.bin": b"new same!", "p=1/new.bin": b"new 1"}
 COMMITTED = {"p=1/same.bin": b"new same!", "p=1/new.bin": b"new 1", "p=2/keep.bin": b"keep 2"}
-CONFIG = {"conflict_mode": "replace", "io_threads": 1}
+CONFIG = {"conflict_mode": "replace", "io_threads": 1, "load_threads": 1}
+"""One manifest loaded at a time: the renames then run in manifest order (task 0's
+``same.bin``, then task 1's ``new.bin``), which the kill points below rely on. With
+manifests loaded in parallel, task 1's could be spooled first, and a kill after
+``new.bin``'s rename would no longer be after the job's last rename."""
 
 COMPLETES_ON_ABORT = frozenset({"forward_delete", "forward_move"})
 """Kill points after the job's *last* rename (``p=1/new.bin``, io_threads=1) finished:
