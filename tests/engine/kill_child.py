@@ -61,7 +61,10 @@ def main() -> None:
 
     async def run() -> None:
         store = LocalStore(root)
-        cfg = CommitterConfig(conflict_mode=mode, io_threads=1, **extra)  # type: ignore[arg-type]
+        # one manifest loaded at a time: renames run in manifest order (task 0's 4 files, then
+        # task 1's 5), which the progress kill points rely on (loaded in parallel, task 1's
+        # manifest could come first: "5 renamed" would then cut the job in the middle)
+        cfg = CommitterConfig(conflict_mode=mode, io_threads=1, load_threads=1, **extra)  # type: ignore[arg-type]
         await commit_job(store, dest, job_id, config=cfg, progress=progress)
 
     anyio.run(run)

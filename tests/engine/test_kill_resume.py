@@ -92,7 +92,7 @@ async def test_killed_then_aborted(
     store, dest = await prepare(tmp_path)
     kill_at(store, dest, point, batch)
     if batch is None and point == "rename_files:progress:5":
-        past_no_return = True  # batches of one task's 4 files: 5 done means all 8 are
+        past_no_return = True  # a batch per task (4 files, then 5): 5 done means all 9 are
     await abort_job(store, dest, JOB)
     # before the point of no return, abort restores the old data exactly; after it, abort
     # completes the commit (the old data is already partly deleted by design)

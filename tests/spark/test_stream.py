@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from amcommit.spark.stream_hooks import ENV, SIGNAL_ENV
+from amcommit.spark.stream_hooks import ENV, RELEASE_ENV, SIGNAL_ENV
 
 pytestmark = pytest.mark.spark
 
@@ -57,6 +57,8 @@ def start(spec: dict[str, Any], fault: str | None = None) -> subprocess.Popen[st
         env[ENV] = fault
     if spec.get("signal"):
         env[SIGNAL_ENV] = spec["signal"]
+    if spec.get("release"):
+        env[RELEASE_ENV] = spec["release"]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark.stream_child", json.dumps(spec)],
         cwd=ROOT,
@@ -270,8 +272,11 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
     t = Target(str(dest), {}, dest, tmp_path)
     spec = query_spec(tmp_path, t)
     ids = drop(src, 0, 2)
-    flag = tmp_path / "a-mid-batch"
-    a = start({**spec, "signal": str(flag)}, "slow_task@0=25")
+    flag, release = tmp_path / "a-mid-batch", tmp_path / "a-may-go-on"
+    # A's task stays in its batch (renewing the lease) until B has ended: however long B's
+    # start takes on a loaded machine, B meets A mid-batch (a fixed sleep of 25 s was once
+    # over before B got there: B then failed on Spark's own offset log instead)
+    a = start({**spec, "signal": str(flag), "release": str(release)}, "slow_task@0=400")
     try:
         deadline = time.monotonic() + 180
         while not flag.exists():
@@ -280,6 +285,7 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
             time.sleep(0.2)
         rc_b, log_b = run(spec)
     finally:
+        release.touch()
         rc_a, log_a = finish(a)
     assert rc_b != 0, log_b
     assert "is already running in another run" in log_b, log_b

@@ -13,7 +13,9 @@ its JVM and every Python worker die at once, as in a crash of the driver host):
                   ``checkpoint/commits/<batchId>``
 ``slow_task``     tasks sleep ``seconds`` after their first rows (a batch a test can
                   ``stop()`` in the middle of); they first create the file named by
-                  ``AMCOMMIT_TESTING_STREAM_SIGNAL`` if set (the test driver waits for it)
+                  ``AMCOMMIT_TESTING_STREAM_SIGNAL`` if set (the test driver waits for it),
+                  and stop sleeping early once the file named by
+                  ``AMCOMMIT_TESTING_STREAM_RELEASE`` exists, if that is set
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from amcommit.store.base import RenameRequest, RenameResult, Store, batch_rename
 
 ENV = "AMCOMMIT_TESTING_STREAM_FAULT"
 SIGNAL_ENV = "AMCOMMIT_TESTING_STREAM_SIGNAL"
+RELEASE_ENV = "AMCOMMIT_TESTING_STREAM_RELEASE"
 PGID_ENV = "AMCOMMIT_TESTING_STREAM_PGID"
 POINTS = frozenset({"task_write", "before_commit", "in_renames", "after_commit", "slow_task"})
 
@@ -66,7 +69,10 @@ def maybe_kill(point: str, batch: int | None) -> None:
         if flag:
             with open(flag, "a"):
                 pass
-        time.sleep(secs)
+        release = os.environ.get(RELEASE_ENV)
+        end = time.monotonic() + secs
+        while time.monotonic() < end and not (release and os.path.exists(release)):
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
         return
     kill_driver()
 
