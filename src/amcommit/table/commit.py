@@ -351,6 +351,9 @@ async def plan_metadata(
     # by its suffix and one split (what parse_base_file_name's pattern checks, 3x faster)
     suffix = f"_{instant}{BASE_FILE_EXTENSION}"
     cut = len(prefix)
+    # a stat is a copy of this template with the per-file fields replaced: 3x faster than
+    # constructing a 22-field struct by keyword (2,000 files: ~1.3 ms instead of ~4)
+    template, copy_stat = WriteStat(file_id="", path=""), msgspec.structs.replace
     for e in loaded.spool.entries():
         dst = e.dst
         rel = dst[cut:] if dst.startswith(prefix) else relative_to(dst, dest)
@@ -372,7 +375,8 @@ async def plan_metadata(
             raise ManifestError(f"no row count for {rel!r} in its task manifest")
         size = e.size
         group.append(
-            WriteStat(
+            copy_stat(
+                template,
                 file_id=file_id,
                 path=rel,
                 num_writes=n,
@@ -558,14 +562,35 @@ async def run_table_commit(
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
-    async with ctx.stage("load_manifests"):
-        run.spool = load_manifests.new_spool(ctx)
-        loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
-        if manifests is not None and journal is None:
-            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
-    if journal is None:
+    instants: list[Instant] = []
+
+    async def load() -> None:
+        async with ctx.stage("load_manifests"):
+            run.spool = load_manifests.new_spool(ctx)
+            run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
+            if manifests is not None and journal is None:
+                await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
+
+    async def order() -> None:
         async with ctx.stage("check_order"):
-            instants = await check_order(ctx)
+            plan, timeline = await _order_state_and_timeline(store, dest, instant, ctx.config.writer_ttl)
+            if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
+                instants.extend(timeline)
+                ordered.append(True)
+
+    # a first run reads the order's inputs (a few listings, under the lock) while the
+    # manifests load: neither depends on the other, and both come before anything is planned
+    # or renamed. Only a timeline in order is taken from there; anything to act on (a
+    # write to roll back or wait for, an out-of-order instant) runs check_order after the
+    # load, as it would without the overlap.
+    ordered: list[bool] = []
+    await run_parallel([load, order] if journal is None else [load], lambda step: step(), 2)
+    loaded = run.loaded
+    assert loaded is not None
+    if journal is None:
+        if not ordered:
+            async with ctx.stage("check_order"):
+                instants = await check_order(ctx)
         if label is not None:
             async with ctx.stage("check_label"):
                 by = await committed_by(store, dest, label, config=ctx.config)
@@ -593,18 +618,29 @@ async def run_table_commit(
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
             await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
-        async with ctx.stage("rename_files"):
-            # no more rename workers than files (the stage feeds its workers from the
-            # spool, an iterator of unknown length: 128 workers for a 10-file micro-batch
-            # cost ~2 ms to start)
-            config = ctx.config
-            ctx.config = config.with_options(io_threads=max(1, min(config.io_threads, loaded.spool.count)))
-            try:
-                await rename_files.run(ctx, rename_files.RenameInputs(loaded))
-            finally:
-                ctx.config = config
-        async with ctx.stage("partition_meta"):
-            await write_partition_metadata(ctx, meta)
+
+        async def renames() -> None:
+            async with ctx.stage("rename_files"):
+                # no more rename workers than files (the stage feeds its workers from the
+                # spool, an iterator of unknown length: 128 workers for a 10-file
+                # micro-batch cost ~2 ms to start)
+                config = ctx.config
+                ctx.config = config.with_options(
+                    io_threads=max(1, min(config.io_threads, loaded.spool.count))
+                )
+                try:
+                    await rename_files.run(ctx, rename_files.RenameInputs(loaded))
+                finally:
+                    ctx.config = config
+
+        async def partitions() -> None:
+            async with ctx.stage("partition_meta"):
+                await write_partition_metadata(ctx, meta)
+
+        # the partition metadata is written while the files are renamed (as Hudi's writers
+        # write it before their files): a few requests whose latency the renames hide. A
+        # rollback removes the ones naming this instant, like the files.
+        await run_parallel([renames, partitions], lambda step: step(), 2)
         journal.state = "renamed"
         record_renames(journal, report)
         await save_journal(ctx, journal, patient=True)

@@ -108,12 +108,22 @@ def parse_instant_file(name: str) -> Instant | None:
 
 
 class WriteStat(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):
-    """``HoodieWriteStat`` as Hudi writes it in JSON commit metadata (the fields readers use)."""
+    """``HoodieWriteStat`` as Hudi writes it in JSON commit metadata: the fields readers use.
+
+    Hudi's Java writer also writes the compaction and log-file counters (``totalLogRecords``,
+    ``totalLogBlocks``, ...: 0 for a base file), ``tempPath`` and ``minEventTime`` /
+    ``maxEventTime`` (null). They are left out here: Hudi's Java reader (Jackson) leaves a
+    missing field at its initial value, which is exactly those (0 and null), and hudi-rs
+    reads every field as optional, so readers see the same stat; the commit metadata is
+    half the size (2,000 files: ~0.55 MB instead of ~1.1 MB) and half the work to encode,
+    store and decode. Decoding ignores them where another writer wrote them.
+    """
 
     file_id: str
     path: str
     """Relative to the table root."""
     prev_commit: str = "null"
+    """Hudi's ``NULL_COMMIT``: a file's first version (Java compares stats by path and this)."""
     num_writes: int = 0
     num_deletes: int = 0
     num_update_writes: int = 0
@@ -122,16 +132,6 @@ class WriteStat(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=Tru
     total_write_errors: int = 0
     partition_path: str = ""
     file_size_in_bytes: int = 0
-    temp_path: str | None = None
-    total_log_records: int = 0
-    total_log_files_compacted: int = 0
-    total_log_size_compacted: int = 0
-    total_updated_records_compacted: int = 0
-    total_log_blocks: int = 0
-    total_corrupt_log_block: int = 0
-    total_rollback_blocks: int = 0
-    min_event_time: int | None = None
-    max_event_time: int | None = None
 
 
 class CommitMetadata(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):
