@@ -140,6 +140,13 @@ async def build_manifest(
         for rel in missing:
             rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
         extra[ROWS_KEY] = json.dumps(rows, sort_keys=True)
+        # the files' write stats, for the job commit to copy into the instant as they are
+        # (amcommit.table.writestats); always this listing's own, never a caller's
+        from amcommit.table.writestats import STATS_KEY, task_write_stats
+
+        extra[STATS_KEY] = task_write_stats(
+            ((names[r], f.size) for r, f in zip(rels, files, strict=True)), rows
+        )
     extra.pop(SOURCE_META_KEY, None)  # said by this listing only, never by a caller
     if files and all(f.user_meta is False and f.etag for f in files):
         # every file was listed with its metadata and has none to carry: the job commit's

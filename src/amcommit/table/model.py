@@ -156,18 +156,42 @@ _NO_REPLACE_TAIL = b',"partitionToReplaceFileIds":null}'
 """How a commit's (not a replace's) metadata JSON ends: the struct's last field, null."""
 
 
-def encode_commit_metadata(meta: CommitMetadata) -> bytes:
+class _SplicedCommitMetadata(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):
+    """:class:`CommitMetadata` (same fields, same order) whose write stats are JSON arrays
+    already encoded (:func:`encode_commit_metadata` ``spliced=``)."""
+
+    partition_to_write_stats: dict[str, msgspec.Raw]
+    compacted: bool = False
+    extra_metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    operation_type: str = "UNKNOWN"
+    partition_to_replace_file_ids: dict[str, list[str]] | None = None
+
+
+def encode_commit_metadata(meta: CommitMetadata, *, spliced: dict[str, msgspec.Raw] | None = None) -> bytes:
     """Compact JSON bytes of ``meta``; a commit (not replace) omits ``partitionToReplaceFileIds``.
 
     Compact, not indented as Hudi's Java writer does: JSON readers (Hudi's, hudi-rs, ours)
     ignore whitespace, and at 2,000 files the indented form is three times larger and ten
-    times slower to write (``amcommit timeline`` shows instants readably)."""
-    data = msgspec.json.encode(meta)
+    times slower to write (``amcommit timeline`` shows instants readably).
+
+    ``spliced``: each partition's write stats as one JSON array, already encoded (the task
+    commits' own: :mod:`amcommit.table.writestats`); they replace
+    ``meta.partition_to_write_stats``, copied as they are."""
+    obj: CommitMetadata | _SplicedCommitMetadata = meta
+    if spliced is not None:
+        obj = _SplicedCommitMetadata(
+            partition_to_write_stats=spliced,
+            compacted=meta.compacted,
+            extra_metadata=meta.extra_metadata,
+            operation_type=meta.operation_type,
+            partition_to_replace_file_ids=meta.partition_to_replace_file_ids,
+        )
+    data = msgspec.json.encode(obj)
     if meta.partition_to_replace_file_ids is not None:
         return data
     if data.endswith(_NO_REPLACE_TAIL):  # the last field of the struct: cut it
         return data[: -len(_NO_REPLACE_TAIL)] + b"}"
-    raw: dict[str, Any] = msgspec.to_builtins(meta)
+    raw: dict[str, Any] = msgspec.json.decode(data)
     raw.pop("partitionToReplaceFileIds", None)
     return msgspec.json.encode(raw)
 

@@ -1,0 +1,124 @@
+"""Write stats of a table write: built by each task commit, spliced by the job commit.
+
+Hudi's writers collect a ``HoodieWriteStat`` per file on the executors and the driver only
+gathers them into the commit metadata. amcommit does the same: a task commit of a table
+write (:func:`~amcommit.committer.task.build_manifest`) encodes the write stats of its files
+into its manifest (``extra_data["hudi.writeStats"]``, :func:`task_write_stats`), and the job
+commit copies them into the completed instant's JSON without parsing them
+(:func:`spliced_write_stats`): at 2,000 files this takes the job commit ~0.3 ms instead of
+~4 ms for building and encoding 2,000 stats.
+
+What the job commit checks before it copies (all of it O(manifests), plus one ``bytes.count``
+scan over the JSON): every loaded manifest carries stats; the number of stats (counted in
+the JSON) and the bytes they state equal the files and bytes of the loaded rename entries;
+each partition is as deep as the table's partition fields; each partition's stats are a JSON
+array. The stats are built from the same listing as the manifest's entries, in the same
+function, so they agree by construction; anything that does not pass the checks (a manifest
+from an older amcommit, or one edited by hand) makes the job commit build every stat from
+the rename entries instead (:func:`write_stat`), as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from amcommit.table.model import WriteStat
+
+__all__ = ["STATS_KEY", "TaskStatsHeader", "spliced_write_stats", "task_write_stats", "write_stat"]
+
+STATS_KEY = "hudi.writeStats"
+"""The task manifest's ``extra_data`` key holding its :class:`TaskWriteStats` as JSON."""
+
+_STAT_START = b'{"fileId":'
+"""How each encoded :class:`WriteStat` starts (its first field); inside a JSON string a quote
+is escaped, so this only matches where a stat starts."""
+
+
+class TaskStatsHeader(msgspec.Struct, kw_only=True):
+    """The first line of a task's stats: its files and bytes, and its partitions in the order
+    of the lines that follow (one JSON array of write stats per partition)."""
+
+    files: int
+    bytes: int
+    partitions: list[str]
+
+
+_template = WriteStat(file_id="", path="")
+_copy = msgspec.structs.replace
+
+
+def write_stat(rel: str, partition: str, file_id: str, rows: int, size: int) -> WriteStat:
+    """The write stat of a new base file ``rel`` (relative to the table) of ``rows`` rows and
+    ``size`` bytes. Copies a template: 3x faster than building the struct by keyword."""
+    return _copy(
+        _template,
+        file_id=file_id,
+        path=rel,
+        num_writes=rows,
+        num_inserts=rows,
+        total_write_bytes=size,
+        partition_path=partition,
+        file_size_in_bytes=size,
+    )
+
+
+def task_write_stats(files: Iterable[tuple[str, int]], rows: dict[str, int]) -> str:
+    """The write stats of a task's files, as stored in its manifest: a
+    :class:`TaskStatsHeader` line, then one line per partition holding its stats as a JSON
+    array (compact JSON has no line break: a string's is escaped). ``files`` holds (path
+    relative to the table, size) of each published base file, ``rows`` the row count by
+    the same path. Lines, not one JSON document, so that the job commit copies each array
+    without parsing it."""
+    parts: dict[str, list[WriteStat]] = {}
+    count = total = 0
+    for rel, size in files:
+        partition, _, name = rel.rpartition("/")
+        parts.setdefault(partition, []).append(
+            write_stat(rel, partition, name.partition("_")[0], rows[rel], size)
+        )
+        count += 1
+        total += size
+    order = sorted(parts)
+    lines = [msgspec.json.encode(TaskStatsHeader(files=count, bytes=total, partitions=order))]
+    for p in order:
+        lines.append(msgspec.json.encode(sorted(parts[p], key=lambda s: s.path)))
+    return b"\n".join(lines).decode()
+
+
+def spliced_write_stats(
+    extra_data: Sequence[dict[str, str]], manifests: int, files: int, size: int, depth: int
+) -> dict[str, msgspec.Raw] | None:
+    """Each partition's write stats as one JSON array, spliced from the task manifests'
+    ``extra_data`` (``manifests`` loaded, holding ``files`` entries of ``size`` bytes in
+    total); None if they cannot be used as they are (module doc): the caller builds them."""
+    if len(extra_data) != manifests:
+        return None
+    pieces: dict[str, list[bytes]] = {}
+    count = total = 0
+    for extra in extra_data:
+        raw = extra.get(STATS_KEY)
+        if raw is None:
+            return None
+        head, *arrays = raw.encode().split(b"\n")
+        try:
+            header = msgspec.json.decode(head, type=TaskStatsHeader)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        if len(arrays) != len(header.partitions):
+            return None
+        total += header.bytes
+        for partition, body in zip(header.partitions, arrays, strict=True):
+            if (
+                body[:1] != b"["
+                or body[-1:] != b"]"
+                or (partition.count("/") + 1 if partition else 0) != depth
+            ):
+                return None
+            if len(body) > 2:
+                count += body.count(_STAT_START)
+                pieces.setdefault(partition, []).append(body[1:-1])
+    if count != files or total != size:
+        return None
+    return {p: msgspec.Raw(b"[" + b",".join(sorted(v)) + b"]") for p, v in sorted(pieces.items())}
