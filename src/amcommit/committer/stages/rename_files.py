@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
+from operator import itemgetter
 
 import anyio
 
@@ -187,10 +188,33 @@ FAILED_IN_BATCH_CONCURRENCY = 16
 
 
 def _batches(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
-    """The spool's entries in lists of at most ``size``, one manifest's frame at a time."""
+    """The spool's entries in order, in lists of ``size`` (the last one shorter): a
+    batch may span the frames of several manifests."""
+    batch: list[RenameEntry] = []
     for _, rows in spool.frames():
-        for i in range(0, len(rows), size):
-            yield rows[i : i + size]
+        if not batch and len(rows) == size:
+            yield rows
+            continue
+        batch += rows
+        while len(batch) >= size:
+            yield batch[:size]
+            del batch[:size]
+    if batch:
+        yield batch
+
+
+_src, _dst, _etag = itemgetter(0), itemgetter(1), itemgetter(3)
+
+
+def _requests(job: str, rows: list[RenameEntry], provenance: bool) -> list[RenameRequest]:
+    """The batch's requests: each with its etag, and with its rename id where the store
+    keeps provenance or the entry has no etag (see :func:`rename_id`)."""
+    if not provenance and None not in map(_etag, rows):  # C loops only (local files)
+        return list(map(RenameRequest, map(_src, rows), map(_dst, rows), map(_etag, rows)))
+    return [
+        RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
+        for e in rows
+    ]
 
 
 async def rename_batch(
@@ -203,12 +227,7 @@ async def rename_batch(
     answer; after a retryable one (throttled, transient) it waits the backoff and renames
     again. Returns the results of the requests that went through :func:`rename_one`, by
     index in ``rows``; every other row was renamed by the batch."""
-    job = ctx.layout.job_id
-    provenance = ctx.store.capabilities.rename_provenance
-    requests = [
-        RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
-        for e in rows
-    ]
+    requests = _requests(ctx.layout.job_id, rows, ctx.store.capabilities.rename_provenance)
     failed = await ctx.call(partial(batcher.rename_batch, requests))
     results: dict[int, RenameResult] = {}
     if failed:
