@@ -237,6 +237,43 @@ def _rmtree(p: str, attempts: int = 5) -> None:
         time.sleep(0.02 * (i + 1))
 
 
+def _remove_dirs_only(name: str, dir_fd: int | None = None, depth: int = 3) -> bool:
+    """Remove directory ``name`` (relative to ``dir_fd``) if it holds nothing but
+    directories that hold nothing but directories (up to ``depth`` levels below it), the
+    empty directories first: a job's task attempt directories once their files are
+    renamed. ``rmdir`` only: never removes a file, never follows a symbolic link (each
+    level is opened with ``O_NOFOLLOW`` and its children are removed relative to it).
+    True if ``name`` is gone; False if something else is left (the caller then removes
+    the rest the general way, :func:`_rmtree`). Few system calls per directory: no
+    ``lstat``, one listing per non-empty directory."""
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError as e:
+        if depth <= 0 or e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        with os.scandir(fd) as it:
+            subdirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for sub in subdirs:
+            _remove_dirs_only(sub, fd, depth - 1)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
 class LocalStore:
     """A :class:`~amcommit.store.base.Store` over a local directory tree rooted at ``root``.
 
@@ -597,7 +634,8 @@ class LocalStore:
                 return False
             if stat_mod.S_ISDIR(st.st_mode):
                 if recursive:
-                    _rmtree(p)
+                    if not _remove_dirs_only(p):  # a tree of empty directories: rmdir only
+                        _rmtree(p)
                 else:
                     os.rmdir(p)
             else:

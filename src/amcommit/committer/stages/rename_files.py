@@ -188,19 +188,11 @@ FAILED_IN_BATCH_CONCURRENCY = 16
 
 
 def _batches(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
-    """The spool's entries in order, in lists of ``size`` (the last one shorter): a
-    batch may span the frames of several manifests."""
-    batch: list[RenameEntry] = []
+    """The spool's entries in lists of at most ``size``, one manifest's frame at a time
+    (a batch never spans manifests: the kill tests' progress points fall between them)."""
     for _, rows in spool.frames():
-        if not batch and len(rows) == size:
-            yield rows
-            continue
-        batch += rows
-        while len(batch) >= size:
-            yield batch[:size]
-            del batch[:size]
-    if batch:
-        yield batch
+        for i in range(0, len(rows), size):
+            yield rows[i : i + size] if len(rows) > size else rows
 
 
 _src, _dst, _etag = itemgetter(0), itemgetter(1), itemgetter(3)
