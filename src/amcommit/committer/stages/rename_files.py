@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
 from operator import itemgetter
 
 import anyio
@@ -202,7 +203,9 @@ def _requests(job: str, rows: list[RenameEntry], provenance: bool) -> list[Renam
     """The batch's requests: each with its etag, and with its rename id where the store
     keeps provenance or the entry has no etag (see :func:`rename_id`)."""
     if not provenance and None not in map(_etag, rows):  # C loops only (local files)
-        return list(map(RenameRequest, map(_src, rows), map(_dst, rows), map(_etag, rows)))
+        n = len(rows)
+        fields = zip(map(_src, rows), map(_dst, rows), map(_etag, rows), repeat(None, n), strict=True)
+        return list(map(tuple.__new__, repeat(RenameRequest, n), fields))
     return [
         RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
         for e in rows
