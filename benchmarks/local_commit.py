@@ -12,8 +12,12 @@ time and peak RSS are its own):
   committed attempt into place, one at a time (``os.renames``), then writes ``_SUCCESS``.
 
 Rounds alternate between contenders. The destination is verified after every round.
+Besides each contender's best round, the result gives medians and ranges over the rounds,
+the ratio to the loop of each round (the loop's time over amcommit's, both of the same
+round), amcommit's stage times and the load average before every round.
 
     python -m benchmarks.local_commit --tasks 200 --files 100 --rounds 2
+    python -m benchmarks.local_commit --rounds 7 --contenders amcommit,sequential
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from typing import Any
@@ -72,6 +77,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
     layout = JobLayout("dest", JOB)
     dest = os.path.join(root, "dest")
     ran_on = ""  # the loop amcommit ran on
+    stages: dict[str, float] = {}  # amcommit's stage times (ms)
     with Measure() as m:
         if name.startswith("amcommit"):
             config = CommitterConfig(rename_batch_size=1) if name == ONE_BY_ONE else CommitterConfig()
@@ -82,6 +88,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
 
             report, ran_on = amcommit_loop.run(run)
             files = report.files
+            stages = {k: round(v * 1000, 1) for k, v in report.stage_seconds.items()}
         else:
             files = 0
             tasks_dir = os.path.join(root, layout.tasks_dir)
@@ -103,6 +110,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
         "cpu_ms_per_file": m.cpu * 1000 / files,
         "peak_rss_mb": peak_rss_mb(),
         "loop": ran_on,
+        "stage_ms": stages,
     }
 
 
@@ -116,31 +124,53 @@ def verify(root: str, expected: int) -> None:
 COLUMNS = ["contender", "files", "seconds", "files_per_s", "cpu_ms_per_file", "peak_rss_mb"]
 
 
-def run(tasks: int, files: int, rounds: int, log: Any = sys.stderr) -> dict[str, Any]:
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def run(
+    tasks: int,
+    files: int,
+    rounds: int,
+    log: Any = sys.stderr,
+    contenders: tuple[str, ...] = CONTENDERS,
+) -> dict[str, Any]:
     """Every contender ``rounds`` times, alternating, each on a freshly prepared job;
-    returns the rows, each contender's best and the ratios to the sequential loop."""
+    returns the rows, each contender's best, the ratios to the sequential loop (of the
+    best rounds, and per round with median and range) and amcommit's median stage times."""
     rows = []
-    for r, name in alternate(rounds, CONTENDERS):
+    for r, name in alternate(rounds, contenders):
         with scratch_dir("amc-local-") as root:
             anyio.run(prepare, root, tasks, files)
+            load = os.getloadavg()[0]
             row = run_isolated("benchmarks.local_commit", ["--worker", name, root])
             verify(root, tasks * files)
-            rows.append(row | {"round": r, "verified": "exact"})
-            print(f"round {r} {name}: {row['seconds']:.3f} s", file=log)
-    summary = best_of(rows, CONTENDERS)
+            rows.append(row | {"round": r, "verified": "exact", "load_before": load})
+            print(f"round {r} {name}: {row['seconds']:.3f} s (load {load:.1f})", file=log)
+    summary = best_of(rows, contenders)
     best = {x["contender"]: x for x in summary}
-    seq = best["sequential"]["seconds"]
+    seconds = {n: [x["seconds"] for x in rows if x["contender"] == n] for n in contenders}
     for x in summary:
-        x["x_sequential"] = round(seq / x["seconds"], 2)
+        x["median_s"] = statistics.median(seconds[x["contender"]])
+    out: dict[str, Any] = {"rows": summary, "runs": rows, "files": tasks * files}
+    columns = [*COLUMNS, "median_s"]
+    if "sequential" in best:
+        seq = best["sequential"]["seconds"]
+        for x in summary:
+            x["x_sequential"] = round(seq / x["seconds"], 2)
+        columns.append("x_sequential")
+        for name, key in (("amcommit", "speedup_vs_sequential"), (ONE_BY_ONE, "one_by_one_vs_sequential")):
+            if name in best:
+                out[key] = seq / best[name]["seconds"]
+                per_round = [s / a for s, a in zip(seconds["sequential"], seconds[name], strict=True)]
+                out[key + "_per_round"] = _spread(per_round) | {"rounds": per_round}
+    amc = [x["stage_ms"] for x in rows if x["contender"] == "amcommit"]
+    if amc:
+        out["amcommit_stage_ms_median"] = {k: statistics.median(a.get(k, 0.0) for a in amc) for k in amc[0]}
+    out["load_before"] = _spread([x["load_before"] for x in rows])
     title = f"Local job commit, {tasks * files:,} files in {tasks} manifests (best of {rounds})"
-    return {
-        "rows": summary,
-        "runs": rows,
-        "speedup_vs_sequential": seq / best["amcommit"]["seconds"],
-        "one_by_one_vs_sequential": seq / best[ONE_BY_ONE]["seconds"],
-        "files": tasks * files,
-        "table": table(summary, [*COLUMNS, "x_sequential"], title),
-    }
+    out["table"] = table(summary, columns, title)
+    return out
 
 
 def main() -> None:
@@ -148,17 +178,32 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=200)
     p.add_argument("--files", type=int, default=100)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help="comma-separated, of: " + ", ".join(CONTENDERS)
+    )
     p.add_argument("--worker", nargs=2, metavar=("CONTENDER", "ROOT"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(contender(*a.worker)))
         return
-    res = run(a.tasks, a.files, a.rounds)
+    chosen = tuple(c.strip() for c in a.contenders.split(",") if c.strip())
+    unknown = set(chosen) - set(CONTENDERS)
+    if unknown:
+        p.error(f"unknown contenders: {', '.join(sorted(unknown))}")
+    res = run(a.tasks, a.files, a.rounds, contenders=chosen)
     print(res["table"])
-    print(
-        f"\namcommit is {res['speedup_vs_sequential']:.2f}x the sequential rename loop "
-        f"({res['one_by_one_vs_sequential']:.2f}x renaming one by one)"
-    )
+    if "speedup_vs_sequential" in res:
+        pr = res["speedup_vs_sequential_per_round"]
+        print(
+            f"\namcommit is {res['speedup_vs_sequential']:.2f}x the sequential rename loop (best rounds); "
+            f"per round median {pr['median']:.2f}x, range {pr['min']:.2f}-{pr['max']:.2f}x"
+        )
+    if "one_by_one_vs_sequential" in res:
+        print(f"renaming one by one: {res['one_by_one_vs_sequential']:.2f}x (best rounds)")
+    if "amcommit_stage_ms_median" in res:
+        print("amcommit median stage ms:", res["amcommit_stage_ms_median"])
+    ld = res["load_before"]
+    print(f"load average before rounds: median {ld['median']:.1f}, range {ld['min']:.1f}-{ld['max']:.1f}")
     write_json("local_commit", {k: v for k, v in res.items() if k != "table"} | {"when": time.time()})
 
 

@@ -51,3 +51,39 @@ async def test_recursive_delete_gives_up_on_a_writer_that_never_stops(
     monkeypatch.setattr(local.shutil, "rmtree", always)
     with pytest.raises(PreconditionFailed, match="directory not empty"):
         await store.delete("job", recursive=True)
+
+
+async def test_a_tree_of_empty_directories_is_removed_by_rmdir_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task attempt directories after a job's renames: ``rmdir`` only, no rmtree."""
+    store = LocalStore(str(tmp_path), fsync=False)
+    for t in range(3):
+        for d in ("day=0", "day=1/hour=2"):
+            (tmp_path / "tasks" / f"attempt_{t}" / d).mkdir(parents=True)
+
+    def no_rmtree(p: str, *a: Any, **kw: Any) -> None:
+        raise AssertionError("rmtree called")
+
+    monkeypatch.setattr(local.shutil, "rmtree", no_rmtree)
+    assert await store.delete("tasks", recursive=True)
+    assert not (tmp_path / "tasks").exists()
+
+
+async def test_files_and_links_below_are_left_to_rmtree_and_links_are_not_followed(tmp_path: Path) -> None:
+    store = LocalStore(str(tmp_path), fsync=False)
+    outside = tmp_path / "outside"
+    (outside / "empty" / "deeper").mkdir(parents=True)
+    (tmp_path / "tasks" / "a" / "day=0").mkdir(parents=True)
+    (tmp_path / "tasks" / "a" / "day=1").mkdir(parents=True)
+    (tmp_path / "tasks" / "a" / "day=1" / "stray.bin").write_bytes(b"x")
+    (tmp_path / "tasks" / "b").mkdir()
+    os.symlink(outside, tmp_path / "tasks" / "b" / "link")
+    # rmdir only: the empty directory goes, the one with a file and the link stay
+    assert not local._remove_dirs_only(str(tmp_path / "tasks"))
+    assert not (tmp_path / "tasks" / "a" / "day=0").exists()
+    assert (tmp_path / "tasks" / "a" / "day=1" / "stray.bin").exists()
+    assert (tmp_path / "tasks" / "b" / "link").is_symlink()
+    assert await store.delete("tasks", recursive=True)  # the rest the general way
+    assert not (tmp_path / "tasks").exists()
+    assert (outside / "empty" / "deeper").is_dir()  # never followed

@@ -168,6 +168,35 @@ def _etag(st: os.stat_result) -> str:
     return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"
 
 
+_req_src = itemgetter(0)
+_req_dst = itemgetter(1)
+
+
+def check_paths(paths: Sequence[str]) -> None:
+    """:func:`~amcommit.paths.check_path` (``allow_root=False``) of every path, by a few C
+    scans of ``"/" + "/".join(paths) + "/"``, where an empty path, a leading or trailing
+    ``/`` or an empty segment shows as ``//``, a ``.`` or ``..`` segment as ``/./`` or
+    ``/../`` (looked for only if ``/.`` occurs at all: rare, and a fast scan), and a NUL
+    as itself. No Python code per path while all are valid; otherwise the paths are
+    checked one by one, which raises the first one's InvalidInput."""
+    joined = "/" + "/".join(paths) + "/"
+    if "\0" in joined or "//" in joined or ("/." in joined and ("/./" in joined or "/../" in joined)):
+        for p in paths:
+            check_path(p, allow_root=False)
+
+
+def _encode_all(root: str, paths: list[str]) -> list[bytes] | None:
+    """``os.fsencode(root + p)`` of every path (one encode and one split, in C); None if
+    one cannot be encoded (the slow path then raises its error for that request only)."""
+    if not paths:
+        return []
+    try:
+        joined = (root + ("\0" + root).join(paths)).encode(_FS_ENCODING, "surrogateescape")
+    except UnicodeError:
+        return None
+    return joined.split(b"\0")
+
+
 def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     msg = e.strerror or str(e)
     if isinstance(e, FileNotFoundError):
@@ -206,6 +235,43 @@ def _rmtree(p: str, attempts: int = 5) -> None:
             if e.errno != errno.ENOTEMPTY or i == attempts - 1:
                 raise
         time.sleep(0.02 * (i + 1))
+
+
+def _remove_dirs_only(name: str, dir_fd: int | None = None, depth: int = 3) -> bool:
+    """Remove directory ``name`` (relative to ``dir_fd``) if it holds nothing but
+    directories that hold nothing but directories (up to ``depth`` levels below it), the
+    empty directories first: a job's task attempt directories once their files are
+    renamed. ``rmdir`` only: never removes a file, never follows a symbolic link (each
+    level is opened with ``O_NOFOLLOW`` and its children are removed relative to it).
+    True if ``name`` is gone; False if something else is left (the caller then removes
+    the rest the general way, :func:`_rmtree`). Few system calls per directory: no
+    ``lstat``, one listing per non-empty directory."""
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError as e:
+        if depth <= 0 or e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        with os.scandir(fd) as it:
+            subdirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for sub in subdirs:
+            _remove_dirs_only(sub, fd, depth - 1)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 class LocalStore:
@@ -340,6 +406,33 @@ class LocalStore:
 
         return await self._run("get", path, read)
 
+    async def get_many(self, paths: Sequence[str]) -> tuple[bytes, ...]:
+        """:meth:`get` of every path, in one worker-thread hop (a job commit reads its
+        manifests so). The first path that cannot be read raises its error (as ``get``
+        would); none of the data is returned then."""
+        ps = [self.os_path(p) for p in paths]
+
+        def read() -> tuple[bytes, ...]:
+            out = []
+            for i, p in enumerate(ps):
+                try:
+                    with open(p, "rb") as f:
+                        out.append(f.read())
+                except OSError as e:
+                    raise _map_oserror(e, "get", paths[i]) from None
+            return tuple(out)
+
+        t0 = time.perf_counter()
+        async with self.limiter.slot():
+            try:
+                result = await anyio.to_thread.run_sync(read)
+            except StoreError:
+                self.iostats.record("get", time.perf_counter() - t0, failed=True)
+                raise
+        self.iostats.record_many("get", len(paths), time.perf_counter() - t0)
+        self.limiter.succeeded()
+        return result
+
     def _lock(self, p: str) -> threading.Lock:
         lk = self._locks.get(p)
         if lk is None:
@@ -411,31 +504,44 @@ class LocalStore:
         and renamed exactly as ``rename`` does it (a declared file's ``lstat`` and etag
         compared just before its ``RENAME_NOREPLACE``), one after another; a killed process
         has done a prefix of them. One thread: renames between directories of one file
-        system are serialised by the kernel anyway (``s_vfs_rename_mutex``)."""
+        system are serialised by the kernel anyway (``s_vfs_rename_mutex``).
+
+        The paths are checked (:func:`check_paths`) and encoded for the system calls all at
+        once, in C; the thread's loop per request is an ``lstat``, the etag compare and the
+        rename."""
+        n = len(requests)
+        srcs: list[str] = list(map(_req_src, requests))
+        dsts: list[str] = list(map(_req_dst, requests))
+        check_paths(srcs)
+        check_paths(dsts)
         root = self.root.rstrip("/") + "/"
-        paths: list[tuple[str, str]] = []
-        for r in requests:
-            check_path(r.src, allow_root=False)
-            check_path(r.dst, allow_root=False)
-            paths.append((root + r.src, root + r.dst))
+        bsrcs, bdsts = _encode_all(root, srcs), _encode_all(root, dsts)
 
         def run() -> dict[int, StoreError]:
             failed: dict[int, StoreError] = {}
-            lstat, is_reg, mv, fse = os.lstat, stat_mod.S_ISREG, _renameat2, _FS_ENCODING
+            lstat, is_reg, mv, etag_of = os.lstat, stat_mod.S_ISREG, _renameat2, _etag
             for i, r in enumerate(requests):
-                ps, pd = paths[i]
                 try:
-                    if mv is not None and (r.src_etag is not None or r.rename_id is not None):
-                        st = lstat(ps)  # the checks of _rename_file, inlined (the hot path)
-                        if (
-                            is_reg(st.st_mode)
-                            and (r.src_etag is None or _etag(st) == r.src_etag)
-                            and mv(ps.encode(fse, "surrogateescape"), pd.encode(fse, "surrogateescape")) == 0
-                        ):
-                            continue
+                    etag = r.src_etag
+                    if mv is not None and bsrcs is not None and bdsts is not None:
+                        if etag is not None:  # the checks of _rename_file, inlined (the hot path)
+                            ps = bsrcs[i]
+                            st = lstat(ps)
+                            if is_reg(st.st_mode) and etag_of(st) == etag and mv(ps, bdsts[i]) == 0:
+                                continue
+                        elif r.rename_id is not None:
+                            ps = bsrcs[i]
+                            if is_reg(lstat(ps).st_mode) and mv(ps, bdsts[i]) == 0:
+                                continue
+                    # the slow path decides and explains every other case
                     _rename_file(
-                        ps, pd, r.src, r.dst, r.src_etag, r.src_etag is not None or r.rename_id is not None
-                    )  # the slow path decides and explains every other case
+                        root + r.src,
+                        root + r.dst,
+                        r.src,
+                        r.dst,
+                        etag,
+                        etag is not None or r.rename_id is not None,
+                    )
                 except OSError as e:
                     failed[i] = _map_oserror(e, "rename", r.src)
                 except StoreError as e:
@@ -445,8 +551,8 @@ class LocalStore:
         t0 = time.perf_counter()
         async with self.limiter.slot(), self._renaming:
             failed = await anyio.to_thread.run_sync(run)
-        self.iostats.record_many("rename", len(requests), time.perf_counter() - t0, failed=len(failed))
-        if len(failed) < len(requests):
+        self.iostats.record_many("rename", n, time.perf_counter() - t0, failed=len(failed))
+        if len(failed) < n:
             self.limiter.succeeded()
         return failed
 
@@ -555,7 +661,8 @@ class LocalStore:
                 return False
             if stat_mod.S_ISDIR(st.st_mode):
                 if recursive:
-                    _rmtree(p)
+                    if not _remove_dirs_only(p):  # a tree of empty directories: rmdir only
+                        _rmtree(p)
                 else:
                     os.rmdir(p)
             else:

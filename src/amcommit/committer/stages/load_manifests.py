@@ -15,18 +15,21 @@ Every listing, read and write goes through the job's retry layer
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import anyio.abc
 import anyio.lowlevel
 
 from amcommit.committer.context import JobContext, _first_error, run_parallel
 from amcommit.committer.layout import MANIFEST_SUFFIX
+from amcommit.committer.lock import FencedStore
 from amcommit.committer.spool import EntrySpool
 from amcommit.errors import ManifestError
 from amcommit.manifest import TaskManifest, check_manifest_columns, decode_manifest, manifest_is_plain
 from amcommit.paths import basename, parent
+from amcommit.store.base import Store
 from amcommit.store.local import LocalStore, local_store_of
 
 _YIELD_EVERY = 0.05
@@ -113,9 +116,8 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
 
                 last_yield = time.monotonic()
 
-                async def load(path: str) -> None:
+                async def take(path: str, data: bytes) -> None:
                     nonlocal last_yield
-                    data = await ctx.call(lambda: ctx.store.get(path))
                     accept(
                         decode_manifest(data, name=basename(path)), basename(path), manifest_is_plain(data)
                     )
@@ -129,7 +131,15 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
                         await anyio.lowlevel.checkpoint()
                         last_yield = time.monotonic()
 
-                await run_parallel(paths, load, ctx.config.load_threads)
+                local = _plain_local(ctx.store)
+                if local is not None:
+                    await _read_in_chunks(ctx, local, paths, take, max(1, ctx.config.load_threads // 2))
+                else:
+
+                    async def load(path: str) -> None:
+                        await take(path, await ctx.call(lambda: ctx.store.get(path)))
+
+                    await run_parallel(paths, load, ctx.config.load_threads)
             if sources is not None:
                 await sources.start(tg)
     except BaseExceptionGroup as eg:
@@ -150,6 +160,41 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
     ctx.report.files = spool.count
     ctx.report.bytes = spool.total_bytes
     return LoadedManifests(spool, frozenset(all_dirs), tuple(extra_data), done)
+
+
+def _plain_local(store: Store) -> LocalStore | None:
+    """The :class:`LocalStore` that answers ``store``'s reads unchanged: the store itself
+    or one below destination-lock fences (whose reads pass through); None otherwise (a
+    wrapper that may change reads, e.g. a fault injector, is read through as it is)."""
+    while isinstance(store, FencedStore):
+        store = store.inner
+    return store if isinstance(store, LocalStore) else None
+
+
+async def _read_in_chunks(
+    ctx: JobContext,
+    local: LocalStore,
+    paths: list[str],
+    take: Callable[[str, bytes], Awaitable[None]],
+    chunk: int,
+) -> None:
+    """Local files: read the manifests ``chunk`` at a time, one worker-thread hop per chunk
+    (:meth:`LocalStore.get_many`, through the job's retry layer), the next chunk read while
+    this one is decoded and checked by ``take`` (at most two chunks in memory)."""
+    send, receive = anyio.create_memory_object_stream[tuple[list[str], tuple[bytes, ...]]](0)
+
+    async def reader() -> None:
+        async with send:
+            for i in range(0, len(paths), chunk):
+                part = paths[i : i + chunk]
+                await send.send((part, await ctx.call(partial(local.get_many, part))))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        async with receive:
+            async for part, datas in receive:
+                for path, data in zip(part, datas, strict=True):
+                    await take(path, data)
 
 
 def _check_file_dir_clashes(spool: EntrySpool, dirs: set[str], dest: str) -> None:

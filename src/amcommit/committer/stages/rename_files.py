@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
+from operator import itemgetter
 
 import anyio
 
@@ -187,10 +189,27 @@ FAILED_IN_BATCH_CONCURRENCY = 16
 
 
 def _batches(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
-    """The spool's entries in lists of at most ``size``, one manifest's frame at a time."""
+    """The spool's entries in lists of at most ``size``, one manifest's frame at a time
+    (a batch never spans manifests: the kill tests' progress points fall between them)."""
     for _, rows in spool.frames():
         for i in range(0, len(rows), size):
-            yield rows[i : i + size]
+            yield rows[i : i + size] if len(rows) > size else rows
+
+
+_src, _dst, _etag = itemgetter(0), itemgetter(1), itemgetter(3)
+
+
+def _requests(job: str, rows: list[RenameEntry], provenance: bool) -> list[RenameRequest]:
+    """The batch's requests: each with its etag, and with its rename id where the store
+    keeps provenance or the entry has no etag (see :func:`rename_id`)."""
+    if not provenance and None not in map(_etag, rows):  # C loops only (local files)
+        n = len(rows)
+        fields = zip(map(_src, rows), map(_dst, rows), map(_etag, rows), repeat(None, n), strict=True)
+        return list(map(tuple.__new__, repeat(RenameRequest, n), fields))
+    return [
+        RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
+        for e in rows
+    ]
 
 
 async def rename_batch(
@@ -203,12 +222,7 @@ async def rename_batch(
     answer; after a retryable one (throttled, transient) it waits the backoff and renames
     again. Returns the results of the requests that went through :func:`rename_one`, by
     index in ``rows``; every other row was renamed by the batch."""
-    job = ctx.layout.job_id
-    provenance = ctx.store.capabilities.rename_provenance
-    requests = [
-        RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
-        for e in rows
-    ]
+    requests = _requests(ctx.layout.job_id, rows, ctx.store.capabilities.rename_provenance)
     failed = await ctx.call(partial(batcher.rename_batch, requests))
     results: dict[int, RenameResult] = {}
     if failed:
