@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -123,10 +124,11 @@ def _data_files(table: Path) -> list[Path]:
     ]
 
 
-def commit_latencies(sink: str, table: Path) -> list[tuple[float, float]]:
+def commit_latencies(sink: str, table: Path) -> list[tuple[float, float, str]]:
     """Per batch, in order: (ms from its last data file's modification to the file that
-    makes the batch visible (see the module doc), that file's modification time)."""
-    out: list[tuple[float, float]] = []
+    makes the batch visible (see the module doc), that file's modification time, the
+    batch's instant (amcommit) or log entry name)."""
+    out: list[tuple[float, float, str]] = []
     if sink == "amcommit":
         by_instant: dict[str, float] = {}
         for f in _data_files(table):
@@ -136,7 +138,7 @@ def commit_latencies(sink: str, table: Path) -> list[tuple[float, float]]:
             instant = done.name.split(".", 1)[0]
             if instant in by_instant:
                 seen = done.stat().st_mtime
-                out.append(((seen - by_instant[instant]) * 1000.0, seen))
+                out.append(((seen - by_instant[instant]) * 1000.0, seen, instant))
         return out
     log = table / "_spark_metadata"
     for entry in sorted((p for p in log.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
@@ -144,7 +146,19 @@ def commit_latencies(sink: str, table: Path) -> list[tuple[float, float]]:
         mtimes = [Path(urllib.parse.unquote(urllib.parse.urlparse(u).path)).stat().st_mtime for u in paths]
         if mtimes:
             seen = entry.stat().st_mtime
-            out.append(((seen - max(mtimes)) * 1000.0, seen))
+            out.append(((seen - max(mtimes)) * 1000.0, seen, entry.name))
+    return out
+
+
+def read_timings(path: Path) -> dict[str, tuple[float, float]]:
+    """instant -> (when ``commit()`` was entered, when it returned), from the sink's timings
+    file (``AMCOMMIT_STREAM_TIMINGS``)."""
+    out: dict[str, tuple[float, float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            t = json.loads(line)
+            if t.get("instant"):
+                out[t["instant"]] = (float(t["entered"]), float(t["returned"]))
     return out
 
 
@@ -163,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="amcommit-stream-bench-"))
     events = scratch / "events"
     events.mkdir()
+    # amcommit's commit() records when Spark handed it each batch (inherited by the Python
+    # workers, which Spark starts after this): the commit latency splits into Spark's
+    # hand-off and amcommit's commit
+    from amcommit.spark.stream import TIMINGS_ENV
+
+    timings_file = scratch / "timings.jsonl"
+    os.environ[TIMINGS_ENV] = str(timings_file)
     spark = (
         local_builder("local[2]", "amcommit-stream-bench")
         .config("spark.sql.shuffle.partitions", "2")
@@ -190,10 +211,16 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     qid, rows = run_query(spark, sink, src, out, n)
                     lat = commit_latencies(sink, out / "table")
+                    timings = read_timings(timings_file)
                     if len(lat) != len(rows):
                         raise RuntimeError(f"{sink}: {len(rows)} batches but {len(lat)} commits found")
-                    for row, (ms, seen) in zip(rows, lat, strict=True):
+                    for row, (ms, seen, key) in zip(rows, lat, strict=True):
                         row["commit_ms"], row["visible_at"] = ms, seen
+                        if sink == "amcommit" and key in timings:
+                            entered, returned = timings[key]
+                            row["entered_at"] = entered
+                            row["enter_to_visible_ms"] = (seen - entered) * 1000.0
+                            row["visible_to_return_ms"] = (returned - seen) * 1000.0
                     kept = rows[1:] or rows  # first batch of a run: warm-up
                     pooled[sink].extend(kept)
                     runs.append((n, sink, qid, kept))
@@ -211,19 +238,25 @@ def main(argv: list[str] | None = None) -> int:
                 before = [t for t in ends.get((qid, int(row["batch"])), []) if t <= row["visible_at"]]
                 if before:
                     row["after_tasks_ms"] = (row["visible_at"] - max(before)) * 1000.0
+                    if "entered_at" in row:
+                        row["handoff_ms"] = (row["entered_at"] - max(before)) * 1000.0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     keys = ("commit_ms", "after_tasks_ms", "add_batch_ms", "trigger_ms")
+    split = ("handoff_ms", "enter_to_visible_ms", "visible_to_return_ms")
     for row in results:
         pooled = row.pop("pooled")
         for sink, rows in pooled.items():
-            for key in keys:
+            for key in keys + (split if sink == "amcommit" else ()):
                 vals = [x[key] for x in rows if key in x]
                 row[f"{sink}_{key}"] = statistics.median(vals) if vals else float("nan")
-                if key in ("commit_ms", "after_tasks_ms"):
+                if key in ("commit_ms", "after_tasks_ms", *split):
                     row[f"{sink}_{key}_all"] = [round(v, 1) for v in vals]
         for key in keys:
             row[f"{key.removesuffix('_ms')}_ratio"] = row[f"amcommit_{key}"] / max(row[f"parquet_{key}"], 1.0)
+        row["enter_to_visible_vs_parquet_after_tasks"] = row["amcommit_enter_to_visible_ms"] / max(
+            row["parquet_after_tasks_ms"], 1.0
+        )
     print()
     print(
         "| files/batch | commit latency ms amcommit / parquet | ratio | after tasks ms amcommit / parquet | ratio "
@@ -237,6 +270,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['after_tasks_ratio']:.2f}x | {r['amcommit_add_batch_ms']:.0f} / {r['parquet_add_batch_ms']:.0f} | "
             f"{r['add_batch_ratio']:.2f}x | {r['amcommit_trigger_ms']:.0f} / {r['parquet_trigger_ms']:.0f} | "
             f"{r['trigger_ratio']:.2f}x |"
+        )
+    print()
+    print(
+        "amcommit's after-tasks interval split at commit() (Python worker): Spark's hand-off "
+        "(last task finished -> commit() entered), amcommit's commit (commit() entered -> "
+        "batch visible), and the work after the batch is visible (cleanup, until commit() returns)"
+    )
+    print()
+    print(
+        "| files/batch | hand-off ms | commit() to visible ms | file sink after tasks ms | after visible ms |"
+    )
+    print("|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['files_per_batch']} | {r['amcommit_handoff_ms']:.1f} | {r['amcommit_enter_to_visible_ms']:.1f} | "
+            f"{r['parquet_after_tasks_ms']:.1f} | {r['amcommit_visible_to_return_ms']:.1f} |"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "stream_commit.json").write_text(

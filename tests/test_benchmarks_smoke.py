@@ -89,6 +89,14 @@ def test_stream_commit_quick(tmp_path: Path) -> None:
     assert "| 10 | " in proc.stdout
     rows = json.loads((tmp_path / "stream_commit.json").read_text())["rows"]
     assert [r["files_per_batch"] for r in rows] == [10]
+    # the sink's commit() timings (AMCOMMIT_STREAM_TIMINGS) split amcommit's interval after
+    # the tasks: Spark's hand-off, then amcommit's commit up to the visible instant
+    row = rows[0]
+    for key in ("handoff_ms", "enter_to_visible_ms", "visible_to_return_ms"):
+        assert row[f"amcommit_{key}_all"] and all(v >= 0 for v in row[f"amcommit_{key}_all"]), key
+    assert (
+        row["amcommit_handoff_ms"] + row["amcommit_enter_to_visible_ms"] <= row["amcommit_after_tasks_ms"] + 1
+    )
 
 
 @pytest.mark.timeout(150)

@@ -21,6 +21,13 @@ once. Where each piece runs (PySpark 4 Python streaming data source API):
   record) is skipped: the engine removes the re-written files and the skip is logged and
   counted. ``abort()`` rolls the batch's instant back.
 
+Diagnostics: with ``AMCOMMIT_STREAM_TIMINGS`` set to a file path in the driver's
+environment (Spark's Python workers inherit it), every ``commit()`` appends one JSON line
+to it: ``batch``, ``instant``, ``created`` (the commit-side writer made by
+``streamWriter()``), ``entered`` (Spark handed the batch to ``commit()``), ``returned``
+(epoch seconds) and ``pid`` (the Python worker's). ``benchmarks/stream_commit.py`` splits
+the commit latency with it. Nothing is recorded without it.
+
 What is atomic: each instant's publication (one completed instant file). Batches commit in
 order (instants are allocated per batch and complete in allocation order). Output mode
 ``append`` appends; ``complete`` replaces the table (``INSERT_OVERWRITE_TABLE``) each batch.
@@ -29,8 +36,11 @@ order (instants are allocated per batch and complete in allocation order). Outpu
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -68,6 +78,9 @@ log = logging.getLogger("amcommit.spark.stream")
 QUERY_ID_KEY = "sql.streaming.queryId"
 BATCH_ID_KEY = "streaming.sql.batchId"
 RUN_ID_KEY = "spark.jobGroup.id"
+
+TIMINGS_ENV = "AMCOMMIT_STREAM_TIMINGS"
+"""Environment variable naming the file ``commit()`` appends its timings to (module doc)."""
 
 STREAM_OPTIONS = frozenset({"checkpointlocation", "leasettl", "queryname", "outputmode"})
 """Options of the streaming sink that the batch writer does not know (lowercase)."""
@@ -131,6 +144,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, plan: WritePlan, checkpoint: str | None, lease_ttl: float) -> None:
         self.plan, self.checkpoint, self.lease_ttl = plan, checkpoint, lease_ttl
+        self.created = time.time()
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark calls ``streamWriter()`` twice per micro-batch: once for the tasks (that
@@ -230,13 +244,17 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Commit micro-batch ``batchId`` with its label (skipped if already committed)."""
+        entered = time.time()
         try:
             plan = self._plan_of(messages)
             if plan is None:
                 raise ConfigError(f"micro-batch {batchId}: no task reported what it wrote; nothing to commit")
-            commit_batch(plan, self._results(messages), self._ids_of(messages), batchId, self.lease_ttl)
+            report = commit_batch(
+                plan, self._results(messages), self._ids_of(messages), batchId, self.lease_ttl
+            )
         except AmcommitError as e:
             raise for_user(e, self.plan.url) from None
+        _record_timing(batchId, report.instant, entered, self.created)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Roll the micro-batch's instant back (or complete it, past the point of no return).
@@ -269,6 +287,26 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
         if self.checkpoint:
             return StreamIds(checkpoint_app(self.checkpoint), None, checkpoint_app(self.checkpoint))
         raise _no_query_id()
+
+
+def _record_timing(batch: int, instant: str | None, entered: float, created: float) -> None:
+    """Append this ``commit()``'s timings to the file named by :data:`TIMINGS_ENV`, if set
+    (best effort: diagnostics never fail a commit)."""
+    path = os.environ.get(TIMINGS_ENV)
+    if not path:
+        return
+    line = json.dumps(
+        {
+            "batch": batch,
+            "instant": instant,
+            "created": created,
+            "entered": entered,
+            "returned": time.time(),
+            "pid": os.getpid(),
+        }
+    )
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 async def _roll_back_dead(
