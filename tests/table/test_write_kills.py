@@ -130,7 +130,9 @@ async def test_kill_at_every_request_then_resume_or_abort(tmp_path: Path, what: 
         if done:
             break
         n += 1
-    assert n > (20 if what == "commit" else 5), n
+    # every mutating request was a kill point: a floor, not an exact count (a commit of this
+    # write sends ~20: cleanup on local files deletes the task attempts in one request)
+    assert n > (15 if what == "commit" else 5), n
 
 
 @pytest.mark.parametrize("n", [6, 12, 18])
