@@ -1,7 +1,7 @@
 """Job commit on the emulators: amcommit against the committers users have today.
 
     .venv/bin/python -m benchmarks.job_commit [--backends azurite,gcs] [--files 2000,20000]
-        [--concurrency 8,32,128] [--rounds 1] [--seq-sample-tasks 20]
+        [--concurrency 8,32,128] [--rounds 1] [--seq-sample-tasks 20] [--compare-src DIR]
 
 A job of N files (1 KiB each) in 200 task manifests is written with amcommit's task side
 (setup_job, setup_task, put, commit_task) into a *fresh* emulator (Azurite,
@@ -24,7 +24,10 @@ from round to round):
 * ``raw c=N``: the emulator's ceiling for amcommit's operation mix: a minimal aiohttp loop
   sending exactly the requests amcommit's store sends per rename (no retries, limiter,
   recovery), over the precomputed list of renames. Only a rename phase, so compare it
-  with the *rename* rate of the others (``renames/s``), not with whole-job ``files/s``.
+  with the *rename* rate of the others (``renames/s``), not with whole-job ``files/s``;
+* ``amcommit c=N [name]``: with ``--compare-src DIR``, also amcommit imported from the
+  source tree ``DIR`` (put first on ``PYTHONPATH``; e.g. main's ``src``), interleaved with
+  the others: a before/after comparison in one run.
 
 Measured per run: whole-job files/s, rename-phase renames/s, client CPU ms per committed
 file (process CPU time of the commit / files), peak RSS of the contender's process, p50/p99
@@ -388,10 +391,13 @@ class Contender:
     lean: bool = False  # amcommit with 2-request renames (see clients.amcommit_store)
     loop: str | None = None  # amcommit/raw: asyncio | uvloop; None: amcommit.loop's choice
     defaults: bool = False  # amcommit with CommitterConfig() and default store options
+    src: str | None = None  # amcommit imported from this source tree (``--compare-src``)
 
     @property
     def label(self) -> str:
         on = f" ({self.loop})" if self.loop else ""
+        if self.src:
+            on += f" [{Path(self.src).parent.name or self.src}]"
         if self.kind == "amcommit" and self.defaults:
             return "amcommit defaults" + on
         if self.kind == "amcommit":
@@ -438,8 +444,11 @@ def run_one(
             spec["target"] = ct.to_json()
             path.write_text(json.dumps(spec))
             s0 = server_cpu(pid)
+            env = None
+            if c.src:  # this contender's amcommit comes from another source tree
+                env = {"PYTHONPATH": os.pathsep.join(filter(None, (c.src, os.environ.get("PYTHONPATH"))))}
             try:
-                res = run_isolated("benchmarks.job_commit", ["--worker", str(path)], timeout=timeout)
+                res = run_isolated("benchmarks.job_commit", ["--worker", str(path)], timeout=timeout, env=env)
             except Exception as e:  # a failed contender is a finding: keep going
                 res = _failed(e)
             s1 = server_cpu(pid)
@@ -495,8 +504,14 @@ class _direct:
         return None
 
 
-def contenders(concurrency: Sequence[int], seq_sample: int | None) -> list[Contender]:
+def contenders(
+    concurrency: Sequence[int], seq_sample: int | None, compare_src: str | None = None
+) -> list[Contender]:
+    """The plan; with ``compare_src`` (a ``src`` directory, e.g. of another checkout) an
+    ``amcommit`` contender per concurrency runs that tree's amcommit too, interleaved."""
     out = [Contender("amcommit", c) for c in concurrency]
+    if compare_src:
+        out += [Contender("amcommit", c, src=compare_src) for c in concurrency]
     out += [Contender("raw", c) for c in concurrency]
     out += [Contender("threadpool", SDK_THREADS), Contender("sequential", 0, seq_sample)]
     return out
@@ -511,15 +526,17 @@ def run_matrix(
     seq_sample_tasks: int = 20,
     log: Any = sys.stderr,
     kinds: Sequence[str] | None = None,
+    compare_src: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every backend x size x contender (``kinds``: a subset of amcommit, raw,
-    threadpool, sequential), ``rounds`` times, interleaved; one row per run."""
+    threadpool, sequential; ``compare_src``: see :func:`contenders`), ``rounds`` times,
+    interleaved; one row per run."""
     runs: list[dict[str, Any]] = []
     for kind in backends:
         for files in sizes:
             sample = seq_sample_tasks if files > seq_sample_above else None
             conc = concurrency[files] if isinstance(concurrency, dict) else concurrency
-            plan = [c for c in contenders(conc, sample) if kinds is None or c.kind in kinds]
+            plan = [c for c in contenders(conc, sample, compare_src) if kinds is None or c.kind in kinds]
             for rnd in range(rounds):
                 order = plan if rnd % 2 == 0 else list(reversed(plan))
                 for c in order:
@@ -648,6 +665,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", default="8,32,128")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seq-sample-tasks", type=int, default=20)
+    ap.add_argument(
+        "--compare-src",
+        default=None,
+        help="also run amcommit from this src directory (e.g. another checkout's), interleaved: "
+        "a before/after comparison in one run",
+    )
     a = ap.parse_args(argv)
     if a.worker:
         worker_main(a.worker)
@@ -659,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds=a.rounds,
         seq_sample_tasks=a.seq_sample_tasks,
         kinds=a.contenders.split(",") if a.contenders else None,
+        compare_src=a.compare_src,
     )
     rows = summarize(runs)
     print(table(rows, COLUMNS, "Job commit on the emulators"))

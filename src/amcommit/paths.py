@@ -201,11 +201,14 @@ def check_path(path: str, *, allow_root: bool = True) -> str:
         raise InvalidInput("empty path", path=path)
     if path.startswith("/") or path.endswith("/"):
         raise InvalidInput("path must not start or end with '/'", path=path)
-    for seg in path.split("/"):
-        if seg in ("", ".", ".."):
-            raise InvalidInput("path has an empty, '.' or '..' segment", path=path)
-        if "\x00" in seg:
-            raise InvalidInput("path contains a NUL character", path=path)
+    # it runs for every request: the segments are split only if a substring test says one
+    # of them may be empty, "." or "..", or hold a NUL
+    if "//" in path or "\x00" in path or path.startswith(".") or "/." in path:
+        for seg in path.split("/"):
+            if seg in ("", ".", ".."):
+                raise InvalidInput("path has an empty, '.' or '..' segment", path=path)
+            if "\x00" in seg:
+                raise InvalidInput("path contains a NUL character", path=path)
     return path
 
 

@@ -8,6 +8,7 @@ import pickle
 import random
 import time
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from functools import cmp_to_key
 
 import anyio
@@ -28,6 +29,7 @@ from amcommit.store.azure.auth import (
     header_sort_key,
     http_date,
     parse_connection_string,
+    string_to_sign,
 )
 from amcommit.store.base import PutMode
 from tests.azure.conftest import BlobEnv, DfsEnv
@@ -88,6 +90,44 @@ def test_shared_key_signature_equals_sdk(method: str, path: str, headers: dict[s
     ours = dict(hdrs)
     SharedKey(AZURITE_ACCOUNT, AZURITE_KEY).sign_sync(method, URL(url, encoded=True), ours)
     assert ours["Authorization"] == _sdk_authorization(method, url, hdrs)
+
+
+def test_cached_signing_state_equals_sdk_and_an_independent_hmac() -> None:
+    """One SharedKey signs many requests: its kept HMAC state and its cached header order
+    (one per set of header names, whatever their order in the dict) give what the SDK
+    and a from-scratch HMAC give, request after request."""
+    import base64
+    import hashlib
+    import hmac
+
+    key = SharedKey(AZURITE_ACCOUNT, AZURITE_KEY)
+    rng = random.Random(3)
+    for i in range(60):
+        method, path, headers = CASES[i % len(CASES)]
+        items = [*{"x-ms-version": "2025-01-05", "x-ms-date": http_date(), **headers}.items()]
+        items.append((f"x-ms-meta-k{rng.randint(0, 3)}", f"v{i}"))  # new sets of names, too
+        rng.shuffle(items)  # the same set of names in another order: the same canonical form
+        hdrs = dict(items)
+        url = f"http://127.0.0.1:10000{path}"
+        ours = dict(hdrs)
+        key.sign_sync(method, URL(url, encoded=True), ours)
+        assert ours["Authorization"] == _sdk_authorization(method, url, hdrs)
+        sts = string_to_sign(method, AZURITE_ACCOUNT, URL(url, encoded=True).raw_path, [], hdrs)
+        fresh = hmac.new(base64.b64decode(AZURITE_KEY), sts.encode(), hashlib.sha256).digest()
+        assert key.signature(sts) == base64.b64encode(fresh).decode()
+
+
+def test_http_date_is_cached_per_second_and_rolls_over() -> None:
+    t = 1_790_000_000.0
+    first = http_date(t)
+    assert first == "Mon, 21 Sep 2026 14:13:20 GMT"
+    assert http_date(t + 0.999) is first  # the same second: the cached text
+    assert http_date(t + 1.0) == "Mon, 21 Sep 2026 14:13:21 GMT"
+    assert http_date(t + 86_400) == "Tue, 22 Sep 2026 14:13:20 GMT"
+    assert http_date(t) == first  # back again: formatted anew, the same text
+    before = int(time.time())
+    now = http_date()  # the clock's second, not the one cached last
+    assert now in {format_datetime(datetime.fromtimestamp(s, UTC), usegmt=True) for s in (before, before + 1)}
 
 
 def test_header_collation_matches_service_sort() -> None:

@@ -37,11 +37,19 @@ def test_path_algebra() -> None:
         relative_to("ab/c", "a")
 
 
-@pytest.mark.parametrize("bad", ["/a", "a/", "a//b", "a/./b", "a/../b", "a/\x00"])
+@pytest.mark.parametrize(
+    "bad",
+    ["/a", "a/", "a//b", "a/./b", "a/../b", "a/\x00", ".", "..", "./a", "../a", "a/.", "a/..", "a\x00b"],
+)
 def test_check_path_refuses(bad: str) -> None:
     with pytest.raises(InvalidInput):
         check_path(bad)
     assert check_path("a/b") == "a/b" and check_path("") == ""
+
+
+@pytest.mark.parametrize("good", ["a", "a/b", ".hoodie/x", "a/.b", "a.b/c..d", "...", "a/...", "x/y.parquet"])
+def test_check_path_accepts(good: str) -> None:
+    assert check_path(good, allow_root=False) == good
 
 
 def test_uri_round_trip_and_fast_path() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import os
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from yarl import URL
@@ -189,7 +189,7 @@ class AzureBase:
             h.update(extra)
         return h
 
-    async def request(
+    def request(
         self,
         op: str,
         method: str,
@@ -201,9 +201,11 @@ class AzureBase:
         idempotent: bool = True,
         retry: RetryPolicy | None = None,
         shielded: bool = False,
-    ) -> HttpResponse:
+    ) -> Coroutine[Any, Any, HttpResponse]:
         """Send one logical request through the shared HTTP client (limiter, retries,
-        statistics, typed errors, a fresh bearer token after a 401).
+        statistics, typed errors, a fresh bearer token after a 401): ``await`` it.
+        (A plain function returning :meth:`HttpClient.send`'s coroutine: no frame of its
+        own in the request's await chain.)
 
         ``idempotent=False`` disables retries (a lost answer then surfaces as
         :class:`~amcommit.errors.Transient`). Mutations (anything but GET/HEAD) run shielded
@@ -217,7 +219,7 @@ class AzureBase:
             hdrs["Content-Length"] = str(len(data))
         elif method in ("PUT", "POST", "PATCH"):
             hdrs["Content-Length"] = "0"
-        return await self._http.send(
+        return self._http.send(
             op,
             method,
             url,

@@ -23,6 +23,7 @@ import base64
 import binascii
 import email.utils
 import functools
+import hashlib
 import hmac
 import inspect
 import time
@@ -60,7 +61,10 @@ class Credential(Protocol):
         ...
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
-        """Add authentication headers in place (called for every attempt)."""
+        """Add authentication headers in place (called for every attempt). A credential
+        that never waits may also offer ``sign_sync(method, url, headers)``, doing the
+        same synchronously; the HTTP client then calls that instead
+        (:class:`~amcommit.store.http.SyncAuth`)."""
         ...
 
     def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
@@ -143,8 +147,12 @@ def canonical_query(raw_query: str) -> list[tuple[str, str]]:
 _SIGNED_INDEX = {h: i for i, h in enumerate(_SIGNED_HEADERS)}
 
 
-def _xms_sort_key(kv: tuple[str, str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return header_sort_key(kv[0])
+@functools.lru_cache(maxsize=1024)
+def _xms_order(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Lower-case ``x-ms-*`` header names in the service's collation order. Cached: a store
+    sends a handful of distinct sets of header names (one per kind of request), so the
+    sort runs once per set instead of once per request."""
+    return tuple(sorted(names, key=header_sort_key))
 
 
 def string_to_sign(
@@ -174,7 +182,7 @@ def string_to_sign(
                 std[i] = v
     if std[2] == "0":  # content-length
         std[2] = ""
-    canon_headers = "".join(f"{k}:{v.strip()}\n" for k, v in sorted(xms.items(), key=_xms_sort_key))
+    canon_headers = "".join([f"{k}:{xms[k].strip()}\n" for k in _xms_order(tuple(xms))])
     resource = f"/{account}{raw_path or '/'}"
     grouped: dict[str, list[str]] = {}
     for k, v in query:
@@ -189,7 +197,11 @@ def hmac_sha256_b64(key: bytes, text: str) -> str:
 
 
 class SharedKey:
-    """Shared Key credential: ``account`` name and base64 ``key``. Signs each request."""
+    """Shared Key credential: ``account`` name and base64 ``key``. Signs each request.
+
+    What is constant is computed once: the HMAC-SHA256 state keyed with the account key
+    (each signature continues a copy of it: the key's inner and outer pads are not hashed
+    again per request), and the sort order of each set of ``x-ms-*`` header names."""
 
     kind = "shared_key"
     query = ""
@@ -203,20 +215,27 @@ class SharedKey:
         if not self._key:
             raise ConfigError("the account key is empty")
         self._key_text = Secret(raw)
+        self._hmac = hmac.new(self._key, digestmod=hashlib.sha256)
         self.account = account
+        self._auth_prefix = f"SharedKey {account}:"
 
     def __repr__(self) -> str:
         return f"SharedKey(account={self.account!r}, key=***)"
 
     def signature(self, text: str) -> str:
-        return hmac_sha256_b64(self._key, text)
+        """Base64 HMAC-SHA256 of ``text`` with the account key."""
+        h = self._hmac.copy()
+        h.update(text.encode("utf-8"))
+        return binascii.b2a_base64(h.digest(), newline=False).decode("ascii")
 
     def sign_sync(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        """:meth:`sign` without the coroutine (nothing here waits)."""
         headers.setdefault("x-ms-date", http_date())
+        raw_query = url.raw_query_string
         sts = string_to_sign(
-            method, self.account, url.raw_path, canonical_query(url.raw_query_string), headers
+            method, self.account, url.raw_path, canonical_query(raw_query) if raw_query else (), headers
         )
-        headers["Authorization"] = f"SharedKey {self.account}:{self.signature(sts)}"
+        headers["Authorization"] = self._auth_prefix + self.signature(sts)
 
     async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
         self.sign_sync(method, url, headers)
@@ -246,8 +265,12 @@ class SasToken:
     def query(self) -> str:
         return self._token.reveal()
 
-    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+    def sign_sync(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        """:meth:`sign` without the coroutine (nothing here waits)."""
         headers.setdefault("x-ms-date", http_date())
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        self.sign_sync(method, url, headers)
 
     def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
         return False  # a fixed credential: signing again cannot help
@@ -340,8 +363,12 @@ class Anonymous:
     def __repr__(self) -> str:
         return "Anonymous()"
 
-    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+    def sign_sync(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        """:meth:`sign` without the coroutine (nothing here waits)."""
         headers.setdefault("x-ms-date", http_date())
+
+    async def sign(self, method: str, url: URL, headers: dict[str, str]) -> None:
+        self.sign_sync(method, url, headers)
 
     def invalidate(self, signed: Mapping[str, str] | None = None) -> bool:
         return False  # a fixed credential: signing again cannot help
