@@ -476,7 +476,10 @@ async def write_partition_metadata(ctx: JobContext, partitions: Sequence[str]) -
         except AlreadyExists:
             pass
 
-    await run_parallel(sorted(partitions), one, ctx.config.io_threads)
+    # local files: one at a time (a few system calls each; five at once on worker threads
+    # took ~2 ms where one after the other takes ~0.6)
+    parallel = ctx.config.io_threads if ctx.store.capabilities.parallel_io else 1
+    await run_parallel(sorted(partitions), one, parallel)
 
 
 async def publish(ctx: JobContext, action: Action, data: bytes) -> None:
