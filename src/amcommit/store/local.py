@@ -216,6 +216,14 @@ def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     return StoreError(msg, op=op, path=path)
 
 
+def _unencodable(e: UnicodeError, op: str, path: str) -> InvalidInput:
+    """A path the file system cannot name (a lone surrogate, say): a typed error, not the
+    codec's."""
+    return InvalidInput(
+        f"the path cannot be encoded for the local file system ({e.__class__.__name__})", op=op, path=path
+    )
+
+
 def _rmtree(p: str, attempts: int = 5) -> None:
     """``shutil.rmtree`` that tolerates writers racing it: a file or directory created
     below ``p`` while the tree is removed (a late task attempt still writing when its job
@@ -341,6 +349,9 @@ class LocalStore:
             except OSError as e:
                 self.iostats.record(op, time.perf_counter() - t0, failed=True)
                 raise _map_oserror(e, op, path) from None
+            except UnicodeError as e:
+                self.iostats.record(op, time.perf_counter() - t0, failed=True)
+                raise _unencodable(e, op, path) from None
             except StoreError:
                 self.iostats.record(op, time.perf_counter() - t0, failed=True)
                 raise
@@ -420,6 +431,8 @@ class LocalStore:
                         out.append(f.read())
                 except OSError as e:
                     raise _map_oserror(e, "get", paths[i]) from None
+                except UnicodeError as e:
+                    raise _unencodable(e, "get", paths[i]) from None
             return tuple(out)
 
         t0 = time.perf_counter()
@@ -544,6 +557,8 @@ class LocalStore:
                     )
                 except OSError as e:
                     failed[i] = _map_oserror(e, "rename", r.src)
+                except UnicodeError as e:
+                    failed[i] = _unencodable(e, "rename", r.src)
                 except StoreError as e:
                     failed[i] = e
             return failed
