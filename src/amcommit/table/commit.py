@@ -232,7 +232,7 @@ def _out_of_order(mine: str, later: str) -> CommitError:
 
 async def check_order(ctx: JobContext) -> list[Instant]:
     """The ``check_order`` stage (under the lock, before anything changes); returns the
-    timeline it judged (listed under the lock: :func:`plan_metadata` plans from it)."""
+    timeline it judged (listed under the lock: :func:`plan_commit` plans from it)."""
     from amcommit.committer.job import _abort_job
 
     store, dest, mine = ctx.store, ctx.layout.dest, ctx.layout.job_id
@@ -329,34 +329,19 @@ async def _load_commits(ctx: JobContext, instants: Sequence[Instant]) -> list[Lo
     return [LoadedCommit(i, metas[i]) for i in done]
 
 
-async def plan_metadata(
-    ctx: JobContext,
-    marker: WriteMarker,
-    loaded: LoadedManifests,
-    instants: Sequence[Instant] | None = None,
-) -> CommitMetadata:
-    """The commit metadata of this write, every write stat built from the rename entries
-    (:func:`plan_commit` copies the task commits' instead, where it can)."""
-    meta, spliced = await plan_commit(ctx, marker, loaded, instants, splice=False)
-    assert spliced is None
-    return meta
-
-
 async def plan_commit(
     ctx: JobContext,
     marker: WriteMarker,
     loaded: LoadedManifests,
     instants: Sequence[Instant] | None = None,
-    *,
-    splice: bool = True,
 ) -> tuple[CommitMetadata, dict[str, msgspec.Raw] | None]:
     """The commit metadata of this write: ``(metadata, spliced)``; encode it with
     ``encode_commit_metadata(metadata, spliced=spliced)``.
 
     ``spliced``: the write stats of each partition as the task commits encoded them
     (:func:`~amcommit.table.writestats.spliced_write_stats`), the metadata then has none of
-    its own; None when they cannot be used (or ``splice`` is False): the metadata then holds
-    every stat, built from the rename entries.
+    its own; None when they cannot be used: the metadata then holds every stat, built from
+    the rename entries.
 
     ``instants``: the timeline as the order check listed it under the lock (listed here if
     None). Commit metadata is read only where it is needed: every completed write instant
@@ -369,11 +354,7 @@ async def plan_commit(
     depth = len(props.partition_fields)
     op = Operation(marker.operation)
     spool = loaded.spool
-    spliced = (
-        spliced_write_stats(loaded.extra_data, loaded.manifests, spool.count, spool.total_bytes, depth)
-        if splice
-        else None
-    )
+    spliced = spliced_write_stats(loaded.extra_data, loaded.manifests, spool.count, spool.total_bytes, depth)
     stats = _write_stats(ctx, loaded, props.partition_fields) if spliced is None else {}
     written = spliced if spliced is not None else stats
     if instants is None:
@@ -593,7 +574,7 @@ async def run_table_commit(
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
-    instants: list[Instant] = []
+    in_order: list[Instant] | None = None  # the timeline, if the overlapped check found it in order
 
     async def load() -> None:
         async with ctx.stage("load_manifests"):
@@ -603,18 +584,17 @@ async def run_table_commit(
                 await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
 
     async def order() -> None:
+        nonlocal in_order
         async with ctx.stage("check_order"):
             plan, timeline = await _order_state_and_timeline(store, dest, instant, ctx.config.writer_ttl)
             if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
-                instants.extend(timeline)
-                ordered.append(True)
+                in_order = timeline
 
     # a first run reads the order's inputs (a few listings, under the lock) while the
     # manifests load: neither depends on the other, and both come before anything is planned
     # or renamed. Only a timeline in order is taken from there; anything to act on (a
     # write to roll back or wait for, an out-of-order instant) runs check_order after the
     # load, as it would without the overlap.
-    ordered: list[bool] = []
     # (not while manifests given by the caller are being published: their puts would then
     # be in flight at the order check's end, which the kill tests take as a point between
     # requests)
@@ -623,7 +603,9 @@ async def run_table_commit(
     loaded = run.loaded
     assert loaded is not None
     if journal is None:
-        if not ordered:
+        if in_order is not None:
+            instants = in_order
+        else:
             async with ctx.stage("check_order"):
                 instants = await check_order(ctx)
         if label is not None:
@@ -655,7 +637,6 @@ async def run_table_commit(
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
             await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
-
         async with ctx.stage("rename_files"):
             # no more rename workers than files (the stage feeds its workers from the
             # spool, an iterator of unknown length: 128 workers for a 10-file micro-batch

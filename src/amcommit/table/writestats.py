@@ -29,7 +29,7 @@ from amcommit.table.model import WriteStat
 __all__ = ["STATS_KEY", "TaskStatsHeader", "spliced_write_stats", "task_write_stats", "write_stat"]
 
 STATS_KEY = "hudi.writeStats"
-"""The task manifest's ``extra_data`` key holding its :class:`TaskWriteStats` as JSON."""
+"""The task manifest's ``extra_data`` key holding its write stats (:func:`task_write_stats`)."""
 
 _STAT_START = b'{"fileId":'
 """How each encoded :class:`WriteStat` starts (its first field); inside a JSON string a quote
