@@ -22,6 +22,7 @@ Opening a store for a URL is :mod:`amcommit.store.schemes`.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -37,9 +38,13 @@ _SAFE = frozenset(
 )
 
 
+_ALL_SAFE = re.compile("[" + re.escape("".join(sorted(_SAFE))) + "]*")
+"""Matches a whole string of :data:`_SAFE` characters (one scan in C)."""
+
+
 def encode_path(path: str) -> str:
     """Percent-encode ``path`` the way Hadoop's ``Path.toUri().toString()`` does."""
-    if all(c in _SAFE for c in path):
+    if _ALL_SAFE.fullmatch(path) is not None:
         return path
     out = []
     for c in path:

@@ -282,12 +282,17 @@ def _remove_dirs_only(name: str, dir_fd: int | None = None, depth: int = 3) -> b
     return True
 
 
+INLINE_PUT_BYTES = 64 * 1024
+"""A put of at most this many bytes without fsync runs inline (see :class:`LocalStore`)."""
+
+
 class LocalStore:
     """A :class:`~amcommit.store.base.Store` over a local directory tree rooted at ``root``.
 
     Metadata operations (stat, rename, single-file delete, mkdirs) take microseconds on a
     local filesystem, far less than a hop to a worker thread, so they run inline on the
-    event loop; data transfers, listings and recursive deletes run in worker threads. On a
+    event loop, and so do puts of at most :data:`INLINE_PUT_BYTES` when ``fsync`` is off;
+    other data transfers, listings and recursive deletes run in worker threads. On a
     slow network filesystem pass ``offload_metadata=True`` to move everything to threads.
     ``fsync=True`` (default) flushes written files to disk before they are published.
     """
@@ -491,7 +496,8 @@ class LocalStore:
                 raise
             return self._info(path, os.stat(p))
 
-        return await self._run("put", path, write)
+        # a small write without fsync is a few system calls, like a rename: inline
+        return await self._run("put", path, write, inline=not self.fsync and len(data) <= INLINE_PUT_BYTES)
 
     async def rename(
         self,
