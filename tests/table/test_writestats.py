@@ -11,13 +11,20 @@ import msgspec
 import pytest
 
 from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_task
+from amcommit.errors import ManifestError
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
 from amcommit.table import commit as table_commit
 from amcommit.table.model import CommitMetadata, Operation, decode_commit_metadata, encode_commit_metadata
 from amcommit.table.naming import base_file_name
 from amcommit.table.write import TableSpec, begin_write
-from amcommit.table.writestats import STATS_KEY, spliced_write_stats, task_write_stats, write_stat
+from amcommit.table.writestats import (
+    STATS_KEY,
+    rows_of_task_stats,
+    spliced_write_stats,
+    task_write_stats,
+    write_stat,
+)
 
 INSTANT = "20261123020000000"
 AVRO = json.dumps(
@@ -54,7 +61,7 @@ def _built(tasks: list[tuple[list[tuple[str, int]], dict[str, int]]]) -> dict[st
     return {p: sorted(v, key=lambda s: str(s["path"])) for p, v in sorted(out.items())}
 
 
-def _spliced_json(spliced: dict[str, msgspec.Raw]) -> dict[str, list[dict[str, object]]]:
+def _spliced_json(spliced: dict[str, list[bytes]]) -> dict[str, list[dict[str, object]]]:
     data = encode_commit_metadata(CommitMetadata(operation_type="INSERT"), spliced=spliced)
     got = json.loads(data)["partitionToWriteStats"]
     return {p: sorted(v, key=lambda s: s["path"]) for p, v in got.items()}
@@ -143,8 +150,10 @@ def test_a_table_commit_splices_the_task_stats_and_builds_them_without(tmp_path:
                 )
                 assert STATS_KEY in m.extra_data
                 written += [(f.dest, f.size) for f in m.files]
-                if drop_stats:  # as an older amcommit's task commit wrote it
-                    m.extra_data.pop(STATS_KEY)
+                if drop_stats:  # as an older amcommit's task commit wrote it: row counts only
+                    counts = rows_of_task_stats(m.extra_data.pop(STATS_KEY))
+                    assert sorted(counts.values()) == sorted(rows.values())
+                    m.extra_data["hudi.rows"] = json.dumps(counts, sort_keys=True)
                     path = w.layout.manifest_path(f"task_{w.instant}_m_{t:06d}")
                     from amcommit.manifest import encode_json
 
@@ -182,3 +191,42 @@ def test_a_table_commit_splices_the_task_stats_and_builds_them_without(tmp_path:
         (p, r, s) for p, _, r, _, s in flat(built)
     )
     assert sorted(size for _, size in written) == sorted(s for *_, s in flat(spliced))
+
+
+def test_row_counts_read_back_from_task_stats() -> None:
+    """A job commit that cannot splice the stats builds them, with the row counts the
+    stats carry (a task commit no longer writes ``hudi.rows`` besides them)."""
+    files, rows = _task(0, ["day=1", 'p=caf\u00e9 "q"'])
+    raw = task_write_stats(files, rows)
+    assert rows_of_task_stats(raw) == rows
+    for bad in ("not json", raw.replace("[", "{", 1), raw.split("\n")[0] + "\n[1]"):
+        with pytest.raises(ManifestError, match=r"hudi\.writeStats"):
+            rows_of_task_stats(bad)
+
+
+def test_spliced_replace_commit_keeps_its_replaced_file_ids() -> None:
+    """A replacecommit's JSON spliced in one buffer has its stats, its replaced file ids and
+    the other fields, exactly as encoding the same metadata with built stats says."""
+    tasks = [_task(t, ["day=1", "day=2"]) for t in range(2)]
+    extra = [{STATS_KEY: task_write_stats(files, rows)} for files, rows in tasks]
+    files = sum(len(f) for f, _ in tasks)
+    size = sum(s for f, _ in tasks for _, s in f)
+    spliced = spliced_write_stats(extra, len(extra), files, size, 1)
+    assert spliced is not None
+    replace = {"day=1": ["a", "b"], "day=2": []}
+    extra_meta = {"schema": '{"type":"record"}', "label": 'q "1"'}
+    got = json.loads(
+        encode_commit_metadata(
+            CommitMetadata(
+                operation_type="INSERT_OVERWRITE",
+                extra_metadata=extra_meta,
+                partition_to_replace_file_ids=replace,
+            ),
+            spliced=spliced,
+        )
+    )
+    assert got["partitionToReplaceFileIds"] == replace
+    assert got["extraMetadata"] == extra_meta
+    assert got["operationType"] == "INSERT_OVERWRITE" and got["compacted"] is False
+    built = {p: sorted(v, key=lambda s: str(s["path"])) for p, v in got["partitionToWriteStats"].items()}
+    assert built == _built(tasks)

@@ -14,7 +14,6 @@ task; a job commit must not run concurrently with task commits (Spark guarantees
 
 from __future__ import annotations
 
-import json
 import time
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
@@ -139,11 +138,13 @@ async def build_manifest(
         by_rel = {relative_to(f.path, work): f for f in files}
         for rel in missing:
             rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
-        extra[ROWS_KEY] = json.dumps(rows, sort_keys=True)
         # the files' write stats, for the job commit to copy into the instant as they are
-        # (amcommit.table.writestats); always this listing's own, never a caller's
+        # (amcommit.table.writestats); always this listing's own, never a caller's. They
+        # hold the row counts too: the caller's extra_data["hudi.rows"] is not carried
+        # (a job commit that cannot splice the stats reads the counts from them)
         from amcommit.table.writestats import STATS_KEY, task_write_stats
 
+        extra.pop(ROWS_KEY, None)
         extra[STATS_KEY] = task_write_stats(
             ((names[r], f.size) for r, f in zip(rels, files, strict=True)), rows
         )

@@ -83,7 +83,13 @@ from amcommit.table.naming import (
 from amcommit.table.tasknames import ROWS_KEY
 from amcommit.table.timeline import LoadedCommit, list_instants, snapshot
 from amcommit.table.write import WriteMarker, read_marker, read_properties, set_operation
-from amcommit.table.writestats import spliced_write_stats, write_stat
+from amcommit.table.writestats import (
+    STATS_KEY,
+    SplicedStats,
+    rows_of_task_stats,
+    spliced_write_stats,
+    write_stat,
+)
 
 __all__ = [
     "OrderPlan",
@@ -278,19 +284,25 @@ async def wait_for_earlier(
 
 
 def _rows_by_path(loaded: LoadedManifests) -> dict[str, int]:
+    """Row count by path (relative to the table) from each manifest's ``extra_data``: its
+    ``hudi.rows`` (an older amcommit's task commit), else the write stats it carries."""
     rows: dict[str, int] = {}
     for extra in loaded.extra_data:
         raw = extra.get(ROWS_KEY)
-        if raw:
-            try:
-                got = msgspec.json.decode(raw)
-            except msgspec.DecodeError:
-                raise ManifestError(f"a task manifest's extra_data[{ROWS_KEY!r}] is not JSON") from None
-            if isinstance(got, dict):
-                if all(type(v) is int for v in got.values()):
-                    rows.update(got)
-                else:
-                    rows.update({k: int(v) for k, v in got.items()})
+        if not raw:
+            stats = extra.get(STATS_KEY)
+            if stats:
+                rows.update(rows_of_task_stats(stats))
+            continue
+        try:
+            got = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            raise ManifestError(f"a task manifest's extra_data[{ROWS_KEY!r}] is not JSON") from None
+        if isinstance(got, dict):
+            if all(type(v) is int for v in got.values()):
+                rows.update(got)
+            else:
+                rows.update({k: int(v) for k, v in got.items()})
     return rows
 
 
@@ -334,7 +346,7 @@ async def plan_commit(
     marker: WriteMarker,
     loaded: LoadedManifests,
     instants: Sequence[Instant] | None = None,
-) -> tuple[CommitMetadata, dict[str, msgspec.Raw] | None]:
+) -> tuple[CommitMetadata, SplicedStats | None]:
     """The commit metadata of this write: ``(metadata, spliced)``; encode it with
     ``encode_commit_metadata(metadata, spliced=spliced)``.
 
@@ -434,9 +446,12 @@ def partition_metadata(instant: str, depth: int) -> bytes:
     return f"#partition metadata\n#{stamp}\ncommitTime={instant}\npartitionDepth={depth}\n".encode()
 
 
-async def write_partition_metadata(ctx: JobContext, partitions: Sequence[str]) -> None:
+async def write_partition_metadata(
+    ctx: JobContext, partitions: Sequence[str], new_dirs: frozenset[str] = frozenset()
+) -> None:
     """Create ``.hoodie_partition_metadata`` in each partition written (create-only: the
-    first write into a partition names itself; an existing one is kept)."""
+    first write into a partition names itself; an existing one is kept). ``new_dirs``:
+    directories this run created (prepare_dirs), which cannot hold one yet."""
     dest, instant = ctx.layout.dest, ctx.layout.job_id
 
     # local files: a stat costs a fraction of a create-only put (temp file, link, unlink);
@@ -444,9 +459,10 @@ async def write_partition_metadata(ctx: JobContext, partitions: Sequence[str]) -
     stat_first = ctx.store.capabilities.local_root is not None
 
     async def one(part: str) -> None:
-        path = join(dest, part, PARTITION_METADATA_FILE) if part else join(dest, PARTITION_METADATA_FILE)
+        folder = join(dest, part) if part else dest
+        path = join(folder, PARTITION_METADATA_FILE)
         data = partition_metadata(instant, part.count("/") + 1 if part else 0)
-        if stat_first:
+        if stat_first and folder not in new_dirs:
             try:
                 await ctx.call(lambda: ctx.store.stat(path))
                 return
@@ -563,7 +579,21 @@ async def run_table_commit(
         nonlocal done
         done = await completed_instant(store, dest, instant)
 
-    await run_parallel([journal_of, done_of], lambda step: step(), 2)
+    in_order: list[Instant] | None = None  # the timeline, if the early check found it in order
+
+    async def order() -> None:
+        nonlocal in_order
+        async with ctx.stage("check_order"):
+            plan, timeline = await _order_state_and_timeline(store, dest, instant, ctx.config.writer_ttl)
+            if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
+                in_order = timeline
+
+    # the order's inputs (a few listings, under the lock) are read with the journal and
+    # the completed instant: all are reads, none depends on another, and a first run needs
+    # all of them before anything is planned or renamed. Only a timeline in order is taken
+    # from there, and only by a first run; anything to act on (a write to roll back or wait
+    # for, an out-of-order instant) runs check_order after the load, as it would without.
+    await run_parallel([journal_of, done_of, order], lambda step: step(), 3)
     if journal is not None:
         report.resumed = True
         journal.runs += 1
@@ -574,32 +604,11 @@ async def run_table_commit(
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
-    in_order: list[Instant] | None = None  # the timeline, if the overlapped check found it in order
-
-    async def load() -> None:
-        async with ctx.stage("load_manifests"):
-            run.spool = load_manifests.new_spool(ctx)
-            run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
-            if manifests is not None and journal is None:
-                await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
-
-    async def order() -> None:
-        nonlocal in_order
-        async with ctx.stage("check_order"):
-            plan, timeline = await _order_state_and_timeline(store, dest, instant, ctx.config.writer_ttl)
-            if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
-                in_order = timeline
-
-    # a first run reads the order's inputs (a few listings, under the lock) while the
-    # manifests load: neither depends on the other, and both come before anything is planned
-    # or renamed. Only a timeline in order is taken from there; anything to act on (a
-    # write to roll back or wait for, an out-of-order instant) runs check_order after the
-    # load, as it would without the overlap.
-    # (not while manifests given by the caller are being published: their puts would then
-    # be in flight at the order check's end, which the kill tests take as a point between
-    # requests)
-    overlap = journal is None and manifests is None
-    await run_parallel([load, order] if overlap else [load], lambda step: step(), 2)
+    async with ctx.stage("load_manifests"):
+        run.spool = load_manifests.new_spool(ctx)
+        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
+        if manifests is not None and journal is None:
+            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
     loaded = run.loaded
     assert loaded is not None
     if journal is None:
@@ -636,7 +645,7 @@ async def run_table_commit(
         for stage, secs in journal.stage_seconds.items():
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
-            await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
+            prepared = await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
         async with ctx.stage("rename_files"):
             # no more rename workers than files (the stage feeds its workers from the
             # spool, an iterator of unknown length: 128 workers for a 10-file micro-batch
@@ -651,7 +660,7 @@ async def run_table_commit(
         # requests (the kill tests stop the commit there), and the point of no return stays
         # the end of the renames
         async with ctx.stage("partition_meta"):
-            await write_partition_metadata(ctx, written)
+            await write_partition_metadata(ctx, written, prepared.new_dirs)
         journal.state = "renamed"
         record_renames(journal, report)
         await save_journal(ctx, journal, patient=True)

@@ -13,6 +13,7 @@ database name is empty when unset), as a decimal number.
 
 from __future__ import annotations
 
+import re
 import time
 import zlib
 from collections.abc import Mapping
@@ -186,24 +187,38 @@ def encode_properties(props: TableProperties, *, now: float | None = None) -> by
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
-def _unescape(s: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c != "\\" or i + 1 == len(s):
-            out.append(c)
-            i += 1
-            continue
-        n = s[i + 1]
-        if n == "u" and i + 6 <= len(s):
-            out.append(chr(int(s[i + 2 : i + 6], 16)))
-            i += 6
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(n, n))
-        i += 2
-    # join surrogate pairs written as two \\u escapes
-    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16")
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(.))", re.DOTALL)
+_SHORT_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape_one(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return chr(int(m.group(1), 16))
+    c = m.group(2)
+    return _SHORT_ESCAPES.get(c, c)
+
+
+def _unescape(s: str, where: str = "hoodie.properties") -> str:
+    """A key or value of a Java properties file, its backslash escapes undone (``\\uXXXX``,
+    ``\\t``, ``\\n``, ``\\r``, ``\\f``, any other escaped character stands for itself; a
+    trailing lone backslash is kept). ManifestError for ``\\u`` without four hex digits, as
+    Java's ``Properties.load`` refuses it."""
+    if "\\" not in s:
+        return s
+    if _BAD_U.search(s):
+        raise ManifestError(f"{where}: malformed \\uXXXX escape")
+    out = _ESCAPE.sub(_unescape_one, s)
+    if _SURROGATE.search(out) is None:
+        return out
+    try:  # join surrogate pairs written as two \\u escapes
+        return out.encode("utf-16", "surrogatepass").decode("utf-16")
+    except UnicodeDecodeError:
+        raise ManifestError(f"{where}: a \\uXXXX escape names half a character (a lone surrogate)") from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_BAD_U = re.compile(r"(?<!\\)(?:\\\\)*\\u(?![0-9a-fA-F]{4})")
+"""``\\u`` (after an even run of backslashes) not followed by four hex digits."""
 
 
 def decode_properties(data: bytes, *, where: str = "hoodie.properties") -> TableProperties:
@@ -242,7 +257,7 @@ def decode_properties(data: bytes, *, where: str = "hoodie.properties") -> Table
         rest = line[i:].lstrip(" \t")
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t")
-        values[_unescape(key)] = _unescape(rest)
+        values[_unescape(key, where)] = _unescape(rest, where)
     props = TableProperties(values)
     if not props.name:
         raise ManifestError(f"{where}: no {NAME} (not a Hudi table's properties)")

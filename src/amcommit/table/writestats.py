@@ -24,9 +24,18 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from amcommit.errors import ManifestError
 from amcommit.table.model import WriteStat
 
-__all__ = ["STATS_KEY", "TaskStatsHeader", "spliced_write_stats", "task_write_stats", "write_stat"]
+__all__ = [
+    "STATS_KEY",
+    "SplicedStats",
+    "TaskStatsHeader",
+    "rows_of_task_stats",
+    "spliced_write_stats",
+    "task_write_stats",
+    "write_stat",
+]
 
 STATS_KEY = "hudi.writeStats"
 """The task manifest's ``extra_data`` key holding its write stats (:func:`task_write_stats`)."""
@@ -87,15 +96,37 @@ def task_write_stats(files: Iterable[tuple[str, int]], rows: dict[str, int]) -> 
     return b"\n".join(lines).decode()
 
 
+def rows_of_task_stats(raw: str) -> dict[str, int]:
+    """Row count by path of one task's stats (:func:`task_write_stats`), for a job commit
+    that builds the stats itself; ManifestError if they are not that format."""
+    lines = raw.encode().split(b"\n")
+    try:
+        msgspec.json.decode(lines[0], type=TaskStatsHeader)
+        stats = [s for line in lines[1:] for s in _stats_decoder.decode(line)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ManifestError(f"a task manifest's extra_data[{STATS_KEY!r}] is not write stats") from None
+    return {s.path: s.num_writes for s in stats}
+
+
+_stats_decoder = msgspec.json.Decoder(list[WriteStat])
+
+SplicedStats = dict[str, list[bytes]]
+"""Each partition's write stats as the task commits encoded them: the bodies of their JSON
+arrays (without the brackets), one per task, to be joined with commas."""
+
+
 def spliced_write_stats(
     extra_data: Sequence[dict[str, str]], manifests: int, files: int, size: int, depth: int
-) -> dict[str, msgspec.Raw] | None:
-    """Each partition's write stats as one JSON array, spliced from the task manifests'
-    ``extra_data`` (``manifests`` loaded, holding ``files`` entries of ``size`` bytes in
-    total); None if they cannot be used as they are (module doc): the caller builds them."""
+) -> SplicedStats | None:
+    """Each partition's write stats, spliced from the task manifests' ``extra_data``
+    (``manifests`` loaded, holding ``files`` entries of ``size`` bytes in total), partitions
+    and pieces in sorted order; None if they cannot be used as they are (module doc): the
+    caller builds them. The pieces are slices of the manifests' strings, not yet joined:
+    :func:`~amcommit.table.model.encode_commit_metadata` joins them into the instant's
+    JSON in one buffer."""
     if len(extra_data) != manifests:
         return None
-    pieces: dict[str, list[bytes]] = {}
+    pieces: SplicedStats = {}
     count = total = 0
     for extra in extra_data:
         raw = extra.get(STATS_KEY)
@@ -121,4 +152,4 @@ def spliced_write_stats(
                 pieces.setdefault(partition, []).append(body[1:-1])
     if count != files or total != size:
         return None
-    return {p: msgspec.Raw(b"[" + b",".join(sorted(v)) + b"]") for p, v in sorted(pieces.items())}
+    return {p: sorted(v) for p, v in sorted(pieces.items())}

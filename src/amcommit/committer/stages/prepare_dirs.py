@@ -54,19 +54,23 @@ class PrepareInputs:
 class PrepareResult:
     created: int
     """How many leaf directories were created (also ``report.directories_created``)."""
+    new_dirs: frozenset[str] = frozenset()
+    """Every directory that did not exist before this stage and does now (leaves and their
+    missing ancestors): nothing can be in them but what this commit puts there."""
 
 
 async def run(ctx: JobContext, inputs: PrepareInputs) -> PrepareResult:
     """Create the planned directories (files in the way are moved aside in replace scope,
     else a ConflictError); counts ``moved_aside`` and ``directories_created`` in the report."""
-    return PrepareResult(await prepare_dirs(ctx, inputs.loaded))
+    return await prepare_dirs(ctx, inputs.loaded)
 
 
-async def prepare_dirs(ctx: JobContext, loaded: LoadedManifests) -> int:
-    """Create the planned directories; return how many leaves were created."""
+async def prepare_dirs(ctx: JobContext, loaded: LoadedManifests) -> PrepareResult:
+    """Create the planned directories; return how many leaves were created, and which
+    directories are new."""
     dirs = set(loaded.dirs)
     if not ctx.store.capabilities.directories or not dirs:
-        return 0
+        return PrepareResult(0)
     store = ctx.store
     replacing = ctx.config.conflict_mode in ("replace", "overwrite")
     roots = replace_scope(ctx, loaded.spool) if replacing else []
@@ -94,4 +98,4 @@ async def prepare_dirs(ctx: JobContext, loaded: LoadedManifests) -> int:
 
     await run_parallel(leaves, make, ctx.config.io_threads)
     ctx.report.directories_created = len(leaves)
-    return len(leaves)
+    return PrepareResult(len(leaves), frozenset(missing))
