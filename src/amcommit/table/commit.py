@@ -211,6 +211,12 @@ def later_completed(mine: str, instants: Sequence[Instant]) -> str | None:
     return min(later) if later else None
 
 
+def completed_in(instants: Sequence[Instant], instant: str) -> Instant | None:
+    """The completed write instant at time ``instant`` in a listed timeline, if any."""
+    found = [i for i in instants if i.time == instant and i.completed and i.action in WRITE_ACTIONS]
+    return min(found) if found else None
+
+
 async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
     """The completed write instant at time ``instant``, if there is one (the two possible
     names are looked up at the same time: one round trip)."""
@@ -567,33 +573,29 @@ async def run_table_commit(
     report.label = None if label is None else label.text()
     report.conflict_mode = "append"
     ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
-    # the journal and the completed instant are looked up at the same time
     journal: Journal | None = None
-    done: Instant | None = None
+    done: Instant | None = None  # this write's completed instant, if it was published
+    in_order: list[Instant] | None = None  # the timeline, if the early check found it in order
 
     async def journal_of() -> None:
         nonlocal journal
         journal = await load_journal(ctx)
 
-    async def done_of() -> None:
-        nonlocal done
-        done = await completed_instant(store, dest, instant)
-
-    in_order: list[Instant] | None = None  # the timeline, if the early check found it in order
-
     async def order() -> None:
-        nonlocal in_order
+        nonlocal in_order, done
         async with ctx.stage("check_order"):
             plan, timeline = await _order_state_and_timeline(store, dest, instant, ctx.config.writer_ttl)
+            done = completed_in(timeline, instant)
             if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
                 in_order = timeline
 
-    # the order's inputs (a few listings, under the lock) are read with the journal and
-    # the completed instant: all are reads, none depends on another, and a first run needs
-    # all of them before anything is planned or renamed. Only a timeline in order is taken
-    # from there, and only by a first run; anything to act on (a write to roll back or wait
-    # for, an out-of-order instant) runs check_order after the load, as it would without.
-    await run_parallel([journal_of, done_of, order], lambda step: step(), 3)
+    # the journal and the order's inputs (a few listings, under the lock) are read at the
+    # same time: all are reads, neither depends on the other, and a first run needs both
+    # before anything is planned or renamed. The timeline listed also says whether this
+    # write was published already. Only a timeline in order is taken from there, and only
+    # by a first run; anything to act on (a write to roll back or wait for, an
+    # out-of-order instant) runs check_order after the load, as it would without.
+    await run_parallel([journal_of, order], lambda step: step(), 2)
     if journal is not None:
         report.resumed = True
         journal.runs += 1
