@@ -285,13 +285,21 @@ def _remove_dirs_only(name: str, dir_fd: int | None = None, depth: int = 3) -> b
 INLINE_PUT_BYTES = 64 * 1024
 """A put of at most this many bytes without fsync runs inline (see :class:`LocalStore`)."""
 
+INLINE_GET_BYTES = 64 * 1024
+"""A get of a file of at most this many bytes runs inline (see :class:`LocalStore`)."""
+
+
+class _NotSmall(Exception):
+    """Raised inside an inline get whose file is larger than :data:`INLINE_GET_BYTES`."""
+
 
 class LocalStore:
     """A :class:`~amcommit.store.base.Store` over a local directory tree rooted at ``root``.
 
     Metadata operations (stat, rename, single-file delete, mkdirs) take microseconds on a
     local filesystem, far less than a hop to a worker thread, so they run inline on the
-    event loop, and so do puts of at most :data:`INLINE_PUT_BYTES` when ``fsync`` is off;
+    event loop, and so do gets of files of at most :data:`INLINE_GET_BYTES` and puts of
+    at most :data:`INLINE_PUT_BYTES` when ``fsync`` is off;
     other data transfers, listings and recursive deletes run in worker threads. On a
     slow network filesystem pass ``offload_metadata=True`` to move everything to threads.
     ``fsync=True`` (default) flushes written files to disk before they are published.
@@ -420,7 +428,21 @@ class LocalStore:
             with open(p, "rb") as f:
                 return f.read()
 
-        return await self._run("get", path, read)
+        if self.offload_metadata:
+            return await self._run("get", path, read)
+
+        def read_small() -> bytes:
+            with open(p, "rb") as f:
+                if os.fstat(f.fileno()).st_size > INLINE_GET_BYTES:
+                    raise _NotSmall
+                return f.read()
+
+        # a small file (a journal, a marker, a lock) is read inline, like a stat: an open, a
+        # stat and a read; a larger one in a worker thread
+        try:
+            return await self._run("get", path, read_small, inline=True)
+        except _NotSmall:
+            return await self._run("get", path, read)
 
     async def get_many(self, paths: Sequence[str]) -> tuple[bytes, ...]:
         """:meth:`get` of every path, in one worker-thread hop (a job commit reads its
