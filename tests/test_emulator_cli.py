@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -140,3 +141,19 @@ def test_unknown_port_in_use_is_one_line(start: Any) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"amcommit: error: could not start the {kind} emulator")
     assert "Traceback" not in err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+@pytest.mark.parametrize("kind", KINDS)
+def test_emulator_goes_when_its_starter_is_killed(kind: str, start: Any) -> None:
+    """The process that started an emulator killed with SIGKILL (as a test run stopped
+    mid-way is): the emulator process goes too, instead of holding its port forever."""
+    proc = start(kind, "--json")
+    doc = json.loads("\n".join(_read_until(proc.stdout, "}")))
+    assert _port_open(doc["endpoint"])
+    proc.kill()  # SIGKILL: no cleanup code of the starter runs
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while _port_open(doc["endpoint"]):
+        assert time.monotonic() < deadline, f"{kind} emulator outlived its killed starter"
+        time.sleep(0.2)

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from amcommit.emulators.procs import free_port
+from amcommit.emulators.procs import dies_with_parent, free_port
 from amcommit.store.azure.auth import AZURITE_ACCOUNT, AZURITE_KEY
 
 _CANDIDATES = ("azurite-blob", "azurite")
@@ -124,7 +124,7 @@ class Azurite:
                 args += ["--queuePort", str(free_port()), "--tablePort", str(free_port())]
             self._log = open(os.path.join(self._workdir.name, "azurite.log"), "wb")
             self._proc = subprocess.Popen(
-                args,
+                dies_with_parent(args),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from amcommit.emulators.procs import free_port, stop_process
+from amcommit.emulators.procs import dies_with_parent, free_port, stop_process
 from amcommit.errors import ConfigError
 
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -162,7 +162,11 @@ class FakeGcsServer:
         log = open(self.log_path, "ab")  # closed in stop()
         self._log = log
         self._proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            dies_with_parent(args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             self._wait_ready()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
+import sys
 
 
 def free_port() -> int:
@@ -25,4 +27,18 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
         proc.wait()
 
 
-__all__ = ["free_port", "stop_process"]
+def dies_with_parent(args: list[str]) -> list[str]:
+    """``args`` wrapped so that the server gets SIGTERM when the process that started it
+    dies, even by SIGKILL (a test run killed mid-way leaves no emulator behind): Linux's
+    parent-death signal, set by util-linux ``setpriv``, which then execs the server (same
+    pid, same process group). The signal follows the *thread* that started the server:
+    start servers from a thread that outlives them (the main thread, as the fixtures,
+    benchmarks and CLI do). Unchanged where ``setpriv`` is missing: the server then
+    outlives a killed parent."""
+    if not sys.platform.startswith("linux"):
+        return args
+    setpriv = shutil.which("setpriv")
+    return args if setpriv is None else [setpriv, "--pdeathsig", "TERM", "--", *args]
+
+
+__all__ = ["dies_with_parent", "free_port", "stop_process"]
