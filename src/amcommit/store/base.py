@@ -19,7 +19,9 @@ Idempotency: ``stat``, ``get``, ``list``, ``mkdirs`` and ``delete`` may be repea
 backends that can prove the earlier attempt succeeded (etag kept on rename, or the
 ``rename_id`` provenance mark) return ``RenameResult(recovered=True)`` instead.
 ``rename_batch`` (stores with ``Capabilities.batch_rename``) is many renames in one call,
-each atomic as ``rename`` is, the batch as a whole not.
+each atomic as ``rename`` is, the batch as a whole not. ``delete_batch`` (stores with
+``Capabilities.delete_batch_max``) is many file deletes in one call (Blob: one Blob Batch
+request per 256), each atomic as ``delete`` of a file is, the batch as a whole not.
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ class Capabilities:
     """The store has ``rename_batch`` (:class:`BatchRenamer`): many renames in one call,
     cheaper per file than one ``rename`` each (local files: one worker-thread hop per
     batch instead of one coroutine per file). Use :func:`batch_renamer`."""
+    delete_batch_max: int = 0
+    """The store has ``delete_batch`` (:class:`BatchDeleter`) and one call takes at most
+    this many paths (Blob: 256, the Blob Batch limit); 0: no ``delete_batch``. Use
+    :func:`batch_deleter`."""
 
 
 class RenameRequest(NamedTuple):
@@ -279,5 +285,36 @@ def batch_renamer(store: Store) -> BatchRenamer | None:
     otherwise (a wrapper that copies the capabilities but not the method stays on
     ``rename``)."""
     if store.capabilities.batch_rename and isinstance(store, BatchRenamer):
+        return store
+    return None
+
+
+@runtime_checkable
+class BatchDeleter(Protocol):
+    """A store that deletes many files in one call (``Capabilities.delete_batch_max``)."""
+
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """Delete every path of ``paths`` (files, as a recursive listing yields them; at
+        most ``capabilities.delete_batch_max``) as :meth:`Store.delete` would, each on its
+        own: a path that names nothing is not a failure (deletes are idempotent; an
+        earlier, lost attempt may have deleted it). Returns the failures: the index of each
+        path whose delete failed, with the :class:`~amcommit.errors.StoreError` ``delete``
+        would have raised (returned, not raised); every other path is gone.
+
+        Atomic per path only: a call stopped midway (a killed process, a lost answer) may
+        have deleted any subset of the paths. Failures of single paths are not retried
+        (the caller repeats them through ``delete``); a failure of the call as a whole is
+        raised as a :class:`~amcommit.errors.StoreError` after the store's own retries
+        (repeating the whole call is safe). Cancellation waits until the store's answer
+        has settled, as for every mutation.
+        """
+        ...
+
+
+def batch_deleter(store: Store) -> BatchDeleter | None:
+    """``store`` as a :class:`BatchDeleter` if it declares and has ``delete_batch``; None
+    otherwise (a wrapper that copies the capabilities but not the method stays on
+    ``delete``)."""
+    if store.capabilities.delete_batch_max > 0 and isinstance(store, BatchDeleter):
         return store
     return None

@@ -29,6 +29,14 @@ Operations and their limits:
   other tools are recognised by ``stat`` and ``list`` and removed by recursive deletes.
   ``stat`` of a prefix with blobs below it reports a directory.
 * ``delete(recursive=True)`` lists and deletes blob by blob: not atomic.
+* ``delete_batch`` (:class:`~amcommit.store.base.BatchDeleter`): up to 256 Delete Blob
+  sub-requests in one Blob Batch request (``POST <container>?restype=container&comp=batch``,
+  ``multipart/mixed``), each sub-request signed on its own. Each blob is deleted or not on
+  its own (the service runs the sub-requests one by one; a batch cut midway may have
+  deleted any subset); each sub-answer is classified like the answer of a single Delete
+  Blob (404: already gone, not a failure). The batch request itself is retried like any
+  idempotent request (the body, signatures included, is built once per call: the retries
+  of one call end well within the 15 minutes a Shared Key signature is valid).
 """
 
 from __future__ import annotations
@@ -36,20 +44,22 @@ from __future__ import annotations
 import base64
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
 import anyio
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from amcommit.errors import (
     AlreadyExists,
+    BucketNotFound,
     InvalidInput,
     NotFound,
     NotSupported,
     PreconditionFailed,
     StoreError,
+    Throttled,
     Transient,
 )
 from amcommit.paths import ParsedUri, check_path
@@ -61,13 +71,18 @@ from amcommit.store.azure._common import (
     parse_http_date,
     store_options_from_url,
 )
+from amcommit.store.azure.auth import http_date
+from amcommit.store.azure.codes import classify
 from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, UpdateIf, WriteMode
+from amcommit.store.http import HttpResponse
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 
 _META = "x-ms-meta-"
 META_SOURCE_ETAG = "amcommitsrcetag"
 """Blob metadata key: the etag of the source a rename copied (without quotes)."""
 _MiB = 1024 * 1024
+BATCH_MAX = 256
+"""Sub-requests per Blob Batch request (the service's limit)."""
 
 
 _OWN_META = frozenset((META_RENAME_ID, META_PUT_ID, META_SOURCE_ETAG))
@@ -92,6 +107,7 @@ class BlobStore(AzureBase):
         conditional_put=True,
         name="blob",
         retries=True,
+        delete_batch_max=BATCH_MAX,
     )
 
     def __init__(
@@ -529,9 +545,117 @@ class BlobStore(AzureBase):
             if not marker:
                 return True
 
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """Delete up to 256 blobs with one Blob Batch request (see the module doc and
+        :meth:`~amcommit.store.base.BatchDeleter.delete_batch`): not atomic, each blob
+        deleted or not on its own; returns the failed ones by index (a blob already gone is
+        not a failure). A throttled sub-request is reported to the limiter (once per
+        batch) and returned as :class:`~amcommit.errors.Throttled`; a sub-request without
+        an answer as :class:`~amcommit.errors.Transient`. A failure of the batch request
+        itself is raised after the store's retries."""
+        if not paths:
+            return {}
+        if len(paths) > BATCH_MAX:
+            raise InvalidInput(f"at most {BATCH_MAX} paths per delete_batch, got {len(paths)}")
+        for p in paths:
+            check_path(p, allow_root=False)
+        boundary = f"batch_{uuid.uuid4()}"
+        body = await self._batch_body(boundary, paths)
+        r = await self.request(
+            "delete_batch",
+            "POST",
+            self.url("", "restype=container&comp=batch"),
+            path=paths[0],
+            headers={"Content-Type": f"multipart/mixed; boundary={boundary}"},
+            data=body,
+        )
+        answers = parse_batch_response(r.headers.get("Content-Type", ""), r.body)
+        failed: dict[int, StoreError] = {}
+        throttled = False
+        for i, p in enumerate(paths):
+            sub = answers.get(i)
+            if sub is None:
+                failed[i] = Transient("no answer for this sub-request of a batch", op="delete", path=p)
+                continue
+            err = classify(sub, "delete", p)
+            if err is None or (isinstance(err, NotFound) and not isinstance(err, BucketNotFound)):
+                continue
+            if isinstance(err, Throttled):
+                if not throttled:
+                    self.limiter.throttled(err.retry_after)
+                    self.iostats.incr("store_io_throttled")
+                    throttled = True
+                err.throttle_reported = True
+            failed[i] = err
+        self.iostats.incr("delete_batch_items", len(paths))
+        return failed
+
+    async def _batch_body(self, boundary: str, paths: Sequence[str]) -> bytes:
+        """The ``multipart/mixed`` body of a Blob Batch of Delete Blob sub-requests, each
+        signed (``Content-ID`` = index in ``paths``)."""
+        sign_sync = getattr(self.credential, "sign_sync", None)
+        date = http_date()
+        out: list[str] = []
+        for i, p in enumerate(paths):
+            url = self.url(p)
+            headers = {"x-ms-date": date, "Content-Length": "0"}
+            if sign_sync is not None:
+                sign_sync("DELETE", url, headers)
+            else:
+                await self.credential.sign("DELETE", url, headers)
+            out.append(
+                f"--{boundary}\r\nContent-Type: application/http\r\n"
+                f"Content-Transfer-Encoding: binary\r\nContent-ID: {i}\r\n\r\n"
+                f"DELETE {url.raw_path_qs} HTTP/1.1\r\n"
+                + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                + "\r\n"
+            )
+        out.append(f"--{boundary}--\r\n")
+        return "".join(out).encode()
+
     async def mkdirs(self, path: str) -> None:
         """No-op: directories are virtual on a flat namespace (no marker blobs written)."""
         check_path(path)
+
+
+def parse_batch_response(content_type: str, body: bytes) -> dict[int, HttpResponse]:
+    """The sub-answers of a Blob Batch answer by ``Content-ID`` (pure). Parts without a
+    ``Content-ID`` (an error about the batch as a whole) or that cannot be read are left
+    out: their sub-requests count as unanswered. Raises :class:`~amcommit.errors.Transient`
+    when the answer is not ``multipart/mixed`` with a boundary."""
+    boundary = ""
+    for param in content_type.split(";")[1:]:
+        k, _, v = param.strip().partition("=")
+        if k.lower() == "boundary":
+            boundary = v.strip().strip('"')
+    if not content_type.lower().startswith("multipart/mixed") or not boundary:
+        raise Transient("malformed Blob Batch answer (no multipart boundary)", op="delete_batch")
+    text = body.decode("utf-8", "replace").replace("\r\n", "\n")
+    out: dict[int, HttpResponse] = {}
+    for part in text.split(f"--{boundary}")[1:]:
+        if part.startswith("--"):
+            break  # the closing delimiter
+        head, _, rest = part.lstrip("\n").partition("\n\n")
+        cid: int | None = None
+        for line in head.split("\n"):
+            k, _, v = line.partition(":")
+            if k.strip().lower() == "content-id":
+                try:
+                    cid = int(v.strip())
+                except ValueError:
+                    cid = None
+        status_line, _, rest = rest.partition("\n")
+        fields = status_line.split(" ", 2)
+        if cid is None or len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
+            continue
+        hdr_text, _, sub_body = rest.partition("\n\n")
+        headers: CIMultiDict[str] = CIMultiDict()
+        for line in hdr_text.split("\n"):
+            k, sep, v = line.partition(":")
+            if sep:
+                headers.add(k.strip(), v.strip())
+        out[cid] = HttpResponse(int(fields[1]), CIMultiDictProxy(headers), sub_body.strip().encode())
+    return out
 
 
 def blob_from_url(parsed: ParsedUri, **options: Any) -> BlobStore:
@@ -539,4 +663,4 @@ def blob_from_url(parsed: ParsedUri, **options: Any) -> BlobStore:
     return BlobStore(**store_options_from_url(parsed, "blob", options))
 
 
-__all__ = ["BlobStore", "blob_from_url"]
+__all__ = ["BATCH_MAX", "BlobStore", "blob_from_url", "parse_batch_response"]
