@@ -1,0 +1,171 @@
+"""Blob Batch deletes (``BlobStore.delete_batch``) on Azurite: sub-requests signed one by
+one (Shared Key, SAS), per-blob answers honoured (a leased blob fails alone, a missing one
+is not a failure), the batch request retried as a whole after throttling or a lost answer,
+and sub-answers that say "busy" or say nothing returned as retryable failures."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from amcommit.errors import InvalidInput, PreconditionFailed, Throttled, Transient
+from amcommit.store.azure.blob import BATCH_MAX, parse_batch_response
+from amcommit.store.base import batch_deleter
+from amcommit.store.http import HttpResponse
+from amcommit.store.retry import RetryPolicy
+from tests.azure.conftest import BlobEnv
+
+FAST = RetryPolicy(max_attempts=6, base_delay=0.001, max_delay=0.01)
+
+
+async def names(env: BlobEnv) -> list[str]:
+    return sorted(b.name for b in await anyio.to_thread.run_sync(lambda: list(env.sdk.list_blobs())))
+
+
+async def test_capability_and_one_request_per_batch(blob_env: BlobEnv) -> None:
+    s = blob_env.store()
+    assert s.capabilities.delete_batch_max == BATCH_MAX == 256 and batch_deleter(s) is s
+    paths = [f"d/{i:03d} é#%+" for i in range(300)]
+    async with anyio.create_task_group() as tg:
+        for p in paths:
+            tg.start_soon(s.put, p, b"x")
+    assert await s.delete_batch(paths[:256]) == {}
+    assert await s.delete_batch(paths[256:]) == {}
+    assert await names(blob_env) == []
+    assert s.iostats.count("delete_batch") == 2 and s.iostats.count("delete") == 0
+    with pytest.raises(InvalidInput):
+        await s.delete_batch(paths[:257])
+
+
+async def test_sas_signed_batch(azurite: Any, blob_env: BlobEnv) -> None:
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    sas = generate_container_sas(
+        azurite.account,
+        blob_env.container,
+        account_key=azurite.account_key,
+        permission=ContainerSasPermissions(read=True, write=True, delete=True, list=True, create=True),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+    s = blob_env.store(account_key=None, sas_token=sas)
+    for p in ("a/1", "a/2", "b"):
+        await s.put(p, b"x")
+    assert await s.delete_batch(["a/1", "a/2", "a/missing"]) == {}
+    assert await names(blob_env) == ["b"]
+
+
+async def test_a_leased_blob_fails_alone(blob_env: BlobEnv) -> None:
+    s = blob_env.store()
+    for p in ("x/0", "x/1", "x/2"):
+        await s.put(p, b"x")
+    lease = await anyio.to_thread.run_sync(lambda: blob_env.sdk.get_blob_client("x/1").acquire_lease(-1))
+    try:
+        failed = await s.delete_batch(["x/0", "x/1", "x/2"])
+        assert sorted(failed) == [1]
+        err = failed[1]
+        assert isinstance(err, PreconditionFailed) and not err.retryable
+        assert err.path == "x/1" and err.op == "delete" and err.code == "LeaseIdMissing"
+        assert await names(blob_env) == ["x/1"]
+    finally:
+        await anyio.to_thread.run_sync(lease.release)
+
+
+async def test_throttled_batch_request_is_retried_whole(blob_env: BlobEnv) -> None:
+    s = blob_env.store(via_proxy=True, retry=FAST)
+    for p in ("t/0", "t/1"):
+        await s.put(p, b"x")
+    rule = blob_env.proxy.add("throttle", method="POST", count=2)
+    assert await s.delete_batch(["t/0", "t/1"]) == {}
+    assert rule.fired == 2 and await names(blob_env) == []
+    assert s.iostats.counters.get("store_io_throttled") == 2
+
+
+async def test_lost_batch_answer_is_retried_and_finds_them_gone(blob_env: BlobEnv) -> None:
+    s = blob_env.store(via_proxy=True, retry=FAST)
+    for p in ("l/0", "l/1"):
+        await s.put(p, b"x")
+    rule = blob_env.proxy.add("lose", method="POST", count=1)
+    assert await s.delete_batch(["l/0", "l/1"]) == {}  # the retry's answers: 404, gone
+    assert rule.fired == 1 and await names(blob_env) == []
+    # without retries the lost answer is raised (typed); the deletes happened
+    once = blob_env.store(via_proxy=True, retry=RetryPolicy(max_attempts=1))
+    await once.put("l/2", b"x")
+    blob_env.proxy.add("lose", method="POST", count=1)
+    with pytest.raises(Transient):
+        await once.delete_batch(["l/2"])
+    assert await names(blob_env) == []
+
+
+# -- sub-answers the emulator never gives: a canned batch answer ------------------------------
+
+BOUNDARY = "batchresponse_x"
+
+
+def part(cid: int | None, status: str, *headers: str, body: str = "") -> str:
+    lines = [f"--{BOUNDARY}", "Content-Type: application/http"]
+    if cid is not None:
+        lines.append(f"Content-ID: {cid}")
+    lines += ["", f"HTTP/1.1 {status}", *headers]
+    if body:
+        lines += ["", body]
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+def canned(*parts: str) -> HttpResponse:
+    h: CIMultiDict[str] = CIMultiDict({"Content-Type": f"multipart/mixed; boundary={BOUNDARY}"})
+    body = ("".join(parts) + f"--{BOUNDARY}--").encode()
+    return HttpResponse(202, CIMultiDictProxy(h), body)
+
+
+async def test_busy_and_unanswered_sub_requests_are_retryable_failures(blob_env: BlobEnv) -> None:
+    s = blob_env.store()
+    answer = canned(
+        part(0, "202 Accepted", "x-ms-delete-type-permanent: true"),
+        part(1, "503 Server Busy", "x-ms-error-code: ServerBusy", "Retry-After: 2"),
+        part(2, "404 The specified blob does not exist.", "x-ms-error-code: BlobNotFound"),
+        part(3, "503 Server Busy", "x-ms-error-code: ServerBusy"),
+        part(
+            5,
+            "403 Forbidden",
+            "x-ms-error-code: AuthorizationPermissionMismatch",
+            "content-type: application/xml",
+            body="<?xml version='1.0'?><Error><Code>AuthorizationPermissionMismatch</Code>"
+            "<Message>no\nRequestId:1</Message></Error>",
+        ),
+    )
+    sent: list[bytes] = []
+
+    async def fake_request(op: str, method: str, url: Any, **kw: Any) -> HttpResponse:
+        assert (op, method) == ("delete_batch", "POST") and "comp=batch" in str(url)
+        sent.append(kw["data"])
+        return answer
+
+    s.request = fake_request  # type: ignore[method-assign,assignment]
+    before = s.limiter.throttle_events
+    failed = await s.delete_batch(["a", "b", "c", "d", "e", "f"])
+    assert sorted(failed) == [1, 3, 4, 5]
+    assert isinstance(failed[1], Throttled) and failed[1].retry_after == 2 and failed[1].path == "b"
+    assert isinstance(failed[3], Throttled) and failed[3].throttle_reported
+    assert isinstance(failed[4], Transient) and failed[4].retryable  # no answer for it
+    assert failed[5].code == "AuthorizationPermissionMismatch" and not failed[5].retryable
+    assert s.limiter.throttle_events == before + 1  # one busy batch slows the limiter once
+    body = sent[0].decode()
+    assert body.count("Content-ID: ") == 6 and body.count("Authorization: SharedKey ") == 6
+    assert f"DELETE /{blob_env.az.account}/{blob_env.container}/f HTTP/1.1" in body
+    assert blob_env.az.account_key not in body
+
+
+def test_parse_batch_response_edge_cases() -> None:
+    with pytest.raises(Transient):
+        parse_batch_response("application/xml", b"<Error/>")
+    # an error about the whole batch: one part without Content-ID -> nothing answered
+    whole = canned(part(None, "400 One of the request inputs is not valid.", "x-ms-error-code: InvalidInput"))
+    assert parse_batch_response(whole.headers["Content-Type"], whole.body) == {}
+    # LF-only line ends and a quoted boundary are read too
+    lf = part(7, "202 Accepted").replace("\r\n", "\n") + f"--{BOUNDARY}--"
+    got = parse_batch_response(f'multipart/mixed; boundary="{BOUNDARY}"', lf.encode())
+    assert list(got) == [7] and got[7].status == 202
