@@ -12,12 +12,23 @@ import anyio
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from amcommit.errors import InvalidInput, PreconditionFailed, Throttled, Transient
+from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.errors import (
+    CommitError,
+    InvalidInput,
+    PermissionDenied,
+    PreconditionFailed,
+    Throttled,
+    Transient,
+)
+from amcommit.store.azure import BlobStore
 from amcommit.store.azure.blob import BATCH_MAX, parse_batch_response
 from amcommit.store.base import batch_deleter
+from amcommit.store.faulty import FaultyStore
 from amcommit.store.http import HttpResponse
 from amcommit.store.retry import RetryPolicy
 from tests.azure.conftest import BlobEnv
+from tests.engine.helpers import run_task
 
 FAST = RetryPolicy(max_attempts=6, base_delay=0.001, max_delay=0.01)
 
@@ -169,3 +180,75 @@ def test_parse_batch_response_edge_cases() -> None:
     lf = part(7, "202 Accepted").replace("\r\n", "\n") + f"--{BOUNDARY}--"
     got = parse_batch_response(f'multipart/mixed; boundary="{BOUNDARY}"', lf.encode())
     assert list(got) == [7] and got[7].status == 202
+
+
+# -- the job commit's cleanup in batches ----------------------------------------------------------
+
+JOB = "202611240001_0015"
+FAST_CFG = CommitterConfig(retry_base_delay=0.001, retry_max_delay=0.005, rename_attempts=4)
+TASK_FILES = [{f"p={t}/f{i}.bin": f"t{t} f{i}".encode() for i in range(3)} for t in range(4)]
+
+# name -> rule installer on the FaultyStore around the Blob store; the commit must end exact
+CLEANUP_CASES = {
+    "sub-deletes throttled": lambda f: f.throttle("delete", path="*/manifests/*", retry_after=0.001, count=3),
+    "sub-delete answers lost": lambda f: f.lose_response("delete", path="*/task-attempts/*", count=2),
+    "sub-deletes fail transiently": lambda f: f.fail("delete", path="*/_job.json", count=3),
+    "batch answer lost": lambda f: f.lose_response("delete_batch", count=1),
+    "batch fails twice": lambda f: f.fail("delete_batch", count=2),
+    "batch throttled": lambda f: f.throttle("delete_batch", retry_after=0.001, count=2),
+}
+
+
+async def _blob_job(env: BlobEnv, dest: str) -> tuple[BlobStore, dict[str, bytes]]:
+    store = env.store()
+    layout = await setup_job(store, dest, JOB)
+    for t, files in enumerate(TASK_FILES):
+        await run_task(store, layout, t, files)
+    return store, {k: v for files in TASK_FILES for k, v in files.items()}
+
+
+async def _exact(env: BlobEnv, store: BlobStore, dest: str, expected: dict[str, bytes]) -> None:
+    listed = await names(env)
+    assert sorted(p for p in listed if p != f"{dest}/_SUCCESS") == sorted(f"{dest}/{k}" for k in expected)
+    for k, v in expected.items():
+        assert await store.get(f"{dest}/{k}") == v
+
+
+@pytest.mark.parametrize("case", list(CLEANUP_CASES))
+async def test_cleanup_in_batches_survives_faults(blob_env: BlobEnv, case: str) -> None:
+    dest = "out"
+    store, expected = await _blob_job(blob_env, dest)
+    faulty = FaultyStore(store, seed=3)
+    assert batch_deleter(faulty) is faulty
+    rule = CLEANUP_CASES[case](faulty)
+    report = await commit_job(faulty, dest, JOB, config=FAST_CFG)
+    assert report.success and rule.fired == rule.count, (rule.fired, faulty.events)
+    await _exact(blob_env, store, dest, expected)
+    assert store.iostats.count("delete_batch") >= 1
+
+
+async def test_cleanup_failing_for_good_in_a_batch_is_reported_then_finished(blob_env: BlobEnv) -> None:
+    """A sub-delete that keeps failing (not retryable) fails the cleanup exactly as a single
+    delete would (the output is committed; CommitError names the cleanup); the next
+    commit_job finishes it."""
+    dest = "out"
+    store, expected = await _blob_job(blob_env, dest)
+    faulty = FaultyStore(store, seed=3)
+    faulty.fail("delete", error=PermissionDenied, path="*/manifests/*", count=1)
+    with pytest.raises(CommitError, match="cleaning up") as ei:
+        await commit_job(faulty, dest, JOB, config=FAST_CFG)
+    assert ei.value.stage == "cleanup" and "injected fault" in str(ei.value)
+    leftovers = [p for p in await names(blob_env) if "/_temporary/" in p]
+    assert leftovers and any("journal" in p for p in leftovers)  # the journal goes last
+    report = await commit_job(store, dest, JOB, config=FAST_CFG)
+    assert report.success
+    await _exact(blob_env, store, dest, expected)
+
+
+async def test_abort_cleans_up_in_batches(blob_env: BlobEnv) -> None:
+    dest = "out"
+    store, _ = await _blob_job(blob_env, dest)
+    await store.put(f"{dest}/old.bin", b"old")
+    await abort_job(store, dest, JOB)
+    assert await names(blob_env) == [f"{dest}/old.bin"]
+    assert store.iostats.count("delete_batch") == 1
