@@ -5,6 +5,7 @@ and sub-answers that say "busy" or say nothing returned as retryable failures.""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from amcommit.errors import (
 )
 from amcommit.store.azure import BlobStore
 from amcommit.store.azure.blob import BATCH_MAX, parse_batch_response
-from amcommit.store.base import batch_deleter
+from amcommit.store.base import RenameRequest, batch_deleter, batch_renamer
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.http import HttpResponse
 from amcommit.store.retry import RetryPolicy
@@ -252,3 +253,119 @@ async def test_abort_cleans_up_in_batches(blob_env: BlobEnv) -> None:
     await abort_job(store, dest, JOB)
     assert await names(blob_env) == [f"{dest}/old.bin"]
     assert store.iostats.count("delete_batch") == 1
+
+
+# -- renames in batches: the copies, then the sources' deletes in one Blob Batch ----------------
+
+
+async def _sources(s: BlobStore, n: int, prefix: str = "src") -> list[RenameRequest]:
+    reqs = []
+    for i in range(n):
+        info = await s.put(f"{prefix}/f{i}", f"data {i}".encode())
+        reqs.append(RenameRequest(f"{prefix}/f{i}", f"dst/f{i}", info.etag, f"rid-{i}", False))
+    return reqs
+
+
+async def test_rename_batch_sends_one_copy_each_and_one_batch_of_deletes(blob_env: BlobEnv) -> None:
+    s = blob_env.store()
+    assert s.capabilities.batch_rename and batch_renamer(s) is s
+    reqs = await _sources(s, 300)
+    assert await s.rename_batch(reqs) == {}
+    assert await names(blob_env) == sorted(f"dst/f{i}" for i in range(300))
+    assert s.iostats.count("rename") == 300  # the copies
+    assert s.iostats.count("rename_batch") == 2  # 256 + 44 conditional deletes
+    assert s.iostats.count("delete") == 0
+    for i in (0, 299):
+        info = await s.stat(f"dst/f{i}")
+        assert info.rename_id == f"rid-{i}" and await s.get(f"dst/f{i}") == f"data {i}".encode()
+
+
+async def test_rename_batch_judges_sub_deletes_as_rename_does(blob_env: BlobEnv) -> None:
+    """Between the copies and the batch of deletes one source is rewritten (its delete's
+    If-Match fails: the copy is taken back, PreconditionFailed) and one is deleted by
+    someone else (not found: the rename stands)."""
+    s = blob_env.store(via_proxy=True)
+    reqs = await _sources(s, 4)
+    sdk = blob_env.sdk
+
+    def meddle() -> None:
+        sdk.get_blob_client("src/f1").upload_blob(b"rewritten", overwrite=True)
+        sdk.get_blob_client("src/f2").delete_blob()
+
+    rule = blob_env.proxy.add("before", method="POST", hook=meddle, count=1)
+    failed = await s.rename_batch(reqs)
+    assert rule.fired == 1
+    assert sorted(failed) == [1] and isinstance(failed[1], PreconditionFailed)
+    assert "copy was removed" in str(failed[1])
+    assert await names(blob_env) == ["dst/f0", "dst/f2", "dst/f3", "src/f1"]
+    assert await s.get("src/f1") == b"rewritten"
+
+
+async def test_rename_batch_lost_or_throttled_batch_is_retried(blob_env: BlobEnv) -> None:
+    s = blob_env.store(via_proxy=True, retry=FAST)
+    reqs = await _sources(s, 5)
+    lost = blob_env.proxy.add("lose", method="POST", count=1)
+    busy = blob_env.proxy.add("throttle", method="POST", after=0, count=1)
+    assert await s.rename_batch(reqs) == {}
+    assert lost.fired == 1 and busy.fired == 1
+    assert await names(blob_env) == sorted(f"dst/f{i}" for i in range(5))
+
+
+async def test_rename_batch_failing_whole_is_returned_per_rename_and_repeatable(blob_env: BlobEnv) -> None:
+    s = blob_env.store(via_proxy=True, retry=RetryPolicy(max_attempts=1))
+    reqs = await _sources(s, 3)
+    blob_env.proxy.add("throttle", method="POST", count=1)
+    failed = await s.rename_batch(reqs)
+    assert sorted(failed) == [0, 1, 2] and all(isinstance(e, Throttled) for e in failed.values())
+    # copied, sources kept: each repeated rename proves its copy and deletes the source
+    assert len(await names(blob_env)) == 6
+    for q in reqs:
+        res = await s.rename(q.src, q.dst, src_etag=q.src_etag, rename_id=q.rename_id, src_meta=False)
+        assert res.recovered
+    assert await names(blob_env) == ["dst/f0", "dst/f1", "dst/f2"]
+
+
+async def test_refused_batches_fall_back_to_single_deletes(blob_env: BlobEnv) -> None:
+    s = blob_env.store()
+    real = s.request
+
+    def refusing(op: str, method: str, url: Any, **kw: Any) -> Any:
+        if method == "POST":
+            raise InvalidInput("batch not supported here", op=op, path="", status=400)
+        return real(op, method, url, **kw)
+
+    s.request = refusing  # type: ignore[method-assign]
+    reqs = await _sources(s, 3)
+    assert await s.rename_batch(reqs) == {}
+    await s.put("x/a", b"a")
+    assert await s.delete_batch(["x/a", "x/missing"]) == {}
+    assert await names(blob_env) == ["dst/f0", "dst/f1", "dst/f2"]
+    assert s.iostats.counters.get("blob_batch_refused") == 1  # asked once, then never again
+    assert s.iostats.count("rename") == 3 + 3  # copies, then single deletes
+
+
+async def test_cancelled_rename_batch_leaves_no_copy_without_its_delete(blob_env: BlobEnv) -> None:
+    """The caller is cancelled while the batch of deletes is on its way (held back 0.5 s
+    by the proxy): the call still waits for it, so no copy is left next to its source."""
+    s = blob_env.store(via_proxy=True)
+    reqs = await _sources(s, 6)
+    blob_env.proxy.add("before", method="POST", hook=lambda: time.sleep(0.5), count=1)
+    t0 = time.monotonic()
+    with anyio.move_on_after(0.2) as scope:
+        await s.rename_batch(reqs)
+    assert scope.cancel_called and time.monotonic() - t0 >= 0.5
+    assert await names(blob_env) == sorted(f"dst/f{i}" for i in range(6))
+
+
+async def test_job_commit_renames_in_batches_and_survives_sub_faults(blob_env: BlobEnv) -> None:
+    """Faults on single renames inside batches (the FaultyStore sends them alone) and on
+    the store's own requests: the commit is exact; one Blob Batch per manifest."""
+    dest = "out"
+    store, expected = await _blob_job(blob_env, dest)
+    faulty = FaultyStore(store, seed=5)
+    faulty.lose_response("rename", path="*/p=1/f1.bin", count=1)
+    faulty.throttle("rename", path="*/p=2/*", retry_after=0.001, count=2)
+    report = await commit_job(faulty, dest, JOB, config=FAST_CFG)
+    assert report.success and report.files == len(expected)
+    await _exact(blob_env, store, dest, expected)
+    assert store.iostats.count("rename_batch") >= 2  # the manifests without faulted renames

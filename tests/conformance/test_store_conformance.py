@@ -7,7 +7,7 @@ import pytest
 
 from amcommit.errors import AlreadyExists, InvalidInput, NotFound, PreconditionFailed, Transient
 from amcommit.paths import join
-from amcommit.store.base import BatchDeleter, PutMode, UpdateIf, batch_deleter
+from amcommit.store.base import BatchDeleter, PutMode, RenameRequest, UpdateIf, batch_deleter, batch_renamer
 from amcommit.store.faulty import FaultyStore
 from tests.backends import StoreUnderTest
 
@@ -299,3 +299,55 @@ async def test_delete_batch_reports_faults_per_path(sut: StoreUnderTest) -> None
     with pytest.raises(Transient):
         await batcher.delete_batch([paths[1]])
     assert await listing(sut, join(b, "f")) == {}
+
+
+# -- rename_batch (stores with Capabilities.batch_rename: local files, Blob, wrappers) ----------
+
+
+async def test_rename_batch_decides_each_request_as_rename_does(sut: StoreUnderTest) -> None:
+    batcher = batch_renamer(sut.store)
+    if batcher is None:
+        pytest.skip(f"{sut.name} has no rename_batch")
+    s, b = sut.store, sut.base
+    infos = {}
+    for n in ("a", "b", "c", "taken", "meta", "odd é#%+ x"):
+        infos[n] = await s.put(join(b, "src", n), n.encode())
+    await s.put(join(b, "dst/taken"), b"someone else's")
+    await s.put(join(b, "dst/kept"), b"kept")
+    requests = [
+        RenameRequest(join(b, "src/a"), join(b, "dst/a"), infos["a"].etag, "rid-a", False),  # ok
+        RenameRequest(join(b, "src/missing"), join(b, "dst/missing"), '"0x1"', "rid-m", False),  # gone
+        RenameRequest(join(b, "src/taken"), join(b, "dst/taken"), infos["taken"].etag, "rid-t", False),
+        RenameRequest(join(b, "src/c"), join(b, "dst/c"), '"not-its-etag"', "rid-c", False),  # changed
+        RenameRequest(join(b, "src/b"), join(b, "new/deep/dir/b"), infos["b"].etag, "rid-b", False),
+        RenameRequest(
+            join(b, "src/meta"), join(b, "dst/meta"), infos["meta"].etag, "rid-x", None
+        ),  # reads it
+        RenameRequest(
+            join(b, "src/odd é#%+ x"), join(b, "dst/ü odd"), infos["odd é#%+ x"].etag, "rid-o", False
+        ),
+    ]
+    failed = await batcher.rename_batch(requests)
+    assert sorted(failed) == [1, 2, 3], failed
+    assert isinstance(failed[1], NotFound)
+    assert isinstance(failed[2], AlreadyExists)
+    assert isinstance(failed[3], PreconditionFailed)
+    assert await listing(sut, b) == {
+        join(b, "dst/a"): 1,
+        join(b, "dst/taken"): len(b"someone else's"),
+        join(b, "dst/kept"): 4,
+        join(b, "new/deep/dir/b"): 1,
+        join(b, "dst/meta"): 4,
+        join(b, "dst/ü odd"): len("odd é#%+ x".encode()),
+        join(b, "src/taken"): 5,
+        join(b, "src/c"): 1,
+    }
+    assert await s.get(join(b, "dst/ü odd")) == "odd é#%+ x".encode()
+    if s.capabilities.rename_provenance:  # the copies carry their rename ids
+        assert (await s.stat(join(b, "dst/a"))).rename_id == "rid-a"
+    # repeated (a retry after a lost answer): each done request is proven by its rename id
+    # or its etag and reported done or "source gone", never a second copy
+    again = await batcher.rename_batch(requests[:1])
+    assert again == {} or isinstance(again.get(0), NotFound)
+    assert await s.get(join(b, "dst/a")) == b"a"
+    assert await batcher.rename_batch([]) == {}

@@ -149,6 +149,7 @@ class RenameRequest(NamedTuple):
     dst: str
     src_etag: str | None = None
     rename_id: str | None = None
+    src_meta: bool | None = None
 
 
 @runtime_checkable
@@ -271,11 +272,15 @@ class BatchRenamer(Protocol):
         ``rename`` would have raised (returned, not raised). Every other request succeeded
         as ``rename`` would have (``RenameResult(dst, etag=src_etag)``).
 
-        Atomic per request only: a batch stopped midway (a killed process) has done a
-        prefix of its requests, each whole or not at all. Not retried: the caller repeats
-        a failed request through ``rename`` (every request is recognisable when repeated,
-        like ``rename``'s). Errors other than :class:`~amcommit.errors.StoreError`
-        (cancellation, a bug) are raised and may leave a prefix done.
+        Atomic per request only, as ``rename`` is: on stores with atomic renames (local
+        files) a batch stopped midway (a killed process) has done a prefix of its
+        requests, each whole or not at all; on copy-based stores (Blob: the copies first,
+        then the source deletes in Blob Batches) it may have copied any of its requests and
+        deleted the sources of any of those, as a ``rename`` stopped between its copy and
+        its delete does. Not retried: the caller repeats a failed request through
+        ``rename`` (every request is recognisable when repeated, like ``rename``'s). Errors
+        other than :class:`~amcommit.errors.StoreError` (cancellation, a bug) are raised
+        and may leave part of the batch done.
         """
         ...
 

@@ -321,7 +321,9 @@ class FaultyStore:
             await flush(i)
             start = i + 1
             try:
-                await self.rename(r.src, r.dst, src_etag=r.src_etag, rename_id=r.rename_id)
+                await self.rename(
+                    r.src, r.dst, src_etag=r.src_etag, rename_id=r.rename_id, src_meta=r.src_meta
+                )
             except StoreError as e:
                 failed[i] = e
         await flush(len(requests))
