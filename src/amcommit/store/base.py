@@ -261,6 +261,24 @@ def local_os_path(store: Store, path: str) -> str | None:
     return os.path.join(root, path) if path else root
 
 
+class BatchFailures(dict[int, StoreError]):
+    """What ``rename_batch`` may return instead of a plain dict: the failures by index, and
+    ``recovered``, the indices of requests that succeeded by proving an earlier attempt
+    (what ``RenameResult.recovered`` says for one ``rename``; e.g. a Blob Batch of deletes
+    repeated after its answer was lost). A plain dict means none were."""
+
+    __slots__ = ("recovered",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recovered: set[int] = set()
+
+
+def recovered_in(failed: dict[int, StoreError]) -> set[int]:
+    """The ``recovered`` indices of a ``rename_batch`` answer (empty for a plain dict)."""
+    return failed.recovered if isinstance(failed, BatchFailures) else set()
+
+
 @runtime_checkable
 class BatchRenamer(Protocol):
     """A store that renames many files in one call (``Capabilities.batch_rename``)."""
@@ -270,7 +288,8 @@ class BatchRenamer(Protocol):
         own: a failed request does not stop the ones after it. Returns the failures: the
         index of each request that failed, with the :class:`~amcommit.errors.StoreError`
         ``rename`` would have raised (returned, not raised). Every other request succeeded
-        as ``rename`` would have (``RenameResult(dst, etag=src_etag)``).
+        as ``rename`` would have (``RenameResult(dst, etag=src_etag)``); a
+        :class:`BatchFailures` answer also names those that were ``recovered``.
 
         Atomic per request only, as ``rename`` is: on stores with atomic renames (local
         files) a batch stopped midway (a killed process) has done a prefix of its

@@ -29,6 +29,7 @@ import anyio
 from amcommit.errors import StoreError, Throttled, Transient
 from amcommit.iostats import IOStatistics
 from amcommit.store.base import (
+    BatchFailures,
     Capabilities,
     ObjectInfo,
     PutMode,
@@ -38,6 +39,7 @@ from amcommit.store.base import (
     WriteMode,
     batch_deleter,
     batch_renamer,
+    recovered_in,
 )
 
 T = TypeVar("T")
@@ -307,13 +309,15 @@ class FaultyStore:
         inner = batch_renamer(self.inner)
         if inner is None:
             raise TypeError(f"{self.inner!r} has no rename_batch")
-        failed: dict[int, StoreError] = {}
+        failed = BatchFailures()
         start = 0  # first index of the current run of requests no rule is about
 
         async def flush(end: int) -> None:
             if end > start:
-                for i, e in (await inner.rename_batch(requests[start:end])).items():
+                answer = await inner.rename_batch(requests[start:end])
+                for i, e in answer.items():
                     failed[start + i] = e
+                failed.recovered.update(start + i for i in recovered_in(answer))
 
         for i, r in enumerate(requests):
             if not self._selects("rename", (r.src, r.dst)):

@@ -57,7 +57,7 @@ from amcommit.errors import (
 )
 from amcommit.manifest import RenameEntry
 from amcommit.paths import path_to_uri
-from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer
+from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer, recovered_in
 from amcommit.store.proof import Expected, Verdict
 from amcommit.store.retry import Backoff
 
@@ -228,10 +228,14 @@ async def rename_batch(
     source gone, the destination taken, the etag changed) is handed to it as the first
     answer; after a retryable one (throttled, transient) it waits the backoff and renames
     again. Returns the results of the requests that went through :func:`rename_one`, by
-    index in ``rows``; every other row was renamed by the batch."""
+    index in ``rows``, and ``RenameResult(dst, recovered=True)`` for those the batch
+    reports recovered (:class:`~amcommit.store.base.BatchFailures`); every other row was
+    renamed by the batch."""
     requests = _requests(ctx.layout.job_id, rows, ctx.store.capabilities.rename_provenance)
     failed = await ctx.call(partial(batcher.rename_batch, requests))
-    results: dict[int, RenameResult] = {}
+    results: dict[int, RenameResult] = {
+        i: RenameResult(rows[i].dst, recovered=True) for i in recovered_in(failed)
+    }
     if failed:
 
         async def recover(i: int) -> None:

@@ -86,6 +86,7 @@ from amcommit.store.azure._common import (
 from amcommit.store.azure.auth import http_date
 from amcommit.store.azure.codes import classify
 from amcommit.store.base import (
+    BatchFailures,
     Capabilities,
     ObjectInfo,
     PutMode,
@@ -726,7 +727,7 @@ class BlobStore(AzureBase):
         shielded from cancellation, as one ``rename`` does: when the call returns or
         raises, every copy it made has had its delete (or its failure is returned). A
         failure of a Blob Batch request as a whole is returned for each of its renames."""
-        failed: dict[int, StoreError] = {}
+        failed = BatchFailures()
         if not requests:
             return failed
 
@@ -738,8 +739,14 @@ class BlobStore(AzureBase):
                 for i, q in todo:  # one event loop: next() never runs concurrently
                     try:
                         plan = await self._plan_rename(q.src, q.dst, q.src_etag, q.rename_id, q.src_meta)
-                        if not isinstance(plan, RenameResult) and await self._copy(plan) is None:
-                            copied.append((i, plan))
+                        if isinstance(plan, RenameResult):
+                            done: RenameResult | None = plan
+                        else:
+                            done = await self._copy(plan)
+                            if done is None:
+                                copied.append((i, plan))
+                        if done is not None and done.recovered:
+                            failed.recovered.add(i)
                     except StoreError as e:
                         failed[i] = e
 
@@ -764,14 +771,19 @@ class BlobStore(AzureBase):
                     continue
                 for (i, plan), err in zip(chunk, answers, strict=True):
                     if err is None:
+                        if plan.recovered:
+                            failed.recovered.add(i)
                         continue
                     try:
                         if err is _UNBATCHED or err.retryable:
-                            await self._delete_source(plan)  # alone, with the store's retries
+                            res = await self._delete_source(plan)  # alone, with the store's retries
                         else:
-                            await self._delete_source(plan, first=err)
+                            res = await self._delete_source(plan, first=err)
                     except StoreError as e:
                         failed[i] = e
+                    else:
+                        if res.recovered:
+                            failed.recovered.add(i)
 
         self._batches_running += 1
         try:
