@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer import commit_job, setup_job
+from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import CommitError
@@ -76,8 +76,9 @@ def _dest_files(env: BlobEnv, dest: str) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.parametrize("batch", [256, 1], ids=["batched", "one-by-one"])
 async def test_plain_sources_rename_with_copy_and_delete_only(
-    blob_env: BlobEnv, monkeypatch: pytest.MonkeyPatch
+    blob_env: BlobEnv, monkeypatch: pytest.MonkeyPatch, batch: int
 ) -> None:
     store = blob_env.store()
     dest = "out/plain"
@@ -85,9 +86,13 @@ async def test_plain_sources_rename_with_copy_and_delete_only(
     manifest = decode_manifest(await store.get(mpath))
     assert manifest.extra_data[SOURCE_META_KEY] == "none"
     seen = count_requests(store, monkeypatch)
-    await commit_job(store, dest, JOB)
+    await commit_job(store, dest, JOB, config=CommitterConfig(rename_batch_size=batch))
     n = len(FILES)
-    assert seen["rename PUT"] == n and seen["rename DELETE"] == n  # Copy Blob + Delete Blob
+    assert seen["rename PUT"] == n  # Copy Blob
+    if batch > 1:  # the sources' Delete Blob in one Blob Batch (one manifest)
+        assert seen["rename DELETE"] == 0 and seen["rename_batch POST"] == 1
+    else:
+        assert seen["rename DELETE"] == n and seen["rename_batch POST"] == 0
     assert seen["rename HEAD"] == 0  # no Get Properties of the sources
     assert _dest_files(blob_env, dest) == FILES
     props = blob_env.sdk.get_blob_client(join(dest, "p=1/part-00001.bin")).get_blob_properties()

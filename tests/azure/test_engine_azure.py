@@ -53,8 +53,9 @@ async def test_dfs_lost_rename_answers_recovered_and_counted(backend_dfs_server:
     assert success["success"] and success["metrics"]["recovered_renames"] == 4
 
 
+@pytest.mark.parametrize("batch", [256, 1], ids=["batched", "one-by-one"])
 async def test_blob_lost_copy_answers_recovered_and_counted(
-    azurite: Azurite, azurite_proxy: FaultProxy
+    azurite: Azurite, azurite_proxy: FaultProxy, batch: int
 ) -> None:
     # BlobStore through the fault proxy (Azurite itself cannot lose answers)
     container = unique_name()
@@ -67,12 +68,18 @@ async def test_blob_lost_copy_answers_recovered_and_counted(
     sut = StoreUnderTest(store, "t-eng", name="blob-proxy", extras=extras)
     try:
         dest, expected = await _job(sut, 7)
-        rules = [
-            azurite_proxy.add("lose", method="PUT", header="x-ms-copy-source", path=f"{dest}/p=1/*"),
-            azurite_proxy.add("lose", method="DELETE", path=f"{dest}/_temporary/*/part-00002.bin"),
-        ]
-        report = await commit_job(store, dest, JOB, config=CommitterConfig(retry_base_delay=0.001))
-        assert [r.fired for r in rules] == [1, 1] and report.recovered_renames == 2
+        copy_lost = azurite_proxy.add("lose", method="PUT", header="x-ms-copy-source", path=f"{dest}/p=1/*")
+        if batch > 1:
+            # the sources' deletes go in one Blob Batch (one manifest): its answer lost, the
+            # batch is sent again and every one of its 7 deletes is proven by "not found"
+            del_lost = azurite_proxy.add("lose", method="POST", count=1)
+            want = len(expected)
+        else:
+            del_lost = azurite_proxy.add("lose", method="DELETE", path=f"{dest}/_temporary/*/part-00002.bin")
+            want = 2
+        cfg = CommitterConfig(retry_base_delay=0.001, rename_batch_size=batch)
+        report = await commit_job(store, dest, JOB, config=cfg)
+        assert [copy_lost.fired, del_lost.fired] == [1, 1] and report.recovered_renames == want
         assert sdk_files(sut, dest) == expected
         props = sdk.get_blob_client(join(dest, "p=1/part-00001.bin")).get_blob_properties()
         assert props.metadata["amcommitrenameid"]

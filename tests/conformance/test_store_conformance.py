@@ -5,9 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from amcommit.errors import AlreadyExists, InvalidInput, NotFound, PreconditionFailed
+from amcommit.errors import AlreadyExists, InvalidInput, NotFound, PreconditionFailed, Transient
 from amcommit.paths import join
-from amcommit.store.base import PutMode, UpdateIf
+from amcommit.store.base import BatchDeleter, PutMode, RenameRequest, UpdateIf, batch_deleter, batch_renamer
+from amcommit.store.faulty import FaultyStore
 from tests.backends import StoreUnderTest
 
 NAMES = ["plain.txt", "with space.bin", "unicodé-ü.txt", "pct%41.txt", "plus+sign.txt", "hash#tag.txt"]
@@ -215,3 +216,138 @@ async def test_root_uri_round_trip(sut: StoreUnderTest) -> None:
     p = join(sut.base, "d ir/f%#+é")
     uri = path_to_uri(sut.store.root_uri, p)
     assert uri_to_path(sut.store.root_uri, uri) == p
+
+
+# -- delete_batch (stores with Capabilities.delete_batch_max: Blob, and wrappers of it) ---------
+
+
+def _batcher(sut: StoreUnderTest) -> BatchDeleter:
+    b = batch_deleter(sut.store)
+    if b is None:
+        assert sut.store.capabilities.delete_batch_max == 0
+        pytest.skip(f"{sut.name} has no delete_batch")
+    return b
+
+
+async def test_delete_batch_deletes_each_path_and_nothing_else(sut: StoreUnderTest) -> None:
+    batcher, s, b = _batcher(sut), sut.store, sut.base
+    doomed = [join(b, "d", n) for n in NAMES] + [join(b, "d/deep/er/x.bin"), join(b, "odd/a b%20+#é中😀")]
+    kept = [join(b, "d/kept.bin"), join(b, "d2/x.bin"), join(b, "d/deep/er/x.bin2")]
+    for p in doomed + kept:
+        await s.put(p, p.encode())
+    missing = join(b, "d/never-there")
+    failed = await batcher.delete_batch([*doomed[:3], missing, *doomed[3:]])
+    assert failed == {}  # a path that names nothing is not a failure
+    assert await listing(sut, b) == {p: len(p.encode()) for p in kept}
+    for p in kept:
+        assert await s.get(p) == p.encode()
+    sdk_list = sut.extras.get("sdk_list")
+    if callable(sdk_list):  # the official SDK sees the same
+        assert set(await anyio.to_thread.run_sync(sdk_list, b)) == set(kept)
+    # repeated (a retry after a lost answer): nothing to do, no failure
+    assert await batcher.delete_batch(doomed) == {}
+    assert await batcher.delete_batch([]) == {}
+
+
+async def test_delete_batch_takes_delete_batch_max_paths(sut: StoreUnderTest) -> None:
+    batcher, s, b = _batcher(sut), sut.store, sut.base
+    n = s.capabilities.delete_batch_max
+    paths = [join(b, f"m/{i:04d}") for i in range(n)]
+    async with anyio.create_task_group() as tg:
+        for p in paths:
+            tg.start_soon(s.put, p, b"x")
+    await s.put(join(b, "m/zz-kept"), b"k")
+    assert await batcher.delete_batch(paths) == {}
+    assert await listing(sut, join(b, "m")) == {join(b, "m/zz-kept"): 1}
+
+
+async def test_delete_batch_refuses_bad_input_before_deleting(sut: StoreUnderTest) -> None:
+    batcher, s, b = _batcher(sut), sut.store, sut.base
+    await s.put(join(b, "a"), b"a")
+    with pytest.raises(InvalidInput):
+        await batcher.delete_batch([join(b, "a"), "a//b"])
+    too_many = [join(b, "a")] + [join(b, f"n{i}") for i in range(s.capabilities.delete_batch_max)]
+    with pytest.raises(InvalidInput):
+        await batcher.delete_batch(too_many)
+    assert await s.get(join(b, "a")) == b"a"
+
+
+async def test_delete_batch_reports_faults_per_path(sut: StoreUnderTest) -> None:
+    batcher = _batcher(sut)
+    if not sut.faulty:
+        pytest.skip("fault rules need the FaultyStore wrapper")
+    s, b = sut.store, sut.base
+    assert isinstance(s, FaultyStore)
+    paths = [join(b, f"f/{i}") for i in range(6)]
+    for p in paths:
+        await s.put(p, b"x")
+    s.fail("delete", path=paths[1])
+    s.lose_response("delete", path=paths[4])
+    failed = await batcher.delete_batch(paths)
+    assert sorted(failed) == [1, 4]
+    assert all(isinstance(e, Transient) and e.retryable for e in failed.values())
+    # the failed one is still there; the lost answer's delete happened
+    assert await listing(sut, join(b, "f")) == {paths[1]: 1}
+    s.clear()
+    # a fault on the call as a whole: raised (nothing deleted), or the call done and its
+    # answer lost
+    s.fail("delete_batch", count=1)
+    with pytest.raises(Transient):
+        await batcher.delete_batch([paths[1]])
+    assert await listing(sut, join(b, "f")) == {paths[1]: 1}
+    s.lose_response("delete_batch", count=1)
+    with pytest.raises(Transient):
+        await batcher.delete_batch([paths[1]])
+    assert await listing(sut, join(b, "f")) == {}
+
+
+# -- rename_batch (stores with Capabilities.batch_rename: local files, Blob, wrappers) ----------
+
+
+async def test_rename_batch_decides_each_request_as_rename_does(sut: StoreUnderTest) -> None:
+    batcher = batch_renamer(sut.store)
+    if batcher is None:
+        pytest.skip(f"{sut.name} has no rename_batch")
+    s, b = sut.store, sut.base
+    infos = {}
+    for n in ("a", "b", "c", "taken", "meta", "odd é#%+ x"):
+        infos[n] = await s.put(join(b, "src", n), n.encode())
+    await s.put(join(b, "dst/taken"), b"someone else's")
+    await s.put(join(b, "dst/kept"), b"kept")
+    requests = [
+        RenameRequest(join(b, "src/a"), join(b, "dst/a"), infos["a"].etag, "rid-a", False),  # ok
+        RenameRequest(join(b, "src/missing"), join(b, "dst/missing"), '"0x1"', "rid-m", False),  # gone
+        RenameRequest(join(b, "src/taken"), join(b, "dst/taken"), infos["taken"].etag, "rid-t", False),
+        RenameRequest(join(b, "src/c"), join(b, "dst/c"), '"not-its-etag"', "rid-c", False),  # changed
+        RenameRequest(join(b, "src/b"), join(b, "new/deep/dir/b"), infos["b"].etag, "rid-b", False),
+        RenameRequest(
+            join(b, "src/meta"), join(b, "dst/meta"), infos["meta"].etag, "rid-x", None
+        ),  # reads it
+        RenameRequest(
+            join(b, "src/odd é#%+ x"), join(b, "dst/ü odd"), infos["odd é#%+ x"].etag, "rid-o", False
+        ),
+    ]
+    failed = await batcher.rename_batch(requests)
+    assert sorted(failed) == [1, 2, 3], failed
+    assert isinstance(failed[1], NotFound)
+    assert isinstance(failed[2], AlreadyExists)
+    assert isinstance(failed[3], PreconditionFailed)
+    assert await listing(sut, b) == {
+        join(b, "dst/a"): 1,
+        join(b, "dst/taken"): len(b"someone else's"),
+        join(b, "dst/kept"): 4,
+        join(b, "new/deep/dir/b"): 1,
+        join(b, "dst/meta"): 4,
+        join(b, "dst/ü odd"): len("odd é#%+ x".encode()),
+        join(b, "src/taken"): 5,
+        join(b, "src/c"): 1,
+    }
+    assert await s.get(join(b, "dst/ü odd")) == "odd é#%+ x".encode()
+    if s.capabilities.rename_provenance:  # the copies carry their rename ids
+        assert (await s.stat(join(b, "dst/a"))).rename_id == "rid-a"
+    # repeated (a retry after a lost answer): each done request is proven by its rename id
+    # or its etag and reported done or "source gone", never a second copy
+    again = await batcher.rename_batch(requests[:1])
+    assert again == {} or isinstance(again.get(0), NotFound)
+    assert await s.get(join(b, "dst/a")) == b"a"
+    assert await batcher.rename_batch([]) == {}

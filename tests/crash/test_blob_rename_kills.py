@@ -39,8 +39,12 @@ async def blob(backend_blob_azurite: StoreUnderTest) -> tuple[StoreUnderTest, st
 CFG = CommitterConfig.from_mapping(sc.CONFIG)
 
 
-# the delete request that completes each rename (its source)
-FORWARD_DEL = {"method": "DELETE", "status": 202, "url": r"/tasks/.*/p=1/new\.bin$"}
+# the delete request that completes each rename (its source). The forward renames of a
+# manifest are renamed in a batch: the copies, then one Blob Batch of the sources' deletes
+# (the first POST ?comp=batch of the commit: task 0's only file is taken, so its batch
+# copies nothing and sends no deletes); one by one (rename_batch_size=1) a DELETE each.
+FORWARD_DEL = {"method": "POST", "status": 202, "url": r"comp=batch"}
+FORWARD_DEL_ALONE = {"method": "DELETE", "status": 202, "url": r"/tasks/.*/p=1/new\.bin$"}
 ASIDE_DEL = {
     "method": "DELETE",
     "status": 202,
@@ -56,6 +60,22 @@ async def test_commit_killed_after_copy_then_resumed(blob: Any, rule: dict[str, 
     kill_child(sc.spec(st, dest, "commit", [rule]))
     report = await commit_job(sut.store, dest, sc.JOB, config=CFG)
     assert report.success
+    assert await sc.final_state(sut.store, dest) == (sc.COMMITTED, [])
+
+
+ONE_BY_ONE = {**sc.CONFIG, "rename_batch_size": 1}
+
+
+@pytest.mark.parametrize("then", ["resume", "abort"])
+async def test_commit_renaming_one_by_one_killed_after_a_source_delete(blob: Any, then: str) -> None:
+    """Without batches (``rename_batch_size=1``) each forward rename deletes its source
+    alone: killed right after the last one's delete, then resumed or aborted (completes)."""
+    sut, dest, st = blob
+    kill_child({**sc.spec(st, dest, "commit", [FORWARD_DEL_ALONE]), "config": ONE_BY_ONE})
+    if then == "resume":
+        assert (await commit_job(sut.store, dest, sc.JOB, config=CFG)).success
+    else:
+        await abort_job(sut.store, dest, sc.JOB, config=CFG)
     assert await sc.final_state(sut.store, dest) == (sc.COMMITTED, [])
 
 

@@ -131,6 +131,13 @@ FLAT = {
 NO_HTTP = {"local": "no HTTP layer on local files (see the store-level fault scenarios)"}
 
 REPLACE = job("replace", T0, T1)
+MID_CLEANUP: dict[str, Any] = {
+    "blob": {"type": "http", "method": "POST", "url": "*comp=batch*"},
+    "*": {"type": "store", "op": "delete", "path": "{dest}/_temporary/*"},
+}
+"""Kill right after the first delete request of a cleanup: on Blob the first Blob Batch
+(the job's temporary objects, all in one batch here), elsewhere the first delete below
+``_temporary``."""
 # (kill point, past the point of no return). Once every rename is done (rename_files:end)
 # abort_job completes the commit instead of rolling it back (issue 11 item 7).
 # The kill children rename one file at a time in spool order: T0's sorted names, then T1's.
@@ -262,6 +269,28 @@ SCENARIOS += [
         OLD,
         (REPLACE,),
         Fault("kill", P("rename_files:progress:3"), abort_kill=P("cleanup:start")),
+        "abort",
+    ),
+    # -- killed inside cleanup: Blob deletes the job directory in Blob Batch requests ---------------
+    *(
+        Scenario(
+            f"kill-mid-cleanup-{_then}",
+            "killed right after the first delete request of cleanup answered (Blob: a Blob "
+            f"Batch of deletes; elsewhere one delete), {_then}",
+            OLD,
+            (REPLACE,),
+            Fault("kill", MID_CLEANUP, past_no_return=True),
+            _then,
+        )
+        for _then in ("resume", "abort")
+    ),
+    Scenario(
+        "abort-killed-mid-cleanup",
+        "commit killed mid-rename; abort killed right after its first cleanup delete request "
+        "(Blob: a Blob Batch); abort again",
+        OLD,
+        (REPLACE,),
+        Fault("kill", P("rename_files:progress:3"), abort_kill=MID_CLEANUP),
         "abort",
     ),
     # -- killed between the requests of each rename kind ------------------------------------------

@@ -92,6 +92,7 @@ from amcommit.store.base import (
     Store,
     UpdateIf,
     WriteMode,
+    batch_deleter,
     batch_renamer,
 )
 from amcommit.store.retry import RetryPolicy
@@ -405,6 +406,8 @@ class FencedStore:
         caps = inner.capabilities
         if caps.batch_rename and batch_renamer(inner) is None:
             caps = replace(caps, batch_rename=False)  # a wrapper below without the method
+        if caps.delete_batch_max and batch_deleter(inner) is None:
+            caps = replace(caps, delete_batch_max=0)
         self.capabilities: Capabilities = caps
         self.iostats: IOStatistics = inner.iostats
 
@@ -450,6 +453,16 @@ class FencedStore:
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         self.lock.check("delete", path)
         return await self.inner.delete(path, recursive=recursive)
+
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """The lease is checked once, before the batch starts (one request of at most
+        ``delete_batch_max`` deletes)."""
+        inner = batch_deleter(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} has no delete_batch")
+        if paths:
+            self.lock.check("delete", paths[0])
+        return await inner.delete_batch(paths)
 
     async def mkdirs(self, path: str) -> None:
         self.lock.check("mkdirs", path)

@@ -19,7 +19,9 @@ Idempotency: ``stat``, ``get``, ``list``, ``mkdirs`` and ``delete`` may be repea
 backends that can prove the earlier attempt succeeded (etag kept on rename, or the
 ``rename_id`` provenance mark) return ``RenameResult(recovered=True)`` instead.
 ``rename_batch`` (stores with ``Capabilities.batch_rename``) is many renames in one call,
-each atomic as ``rename`` is, the batch as a whole not.
+each atomic as ``rename`` is, the batch as a whole not. ``delete_batch`` (stores with
+``Capabilities.delete_batch_max``) is many file deletes in one call (Blob: one Blob Batch
+request per 256), each atomic as ``delete`` of a file is, the batch as a whole not.
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ class Capabilities:
     """The store has ``rename_batch`` (:class:`BatchRenamer`): many renames in one call,
     cheaper per file than one ``rename`` each (local files: one worker-thread hop per
     batch instead of one coroutine per file). Use :func:`batch_renamer`."""
+    delete_batch_max: int = 0
+    """The store has ``delete_batch`` (:class:`BatchDeleter`) and one call takes at most
+    this many paths (Blob: 256, the Blob Batch limit); 0: no ``delete_batch``. Use
+    :func:`batch_deleter`."""
 
 
 class RenameRequest(NamedTuple):
@@ -143,6 +149,7 @@ class RenameRequest(NamedTuple):
     dst: str
     src_etag: str | None = None
     rename_id: str | None = None
+    src_meta: bool | None = None
 
 
 @runtime_checkable
@@ -254,6 +261,24 @@ def local_os_path(store: Store, path: str) -> str | None:
     return os.path.join(root, path) if path else root
 
 
+class BatchFailures(dict[int, StoreError]):
+    """What ``rename_batch`` may return instead of a plain dict: the failures by index, and
+    ``recovered``, the indices of requests that succeeded by proving an earlier attempt
+    (what ``RenameResult.recovered`` says for one ``rename``; e.g. a Blob Batch of deletes
+    repeated after its answer was lost). A plain dict means none were."""
+
+    __slots__ = ("recovered",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recovered: set[int] = set()
+
+
+def recovered_in(failed: dict[int, StoreError]) -> set[int]:
+    """The ``recovered`` indices of a ``rename_batch`` answer (empty for a plain dict)."""
+    return failed.recovered if isinstance(failed, BatchFailures) else set()
+
+
 @runtime_checkable
 class BatchRenamer(Protocol):
     """A store that renames many files in one call (``Capabilities.batch_rename``)."""
@@ -263,13 +288,18 @@ class BatchRenamer(Protocol):
         own: a failed request does not stop the ones after it. Returns the failures: the
         index of each request that failed, with the :class:`~amcommit.errors.StoreError`
         ``rename`` would have raised (returned, not raised). Every other request succeeded
-        as ``rename`` would have (``RenameResult(dst, etag=src_etag)``).
+        as ``rename`` would have (``RenameResult(dst, etag=src_etag)``); a
+        :class:`BatchFailures` answer also names those that were ``recovered``.
 
-        Atomic per request only: a batch stopped midway (a killed process) has done a
-        prefix of its requests, each whole or not at all. Not retried: the caller repeats
-        a failed request through ``rename`` (every request is recognisable when repeated,
-        like ``rename``'s). Errors other than :class:`~amcommit.errors.StoreError`
-        (cancellation, a bug) are raised and may leave a prefix done.
+        Atomic per request only, as ``rename`` is: on stores with atomic renames (local
+        files) a batch stopped midway (a killed process) has done a prefix of its
+        requests, each whole or not at all; on copy-based stores (Blob: the copies first,
+        then the source deletes in Blob Batches) it may have copied any of its requests and
+        deleted the sources of any of those, as a ``rename`` stopped between its copy and
+        its delete does. Not retried: the caller repeats a failed request through
+        ``rename`` (every request is recognisable when repeated, like ``rename``'s). Errors
+        other than :class:`~amcommit.errors.StoreError` (cancellation, a bug) are raised
+        and may leave part of the batch done.
         """
         ...
 
@@ -279,5 +309,36 @@ def batch_renamer(store: Store) -> BatchRenamer | None:
     otherwise (a wrapper that copies the capabilities but not the method stays on
     ``rename``)."""
     if store.capabilities.batch_rename and isinstance(store, BatchRenamer):
+        return store
+    return None
+
+
+@runtime_checkable
+class BatchDeleter(Protocol):
+    """A store that deletes many files in one call (``Capabilities.delete_batch_max``)."""
+
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """Delete every path of ``paths`` (files, as a recursive listing yields them; at
+        most ``capabilities.delete_batch_max``) as :meth:`Store.delete` would, each on its
+        own: a path that names nothing is not a failure (deletes are idempotent; an
+        earlier, lost attempt may have deleted it). Returns the failures: the index of each
+        path whose delete failed, with the :class:`~amcommit.errors.StoreError` ``delete``
+        would have raised (returned, not raised); every other path is gone.
+
+        Atomic per path only: a call stopped midway (a killed process, a lost answer) may
+        have deleted any subset of the paths. Failures of single paths are not retried
+        (the caller repeats them through ``delete``); a failure of the call as a whole is
+        raised as a :class:`~amcommit.errors.StoreError` after the store's own retries
+        (repeating the whole call is safe). Cancellation waits until the store's answer
+        has settled, as for every mutation.
+        """
+        ...
+
+
+def batch_deleter(store: Store) -> BatchDeleter | None:
+    """``store`` as a :class:`BatchDeleter` if it declares and has ``delete_batch``; None
+    otherwise (a wrapper that copies the capabilities but not the method stays on
+    ``delete``)."""
+    if store.capabilities.delete_batch_max > 0 and isinstance(store, BatchDeleter):
         return store
     return None

@@ -1,7 +1,7 @@
 """A store wrapper that injects failures: for tests, benchmarks and chaos drills.
 
 Rules select operations by name (``stat``, ``list``, ``get``, ``put``, ``rename``,
-``delete``, ``mkdirs``), by path glob (``fnmatch``; for ``rename`` the source *or* the
+``delete``, ``mkdirs``, ``delete_batch``: a whole batch call, see :meth:`FaultyStore.delete_batch`), by path glob (``fnmatch``; for ``rename`` the source *or* the
 destination may match), by probability and by count (``after`` matches are let through
 first, then at most ``count`` are hit). Kinds of fault:
 
@@ -29,6 +29,7 @@ import anyio
 from amcommit.errors import StoreError, Throttled, Transient
 from amcommit.iostats import IOStatistics
 from amcommit.store.base import (
+    BatchFailures,
     Capabilities,
     ObjectInfo,
     PutMode,
@@ -36,13 +37,15 @@ from amcommit.store.base import (
     RenameResult,
     Store,
     WriteMode,
+    batch_deleter,
     batch_renamer,
+    recovered_in,
 )
 
 T = TypeVar("T")
 
 FaultKind = Literal["error", "throttle", "latency", "lost_response"]
-OPS = frozenset({"stat", "list", "get", "put", "rename", "delete", "mkdirs"})
+OPS = frozenset({"stat", "list", "get", "put", "rename", "delete", "mkdirs", "delete_batch"})
 
 
 class RuleMatcher:
@@ -241,9 +244,12 @@ class FaultyStore:
         cached = self._caps
         if cached is None or cached[0] is not inner:  # the inner store's may change (GCS move)
             batches = inner.batch_rename and batch_renamer(self.inner) is not None
+            deletes = inner.delete_batch_max if batch_deleter(self.inner) is not None else 0
             cached = self._caps = (
                 inner,
-                replace(inner, retries=False, local_root=None, batch_rename=batches),
+                replace(
+                    inner, retries=False, local_root=None, batch_rename=batches, delete_batch_max=deletes
+                ),
             )
         return cached[1]
 
@@ -303,13 +309,15 @@ class FaultyStore:
         inner = batch_renamer(self.inner)
         if inner is None:
             raise TypeError(f"{self.inner!r} has no rename_batch")
-        failed: dict[int, StoreError] = {}
+        failed = BatchFailures()
         start = 0  # first index of the current run of requests no rule is about
 
         async def flush(end: int) -> None:
             if end > start:
-                for i, e in (await inner.rename_batch(requests[start:end])).items():
+                answer = await inner.rename_batch(requests[start:end])
+                for i, e in answer.items():
                     failed[start + i] = e
+                failed.recovered.update(start + i for i in recovered_in(answer))
 
         for i, r in enumerate(requests):
             if not self._selects("rename", (r.src, r.dst)):
@@ -317,7 +325,9 @@ class FaultyStore:
             await flush(i)
             start = i + 1
             try:
-                await self.rename(r.src, r.dst, src_etag=r.src_etag, rename_id=r.rename_id)
+                await self.rename(
+                    r.src, r.dst, src_etag=r.src_etag, rename_id=r.rename_id, src_meta=r.src_meta
+                )
             except StoreError as e:
                 failed[i] = e
         await flush(len(requests))
@@ -325,6 +335,43 @@ class FaultyStore:
 
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         return await self._call("delete", (path,), lambda: self.inner.delete(path, recursive=recursive))
+
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """The wrapped store's batch, with faults at two levels: rules on ``delete_batch``
+        act on the whole call (selected when their glob matches any of the paths: an
+        error instead of the call, or the call done and its answer lost); within it, the
+        paths no ``delete`` rule is about go to the wrapped store's ``delete_batch`` in
+        runs, and each path a rule is about goes through :meth:`delete` on its own (its
+        fault, or lost answer, is its failure), in order."""
+        inner = batch_deleter(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} has no delete_batch")
+
+        async def run() -> dict[int, StoreError]:
+            assert inner is not None
+            failed: dict[int, StoreError] = {}
+            start = 0  # first index of the current run of paths no rule is about
+
+            async def flush(end: int) -> None:
+                if end > start:
+                    for i, e in (await inner.delete_batch(paths[start:end])).items():
+                        failed[start + i] = e
+
+            for i, p in enumerate(paths):
+                if not self._selects("delete", (p,)):
+                    continue
+                await flush(i)
+                start = i + 1
+                try:
+                    await self.delete(p)
+                except StoreError as e:
+                    failed[i] = e
+            await flush(len(paths))
+            return failed
+
+        if not paths:
+            return {}
+        return await self._call("delete_batch", tuple(paths), run)
 
     async def mkdirs(self, path: str) -> None:
         await self._call("mkdirs", (path,), lambda: self.inner.mkdirs(path))

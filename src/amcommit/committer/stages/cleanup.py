@@ -4,15 +4,19 @@ last, so an interrupted cleanup resumes as "committed"."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.errors import StoreError
-from amcommit.store.base import ObjectInfo
+from amcommit.store.base import BatchDeleter, ObjectInfo, batch_deleter
 from amcommit.store.retry import Backoff
+
+FAILED_IN_BATCH_CONCURRENCY = 16
+"""The deletes of one batch that failed are repeated this many at a time."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,10 @@ async def cleanup(ctx: JobContext) -> None:
     interrupted at any point resumes as "committed"; finally ``_temporary`` itself if no
     other job uses it. Idempotent; every request goes through the job's retry layer (on
     flat stores a listing that fails midway restarts the deletion pass: deletes are
-    idempotent and memory stays bounded)."""
+    idempotent and memory stays bounded). Flat stores with ``delete_batch``
+    (:class:`~amcommit.store.base.BatchDeleter`, e.g. Blob) delete the listed objects in
+    batches of up to ``delete_batch_max`` (see :func:`delete_in_batch`); the journal is
+    always deleted last, alone, once every other object is gone."""
     if ctx.config.cleanup_skipped:
         return
     store, layout = ctx.store, ctx.layout
@@ -64,6 +71,7 @@ async def cleanup(ctx: JobContext) -> None:
             pass
     else:
         journal = layout.journal_path
+        batcher = batch_deleter(store)
 
         async def rm(info: ObjectInfo) -> None:
             if info.path != journal:
@@ -72,8 +80,45 @@ async def cleanup(ctx: JobContext) -> None:
         async def one_pass() -> None:
             await run_parallel(store.list(layout.job_dir, recursive=True), rm, ctx.config.io_threads)
 
-        await _restarting(ctx, one_pass)
+        async def chunks(size: int) -> AsyncIterator[list[str]]:
+            chunk: list[str] = []
+            async for info in store.list(layout.job_dir, recursive=True):
+                if info.path != journal:
+                    chunk.append(info.path)
+                    if len(chunk) >= size:
+                        yield chunk
+                        chunk = []
+            if chunk:
+                yield chunk
+
+        async def one_batched_pass() -> None:
+            assert batcher is not None
+            size = store.capabilities.delete_batch_max
+            await run_parallel(chunks(size), partial(delete_in_batch, ctx, batcher), ctx.config.io_threads)
+
+        await _restarting(ctx, one_pass if batcher is None else one_batched_pass)
         await ctx.call(lambda: store.delete(journal))
+
+
+async def delete_in_batch(ctx: JobContext, batcher: BatchDeleter, paths: Sequence[str]) -> None:
+    """Delete the files ``paths`` with one :meth:`~amcommit.store.base.BatchDeleter.delete_batch`
+    call (through the job's limiter and retry layer: the call as a whole is repeated after
+    a retryable failure, which is safe: deletes are idempotent), then each path whose
+    delete failed in the batch as a single delete would fail or be retried: a
+    non-retryable error (permission denied, ...) is raised as it is; after a retryable
+    one (throttled, transient, no answer) the job's backoff is waited and the path is
+    deleted again with ``store.delete`` under the job's retry layer. Not atomic: a failure
+    or a kill leaves any subset deleted (cleanup is idempotent and runs again)."""
+    failed = await ctx.call(partial(batcher.delete_batch, paths))
+    if not failed:
+        return
+
+    async def redo(i: int) -> None:
+        backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+        await anyio.sleep(backoff.after(failed[i], 1))  # raises what is not retryable
+        await ctx.call(lambda: ctx.store.delete(paths[i]))
+
+    await run_parallel(sorted(failed), redo, FAILED_IN_BATCH_CONCURRENCY)
 
 
 async def _restarting(ctx: JobContext, fn: Callable[[], Awaitable[None]]) -> None:

@@ -57,7 +57,7 @@ from amcommit.errors import (
 )
 from amcommit.manifest import RenameEntry
 from amcommit.paths import path_to_uri
-from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer
+from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer, recovered_in
 from amcommit.store.proof import Expected, Verdict
 from amcommit.store.retry import Backoff
 
@@ -182,7 +182,10 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
 BATCH_WORKERS = 2
 """Batches in progress at once on a :class:`~amcommit.store.base.BatchRenamer`: one is
 prepared while the other renames (the local store renames one batch at a time: see
-:class:`~amcommit.store.local.LocalStore`)."""
+:class:`~amcommit.store.local.LocalStore`; Blob copies the files of the batches in
+progress at once, within its limiter, and deletes their sources in one Blob Batch per
+batch). On Blob, as many batches as ``io_threads`` measured the same client CPU
+(2026-11-24, 2,000 files, c=8, alternating runs: 0.40-0.47 vs 0.39-0.47 ms/file)."""
 
 FAILED_IN_BATCH_CONCURRENCY = 16
 """The renames of one batch that failed are recovered this many at a time."""
@@ -204,10 +207,14 @@ def _requests(job: str, rows: list[RenameEntry], provenance: bool) -> list[Renam
     keeps provenance or the entry has no etag (see :func:`rename_id`)."""
     if not provenance and None not in map(_etag, rows):  # C loops only (local files)
         n = len(rows)
-        fields = zip(map(_src, rows), map(_dst, rows), map(_etag, rows), repeat(None, n), strict=True)
+        fields = zip(
+            map(_src, rows), map(_dst, rows), map(_etag, rows), repeat(None, n), repeat(None, n), strict=True
+        )
         return list(map(tuple.__new__, repeat(RenameRequest, n), fields))
     return [
-        RenameRequest(e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None)
+        RenameRequest(
+            e.src, e.dst, e.etag, rename_id(job, e.dst) if provenance or e.etag is None else None, e.meta
+        )
         for e in rows
     ]
 
@@ -221,10 +228,14 @@ async def rename_batch(
     source gone, the destination taken, the etag changed) is handed to it as the first
     answer; after a retryable one (throttled, transient) it waits the backoff and renames
     again. Returns the results of the requests that went through :func:`rename_one`, by
-    index in ``rows``; every other row was renamed by the batch."""
+    index in ``rows``, and ``RenameResult(dst, recovered=True)`` for those the batch
+    reports recovered (:class:`~amcommit.store.base.BatchFailures`); every other row was
+    renamed by the batch."""
     requests = _requests(ctx.layout.job_id, rows, ctx.store.capabilities.rename_provenance)
     failed = await ctx.call(partial(batcher.rename_batch, requests))
-    results: dict[int, RenameResult] = {}
+    results: dict[int, RenameResult] = {
+        i: RenameResult(rows[i].dst, recovered=True) for i in recovered_in(failed)
+    }
     if failed:
 
         async def recover(i: int) -> None:

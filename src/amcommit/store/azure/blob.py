@@ -29,27 +29,49 @@ Operations and their limits:
   other tools are recognised by ``stat`` and ``list`` and removed by recursive deletes.
   ``stat`` of a prefix with blobs below it reports a directory.
 * ``delete(recursive=True)`` lists and deletes blob by blob: not atomic.
+* ``rename_batch`` (:class:`~amcommit.store.base.BatchRenamer`; the job commit renames
+  one manifest's files per call): each rename planned and copied as ``rename`` does it
+  (the copies at once, within the limiter), then the sources' conditional deletes
+  (``If-Match``) in one Blob Batch per 256, each sub-answer judged as ``rename`` judges
+  its delete's answer. One request per file plus one per batch instead of two per file.
+  The whole call is shielded from cancellation like one ``rename``; a killed process may
+  leave any of the batch's copies next to their sources (each carries its rename id: a
+  repeated rename proves it and deletes the source).
+* ``delete_batch`` (:class:`~amcommit.store.base.BatchDeleter`): up to 256 Delete Blob
+  sub-requests in one Blob Batch request (``POST <container>?restype=container&comp=batch``,
+  ``multipart/mixed``), each sub-request signed on its own. Each blob is deleted or not on
+  its own (the service runs the sub-requests one by one; a batch cut midway may have
+  deleted any subset); each sub-answer is classified like the answer of a single Delete
+  Blob (404: already gone, not a failure). The batch request itself is retried like any
+  idempotent request (the body, signatures included, is built once per call: the retries
+  of one call end well within the 15 minutes a Shared Key signature is valid). A service
+  that refuses Blob Batch as a whole (400 / 501) gets single Delete Blob requests from
+  then on.
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
 import anyio
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from amcommit.errors import (
     AlreadyExists,
+    BucketNotFound,
     InvalidInput,
     NotFound,
     NotSupported,
     PreconditionFailed,
     StoreError,
+    Throttled,
     Transient,
 )
 from amcommit.paths import ParsedUri, check_path
@@ -61,18 +83,55 @@ from amcommit.store.azure._common import (
     parse_http_date,
     store_options_from_url,
 )
-from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, UpdateIf, WriteMode
+from amcommit.store.azure.auth import http_date
+from amcommit.store.azure.codes import classify
+from amcommit.store.base import (
+    BatchFailures,
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameRequest,
+    RenameResult,
+    UpdateIf,
+    WriteMode,
+)
+from amcommit.store.http import HttpResponse
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 
 _META = "x-ms-meta-"
 META_SOURCE_ETAG = "amcommitsrcetag"
 """Blob metadata key: the etag of the source a rename copied (without quotes)."""
 _MiB = 1024 * 1024
+BATCH_MAX = 256
+"""Sub-requests per Blob Batch request (the service's limit)."""
 
 
 _OWN_META = frozenset((META_RENAME_ID, META_PUT_ID, META_SOURCE_ETAG))
 """amcommit's own metadata keys: never carried over by a rename (it writes its own)."""
 _OWN_HEADERS = frozenset(f"{_META}{k}" for k in _OWN_META)
+
+
+_UNBATCHED = Transient("not sent in a Blob Batch (the service refused batches)", op="delete")
+"""The answer :meth:`BlobStore._batch_deletes` gives for items to be sent alone (a marker)."""
+
+
+def _first(item: tuple[int, object]) -> int:
+    return item[0]
+
+
+@dataclass(slots=True)
+class _Rename:
+    """One planned copy + delete: what the copy sends, and what it found."""
+
+    src: str
+    dst: str
+    etag: str
+    size: int | None
+    headers: dict[str, str]
+    rid: str
+    rename_id: str | None
+    dst_etag: str | None = None
+    recovered: bool = False
 
 
 def _has_user_meta(keys: Iterable[str]) -> bool:
@@ -92,6 +151,8 @@ class BlobStore(AzureBase):
         conditional_put=True,
         name="blob",
         retries=True,
+        batch_rename=True,
+        delete_batch_max=BATCH_MAX,
     )
 
     def __init__(
@@ -115,6 +176,8 @@ class BlobStore(AzureBase):
         self.copy_timeout = copy_timeout
         self.delete_concurrency = delete_concurrency
         self.preserve_metadata = preserve_metadata
+        self._batch_refused = False
+        self._batches_running = 0
 
     def _default_root_uri(self) -> str:
         return f"wasb://{self.container}@{self.account}.blob.core.windows.net/"
@@ -322,6 +385,17 @@ class BlobStore(AzureBase):
     ) -> RenameResult:
         """Copy + conditional delete; never overwrites ``dst``; not atomic (for a moment
         both names exist). See the module doc."""
+        plan = await self._plan_rename(src, dst, src_etag, rename_id, src_meta)
+        if isinstance(plan, RenameResult):
+            return plan
+        # copy + delete settle together: a cancelled caller never leaves both names behind
+        return await self._http.shielded("rename", src, lambda _scope: self._copy_then_delete(plan))
+
+    async def _plan_rename(
+        self, src: str, dst: str, src_etag: str | None, rename_id: str | None, src_meta: bool | None
+    ) -> _Rename | RenameResult:
+        """Checks, and the source's properties where they must be read: what the copy
+        sends, or the result when the source is gone and the rename proven done."""
         check_path(src, allow_root=False)
         check_path(dst, allow_root=False)
         if src == dst:
@@ -361,33 +435,28 @@ class BlobStore(AzureBase):
                 f"{_META}{META_SOURCE_ETAG}": etag.strip('"'),
             }
         )
-        # copy + delete settle together: a cancelled caller never leaves both names behind
-        return await self._http.shielded(
-            "rename",
-            src,
-            lambda _scope: self._copy_then_delete(src, dst, etag, size, headers, rid, rename_id),
-        )
+        return _Rename(src, dst, etag, size, headers, rid, rename_id)
 
-    async def _copy_then_delete(
-        self,
-        src: str,
-        dst: str,
-        etag: str,
-        size: int | None,
-        headers: dict[str, str],
-        rid: str,
-        rename_id: str | None,
-    ) -> RenameResult:
+    async def _copy_then_delete(self, r: _Rename) -> RenameResult:
         """Runs inside rename()'s shielded scope: its requests pass ``shielded=True``."""
-        recovered = False
+        done = await self._copy(r)
+        if done is not None:
+            return done
+        return await self._delete_source(r)
+
+    async def _copy(self, r: _Rename) -> RenameResult | None:
+        """The copy of a rename (shielded by the caller): None when the destination now
+        holds our copy (``r.dst_etag``; ``r.recovered`` if an earlier attempt made it), or
+        the final result when the source turned out gone and the rename proven done."""
+        src, dst, etag, size = r.src, r.dst, r.etag, r.size
         for stale_removed in (False, True):
             try:
-                r = await self.request(
-                    "rename", "PUT", self.url(dst), path=dst, headers=headers, shielded=True
+                resp = await self.request(
+                    "rename", "PUT", self.url(dst), path=dst, headers=r.headers, shielded=True
                 )
-                dst_etag = norm_etag(r.headers.get("ETag"))
-                if r.headers.get("x-ms-copy-status", "success") != "success":
-                    dst_etag = await self._wait_copy(dst, r.headers.get("x-ms-copy-id"))
+                r.dst_etag = norm_etag(resp.headers.get("ETag"))
+                if resp.headers.get("x-ms-copy-status", "success") != "success":
+                    r.dst_etag = await self._wait_copy(dst, resp.headers.get("x-ms-copy-id"))
             except (AlreadyExists, PreconditionFailed) as e:
                 if e.code == "SourceConditionNotMet":
                     raise PreconditionFailed(
@@ -400,7 +469,7 @@ class BlobStore(AzureBase):
                     raise PreconditionFailed(
                         f"source is no longer at etag {etag}", op="rename", path=src, status=e.status
                     ) from None
-                verdict = judge_rename(self.capabilities, Expected(rid), d, source_at(src, etag, size, d))
+                verdict = judge_rename(self.capabilities, Expected(r.rid), d, source_at(src, etag, size, d))
                 if verdict is Verdict.STALE and not stale_removed:
                     # our copy of an older version of the source (the source was rewritten
                     # after an earlier, interrupted attempt): remove it and copy again
@@ -420,12 +489,21 @@ class BlobStore(AzureBase):
                     raise AlreadyExists(
                         "destination exists", op="rename", path=dst, status=e.status
                     ) from None
-                dst_etag, recovered = d.etag, True  # our own copy, from an earlier attempt
+                r.dst_etag, r.recovered = d.etag, True  # our own copy, from an earlier attempt
             except NotFound:
                 # the source went away between Get Properties and Copy Blob
-                return await self._recover(src, dst, rename_id, size)
-            break
+                return await self._recover(src, dst, r.rename_id, size)
+            return None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _delete_source(self, r: _Rename, first: StoreError | None = None) -> RenameResult:
+        """The conditional delete of a copied rename's source (shielded by the caller), and
+        what its answer means. ``first``: the answer this delete already got (a Blob Batch
+        sub-answer: not found or precondition failed), taken instead of sending it."""
+        src, dst, etag, dst_etag, recovered = r.src, r.dst, r.etag, r.dst_etag, r.recovered
         try:
+            if first is not None:
+                raise first
             await self.request(
                 "rename", "DELETE", self.url(src), path=src, headers={"If-Match": etag}, shielded=True
             )
@@ -529,9 +607,234 @@ class BlobStore(AzureBase):
             if not marker:
                 return True
 
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """Delete up to 256 blobs with one Blob Batch request (see the module doc and
+        :meth:`~amcommit.store.base.BatchDeleter.delete_batch`): not atomic, each blob
+        deleted or not on its own; returns the failed ones by index (a blob already gone is
+        not a failure). A throttled sub-request is reported to the limiter (once per
+        batch) and returned as :class:`~amcommit.errors.Throttled`; a sub-request without
+        an answer as :class:`~amcommit.errors.Transient`. A failure of the batch request
+        itself is raised after the store's retries; a service that refuses Blob Batch
+        (400/501) gets single Delete Blob requests instead, from then on."""
+        if not paths:
+            return {}
+        if len(paths) > BATCH_MAX:
+            raise InvalidInput(f"at most {BATCH_MAX} paths per delete_batch, got {len(paths)}")
+        for p in paths:
+            check_path(p, allow_root=False)
+        answers = await self._batch_deletes("delete", [(p, None) for p in paths])
+        failed: dict[int, StoreError] = {}
+        for i, err in enumerate(answers):
+            if err is _UNBATCHED:
+                try:
+                    await self.request("delete", "DELETE", self.url(paths[i]), path=paths[i])
+                except NotFound:
+                    pass
+                except StoreError as e:
+                    failed[i] = e
+            elif err is not None and not (isinstance(err, NotFound) and not isinstance(err, BucketNotFound)):
+                failed[i] = err
+        return failed
+
+    async def _batch_deletes(
+        self, op: str, items: Sequence[tuple[str, str | None]]
+    ) -> Sequence[StoreError | None]:
+        """Delete Blob for each ``(path, if_match)`` (at most 256) in one Blob Batch request:
+        each sub-answer classified as the answer of a single delete would be (``op`` names
+        them), None for success; a missing sub-answer is :class:`Transient`. Throttled
+        sub-answers slow the limiter once per batch. The batch request itself is retried
+        by the store like any idempotent request; its final failure is raised. When the
+        service refuses Blob Batch (400 ``InvalidInput`` / 501: e.g. an account that does
+        not offer it), every item is :data:`_UNBATCHED` (send it alone), then and for every
+        later batch of this store."""
+        if self._batch_refused:
+            return [_UNBATCHED] * len(items)
+        boundary = f"batch_{uuid.uuid4()}"
+        body = await self._batch_body(boundary, items)
+        try:
+            r = await self.request(
+                f"{op}_batch",
+                "POST",
+                self.url("", "restype=container&comp=batch"),
+                path=items[0][0],
+                headers={"Content-Type": f"multipart/mixed; boundary={boundary}"},
+                data=body,
+            )
+        except (InvalidInput, NotSupported):
+            self._batch_refused = True
+            self.iostats.incr("blob_batch_refused")
+            return [_UNBATCHED] * len(items)
+        answers = parse_batch_response(r.headers.get("Content-Type", ""), r.body)
+        out: builtins.list[StoreError | None] = []
+        throttled = False
+        for i, (p, _) in enumerate(items):
+            sub = answers.get(i)
+            if sub is None:
+                out.append(Transient("no answer for this sub-request of a batch", op=op, path=p))
+                continue
+            err = classify(sub, op, p)
+            if err is not None:
+                err.attempts = r.attempts
+                if isinstance(err, Throttled):
+                    if not throttled:
+                        self.limiter.throttled(err.retry_after)
+                        self.iostats.incr("store_io_throttled")
+                        throttled = True
+                    err.throttle_reported = True
+            out.append(err)
+        self.iostats.incr(f"{op}_batch_items", len(items))
+        return out
+
+    async def _batch_body(self, boundary: str, items: Sequence[tuple[str, str | None]]) -> bytes:
+        """The ``multipart/mixed`` body of a Blob Batch of Delete Blob sub-requests
+        (``(path, if_match)``), each signed; ``Content-ID`` = index in ``items``."""
+        sign_sync = getattr(self.credential, "sign_sync", None)
+        date = http_date()
+        out: list[str] = []
+        for i, (p, if_match) in enumerate(items):
+            url = self.url(p)
+            headers = {"x-ms-date": date, "Content-Length": "0"}
+            if if_match is not None:
+                headers["If-Match"] = if_match
+            if sign_sync is not None:
+                sign_sync("DELETE", url, headers)
+            else:
+                await self.credential.sign("DELETE", url, headers)
+            out.append(
+                f"--{boundary}\r\nContent-Type: application/http\r\n"
+                f"Content-Transfer-Encoding: binary\r\nContent-ID: {i}\r\n\r\n"
+                f"DELETE {url.raw_path_qs} HTTP/1.1\r\n"
+                + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                + "\r\n"
+            )
+        out.append(f"--{boundary}--\r\n")
+        return "".join(out).encode()
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """Many renames (:class:`~amcommit.store.base.BatchRenamer`), each decided as
+        :meth:`rename` decides it, with the deletes of the sources sent in Blob Batches:
+        the copies first (at once, within the store's limiter), then one Blob Batch of
+        conditional deletes (``If-Match``) per 256 copied sources; a sub-delete answered
+        "not found" or "condition not met" is judged as in ``rename`` (a source rewritten
+        after its copy: the copy is taken back, :class:`~amcommit.errors.PreconditionFailed`),
+        one answered "busy", or not at all, is sent again alone. Two requests per file become
+        one plus 1/256.
+
+        Not atomic, per request or as a whole: a batch stopped midway (a killed process)
+        may have copied any of its files and deleted the sources of any of those copied;
+        every copy carries its ``rename_id``, so a repeated request proves and completes
+        it (the destination is our copy: the source is deleted). The whole batch runs
+        shielded from cancellation, as one ``rename`` does: when the call returns or
+        raises, every copy it made has had its delete (or its failure is returned). A
+        failure of a Blob Batch request as a whole is returned for each of its renames."""
+        failed = BatchFailures()
+        if not requests:
+            return failed
+
+        async def run(_scope: anyio.CancelScope) -> None:
+            copied: builtins.list[tuple[int, _Rename]] = []
+            todo = iter(enumerate(requests))
+
+            async def copier() -> None:
+                for i, q in todo:  # one event loop: next() never runs concurrently
+                    try:
+                        plan = await self._plan_rename(q.src, q.dst, q.src_etag, q.rename_id, q.src_meta)
+                        if isinstance(plan, RenameResult):
+                            done: RenameResult | None = plan
+                        else:
+                            done = await self._copy(plan)
+                            if done is None:
+                                copied.append((i, plan))
+                        if done is not None and done.recovered:
+                            failed.recovered.add(i)
+                    except StoreError as e:
+                        failed[i] = e
+
+            # the limiter's concurrency, shared among the batches in progress (the engine
+            # runs one per worker: each then copies one file at a time, no task per file)
+            budget = self.limiter.max_concurrency or BATCH_MAX
+            workers = max(1, min(len(requests), budget // self._batches_running))
+            if workers == 1:
+                await copier()
+            else:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(workers):
+                        tg.start_soon(copier)
+            copied.sort(key=_first)
+            for start in range(0, len(copied), BATCH_MAX):
+                chunk = copied[start : start + BATCH_MAX]
+                try:
+                    answers = await self._batch_deletes("rename", [(c.src, c.etag) for _, c in chunk])
+                except StoreError as e:
+                    for i, _ in chunk:
+                        failed[i] = e  # repeated by the caller: the copy proves itself
+                    continue
+                for (i, plan), err in zip(chunk, answers, strict=True):
+                    if err is None:
+                        if plan.recovered:
+                            failed.recovered.add(i)
+                        continue
+                    try:
+                        if err is _UNBATCHED or err.retryable:
+                            res = await self._delete_source(plan)  # alone, with the store's retries
+                        else:
+                            res = await self._delete_source(plan, first=err)
+                    except StoreError as e:
+                        failed[i] = e
+                    else:
+                        if res.recovered:
+                            failed.recovered.add(i)
+
+        self._batches_running += 1
+        try:
+            await self._http.shielded("rename", requests[0].src, run)
+        finally:
+            self._batches_running -= 1
+        return failed
+
     async def mkdirs(self, path: str) -> None:
         """No-op: directories are virtual on a flat namespace (no marker blobs written)."""
         check_path(path)
+
+
+def parse_batch_response(content_type: str, body: bytes) -> dict[int, HttpResponse]:
+    """The sub-answers of a Blob Batch answer by ``Content-ID`` (pure). Parts without a
+    ``Content-ID`` (an error about the batch as a whole) or that cannot be read are left
+    out: their sub-requests count as unanswered. Raises :class:`~amcommit.errors.Transient`
+    when the answer is not ``multipart/mixed`` with a boundary."""
+    boundary = ""
+    for param in content_type.split(";")[1:]:
+        k, _, v = param.strip().partition("=")
+        if k.lower() == "boundary":
+            boundary = v.strip().strip('"')
+    if not content_type.lower().startswith("multipart/mixed") or not boundary:
+        raise Transient("malformed Blob Batch answer (no multipart boundary)", op="delete_batch")
+    text = body.decode("utf-8", "replace").replace("\r\n", "\n")
+    out: dict[int, HttpResponse] = {}
+    for part in text.split(f"--{boundary}")[1:]:
+        if part.startswith("--"):
+            break  # the closing delimiter
+        head, _, rest = part.lstrip("\n").partition("\n\n")
+        cid: int | None = None
+        for line in head.split("\n"):
+            k, _, v = line.partition(":")
+            if k.strip().lower() == "content-id":
+                try:
+                    cid = int(v.strip())
+                except ValueError:
+                    cid = None
+        status_line, _, rest = rest.partition("\n")
+        fields = status_line.split(" ", 2)
+        if cid is None or len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
+            continue
+        hdr_text, _, sub_body = rest.partition("\n\n")
+        headers: CIMultiDict[str] = CIMultiDict()
+        for line in hdr_text.split("\n"):
+            k, sep, v = line.partition(":")
+            if sep:
+                headers.add(k.strip(), v.strip())
+        out[cid] = HttpResponse(int(fields[1]), CIMultiDictProxy(headers), sub_body.strip().encode())
+    return out
 
 
 def blob_from_url(parsed: ParsedUri, **options: Any) -> BlobStore:
@@ -539,4 +842,4 @@ def blob_from_url(parsed: ParsedUri, **options: Any) -> BlobStore:
     return BlobStore(**store_options_from_url(parsed, "blob", options))
 
 
-__all__ = ["BlobStore", "blob_from_url"]
+__all__ = ["BATCH_MAX", "BlobStore", "blob_from_url", "parse_batch_response"]
