@@ -17,10 +17,13 @@ from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.errors import (
     CommitError,
     InvalidInput,
+    NotSupported,
     PermissionDenied,
     PreconditionFailed,
+    StoreError,
     Throttled,
     Transient,
+    Unauthenticated,
 )
 from amcommit.store.azure import BlobStore
 from amcommit.store.azure.blob import BATCH_MAX, parse_batch_response
@@ -325,13 +328,25 @@ async def test_rename_batch_failing_whole_is_returned_per_rename_and_repeatable(
     assert await names(blob_env) == ["dst/f0", "dst/f1", "dst/f2"]
 
 
-async def test_refused_batches_fall_back_to_single_deletes(blob_env: BlobEnv) -> None:
+REFUSALS = [
+    InvalidInput("batch not supported here", op="delete_batch", path="", status=400),
+    NotSupported("not implemented", op="delete_batch", path="", status=501),
+    StoreError("FeatureNotSupported", op="delete_batch", path="", status=409),
+    PermissionDenied("not for this account type", op="delete_batch", path="", status=403),
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=lambda e: str(e.status))
+async def test_refused_batches_fall_back_to_single_deletes(blob_env: BlobEnv, refusal: StoreError) -> None:
+    """A batch refused as a whole for a reason a single delete might not share (not
+    throttling, not a transient failure): single deletes from then on, which say for
+    themselves whether they can be done."""
     s = blob_env.store()
     real = s.request
 
     def refusing(op: str, method: str, url: Any, **kw: Any) -> Any:
         if method == "POST":
-            raise InvalidInput("batch not supported here", op=op, path="", status=400)
+            raise refusal
         return real(op, method, url, **kw)
 
     s.request = refusing  # type: ignore[method-assign]
@@ -342,6 +357,28 @@ async def test_refused_batches_fall_back_to_single_deletes(blob_env: BlobEnv) ->
     assert await names(blob_env) == ["dst/f0", "dst/f1", "dst/f2"]
     assert s.iostats.counters.get("blob_batch_refused") == 1  # asked once, then never again
     assert s.iostats.count("rename") == 3 + 3  # copies, then single deletes
+
+
+async def test_a_batch_refused_for_bad_credentials_is_not_sent_again_alone(blob_env: BlobEnv) -> None:
+    """An authentication failure of the batch request is the error: single deletes would
+    fail the same way, so none is sent and the store keeps batching."""
+    s = blob_env.store()
+    real = s.request
+    posts = 0
+
+    def unauthenticated(op: str, method: str, url: Any, **kw: Any) -> Any:
+        nonlocal posts
+        if method == "POST":
+            posts += 1
+            raise Unauthenticated("bad key", op=op, path="", status=401)
+        return real(op, method, url, **kw)
+
+    s.request = unauthenticated  # type: ignore[method-assign]
+    await s.put("x/a", b"a")
+    with pytest.raises(Unauthenticated):
+        await s.delete_batch(["x/a"])
+    assert await names(blob_env) == ["x/a"] and posts == 1
+    assert not s.iostats.counters.get("blob_batch_refused")
 
 
 async def test_cancelled_rename_batch_leaves_no_copy_without_its_delete(blob_env: BlobEnv) -> None:

@@ -45,8 +45,11 @@ Operations and their limits:
   Blob (404: already gone, not a failure). The batch request itself is retried like any
   idempotent request (the body, signatures included, is built once per call: the retries
   of one call end well within the 15 minutes a Shared Key signature is valid). A service
-  that refuses Blob Batch as a whole (400 / 501) gets single Delete Blob requests from
-  then on.
+  that refuses Blob Batch as a whole (400 / 501, or any other answer that is not
+  throttling, a transient failure, an authentication failure or a missing container)
+  gets single Delete Blob requests from then on. Not verified against the real service:
+  whether accounts with a hierarchical namespace accept Blob Batch (Microsoft's 2019
+  announcement said they did not); if they refuse, this fallback is what runs there.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from amcommit.errors import (
     StoreError,
     Throttled,
     Transient,
+    Unauthenticated,
 )
 from amcommit.paths import ParsedUri, check_path
 from amcommit.store.azure._common import (
@@ -643,10 +647,12 @@ class BlobStore(AzureBase):
         each sub-answer classified as the answer of a single delete would be (``op`` names
         them), None for success; a missing sub-answer is :class:`Transient`. Throttled
         sub-answers slow the limiter once per batch. The batch request itself is retried
-        by the store like any idempotent request; its final failure is raised. When the
-        service refuses Blob Batch (400 ``InvalidInput`` / 501: e.g. an account that does
-        not offer it), every item is :data:`_UNBATCHED` (send it alone), then and for every
-        later batch of this store."""
+        by the store like any idempotent request; its final failure is raised if retryable
+        (throttled, transient) or an authentication or missing-container error. Any other
+        refusal of the batch as a whole (400 ``InvalidInput`` / 501 from a service that does
+        not offer Blob Batch, or whatever an account type without it answers) makes every
+        item :data:`_UNBATCHED` (send it alone), then and for every later batch of this
+        store."""
         if self._batch_refused:
             return [_UNBATCHED] * len(items)
         boundary = f"batch_{uuid.uuid4()}"
@@ -660,7 +666,15 @@ class BlobStore(AzureBase):
                 headers={"Content-Type": f"multipart/mixed; boundary={boundary}"},
                 data=body,
             )
-        except (InvalidInput, NotSupported):
+        except (Unauthenticated, BucketNotFound):
+            raise  # a single delete would fail the same way
+        except StoreError as e:
+            if e.retryable:
+                raise  # still failing after the store's retries
+            # refused as a whole for another reason: a service or account without Blob
+            # Batch answers 400 / 501, but which status an account type (e.g. one with a
+            # hierarchical namespace) gives is not documented: single deletes then say
+            # for themselves whether they can be done
             self._batch_refused = True
             self.iostats.incr("blob_batch_refused")
             return [_UNBATCHED] * len(items)
