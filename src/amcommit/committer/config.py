@@ -64,9 +64,11 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     """Upper bound on file operations started per second by one job commit (None: none);
     the store's own limiter adapts further to throttling."""
     rename_batch_size: int = 256
-    """Renames per call on stores that rename in batches (local files, see
-    :class:`~amcommit.store.base.BatchRenamer`): one worker-thread hop per batch instead of
-    one coroutine per file. 1 renames file by file. Not used with ``io_rate``."""
+    """Renames per call on stores that rename in batches (see
+    :class:`~amcommit.store.base.BatchRenamer`; a batch never spans manifests): local files
+    rename a batch in one worker-thread hop instead of one coroutine per file; Azure Blob
+    copies each file of a batch, then deletes their sources in one Blob Batch request per
+    256. 1 renames file by file. Not used with ``io_rate``."""
     load_threads: int = 16
     """Manifests loaded concurrently (bounds memory: at most this many are decoded at once)."""
     load_queue_capacity: int = 64
