@@ -157,3 +157,27 @@ def test_emulator_goes_when_its_starter_is_killed(kind: str, start: Any) -> None
     while _port_open(doc["endpoint"]):
         assert time.monotonic() < deadline, f"{kind} emulator outlived its killed starter"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize("kind", KINDS[:1])
+def test_ctrl_c_right_after_the_description_still_stops_cleanly(
+    kind: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The signal lands right after the description is printed (a script that read it
+    signals at once, before this process runs again): the emulator is stopped and the
+    command ends with 0, not with 'interrupted'."""
+    import amcommit.cli as cli
+
+    real_print = print
+    endpoints: list[str] = []
+
+    def print_then_ctrl_c(*a: Any, **kw: Any) -> None:
+        real_print(*a, **kw)
+        if kw.get("file") is None and a and str(a[0]).lstrip().startswith("{"):
+            endpoints.append(json.loads(str(a[0]))["endpoint"])
+            raise KeyboardInterrupt  # as the SIGINT handler does
+
+    monkeypatch.setattr(cli, "print", print_then_ctrl_c, raising=False)
+    assert cli.main(["emulator", "start", kind, "--json"]) == 0
+    assert f"{kind} emulator stopped" in capsys.readouterr().err
+    assert endpoints and not _port_open(endpoints[0])

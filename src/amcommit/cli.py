@@ -205,20 +205,26 @@ def cmd_emulator_start(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with start_target(args.kind, args.bucket, port=args.port) as target:
-            if args.json:
-                doc = {
-                    "emulator": target.kind,
-                    "endpoint": target.endpoint,
-                    "bucket": target.bucket,
-                    "url": target.url,
-                    "options": target.options,
-                    "env": target.env,
-                }
-                print(dumps_json(doc), flush=True)
-            else:
-                print("\n".join(target.instructions()), flush=True)
-                print("\nrunning; Ctrl-C stops it (the data is kept in memory / a temp dir only)", flush=True)
+            # once the emulator is up, Ctrl-C at any point is a request to stop it (also
+            # right after its description is printed: a script that read it may signal at
+            # once, before this process runs again)
             try:
+                if args.json:
+                    doc = {
+                        "emulator": target.kind,
+                        "endpoint": target.endpoint,
+                        "bucket": target.bucket,
+                        "url": target.url,
+                        "options": target.options,
+                        "env": target.env,
+                    }
+                    print(dumps_json(doc), flush=True)
+                else:
+                    print("\n".join(target.instructions()), flush=True)
+                    print(
+                        "\nrunning; Ctrl-C stops it (the data is kept in memory / a temp dir only)",
+                        flush=True,
+                    )
                 while True:
                     time.sleep(0.5)
             except KeyboardInterrupt:
