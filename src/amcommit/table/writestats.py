@@ -96,13 +96,19 @@ def task_write_stats(files: Iterable[tuple[str, int]], rows: dict[str, int]) -> 
     return b"\n".join(lines).decode()
 
 
+def _task_stats_lines(raw: str) -> tuple[TaskStatsHeader, list[bytes]]:
+    """One task's stats (:func:`task_write_stats`) split into its header and its lines
+    (one JSON array per partition, not parsed); msgspec's errors if the header is not one."""
+    head, *arrays = raw.encode().split(b"\n")
+    return msgspec.json.decode(head, type=TaskStatsHeader), arrays
+
+
 def rows_of_task_stats(raw: str) -> dict[str, int]:
     """Row count by path of one task's stats (:func:`task_write_stats`), for a job commit
     that builds the stats itself; ManifestError if they are not that format."""
-    lines = raw.encode().split(b"\n")
     try:
-        msgspec.json.decode(lines[0], type=TaskStatsHeader)
-        stats = [s for line in lines[1:] for s in _stats_decoder.decode(line)]
+        _, arrays = _task_stats_lines(raw)
+        stats = [s for line in arrays for s in _stats_decoder.decode(line)]
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise ManifestError(f"a task manifest's extra_data[{STATS_KEY!r}] is not write stats") from None
     return {s.path: s.num_writes for s in stats}
@@ -132,9 +138,8 @@ def spliced_write_stats(
         raw = extra.get(STATS_KEY)
         if raw is None:
             return None
-        head, *arrays = raw.encode().split(b"\n")
         try:
-            header = msgspec.json.decode(head, type=TaskStatsHeader)
+            header, arrays = _task_stats_lines(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         if len(arrays) != len(header.partitions):
