@@ -60,6 +60,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+FAILED_IN_BATCH_CONCURRENCY = 16
+"""The requests of one batch (renames, deletes) that failed are sent again this many at a
+time."""
+
+
 @dataclass
 class JobContext:
     """The environment of a job commit's stages: the store, the job's layout, its config,
@@ -106,6 +111,11 @@ class JobContext:
     def patient_retry(self) -> RetryPolicy:
         """The policy for bookkeeping after the point of no return."""
         return self._policies()[2]
+
+    def backoff(self) -> Backoff:
+        """A backoff under the job's retry policy, limiter and statistics (for a loop that
+        retries a whole pass, or a request that failed inside a batch)."""
+        return Backoff(self.retry, limiter=self.limiter, stats=self.report.job_stats)
 
     def emit(self, stage: str, done: int, total: int, phase: str = "progress") -> None:
         if self.progress is not None:

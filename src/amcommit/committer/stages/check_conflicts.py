@@ -31,7 +31,6 @@ from amcommit.committer.stages.victims import VICTIM_CHUNK
 from amcommit.errors import ConflictError, StoreError
 from amcommit.paths import basename, is_within, parent
 from amcommit.store.base import ObjectInfo, PutMode
-from amcommit.store.retry import Backoff
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ async def record_victims(ctx: JobContext, spool: EntrySpool) -> int:
     job's retry policy; chunks already written are overwritten), so each old file is
     recorded exactly once. Only the chunks counted by the journal are ever read."""
     roots = replace_scope(ctx, spool)
-    backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+    backoff = ctx.backoff()
     attempt = 0
     while True:
         attempt += 1

@@ -10,13 +10,9 @@ from functools import partial
 
 import anyio
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext, run_parallel
 from amcommit.errors import StoreError
 from amcommit.store.base import BatchDeleter, ObjectInfo, batch_deleter
-from amcommit.store.retry import Backoff
-
-FAILED_IN_BATCH_CONCURRENCY = 16
-"""The deletes of one batch that failed are repeated this many at a time."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +110,7 @@ async def delete_in_batch(ctx: JobContext, batcher: BatchDeleter, paths: Sequenc
         return
 
     async def redo(i: int) -> None:
-        backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+        backoff = ctx.backoff()
         await anyio.sleep(backoff.after(failed[i], 1))  # raises what is not retryable
         await ctx.call(lambda: ctx.store.delete(paths[i]))
 
@@ -124,7 +120,7 @@ async def delete_in_batch(ctx: JobContext, batcher: BatchDeleter, paths: Sequenc
 async def _restarting(ctx: JobContext, fn: Callable[[], Awaitable[None]]) -> None:
     """Run ``fn`` (a pass over a listing doing idempotent work) again from the start when
     its listing fails with a retryable error, under the job's retry policy."""
-    backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+    backoff = ctx.backoff()
     attempt = 0
     while True:
         attempt += 1

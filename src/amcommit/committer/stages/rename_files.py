@@ -34,7 +34,7 @@ from operator import itemgetter
 
 import anyio
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext, run_parallel
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.messages import conflict_message
@@ -59,7 +59,6 @@ from amcommit.manifest import RenameEntry
 from amcommit.paths import path_to_uri
 from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer, recovered_in
 from amcommit.store.proof import Expected, Verdict
-from amcommit.store.retry import Backoff
 
 
 @dataclass(frozen=True)
@@ -187,9 +186,6 @@ progress at once, within its limiter, and deletes their sources in one Blob Batc
 batch). On Blob, as many batches as ``io_threads`` measured the same client CPU
 (2026-11-24, 2,000 files, c=8, alternating runs: 0.40-0.47 vs 0.39-0.47 ms/file)."""
 
-FAILED_IN_BATCH_CONCURRENCY = 16
-"""The renames of one batch that failed are recovered this many at a time."""
-
 
 def _batches(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
     """The spool's entries in lists of at most ``size``, one manifest's frame at a time
@@ -241,7 +237,7 @@ async def rename_batch(
         async def recover(i: int) -> None:
             err = failed[i]
             if err.retryable:
-                backoff = Backoff(ctx.retry, limiter=ctx.limiter, stats=ctx.report.job_stats)
+                backoff = ctx.backoff()
                 await anyio.sleep(backoff.after(err, 1))
                 results[i] = await rename_one(ctx, rows[i], roots)
             else:
