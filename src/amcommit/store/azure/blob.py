@@ -574,6 +574,13 @@ class BlobStore(AzureBase):
                         pass
                     raise Transient(f"copy {status}", op="rename", path=dst)
 
+    async def _delete_blob(self, path: str) -> None:
+        """One Delete Blob; a blob already gone is not an error."""
+        try:
+            await self.request("delete", "DELETE", self.url(path), path=path)
+        except NotFound:
+            pass
+
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         """Delete a blob, or (``recursive``) every blob below ``path/``; not atomic."""
         check_path(path, allow_root=False)
@@ -599,10 +606,7 @@ class BlobStore(AzureBase):
 
             async def rm(name: str, sem: anyio.Semaphore) -> None:
                 async with sem:
-                    try:
-                        await self.request("delete", "DELETE", self.url(name), path=name)
-                    except NotFound:
-                        pass
+                    await self._delete_blob(name)
 
             sem = anyio.Semaphore(self.delete_concurrency)
             async with anyio.create_task_group() as tg:
@@ -631,9 +635,7 @@ class BlobStore(AzureBase):
         for i, err in enumerate(answers):
             if err is _UNBATCHED:
                 try:
-                    await self.request("delete", "DELETE", self.url(paths[i]), path=paths[i])
-                except NotFound:
-                    pass
+                    await self._delete_blob(paths[i])
                 except StoreError as e:
                     failed[i] = e
             elif err is not None and not (isinstance(err, NotFound) and not isinstance(err, BucketNotFound)):
