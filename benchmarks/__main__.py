@@ -10,17 +10,21 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
   sequential vs thread pool 32 vs the raw emulator ceiling;
 * ``latency`` (benchmarks/latency_proxy.py): 50 ms added to every request by a loopback
   proxy, 20,000 files: amcommit vs thread pool vs sequential (sampled);
-* ``throttle``: 10% of requests answered 503/429 with Retry-After, 20,000 files;
+* ``throttle``: 10% of requests answered 503/429 with Retry-After, 5,000 files;
 * ``scale`` (benchmarks/scale.py): 1,000,000 files in 10,000 synthetic manifests;
 * ``spark`` (benchmarks/spark_committers.py): local job commit of 2,000 files, amcommit vs
   Hadoop's FileOutputCommitter v1/v2 and ManifestCommitter; rows/s of whole Spark writes;
+* ``local`` (benchmarks/local_commit.py): local job commit of 20,000 files vs a sequential
+  ``os.rename`` loop;
 * ``loop`` (benchmarks/event_loop.py): the same job commit with amcommit on asyncio's own
   event loop and on uvloop, alternating rounds, local files and the emulators.
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
 ``benchmarks.json`` (every run), ``benchmarks.md`` (tables + targets) and one PNG per
-scenario (:mod:`benchmarks.plot`, matplotlib from the ``bench`` extra).
+scenario (:mod:`benchmarks.plot`, matplotlib from the ``bench`` extra). Every scenario's
+results carry their own ``run`` (date, git commit, machine: :func:`benchmarks.common.run_info`),
+kept when ``--merge`` adds other scenarios' results later.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, run_isolated, table
+from benchmarks.common import machine, run_info, run_isolated, table
 
 SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "local", "loop")
 RESULTS = Path(__file__).parent / "results"
@@ -353,7 +357,11 @@ def report_md(res: dict[str, Any], meta: dict[str, Any]) -> str:
     lines += [f"Note: {n}" for n in meta.get("notes", [])] + ([""] if meta.get("notes") else [])
     for name in SCENARIOS:
         if name in res:
-            lines += [f"### {TITLES[name]}", "", res[name]["table"], ""]
+            lines += [f"### {TITLES[name]}", ""]
+            run = res[name].get("run")
+            if run:
+                lines += [f"Run {run.get('date')}, commit {run.get('commit')}.", ""]
+            lines += [res[name]["table"], ""]
         if name in meta.get("errors", {}):
             lines += [f"### {TITLES[name]}", "", f"FAILED: {meta['errors'][name]}", ""]
     tg = meta["targets"]
@@ -394,7 +402,13 @@ def main(argv: list[str] | None = None) -> int:
     mode = "smoke" if a.smoke else "quick" if a.quick else "full"
     if not a.merge and not a.rebuild and "emulators" in only:
         (out / "emulator-runs.jsonl").unlink(missing_ok=True)
-    meta: dict[str, Any] = {"machine": machine(), "mode": mode, "load_before": load_average(), "errors": {}}
+    meta: dict[str, Any] = {
+        "run": run_info(),
+        "machine": machine(),
+        "mode": mode,
+        "load_before": load_average(),
+        "errors": {},
+    }
     res: dict[str, Any] = {}
     previous: dict[str, Any] = {}
     if a.merge and (out / "benchmarks.json").exists():
@@ -422,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
             meta["errors"][name] = f"{type(e).__name__}: {str(e)[-500:]}"
             log(f"[bench] {name} FAILED: {meta['errors'][name]}")
         else:
+            # each scenario's own date, commit and machine: kept with it when a later
+            # invocation merges other scenarios into the same results
+            res[name]["run"] = {**run_info(), "mode": mode}
             print(f"\n### {TITLES[name]}\n\n{res[name]['table']}\n", flush=True)
     meta["seconds"] = time.perf_counter() - t0
     meta["load_after"] = load_average()
@@ -438,7 +455,11 @@ def main(argv: list[str] | None = None) -> int:
             + ")."
         )
         payload["notes"] = meta["notes"]
-        payload["merged_from"] = {k: previous.get("machine", {}).get("date") for k in res if k not in only}
+        payload["merged_from"] = {
+            k: res[k].get("run", {}).get("date") or previous.get("machine", {}).get("date")
+            for k in res
+            if k not in only
+        }
     (out / "benchmarks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     (out / "benchmarks.md").write_text(report_md(res, meta) + "\n")
     try:

@@ -44,7 +44,7 @@ from amcommit.emulators.azurite import Azurite
 from amcommit.store.azure import BlobStore
 from amcommit.store.limits import Limiter
 from benchmarks.clients import server_cpu
-from benchmarks.common import table, timed_renames, write_json
+from benchmarks.common import add_save_arg, table, timed_renames, write_json
 
 SDK_API_VERSION = "2026-06-06"  # the newest Azurite 3.37 accepts
 
@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per configuration")
     ap.add_argument("--size", type=int, default=1024, help="blob size in bytes")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    add_save_arg(ap)
     args = ap.parse_args(argv)
 
     plan = [(label, conc) for conc in args.concurrency for label in CLIENTS]
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             "emulator": "Azurite 3.37 (azurite-blob --silent --inMemoryPersistence --disableTelemetry)",
             "rows": rows,
         },
+        save=args.save,
     )
     print(f"\nwrote {out}")
     return 0

@@ -1,7 +1,14 @@
-"""Shared benchmark helpers: measurement, tables, JSON results."""
+"""Shared benchmark helpers: measurement, tables, JSON results.
+
+Every result JSON carries ``"run"`` (:func:`run_info`): when it was measured (UTC), on which
+code (the git commit of this checkout) and on which machine. A benchmark run by hand writes
+to ``benchmarks/results/tmp/`` (ignored by git); ``--save`` (:func:`add_save_arg`) writes to
+``benchmarks/results/``, the tracked results that ``benchmarks/README.md`` reports.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -19,6 +26,21 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+"""The tracked results: the runs ``benchmarks/README.md`` reports."""
+TMP = RESULTS / "tmp"
+"""Where a benchmark run by hand writes its JSON unless asked to save it (ignored by git)."""
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def machine() -> dict[str, Any]:
@@ -32,10 +54,49 @@ def machine() -> dict[str, Any]:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpus": os.cpu_count(),
+        "cpu": _cpu_model(),
         "memory_gib": mem,
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def git_commit(root: Path = REPO) -> str | None:
+    """The short hash of the checkout's ``HEAD``: the code a benchmark measures. ``+dirty``
+    is appended when ``src/`` or ``benchmarks/`` (results aside) have uncommitted changes;
+    None outside a git checkout."""
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return None
+    changed = git("status", "--porcelain", "--", "src", "benchmarks", ":(exclude)benchmarks/results")
+    return f"{head}+dirty" if changed else head
+
+
+def run_info() -> dict[str, Any]:
+    """When, on which code and on which machine a result was measured: the ``"run"`` of
+    every result JSON. ``date`` (UTC, to the minute), ``commit`` (:func:`git_commit`),
+    ``machine`` (:func:`machine`, without the date) and the 1/5/15-minute load averages."""
+    m = machine()
+    return {"date": m.pop("date"), "commit": git_commit(), "machine": m, "load_average": load_average()}
+
+
+def add_save_arg(ap: argparse.ArgumentParser) -> None:
+    """``--save``: write the JSON into ``benchmarks/results/`` (the tracked results the report
+    shows) instead of ``benchmarks/results/tmp/``."""
+    ap.add_argument(
+        "--save",
+        action="store_true",
+        help="write the results into benchmarks/results/ (tracked: the runs the report shows) "
+        "instead of benchmarks/results/tmp/",
+    )
 
 
 def peak_rss_mb() -> float:
@@ -91,11 +152,14 @@ def table(rows: list[dict[str, Any]], columns: list[str], title: str = "") -> st
     return "\n".join(out)
 
 
-def write_json(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    payload = {"machine": machine(), **payload}
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+def write_json(name: str, payload: dict[str, Any], *, save: bool = False) -> Path:
+    """Write ``payload`` with its :func:`run_info` as ``<name>.json``: into
+    ``benchmarks/results/`` with ``save``, else into ``benchmarks/results/tmp/`` (a run by
+    hand never replaces the tracked results); return the path."""
+    out = RESULTS if save else TMP
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps({"run": run_info(), **payload}, indent=2, default=str) + "\n")
     return path
 
 

@@ -19,7 +19,7 @@ the rounds (highest files/s; lowest CPU ms/file, each on its own) and the median
 uvloop / asyncio. ``--raw`` adds the raw aiohttp rename loop of :mod:`benchmarks.job_commit`
 (the same requests, no engine) on each loop: the loop's own share of the difference. The
 load average before and after is recorded with the results: on a shared machine read the
-numbers as rough. Results: ``results/event_loop.json`` (or ``--out``).
+numbers as rough. Results: ``results/tmp/event_loop.json`` (``--save``: ``results/``; or ``--out``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    add_save_arg,
     alternate,
     load_average,
     loop_env,
-    machine,
+    run_info,
     run_isolated,
     scratch_dir,
     table,
@@ -195,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="io_threads on the emulators")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--raw", action="store_true", help="emulators: also the raw aiohttp loop on each loop")
-    ap.add_argument("--out", help="JSON results file (default benchmarks/results/event_loop.json)")
+    ap.add_argument(
+        "--out", help="JSON results file (default benchmarks/results/tmp/event_loop.json; --save: results/)"
+    )
+    add_save_arg(ap)
     a = ap.parse_args(argv)
     t0 = time.time()
     res = run(a.backends.split(","), a.files, a.local_files, a.concurrency, a.rounds, a.raw)
@@ -210,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if a.out:
         out = Path(a.out)
-        out.write_text(json.dumps({"machine": machine(), **payload}, indent=2, default=str) + "\n")
+        out.write_text(json.dumps({"run": run_info(), **payload}, indent=2, default=str) + "\n")
     else:
-        out = write_json("event_loop", payload)
+        out = write_json("event_loop", payload, save=a.save)
     print(f"wrote {out}")
     return 0
 

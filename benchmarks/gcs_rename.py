@@ -22,15 +22,13 @@ CPU is reported separately). Rows:
 GcsStore runs at concurrency 8 and 32 (limiter slots), without the write gate (the default
 gate, 1,000 writes/s like a new GCS bucket, would cap this at ~500 renames/s). Each
 configuration runs ``rounds`` times, interleaved; the table shows the median round.
-Results: ``benchmarks/results/gcs_rename.json``.
+Results: ``benchmarks/results/tmp/gcs_rename.json`` (``--save``: ``benchmarks/results/``, tracked).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -38,7 +36,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -47,9 +44,7 @@ from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.store.gcs import GcsStore
 from amcommit.store.limits import Limiter
 from benchmarks.clients import server_cpu
-from benchmarks.common import timed_renames
-
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common import add_save_arg, timed_renames, write_json
 
 STORE_CONFIGS: dict[str, dict[str, Any]] = {
     "GcsStore emulator-safe (4 req)": {"verify_preconditions": True, "preserve_metadata": True},
@@ -143,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per configuration")
     ap.add_argument("--size", type=int, default=1024, help="object size in bytes")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    add_save_arg(ap)
     args = ap.parse_args(argv)
 
     plan: list[tuple[str, int, Callable[[str, str, list[str]], dict[str, float]]]] = []
@@ -216,22 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             + " |"
         )
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "gcs_rename.json"
     payload = {
         "benchmark": "gcs_rename",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
         "params": {"n": args.n, "rounds": args.rounds, "size": args.size, "sdk_threads": SDK_THREADS},
         "emulator": "fake-gcs-server 1.54 (filesystem backend on /dev/shm)",
         "rows": rows,
     }
-    out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    print(f"\nwrote {write_json('gcs_rename', payload, save=args.save)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Job commit on the emulators: amcommit against the committers users have today.
 
     .venv/bin/python -m benchmarks.job_commit [--backends azurite,gcs] [--files 2000,20000]
-        [--concurrency 8,32,128] [--rounds 1] [--seq-sample-tasks 20] [--compare-src DIR]
+        [--concurrency 8,32,128] [--rounds 1] [--seq-sample-tasks 20] [--compare-src DIR] [--save]
 
 A job of N files (1 KiB each) in 200 task manifests is written with amcommit's task side
 (setup_job, setup_task, put, commit_task) into a *fresh* emulator (Azurite,
@@ -32,6 +32,8 @@ from round to round):
 Measured per run: whole-job files/s, rename-phase renames/s, client CPU ms per committed
 file (process CPU time of the commit / files), peak RSS of the contender's process, p50/p99
 latency of one file's rename, retries, recovered renames, emulator CPU ms per file.
+Results: ``benchmarks/results/tmp/job_commit.json``; with ``--save``
+``benchmarks/results/job_commit.json`` (tracked).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from typing import Any
 from benchmarks.clients import ALL_KINDS, KINDS, Target, emulator, server_cpu
 from benchmarks.common import (
     Measure,
+    add_save_arg,
     loop_env,
     peak_rss_mb,
     percentile,
@@ -671,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run amcommit from this src directory (e.g. another checkout's), interleaved: "
         "a before/after comparison in one run",
     )
+    add_save_arg(ap)
     a = ap.parse_args(argv)
     if a.worker:
         worker_main(a.worker)
@@ -686,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = summarize(runs)
     print(table(rows, COLUMNS, "Job commit on the emulators"))
-    out = write_json("job_commit", {"benchmark": "job_commit", "rows": rows, "runs": runs})
+    out = write_json("job_commit", {"benchmark": "job_commit", "rows": rows, "runs": runs}, save=a.save)
     print(f"\nwrote {out}")
     return 0
 

@@ -43,8 +43,10 @@ when it gets SIGTERM.
 
 Scenarios (each contender in a fresh process, fresh emulator, output verified exact):
 
-    .venv/bin/python -m benchmarks.latency_proxy latency [--files 20000] [--backends gcs]
-    .venv/bin/python -m benchmarks.latency_proxy throttle [--files 5000] [--backends gcs]
+    .venv/bin/python -m benchmarks.latency_proxy latency [--files 20000] [--backends gcs] [--save]
+    .venv/bin/python -m benchmarks.latency_proxy throttle [--files 5000] [--backends gcs] [--save]
+
+(results in ``benchmarks/results/tmp/``; ``--save``: ``benchmarks/results/``, tracked)
 
 * ``latency``: 50 ms added to every request; amcommit with its defaults
   (``CommitterConfig()`` and the store's default options: literally what a user gets),
@@ -733,6 +735,8 @@ THR_COLUMNS = [
 
 
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import add_save_arg
+
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="run the proxy (until SIGTERM)")
@@ -752,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "latency":
             p.add_argument("--double", action="store_true", help="also on the GCS double (objects.move)")
             p.add_argument("--only-double", action="store_true", help="only the GCS double's rows")
+        add_save_arg(p)
     a = ap.parse_args(argv)
     if a.cmd == "serve":
         from amcommit.loop import loop_factory
@@ -767,11 +772,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "latency":
         rows = run_latency([] if a.only_double else backends, a.files, double=a.double or a.only_double)
         print(table(rows, LAT_COLUMNS, "Job commit with 50 ms added to every request"))
-        print(f"\nwrote {write_json('latency', {'benchmark': 'latency', 'rows': rows})}")
+        print(f"\nwrote {write_json('latency', {'benchmark': 'latency', 'rows': rows}, save=a.save)}")
     else:
         rows = run_throttle(backends, a.files)
         print(table(rows, THR_COLUMNS, "Job commit with 10% of requests throttled"))
-        print(f"\nwrote {write_json('throttle', {'benchmark': 'throttle', 'rows': rows})}")
+        print(f"\nwrote {write_json('throttle', {'benchmark': 'throttle', 'rows': rows}, save=a.save)}")
     return 0
 
 

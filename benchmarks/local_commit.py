@@ -18,6 +18,8 @@ round), amcommit's stage times and the load average before every round.
 
     python -m benchmarks.local_commit --tasks 200 --files 100 --rounds 2
     python -m benchmarks.local_commit --rounds 7 --contenders amcommit,sequential
+
+Results: ``benchmarks/results/tmp/local_commit.json`` (``--save``: ``benchmarks/results/``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import os
 import shutil
 import statistics
 import sys
-import time
 from typing import Any
 
 import anyio
@@ -39,6 +40,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.store.local import LocalStore
 from benchmarks.common import (
     Measure,
+    add_save_arg,
     alternate,
     best_of,
     peak_rss_mb,
@@ -182,6 +184,7 @@ def main() -> None:
         "--contenders", default=",".join(CONTENDERS), help="comma-separated, of: " + ", ".join(CONTENDERS)
     )
     p.add_argument("--worker", nargs=2, metavar=("CONTENDER", "ROOT"), help=argparse.SUPPRESS)
+    add_save_arg(p)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(contender(*a.worker)))
@@ -204,7 +207,8 @@ def main() -> None:
         print("amcommit median stage ms:", res["amcommit_stage_ms_median"])
     ld = res["load_before"]
     print(f"load average before rounds: median {ld['median']:.1f}, range {ld['min']:.1f}-{ld['max']:.1f}")
-    write_json("local_commit", {k: v for k, v in res.items() if k != "table"} | {"when": time.time()})
+    out = write_json("local_commit", {k: v for k, v in res.items() if k != "table"}, save=a.save)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ Measured, per row:
     python -m benchmarks.scale --files 1000000 --manifests 10000
     python -m benchmarks.scale --rows 1000000,3000000,10000000   # one fresh process each
     python -m benchmarks.scale --local --rounds 3   # load_manifests on 20,000 local files
+
+``--rows`` and ``--local`` write ``benchmarks/results/tmp/scale*.json`` (``--save``:
+``benchmarks/results/``, tracked).
 """
 
 from __future__ import annotations
@@ -51,7 +54,15 @@ from amcommit.paths import basename
 from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, WriteMode
 from amcommit.store.local import LocalStore
 from benchmarks import local_commit
-from benchmarks.common import Measure, load_average, run_isolated, scratch_dir, table, write_json
+from benchmarks.common import (
+    Measure,
+    add_save_arg,
+    load_average,
+    run_isolated,
+    scratch_dir,
+    table,
+    write_json,
+)
 from benchmarks.job_commit import own_peak_rss_mb
 
 LOCAL_JOB = local_commit.JOB
@@ -269,6 +280,7 @@ def main() -> None:
     p.add_argument("--per-task", type=int, default=100, help="--local: files per manifest")
     p.add_argument("--local-worker", help=argparse.SUPPRESS)
     p.add_argument("--no-numpy", action="store_true", help="the digest index without numpy (a set)")
+    add_save_arg(p)
     a = p.parse_args()
     if a.no_numpy:
         spool_module._numpy = lambda: None  # type: ignore[assignment]
@@ -283,15 +295,12 @@ def main() -> None:
                 print(f"round {r}: {rows[-1]}", file=sys.stderr)
         best = min(rows, key=lambda x: x["load_manifests_ms"])
         print(table(rows, ["round", "files", "load_manifests_ms", "load_manifests_cpu_ms", "commit_ms"]))
-        write_json(
+        out = write_json(
             "scale_local",
-            {
-                "rows": rows,
-                "best": best,
-                "load_average_before_after": [before, load_average()],
-                "when": time.time(),
-            },
+            {"rows": rows, "best": best, "load_average_before_after": [before, load_average()]},
+            save=a.save,
         )
+        print(f"wrote {out}", file=sys.stderr)
     elif a.rows:
         rows, before = [], load_average()
         for n in (int(x) for x in a.rows.split(",")):
@@ -299,10 +308,12 @@ def main() -> None:
             rows.append(run_isolated("benchmarks.scale", args, timeout=7200))
             print(f"{n:,} files: {rows[-1]}", file=sys.stderr)
         print(table(rows, ROW_COLUMNS, "Scale: synthetic manifests of 100 files, store with no I/O cost"))
-        write_json(
+        out = write_json(
             "scale_no_numpy" if a.no_numpy else "scale",
-            {"rows": rows, "load_average_before_after": [before, load_average()], "when": time.time()},
+            {"rows": rows, "load_average_before_after": [before, load_average()]},
+            save=a.save,
         )
+        print(f"wrote {out}", file=sys.stderr)
     else:
         result = amcommit_loop.run(run, a.files, a.manifests, a.io_threads, a.load_threads)
         print(json.dumps(result), file=sys.stdout)

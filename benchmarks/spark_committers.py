@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from amcommit.spark.session import local_builder
-from benchmarks.common import Measure, run_isolated, table, write_json
+from benchmarks.common import Measure, add_save_arg, run_isolated, table, write_json
 from benchmarks.job_commit import own_peak_rss_mb
 
 MANIFEST_FACTORY = "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitterFactory"
@@ -327,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows for part 2 (0: skip it)")
     ap.add_argument("--json-only", action="store_true", help="print only the results as JSON")
+    add_save_arg(ap)
     a = ap.parse_args(argv)
     if a.amcommit_worker:
         print(json.dumps(amcommit_worker(a.amcommit_worker)))
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if res["writes"]:
         print()
         print(table(res["writes"], WRITE_COLUMNS, "Whole writes through Spark, local files"))
-    print(f"\nwrote {write_json('spark_committers', {'benchmark': 'spark_committers', **res})}")
+    print(f"\nwrote {write_json('spark_committers', {'benchmark': 'spark_committers', **res}, save=a.save)}")
     return 0
 
 

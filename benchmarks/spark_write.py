@@ -24,7 +24,8 @@ Every write goes to a fresh directory in mode ``append`` (an ``overwrite`` would
 listing of the old destination to amcommit's commit and a delete before the job to
 Spark's).
 
-Results: a Markdown table on stdout, JSON in ``benchmarks/results/spark_write.json``.
+Results: a Markdown table on stdout, JSON in ``benchmarks/results/tmp/spark_write.json``
+(``--save``: ``benchmarks/results/spark_write.json``, tracked).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from amcommit.spark.session import local_builder
-from benchmarks.common import table, write_json
+from benchmarks.common import add_save_arg, table, write_json
 
 
 def dataset(spark: Any, rows: int, tasks: int, days: int) -> Any:
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit-files", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
+    add_save_arg(ap)
     args = ap.parse_args(argv)
 
     spark = start(args.cores)
@@ -252,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             "runs": runs,
             "commits": commits,
         },
+        save=args.save,
     )
     print(f"results: {path}")
     return 0

@@ -1,6 +1,6 @@
 """Streaming micro-batches: amcommit's exactly-once sink vs Spark's file sink, same run.
 
-    python -m benchmarks.stream_commit [--quick] [--rounds N] [--out DIR]
+    python -m benchmarks.stream_commit [--quick] [--rounds N] [--out DIR | --save]
 
 For micro-batches of 10 and 100 files (``maxFilesPerTrigger`` JSON input files per batch,
 repartitioned so that each batch also *writes* that many Parquet files), one Spark session
@@ -25,8 +25,8 @@ sinks (fresh output and checkpoint each run). Per batch:
   ``triggerExecution`` (the whole batch, end to end).
 
 Medians over the batches after the first (warm-up) of every run, pooled over the rounds.
-Writes ``stream_commit.json`` to ``--out`` (default ``benchmarks/results``; ``--quick``
-refuses that default and needs ``--out``).
+Writes ``stream_commit.json`` to ``--out`` (default ``benchmarks/results/tmp``; ``--save``:
+``benchmarks/results``, tracked; ``--quick`` needs ``--out``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks.common import RESULTS, TMP, add_save_arg, run_info
+
 SCHEMA = "id LONG, day STRING, v STRING"
 
 
@@ -167,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="10-file batches only, 3 batches, 1 round")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each sink per size, orders alternating")
     ap.add_argument("--out", type=Path, default=None)
+    add_save_arg(ap)
     args = ap.parse_args(argv)
-    out_dir = args.out or RESULTS
+    out_dir = args.out or (RESULTS if args.save else TMP)
     if args.quick and args.out is None:
         print("--quick needs --out (it never overwrites benchmarks/results)", file=sys.stderr)
         return 2
@@ -289,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "stream_commit.json").write_text(
-        json.dumps({"benchmark": "stream_commit", "quick": args.quick, "rows": results}, indent=2) + "\n"
+        json.dumps(
+            {"run": run_info(), "benchmark": "stream_commit", "quick": args.quick, "rows": results}, indent=2
+        )
+        + "\n"
     )
     return 0
 

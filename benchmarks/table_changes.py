@@ -34,7 +34,7 @@ import anyio
 from amcommit import loop as amcommit_loop
 from amcommit.store.schemes import open_location
 from amcommit.table.reader import Timeline
-from benchmarks.common import RESULTS, machine, table
+from benchmarks.common import RESULTS, TMP, add_save_arg, run_info, table
 from tests.table.tablegen import Write, generate, write_local
 
 RANGES = (1, 10, 100)
@@ -139,11 +139,14 @@ def main() -> None:
     p.add_argument("--files", type=int, default=100)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="100 instants x 10 files (smoke test)")
-    p.add_argument("--out", type=Path, help="results directory (default benchmarks/results[/quick])")
+    p.add_argument(
+        "--out", type=Path, help="results directory (default benchmarks/results/tmp, --quick: results/quick)"
+    )
+    add_save_arg(p)
     args = p.parse_args()
     if args.quick:
         args.instants, args.files, args.repeats = 100, 10, 2
-    out_dir: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS)
+    out_dir: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS if args.save else TMP)
     work = Path(tempfile.mkdtemp(prefix="amcommit-table-bench-"))
     rows: list[dict[str, Any]] = []
     try:
@@ -176,7 +179,7 @@ def main() -> None:
     print(table(rows, cols, f"changes() between two instants, {args.files} files per instant (median ms)"))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "table_changes.json"
-    payload = {"machine": machine(), "instants": args.instants, "files": args.files, "rows": rows}
+    payload = {"run": run_info(), "instants": args.instants, "files": args.files, "rows": rows}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"results: {path}")
 

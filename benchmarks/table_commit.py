@@ -18,7 +18,10 @@ task manifests, as the Spark writer provides them).
 every round (a fresh destination per round); each row also counts the commit's requests
 by operation, so a fixed cost shows as requests.
 
-    python -m benchmarks.table_commit --tasks 20 --files 100 --rounds 3 [--backend all]
+    python -m benchmarks.table_commit --tasks 20 --files 100 --rounds 3 [--backend all] [--save]
+
+Results: ``benchmarks/results/tmp/table_commit[_<backend>].json`` (``--save``:
+``benchmarks/results/``, tracked).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 from typing import Any
 
 import anyio
@@ -44,6 +46,7 @@ from amcommit.table.write import TableSpec, begin_write
 from benchmarks.clients import Target, amcommit_store, emulator
 from benchmarks.common import (
     Measure,
+    add_save_arg,
     alternate,
     best_of,
     peak_rss_mb,
@@ -245,6 +248,7 @@ def main() -> None:
     p.add_argument(
         "--worker", nargs=5, metavar=("KIND", "WHERE", "JOB", "BACKEND", "DEST"), help=argparse.SUPPRESS
     )
+    add_save_arg(p)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(contender(*a.worker)))
@@ -290,8 +294,8 @@ def main() -> None:
             ),
             "files": a.tasks * a.files,
             "rounds": a.rounds,
-            "when": time.time(),
         },
+        save=a.save,
     )
 
 
