@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,26 @@ def test_quick_smallest_case(tmp_path: Path) -> None:
     assert payload["targets"], "targets are evaluated"
     assert (tmp_path / "benchmarks.md").read_text().startswith("Run ")
     assert (tmp_path / "emulators.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not _fake_gcs_available(), reason="fake-gcs-server is not installed")
+def test_job_commit_by_hand_keeps_the_tracked_results() -> None:
+    """``python -m benchmarks.job_commit`` run by hand writes
+    ``benchmarks/results/tmp/job_commit.json`` with its run (date, commit, machine) and
+    leaves the tracked ``benchmarks/results/job_commit.json`` alone (``--save`` replaces it)."""
+    tracked = ROOT / "benchmarks" / "results" / "job_commit.json"
+    scratch = ROOT / "benchmarks" / "results" / "tmp" / "job_commit.json"
+    before = tracked.read_bytes() if tracked.exists() else None
+    started = time.time()
+    args = ["--backends", "gcs", "--files", "200", "--concurrency", "8", "--contenders", "amcommit"]
+    proc = run_benchmark("benchmarks.job_commit", *args, timeout=140)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tracked.read_bytes() if tracked.exists() else None) == before, "tracked results replaced"
+    assert scratch.stat().st_mtime >= started - 1
+    payload = json.loads(scratch.read_text())
+    assert payload["run"]["commit"] and payload["run"]["date"] and payload["run"]["machine"]["cpus"]
+    assert [(r["contender"], r["verified"]) for r in payload["rows"]] == [("amcommit c=8", "exact")]
 
 
 @pytest.mark.timeout(120)
