@@ -12,8 +12,11 @@ Facts relied on (measured with hudi-rs 0.5.0, see TABLES.md):
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 import uuid
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -125,6 +128,82 @@ def parse_base_file_name(name: str) -> BaseFileName | None:
     if m is None:
         return None
     return BaseFileName(m["file_id"], m["token"], m["instant"])
+
+
+def _folder_problem(folder: str, depth: int, *, exact: bool) -> str | None:
+    """Why ``folder`` (relative to the table, ``""`` = its root) cannot hold (``exact``) or
+    lead to a partition of a table with ``depth`` partition fields; None if it can."""
+    segs = folder.split("/") if folder else []
+    for seg in segs:
+        if seg.startswith((".", "_")):
+            return f"folder {seg!r} is hidden or starts with '_': not a partition folder"
+    if len(segs) > depth or (exact and len(segs) != depth):
+        return f"it is {len(segs)} folder(s) deep, but the table has {depth} partition field(s)"
+    return None
+
+
+def _name_problem(name: str, instant: str) -> str | None:
+    """Why ``name`` is not a base file name of ``instant``; None if it is one."""
+    if name.startswith((".", "_")):
+        return "a hidden or '_' name is not a base file"
+    parsed = parse_base_file_name(name)
+    if parsed is None:
+        return f"not a base file name (<fileId>_<writeToken>_{instant}{BASE_FILE_EXTENSION})"
+    if parsed.instant != instant:
+        return f"it is stamped with instant {parsed.instant}, not this write's {instant}"
+    return None
+
+
+def foreign_file(
+    files: Sequence[str], dirs: Iterable[str], instant: str, depth: int
+) -> tuple[str, str] | None:
+    """``(path, why)`` of the first path a write of ``instant`` into a table with ``depth``
+    partition fields must not publish, None if all are its own: ``files`` (relative to the
+    table) must be base files stamped with ``instant``, ``<fileId>_<writeToken>_<instant>
+    .parquet``, in partition folders exactly ``depth`` deep; ``dirs`` (the directories the
+    write creates, relative to the table) must be partition folders or above them. No
+    folder may be hidden or start with ``_`` (``.hoodie`` is the timeline). Pure.
+
+    For the many files of a write: C loops (a split per name, a join and a few scans) while
+    every name is right; the names are parsed one by one only to explain a wrong one."""
+    bad = _foreign_file(files, instant, depth)
+    if bad is not None:
+        return bad
+    for d in dirs:
+        why = _folder_problem(d, depth, exact=False)
+        if why is not None:
+            return d, why
+    return None
+
+
+def _foreign_file(files: Sequence[str], instant: str, depth: int) -> tuple[str, str] | None:
+    """:func:`foreign_file` of the files alone."""
+    if not files:
+        return None
+    parts = list(map(str.rpartition, files, itertools.repeat("/")))
+    for folder in set(map(operator.itemgetter(0), parts)):
+        why = _folder_problem(folder, depth, exact=True)
+        if why is not None:
+            return next(f for f, p in zip(files, parts, strict=True) if p[0] == folder), why
+    names = list(map(operator.itemgetter(2), parts))
+    suffix = f"_{instant}{BASE_FILE_EXTENSION}"
+    if all(map(str.endswith, names, itertools.repeat(suffix))):
+        # "<fileId>_<writeToken>": one '_' each, neither part empty, no hidden name
+        stems = list(map(operator.itemgetter(slice(0, -len(suffix))), names))
+        joined = "\n" + "\n".join(stems) + "\n"
+        if (
+            joined.count("_") == len(stems)
+            and all(map(operator.contains, stems, itertools.repeat("_")))
+            and "\n_" not in joined
+            and "_\n" not in joined
+            and "\n." not in joined
+        ):
+            return None
+    for f, name in zip(files, names, strict=True):
+        why = _name_problem(name, instant)
+        if why is not None:
+            return f, why
+    return None
 
 
 def commit_seqno(instant: str, partition_id: int, n: int) -> str:

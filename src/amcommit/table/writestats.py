@@ -20,6 +20,7 @@ the rename entries instead (:func:`write_stat`), as before.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -31,6 +32,7 @@ __all__ = [
     "STATS_KEY",
     "SplicedStats",
     "TaskStatsHeader",
+    "paths_of_task_stats",
     "rows_of_task_stats",
     "spliced_write_stats",
     "task_write_stats",
@@ -115,6 +117,25 @@ def rows_of_task_stats(raw: str) -> dict[str, int]:
 
 
 _stats_decoder = msgspec.json.Decoder(list[WriteStat])
+
+_PATH_FIELD = re.compile(r',"path":"([^"\\]*)"')
+"""A stat's ``path`` field without JSON escapes (what :func:`task_write_stats` writes for
+every path without a quote, a backslash or a control character)."""
+
+
+def paths_of_task_stats(raw: str) -> list[str] | None:
+    """The paths (relative to the table) one task's stats (:func:`task_write_stats`) name,
+    in their order; None if they are not that format. One regex scan in C; the stats are
+    decoded only when a path has a JSON escape."""
+    named = _PATH_FIELD.findall(raw)
+    if len(named) == raw.count(_STAT_START.decode()):
+        return named
+    try:
+        _, arrays = _task_stats_lines(raw)
+        return [s.path for line in arrays for s in _stats_decoder.decode(line)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
 
 SplicedStats = dict[str, list[bytes]]
 """Each partition's write stats as the task commits encoded them: the bodies of their JSON
