@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from amcommit.errors import ConfigError
+from amcommit.errors import CommitError, ConfigError
 
 HOODIE_DIR = ".hoodie"
 """Timeline folder, relative to the table root."""
@@ -80,13 +80,31 @@ def next_instant(now: datetime, after: str | None = None) -> str:
 
     Allocation is not made unique by this function: the caller claims the time on the store
     with a create-only write and asks again with ``after`` set to the time it lost.
+
+    Raises :class:`~amcommit.errors.CommitError` (one line) when no instant can follow
+    ``after``: it is the last time an instant can name (``99991231235959999``) or no real
+    moment (month 13, say); an instant file of such a name blocks every later write until
+    it is removed.
     """
     t = format_instant(now)
     if after is not None:
         check_instant(after)
         floor = after if len(after) == 17 else after + "000"
         if t <= floor:
-            t = format_instant(parse_instant(floor) + timedelta(milliseconds=1))
+            try:
+                t = format_instant(parse_instant(floor) + timedelta(milliseconds=1))
+            except OverflowError:
+                raise CommitError(
+                    f"no instant can follow {after}: it is the last instant time possible (year 9999); "
+                    "remove its instant file if no real write made it",
+                    stage="begin_write",
+                ) from None
+            except ValueError:
+                raise CommitError(
+                    f"no instant can follow {after}: it names no real moment (not a date and time "
+                    "yyyyMMddHHmmssSSS); remove its instant file if no real write made it",
+                    stage="begin_write",
+                ) from None
     return t
 
 
