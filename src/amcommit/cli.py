@@ -49,18 +49,19 @@ from amcommit.paths import basename
 from amcommit.redact import redact
 
 
-def int_arg(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for an integer >= ``minimum`` whose error names what the
-    option expects, never the text given (argparse's own quotes it: it may be a secret
+def int_arg(minimum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer (>= ``minimum`` if given) whose error names what
+    the option expects, never the text given (argparse's own quotes it: it may be a secret
     given to the wrong option)."""
+    expects = "an integer" if minimum is None else f"an integer >= {minimum}"
 
     def integer(text: str) -> int:
         try:
             n = int(text.strip())
         except ValueError:
-            n = minimum - 1
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"expects an integer >= {minimum}")
+            raise argparse.ArgumentTypeError(f"expects {expects}") from None
+        if minimum is not None and n < minimum:
+            raise argparse.ArgumentTypeError(f"expects {expects}")
         return n
 
     return integer

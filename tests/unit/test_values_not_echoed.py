@@ -101,7 +101,7 @@ def test_store_option_values_not_echoed() -> None:
         (["clean", "{d}", "--retain-commits", "1", "--conf", f"lock_wait={SECRET}"], ["'lock_wait'"]),
         (["commit-job", "{d}", "--job-id", "j", "--io-threads", SECRET], ["--io-threads", "integer"]),
         (["commit-job", "{d}", "--job-id", "j", "--mode", SECRET], ["--mode", "append, fail"]),
-        (["clean", "{d}", "--retain-commits", SECRET], ["--retain-commits", "integer >= 1"]),
+        (["clean", "{d}", "--retain-commits", SECRET], ["--retain-commits", "an integer"]),
         (["emulator", "start", SECRET], ["gcs, azurite"]),
         (["emulator", "start", "gcs", "--port", SECRET], ["--port", "integer"]),
     ],

@@ -141,16 +141,15 @@ class NameLimits:
                     return p, why
         if self.segment_bytes:
             names = list(map(operator.itemgetter(2), map(str.rpartition, files, itertools.repeat("/"))))
-            cap = self._fast_segment
-            if max(map(len, names)) > cap:
-                long = list(itertools.compress(names, map(cap.__lt__, map(len, names))))
-                if not ("".join(long).isascii() and max(map(len, long)) <= self.segment_bytes):
-                    for name in long:
-                        if _utf8_len(name) > self.segment_bytes:
-                            p = files[names.index(name)]
-                            why = self.problem(p)
-                            assert why is not None
-                            return p, why
+            longest = max(map(len, names))
+            if longest > self._fast_segment and not (
+                longest <= self.segment_bytes and "".join(names).isascii()  # characters = bytes
+            ):
+                for p, name in zip(files, names, strict=True):
+                    if len(name) > self._fast_segment and _utf8_len(name) > self.segment_bytes:
+                        why = self.problem(p)
+                        assert why is not None
+                        return p, why
         return None
 
 

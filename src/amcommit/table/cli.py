@@ -192,7 +192,7 @@ def add_commands(
     )
     sp.add_argument("dest", help="the table: " + url_forms)
     sp.add_argument(
-        "--retain-commits", type=int_arg(1), required=True, metavar="N", help="commits kept readable (>= 1)"
+        "--retain-commits", type=int_arg(), required=True, metavar="N", help="commits kept readable (>= 1)"
     )
     sp.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -475,7 +475,7 @@ def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
             )
         raw = m.extra_data.get(STATS_KEY)
         named = None if raw is None else paths_of_task_stats(raw)
-        if named is not None and sorted(named) != sorted(rels):
+        if named is not None and (len(named) != len(rels) or set(named) != set(rels)):
             extra = sorted(set(named) - set(rels))
             if extra:
                 why = f"its write stats name {shorten(extra[0])}, which it does not publish"

@@ -194,6 +194,27 @@ def foreign_file(
     return None
 
 
+_ONLY_UNDERSCORES = bytes(b for b in range(256) if b not in b"_\n")
+"""For ``bytes.translate(None, ...)``: deletes every byte but ``_`` and the line break."""
+
+
+def _all_base_names(names: list[str], instant: str) -> bool:
+    """True if every one of ``names`` is ``<fileId>_<writeToken>_<instant>.parquet`` with a
+    file id and a token that are not empty, hold no ``_`` and do not start with ``.``
+    (what :func:`_name_problem` accepts); False if any is not, or may not be. One join and
+    a few scans of it, in C."""
+    end = f"_{instant}{BASE_FILE_EXTENSION}\n"
+    joined = "\n" + "\n".join(names) + "\n"
+    if joined.count(end) != len(names):  # each line ends so (a line has one end at most)
+        return False
+    # two "_" on each line (the end's and the one after the file id), none at its start
+    # (an empty file id) or next to another (an empty token), no name starting with "."
+    if "\n_" in joined or "__" in joined or "\n." in joined:
+        return False
+    kept = joined.encode("utf-8", "surrogatepass").translate(None, _ONLY_UNDERSCORES)
+    return kept == b"\n" + b"__\n" * len(names)
+
+
 def _foreign_file(files: Sequence[str], instant: str, depth: int) -> tuple[str, str] | None:
     """:func:`foreign_file` of the files alone."""
     if not files:
@@ -204,19 +225,8 @@ def _foreign_file(files: Sequence[str], instant: str, depth: int) -> tuple[str, 
         if why is not None:
             return next(f for f, p in zip(files, parts, strict=True) if p[0] == folder), why
     names = list(map(operator.itemgetter(2), parts))
-    suffix = f"_{instant}{BASE_FILE_EXTENSION}"
-    if all(map(str.endswith, names, itertools.repeat(suffix))):
-        # "<fileId>_<writeToken>": one '_' each, neither part empty, no hidden name
-        stems = list(map(operator.itemgetter(slice(0, -len(suffix))), names))
-        joined = "\n" + "\n".join(stems) + "\n"
-        if (
-            joined.count("_") == len(stems)
-            and all(map(operator.contains, stems, itertools.repeat("_")))
-            and "\n_" not in joined
-            and "_\n" not in joined
-            and "\n." not in joined
-        ):
-            return None
+    if _all_base_names(names, instant):
+        return None
     for f, name in zip(files, names, strict=True):
         why = _name_problem(name, instant)
         if why is not None:

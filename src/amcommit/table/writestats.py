@@ -20,7 +20,7 @@ the rename entries instead (:func:`write_stat`), as before.
 
 from __future__ import annotations
 
-import re
+import operator
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -118,23 +118,29 @@ def rows_of_task_stats(raw: str) -> dict[str, int]:
 
 _stats_decoder = msgspec.json.Decoder(list[WriteStat])
 
-_PATH_FIELD = re.compile(r',"path":"([^"\\]*)"')
-"""A stat's ``path`` field without JSON escapes (what :func:`task_write_stats` writes for
-every path without a quote, a backslash or a control character)."""
+
+class _StatPath(msgspec.Struct):
+    """Only a write stat's ``path`` (msgspec skips the other fields without building them)."""
+
+    path: str
+
+
+_paths_decoder = msgspec.json.Decoder(list[_StatPath])
+_get_path = operator.attrgetter("path")
 
 
 def paths_of_task_stats(raw: str) -> list[str] | None:
     """The paths (relative to the table) one task's stats (:func:`task_write_stats`) name,
-    in their order; None if they are not that format. One regex scan in C; the stats are
-    decoded only when a path has a JSON escape."""
-    named = _PATH_FIELD.findall(raw)
-    if len(named) == raw.count(_STAT_START.decode()):
-        return named
+    in their order; None if they are not that format. Each partition's line is decoded for
+    its paths alone (about 0.2 us per stat, escapes handled as JSON)."""
+    _, *arrays = raw.split("\n")
+    out: list[str] = []
     try:
-        _, arrays = _task_stats_lines(raw)
-        return [s.path for line in arrays for s in _stats_decoder.decode(line)]
+        for line in arrays:
+            out += map(_get_path, _paths_decoder.decode(line))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    return out
 
 
 SplicedStats = dict[str, list[bytes]]
