@@ -5,9 +5,11 @@ Manifests are read with ``config.load_threads`` in parallel; each is decoded, va
 (:func:`amcommit.manifest.check_manifest`) and appended to the spool, then dropped, so at
 most ``load_threads`` manifests are in memory. Duplicate destinations across manifests are
 found exactly and reported with the manifests that name them, before anything is renamed.
-So are a destination that is a file in one entry and a directory of others, and (on local
-stores, where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies
-behind one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
+So are a destination that is a file in one entry and a directory of others, a destination
+or directory the store cannot hold (``Capabilities.name_limits``, :mod:`amcommit.store.names`),
+what the job kind's own check refuses (:attr:`LoadInputs.check`), and (on local stores,
+where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies behind
+one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
 Every listing, read and write goes through the job's retry layer
 (:mod:`amcommit.committer.context`).
 """
