@@ -652,11 +652,12 @@ async def run_table_commit(
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
-    if props is None:
+    if props is None and journal is None:
         raise CommitError(f"{dest!r} lost its hoodie.properties", stage="load_manifests")
     async with ctx.stage("load_manifests"):
         run.spool = load_manifests.new_spool(ctx)
-        check = own_files_check(dest, instant, len(props.partition_fields))
+        # (a resumed commit's manifests passed the check when its journal was saved)
+        check = None if props is None else own_files_check(dest, instant, len(props.partition_fields))
         run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests, check))
         if manifests is not None and journal is None:
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
