@@ -49,6 +49,36 @@ from amcommit.paths import basename
 from amcommit.redact import redact
 
 
+def int_arg(minimum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer (>= ``minimum`` if given) whose error names what
+    the option expects, never the text given (argparse's own quotes it: it may be a secret
+    given to the wrong option)."""
+    expects = "an integer" if minimum is None else f"an integer >= {minimum}"
+
+    def integer(text: str) -> int:
+        try:
+            n = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects {expects}") from None
+        if minimum is not None and n < minimum:
+            raise argparse.ArgumentTypeError(f"expects {expects}")
+        return n
+
+    return integer
+
+
+def choice_arg(choices: Sequence[str]) -> Callable[[str], str]:
+    """An argparse ``type`` for one of ``choices`` (give ``metavar`` to show them in the
+    usage) whose error lists the choices, never the text given (see :func:`int_arg`)."""
+
+    def choice(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"expects one of {', '.join(choices)}")
+        return text
+
+    return choice
+
+
 def _store_options(args: argparse.Namespace) -> dict[str, Any]:
     """The store options of the command (``--endpoint``, ``--store-option``, the Azure
     environment variables), converted and checked by the backend's options struct."""
@@ -79,7 +109,7 @@ def _config(args: argparse.Namespace) -> CommitterConfig:
     for item in args.conf or []:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ConfigError(f"--conf expects KEY=VALUE, got {item!r}")
+            raise ConfigError("--conf expects KEY=VALUE (one was given without '=')")
         conf[key.strip()] = value
     if getattr(args, "mode", None):
         conf["conflict_mode"] = args.mode
@@ -308,12 +338,14 @@ def register_commit_and_abort(sub: argparse._SubParsersAction[argparse.ArgumentP
         sp = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
         sp.add_argument("dest", help="destination directory: " + _URL_FORMS)
         sp.add_argument("--job-id", required=True, help="the job's id (see `amcommit jobs DEST`)")
+        modes = ["append", "fail", "replace", "overwrite"]
         sp.add_argument(
             "--mode",
-            choices=["append", "fail", "replace", "overwrite"],
+            type=choice_arg(modes),
+            metavar="{" + ",".join(modes) + "}",
             help="conflict mode when a file exists (default append)",
         )
-        sp.add_argument("--io-threads", type=int, help="concurrent file operations")
+        sp.add_argument("--io-threads", type=int_arg(1), help="concurrent file operations")
         sp.add_argument(
             "--conf",
             action="append",
@@ -362,8 +394,13 @@ def register_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "option lines to use it with amcommit, and run until Ctrl-C. Data lives only as long as "
         "the emulator runs.",
     )
-    st.add_argument("kind", choices=EMULATOR_KINDS, help="which emulator: gcs or azurite")
-    st.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    st.add_argument(
+        "kind",
+        type=choice_arg(EMULATOR_KINDS),
+        metavar="{" + ",".join(EMULATOR_KINDS) + "}",
+        help="which emulator: gcs or azurite",
+    )
+    st.add_argument("--port", type=int_arg(0), help="port on 127.0.0.1 (default: a free one)")
     st.add_argument(
         "--bucket",
         default="amcommit",

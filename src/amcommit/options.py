@@ -11,8 +11,9 @@ session conf and :func:`~amcommit.store.schemes.open_location`:
   ``yes``/``no``/``on``/``off`` for booleans and ``""``/``none``/``null`` for optional values;
 * an unknown key is a :class:`~amcommit.errors.ConfigError` naming it, with "did you mean"
   the closest known key;
-* a value of the wrong type is a ConfigError naming the key and the expected type, and
-  never showing the value of a secret option;
+* a value of the wrong type is a ConfigError naming the key and what it expects, never
+  showing the value (a value given to the wrong option may be a secret: an account key
+  pasted as ``io_threads``);
 * the values of secret fields (``secret_fields``) are registered with
   :func:`amcommit.redact.register_secret`, so no message, log or report of this process
   shows them, and the struct's ``repr`` masks them.
@@ -74,12 +75,28 @@ def suggest(key: str, known: Iterable[str]) -> str:
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
 
+_NAME_LIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}(?:[.\-][A-Za-z0-9_]{1,32})*")
+"""What an option name looks like: words of letters, digits and ``_`` (at most 32 each),
+joined by ``.`` or ``-``. An account key or token does not (its ``+``, ``/``, ``=`` or one
+long run of characters)."""
+
+
+def show_key(key: str) -> str:
+    """An unknown option's key for a message: quoted if it looks like an option name, else
+    not shown (``--conf <an account key>`` splits the key at its ``=`` padding)."""
+    k = key.strip()
+    if len(k) <= 120 and _NAME_LIKE.fullmatch(k):
+        return repr(key)
+    return f"(a key of {len(key)} characters that is no option name; not shown)"
+
+
 def unknown_option(
     kind: str, key: str, known: Iterable[str], *, normalised: str | None = None
 ) -> ConfigError:
     """The error for an unknown option ``key`` (the user's spelling) of ``kind``."""
     label = f"unknown {kind} option" if kind else "unknown option"
-    return ConfigError(f"{label} {key!r}{suggest(normalised or key, known)}")
+    hint = suggest(normalised or key, known) if _NAME_LIKE.fullmatch(key.strip()) else ""
+    return ConfigError(f"{label} {show_key(key)}{hint}")
 
 
 # -- type descriptions -----------------------------------------------------------------------
@@ -169,13 +186,12 @@ def convert_options(
     base: T | None = None,
     normalise: Callable[[str], str | None] | None = None,
     aliases: Iterable[str] = (),
-    show_values: bool = False,
 ) -> T:
     """``values`` (raw keys -> raw values) as a ``cls``, on top of ``base`` if given.
 
     ``normalise`` maps a user's key to a field name (None: not an option of ``cls``);
-    ``aliases`` are extra spellings offered by "did you mean". ``show_values`` lets
-    type errors quote the bad value (never for secret fields). Raises ConfigError.
+    ``aliases`` are extra spellings offered by "did you mean". Raises ConfigError naming
+    the option and what it expects, never its value.
     """
     info = _info(cls)
     known = cls.__struct_fields__
@@ -202,12 +218,9 @@ def convert_options(
             raise ConfigError(str(e)) from None
         name = m.group(1)
         label = f"{cls.kind} option" if cls.kind else "option"
-        got = ""
-        if show_values and name not in cls.secret_fields and name in changes:
-            got = f", got {values[raw_keys[name]]!r}"
         raise ConfigError(
-            f"{label} {raw_keys.get(name, name)!r} must be {_describe(info.types[name])}{got}"
+            f"{label} {raw_keys.get(name, name)!r} must be {_describe(info.types[name])}"
         ) from None
 
 
-__all__ = ["Options", "convert_options", "field_names", "suggest", "unknown_option"]
+__all__ = ["Options", "convert_options", "field_names", "show_key", "suggest", "unknown_option"]

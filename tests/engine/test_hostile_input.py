@@ -102,6 +102,7 @@ MANIFEST_CASES: dict[str, Callable[[TaskManifest], None]] = {
     "size_2_63": _set_size(2**63),
     "stats_overflow": _stats_overflow,
     "file_dir_clash": _file_dir_clash,
+    "component_256_bytes": _dest_tail("p=2/" + "é" * 127 + "ab"),  # issue 23: local files hold 255
     # refused before this change too (regression guards)
     "dotdot_percent": _dest_tail("p=2/%2E%2E/y.txt"),
     "empty_segment": _dest_tail("p=2//y.txt"),
@@ -303,7 +304,8 @@ def _cli_job(tmp_path: Path, spoil: Callable[[TaskManifest], None] | bytes) -> P
 
 
 @pytest.mark.parametrize(
-    "case", ["nul_percent", "trailing_slash", "size_10e30", "dir_source", "nesting_200000"]
+    "case",
+    ["nul_percent", "trailing_slash", "size_10e30", "dir_source", "nesting_200000", "component_256_bytes"],
 )
 def test_cli_commit_job_one_line(tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]) -> None:
     dest = _cli_job(tmp_path, RAW_CASES[case] if case in RAW_CASES else MANIFEST_CASES[case])

@@ -43,11 +43,14 @@ def test_table_options() -> None:
     existing = build_plan({"path": "/tmp/x/e"}, SCHEMA, False, existing_table=True)
     assert existing.table is not None and not existing.table.new and existing.table.name == "e"
     for opts, match in [
-        ({"tableformat": "delta"}, "unsupported tableFormat 'delta'"),
+        ({"tableformat": "delta"}, "option 'tableFormat' must be one of hudi"),
         ({"tablename": "t"}, "needs option\\('tableFormat', 'hudi'\\)"),
-        ({"tableformat": "hudi", "recordkey": "idd"}, "recordKey column 'idd' is not in .*did you mean 'id'"),
+        (
+            {"tableformat": "hudi", "recordkey": "idd"},
+            "'recordKey' must name columns .*1st .*did you mean 'id'",
+        ),
         ({"tableformat": "hudi", "recordkey": "m"}, "cannot be a record key"),
-        ({"tableformat": "hudi", "tablename": "1x"}, "invalid tableName"),
+        ({"tableformat": "hudi", "tablename": "1x"}, "option 'tableName' must be letters"),
     ]:
         with pytest.raises(ConfigError, match=match) as e:
             build_plan({"path": "/tmp/x/e", **opts}, SCHEMA, False)

@@ -59,12 +59,16 @@ def job(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
 @pytest.mark.parametrize(
     ("options", "overwrite", "message"),
     [
-        ({"partitionBy": "nope"}, False, "partition column 'nope' is not in the DataFrame's columns"),
+        (
+            {"partitionBy": "nope"},
+            False,
+            "'partitionBy' must name columns of the DataFrame (id, day, cat, tags)",
+        ),
         ({"partitionBy": "tags"}, False, "cannot be a partition value"),
         ({"partitionBy": "id,id"}, False, "listed twice"),
         ({"partitionBy": "id,day,cat,tags"}, False, "cannot be a partition value"),
-        ({"format": "csv"}, False, "unsupported file format 'csv'"),
-        ({"compression": "lzo"}, False, "unsupported compression 'lzo'"),
+        ({"format": "csv"}, False, "option 'format' must be parquet"),
+        ({"compression": "lzo"}, False, "option 'compression' must be one of brotli, gzip"),
         ({"partitionby2": "id"}, False, "did you mean 'partitionby'"),
         ({"io_threadz": "3"}, False, "did you mean 'io_threads'"),
         ({"io_threads": "zero"}, False, "must be an integer"),
@@ -358,7 +362,7 @@ def test_session_sql_settings_precedence(tmp_path: Path) -> None:
     assert task_settings(plan(tmp_path), session).overwrite_mode is None  # append: no mode
     given = plan(tmp_path, True, compression="gzip", maxRecordsPerFile="5", partitionOverwriteMode="static")
     assert task_settings(given, session) == TaskSettings("gzip", 5, "static")  # options win
-    with pytest.raises(ConfigError, match=r"compression\.codec='lzo' is not supported"):
+    with pytest.raises(ConfigError, match=r"compression\.codec is not one amcommit supports \(brotli"):
         task_settings(plan(tmp_path), {PARQUET_CODEC: "lzo"})
 
     p = plan(tmp_path, True)
@@ -529,7 +533,7 @@ def test_output_timestamp_type_from_session(tmp_path: Path) -> None:
     plan = build_plan({"path": str(tmp_path)}, schema, False)
     assert task_settings(plan, {}).int96_timestamps
     assert not task_settings(plan, {OUTPUT_TIMESTAMP_TYPE: "timestamp_micros"}).int96_timestamps
-    with pytest.raises(ConfigError, match="outputTimestampType='NANOS'"):
+    with pytest.raises(ConfigError, match="outputTimestampType must be INT96"):
         task_settings(plan, {OUTPUT_TIMESTAMP_TYPE: "nanos"})
 
 

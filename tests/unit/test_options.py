@@ -151,13 +151,13 @@ def test_structs_cover_exactly_the_constructor_keywords(cls: type[StoreOptions],
         (lambda: store_options(WASB, {"request_timeout": "soon"}), "'request_timeout' must be a number"),
         (
             lambda: CommitterConfig.from_mapping({"io_threads": "many"}),
-            "'io_threads' must be an integer, got 'many'",
+            "committer option 'io_threads' must be an integer",
         ),
         (
             lambda: DEFAULT_CONFIG.with_options(validate_output="maybe"),
             "'validate_output' must be true or false",
         ),
-        (lambda: DEFAULT_CONFIG.with_options(io_threads=0), "io_threads must be an integer >= 1"),
+        (lambda: DEFAULT_CONFIG.with_options(io_threads=0), "'io_threads' must be an integer >= 1"),
         (lambda: store_options("nosuch://x/y", {}), "unsupported URL scheme 'nosuch'"),
     ],
 )
@@ -346,7 +346,7 @@ def test_spark_writer_options_are_typed() -> None:
     p = _plan({"path": GS, "rowgrouprows": "1_000", "maxrecordsperfile": " 10 ", "compressionlevel": ""})
     assert (p.row_group_rows, p.max_records_per_file, p.compression_level) == (1000, 10, None)
     assert p.max_file_bytes == 256 * 1024 * 1024 and _plan({"path": "/tmp/d"}).max_file_bytes == 0
-    with pytest.raises(ConfigError, match="'maxopenfiles' must be an integer >= 1, got '0'"):
+    with pytest.raises(ConfigError, match=r"'maxopenfiles' must be an integer >= 1$"):
         _plan({"path": GS, "maxopenfiles": "0"})
 
 

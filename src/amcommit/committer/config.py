@@ -136,25 +136,28 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
         ):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.io_rate is not None and self.io_rate <= 0:
-            raise ConfigError(f"io_rate must be > 0 or unset, got {self.io_rate!r}")
+                raise ConfigError(f"committer option {name!r} must be an integer >= 1")
+        # (no message shows the value given: it may be a secret given to the wrong option)
+        if self.io_rate is not None and not self.io_rate > 0:
+            raise ConfigError(
+                "committer option 'io_rate' must be a number > 0 (operations per second) or none"
+            )
         if self.conflict_mode not in get_args(ConflictMode):
             raise ConfigError(
-                f"conflict_mode must be one of {', '.join(get_args(ConflictMode))}, got {self.conflict_mode!r}"
+                f"committer option 'conflict_mode' must be one of {', '.join(get_args(ConflictMode))}"
             )
         if self.success_filenames < 0:
-            raise ConfigError("success_filenames must be >= 0")
+            raise ConfigError("committer option 'success_filenames' must be an integer >= 0")
         if not self.lock_ttl > 0:
-            raise ConfigError(f"lock_ttl must be > 0 seconds, got {self.lock_ttl!r}")
+            raise ConfigError("committer option 'lock_ttl' must be a number of seconds > 0")
         if not self.writer_ttl > 0:
-            raise ConfigError(f"writer_ttl must be > 0 seconds, got {self.writer_ttl!r}")
+            raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
         if not self.lock_wait >= 0:
-            raise ConfigError(f"lock_wait must be >= 0 seconds, got {self.lock_wait!r}")
+            raise ConfigError("committer option 'lock_wait' must be a number of seconds >= 0")
 
     def with_options(self, **changes: Any) -> CommitterConfig:
         """A copy with ``changes`` applied (our field names; values converted and checked)."""
-        return convert_options(type(self), changes, base=self, show_values=True)
+        return convert_options(type(self), changes, base=self)
 
     @classmethod
     def from_mapping(
@@ -185,7 +188,6 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
             base=base or cls(),
             normalise=normalise_key,
             aliases=HADOOP_KEYS,
-            show_values=True,
         )
 
 

@@ -39,7 +39,7 @@ from msgspec import Meta
 
 from amcommit.committer.config import HADOOP_KEYS, CommitterConfig, ConflictMode, normalise_key
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.options import Options, convert_options, suggest
+from amcommit.options import Options, convert_options, show_key, suggest
 from amcommit.redact import redact_url
 from amcommit.store.options import ALL_STORE_OPTIONS
 from amcommit.store.schemes import (
@@ -317,23 +317,21 @@ def build_plan(
         known = [*WRITER_OPTIONS, *store_fields, *sorted(_COMMITTER_FIELDS), *HADOOP_KEYS]
         key = sorted(unknown)[0]
         raise ConfigError(
-            f"unknown option {key!r} for format {SOURCE_NAME!r}{_suggest(key, known)} "
+            f"unknown option {show_key(key)} for format {SOURCE_NAME!r}{_suggest(key, known)} "
             f"(writer options: {', '.join(sorted(WRITER_OPTIONS))}; store options of "
             f"{parsed.scheme}://: {', '.join(store_fields)}, also as store.<name>; committer "
             "options: see CommitterConfig, also as mapreduce.manifest.committer.*)"
         )
     store_options = convert_store_options(store_type, store).given()
-    w = convert_options(WriterOptions, writer, show_values=True)
+    w = convert_options(WriterOptions, writer)
 
     fmt = w.format.lower()
     if fmt != "parquet":
-        raise ConfigError(f"unsupported file format {fmt!r}: amcommit writes parquet only")
+        raise ConfigError("option 'format' must be parquet: amcommit writes parquet only")
 
     comp_name = w.compression.lower()
     if comp_name not in COMPRESSIONS:
-        raise ConfigError(
-            f"unsupported compression {comp_name!r} (supported: {', '.join(sorted(COMPRESSIONS))})"
-        )
+        raise ConfigError(f"option 'compression' must be one of {', '.join(sorted(COMPRESSIONS))}")
 
     # --- partition columns -----------------------------------------------------------------
     all_fields = list(schema.fields)
@@ -345,10 +343,11 @@ def build_plan(
         if not name:
             continue
         f = by_lower.get(name.lower())
-        if f is None:
+        if f is None:  # (the value given is not shown: it may be anything, a secret too)
             raise ConfigError(
-                f"partition column {name!r} is not in the DataFrame's columns "
-                f"({', '.join(x.name for x in all_fields)}){_suggest(name, [x.name for x in all_fields])}"
+                f"option 'partitionBy' must name columns of the DataFrame "
+                f"({', '.join(x.name for x in all_fields)}): its {_ordinal(len(given) + 1)} is none of them"
+                f"{_suggest(name, [x.name for x in all_fields])}"
             )
         if f.name in parts:
             raise ConfigError(f"partition column {f.name!r} is listed twice in partitionBy")
@@ -375,7 +374,7 @@ def build_plan(
     # --- save mode -> conflict mode ----------------------------------------------------------
     pom = w.partitionoverwritemode.lower()
     if pom not in ("static", "dynamic"):
-        raise ConfigError(f"partitionOverwriteMode must be static or dynamic, got {pom!r}")
+        raise ConfigError("option 'partitionOverwriteMode' must be static or dynamic")
     try:
         base = CommitterConfig.from_mapping(committer)
     except ConfigError as e:
@@ -450,7 +449,7 @@ def _table_plan(
     """The table part of the plan, or None for a plain destination. Pure."""
     fmt = w.tableformat.strip().lower()
     if fmt and fmt not in TABLE_FORMATS:
-        raise ConfigError(f"unsupported tableFormat {fmt!r} (supported: {', '.join(sorted(TABLE_FORMATS))})")
+        raise ConfigError(f"option 'tableFormat' must be one of {', '.join(sorted(TABLE_FORMATS))}")
     if not fmt and not existing:
         for name, value in (("tableName", w.tablename), ("recordKey", w.recordkey)):
             if value.strip() and check:
@@ -461,7 +460,7 @@ def _table_plan(
     name = w.tablename.strip() or default_table_name(url)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", name):
         raise ConfigError(
-            f"invalid tableName {name!r}: letters, digits, '_' and '-' only, not starting with a digit"
+            "option 'tableName' must be letters, digits, '_' and '-' only, not starting with a digit"
         )
     by_lower = {f.name.lower(): f for f in fields}
     keys: list[str] = []
@@ -470,10 +469,11 @@ def _table_plan(
         if not key:
             continue
         f = by_lower.get(key.lower())
-        if f is None:
+        if f is None:  # (the value given is not shown: it may be anything, a secret too)
             names = [x.name for x in fields]
             raise ConfigError(
-                f"recordKey column {key!r} is not in the DataFrame's columns ({', '.join(names)}){suggest(key, names)}"
+                f"option 'recordKey' must name columns of the DataFrame ({', '.join(names)}): its "
+                f"{_ordinal(len(keys) + 1)} is none of them{suggest(key, names)}"
             )
         if f.name in keys:
             raise ConfigError(f"recordKey column {f.name!r} is listed twice")
@@ -484,6 +484,12 @@ def _table_plan(
             )
         keys.append(f.name)
     return TablePlan(name=name, record_key_fields=tuple(keys), new=not existing)
+
+
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ... ``11th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix} column"
 
 
 KEY_TYPES = PARTITION_TYPES - {"TimestampType", "TimestampNTZType", "DoubleType", "FloatType"}

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, ConfigError, NotFound
-from amcommit.options import Options, convert_options, suggest
+from amcommit.options import Options, convert_options, show_key, suggest
 from amcommit.paths import join
 from amcommit.store.base import local_os_path
 from amcommit.store.schemes import (
@@ -111,7 +111,7 @@ def _instant(option: str, value: str) -> str:
         return check_instant(value.strip())
     except ConfigError:
         raise ConfigError(
-            f"option {option!r} must be an instant time (17 digits yyyyMMddHHmmssSSS, UTC), got {value!r}"
+            f"option {option!r} must be an instant time (17 digits yyyyMMddHHmmssSSS, UTC)"
         ) from None
 
 
@@ -119,9 +119,7 @@ def parse_query(o: ReadOptions) -> Query:
     """The query the options select. Pure; ConfigError (one line) on a bad combination."""
     qt = o.query_type.strip().lower()
     if qt not in ("", "snapshot", "incremental"):
-        raise ConfigError(
-            f"option 'hoodie.datasource.query.type' must be snapshot or incremental, got {o.query_type!r}"
-        )
+        raise ConfigError("option 'hoodie.datasource.query.type' must be snapshot or incremental")
     incremental = qt == "incremental" or (qt == "" and bool(o.since.strip()))
     if incremental:
         if o.as_of.strip():
@@ -165,11 +163,11 @@ def build_read_plan(options: Mapping[str, Any]) -> ReadPlan:
         else:
             known = [*READ_KEYS, *store_type.__struct_fields__]
             raise ConfigError(
-                f"unknown option {key!r} for reading format 'amcommit'{suggest(key, known)} "
+                f"unknown option {show_key(key)} for reading format 'amcommit'{suggest(key, known)} "
                 f"(read options: {', '.join(sorted(READ_KEYS))}; store options of {parsed.scheme}://: "
                 f"{', '.join(store_type.__struct_fields__)})"
             )
-    o = convert_options(ReadOptions, read, show_values=True)
+    o = convert_options(ReadOptions, read)
     if o.max_partition_bytes < 1:
         raise ConfigError("option 'maxPartitionBytes' must be at least 1")
     store_options = convert_store_options(store_type, store).given()

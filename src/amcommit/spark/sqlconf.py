@@ -55,9 +55,9 @@ def task_settings(plan: WritePlan, props: Mapping[str, str | None]) -> TaskSetti
     if codec and not _given(plan, "compression"):
         name = codec.strip().lower()
         if name not in COMPRESSIONS:
-            raise ConfigError(
-                f"the session's {PARQUET_CODEC}={name!r} is not supported by amcommit "
-                f"(supported: {', '.join(sorted(COMPRESSIONS))}); set .option('compression', ...)"
+            raise ConfigError(  # (the value is not shown: it may be anything, a secret too)
+                f"the session's {PARQUET_CODEC} is not one amcommit supports "
+                f"({', '.join(sorted(COMPRESSIONS))}); set .option('compression', ...)"
             )
         compression = COMPRESSIONS[name]
     max_records = plan.max_records_per_file
@@ -66,7 +66,7 @@ def task_settings(plan: WritePlan, props: Mapping[str, str | None]) -> TaskSetti
         try:
             max_records = max(0, int(raw))  # Spark: zero or negative means no limit
         except ValueError:
-            raise ConfigError(f"the session's {MAX_RECORDS_PER_FILE}={raw!r} is not an integer") from None
+            raise ConfigError(f"the session's {MAX_RECORDS_PER_FILE} must be an integer") from None
     mode: str | None = None
     if plan.overwrite:
         mode = "dynamic" if plan.conflict_mode == "replace" else "static"
@@ -74,13 +74,11 @@ def task_settings(plan: WritePlan, props: Mapping[str, str | None]) -> TaskSetti
         if session_mode and not (_given(plan, "partitionoverwritemode") or _given(plan, "conflict_mode")):
             mode = session_mode.strip().lower()
             if mode not in ("static", "dynamic"):
-                raise ConfigError(
-                    f"the session's {PARTITION_OVERWRITE_MODE}={session_mode!r} is neither static nor dynamic"
-                )
+                raise ConfigError(f"the session's {PARTITION_OVERWRITE_MODE} must be static or dynamic")
     ts_type = (props.get(OUTPUT_TIMESTAMP_TYPE) or "INT96").strip().upper()
     if ts_type not in ("INT96", "TIMESTAMP_MICROS", "TIMESTAMP_MILLIS"):
         raise ConfigError(
-            f"the session's {OUTPUT_TIMESTAMP_TYPE}={ts_type!r} is not INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS"
+            f"the session's {OUTPUT_TIMESTAMP_TYPE} must be INT96, TIMESTAMP_MICROS or TIMESTAMP_MILLIS"
         )
     return TaskSettings(
         compression=compression,

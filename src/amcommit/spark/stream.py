@@ -387,7 +387,7 @@ def _stream_options(options: dict[str, Any]) -> tuple[dict[str, Any], str | None
             try:
                 ttl = float(v)
             except ValueError:
-                raise ConfigError(f"option 'leaseTtl' must be a number of seconds, got {v!r}") from None
+                raise ConfigError("option 'leaseTtl' must be a number of seconds > 0") from None
             if not ttl > 0:
                 raise ConfigError("option 'leaseTtl' must be > 0 seconds")
         elif low in STREAM_OPTIONS:
@@ -456,7 +456,7 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
     mode = str(opts.pop("mode", "append")).lower()
     if mode not in ("append", "overwrite"):
-        raise ConfigError(f"write_batch: mode must be 'append' or 'overwrite', got {mode!r}")
+        raise ConfigError("write_batch: option 'mode' must be 'append' or 'overwrite'")
     rest, checkpoint, ttl = _stream_options(opts)
     ck = checkpoint_app(checkpoint) if checkpoint else None
     app = query or ck

@@ -35,6 +35,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from amcommit.errors import StoreError
 from amcommit.iostats import IOStatistics
 from amcommit.paths import check_path
+from amcommit.store.names import NameLimits
 
 
 class PutMode(enum.Enum):
@@ -139,6 +140,10 @@ class Capabilities:
     """The store has ``delete_batch`` (:class:`BatchDeleter`) and one call takes at most
     this many paths (Blob: 256, the Blob Batch limit); 0: no ``delete_batch``. Use
     :func:`batch_deleter`."""
+    name_limits: NameLimits | None = None
+    """The longest names the store can hold (:mod:`amcommit.store.names`); None: not known.
+    The job commit refuses a manifest whose destinations break them, before anything is
+    published."""
 
 
 class RenameRequest(NamedTuple):

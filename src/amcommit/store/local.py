@@ -66,6 +66,7 @@ from amcommit.store.base import (
     WriteMode,
 )
 from amcommit.store.limits import Limiter
+from amcommit.store.names import clip, local_limits
 
 T = TypeVar("T")
 
@@ -197,10 +198,20 @@ def _encode_all(root: str, paths: list[str]) -> list[bytes] | None:
     return joined.split(b"\0")
 
 
+_READS = frozenset({"stat", "get", "list", "delete"})
+"""Operations for which a name too long for the file system means "nothing there"."""
+
+
 def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     msg = e.strerror or str(e)
     if isinstance(e, FileNotFoundError):
         return NotFound(msg, op=op, path=path)
+    if e.errno == errno.ENAMETOOLONG:
+        # no file of that name can exist: reads find nothing (so that a rollback meeting
+        # such a name ends), writes are refused as bad input; the path is cut short
+        if op in _READS:
+            return NotFound(f"no such file: {msg}", op=op, path=clip(path))
+        return InvalidInput(f"name too long for the file system: {msg}", op=op, path=clip(path))
     if isinstance(e, FileExistsError):
         return AlreadyExists(msg, op=op, path=path)
     if isinstance(e, NotADirectoryError):
@@ -328,6 +339,7 @@ class LocalStore:
             local_root=self.root,
             parallel_io=False,
             batch_rename=True,
+            name_limits=local_limits(self.root),
         )
         self._locks: dict[str, threading.Lock] = {}
         self._closed = False
@@ -409,6 +421,10 @@ class LocalStore:
                                 continue
                 except (FileNotFoundError, NotADirectoryError):
                     return []
+                except OSError as e:
+                    if e.errno == errno.ENAMETOOLONG:
+                        return []  # no directory of that name can exist
+                    raise
                 return out
 
             for p, st in await self._run("list", d, scan):
@@ -702,6 +718,10 @@ class LocalStore:
                 st = os.lstat(p)
             except FileNotFoundError:
                 return False
+            except OSError as e:
+                if e.errno == errno.ENAMETOOLONG:
+                    return False  # no file of that name can exist
+                raise
             if stat_mod.S_ISDIR(st.st_mode):
                 if recursive:
                     if not _remove_dirs_only(p):  # a tree of empty directories: rmdir only

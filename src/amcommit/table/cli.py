@@ -158,6 +158,8 @@ def add_commands(
     sub: Any, store_args: Callable[[argparse.ArgumentParser], None], url_forms: str = "a path or store URL"
 ) -> None:
     """Add ``timeline``, ``changes`` and ``clean`` to the subcommands ``sub``."""
+    from amcommit.cli import int_arg  # (amcommit.cli imports this module)
+
     sp = sub.add_parser(
         "timeline",
         help="list a table's instants (time, action, state, files, bytes, rows, duration, label)",
@@ -190,7 +192,7 @@ def add_commands(
     )
     sp.add_argument("dest", help="the table: " + url_forms)
     sp.add_argument(
-        "--retain-commits", type=int, required=True, metavar="N", help="commits kept readable (>= 1)"
+        "--retain-commits", type=int_arg(), required=True, metavar="N", help="commits kept readable (>= 1)"
     )
     sp.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     sp.add_argument("--json", action="store_true", help="print the report as JSON")

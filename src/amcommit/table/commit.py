@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import io
 import logging
+import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from amcommit.committer.context import CommitRun, JobContext, run_parallel
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
-from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.load_manifests import LoadedManifests, ManifestCheck
 from amcommit.errors import (
     AlreadyExists,
     CommitError,
@@ -56,10 +57,11 @@ from amcommit.errors import (
     NotFound,
     StoreError,
 )
-from amcommit.manifest import TaskManifest
+from amcommit.manifest import CheckedManifest, TaskManifest
 from amcommit.paths import basename, join, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
+from amcommit.store.names import shorten
 from amcommit.table.heartbeat import delete_beat, heartbeat, judge_writers, stop_beat, writer_alive
 from amcommit.table.labels import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
@@ -78,14 +80,17 @@ from amcommit.table.naming import (
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
     TEMP_DIR,
+    foreign_file,
     is_instant,
 )
+from amcommit.table.properties import TableProperties
 from amcommit.table.tasknames import ROWS_KEY
 from amcommit.table.timeline import LoadedCommit, list_instants, snapshot
 from amcommit.table.write import WriteMarker, read_marker, read_properties, set_operation
 from amcommit.table.writestats import (
     STATS_KEY,
     SplicedStats,
+    paths_of_task_stats,
     rows_of_task_stats,
     spliced_write_stats,
     write_stat,
@@ -352,6 +357,7 @@ async def plan_commit(
     marker: WriteMarker,
     loaded: LoadedManifests,
     instants: Sequence[Instant] | None = None,
+    props: TableProperties | None = None,
 ) -> tuple[CommitMetadata, SplicedStats | None]:
     """The commit metadata of this write: ``(metadata, spliced)``; encode it with
     ``encode_commit_metadata(metadata, spliced=spliced)``.
@@ -364,9 +370,10 @@ async def plan_commit(
     ``instants``: the timeline as the order check listed it under the lock (listed here if
     None). Commit metadata is read only where it is needed: every completed write instant
     for an overwrite (the replaced file groups), the latest one for a write whose marker has
-    no schema, none otherwise."""
+    no schema, none otherwise. ``props``: the table's properties (read here if None)."""
     dest = ctx.layout.dest
-    props = await read_properties(ctx.store, dest, ctx.config)
+    if props is None:
+        props = await read_properties(ctx.store, dest, ctx.config)
     if props is None:
         raise CommitError(f"{dest!r} lost its hoodie.properties", stage="plan_commit")
     depth = len(props.partition_fields)
@@ -444,6 +451,40 @@ def _write_stats(
     for lst in stats.values():
         lst.sort(key=lambda s: s.path)
     return stats
+
+
+def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
+    """The table's check of each task manifest while the job commit loads them
+    (:attr:`~amcommit.committer.stages.load_manifests.LoadInputs.check`): a write of
+    ``instant`` publishes only its own base files, ``<fileId>_<writeToken>_<instant>.parquet``
+    in partition folders ``depth`` deep (:func:`~amcommit.table.naming.foreign_file`;
+    nothing into ``.hoodie/``, nothing stamped with another instant), and the write stats a
+    task manifest carries name exactly the files it publishes (else the completed instant
+    would name files that do not exist). ManifestError naming the manifest and the path;
+    raised before anything is published."""
+    cut = len(dest) + 1 if dest else 0
+
+    def check(m: TaskManifest, c: CheckedManifest, name: str) -> None:
+        rels = list(map(operator.itemgetter(slice(cut, None)), c.dsts))
+        dirs = [d[cut:] if d != dest else "" for d in c.dirs]
+        bad = foreign_file(rels, dirs, instant, depth)
+        if bad is not None:
+            path, why = bad
+            raise ManifestError(
+                f"destination {shorten(path)} is not this table write's to publish: {why}", manifest=name
+            )
+        raw = m.extra_data.get(STATS_KEY)
+        named = None if raw is None else paths_of_task_stats(raw)
+        if named is not None and (len(named) != len(rels) or set(named) != set(rels)):
+            extra = sorted(set(named) - set(rels))
+            if extra:
+                why = f"its write stats name {shorten(extra[0])}, which it does not publish"
+            else:
+                missing = sorted(set(rels) - set(named)) or rels
+                why = f"it publishes {shorten(missing[0])}, which its write stats do not name (once each)"
+            raise ManifestError(why, manifest=name)
+
+    return check
 
 
 def partition_metadata(instant: str, depth: int) -> bytes:
@@ -576,10 +617,15 @@ async def run_table_commit(
     journal: Journal | None = None
     done: Instant | None = None  # this write's completed instant, if it was published
     in_order: list[Instant] | None = None  # the timeline, if the early check found it in order
+    props: TableProperties | None = None
 
     async def journal_of() -> None:
         nonlocal journal
         journal = await load_journal(ctx)
+
+    async def props_of() -> None:
+        nonlocal props
+        props = await read_properties(store, dest, ctx.config)
 
     async def order() -> None:
         nonlocal in_order, done
@@ -595,7 +641,7 @@ async def run_table_commit(
     # write was published already. Only a timeline in order is taken from there, and only
     # by a first run; anything to act on (a write to roll back or wait for, an
     # out-of-order instant) runs check_order after the load, as it would without.
-    await run_parallel([journal_of, order], lambda step: step(), 2)
+    await run_parallel([journal_of, order, props_of], lambda step: step(), 3)
     if journal is not None:
         report.resumed = True
         journal.runs += 1
@@ -606,9 +652,13 @@ async def run_table_commit(
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
+    if props is None and journal is None:
+        raise CommitError(f"{dest!r} lost its hoodie.properties", stage="load_manifests")
     async with ctx.stage("load_manifests"):
         run.spool = load_manifests.new_spool(ctx)
-        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
+        # (a resumed commit's manifests passed the check when its journal was saved)
+        check = None if props is None else own_files_check(dest, instant, len(props.partition_fields))
+        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests, check))
         if manifests is not None and journal is None:
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
     loaded = run.loaded
@@ -628,7 +678,7 @@ async def run_table_commit(
         async with ctx.stage("plan_commit"):
             # no marker only when the instant was published (returned above)
             assert marker is not None, "table write without its staging marker"
-            meta, spliced = await plan_commit(ctx, marker, loaded, instants)
+            meta, spliced = await plan_commit(ctx, marker, loaded, instants, props)
             if label is not None:
                 meta.extra_metadata.update(label_metadata(label))
             data = encode_commit_metadata(meta, spliced=spliced)

@@ -12,12 +12,15 @@ Facts relied on (measured with hudi-rs 0.5.0, see TABLES.md):
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 import uuid
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from amcommit.errors import ConfigError
+from amcommit.errors import CommitError, ConfigError
 
 HOODIE_DIR = ".hoodie"
 """Timeline folder, relative to the table root."""
@@ -77,13 +80,31 @@ def next_instant(now: datetime, after: str | None = None) -> str:
 
     Allocation is not made unique by this function: the caller claims the time on the store
     with a create-only write and asks again with ``after`` set to the time it lost.
+
+    Raises :class:`~amcommit.errors.CommitError` (one line) when no instant can follow
+    ``after``: it is the last time an instant can name (``99991231235959999``) or no real
+    moment (month 13, say); an instant file of such a name blocks every later write until
+    it is removed.
     """
     t = format_instant(now)
     if after is not None:
         check_instant(after)
         floor = after if len(after) == 17 else after + "000"
         if t <= floor:
-            t = format_instant(parse_instant(floor) + timedelta(milliseconds=1))
+            try:
+                t = format_instant(parse_instant(floor) + timedelta(milliseconds=1))
+            except OverflowError:
+                raise CommitError(
+                    f"no instant can follow {after}: it is the last instant time possible (year 9999); "
+                    "remove its instant file if no real write made it",
+                    stage="begin_write",
+                ) from None
+            except ValueError:
+                raise CommitError(
+                    f"no instant can follow {after}: it names no real moment (not a date and time "
+                    "yyyyMMddHHmmssSSS); remove its instant file if no real write made it",
+                    stage="begin_write",
+                ) from None
     return t
 
 
@@ -125,6 +146,92 @@ def parse_base_file_name(name: str) -> BaseFileName | None:
     if m is None:
         return None
     return BaseFileName(m["file_id"], m["token"], m["instant"])
+
+
+def _folder_problem(folder: str, depth: int, *, exact: bool) -> str | None:
+    """Why ``folder`` (relative to the table, ``""`` = its root) cannot hold (``exact``) or
+    lead to a partition of a table with ``depth`` partition fields; None if it can."""
+    segs = folder.split("/") if folder else []
+    for seg in segs:
+        if seg.startswith((".", "_")):
+            return f"folder {seg!r} is hidden or starts with '_': not a partition folder"
+    if len(segs) > depth or (exact and len(segs) != depth):
+        return f"it is {len(segs)} folder(s) deep, but the table has {depth} partition field(s)"
+    return None
+
+
+def _name_problem(name: str, instant: str) -> str | None:
+    """Why ``name`` is not a base file name of ``instant``; None if it is one."""
+    if name.startswith((".", "_")):
+        return "a hidden or '_' name is not a base file"
+    parsed = parse_base_file_name(name)
+    if parsed is None:
+        return f"not a base file name (<fileId>_<writeToken>_{instant}{BASE_FILE_EXTENSION})"
+    if parsed.instant != instant:
+        return f"it is stamped with instant {parsed.instant}, not this write's {instant}"
+    return None
+
+
+def foreign_file(
+    files: Sequence[str], dirs: Iterable[str], instant: str, depth: int
+) -> tuple[str, str] | None:
+    """``(path, why)`` of the first path a write of ``instant`` into a table with ``depth``
+    partition fields must not publish, None if all are its own: ``files`` (relative to the
+    table) must be base files stamped with ``instant``, ``<fileId>_<writeToken>_<instant>
+    .parquet``, in partition folders exactly ``depth`` deep; ``dirs`` (the directories the
+    write creates, relative to the table) must be partition folders or above them. No
+    folder may be hidden or start with ``_`` (``.hoodie`` is the timeline). Pure.
+
+    For the many files of a write: C loops (a split per name, a join and a few scans) while
+    every name is right; the names are parsed one by one only to explain a wrong one."""
+    bad = _foreign_file(files, instant, depth)
+    if bad is not None:
+        return bad
+    for d in dirs:
+        why = _folder_problem(d, depth, exact=False)
+        if why is not None:
+            return d, why
+    return None
+
+
+_ONLY_UNDERSCORES = bytes(b for b in range(256) if b not in b"_\n")
+"""For ``bytes.translate(None, ...)``: deletes every byte but ``_`` and the line break."""
+
+
+def _all_base_names(names: list[str], instant: str) -> bool:
+    """True if every one of ``names`` is ``<fileId>_<writeToken>_<instant>.parquet`` with a
+    file id and a token that are not empty, hold no ``_`` and do not start with ``.``
+    (what :func:`_name_problem` accepts); False if any is not, or may not be. One join and
+    a few scans of it, in C."""
+    end = f"_{instant}{BASE_FILE_EXTENSION}\n"
+    joined = "\n" + "\n".join(names) + "\n"
+    if joined.count(end) != len(names):  # each line ends so (a line has one end at most)
+        return False
+    # two "_" on each line (the end's and the one after the file id), none at its start
+    # (an empty file id) or next to another (an empty token), no name starting with "."
+    if "\n_" in joined or "__" in joined or "\n." in joined:
+        return False
+    kept = joined.encode("utf-8", "surrogatepass").translate(None, _ONLY_UNDERSCORES)
+    return kept == b"\n" + b"__\n" * len(names)
+
+
+def _foreign_file(files: Sequence[str], instant: str, depth: int) -> tuple[str, str] | None:
+    """:func:`foreign_file` of the files alone."""
+    if not files:
+        return None
+    parts = list(map(str.rpartition, files, itertools.repeat("/")))
+    for folder in set(map(operator.itemgetter(0), parts)):
+        why = _folder_problem(folder, depth, exact=True)
+        if why is not None:
+            return next(f for f, p in zip(files, parts, strict=True) if p[0] == folder), why
+    names = list(map(operator.itemgetter(2), parts))
+    if _all_base_names(names, instant):
+        return None
+    for f, name in zip(files, names, strict=True):
+        why = _name_problem(name, instant)
+        if why is not None:
+            return f, why
+    return None
 
 
 def commit_seqno(instant: str, partition_id: int, n: int) -> str:

@@ -20,6 +20,7 @@ the rename entries instead (:func:`write_stat`), as before.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 
 import msgspec
@@ -31,6 +32,7 @@ __all__ = [
     "STATS_KEY",
     "SplicedStats",
     "TaskStatsHeader",
+    "paths_of_task_stats",
     "rows_of_task_stats",
     "spliced_write_stats",
     "task_write_stats",
@@ -115,6 +117,31 @@ def rows_of_task_stats(raw: str) -> dict[str, int]:
 
 
 _stats_decoder = msgspec.json.Decoder(list[WriteStat])
+
+
+class _StatPath(msgspec.Struct):
+    """Only a write stat's ``path`` (msgspec skips the other fields without building them)."""
+
+    path: str
+
+
+_paths_decoder = msgspec.json.Decoder(list[_StatPath])
+_get_path = operator.attrgetter("path")
+
+
+def paths_of_task_stats(raw: str) -> list[str] | None:
+    """The paths (relative to the table) one task's stats (:func:`task_write_stats`) name,
+    in their order; None if they are not that format. Each partition's line is decoded for
+    its paths alone (about 0.2 us per stat, escapes handled as JSON)."""
+    _, *arrays = raw.split("\n")
+    out: list[str] = []
+    try:
+        for line in arrays:
+            out += map(_get_path, _paths_decoder.decode(line))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return out
+
 
 SplicedStats = dict[str, list[bytes]]
 """Each partition's write stats as the task commits encoded them: the bodies of their JSON

@@ -5,9 +5,11 @@ Manifests are read with ``config.load_threads`` in parallel; each is decoded, va
 (:func:`amcommit.manifest.check_manifest`) and appended to the spool, then dropped, so at
 most ``load_threads`` manifests are in memory. Duplicate destinations across manifests are
 found exactly and reported with the manifests that name them, before anything is renamed.
-So are a destination that is a file in one entry and a directory of others, and (on local
-stores, where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies
-behind one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
+So are a destination that is a file in one entry and a directory of others, a destination
+or directory the store cannot hold (``Capabilities.name_limits``, :mod:`amcommit.store.names`),
+what the job kind's own check refuses (:attr:`LoadInputs.check`), and (on local stores,
+where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies behind
+one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
 Every listing, read and write goes through the job's retry layer
 (:mod:`amcommit.committer.context`).
 """
@@ -27,10 +29,17 @@ from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.lock import FencedStore
 from amcommit.committer.spool import EntrySpool
 from amcommit.errors import ManifestError
-from amcommit.manifest import TaskManifest, check_manifest_columns, decode_manifest, manifest_is_plain
+from amcommit.manifest import (
+    CheckedManifest,
+    TaskManifest,
+    check_manifest_columns,
+    decode_manifest,
+    manifest_is_plain,
+)
 from amcommit.paths import basename, parent
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore, local_store_of
+from amcommit.store.names import NameLimits, shorten
 
 _YIELD_EVERY = 0.05
 """Seconds of loading after which the stage yields to the event loop at least once."""
@@ -46,14 +55,23 @@ async def list_manifest_paths(ctx: JobContext) -> list[str]:
     return sorted(paths)
 
 
+ManifestCheck = Callable[[TaskManifest, CheckedManifest, str], None]
+"""A job kind's own check of each manifest (:attr:`LoadInputs.check`): called with the
+manifest, its validated renames and directories (store paths) and its name; raises
+:class:`~amcommit.errors.ManifestError` to refuse it."""
+
+
 @dataclass(frozen=True)
 class LoadInputs:
     """``spool``: an empty spool the caller owns and closes (:func:`new_spool`; on a failure
     it keeps what was appended before it). ``manifests``: the task manifests if the caller
-    has them (else they are read from the job attempt's manifest directory)."""
+    has them (else they are read from the job attempt's manifest directory). ``check``: a
+    further check of each manifest (e.g. a table's: only its own base files), run after the
+    protocol's checks and before the manifest's entries are spooled."""
 
     spool: EntrySpool
     manifests: Sequence[TaskManifest] | None = None
+    check: ManifestCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -83,10 +101,17 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
     job_id = ctx.layout.job_id
     task_ids: dict[str, str] = {}
     done = 0
+    limits = ctx.store.capabilities.name_limits
+    storable_dirs: set[str] = set()  # directories found within the store's name limits
+    check = inputs.check
 
     def accept(m: TaskManifest, name: str, plain: bool = False) -> None:
         nonlocal done
         c = check_manifest_columns(m, job_id=job_id, scope=scope, name=name, plain=plain)
+        if limits is not None:
+            _check_names(limits, c, name, storable_dirs)
+        if check is not None:
+            check(m, c, name)
         other = task_ids.get(m.task_id)
         if other is not None:
             raise ManifestError(f"task {m.task_id} was committed twice (also in {other})", manifest=name)
@@ -160,6 +185,21 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
     ctx.report.files = spool.count
     ctx.report.bytes = spool.total_bytes
     return LoadedManifests(spool, frozenset(all_dirs), tuple(extra_data), done)
+
+
+def _check_names(limits: NameLimits, c: CheckedManifest, name: str, storable_dirs: set[str]) -> None:
+    """ManifestError naming the first destination (or directory) of a manifest the store
+    cannot hold (:meth:`~amcommit.store.names.NameLimits.first_problem`). ``storable_dirs``:
+    directories already found fine (partition directories repeat across manifests); the
+    new ones are added."""
+    new_dirs = c.dirs - storable_dirs
+    bad = limits.first_problem(c.dsts, new_dirs)
+    if bad is not None:
+        path, why = bad
+        raise ManifestError(f"destination {shorten(path)} cannot be stored: {why}", manifest=name)
+    if len(storable_dirs) > 100_000:
+        storable_dirs.clear()
+    storable_dirs.update(new_dirs)
 
 
 def _plain_local(store: Store) -> LocalStore | None:

@@ -100,6 +100,7 @@ from amcommit.store.base import (
     WriteMode,
 )
 from amcommit.store.http import HttpResponse
+from amcommit.store.names import AZURE_LIMITS, check_storable, unreachable
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 
 _META = "x-ms-meta-"
@@ -157,6 +158,7 @@ class BlobStore(AzureBase):
         retries=True,
         batch_rename=True,
         delete_batch_max=BATCH_MAX,
+        name_limits=AZURE_LIMITS,
     )
 
     def __init__(
@@ -259,6 +261,9 @@ class BlobStore(AzureBase):
         check_path(path)
         if path == "":
             return ObjectInfo("", 0, is_dir=True)
+        gone = unreachable(AZURE_LIMITS, path, "stat")
+        if gone is not None:
+            raise gone
         try:
             return self._info(path, await self._head(path, "stat"))
         except NotFound:
@@ -269,6 +274,8 @@ class BlobStore(AzureBase):
     async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
         """Blobs below ``prefix`` (List Blobs with marker paging; not a snapshot)."""
         check_path(prefix)
+        if unreachable(AZURE_LIMITS, prefix, "list") is not None:
+            return  # nothing can be below a name the store cannot hold
         p = f"{prefix}/" if prefix else ""
         marker: str | None = None
         dirs: set[str] = set()
@@ -302,11 +309,15 @@ class BlobStore(AzureBase):
     async def get(self, path: str) -> bytes:
         """The whole blob (one Get Blob)."""
         check_path(path, allow_root=False)
+        gone = unreachable(AZURE_LIMITS, path, "get")
+        if gone is not None:
+            raise gone
         return (await self.request("get", "GET", self.url(path), path=path)).body
 
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         """Write a whole blob atomically (see the module doc for modes and retries)."""
         check_path(path, allow_root=False)
+        check_storable(AZURE_LIMITS, path, "put")
         cond: dict[str, str] = {}
         put_id: str | None = None
         if mode is PutMode.CREATE:
@@ -402,6 +413,10 @@ class BlobStore(AzureBase):
         sends, or the result when the source is gone and the rename proven done."""
         check_path(src, allow_root=False)
         check_path(dst, allow_root=False)
+        gone = unreachable(AZURE_LIMITS, src, "rename")
+        if gone is not None:
+            raise gone
+        check_storable(AZURE_LIMITS, dst, "rename")
         if src == dst:
             raise AlreadyExists("source and destination are the same", op="rename", path=dst)
         rid = rename_id or uuid.uuid4().hex
@@ -584,6 +599,8 @@ class BlobStore(AzureBase):
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         """Delete a blob, or (``recursive``) every blob below ``path/``; not atomic."""
         check_path(path, allow_root=False)
+        if unreachable(AZURE_LIMITS, path, "delete") is not None:
+            return False  # nothing of that name, nor below it, can exist
         deleted = False
         try:
             await self.request("delete", "DELETE", self.url(path), path=path)
@@ -630,6 +647,11 @@ class BlobStore(AzureBase):
             raise InvalidInput(f"at most {BATCH_MAX} paths per delete_batch, got {len(paths)}")
         for p in paths:
             check_path(p, allow_root=False)
+        if any(unreachable(AZURE_LIMITS, p, "delete") is not None for p in paths):
+            # a name the store cannot hold is already gone; the others go as usual
+            keep = [i for i, p in enumerate(paths) if unreachable(AZURE_LIMITS, p, "delete") is None]
+            sub = await self.delete_batch([paths[i] for i in keep]) if keep else {}
+            return {keep[i]: e for i, e in sub.items()}
         answers = await self._batch_deletes("delete", [(p, None) for p in paths])
         failed: dict[int, StoreError] = {}
         for i, err in enumerate(answers):
@@ -811,6 +833,7 @@ class BlobStore(AzureBase):
     async def mkdirs(self, path: str) -> None:
         """No-op: directories are virtual on a flat namespace (no marker blobs written)."""
         check_path(path)
+        check_storable(AZURE_LIMITS, path, "mkdirs")
 
 
 def parse_batch_response(content_type: str, body: bytes) -> dict[int, HttpResponse]:

@@ -51,6 +51,7 @@ from amcommit.store.base import (
     UpdateIf,
     WriteMode,
 )
+from amcommit.store.names import AZURE_LIMITS, check_storable, unreachable
 from amcommit.store.proof import Expected, Verdict, judge_rename
 from amcommit.store.retry import call_with_retries
 
@@ -68,6 +69,7 @@ class DfsStore(AzureBase):
         conditional_put=True,
         name="dfs",
         retries=True,
+        name_limits=AZURE_LIMITS,
     )
 
     def __init__(
@@ -108,6 +110,9 @@ class DfsStore(AzureBase):
         check_path(path)
         if path == "":
             return ObjectInfo("", 0, is_dir=True)
+        gone = unreachable(AZURE_LIMITS, path, "stat")
+        if gone is not None:
+            raise gone
         h = (await self.request("stat", "HEAD", self.url(path), path=path)).headers
         is_dir = h.get("x-ms-resource-type") == "directory"
         return ObjectInfo(
@@ -121,6 +126,8 @@ class DfsStore(AzureBase):
     async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
         """List Paths below directory ``prefix`` (continuation paging; not a snapshot)."""
         check_path(prefix)
+        if unreachable(AZURE_LIMITS, prefix, "list") is not None:
+            return  # nothing can be below a name the store cannot hold
         base = f"resource=filesystem&recursive={'true' if recursive else 'false'}&maxResults={self.list_page_size}"
         if prefix:
             base += f"&directory={quote(prefix, safe='')}"
@@ -158,11 +165,15 @@ class DfsStore(AzureBase):
     async def get(self, path: str) -> bytes:
         """Path Read of the whole file."""
         check_path(path, allow_root=False)
+        gone = unreachable(AZURE_LIMITS, path, "get")
+        if gone is not None:
+            raise gone
         return (await self.request("get", "GET", self.url(path), path=path)).body
 
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         """Upload to a temporary file, then rename it into place (see the module doc)."""
         check_path(path, allow_root=False)
+        check_storable(AZURE_LIMITS, path, "put")
         dirname = parent(path)
 
         async def attempt(n: int) -> tuple[str, str]:
@@ -236,6 +247,10 @@ class DfsStore(AzureBase):
         """Atomic rename that never overwrites; recovers lost answers by etag."""
         check_path(src, allow_root=False)
         check_path(dst, allow_root=False)
+        gone = unreachable(AZURE_LIMITS, src, "rename")
+        if gone is not None:
+            raise gone
+        check_storable(AZURE_LIMITS, dst, "rename")
         if src == dst:
             raise AlreadyExists("source and destination are the same", op="rename", path=dst)
         known = src_etag
@@ -328,6 +343,8 @@ class DfsStore(AzureBase):
     async def delete(self, path: str, *, recursive: bool = False) -> bool:
         """Path Delete (following continuation tokens for big directories); not atomic."""
         check_path(path, allow_root=False)
+        if unreachable(AZURE_LIMITS, path, "delete") is not None:
+            return False  # nothing of that name, nor below it, can exist
         token: str | None = None
         while True:
             q = f"recursive={'true' if recursive else 'false'}"
@@ -347,6 +364,7 @@ class DfsStore(AzureBase):
         check_path(path)
         if path == "":
             return
+        check_storable(AZURE_LIMITS, path, "mkdirs")
         try:
             await self.request("mkdirs", "PUT", self.url(path, "resource=directory"), path=path)
         except AlreadyExists as e:

@@ -89,6 +89,7 @@ from amcommit.store.gcs.client import (
     resolve_endpoint,
 )
 from amcommit.store.limits import Limiter, shared_limiter
+from amcommit.store.names import GCS_LIMITS, check_storable, unreachable
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 from amcommit.store.retry import RetryPolicy
 
@@ -243,6 +244,7 @@ class GcsStore:
             conditional_put=True,
             name="gcs",
             retries=True,
+            name_limits=GCS_LIMITS,
         )
 
     @property
@@ -364,6 +366,9 @@ class GcsStore:
         """Info of an object, or of a virtual directory (``is_dir=True``) when objects
         exist below ``path/``. Idempotent."""
         check_path(path)
+        gone = unreachable(GCS_LIMITS, path, "stat")
+        if gone is not None:
+            raise gone
         with self.iostats.time("stat"):
             if path == "":
                 return ObjectInfo(path="", size=0, is_dir=True)
@@ -379,6 +384,8 @@ class GcsStore:
         listings use the ``/`` delimiter and yield common prefixes as directories.
         Not a snapshot."""
         check_path(prefix)
+        if unreachable(GCS_LIMITS, prefix, "list") is not None:
+            return  # nothing can be below a name the store cannot hold
         pfx = prefix + "/" if prefix else ""
         token: str | None = None
         seen_dirs: set[str] = set()
@@ -409,6 +416,9 @@ class GcsStore:
     async def get(self, path: str) -> bytes:
         """The whole object (``alt=media``). Idempotent."""
         check_path(path, allow_root=False)
+        gone = unreachable(GCS_LIMITS, path, "get")
+        if gone is not None:
+            raise gone
         r = await self.http.send("gcs_media", "GET", self._obj_url(path, params={"alt": "media"}), path=path)
         return r.body
 
@@ -422,6 +432,7 @@ class GcsStore:
         retried only after 429.
         """
         check_path(path, allow_root=False)
+        check_storable(GCS_LIMITS, path, "put")
         precondition: str | None
         if mode is PutMode.CREATE:
             precondition = "0"
@@ -586,6 +597,10 @@ class GcsStore:
         two strategies, their atomicity and the recovery of retried renames)."""
         check_path(src, allow_root=False)
         check_path(dst, allow_root=False)
+        gone = unreachable(GCS_LIMITS, src, "rename")
+        if gone is not None:
+            raise gone
+        check_storable(GCS_LIMITS, dst, "rename")
         if src == dst:
             raise AlreadyExists("source and destination are the same object", op="rename", path=dst)
         expected = None if src_etag is None else str(_generation(src_etag, op="rename", path=src))
@@ -835,6 +850,8 @@ class GcsStore:
         :class:`~amcommit.errors.PreconditionFailed` (a non-empty "directory").
         """
         check_path(path, allow_root=False)
+        if unreachable(GCS_LIMITS, path, "delete") is not None:
+            return False  # nothing of that name, nor below it, can exist
         with self.iostats.time("delete"):
             deleted = await self._delete_object(path, None)
             if not recursive:
@@ -873,6 +890,7 @@ class GcsStore:
         if path == "":
             return
         check_path(path)
+        check_storable(GCS_LIMITS, path, "mkdirs")
         with self.iostats.time("mkdirs"):
             names = [*ancestors(path), path]
             found: list[str] = []
