@@ -266,9 +266,7 @@ async def _plan(
     With the reading API (:class:`amcommit.table.reader.Timeline`, when present) a time
     travel or incremental query reaching past what a clean deleted is refused
     (``CleanedPast``, one line); otherwise the timeline is loaded whole."""
-    done = {
-        i.time: i for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS
-    }
+    done = {i.time: i for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS}
     writes = sorted(done)
     q = snap(query, writes)
     at = schema_instant(q, writes)
