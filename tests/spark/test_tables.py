@@ -354,6 +354,7 @@ def test_table_schema_on_write(spark: Any, tmp_path: Path) -> None:
         ("w", "string"),
     ]
     assert sorted((r.id, r.v, r.w) for r in snap.collect()) == [*want, (6, None, "z")]
+    assert sorted(snap.toPandas()["id"]) == list(range(7))  # the spark extra installs pandas (item 14)
     old = spark.read.format("amcommit").option("asOf", t1).load(str(dest))
     assert [f.name for f in old.schema.fields[5:]] == ["id", "v"]
     assert sorted((r.id, r.v) for r in old.collect()) == [(i, f"v{i}") for i in range(4)]
