@@ -4,7 +4,7 @@
     amcommit manifest URL [--json]           show a task manifest
     amcommit commit-job DEST --job-id ID     run or resume a job commit, with a progress bar
     amcommit abort-job DEST --job-id ID      abort a job (roll back, or finish past the point of no return)
-    amcommit jobs DEST [--json]              the jobs under DEST/_temporary, their state, the lock
+    amcommit jobs DEST [--json]              the jobs under DEST/_temporary (a table's pending instants), the lock
     amcommit demo [--target gcs|azurite|local] [--no-spark]   a Spark job committed on an embedded default
     amcommit emulator start gcs|azurite      run an emulator with a bucket, print how to use it
     amcommit --version
@@ -201,11 +201,12 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     from amcommit.store.schemes import open_location
 
     opts = _store_options(args)
+    config = _config(args)
 
     async def main() -> DestinationJobs:
         store, dest = open_location(args.dest, **opts)
         async with store:
-            return await list_jobs(store, dest)
+            return await list_jobs(store, dest, config=config)
 
     result = run_blocking(main)
     if args.json:
@@ -322,10 +323,19 @@ def register_jobs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="List the jobs under DEST/_temporary (amcommit's and Hadoop's layout) with their "
         "state: 'set up' (commit not begun), 'renaming' (commit under way or stopped; abort rolls back), "
         "'renamed' (past the point of no return; abort completes it), 'committed' (only cleanup "
-        "pending); the destination lock's holder and the last commit from _SUCCESS. Reads only.",
+        "pending); the destination lock's holder and the last commit from _SUCCESS. For a Hudi "
+        "table: its instants that are not completed, with their write's staging and commit state, "
+        "their writer's heartbeat (alive, stopped, expired, none) and the table's lock. Reads only; "
+        "a destination where nothing exists is an error.",
     )
     sp.add_argument("dest", help="destination directory: " + _URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.add_argument(
+        "--conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="committer option; writer_ttl judges table heartbeats (default 120 s)",
+    )
     store_args(sp)
     sp.set_defaults(func=cmd_jobs)
 

@@ -29,7 +29,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from amcommit.committer.jobs import DestinationJobs, JobInfo
+from amcommit.committer.jobs import DestinationJobs, JobInfo, TableWriteInfo
 from amcommit.committer.report import JobReport, Progress
 from amcommit.manifest import SuccessData, TaskManifest
 
@@ -213,6 +213,17 @@ def jobs_json(d: DestinationJobs, now: float | None = None) -> dict[str, Any]:
             "heartbeatAgeSeconds": round(d.lock.heartbeat_age(now), 3),
             "ttl": d.lock.ttl,
         }
+    if d.table:
+        return {
+            "destination": d.dest_uri,
+            "table": True,
+            "writes": [_table_write_json(w) for w in d.table_writes],
+            "lock": lock,
+            "lockUnreadable": d.lock_unreadable,
+            "lastInstant": None
+            if d.last_instant is None
+            else {"instant": d.last_instant.instant, "action": d.last_instant.action},
+        }
     return {
         "destination": d.dest_uri,
         "jobs": [
@@ -238,6 +249,23 @@ def jobs_json(d: DestinationJobs, now: float | None = None) -> dict[str, Any]:
             "success": d.last_commit.success,
             "files": d.last_commit.files,
         },
+    }
+
+
+def _table_write_json(w: TableWriteInfo) -> dict[str, Any]:
+    st = w.staging
+    return {
+        "instant": w.instant,
+        "action": w.action or None,
+        "state": w.state,
+        "operation": st.operation if st is not None else None,
+        "commit": st.state if st is not None else None,
+        "manifests": st.manifests if st is not None else None,
+        "origin": st.origin if st is not None else None,
+        "created": st.created if st is not None else None,
+        "heartbeat": w.heartbeat,
+        "heartbeatAgeSeconds": None if w.heartbeat_age is None else round(w.heartbeat_age, 3),
+        "holdsLock": w.holds_lock,
     }
 
 
@@ -276,14 +304,56 @@ def jobs_table(d: DestinationJobs) -> Table:
     return t
 
 
+def _beat_text(w: TableWriteInfo) -> str:
+    if w.heartbeat_age is None:
+        return w.heartbeat
+    return f"{w.heartbeat} ({_ago(w.heartbeat_age)})"
+
+
+def table_writes_table(d: DestinationJobs) -> Table:
+    """A table's pending instants as a rich table (one row per instant)."""
+    t = Table(box=None, pad_edge=False, show_edge=False)
+    for name, justify in (
+        ("INSTANT", "left"),
+        ("ACTION", "left"),
+        ("STATE", "left"),
+        ("OPERATION", "left"),
+        ("COMMIT", "left"),
+        ("MANIFESTS", "right"),
+        ("HEARTBEAT", "left"),
+        ("ORIGIN", "left"),
+        ("LOCK", "left"),
+    ):
+        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for w in d.table_writes:
+        st = w.staging
+        t.add_row(
+            w.instant,
+            w.action or "-",
+            w.state,
+            (st.operation if st is not None else None) or "-",
+            st.state if st is not None else "no staging",
+            str(st.manifests) if st is not None else "-",
+            _beat_text(w),
+            (st.origin if st is not None else None) or "-",
+            "yes" if w.holds_lock else "",
+        )
+    return t
+
+
 def format_jobs(d: DestinationJobs, now: float | None = None) -> str:
-    """``amcommit jobs`` as plain text: the destination, a table of jobs, lock, last commit."""
+    """``amcommit jobs`` as plain text: the destination, a table of jobs (of a Hudi table:
+    its pending instants), lock, last commit."""
     now = time.time() if now is None else now
-    out = [render(fields([("destination", d.dest_uri)]))]
+    out = [render(fields([("destination", d.dest_uri + ("  (Hudi table)" if d.table else ""))]))]
     if d.jobs:
         out += ["", render(jobs_table(d)), ""]
+    if d.table_writes:
+        out += ["", render(table_writes_table(d)), ""]
     rows: list[tuple[str, str]] = []
-    if not d.jobs:
+    if d.table and not d.table_writes:
+        rows.append(("instants", "none pending"))
+    elif not d.table and not d.jobs:
         rows.append(("jobs", "none pending"))
     if d.lock is not None:
         lk = d.lock
@@ -296,7 +366,10 @@ def format_jobs(d: DestinationJobs, now: float | None = None) -> str:
         )
     elif d.lock_unreadable:
         rows.append(("lock", "present but unreadable (not an amcommit lock)"))
-    if d.last_commit is not None:
+    if d.table:
+        li = d.last_instant
+        rows.append(("last commit", "none" if li is None else f"instant {li.instant} ({li.action})"))
+    elif d.last_commit is not None:
         lc = d.last_commit
         files = f", {lc.files:,} files" if lc.files is not None else ""
         rows.append(

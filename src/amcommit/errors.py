@@ -128,6 +128,17 @@ class Transient(StoreError):
     retryable = True
 
 
+class Unreachable(Transient):
+    """The service's endpoint could not be connected to (refused, no route, name or TLS
+    failure). Retryable. ``endpoint`` is the origin connected to (``scheme://host:port``,
+    never credentials); the message names it, so a wrong ``--endpoint`` reads as such and
+    not as a failure on whichever internal path was asked first."""
+
+    def __init__(self, message: str, *, endpoint: str = "", path: str = "", op: str = "") -> None:
+        super().__init__(message, path=path, op=op)
+        self.endpoint = endpoint
+
+
 class PermissionDenied(StoreError):
     """Authenticated, but not allowed (HTTP 403 that is not an auth failure)."""
 
@@ -203,4 +214,5 @@ __all__ = [
     "Throttled",
     "Transient",
     "Unauthenticated",
+    "Unreachable",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import re
 
-from amcommit.errors import AmcommitError, BucketNotFound, StoreError
+from amcommit.errors import AmcommitError, BucketNotFound, StoreError, Unreachable
 from amcommit.paths import ParsedUri
 
 _AZURE = frozenset({"abfs", "abfss", "wasb", "wasbs", "az"})
@@ -62,7 +62,13 @@ def rewrite(text: str, dest: str, shown: str) -> str:
 
 def for_user(e: AmcommitError, url: str | None) -> AmcommitError:
     """A copy of ``e`` whose message shows paths as in ``url`` (the destination the user
-    gave) and names a missing bucket or container. Returns ``e`` itself if nothing changes."""
+    gave) and names a missing bucket or container. Returns ``e`` itself if nothing changes.
+    An endpoint that cannot be connected to is named alone (not the path that was asked)."""
+    if isinstance(e, Unreachable):
+        return Unreachable(
+            f"{e.message}: check the endpoint (--endpoint, option endpoint) and that the service is running",
+            endpoint=e.endpoint,
+        )
     if not url:
         return e
     if isinstance(e, BucketNotFound):

@@ -312,6 +312,54 @@ def test_table_write_refusals(spark: Any, tmp_path: Path) -> None:
     assert pending(dest) == [] and len(instants(dest)) == 1
 
 
+def test_table_schema_on_write(spark: Any, tmp_path: Path) -> None:
+    """Issue 23 item 9 through Spark: a changed type and a left-out column are refused in
+    writer(), before any task, in one line; a new column Spark marks non-nullable
+    (``lit``) is recorded nullable, so hudi-rs reads every file; allowMissingColumns keeps
+    the column (null for the new rows); time travel reads with the instant's schema."""
+    from pyspark.sql import functions as F
+
+    dest = tmp_path / "t"
+    base = spark.range(0, 4, numPartitions=1).withColumn("v", F.concat(F.lit("v"), F.col("id")))
+    writer(base, tableFormat="hudi").save(str(dest))
+    (t1,) = instants(dest)
+    listed = sorted(os.listdir(dest / ".hoodie"))
+    for df, match in [
+        (
+            base.withColumn("id", F.col("id").cast("string")),
+            "column 'id': the table's type is long, the write's is string;",
+        ),
+        (base.drop("v"), r"column 'v' \(string\) of the table is missing from the write"),
+    ]:
+        with pytest.raises(Exception, match=match):
+            writer(df).save(str(dest))
+    assert sorted(os.listdir(dest / ".hoodie")) == listed  # no instant begun, nothing staged
+
+    with_w = spark.range(4, 6, numPartitions=1).withColumn("v", F.lit("n")).withColumn("w", F.lit("x"))
+    assert not with_w.schema["w"].nullable
+    writer(with_w).save(str(dest))
+    narrower = spark.range(6, 7, numPartitions=1).select(
+        F.col("id").cast("int").alias("id"), F.lit("z").alias("w")
+    )
+    writer(narrower, allowMissingColumns="true").save(str(dest))
+    assert len(instants(dest)) == 3
+    table = hudi.HudiTableBuilder.from_base_uri(str(dest.resolve())).build()
+    got = sorted((r["id"], r["v"], r["w"]) for b in table.read(hudi.HudiReadOptions()) for r in b.to_pylist())
+    want = [(0, "v0", None), (1, "v1", None), (2, "v2", None), (3, "v3", None), (4, "n", "x"), (5, "n", "x")]
+    assert got == [*want, (6, None, "z")]
+    snap = spark.read.format("amcommit").load(str(dest))
+    assert [(f.name, f.dataType.simpleString()) for f in snap.schema.fields[5:]] == [
+        ("id", "bigint"),
+        ("v", "string"),
+        ("w", "string"),
+    ]
+    assert sorted((r.id, r.v, r.w) for r in snap.collect()) == [*want, (6, None, "z")]
+    assert sorted(snap.toPandas()["id"]) == list(range(7))  # the spark extra installs pandas (item 14)
+    old = spark.read.format("amcommit").option("asOf", t1).load(str(dest))
+    assert [f.name for f in old.schema.fields[5:]] == ["id", "v"]
+    assert sorted((r.id, r.v) for r in old.collect()) == [(i, f"v{i}") for i in range(4)]
+
+
 def test_table_read_past_a_clean_is_refused(spark: Any, tmp_path: Path) -> None:
     """After a clean deleted replaced files, a time travel or incremental query reaching
     before what it kept is refused in one line (hudi-rs silently returns fewer rows there).

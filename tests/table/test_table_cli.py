@@ -11,6 +11,7 @@ from amcommit.cli import main
 from amcommit.table.cli import format_instants
 from amcommit.table.model import Operation
 from amcommit.table.reader import open_timeline
+from tests.backends import StoreUnderTest
 from tests.table.tablegen import Write, generate, write_local
 
 WRITES = [
@@ -132,3 +133,37 @@ def test_cleaned_past_is_one_line(table: tuple[Path, list[str]], capsys: pytest.
     assert main(["changes", str(root), "--since", t[0]]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"the earliest instant still readable is {t[4]}" in err
+
+
+async def test_list_jobs_of_a_table_on_every_backend(engine_sut: StoreUnderTest) -> None:
+    """`amcommit jobs` reads a table's pending instants the same way on every store (flat
+    namespaces too); a destination where nothing exists is NotFound. Reads only."""
+    from amcommit.committer.jobs import list_jobs
+    from amcommit.errors import NotFound
+    from amcommit.paths import join
+    from amcommit.table.heartbeat import stop_beat
+    from tests.table.writehelpers import begin, listing, rows, write, write_tasks
+
+    store = engine_sut.store
+    dest = join(engine_sut.base, "tbl")
+    with pytest.raises(NotFound, match="nothing exists at this destination"):
+        await list_jobs(store, dest)
+    w1, _ = await write(store, dest, rows(0, 4))
+    alive = await begin(store, dest)
+    await write_tasks(store, alive, rows(10, 4))
+    stopped = await begin(store, dest)
+    await stop_beat(store, dest, stopped.instant)
+    before = await listing(store, dest)
+    got = await list_jobs(store, dest)
+    assert await listing(store, dest) == before  # nothing written (no clock probe)
+    assert got.table and got.lock is None and got.jobs == []
+    assert got.last_instant is not None and (got.last_instant.instant, got.last_instant.action) == (
+        w1.instant,
+        "commit",
+    )
+    by = {w.instant: w for w in got.table_writes}
+    assert list(by) == [alive.instant, stopped.instant]
+    assert (by[alive.instant].state, by[alive.instant].heartbeat) == ("inflight", "alive")
+    assert by[alive.instant].staging is not None and by[alive.instant].staging.manifests == 2
+    assert by[alive.instant].staging.operation == "INSERT"
+    assert by[stopped.instant].heartbeat == "stopped"

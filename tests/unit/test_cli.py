@@ -355,6 +355,119 @@ def test_jobs_of_an_empty_destination(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "jobs           none pending" in out and "last commit    none" in out
 
 
+def _table_with_pending_writes(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A Hudi table with one commit and three writes inflight: one whose writer is alive
+    (two task manifests, and it holds the table's lock), one that said it stopped, one
+    whose heartbeat is older than writer_ttl. Returns the table and the four instants."""
+    import os
+    import time
+
+    import msgspec
+
+    from amcommit.committer.lock import LockBody, lock_path
+    from amcommit.table.heartbeat import stop_beat
+    from amcommit.table.naming import heartbeat_path
+    from tests.table.writehelpers import begin, rows, write, write_tasks
+
+    dest = tmp_path / "tbl"
+    d = str(dest).lstrip("/")
+    instants: list[str] = []
+
+    async def go() -> None:
+        store = LocalStore("/")
+        w1, _ = await write(store, d, rows(0, 4))
+        alive = await begin(store, d)
+        await write_tasks(store, alive, rows(10, 4))
+        stopped = await begin(store, d)
+        await stop_beat(store, d, stopped.instant)
+        expired = await begin(store, d)
+        old = time.time() - 600
+        os.utime(dest / heartbeat_path(expired.instant), (old, old))
+        lock = LockBody(
+            owner=alive.instant, host="h1", pid=42, acquired=time.time(), heartbeat=time.time(), token="t"
+        )
+        await store.put(lock_path(d, table=True), msgspec.json.encode(lock))
+        instants.extend([w1.instant, alive.instant, stopped.instant, expired.instant])
+
+    anyio.run(go)
+    return dest, instants
+
+
+def test_jobs_of_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23 item 11: a table's inflight instants, their heartbeat and the lock (it said
+    "none pending")."""
+    dest, (done, alive, stopped, expired) = _table_with_pending_writes(tmp_path)
+    assert main(["jobs", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert "(Hudi table)" in out and "none pending" not in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:17].isdigit()}
+    assert set(rows) == {alive, stopped, expired}
+    assert rows[alive][1:8] == ["commit", "inflight", "INSERT", "set", "up", "2", "alive"]
+    assert rows[alive][-2:] == ["api", "yes"]
+    assert (
+        rows[stopped][1:7] == ["commit", "inflight", "INSERT", "set", "up", "0"]
+        and "stopped" in rows[stopped]
+    )
+    assert "expired" in rows[expired] and "10 min ago" in " ".join(rows[expired])
+    assert f"lock           held by job {alive} (commit, host h1, pid 42)" in out
+    assert f"last commit    instant {done} (commit)" in out
+
+    assert main(["jobs", str(dest), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["table"] is True and doc["lastInstant"] == {"instant": done, "action": "commit"}
+    writes = {w["instant"]: w for w in doc["writes"]}
+    assert [writes[t]["heartbeat"] for t in (alive, stopped, expired)] == ["alive", "stopped", "expired"]
+    assert (
+        writes[alive]["manifests"] == 2 and writes[alive]["holdsLock"] and writes[alive]["commit"] == "set up"
+    )
+    assert writes[expired]["heartbeatAgeSeconds"] >= 590
+    assert doc["lock"]["owner"] == alive
+    # writer_ttl judges the heartbeats
+    assert main(["jobs", str(dest), "--json", "--conf", "writer_ttl=3600"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {w["instant"]: w["heartbeat"] for w in doc["writes"]}[expired] == "alive"
+
+
+def test_jobs_of_nothing_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["jobs", str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing exists at this destination" in err and "missing" in err
+    (tmp_path / "file").write_bytes(b"x")
+    assert main(["jobs", str(tmp_path / "file")]) == 1
+    assert "is a file, not a destination directory" in capsys.readouterr().err
+
+
+def test_changes_since_000_is_the_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest, (done, *_rest) = _table_with_pending_writes(tmp_path)
+    for since in ("000", "0"):
+        assert main(["changes", str(dest), "--since", since]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("changes in (start, latest]: 1 instants, 4 files added") and done in out
+    assert main(["changes", str(dest), "--since", "000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["since"] is None
+
+
+@pytest.mark.parametrize("url", ["gs://bucket1/t", "wasb://c@devstoreaccount1.blob.core.windows.net/t"])
+def test_unreachable_endpoint_is_named(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong endpoint port: the error names the endpoint, not the lock path asked first."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    args = ["jobs", url, "--endpoint", endpoint + ("/devstoreaccount1" if url.startswith("wasb") else "")]
+    if url.startswith("wasb"):
+        args += ["--store-option", "account_key=" + "A" * 86 + "=="]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"amcommit: error: cannot connect to {endpoint} (ClientConnectorError): check the endpoint"
+    )
+    assert "_commit.lock" not in err and "_temporary" not in err and "A" * 20 not in err
+
+
 def _env() -> dict[str, str]:
     import os
 

@@ -6,7 +6,14 @@ job directory (ours, ``manifest_$jobId``, and Hadoop's, ``$jobId``), its marker
 manifests it holds; the destination lock (who holds it, heartbeat age); and the last
 committed job from ``$dest/_SUCCESS``. Every read is separate: a listing taken while a
 commit runs is a best-effort snapshot, not an atomic one (a job may move on between the
-reads). The interpretation of what was read is pure (:func:`job_state`).
+reads). The interpretation of what was read is pure (:func:`job_state`, :func:`beat_state`).
+
+A Hudi table (``.hoodie/hoodie.properties``) is read as one: every instant that is not
+completed (requested or inflight, or only claimed by a staging folder in ``.hoodie/.temp``),
+with its write's staging (marker, journal, manifests), its writer's heartbeat
+(``.hoodie/.heartbeat/<instant>``: alive, stopped, expired or none) and the table's lock
+(``.hoodie/.temp/_commit.lock``); the last commit is the latest completed instant. A
+destination where nothing exists is an error (NotFound), not an empty list.
 """
 
 from __future__ import annotations
@@ -70,6 +77,41 @@ class JobInfo:
     updated: float | None = None
     """When the journal was last written (None without a journal)."""
     holds_lock: bool = False
+    operation: str | None = None
+    """A table write's operation (``INSERT``, ...), from its marker; None for plain jobs."""
+
+
+BeatState = Literal["alive", "stopped", "expired", "none"]
+"""A table writer's heartbeat: ``alive`` (younger than ``writer_ttl``), ``stopped`` (its
+commit failed or was cancelled: ``amcommit rollback`` takes it at once), ``expired``
+(older: the next writer rolls it back), ``none`` (no heartbeat: judged by its first trace)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableWriteInfo:
+    """An instant of a table that is not completed, or a completed one whose staging is
+    still there (a writer that died in its cleanup)."""
+
+    instant: str
+    action: str
+    """``commit``, ``replacecommit``, ``clean``...; "" for a claimed time without instant files."""
+    state: str
+    """``requested``, ``inflight``, ``completed`` (cleanup pending) or ``staged`` (only a
+    staging folder: the write is being begun, or its begin was cut short)."""
+    heartbeat: BeatState
+    heartbeat_age: float | None = None
+    """Seconds since the last beat (store modification time against this host's clock)."""
+    staging: JobInfo | None = None
+    """The write's staging folder (``.hoodie/.temp/<instant>``), if any."""
+    holds_lock: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LastInstant:
+    """The latest completed instant of a table."""
+
+    instant: str
+    action: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +134,27 @@ class DestinationJobs:
     lock_unreadable: bool = False
     """A lock object exists but is not one of ours."""
     last_commit: LastCommit | None = None
+    table: bool = False
+    """The destination is a Hudi table: ``table_writes`` and ``last_instant`` say what it holds."""
+    table_writes: list[TableWriteInfo] = field(default_factory=list)
+    last_instant: LastInstant | None = None
 
 
 def job_state(journal: Journal | None) -> JobState:
     """The state of a job from its journal (pure)."""
     return "set up" if journal is None else journal.state
+
+
+def beat_state(
+    last_beat: float | None, stopped: bool, now: float, ttl: float
+) -> tuple[BeatState, float | None]:
+    """``(state, age)`` of a table writer's heartbeat (pure)."""
+    if stopped:
+        return "stopped", None if last_beat is None else max(0.0, now - last_beat)
+    if last_beat is None:
+        return "none", None
+    age = max(0.0, now - last_beat)
+    return ("alive" if age <= ttl else "expired"), age
 
 
 def lock_info(body: LockBody) -> LockInfo:
@@ -147,6 +205,7 @@ async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, poli
     marker_data = await _get(store, layout.job_marker, policy)
     marker = parse_marker(marker_data, hadoop=layout.hadoop)
     created: float | None = None
+    value: object = None
     if marker_data is not None:
         try:
             value = msgspec.json.decode(marker_data)
@@ -163,6 +222,7 @@ async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, poli
             state = job_state(journal)
         except (msgspec.DecodeError, msgspec.ValidationError):
             state = "unreadable"
+    operation = value.get("operation") if isinstance(value, dict) else None
     return JobInfo(
         job_id=layout.job_id,
         layout="hadoop" if layout.hadoop else "amcommit",
@@ -172,13 +232,99 @@ async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, poli
         origin=marker.origin,
         updated=journal.updated if journal is not None else None,
         holds_lock=lock is not None and lock.owner == layout.job_id,
+        operation=operation if isinstance(operation, str) else None,
     )
+
+
+async def _check_exists(store: Store, dest: str, policy: RetryPolicy) -> None:
+    """NotFound if nothing exists at ``dest`` (no object below it, no directory), ConfigError
+    if it is a file. One listing, plus a stat when the listing is empty."""
+    async for _ in retry_list(store, dest, recursive=False, policy=policy):
+        return
+    try:
+        info = await retry_call(lambda: store.stat(dest), policy=policy)
+    except NotFound:
+        raise NotFound(
+            "nothing exists at this destination (no such directory, no object below it)", path=dest
+        ) from None
+    if not info.is_dir:
+        raise ConfigError(f"{dest!r} is a file, not a destination directory")
+
+
+async def _table_writes(
+    store: Store, dest: str, lock: LockBody | None, config: CommitterConfig, policy: RetryPolicy
+) -> tuple[list[TableWriteInfo], LastInstant | None]:
+    """The table's instants that are not completed (and completed ones still staged), and
+    its latest completed instant. Reads only (the heartbeats are judged by this host's
+    clock against the store's modification times: no probe object is written)."""
+    from amcommit.table.heartbeat import STOPPED, last_beats
+    from amcommit.table.model import State
+    from amcommit.table.naming import TEMP_DIR, heartbeat_path, is_instant
+    from amcommit.table.timeline import list_instants
+
+    instants = await retry_call(lambda: list_instants(store, dest), policy=policy)
+    rank = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
+    best: dict[str, tuple[str, State]] = {}
+    for i in instants:
+        cur = best.get(i.time)
+        if cur is None or rank[i.state] > rank[cur[1]]:
+            best[i.time] = (i.action, i.state)
+    staged: set[str] = set()
+    async for entry in retry_list(store, join(dest, TEMP_DIR), recursive=False, policy=policy):
+        name = basename(entry.path)
+        if entry.is_dir and is_instant(name):
+            staged.add(name)
+    beats = await last_beats(store, dest)
+    now = time.time()
+    out: list[TableWriteInfo] = []
+    for t in sorted({t for t, (_, st) in best.items() if st is not State.COMPLETED} | staged):
+        action, st = best.get(t, ("", None))
+        stopped = False
+        if t in beats:
+            body = await _get(store, join(dest, heartbeat_path(t)), policy)
+            stopped = body is not None and body.strip() == STOPPED
+        state, age = beat_state(
+            beats.get(t) if beats.get(t) != float("-inf") else None, stopped, now, config.writer_ttl
+        )
+        staging = None
+        if t in staged:
+            staging = await _job_info(store, JobLayout(dest, t, table=True), lock, policy)
+        out.append(
+            TableWriteInfo(
+                instant=t,
+                action=action,
+                state=st.value if st is not None else "staged",
+                heartbeat=state,
+                heartbeat_age=age,
+                staging=staging,
+                holds_lock=lock is not None and lock.owner == t,
+            )
+        )
+    done = [(t, a) for t, (a, st) in best.items() if st is State.COMPLETED]
+    last = LastInstant(*max(done)) if done else None
+    return out, last
 
 
 async def list_jobs(store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> DestinationJobs:
     """The jobs under store path ``dest`` (sorted by created time, then id), the lock and
-    the last commit. Reads only; listings and reads go through the retry layer."""
+    the last commit; for a Hudi table its pending instants (module doc). Reads only;
+    listings and reads go through the retry layer. NotFound if nothing exists at ``dest``."""
     policy = policies_of(config)[0]
+    await _check_exists(store, dest, policy)
+    from amcommit.table.naming import PROPERTIES_FILE
+
+    if await _get(store, join(dest, PROPERTIES_FILE), policy) is not None:
+        lock_data = await _get(store, lock_path(dest, table=True), policy)
+        table_lock = decode_lock(lock_data) if lock_data is not None else None
+        writes, last_instant = await _table_writes(store, dest, table_lock, config, policy)
+        return DestinationJobs(
+            dest_uri=path_to_uri(store.root_uri, dest),
+            lock=lock_info(table_lock) if table_lock is not None else None,
+            lock_unreadable=lock_data is not None and table_lock is None,
+            table=True,
+            table_writes=writes,
+            last_instant=last_instant,
+        )
     temp = join(dest, TEMP_DIR_NAME)
     lock_data = await _get(store, lock_path(dest), policy)
     lock = decode_lock(lock_data) if lock_data is not None else None
@@ -209,4 +355,16 @@ async def list_jobs(store: Store, dest: str, *, config: CommitterConfig = DEFAUL
     )
 
 
-__all__ = ["DestinationJobs", "JobInfo", "JobState", "LastCommit", "LockInfo", "job_state", "list_jobs"]
+__all__ = [
+    "BeatState",
+    "DestinationJobs",
+    "JobInfo",
+    "JobState",
+    "LastCommit",
+    "LastInstant",
+    "LockInfo",
+    "TableWriteInfo",
+    "beat_state",
+    "job_state",
+    "list_jobs",
+]

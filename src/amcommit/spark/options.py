@@ -68,8 +68,13 @@ WRITER_OPTIONS: dict[str, str] = {
     "tableformat": "hudi: write an Apache Hudi Copy-on-Write table (an instant per write)",
     "tablename": "the table's name on its first write (default: the last path segment)",
     "recordkey": "record key column(s), comma-separated (default: a generated key per row)",
+    "allowmissingcolumns": "true: a table write may leave out columns of the table (they read as null "
+    "for its rows; default false: refused)",
 }
 """Writer options (lowercase) and what they mean."""
+
+WRITER_ALIASES: dict[str, str] = {"hoodie.write.set.null.for.missing.columns": "allowmissingcolumns"}
+"""Hudi's names of writer options (lowercase) -> ours."""
 
 
 class WriterOptions(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -92,6 +97,7 @@ class WriterOptions(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     tableformat: str = ""
     tablename: str = ""
     recordkey: str = ""
+    allowmissingcolumns: bool = False
 
 
 TABLE_FORMATS = frozenset({"hudi"})
@@ -115,6 +121,9 @@ class TablePlan:
     operation: str = ""
     """The :class:`~amcommit.table.model.Operation` planned from the save mode (an
     overwrite left to the session's ``partitionOverwriteMode`` is settled at job commit)."""
+    allow_missing_columns: bool = False
+    """The write may leave out columns of the table (``allowMissingColumns``, Hudi's
+    ``hoodie.write.set.null.for.missing.columns``); refused otherwise."""
 
 
 STORE_PREFIX = "store."
@@ -289,6 +298,7 @@ def build_plan(
     testing: dict[str, str] = {}
     unknown: list[str] = []
     for key, value in merged.items():
+        key = WRITER_ALIASES.get(key, key)
         if key in WRITER_OPTIONS:
             writer[key] = value
         elif key.startswith(STORE_PREFIX) and len(key) > len(STORE_PREFIX):
@@ -436,7 +446,7 @@ def check_table_options(plan: WritePlan) -> None:
     given table options. Pure."""
     if plan.table is not None:
         return
-    for name in ("tableName", "recordKey"):
+    for name in ("tableName", "recordKey", "allowMissingColumns"):
         if name.lower() in plan.explicit:
             raise ConfigError(
                 f"option {name!r} needs option('tableFormat', 'hudi') (the destination holds no table)"
@@ -451,7 +461,11 @@ def _table_plan(
     if fmt and fmt not in TABLE_FORMATS:
         raise ConfigError(f"option 'tableFormat' must be one of {', '.join(sorted(TABLE_FORMATS))}")
     if not fmt and not existing:
-        for name, value in (("tableName", w.tablename), ("recordKey", w.recordkey)):
+        for name, value in (
+            ("tableName", w.tablename),
+            ("recordKey", w.recordkey),
+            ("allowMissingColumns", "x" if w.allowmissingcolumns else ""),
+        ):
             if value.strip() and check:
                 raise ConfigError(
                     f"option {name!r} needs option('tableFormat', 'hudi') (the destination holds no table)"
@@ -483,7 +497,12 @@ def _table_plan(
                 "(use strings, integers, booleans, dates or decimals)"
             )
         keys.append(f.name)
-    return TablePlan(name=name, record_key_fields=tuple(keys), new=not existing)
+    return TablePlan(
+        name=name,
+        record_key_fields=tuple(keys),
+        new=not existing,
+        allow_missing_columns=w.allowmissingcolumns,
+    )
 
 
 def _ordinal(n: int) -> str:

@@ -18,8 +18,13 @@ reaching past a clean); bounds may be any time (:func:`snap`);
 :meth:`TableReader.read` in executor Python workers, one input partition per group of
 files, reading with pyarrow and yielding Arrow record batches cast to the table's schema.
 
-The schema is that of the newest committed files (the Spark schema stored in their footer;
-meta columns included, as Hudi's readers return them). Nothing here writes.
+The schema is the table's as of the instant read (:func:`table_spark_schema`): the Avro
+schema that instant's commit recorded (``extraMetadata.schema``: columns added later are not
+there, columns a later write widened keep their type of then), with the Spark types stored in
+the footer of its newest file where they agree (meta columns first, as Hudi's readers return
+them); a snapshot reads the latest write's, a time travel the ``as.of.instant``'s, an
+incremental query its end's. Older files are cast to it (a column they lack reads as null).
+Nothing here writes.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from amcommit.store.schemes import (
     parse_location,
     store_options_type,
 )
-from amcommit.table.model import WRITE_ACTIONS
+from amcommit.table.model import WRITE_ACTIONS, Instant
 from amcommit.table.naming import PROPERTIES_FILE, check_instant
 from amcommit.table.timeline import FileVersion, LoadedCommit, changes, list_instants, load_timeline, snapshot
 
@@ -240,16 +245,34 @@ _BEFORE_ALL = "00000000000000000"
 """A bound before every instant (an empty snapshot or range)."""
 
 
-async def _plan(store: Any, dest: str, query: Query) -> tuple[list[FileVersion], list[FileVersion]]:
-    """``(files the query reads, files of the latest snapshot)``.
+def schema_instant(query: Query, writes: Sequence[str]) -> str | None:
+    """The write instant whose schema a (snapped, :func:`snap`) query reads with: the
+    ``as_of`` of a time travel, the end of an incremental range, else the latest (None: no
+    write). Pure; ``writes`` sorted."""
+    bound = query.until if query.incremental else query.as_of
+    if bound is not None and bound != _BEFORE_ALL:
+        return bound
+    return writes[-1] if writes else None
+
+
+async def _plan(
+    store: Any, dest: str, query: Query
+) -> tuple[list[FileVersion], list[FileVersion], Instant | None]:
+    """``(files the query reads, files of the latest snapshot, the write instant whose
+    schema the query reads with)``.
 
     With the reading API (:class:`amcommit.table.reader.Timeline`, when present) a time
     travel or incremental query reaching past what a clean deleted is refused
     (``CleanedPast``, one line); otherwise the timeline is loaded whole."""
-    writes = sorted(
-        i.time for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS
-    )
+    done = {i.time: i for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS}
+    writes = sorted(done)
     q = snap(query, writes)
+    at = schema_instant(q, writes)
+    files, latest = await _plan_files(store, dest, q)
+    return files, latest, None if at is None else done.get(at)
+
+
+async def _plan_files(store: Any, dest: str, q: Query) -> tuple[list[FileVersion], list[FileVersion]]:
     try:
         from amcommit.table.reader import Timeline  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -280,11 +303,17 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
                 f"{plan.url!r} holds no Hudi table (no {PROPERTIES_FILE}); "
                 "plain folders are read with spark.read.parquet"
             ) from None
-        files, latest = await _plan(store, dest, plan.query)
-        newest = max(latest, key=lambda f: (f.instant, f.path), default=None)
-        if newest is None and files:
-            newest = max(files, key=lambda f: (f.instant, f.path))
+        files, latest, at = await _plan(store, dest, plan.query)
+        # the newest file written at or before the instant whose schema is read
+        upto = [f for f in (*files, *latest) if at is None or f.instant <= at.time]
+        newest = max(upto or latest or files, key=lambda f: (f.instant, f.path), default=None)
         schema_json = None if newest is None else await _footer_schema(store, dest, newest.path)
+        if schema_json is not None and at is not None:
+            from amcommit.table.write import committed_schema
+
+            avro = await committed_schema(store, dest, at)
+            if avro is not None:
+                schema_json = table_spark_schema(schema_json, avro)
         return files, schema_json
 
 
@@ -304,6 +333,122 @@ async def _footer_schema(store: Any, dest: str, rel: str) -> str:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return str(from_arrow_schema(arrow, prefer_timestamp_ntz=False).json())
+
+
+_AVRO_SPARK = {
+    "boolean": "boolean",
+    "int": "integer",
+    "long": "long",
+    "float": "float",
+    "double": "double",
+    "string": "string",
+    "bytes": "binary",
+    "fixed": "binary",
+    "enum": "string",
+    "null": "void",
+}
+_LOGICAL_SPARK = {
+    "date": "date",
+    "timestamp-micros": "timestamp",
+    "timestamp-millis": "timestamp",
+    "local-timestamp-micros": "timestamp_ntz",
+    "local-timestamp-millis": "timestamp_ntz",
+}
+
+
+def _avro_base(t: Any) -> tuple[Any, bool]:
+    if isinstance(t, list):
+        rest = [b for b in t if b != "null"]
+        return (rest[0] if len(rest) == 1 else "string"), len(rest) < len(t)
+    return t, t == "null"
+
+
+def avro_to_spark(t: Any) -> tuple[Any, bool]:
+    """``(Spark type JSON, nullable)`` of an Avro type (Hudi's Avro -> Spark mapping). Pure."""
+    base, nullable = _avro_base(t)
+    if isinstance(base, str):
+        return _AVRO_SPARK.get(base, "string"), nullable
+    kind, logical = base.get("type"), base.get("logicalType")
+    if logical == "decimal":
+        return f"decimal({base.get('precision')},{base.get('scale', 0)})", nullable
+    if logical in _LOGICAL_SPARK:
+        return _LOGICAL_SPARK[logical], nullable
+    if kind == "array":
+        item, item_null = avro_to_spark(base.get("items"))
+        return {"type": "array", "elementType": item, "containsNull": item_null}, nullable
+    if kind == "map":
+        value, value_null = avro_to_spark(base.get("values"))
+        return (
+            {"type": "map", "keyType": "string", "valueType": value, "valueContainsNull": value_null},
+            nullable,
+        )
+    if kind == "record":
+        fields = []
+        for f in base.get("fields", []):
+            ft, fn = avro_to_spark(f["type"])
+            fields.append({"name": f["name"], "type": ft, "nullable": fn, "metadata": {}})
+        return {"type": "struct", "fields": fields}, nullable
+    return _AVRO_SPARK.get(str(kind), "string"), nullable
+
+
+_INTEGERS = frozenset({"byte", "short", "integer"})
+
+
+def _same_spark_type(a: Any, b: Any) -> bool:
+    """The footer's Spark type ``a`` is the Avro-derived ``b`` (nullability aside; Spark's
+    byte and short are Avro ints; char/varchar are strings in the footer already)."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b or (a in _INTEGERS and b == "integer")
+    if not (isinstance(a, dict) and isinstance(b, dict)) or a.get("type") != b.get("type"):
+        return False
+    kind = a.get("type")
+    if kind == "array":
+        return _same_spark_type(a.get("elementType"), b.get("elementType"))
+    if kind == "map":
+        return _same_spark_type(a.get("keyType"), b.get("keyType")) and _same_spark_type(
+            a.get("valueType"), b.get("valueType")
+        )
+    if kind == "struct":
+        fa, fb = a.get("fields", []), b.get("fields", [])
+        return len(fa) == len(fb) and all(
+            x["name"] == y["name"] and _same_spark_type(x["type"], y["type"])
+            for x, y in zip(fa, fb, strict=True)
+        )
+    return bool(a == b)
+
+
+def table_spark_schema(footer_json: str, avro_json: str) -> str:
+    """The Spark schema (JSON) of a table as of an instant: the columns of the Avro schema
+    its commit recorded, in its order, after the footer's meta columns; each with the
+    footer's Spark type where it is the same type (its exact Spark type and metadata),
+    else the Avro schema's (a column the file lacks, or one a later write widened), and
+    nullable if either says so. Columns of the footer the Avro schema does not name are
+    kept, last. Pure; the footer's schema unchanged if ``avro_json`` is not a record."""
+    from amcommit.table.naming import META_COLUMNS
+
+    footer = json.loads(footer_json)
+    try:
+        avro = json.loads(avro_json)
+    except ValueError:
+        return footer_json
+    if not isinstance(avro, dict) or avro.get("type") != "record":
+        return footer_json
+    by_name = {f["name"]: f for f in footer.get("fields", [])}
+    out = [f for f in footer.get("fields", []) if f["name"] in META_COLUMNS]
+    named = {f["name"] for f in out}
+    for af in avro.get("fields", []):
+        name = af["name"]
+        if name in named:
+            continue
+        spark_type, nullable = avro_to_spark(af["type"])
+        f = by_name.get(name)
+        if f is not None and _same_spark_type(f["type"], spark_type):
+            out.append({**f, "nullable": bool(f.get("nullable", True) or nullable)})
+        else:
+            out.append({"name": name, "type": spark_type, "nullable": nullable, "metadata": {}})
+        named.add(name)
+    out.extend(f for f in footer.get("fields", []) if f["name"] not in named)
+    return json.dumps({"type": "struct", "fields": out}, separators=(",", ":"))
 
 
 def load_plan(plan: ReadPlan) -> tuple[str, list[FilePart]]:
@@ -384,5 +529,7 @@ __all__ = [
     "parse_query",
     "plan_files",
     "read_files",
+    "schema_instant",
     "snap",
+    "table_spark_schema",
 ]

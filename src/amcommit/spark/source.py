@@ -278,6 +278,7 @@ def _begin_table_write(plan: WritePlan) -> WritePlan:
                 avro_schema=schema_json,
                 config=plan.config(),
                 origin="spark",
+                allow_missing_columns=table.allow_missing_columns,
             )
 
     write = run_blocking(begin)

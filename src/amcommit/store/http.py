@@ -51,6 +51,7 @@ from amcommit.errors import (
     Throttled,
     Transient,
     Unauthenticated,
+    Unreachable,
 )
 from amcommit.iostats import IOStatistics
 from amcommit.redact import redact_url
@@ -282,6 +283,12 @@ class HttpClient:
                 ) as r:
                     body = await r.read()
                     resp = HttpResponse(r.status, r.headers, body, attempt)
+            except aiohttp.ClientConnectorError as e:  # no connection at all: name the endpoint
+                stats.record(op, time.perf_counter() - t0, failed=True)
+                origin = str(url.origin())
+                raise Unreachable(
+                    f"cannot connect to {origin} ({type(e).__name__})", endpoint=origin, path=path, op=op
+                ) from None
             except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
                 stats.record(op, time.perf_counter() - t0, failed=True)
                 raise Transient(f"connection failed: {type(e).__name__}", path=path, op=op) from None

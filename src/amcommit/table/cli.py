@@ -1,7 +1,7 @@
 """Read-side table commands of the ``amcommit`` command line.
 
     amcommit timeline DEST [--json]                      the instants, newest last
-    amcommit changes DEST --since I [--until J] [--json] files added / replaced in (I, J]
+    amcommit changes DEST --since I|000 [--until J] [--json] files added / replaced in (I, J]
     amcommit clean DEST --retain-commits N [--dry-run]   delete files replaced before the latest N commits
 
 Registered by :func:`add_commands` from :func:`amcommit.cli.build_parser`; errors go through
@@ -94,14 +94,20 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+FROM_START = frozenset({"0", "00", "000"})
+"""``--since`` values meaning "from the start of the timeline" (Hudi's ``000``, as the Spark
+reader's ``hoodie.datasource.read.begin.instanttime`` takes it)."""
+
+
 def cmd_changes(args: argparse.Namespace) -> int:
-    c: Changes = _open(args).changes(args.since, args.until)
+    since = None if args.since.strip() in FROM_START else args.since
+    c: Changes = _open(args).changes(since, args.until)
     if args.json:
         print(json.dumps(changes_json(c), indent=2))
         return 0
     until = c.until or "latest"
     print(
-        f"changes in ({c.since}, {until}]: {len(c.instants)} instants, {len(c.added)} files added, "
+        f"changes in ({c.since or 'start'}, {until}]: {len(c.instants)} instants, {len(c.added)} files added, "
         f"{len(c.replaced)} file groups replaced"
     )
     for f in c.added:
@@ -177,7 +183,11 @@ def add_commands(
         "at DEST (an incremental read's file list). Reads only the instants in the range.",
     )
     sp.add_argument("dest", help="the table: " + url_forms)
-    sp.add_argument("--since", required=True, help="exclusive start: a completed instant time (17 digits)")
+    sp.add_argument(
+        "--since",
+        required=True,
+        help="exclusive start: a completed instant time (17 digits), or 000 for the start of the timeline",
+    )
     sp.add_argument("--until", help="inclusive end: a completed instant time (default: the latest)")
     sp.add_argument("--json", action="store_true", help="print JSON")
     store_args(sp)

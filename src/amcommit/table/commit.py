@@ -318,19 +318,43 @@ def _rows_by_path(loaded: LoadedManifests) -> dict[str, int]:
 
 
 async def _schema_of(
-    ctx: JobContext, loaded: LoadedManifests, marker: WriteMarker, table: str, latest: CommitMetadata | None
+    ctx: JobContext,
+    loaded: LoadedManifests,
+    marker: WriteMarker,
+    table: str,
+    writes: Sequence[Instant],
+    commits: Sequence[LoadedCommit],
 ) -> str:
-    if marker.avro_schema:
-        return marker.avro_schema
-    if latest is not None and latest.extra_metadata.get("schema"):
-        return latest.extra_metadata["schema"]
-    import pyarrow.parquet as pq
+    """The schema this commit records: the write's (declared to ``begin_write``, else that
+    of a written file) evolved from the table's latest committed one by the schema-on-write
+    rules (:func:`~amcommit.table.schema.evolve_schema`: SchemaMismatch fails the commit
+    before anything is published). ``begin_write``'s own result is taken when the latest
+    write instant is still the one it checked against (no read)."""
+    from amcommit.table.schema import avro_schema, evolve_schema
+    from amcommit.table.write import committed_schema, latest_write
 
-    from amcommit.table.schema import avro_schema
+    base = latest_write(list(writes))
+    if marker.recorded_schema and marker.schema_base == ("" if base is None else base.time):
+        return marker.recorded_schema
+    known = {c.instant.time: c.metadata for c in commits}
+    if base is None:
+        table_schema = None
+    elif base.time in known:
+        table_schema = known[base.time].extra_metadata.get("schema") or None
+    else:
+        table_schema = await committed_schema(ctx.store, ctx.layout.dest, base, ctx.config)
+    write_schema = marker.avro_schema
+    if not write_schema:
+        import pyarrow.parquet as pq
 
-    for e in loaded.spool.entries():
-        data = await ctx.call(lambda e=e: ctx.store.get(e.src))  # type: ignore[misc]
-        return avro_schema(pq.ParquetFile(io.BytesIO(data)).schema_arrow, table)
+        for e in loaded.spool.entries():
+            data = await ctx.call(lambda e=e: ctx.store.get(e.src))  # type: ignore[misc]
+            write_schema = avro_schema(pq.ParquetFile(io.BytesIO(data)).schema_arrow, table)
+            break
+    if write_schema:
+        return evolve_schema(table_schema, write_schema, allow_missing=marker.allow_missing_columns)
+    if table_schema:
+        return table_schema
     props = await read_properties(ctx.store, ctx.layout.dest, ctx.config)
     if props is not None and props.create_schema:
         return props.create_schema
@@ -369,8 +393,9 @@ async def plan_commit(
 
     ``instants``: the timeline as the order check listed it under the lock (listed here if
     None). Commit metadata is read only where it is needed: every completed write instant
-    for an overwrite (the replaced file groups), the latest one for a write whose marker has
-    no schema, none otherwise. ``props``: the table's properties (read here if None)."""
+    for an overwrite (the replaced file groups), the latest one when the write's schema must
+    be checked (again) against it (:func:`_schema_of`), none otherwise. ``props``: the
+    table's properties (read here if None)."""
     dest = ctx.layout.dest
     if props is None:
         props = await read_properties(ctx.store, dest, ctx.config)
@@ -386,13 +411,7 @@ async def plan_commit(
         instants = await list_instants(ctx.store, dest)
     writes = [i for i in instants if i.completed and i.action in WRITE_ACTIONS]
     replacing = op.action is Action.REPLACE_COMMIT
-    if replacing:
-        commits = await _load_commits(ctx, writes)
-    elif not marker.avro_schema and writes:  # the schema of the latest completed write
-        commits = await _load_commits(ctx, [max(writes, key=lambda i: i.time)])
-    else:
-        commits = []
-    latest = max(commits, key=lambda c: c.instant.time).metadata if commits else None
+    commits = await _load_commits(ctx, writes) if replacing else []
     replace: dict[str, list[str]] | None = None
     if replacing:
         snap = snapshot(commits)
@@ -407,7 +426,7 @@ async def plan_commit(
             ids.sort()
     meta = CommitMetadata(
         partition_to_write_stats=dict(sorted(stats.items())),
-        extra_metadata={"schema": await _schema_of(ctx, loaded, marker, props.name, latest)},
+        extra_metadata={"schema": await _schema_of(ctx, loaded, marker, props.name, writes, commits)},
         operation_type=op.value,
         partition_to_replace_file_ids=replace,
     )

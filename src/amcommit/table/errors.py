@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from amcommit.errors import AmcommitError, ConfigError
 
-__all__ = ["CleanedPast", "NotATable", "RangeReversed", "UnknownInstant"]
+__all__ = ["CleanedPast", "NotATable", "RangeReversed", "SchemaMismatch", "UnknownInstant"]
 
 
 class NotATable(AmcommitError):
@@ -61,3 +61,14 @@ class CleanedPast(AmcommitError):
             earliest=earliest,
             clean=clean,
         )
+
+
+class SchemaMismatch(ConfigError):
+    """A write's schema breaks the table's schema-on-write rules
+    (:func:`amcommit.table.schema.evolve_schema`): a column whose type changes other than
+    by a widening Hudi allows, or a column of the table the write leaves out (unless the
+    write allows missing columns). ``column`` names it (dotted for nested fields)."""
+
+    def __init__(self, message: str, *, column: str = "") -> None:
+        super().__init__(message)
+        self.column = column

@@ -41,6 +41,9 @@ CREATE_SCHEMA = "hoodie.table.create.schema"
 TIMEZONE = "hoodie.table.timeline.timezone"
 HIVE_STYLE = "hoodie.datasource.write.hive_style_partitioning"
 URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+DROP_PARTITION_COLUMNS = "hoodie.datasource.write.drop.partition.columns"
+"""``false`` (partition columns stay in the files, as amcommit writes them): Hudi 0.14's
+writer stores it, and Daft's ``read_hudi`` refuses a table without it."""
 CHECKSUM = "hoodie.table.checksum"
 DATABASE = "hoodie.database.name"
 POPULATE_META = "hoodie.populate.meta.fields"
@@ -139,6 +142,7 @@ def new_properties(
         TIMEZONE: "UTC",
         HIVE_STYLE: "true",
         URL_ENCODE: "false",
+        DROP_PARTITION_COLUMNS: "false",
         POPULATE_META: "true" if meta_fields else "false",
         ARCHIVE_FOLDER: "archived",
         PARTITION_METAFILE_BASE_FORMAT: "false",

@@ -16,6 +16,31 @@ Hudi's Spark writer converts the DataFrame schema with spark-avro's rules and th
 
 Hudi keeps the meta columns out of ``extraMetadata.schema`` (its readers add them), so
 :func:`avro_schema` leaves them out unless asked.
+
+Schema on write (:func:`evolve_schema`, pure): the schema a write records, from the table's
+latest committed schema and the write's own, by Hudi's rules (its Spark writer's
+``deduceWriterSchema``: the new schema must read every row the table holds, Avro's
+reader/writer compatibility as Hudi's ``AvroSchemaCompatibility`` checks it):
+
+- a column of both keeps its type when the types are equal; a widening Hudi accepts
+  (:data:`PROMOTIONS`: ``int`` -> ``long``/``float``/``double``, ``long`` ->
+  ``float``/``double``, ``float`` -> ``double``, ``string`` -> ``bytes``) makes the table's
+  type the write's; a write narrower than the table by the same rules (an ``int`` into a
+  ``long`` column, a ``string`` into a ``bytes`` one) keeps the table's type (Hudi casts
+  such a write up; readers cast the file's column when they read it). Anything else is
+  refused (:class:`~amcommit.table.errors.SchemaMismatch`, one line naming the column, the
+  table's type and the write's). Logical types must be equal (Hudi's Avro check ignores
+  them, so it would let a ``date`` become a ``long``; amcommit does not), and a ``bytes``
+  column never becomes ``string`` although Avro allows it (a byte string that is not UTF-8
+  then reads as null in hudi-rs, measured): it stays ``bytes``;
+- a column only in the write is added, always nullable with default null (older files
+  read as null; a non-nullable new column would make hudi-rs refuse every older file);
+- a column only in the table is refused, unless the write allows missing columns (Hudi's
+  ``hoodie.write.set.null.for.missing.columns``): it then stays in the schema, nullable,
+  and reads as null for the write's rows;
+- nullability: a column nullable on either side is nullable; nested records, arrays and
+  maps follow the same rules field by field; the table's column order is kept, new
+  columns come last.
 """
 
 from __future__ import annotations
@@ -27,9 +52,10 @@ from typing import Any
 import pyarrow as pa
 
 from amcommit.errors import ConfigError
+from amcommit.table.errors import SchemaMismatch
 from amcommit.table.naming import META_COLUMNS
 
-__all__ = ["avro_schema", "record_name"]
+__all__ = ["PROMOTIONS", "avro_schema", "evolve_schema", "record_name", "type_name"]
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -146,3 +172,196 @@ def avro_schema(schema: pa.Schema, table: str, *, include_meta: bool = False) ->
     name, namespace = record_name(table)
     fields = [f for f in schema if include_meta or f.name not in META_COLUMNS]
     return json.dumps(_record(fields, name, namespace), separators=(",", ":"))
+
+
+PROMOTIONS: dict[str, frozenset[str]] = {
+    "int": frozenset({"long", "float", "double"}),
+    "long": frozenset({"float", "double"}),
+    "float": frozenset({"double"}),
+    "string": frozenset({"bytes"}),
+}
+"""Avro type -> the wider types a column of it may become (Avro's promotions, which Hudi's
+schema-on-write check accepts, without ``bytes`` -> ``string``: see the module doc)."""
+
+_WIDENINGS = "int -> long -> float -> double, int/long -> double, string -> bytes"
+
+
+def _split_null(t: Any) -> tuple[Any, bool]:
+    """``(type without "null", nullable)`` of an Avro type."""
+    if t == "null":
+        return "null", True
+    if isinstance(t, list):
+        rest = [b for b in t if b != "null"]
+        if len(rest) == 1:
+            return rest[0], len(rest) < len(t)
+        return (rest, True) if len(rest) < len(t) else (t, False)
+    return t, False
+
+
+def _kind(t: Any) -> str:
+    if isinstance(t, dict):
+        return str(t.get("type"))
+    if isinstance(t, list):
+        return "union"
+    return str(t)
+
+
+def _logical(t: Any) -> str | None:
+    return t.get("logicalType") if isinstance(t, dict) else None
+
+
+def type_name(t: Any) -> str:
+    """A short readable name of an Avro type (``long``, ``decimal(12,2)``, ``date``,
+    ``array<string>``, ``struct``) for messages; nullability is not shown."""
+    base, _ = _split_null(t)
+    kind = _kind(base)
+    logical = _logical(base)
+    if logical == "decimal":
+        return f"decimal({base.get('precision')},{base.get('scale', 0)})"
+    if logical:
+        return str(logical)
+    if kind == "array":
+        return f"array<{type_name(base.get('items'))}>"
+    if kind == "map":
+        return f"map<string,{type_name(base.get('values'))}>"
+    if kind == "record":
+        return "struct"
+    if kind == "union":
+        return "union<" + ",".join(type_name(b) for b in base) + ">"
+    return kind
+
+
+def _same_atom(t: Any, n: Any) -> bool:
+    """Equal primitive / logical types (names and namespaces of fixed types aside)."""
+    if _kind(t) != _kind(n) or _logical(t) != _logical(n):
+        return False
+    if _kind(t) == "fixed" or _logical(t) == "decimal":
+        keys = ("size", "precision", "scale")
+        return all(t.get(k) == n.get(k) for k in keys)
+    if isinstance(t, dict) and isinstance(n, dict):
+        return all(t.get(k) == n.get(k) for k in ("precision", "scale", "size"))
+    return True
+
+
+def _mismatch(path: str, t: Any, n: Any) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"column {path!r}: the table's type is {type_name(t)}, the write's is {type_name(n)}; "
+        f"Hudi's schema-on-write rules accept only the same type or a widening ({_WIDENINGS})",
+        column=path,
+    )
+
+
+def _nullable(t: Any) -> Any:
+    base, nullable = _split_null(t)
+    if nullable:
+        return t
+    return ["null", base]
+
+
+def _merge_type(t: Any, n: Any, path: str, allow_missing: bool) -> Any:
+    tb, tn = _split_null(t)
+    nb, nn = _split_null(n)
+    if tb == "null":  # a column of nulls only (Spark's void) takes the other side's type
+        return _nullable(n)
+    if nb == "null":
+        return _nullable(t)
+    base = _merge_base(tb, nb, path, allow_missing)
+    if tn or nn:
+        return ["null", base] if not isinstance(base, list) else ["null", *base]
+    return base
+
+
+def _merge_base(t: Any, n: Any, path: str, allow_missing: bool) -> Any:
+    kt, kn = _kind(t), _kind(n)
+    if kt == kn == "record":
+        return _merge_record(t, n, path, allow_missing)
+    if kt == kn == "array":
+        items = _merge_type(t.get("items"), n.get("items"), f"{path}.element", allow_missing)
+        return {**t, "items": items}
+    if kt == kn == "map":
+        values = _merge_type(t.get("values"), n.get("values"), f"{path}.value", allow_missing)
+        return {**t, "values": values}
+    if kt == "union" or kn == "union":
+        if t == n:
+            return t
+        raise _mismatch(path, t, n)
+    if kt in ("record", "array", "map") or kn in ("record", "array", "map"):
+        raise _mismatch(path, t, n)
+    if _same_atom(t, n):
+        return t
+    if _logical(t) is None and _logical(n) is None:
+        if kn in PROMOTIONS.get(kt, ()):
+            return n  # a widening: the table's type becomes the write's
+        if kt in PROMOTIONS.get(kn, ()):
+            return t  # the write is narrower: readers cast its files up
+    raise _mismatch(path, t, n)
+
+
+def _missing(path: str, t: Any, renamed: str | None) -> SchemaMismatch:
+    if renamed is not None:
+        why = f"the write has {renamed!r} (Hudi's column names are case-sensitive)"
+    else:
+        why = "the write leaves it out"
+    return SchemaMismatch(
+        f"column {path!r} ({type_name(t)}) of the table is missing from the write: {why}; refused, as "
+        "Hudi does, unless the write allows missing columns (Spark option allowMissingColumns=true, "
+        "begin_write(allow_missing_columns=True)): the column then reads as null for its rows",
+        column=path,
+    )
+
+
+def _merge_record(t: dict[str, Any], n: dict[str, Any], path: str, allow_missing: bool) -> dict[str, Any]:
+    prefix = f"{path}." if path else ""
+    new_fields = {f["name"]: f for f in n.get("fields", [])}
+    table_names = {f["name"] for f in t.get("fields", [])}
+    out: list[dict[str, Any]] = []
+    for f in t.get("fields", []):
+        name = f["name"]
+        g = new_fields.get(name)
+        if g is None:
+            if name in META_COLUMNS:
+                out.append(f)
+                continue
+            if not allow_missing:
+                renamed = next(
+                    (k for k in new_fields if k.lower() == name.lower() and k not in table_names), None
+                )
+                raise _missing(prefix + name, f["type"], renamed)
+            merged = _nullable(f["type"])
+        else:
+            merged = _merge_type(f["type"], g["type"], prefix + name, allow_missing)
+        entry = {**f, "type": merged}
+        if _split_null(merged)[1] and "default" not in entry:
+            entry["default"] = None
+        out.append(entry)
+    for name, g in new_fields.items():
+        if name in table_names:
+            continue
+        entry = {k: v for k, v in g.items() if k != "default"}
+        entry["type"] = _nullable(g["type"])
+        entry["default"] = None
+        out.append(entry)
+    return {**t, "fields": out}
+
+
+def evolve_schema(table_schema: str | None, write_schema: str, *, allow_missing: bool = False) -> str:
+    """The Avro schema (JSON) a write records in its commit, from the table's latest
+    committed schema (None: the table has none yet; the write's is taken as it is) and the
+    write's own (:func:`avro_schema`), by the rules of the module doc. Pure.
+
+    Returns ``table_schema`` itself (the same string) when the write changes nothing.
+    :class:`~amcommit.table.errors.SchemaMismatch` (one line naming the column) when the
+    write breaks the rules; ConfigError if either is not an Avro record schema."""
+    if table_schema is None:
+        return write_schema
+    try:
+        t = json.loads(table_schema)
+        n = json.loads(write_schema)
+    except ValueError:
+        raise ConfigError("a table or write schema is not JSON (an Avro schema)") from None
+    if _kind(t) != "record" or _kind(n) != "record":
+        raise ConfigError("a table or write schema is not an Avro record schema")
+    merged = _merge_record(t, n, "", allow_missing)
+    if merged == t:
+        return table_schema
+    return json.dumps(merged, separators=(",", ":"))

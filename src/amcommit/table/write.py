@@ -21,6 +21,12 @@ A table write is a job whose id is its instant::
 3. writes the heartbeat, then ``<instant>.<action>.requested`` and the inflight file
    (``<instant>.inflight`` for commits, ``<instant>.replacecommit.inflight``), both empty.
 
+Before step 2 the write's schema (``avro_schema``) is checked against the table's latest
+committed schema by Hudi's schema-on-write rules (:func:`amcommit.table.schema.evolve_schema`):
+a write that breaks them is refused with one line
+(:class:`~amcommit.table.errors.SchemaMismatch`) and nothing is written. The job commit
+checks again, under the lock, against the schema committed last by then.
+
 A crash between these steps leaves an instant without a live heartbeat: a later commit rolls
 it back (:mod:`amcommit.table.commit`), or ``amcommit rollback DEST --instant I`` does.
 """
@@ -54,8 +60,10 @@ __all__ = [
     "TableWrite",
     "WriteMarker",
     "begin_write",
+    "committed_schema",
     "inflight_instant",
     "is_table",
+    "latest_write",
     "read_marker",
     "read_properties",
     "requested_instant",
@@ -105,6 +113,14 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
     label_app: str | None = None
     """The write's label (:class:`amcommit.table.labels.Label`), if it has one."""
     label_version: int | None = None
+    allow_missing_columns: bool = False
+    """The write may leave out columns of the table (they stay, nullable, and read as null
+    for its rows); refused otherwise (:func:`amcommit.table.schema.evolve_schema`)."""
+    schema_base: str | None = None
+    """The completed write instant whose schema :func:`begin_write` checked ``avro_schema``
+    against ("" for a table without one), and ``recorded_schema`` the schema the commit
+    records if that instant is still the latest at commit (else it checks again)."""
+    recorded_schema: str | None = None
 
     def label(self) -> Label | None:
         """The label given to :func:`begin_write`, None without one."""
@@ -212,6 +228,34 @@ async def _create_table(
     return theirs
 
 
+class _SchemaOnly(msgspec.Struct, rename="camel"):
+    """The part of a completed instant's metadata holding its schema."""
+
+    extra_metadata: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def latest_write(instants: list[Instant]) -> Instant | None:
+    """The latest completed write instant (commit or replacecommit), if any. Pure."""
+    done = [i for i in instants if i.completed and i.action in WRITE_ACTIONS]
+    return max(done, key=lambda i: i.time) if done else None
+
+
+async def committed_schema(
+    store: Store, dest: str, instant: Instant | None, config: CommitterConfig = DEFAULT_CONFIG
+) -> str | None:
+    """The Avro schema (JSON) recorded by the completed write ``instant``
+    (``extraMetadata.schema``); None for no instant or one without a schema. One read."""
+    if instant is None:
+        return None
+    path = join(dest, HOODIE_DIR, instant.file_name)
+    data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+    try:
+        meta = msgspec.json.decode(data, type=_SchemaOnly)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ManifestError(f"{path}: not valid Hudi commit metadata ({e})") from None
+    return meta.extra_metadata.get("schema") or None
+
+
 async def _taken_times(store: Store, dest: str) -> set[str]:
     """Times of every instant in ``.hoodie/`` and every staging folder in ``.hoodie/.temp/``."""
     times = {i.time for i in await list_instants(store, dest)}
@@ -237,12 +281,17 @@ async def begin_write(
     expected_tasks: int | None = None,
     error_if_exists: bool = False,
     label: Label | None = None,
+    allow_missing_columns: bool = False,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
 
-    ``avro_schema``: the rows' Avro schema (:func:`amcommit.table.schema.avro_schema`); None:
-    the commit takes the table's latest schema, else derives it from a written file.
+    ``avro_schema``: the rows' Avro schema (:func:`amcommit.table.schema.avro_schema`),
+    checked here against the table's latest committed schema (SchemaMismatch before
+    anything is written) and again by the commit; None: the commit derives it from a
+    written file and checks it then (or takes the table's latest schema for a write
+    without files). ``allow_missing_columns``: the rows may leave out columns of the table
+    (Hudi's ``hoodie.write.set.null.for.missing.columns``): they read as null for them.
     ``error_if_exists`` (Spark's mode ``errorifexists``/``fail``): refuse, before anything is
     written, a table that already holds a completed write.
     ``label``: the write's label (:mod:`amcommit.table.labels`), kept in the job marker; the
@@ -271,6 +320,15 @@ async def begin_write(
             "(errorifexists/fail); use append or overwrite",
             stage="begin_write",
         )
+    schema_base: str | None = None
+    recorded: str | None = None
+    if avro_schema is not None:  # schema on write: refused here, before anything is written
+        from amcommit.table.schema import evolve_schema
+
+        base = latest_write(instants)
+        table_schema = await committed_schema(store, dest, base, config)
+        recorded = evolve_schema(table_schema, avro_schema, allow_missing=allow_missing_columns)
+        schema_base = "" if base is None else base.time
     after: str | None = None
     for _ in range(_MAX_CLAIMS):
         taken = await _taken_times(store, dest)
@@ -285,6 +343,9 @@ async def begin_write(
             origin=origin,
             label_app=None if label is None else label.app_id,
             label_version=None if label is None else label.version,
+            allow_missing_columns=allow_missing_columns,
+            schema_base=schema_base,
+            recorded_schema=recorded,
         )
         body = json.loads(msgspec.json.encode(marker))
         body.update(marker_fields(origin, expected_tasks))
