@@ -197,6 +197,11 @@ def _encode_all(root: str, paths: list[str]) -> list[bytes] | None:
     return joined.split(b"\0")
 
 
+_READS = frozenset({"stat", "get"})
+"""Operations for which a file standing where a parent directory of the path would be
+means only that the path does not exist (as on every other store)."""
+
+
 def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     msg = e.strerror or str(e)
     if isinstance(e, FileNotFoundError):
@@ -204,6 +209,8 @@ def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     if isinstance(e, FileExistsError):
         return AlreadyExists(msg, op=op, path=path)
     if isinstance(e, NotADirectoryError):
+        if op in _READS:  # a file where a parent directory would be: the path does not exist
+            return NotFound(f"a file is in the way: {msg}", op=op, path=path)
         return AlreadyExists(f"a file is in the way: {msg}", op=op, path=path)
     if isinstance(e, PermissionError):
         return PermissionDenied(msg, op=op, path=path)
@@ -700,7 +707,7 @@ class LocalStore:
         def rm() -> bool:
             try:
                 st = os.lstat(p)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # (a file where a parent would be)
                 return False
             if stat_mod.S_ISDIR(st.st_mode):
                 if recursive:
