@@ -848,5 +848,74 @@ SCENARIOS += [
     ),
 ]
 
+# -- a table commit that fails for good, then commit-job again / abort-job (issue 23 item 4): the
+# dynamic overwrite (a replacecommit), one representative per kind of failure point
+TABLE_ERRORS: list[tuple[str, str, Fault]] = [
+    (
+        "throttled",
+        "a throttling storm that never ends, from the 3rd rename into the table",
+        Fault(
+            "error",
+            fail=({"kind": "throttle", "op": "rename", "path": FORWARD, "after": 2},),
+            raises="Throttled",
+        ),
+    ),
+    (
+        "precondition",
+        "the 3rd rename's source changed (PreconditionFailed): refused, rolled back",
+        Fault(
+            "error",
+            fail=({"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 2, "count": 1},),
+            raises="CommitError",
+        ),
+    ),
+    (
+        "publish",
+        "publishing the completed instant is denied (PermissionDenied), past the point of no return",
+        Fault(
+            "error",
+            fail=(
+                {
+                    "error": "PermissionDenied",
+                    "op": ["put", "rename"],
+                    "path": "{dest}/.hoodie/*.replacecommit",
+                },
+            ),
+            raises="PermissionDenied",
+            past_no_return=True,
+        ),
+    ),
+    (
+        "cleanup",
+        "the staging folder's deletes fail (NotSupported) after the instant is published",
+        Fault(
+            "error",
+            fail=(
+                {
+                    "error": "NotSupported",
+                    "op": ["delete", "delete_batch"],
+                    "path": "{dest}/.hoodie/.temp/2*",
+                },
+            ),
+            raises="CommitError",
+            past_no_return=True,
+        ),
+    ),
+]
+SCENARIOS += [
+    Scenario(
+        f"table-error-{_name}-{_then}",
+        f"table: insert_overwrite, {_what}; then {'commit-job again' if _then == 'resume' else 'abort-job'}",
+        {},
+        (),
+        _fault,
+        _then,
+        tables=(TABLE_JOBS["overwrite-dyn"],),
+        backends=frozenset({"local", "blob", "dfs", _GCS[_i % 2]}),
+    )
+    for _i, (_name, _what, _fault) in enumerate(TABLE_ERRORS)
+    for _then in ("resume", "abort")
+]
+
 BY_NAME = {s.name: s for s in SCENARIOS}
 assert len(BY_NAME) == len(SCENARIOS), "duplicate scenario names"
