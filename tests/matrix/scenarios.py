@@ -622,7 +622,7 @@ ERRORS: list[tuple[str, str, Fault]] = [
         Fault(
             "error",
             fail=({"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 2},),
-            raises="CommitError",
+            raises="RollbackError",
         ),
     ),
     (
