@@ -886,6 +886,20 @@ TABLE_ERRORS: list[tuple[str, str, Fault]] = [
         ),
     ),
     (
+        "lock-lost",
+        "every heartbeat of the table's lock fails: the lock is lost mid-rename (LockLost)",
+        Fault(
+            "error",
+            rule="lock-lost",
+            fail=(
+                {"error": "Transient", "op": "put", "path": "{dest}/.hoodie/.temp/_commit.lock", "after": 1},
+                {"kind": "latency", "op": "rename", "path": FORWARD, "seconds": 0.3},
+            ),
+            raises="LockLost",
+            lock_ttl=1.0,
+        ),
+    ),
+    (
         "cleanup",
         "the staging folder's deletes fail (NotSupported) after the instant is published",
         Fault(

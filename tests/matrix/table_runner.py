@@ -292,7 +292,8 @@ async def run_table_error(cell: Cell) -> None:
     w = await begin(cell, sc.tables[0])
     faulty = failing_store(cell)
     try:
-        await commit_job(faulty, cell.dest, w.instant, config=config(io_threads=1, load_threads=1))  # type: ignore[arg-type]
+        cfg = config(io_threads=1, load_threads=1, **_ttl(cell))
+        await commit_job(faulty, cell.dest, w.instant, config=cfg)  # type: ignore[arg-type]
     except AmcommitError as e:
         assert isinstance(e, getattr(errors, f.raises)), f"{type(e).__name__}: {e}"
         assert "\n" not in str(e), "error message is not one line"
@@ -302,12 +303,12 @@ async def run_table_error(cell: Cell) -> None:
     check_all_or_nothing(cell, to.OLD_ROWS, w)
     hudi = cell.backend == "local"
     if sc.then == "resume":
-        report = await commit_job(cell.store, cell.dest, w.instant, config=config())
+        report = await commit_job(cell.store, cell.dest, w.instant, config=config(**_ttl(cell)))
         assert report.success and report.instant == w.instant
         await check_table(cell, OLD, [w], to.rows_after(w.job, to.OLD_ROWS), hudi=hudi)
         return
     for again in (False, True):
-        await abort_job(cell.store, cell.dest, w.instant, config=config())
+        await abort_job(cell.store, cell.dest, w.instant, config=config(**_ttl(cell)))
         if f.past_no_return:
             await check_table(cell, OLD, [w], to.rows_after(w.job, to.OLD_ROWS), hudi=hudi and not again)
         else:
