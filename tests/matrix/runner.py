@@ -449,7 +449,10 @@ async def run_error(cell: Cell, job: Job) -> None:
         original = await cell.store.get(manifest)
         await tamper(cell, job, "corrupt")
     try:
-        await commit(cell, job, faulty, io_threads=1, load_threads=1, **more)
+        if f.rule == "outage":
+            await _commit_into_outage(cell, job, **more)
+        else:
+            await commit(cell, job, faulty, io_threads=1, load_threads=1, **more)
     except AmcommitError as e:
         err = e
     else:
@@ -476,6 +479,26 @@ async def run_error(cell: Cell, job: Job) -> None:
     if sc.then == "abort":
         await abort(cell, job, **more)  # idempotent
         await check_final(cell, want, job)
+
+
+async def _commit_into_outage(cell: Cell, job: Job, **more: Any) -> None:
+    """Commit through a ChaosProxy that answers every request with 503 from the fault's
+    progress point on (``Fault.kill``, e.g. mid-rename): a store outage the HTTP store's own
+    retries give up on; the lock cannot be released either."""
+    point = cell.fill(cell.sc.fault.kill)
+    with ChaosProxy(cell.info["endpoint"], "throttle", rate=1.0, statuses=(503,)) as proxy:
+        store = open_store(via(cell.info, proxy.url))
+
+        def arm(p: Progress) -> None:
+            if p.stage == point["stage"] and p.phase == point["phase"] and p.done >= point.get("at", 0):
+                proxy.armed = True
+
+        try:
+            await commit(cell, job, store, arm, io_threads=1, load_threads=1, **more)
+        finally:
+            proxy.armed = False
+            await store.aclose()
+        assert sum(proxy.counts.values()) > 0, "no fault was injected"
 
 
 # -- hostile manifests --------------------------------------------------------------------------
