@@ -570,6 +570,24 @@ SCENARIOS += [
     for _then in ("resume", "abort")
 ]
 
+SCENARIOS += [
+    Scenario(
+        f"way-dir-overwrite-refused-{_then}",
+        "a directory in the way, overwrite: its files moved aside, then the rename onto it fails "
+        f"for good (PreconditionFailed): rolled back, the job kept; {_then}",
+        WAY_DIR,
+        (job("overwrite", *WAY_TASKS),),
+        Fault(
+            "error",
+            fail=({"error": "PreconditionFailed", "op": "rename", "path": "{dest}/p=7/x.bin", "after": 1},),
+            raises="CommitError",
+        ),
+        _then,
+        backends=frozenset({"local", "dfs"}),  # on flat stores nothing is in the way
+    )
+    for _then in ("resume", "abort")
+]
+
 # -- whatever error a job commit meets, commit-job or abort-job ends the job (issue 23 item 4):
 # one commit that fails for good with each error class, then (a) commit-job again, without the
 # fault, completes exactly, or (b) abort-job rolls back exactly (completes the commit past its
