@@ -59,6 +59,21 @@ async def test_missing_paths_raise_not_found(sut: StoreUnderTest) -> None:
     assert await listing(sut, p) == {}
 
 
+async def test_paths_below_a_file_do_not_exist(sut: StoreUnderTest) -> None:
+    """A path below a file (``f/x`` where ``f`` is a file) does not exist, as on every store:
+    ``stat`` and ``get`` raise NotFound, ``delete`` answers False (a job's rollback and its
+    old-file deletes look at such paths when a file stands where the job wrote a directory)."""
+    s, b = sut.store, sut.base
+    await s.put(join(b, "f"), b"a file")
+    with pytest.raises(NotFound):
+        await s.stat(join(b, "f/x"))
+    with pytest.raises(NotFound):
+        await s.get(join(b, "f/x/y"))
+    assert await s.delete(join(b, "f/x")) is False
+    assert await s.delete(join(b, "f/x"), recursive=True) is False
+    assert await s.get(join(b, "f")) == b"a file"
+
+
 async def test_put_modes(sut: StoreUnderTest) -> None:
     s, p = sut.store, join(sut.base, "modes")
     first = await s.put(p, b"one", mode=PutMode.CREATE)

@@ -16,7 +16,11 @@ metadata) and hudi-rs (the whole instant or nothing) where hudi-rs reaches the b
   operation, HTTP request);
 * :mod:`tests.matrix.chaos_proxy`: HTTP faults in front of any emulator (429/503 storms,
   lost answers, connection resets);
-* :mod:`tests.matrix.runner`: runs one scenario on one backend;
+* :mod:`tests.matrix.runner`: runs one scenario on one backend (since issue 23 also commits
+  that fail for good with each error class, ``error-*`` / ``table-error-*``, then
+  ``commit-job`` again or ``abort-job``; and ``way-*``: a file or directory in the way);
+* :mod:`tests.matrix.test_way_kills`: an overwrite with something in the way killed after
+  each of its requests about it, then resumed and separately aborted;
 * :mod:`tests.matrix.table_oracle` / :mod:`tests.matrix.table_runner`: the table scenarios'
   expected results (pure) and runner;
 * :mod:`tests.matrix.table`: the markdown table of the last run (``last_run.md``).

@@ -7,7 +7,9 @@ Rule kinds (``nth`` counts matches from 1; default 1):
   progress event of the job commit/abort (for ``progress``, once ``done >= at``);
 * ``{"type": "store", "op": OP, "path": GLOB, "nth": N}``: right after the N-th store call
   ``OP`` whose path (for ``rename``: source or destination) matches GLOB has returned: the
-  operation happened, the engine did not see the answer;
+  operation happened, the engine did not see the answer (``OP`` ``"mutating"``: any put,
+  rename, delete or mkdirs; a batch counts each of its requests; GLOB may be a list: any
+  of them);
 * ``{"type": "http", "method": M, "url": GLOB, "header": H, "nth": N}``: right after the
   answer of the N-th HTTP request with method M whose percent-decoded URL matches GLOB (and
   which carries request header H, if given) has arrived: between the requests of one store
@@ -35,6 +37,9 @@ T = TypeVar("T")
 KillRule = dict[str, Any]
 
 
+MUTATING = frozenset({"put", "rename", "delete", "mkdirs"})
+
+
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -49,7 +54,10 @@ class _KillAfterStore(FaultyStore):
 
     def _matches(self, op: str, paths: tuple[str, ...]) -> bool:
         r = self._rule
-        return op == r["op"] and any(fnmatch.fnmatchcase(p, r.get("path", "*")) for p in paths)
+        ok = op in MUTATING if r["op"] == "mutating" else op == r["op"]
+        globs = r.get("path", "*")
+        globs = [globs] if isinstance(globs, str) else globs
+        return ok and any(fnmatch.fnmatchcase(p, g) for p in paths for g in globs)
 
     def _selects(self, op: str, paths: tuple[str, ...]) -> bool:
         # a batch of renames sends the renames the rule counts through _call one by one

@@ -10,6 +10,13 @@ Paths are relative to the destination directory. The rules are the product's con
   by the new ones, other old files stay;
 * ``overwrite``: only the new files remain.
 
+On stores with real directories (local files, ADLS Gen2; ``directories=True``) an old
+file can stand *in the way* of a new one: an old file named like a directory the job
+writes into (``p=7`` vs ``p=7/x.bin``), or an old directory named like a new file
+(``p=7/x.bin/old.bin`` vs ``p=7/x.bin``). ``replace``/``overwrite`` (and ``append`` with
+``delete_target_files``) replace it like other old content; ``append`` and ``fail``
+refuse the commit. On flat stores (Blob, GCS) both names coexist and nothing is in the way.
+
 A refused commit leaves the destination as it was and keeps the job (issue 11 item 4).
 """
 
@@ -82,7 +89,13 @@ def minimal_roots(dirs: Iterable[str]) -> list[str]:
     return roots
 
 
-def refusal(old: Files, job: Job) -> str | None:
+def in_the_way(rel: str, new: Iterable[str]) -> bool:
+    """On a store with directories: is the old file ``rel`` in the way of a new file (a
+    directory of the job has its name, or it lies below a new file's name)?"""
+    return any(n.startswith(rel + "/") or rel.startswith(n + "/") for n in new)
+
+
+def refusal(old: Files, job: Job, directories: bool = False) -> str | None:
     """Why the job's commit is refused on ``old`` (None: it is not)."""
     new = new_files(job)
     if job.mode == "append" and not job.delete_target_files:
@@ -94,32 +107,42 @@ def refusal(old: Files, job: Job) -> str | None:
         busy = sorted(rel for rel in old if parent(rel) in receiving)
         if busy:
             return f"fail: {busy[0]!r} is in a receiving directory"
+    if directories and (job.mode == "fail" or (job.mode == "append" and not job.delete_target_files)):
+        way = sorted(rel for rel in old if in_the_way(rel, new))
+        if way:
+            return f"{job.mode}: {way[0]!r} is in the way of a new file"
     return None
 
 
-def apply(old: Files, job: Job) -> dict[str, bytes]:
+def apply(old: Files, job: Job, directories: bool = False) -> dict[str, bytes]:
     """The destination after ``job`` committed on top of ``old`` (refused: unchanged)."""
-    if refusal(old, job) is not None:
+    if refusal(old, job, directories) is not None:
         return dict(old)
     new = new_files(job)
     if job.mode == "overwrite":
         return dict(new)
+    kept = dict(old)
     if job.mode == "replace":
         roots = minimal_roots(parent(rel) for rel in new)
-        kept = {rel: d for rel, d in old.items() if not any(within(rel, r) for r in roots)}
-        # a file standing where a receiving directory goes is replaced as well
-        kept = {rel: d for rel, d in kept.items() if not any(within(n, rel) for n in new)}
-        return kept | new
-    return dict(old) | new
+        # files below a receiving directory (a file named like the directory is not below it)
+        kept = {rel: d for rel, d in old.items() if not any(root_of(rel, r) for r in roots)}
+    if directories:  # replaced as well (append: only with delete_target_files, else refused)
+        kept = {rel: d for rel, d in kept.items() if not in_the_way(rel, new)}
+    return kept | dict(new)
 
 
-def serial_outcomes(old: Files, jobs: Iterable[Job]) -> list[dict[str, bytes]]:
+def root_of(rel: str, root: str) -> bool:
+    """Is the file ``rel`` below the directory ``root``?"""
+    return root == "" or rel.startswith(root + "/")
+
+
+def serial_outcomes(old: Files, jobs: Iterable[Job], directories: bool = False) -> list[dict[str, bytes]]:
     """Every destination a serial order of ``jobs`` gives (for concurrent commits)."""
     out = []
     for order in permutations(jobs):
         state = dict(old)
         for j in order:
-            state = apply(state, j)
+            state = apply(state, j, directories)
         if state not in out:
             out.append(state)
     return out
@@ -135,14 +158,14 @@ class Expected:
     """Why the commit is refused (job kept until abort)."""
 
 
-def expect_commit(old: Files, job: Job) -> Expected:
-    why = refusal(old, job)
-    return Expected(apply(old, job), why is None, why)
+def expect_commit(old: Files, job: Job, directories: bool = False) -> Expected:
+    why = refusal(old, job, directories)
+    return Expected(apply(old, job, directories), why is None, why)
 
 
-def expect_abort(old: Files, job: Job, past_no_return: bool) -> Expected:
+def expect_abort(old: Files, job: Job, past_no_return: bool, directories: bool = False) -> Expected:
     """abort_job after a partial commit: old data back, unless the commit had passed its
     point of no return (then abort completes the commit)."""
     if past_no_return:
-        return Expected(apply(old, job), True)
+        return Expected(apply(old, job, directories), True)
     return Expected(dict(old), False)

@@ -21,13 +21,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 
+from amcommit import errors
 from amcommit.committer import CommitterConfig, JobLayout, Progress, abort_job, commit_job, setup_job
-from amcommit.committer.lock import held_by
+from amcommit.committer.lock import held_by, unfinished_journal
 from amcommit.committer.report import JobReport
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import AmcommitError
@@ -72,6 +73,11 @@ class Cell:
 
     def layout(self, job: Job) -> JobLayout:
         return JobLayout(self.dest, job.job_id)
+
+    @property
+    def directories(self) -> bool:
+        """The store has real directories (an old file can be in the way of a new one)."""
+        return self.store.capabilities.directories
 
     def fill(self, rule: Any) -> Any:
         """A kill rule template for this run (see scenarios.py)."""
@@ -233,6 +239,12 @@ _FORKS.set_forkserver_preload(["tests.matrix.kill_child"])
 def run_child(cell: Cell, op: str, job: Job, kill: Any, **more: Any) -> None:
     """Run commit/abort of ``job`` in a child process (forked from a fork server that has
     imported everything) that must die by SIGKILL at ``kill``; ``more``: committer options."""
+    killed = child_killed(cell, op, job, kill, **more)
+    assert killed, f"{op} child was not killed at {kill} (it completed)"
+
+
+def child_killed(cell: Cell, op: str, job: Job, kill: Any, **more: Any) -> bool:
+    """:func:`run_child`, but the child may also complete (False; it must not fail)."""
     spec = {
         "backend": cell.info,
         "op": op,
@@ -260,7 +272,8 @@ def run_child(cell: Cell, op: str, job: Job, kill: Any, **more: Any) -> None:
     if proc.exitcode is None:
         proc.kill()
         proc.join()
-    assert proc.exitcode == -signal.SIGKILL, f"{op} child was not killed at {kill} (exit {proc.exitcode})"
+    assert proc.exitcode in (0, -signal.SIGKILL), f"{op} child failed at {kill} (exit {proc.exitcode})"
+    return proc.exitcode == -signal.SIGKILL
 
 
 async def commit(
@@ -281,7 +294,7 @@ async def abort(cell: Cell, job: Job, **more: Any) -> None:
 async def expect_commit(cell: Cell, job: Job, store: Store | None = None, **more: Any) -> None:
     """Commit (maybe through a faulty store) and check the outcome against the oracle."""
     old = dict(cell.sc.old)
-    want = oracle.expect_commit(old, job)
+    want = oracle.expect_commit(old, job, cell.directories)
     err: AmcommitError | None = None
     try:
         report = await commit(cell, job, store, **more)
@@ -368,10 +381,10 @@ async def run_kill(cell: Cell, job: Job) -> None:
     if sc.then == "resume":
         report = await commit(cell, job, **more)
         assert report.success
-        want = oracle.expect_commit(old, job)
+        want = oracle.expect_commit(old, job, cell.directories)
     else:
         await abort(cell, job, **more)
-        want = oracle.expect_abort(old, job, f.past_no_return)
+        want = oracle.expect_abort(old, job, f.past_no_return, cell.directories)
     took = time.monotonic() - t0
     if f.lock_ttl is not None:  # its own stale lock: taken back at once, not after the ttl
         assert took < f.lock_ttl / 3, f"{sc.then} took {took:.1f} s: it waited for its own lock"
@@ -396,14 +409,102 @@ async def run_takeover(cell: Cell) -> None:
     assert report.success
     assert took >= f.lock_ttl, f"B committed after {took:.1f} s: it did not wait for A's lock to expire"
     old = dict(cell.sc.old)
-    after_a = old if f.abort_kill is not None else oracle.apply(old, a)
+    after_a = old if f.abort_kill is not None else oracle.apply(old, a, cell.directories)
     # (check_final: nothing under _temporary, so A's job directory went with its commit/abort)
-    await check_final(cell, oracle.expect_commit(after_a, b), b)
+    await check_final(cell, oracle.expect_commit(after_a, b, cell.directories), b)
+
+
+# -- a commit that fails for good, then commit-job / abort-job (issue 23 item 4) -------------------
+def failing_store(cell: Cell) -> FaultyStore:
+    """The fault's FaultyStore rules (scenarios.py ``Fault.fail``) around the cell's store."""
+    faulty = FaultyStore(cell.store, seed=7)
+    for r in cell.sc.fault.fail:
+        kind, op = r.get("kind", "error"), r["op"]
+        ops = frozenset([op] if isinstance(op, str) else op)
+        path = cell.path(r["path"]) if "path" in r else None
+        after, count = r.get("after", 0), r.get("count")
+        if kind == "error":
+            error = getattr(errors, r["error"])
+            faulty.add(FaultRule("error", ops, path, after=after, count=count, error=error))
+        elif kind == "throttle":
+            faulty.add(FaultRule("throttle", ops, path, after=after, retry_after=0.0))
+        else:
+            faulty.add(FaultRule("latency", ops, path, after=after, seconds=r["seconds"]))
+    return faulty
+
+
+async def run_error(cell: Cell, job: Job) -> None:
+    """The commit fails for good (the error ``Fault.raises``, in one line); a failure that
+    left no half-done commit (no unfinished journal) published nothing, released the lock
+    and kept the job. Then, without the fault, ``commit-job`` again (``then="resume"``)
+    completes exactly, or ``abort-job`` rolls back exactly (completes the commit when it
+    had passed its point of no return); either way the lock is released and the job
+    directory gone (nothing under ``_temporary``)."""
+    f, sc = cell.sc.fault, cell.sc
+    old = dict(sc.old)
+    more = lock_options(cell)
+    faulty = failing_store(cell)
+    manifest, original = cell.layout(job).manifest_path(task_ids(job.job_id, 0, 0)[0]), b""
+    if f.rule == "manifest":
+        original = await cell.store.get(manifest)
+        await tamper(cell, job, "corrupt")
+    try:
+        if f.rule == "outage":
+            await _commit_into_outage(cell, job, **more)
+        else:
+            await commit(cell, job, faulty, io_threads=1, load_threads=1, **more)
+    except AmcommitError as e:
+        err = e
+    else:
+        raise AssertionError("the commit did not fail")
+    assert isinstance(err, getattr(errors, f.raises)), f"{type(err).__name__}: {err}"
+    assert "\n" not in str(err), "error message is not one line"
+    if f.fail and f.rule != "lock-lost":
+        assert sum(faulty.injected.values()) > 0, "no fault was injected"
+    if not f.past_no_return and await unfinished_journal(cell.store, cell.dest, job.job_id) is None:
+        assert not await held_by(cell.store, cell.dest, job.job_id), "the lock outlived a finished failure"
+        assert_listing(await dest_files(cell), old)
+        await check_job_kept(cell, job)
+    if sc.then == "resume":
+        if f.rule == "manifest":
+            await cell.store.put(manifest, original)
+        job = job if f.retry_mode is None else replace(job, mode=f.retry_mode)
+        report = await commit(cell, job, **more)
+        assert report.success
+        want = oracle.expect_commit(old, job, cell.directories)
+    else:
+        await abort(cell, job, **more)
+        want = oracle.expect_abort(old, job, f.past_no_return, cell.directories)
+    await check_final(cell, want, job)  # includes: no lock, no job directory
+    if sc.then == "abort":
+        await abort(cell, job, **more)  # idempotent
+        await check_final(cell, want, job)
+
+
+async def _commit_into_outage(cell: Cell, job: Job, **more: Any) -> None:
+    """Commit through a ChaosProxy that answers every request with 503 from the fault's
+    progress point on (``Fault.kill``, e.g. mid-rename): a store outage the HTTP store's own
+    retries give up on; the lock cannot be released either."""
+    point = cell.fill(cell.sc.fault.kill)
+    with ChaosProxy(cell.info["endpoint"], "throttle", rate=1.0, statuses=(503,)) as proxy:
+        store = open_store(via(cell.info, proxy.url))
+
+        def arm(p: Progress) -> None:
+            if p.stage == point["stage"] and p.phase == point["phase"] and p.done >= point.get("at", 0):
+                proxy.armed = True
+
+        try:
+            await commit(cell, job, store, arm, io_threads=1, load_threads=1, **more)
+        finally:
+            proxy.armed = False
+            await store.aclose()
+        assert sum(proxy.counts.values()) > 0, "no fault was injected"
 
 
 # -- hostile manifests --------------------------------------------------------------------------
-async def tamper(cell: Cell, job: Job) -> None:
-    s, layout, rule = cell.store, cell.layout(job), cell.sc.fault.rule
+async def tamper(cell: Cell, job: Job, rule: str | None = None) -> None:
+    s, layout = cell.store, cell.layout(job)
+    rule = rule or cell.sc.fault.rule
     task, _ = task_ids(job.job_id, 0, 0)
     path = layout.manifest_path(task)
     raw = await s.get(path)
@@ -497,7 +598,7 @@ async def run_concurrent(cell: Cell) -> None:
         assert isinstance(results[j.job_id], AmcommitError), f"{j.job_id}: {results[j.job_id]!r}"
         await abort(cell, j)
     got = await dest_files(cell)
-    allowed = oracle.serial_outcomes(cell.sc.old, ok)
+    allowed = oracle.serial_outcomes(cell.sc.old, ok, cell.directories)
     assert got in allowed, f"not the result of a serial order of {[j.job_id for j in ok]}: " + "; ".join(
         f"vs order {i}: {_diff(got, w)}" for i, w in enumerate(allowed)
     )
@@ -549,6 +650,8 @@ async def run_cell(cell: Cell) -> None:
         await run_concurrent(cell)
     elif kind == "takeover":
         await run_takeover(cell)
+    elif kind == "error":
+        await run_error(cell, job)
     else:
         raise ValueError(kind)
 

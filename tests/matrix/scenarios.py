@@ -63,7 +63,9 @@ class Fault:
     ``http`` (a ChaosProxy of kind ``rule``); ``manifest`` (tamper ``rule``);
     ``concurrent`` (two jobs; the second paused mid-rename while the first commits);
     ``takeover`` (job A killed holding the destination lock, then job B commits: see
-    ``lock_ttl``)."""
+    ``lock_ttl``); ``error`` (the commit fails for good, with the error ``raises``:
+    FaultyStore rules ``fail``, or ``rule`` ``conflict`` / ``manifest`` / ``lock-lost``; then
+    the scenario's ``then`` runs without faults: see :func:`tests.matrix.runner.run_error`)."""
     kill: Mapping[str, Any] | None = None
     abort_kill: Mapping[str, Any] | None = None
     rule: str = ""
@@ -79,6 +81,15 @@ class Fault:
     killed as for ``kill`` (its abort too, if ``abort_kill``), then job B commits: it waits
     for the dead holder's lock to expire (``lock_ttl``), completes A's commit or abort, then
     commits its own (result: A then B)."""
+    fail: tuple[Mapping[str, Any], ...] = ()
+    """Kind ``error``: FaultyStore rules that fire on every matching call once ``after``
+    matches went through: ``{"kind": "error"|"throttle"|"latency", "error": CLASS NAME,
+    "op": OP or [OPS], "path": TEMPLATE, "after": N, "seconds": S}``."""
+    raises: str = ""
+    """Kind ``error``: the class (``amcommit.errors``) of the error the failed commit raises."""
+    retry_mode: str | None = None
+    """Kind ``error``, ``then="resume"``: the conflict mode of the second commit (None: the
+    job's own)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,8 @@ class Scenario:
     """A table scenario (tests/matrix/table_runner.py): the writes into the old Hudi table
     (``old`` and ``jobs`` unused). Fault kinds: ``none``, ``kill``, ``takeover``, ``store``
     (a permanent store error, then ``amcommit rollback``)."""
+    backends: frozenset[str] | None = None
+    """The backends the scenario runs on (None: every one); the others show as ``–``."""
 
 
 def P(point: str) -> dict[str, Any]:
@@ -505,6 +518,256 @@ SCENARIOS += [
     ),
 ]
 
+# -- something in the way: a file where the job needs a directory, a directory where it writes
+# a file (issue 23 item 3). On stores with directories replace/overwrite move the old file
+# (or every file of the old directory) aside like other replaced content; append and fail
+# refuse in one line; on flat stores both names coexist (see tests/matrix/oracle.py).
+WAY_FILE: Files = OLD | {"p=7": b"old file p=7"}
+WAY_DIR: Files = OLD | {"p=7/x.bin/old.bin": b"old dir 1", "p=7/x.bin/sub/deep.bin": b"old dir 2"}
+WAY_TASKS: tuple[Files, Files] = ({"p=3/c.bin": b"new c", "p=8/e.bin": b"new e"}, {"p=7/x.bin": b"new x"})
+WAYS = {"file": WAY_FILE, "dir": WAY_DIR}
+NOT_IN_THE_WAY = {b: "flat namespace: nothing is in the way, nothing moved aside" for b in FLAT}
+FAKE_GCS_FILES = {
+    "gcs-fake": "fake-gcs-server keeps objects as files on disk: an object and a 'directory' of one "
+    "name cannot coexist there (they do on GCS: see the double)"
+}
+WAY_KILLS: dict[str, list[tuple[str, Any, bool]]] = {
+    # (name, kill rule, past the point of no return); the kill children rename task 0's
+    # files, then p=7/x.bin (task 1)
+    "file": [
+        ("aside", {"type": "store", "op": "rename", "path": "{trash}/p=7"}, False),
+        ("renamed", P("rename_files:end"), True),
+    ],
+    "dir": [
+        ("aside", {"type": "store", "op": "rename", "path": "{trash}/p=7/x.bin/*"}, False),
+        ("rmdir", {"type": "store", "op": "delete", "path": "{dest}/p=7/x.bin"}, False),
+        ("renamed", P("rename_files:end"), True),
+    ],
+}
+SCENARIOS += [
+    Scenario(
+        f"way-{_way}-{_mode}",
+        f"a {_way} stands where the job writes {'p=7/x.bin' if _way == 'file' else 'the file p=7/x.bin'}, {_mode}",
+        _old,
+        (job(_mode, *WAY_TASKS),),
+        skip=FAKE_GCS_FILES,
+    )
+    for _way, _old in WAYS.items()
+    for _mode in ("overwrite", "replace", "append", "fail")
+]
+SCENARIOS += [
+    Scenario(
+        f"way-{_way}-overwrite-kill-{_name}-{_then}",
+        f"a {_way} in the way, overwrite, killed at {_name}, {_then}",
+        WAYS[_way],
+        (job("overwrite", *WAY_TASKS),),
+        Fault("kill", _rule, past_no_return=_past),
+        _then,
+        skip=FAKE_GCS_FILES if _name == "renamed" else NOT_IN_THE_WAY,
+    )
+    for _way, _kills in WAY_KILLS.items()
+    for _name, _rule, _past in _kills
+    for _then in ("resume", "abort")
+]
+
+SCENARIOS += [
+    Scenario(
+        f"way-dir-overwrite-refused-{_then}",
+        "a directory in the way, overwrite: its files moved aside, then the rename onto it fails "
+        f"for good (PreconditionFailed): rolled back, the job kept; {_then}",
+        WAY_DIR,
+        (job("overwrite", *WAY_TASKS),),
+        Fault(
+            "error",
+            fail=({"error": "PreconditionFailed", "op": "rename", "path": "{dest}/p=7/x.bin", "after": 1},),
+            raises="CommitError",
+        ),
+        _then,
+        backends=frozenset({"local", "dfs"}),  # on flat stores nothing is in the way
+    )
+    for _then in ("resume", "abort")
+]
+
+# -- whatever error a job commit meets, commit-job or abort-job ends the job (issue 23 item 4):
+# one commit that fails for good with each error class, then (a) commit-job again, without the
+# fault, completes exactly, or (b) abort-job rolls back exactly (completes the commit past its
+# point of no return); then no lock and no job directory. One GCS backend per class (they
+# alternate): the engine's handling is the same, the store's renames differ.
+FORWARD = "*/tasks/*"
+"""Glob of a forward rename (its source is a task attempt's file)."""
+ERRORS: list[tuple[str, str, Fault]] = [
+    (
+        "throttled",
+        "a throttling storm that never ends, from the 3rd forward rename",
+        Fault(
+            "error",
+            fail=({"kind": "throttle", "op": "rename", "path": FORWARD, "after": 2},),
+            raises="Throttled",
+        ),
+    ),
+    (
+        "not-found",
+        "the 3rd forward rename's source is gone (NotFound): refused, rolled back",
+        Fault(
+            "error",
+            fail=({"error": "NotFound", "op": "rename", "path": FORWARD, "after": 2, "count": 1},),
+            raises="CommitError",
+        ),
+    ),
+    (
+        "exists",
+        "renames onto p=3/c.bin meet AlreadyExists for good (its forward rename, then its move "
+        "aside): refused, rolled back",
+        Fault(
+            "error",
+            fail=({"error": "AlreadyExists", "op": "rename", "path": "{dest}/p=3/c.bin"},),
+            raises="CommitError",
+        ),
+    ),
+    (
+        "precondition",
+        "the 4th forward rename's source changed (PreconditionFailed): refused, rolled back",
+        Fault(
+            "error",
+            fail=({"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 3, "count": 1},),
+            raises="CommitError",
+        ),
+    ),
+    (
+        "rollback-failed",
+        "every forward rename from the 3rd fails (PreconditionFailed): refused, and its rollback "
+        "fails too (moving the renamed files back)",
+        Fault(
+            "error",
+            fail=({"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 2},),
+            raises="RollbackError",
+        ),
+    ),
+    (
+        "forget-failed",
+        "the 4th forward rename's source changed (PreconditionFailed); the rollback works but "
+        "deleting the journal fails for good (Transient)",
+        Fault(
+            "error",
+            fail=(
+                {"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 3, "count": 1},
+                {
+                    "error": "Transient",
+                    "op": ["delete", "delete_batch"],
+                    "path": "{dest}/_temporary/*/journal.json",
+                },
+            ),
+            raises="CommitError",
+        ),
+    ),
+    (
+        "invalid-input",
+        "the listing of the old files (check_conflicts) answers InvalidInput",
+        Fault(
+            "error",
+            fail=({"error": "InvalidInput", "op": "list", "path": "{dest}/p=*"},),
+            raises="InvalidInput",
+        ),
+    ),
+    (
+        "permission",
+        "the journal's write after the renames (the point of no return) is denied (PermissionDenied)",
+        Fault(
+            "error",
+            fail=(
+                {
+                    "error": "PermissionDenied",
+                    "op": "put",
+                    "path": "{dest}/_temporary/*/journal.json",
+                    "after": 1,
+                },
+            ),
+            raises="PermissionDenied",
+            past_no_return=True,
+        ),
+    ),
+    (
+        "transient",
+        "deleting an old file fails for good (Transient), past the point of no return",
+        Fault(
+            "error",
+            fail=({"error": "Transient", "op": ["delete", "delete_batch"], "path": "{dest}/p=1/old.bin"},),
+            raises="Transient",
+            past_no_return=True,
+        ),
+    ),
+    (
+        "unauthenticated",
+        "writing _SUCCESS fails (Unauthenticated), past the point of no return",
+        Fault(
+            "error",
+            fail=({"error": "Unauthenticated", "op": "rename", "path": "{dest}/_SUCCESS"},),
+            raises="Unauthenticated",
+            past_no_return=True,
+        ),
+    ),
+    (
+        "not-supported",
+        "the cleanup's deletes fail (NotSupported) after the commit",
+        Fault(
+            "error",
+            fail=(
+                {
+                    "error": "NotSupported",
+                    "op": ["delete", "delete_batch"],
+                    "path": "{dest}/_temporary/manifest_*/00*",
+                },
+            ),
+            raises="CommitError",
+            past_no_return=True,
+        ),
+    ),
+    (
+        "lock-lost",
+        "every heartbeat of the destination lock fails: the lock is lost mid-rename (LockLost)",
+        Fault(
+            "error",
+            rule="lock-lost",
+            fail=(
+                {"error": "Transient", "op": "put", "path": "{dest}/_temporary/_commit.lock", "after": 1},
+                {"kind": "latency", "op": "rename", "path": FORWARD, "seconds": 0.3},
+            ),
+            raises="LockLost",
+            lock_ttl=1.0,
+        ),
+    ),
+    (
+        "outage",
+        "every HTTP request answered 503 from the 3rd rename on (an outage the store's retries "
+        "give up on; the lock cannot be released)",
+        Fault("error", P("rename_files:progress:2"), rule="outage", raises="Throttled"),
+    ),
+    (
+        "conflict",
+        "append meets an existing name (ConflictError); again in mode replace",
+        Fault("error", rule="conflict", raises="ConflictError", retry_mode="replace"),
+    ),
+    (
+        "manifest",
+        "a corrupt task manifest (ManifestError); again once it is whole",
+        Fault("error", rule="manifest", raises="ManifestError"),
+    ),
+]
+_GCS = ("gcs-double", "gcs-fake")
+SCENARIOS += [
+    Scenario(
+        f"error-{_name}-{_then}",
+        f"{_what}; then {'commit-job again' if _then == 'resume' else 'abort-job'}",
+        OLD,
+        (job("append", T0, T1) if _name == "conflict" else REPLACE,),
+        _fault,
+        _then,
+        backends=frozenset({"blob", "dfs", _GCS[_i % 2]} | ({"local"} if _fault.rule != "outage" else set())),
+    )
+    for _i, (_name, _what, _fault) in enumerate(ERRORS)
+    for _then in ("resume", "abort")
+]
+
 # -- Hudi table commits (issue 13): killed at every stage of the table commit ----------------------
 # The write: two tasks, four base files in p=a (an old partition) and p=c (a new one).
 T_ROWS = (((10, "a", "n10"), (11, "c", "n11")), ((12, "a", "n12"), (13, "c", "n13"), (14, "a", "n14")))
@@ -607,6 +870,89 @@ SCENARIOS += [
         Fault("takeover", P("check_order:end"), lock_ttl=TABLE_TTL),
         tables=(TABLE_JOBS["append"], T_B),
     ),
+]
+
+# -- a table commit that fails for good, then commit-job again / abort-job (issue 23 item 4): the
+# dynamic overwrite (a replacecommit), one representative per kind of failure point
+TABLE_ERRORS: list[tuple[str, str, Fault]] = [
+    (
+        "throttled",
+        "a throttling storm that never ends, from the 3rd rename into the table",
+        Fault(
+            "error",
+            fail=({"kind": "throttle", "op": "rename", "path": FORWARD, "after": 2},),
+            raises="Throttled",
+        ),
+    ),
+    (
+        "precondition",
+        "the 3rd rename's source changed (PreconditionFailed): refused, rolled back",
+        Fault(
+            "error",
+            fail=({"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 2, "count": 1},),
+            raises="CommitError",
+        ),
+    ),
+    (
+        "publish",
+        "publishing the completed instant is denied (PermissionDenied), past the point of no return",
+        Fault(
+            "error",
+            fail=(
+                {
+                    "error": "PermissionDenied",
+                    "op": ["put", "rename"],
+                    "path": "{dest}/.hoodie/*.replacecommit",
+                },
+            ),
+            raises="PermissionDenied",
+            past_no_return=True,
+        ),
+    ),
+    (
+        "lock-lost",
+        "every heartbeat of the table's lock fails: the lock is lost mid-rename (LockLost)",
+        Fault(
+            "error",
+            rule="lock-lost",
+            fail=(
+                {"error": "Transient", "op": "put", "path": "{dest}/.hoodie/.temp/_commit.lock", "after": 1},
+                {"kind": "latency", "op": "rename", "path": FORWARD, "seconds": 0.3},
+            ),
+            raises="LockLost",
+            lock_ttl=1.0,
+        ),
+    ),
+    (
+        "cleanup",
+        "the staging folder's deletes fail (NotSupported) after the instant is published",
+        Fault(
+            "error",
+            fail=(
+                {
+                    "error": "NotSupported",
+                    "op": ["delete", "delete_batch"],
+                    "path": "{dest}/.hoodie/.temp/2*",
+                },
+            ),
+            raises="CommitError",
+            past_no_return=True,
+        ),
+    ),
+]
+SCENARIOS += [
+    Scenario(
+        f"table-error-{_name}-{_then}",
+        f"table: insert_overwrite, {_what}; then {'commit-job again' if _then == 'resume' else 'abort-job'}",
+        {},
+        (),
+        _fault,
+        _then,
+        tables=(TABLE_JOBS["overwrite-dyn"],),
+        backends=frozenset({"local", "blob", "dfs", _GCS[_i % 2]}),
+    )
+    for _i, (_name, _what, _fault) in enumerate(TABLE_ERRORS)
+    for _then in ("resume", "abort")
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}

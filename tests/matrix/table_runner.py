@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from amcommit import errors
 from amcommit.committer import CommitterConfig, abort_job, commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
@@ -34,7 +35,7 @@ from amcommit.table.schema import avro_schema
 from amcommit.table.write import TableSpec, begin_write
 from tests.matrix import table_oracle as to
 from tests.matrix.oracle import Job
-from tests.matrix.runner import CONFIG, Cell, check_outside, files_below, put_all, run_child
+from tests.matrix.runner import CONFIG, Cell, check_outside, failing_store, files_below, put_all, run_child
 from tests.matrix.scenarios import OUTSIDE
 
 SPEC = TableSpec(to.TABLE_NAME, partition_fields=("p",))
@@ -282,6 +283,38 @@ async def run_table_failed(cell: Cell) -> None:
     await check_table(cell, OLD, [], to.OLD_ROWS)
 
 
+async def run_table_error(cell: Cell) -> None:
+    """The commit fails for good (``Fault.raises``, one line; hudi-rs sees all or nothing of
+    it); then, without the fault, ``commit-job`` again completes it exactly, or
+    ``abort-job`` (twice) leaves exactly the old table (the committed one past the point
+    of no return): nothing under ``.hoodie/.temp`` (no lock, no staging) either way."""
+    f, sc = cell.sc.fault, cell.sc
+    w = await begin(cell, sc.tables[0])
+    faulty = failing_store(cell)
+    try:
+        cfg = config(io_threads=1, load_threads=1, **_ttl(cell))
+        await commit_job(faulty, cell.dest, w.instant, config=cfg)  # type: ignore[arg-type]
+    except AmcommitError as e:
+        assert isinstance(e, getattr(errors, f.raises)), f"{type(e).__name__}: {e}"
+        assert "\n" not in str(e), "error message is not one line"
+    else:
+        raise AssertionError("the commit did not fail")
+    assert sum(faulty.injected.values()) > 0, "no fault was injected"
+    check_all_or_nothing(cell, to.OLD_ROWS, w)
+    hudi = cell.backend == "local"
+    if sc.then == "resume":
+        report = await commit_job(cell.store, cell.dest, w.instant, config=config(**_ttl(cell)))
+        assert report.success and report.instant == w.instant
+        await check_table(cell, OLD, [w], to.rows_after(w.job, to.OLD_ROWS), hudi=hudi)
+        return
+    for again in (False, True):
+        await abort_job(cell.store, cell.dest, w.instant, config=config(**_ttl(cell)))
+        if f.past_no_return:
+            await check_table(cell, OLD, [w], to.rows_after(w.job, to.OLD_ROWS), hudi=hudi and not again)
+        else:
+            await check_table(cell, OLD, [], to.OLD_ROWS, hudi=hudi and not again)
+
+
 async def run_table_plain(cell: Cell) -> None:
     w = await begin(cell, cell.sc.tables[0])
     report = await commit_job(cell.store, cell.dest, w.instant, config=config())
@@ -300,5 +333,7 @@ async def run_table_cell(cell: Cell) -> None:
         await run_table_takeover(cell)
     elif kind == "store":
         await run_table_failed(cell)
+    elif kind == "error":
+        await run_table_error(cell)
     else:
         raise ValueError(kind)

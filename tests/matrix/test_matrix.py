@@ -28,6 +28,7 @@ CELLS = [
     pytest.param(sc, backend, id=f"{sc.name}.{backend}", marks=_marks(sc, backend))
     for sc in SCENARIOS
     for backend in BACKENDS
+    if sc.backends is None or backend in sc.backends
 ]
 
 

@@ -443,7 +443,9 @@ async def _commit_job(
         report.success = False
         report.error = _describe(e)
         report.finished = time.time()
-        await _after_failure(ctx, run, e)
+        undo_failed = await _after_failure(ctx, run, e)
+        if undo_failed is not None:
+            raise _rollback_failed(ctx, e, undo_failed) from e
         raise
     finally:
         run.close()
@@ -583,14 +585,30 @@ def _unfixable(e: BaseException) -> bool:
     return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, (RollbackError, LockLost))
 
 
-async def _after_failure(ctx: JobContext, run: CommitRun, e: BaseException) -> None:
+def _rollback_failed(ctx: JobContext, e: BaseException, undo: Exception) -> RollbackError:
+    """The one-line error of a commit that failed and whose own rollback failed too: the
+    destination holds part of the commit (its journal says so) until ``commit_job`` or
+    ``abort_job`` of the job ends it."""
+    layout = ctx.layout
+    where = path_to_uri(ctx.store.root_uri, layout.dest)
+    return RollbackError(
+        f"the commit failed and undoing its renames failed too ({_describe(undo)}), so part of it is "
+        f"published: run `amcommit abort-job {where} --job-id {layout.job_id}` to roll it back, or "
+        f"`amcommit commit-job` with the same arguments to resume it; the commit failed with {_describe(e)}",
+        stage=ctx.report.failed_stage or "",
+    )
+
+
+async def _after_failure(ctx: JobContext, run: CommitRun, e: BaseException) -> Exception | None:
     """Roll back (for unfixable errors during the renames, before the point of no return)
-    and write the summary report. Never raises over the original error.
+    and write the summary report. Never raises; returns the rollback's error if the
+    rollback failed (the journal is then kept: ``abort_job`` finishes it).
 
     The rollback moves the renamed files back into their task directories and forgets the
     commit (journal, victim lists, trash), but keeps the job: task outputs, manifests and
     markers stay until ``abort_job``, so the job can be committed again (e.g. in another
     conflict mode)."""
+    undo_failed: Exception | None = None
     journal = ctx.journal
     if (
         ctx.config.rollback_on_failure
@@ -606,10 +624,12 @@ async def _after_failure(ctx: JobContext, run: CommitRun, e: BaseException) -> N
                 await forget_commit(ctx, journal.victim_chunks)
         except Exception as re:  # keep the journal; abort_job can finish the rollback
             ctx.report.error = f"{ctx.report.error}; rollback failed: {_describe(re)}"
+            undo_failed = re
     try:
         await write_summary.run(ctx, write_summary.SummaryInputs(ctx.report))
     except Exception as we:
         ctx.report.error = f"{ctx.report.error}; summary report not written: {_describe(we)}"
+    return undo_failed
 
 
 async def abort_job(

@@ -198,8 +198,12 @@ def _encode_all(root: str, paths: list[str]) -> list[bytes] | None:
     return joined.split(b"\0")
 
 
-_READS = frozenset({"stat", "get", "list", "delete"})
+_LONG_NAME_READS = frozenset({"stat", "get", "list", "delete"})
 """Operations for which a name too long for the file system means "nothing there"."""
+
+_WAY_READS = frozenset({"stat", "get"})
+"""Operations for which a file standing where a parent directory of the path would be
+means only that the path does not exist (as on every other store)."""
 
 
 def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
@@ -209,12 +213,14 @@ def _map_oserror(e: OSError, op: str, path: str) -> StoreError:
     if e.errno == errno.ENAMETOOLONG:
         # no file of that name can exist: reads find nothing (so that a rollback meeting
         # such a name ends), writes are refused as bad input; the path is cut short
-        if op in _READS:
+        if op in _LONG_NAME_READS:
             return NotFound(f"no such file: {msg}", op=op, path=clip(path))
         return InvalidInput(f"name too long for the file system: {msg}", op=op, path=clip(path))
     if isinstance(e, FileExistsError):
         return AlreadyExists(msg, op=op, path=path)
     if isinstance(e, NotADirectoryError):
+        if op in _WAY_READS:  # a file where a parent directory would be: the path does not exist
+            return NotFound(f"a file is in the way: {msg}", op=op, path=path)
         return AlreadyExists(f"a file is in the way: {msg}", op=op, path=path)
     if isinstance(e, PermissionError):
         return PermissionDenied(msg, op=op, path=path)
@@ -716,7 +722,7 @@ class LocalStore:
         def rm() -> bool:
             try:
                 st = os.lstat(p)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # (a file where a parent would be)
                 return False
             except OSError as e:
                 if e.errno == errno.ENAMETOOLONG:

@@ -4,6 +4,10 @@ the old files a ``replace``/``overwrite`` commit recorded, and the trash:
 
 Runs after the point of no return: nothing here can make the new output incomplete. Each
 delete is idempotent; a failure is resumed by running ``commit_job`` again.
+
+On stores with directories, a recorded old file whose name is now a directory of the new
+output (an old file ``p=1`` where the job wrote ``p=1/x.bin``) is not deleted: it went to
+the trash before the directory was created (``prepare_dirs``), and the trash goes here.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.dirs import remove_empty_dirs
 from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.prepare_dirs import with_ancestors
 from amcommit.committer.stages.victims import load_victims
 from amcommit.paths import parent
 
@@ -38,22 +43,33 @@ async def run(ctx: JobContext, inputs: DeleteVictimsInputs) -> DeleteVictimsResu
     gone, not this run's successful deletes: an earlier run may have deleted some, a lost
     answer hides a delete."""
     spool, chunks = inputs.loaded.spool, inputs.victim_chunks
-    deleted = await delete_victims(ctx, spool, chunks)
+    deleted = await delete_victims(ctx, spool, chunks, new_directories(ctx, inputs.loaded))
     if chunks:
         ctx.report.victims_deleted = await count_removed_victims(ctx, spool, chunks)
     return DeleteVictimsResult(deleted, ctx.report.victims_deleted)
 
 
-async def delete_victims(ctx: JobContext, spool: EntrySpool, chunks: int) -> int:
-    """Delete the recorded old files (skipping paths a new file now occupies) and the trash;
-    then remove directories the deletion emptied. Returns the number of files deleted."""
+def new_directories(ctx: JobContext, loaded: LoadedManifests) -> frozenset[str]:
+    """The directories of the new output below the destination, on stores with real
+    directories (elsewhere a file and a directory of one name coexist: none). Pure."""
+    if not ctx.store.capabilities.directories:
+        return frozenset()
+    return frozenset(with_ancestors(set(loaded.dirs), ctx.layout.dest))
+
+
+async def delete_victims(
+    ctx: JobContext, spool: EntrySpool, chunks: int, new_dirs: frozenset[str] = frozenset()
+) -> int:
+    """Delete the recorded old files (skipping paths a new file now occupies, and
+    ``new_dirs``, the directories of the new output) and the trash; then remove
+    directories the deletion emptied. Returns the number of files deleted."""
     deleted = 0
     emptied: set[str] = set()
 
     async def one(path: str) -> None:
         nonlocal deleted
-        if spool.has_dest(path):
-            return  # a new file has this name; the old one went to the trash
+        if spool.has_dest(path) or path in new_dirs:
+            return  # a new file, or a directory of new files, has this name; the old one went to the trash
         if await ctx.call(lambda: ctx.store.delete(path)):
             deleted += 1
             emptied.add(parent(path))

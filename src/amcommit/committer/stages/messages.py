@@ -27,6 +27,9 @@ def next_steps(ctx: JobContext, problem: str) -> str:
     )
 
 
-def conflict_message(ctx: JobContext, dst: str) -> str:
-    """What a user reads when a new file meets an existing one."""
+def conflict_message(ctx: JobContext, dst: str, *, directory: bool = False) -> str:
+    """What a user reads when a new file meets an existing one (``directory``: an existing
+    directory of that name)."""
+    if directory:
+        return next_steps(ctx, f"a directory is in the way of file {uri(ctx, dst)!r}")
     return next_steps(ctx, f"destination {uri(ctx, dst)!r} already exists")

@@ -16,8 +16,9 @@ What happens when a rename does not simply succeed:
   killed between copy and delete): the source is deleted, completing the rename;
 * the destination exists and is not ours: in ``replace``/``overwrite`` scope (or with
   ``delete_target_files``) the old file is moved aside to the job's trash and the rename
-  retried; otherwise it is a :class:`~amcommit.errors.ConflictError` naming the path and
-  what to do next;
+  retried (an old *directory* of that name, on a store with directories: every file in it,
+  see :func:`~amcommit.committer.stages.renaming.move_tree_aside`); otherwise it is a
+  :class:`~amcommit.errors.ConflictError` naming the path and what to do next;
 * the source's etag changed since task commit: a :class:`~amcommit.errors.CommitError`,
   unless the source carries this job's
   :func:`~amcommit.committer.stages.renaming.back_id` (an earlier rollback of this job put
@@ -42,8 +43,10 @@ from amcommit.committer.stages.renaming import (
     back_id,
     forward_expected,
     move_aside,
+    move_tree_aside,
     rename_id,
     settle,
+    settle_look,
     stat_or_none,
 )
 from amcommit.committer.stages.scope import in_replace_scope, replace_scope
@@ -108,16 +111,20 @@ async def rename_one(
                 f"source {entry.src!r} of {entry.dst!r} is missing and the destination is not this job's file"
             ) from None
         except AlreadyExists:
-            verdict = await settle(ctx, entry.src, entry.dst, want)
+            verdict, here = await settle_look(ctx, entry.src, entry.dst, want)
             if verdict is Verdict.DONE:
                 return RenameResult(entry.dst, recovered=True)
             if verdict is Verdict.STALE and not stale_removed:
                 await ctx.call(lambda: store.delete(entry.dst))  # our copy of another version
                 stale_removed = True
                 continue
+            is_dir = here is not None and here.is_dir
             if moved_aside or roots is None or not in_replace_scope(ctx, entry.dst, roots):
-                raise ConflictError(conflict_message(ctx, entry.dst)) from None
-            await move_aside(ctx, entry.dst)
+                raise ConflictError(conflict_message(ctx, entry.dst, directory=is_dir)) from None
+            if is_dir:
+                await move_tree_aside(ctx, entry.dst)
+            else:
+                await move_aside(ctx, entry.dst)
             moved_aside = True
         except PreconditionFailed as e:
             s = await stat_or_none(ctx, entry.src)

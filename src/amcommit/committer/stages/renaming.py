@@ -5,7 +5,8 @@ renames, :func:`aside_id` for moves to the trash, :func:`restore_id` for moves b
 it, :func:`back_id` for a rollback's moves back into the task directory), so a later
 process recognises its own half-done copies. Whether a rename happened is decided in one
 place, :func:`amcommit.store.proof.judge_rename`; :func:`look` and :func:`settle` apply it
-to what the store shows now, and :func:`move_aside` moves an old file to the job's trash.
+to what the store shows now, and :func:`move_aside` moves an old file to the job's trash
+(:func:`move_tree_aside`: every file of an old directory).
 
 Used by ``rename_files``, ``prepare_dirs``, ``validate_output``, ``renames_done``,
 ``save_success`` and ``rollback``. Nothing here is atomic beyond the single rename.
@@ -74,11 +75,18 @@ async def look(ctx: JobContext, src: str, dst: str, want: Expected) -> tuple[Ver
 async def settle(ctx: JobContext, src: str, dst: str, want: Expected) -> Verdict:
     """Judge a rename and complete it if it stopped between copy and delete (HALF: the
     source, still the version copied, is deleted; the verdict becomes DONE)."""
-    verdict, _ = await look(ctx, src, dst, want)
+    return (await settle_look(ctx, src, dst, want))[0]
+
+
+async def settle_look(
+    ctx: JobContext, src: str, dst: str, want: Expected
+) -> tuple[Verdict, ObjectInfo | None]:
+    """:func:`settle`, also returning ``dst``'s info as :func:`look` found it."""
+    verdict, d = await look(ctx, src, dst, want)
     if verdict is Verdict.HALF:
         await ctx.call(lambda: ctx.store.delete(src))
-        return Verdict.DONE
-    return verdict
+        return Verdict.DONE, d
+    return verdict, d
 
 
 def is_ours(store: Store, entry: RenameEntry, dst_info: ObjectInfo, rid: str) -> bool:
@@ -108,3 +116,19 @@ async def move_aside(ctx: JobContext, path: str) -> None:
         ctx.report.moved_aside += 1
         return
     raise CommitError(f"cannot move {path!r} aside: it keeps changing")
+
+
+async def move_tree_aside(ctx: JobContext, path: str) -> None:
+    """Move every file below the old directory ``path`` to the job's trash, each with
+    :func:`move_aside` (its own id: a later run recognises its half-done moves and a
+    rollback restores each file to its place), then delete the directories this emptied,
+    deepest first, ``path`` last. Not atomic: a run stopped midway left some files moved;
+    running it again moves the rest. Each delete is not recursive, so a directory that
+    still holds anything stays (the caller's rename then meets it again). For stores with
+    directories (on a flat store no directory is in the way of a file)."""
+    async for info in ctx.list(path, recursive=False):
+        if info.is_dir:
+            await move_tree_aside(ctx, info.path)
+        else:
+            await move_aside(ctx, info.path)
+    await ctx.call(lambda: ctx.store.delete(path))

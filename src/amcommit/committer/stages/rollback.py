@@ -148,10 +148,15 @@ async def restore_one(ctx: JobContext, trash: ObjectInfo, target: str) -> None:
 
 async def forget_commit(ctx: JobContext, victim_chunks: int) -> None:
     """After a rollback that kept the job: delete what only the failed commit needed (the
-    trash, now empty, the victim lists), the journal last. The job is then back to "set
-    up, tasks committed"; its task output and manifests are untouched."""
+    trash, now empty, then the journal, then the victim lists). The job is then back to
+    "set up, tasks committed"; its task output and manifests are untouched.
+
+    The journal goes before the victim lists: a journal that outlived its victim lists
+    (a delete that failed in between) would make a resumed commit delete none of the old
+    files it replaces. Victim lists left behind are harmless: the next commit writes its
+    own from the first (the journal counts them) and cleanup removes the rest."""
     store, layout = ctx.store, ctx.layout
     await ctx.call(lambda: store.delete(layout.trash_dir, recursive=True))
+    await ctx.call(lambda: store.delete(layout.journal_path))
     for i in range(victim_chunks):
         await ctx.call(partial(store.delete, layout.victims_path(i)))
-    await ctx.call(lambda: store.delete(layout.journal_path))
