@@ -335,6 +335,61 @@ def test_waiter_says_so_then_takes_over_a_holder_killed_meanwhile(
     assert "waiting at most 40 s (lock_wait)" in lines[0]
 
 
+@pytest.mark.timeout(180)
+def test_cli_says_once_that_it_waits_then_takes_over(tmp_path: Path) -> None:
+    """``amcommit commit-job`` finds the lock held by a live process: one line on stderr
+    (``amcommit: commit of job ... waits for the lock of ...``); the holder is SIGKILLed,
+    the command takes the lock over at once and succeeds."""
+    import threading
+
+    # the store as the command opens it (rooted at /): a resumed commit's journal holds
+    # store paths, so the holder and the command must agree on the store's root
+    store = LocalStore("/", fsync=False)
+    dest = str(tmp_path / "warehouse" / "t").lstrip("/")
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    anyio.run(prepare, store, dest, [a, b])
+    flag = tmp_path / "holding"
+    holder = hold_lock(
+        {"kind": "local", "root": "/"}, dest, "job_a", "overwrite", "rename_files:progress:3", flag
+    )
+    repo = str(Path(__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, *sys.path]))
+    argv = [sys.executable, "-m", "amcommit.cli", "commit-job", "/" + dest, "--job-id", "job_b", "-q"]
+    err: list[str] = []
+    cli: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert time.monotonic() < deadline and holder.poll() is None, (
+                "the holder never stopped mid-commit"
+            )
+            time.sleep(0.05)
+        cli = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=repo
+        )
+        assert cli.stderr is not None
+        reader = threading.Thread(target=lambda: err.extend(cli.stderr), daemon=True)  # type: ignore[union-attr,arg-type]
+        reader.start()
+        while not err:
+            assert time.monotonic() < deadline + 60 and cli.poll() is None, "no wait message"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert cli.poll() is None  # the holder is alive: the command waits
+    finally:
+        holder.kill()
+        holder.wait()
+        killed = time.monotonic()
+    assert cli is not None
+    assert cli.wait(timeout=60) == 0, err
+    assert time.monotonic() - killed < 10  # not the holder's ttl (60 s)
+    reader.join(timeout=10)
+    assert len(err) == 1, err
+    assert err[0].startswith("amcommit: commit of job 'job_b' waits for the lock of file://")
+    assert "held by job 'job_a' (commit, host " in err[0] and "waiting at most 600 s (lock_wait)" in err[0]
+    assert anyio.run(snapshot, store, dest) == serial(a, b)[0]
+
+
 async def test_killed_holder_whose_commit_cannot_be_finished(tmp_path: Path) -> None:
     """The dead holder's half-done commit fails when the taker resumes it (its remaining
     task output vanished): it is rolled back, and the taker's commit goes on alone."""
