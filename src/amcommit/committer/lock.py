@@ -336,8 +336,8 @@ class DestinationLock:
             if now >= deadline:
                 raise ConflictError(
                     f"destination {self.dest!r} is locked by {describe(cur)}; gave up after "
-                    f"waiting {self.wait:g} s (lock_wait; a dead holder's lock is taken over once "
-                    f"unrenewed for {cur.ttl if cur else self.ttl:g} s)"
+                    f"waiting {self.wait:g} s (lock_wait; a dead holder's lock is taken over at once on "
+                    f"its own host, elsewhere once unrenewed for {cur.ttl if cur else self.ttl:g} s)"
                 )
             holder = "" if cur is None else cur.token
             if told != holder:
