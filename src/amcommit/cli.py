@@ -11,7 +11,8 @@
     amcommit --no-uvloop COMMAND ...          any command on asyncio's own loop (see amcommit.loop)
 
 User errors print one line (``amcommit: error: ...``) and exit with status 1 (2 for bad
-usage); no tracebacks. A closed output pipe (``amcommit jobs DEST | head -1``) ends the
+usage); no tracebacks. Warnings of amcommit's loggers (a commit that waits for another
+writer's lock says so, in one line) print as ``amcommit: ...`` on stderr. A closed output pipe (``amcommit jobs DEST | head -1``) ends the
 command quietly with status 141 (128 + SIGPIPE, what ``cat``/``git`` report when the
 reader goes away). Credentials come from options or the environment
 (``AZURE_STORAGE_CONNECTION_STRING``, ``AZURE_STORAGE_KEY``, ``AZURE_STORAGE_SAS_TOKEN``,
@@ -21,6 +22,7 @@ reader goes away). Credentials come from options or the environment
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -505,9 +507,29 @@ def _output_closed() -> int:
     return EXIT_SIGPIPE
 
 
+class _StderrHandler(logging.Handler):
+    """amcommit's warnings as ``amcommit: <message>`` lines on the current ``sys.stderr``
+    (redacted)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(f"amcommit: {redact(record.getMessage())}", file=sys.stderr, flush=True)
+        except Exception:
+            self.handleError(record)
+
+
+def _log_to_stderr() -> None:
+    """Warnings of the ``amcommit`` loggers go to stderr (once per process)."""
+    logger = logging.getLogger("amcommit")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler(logging.WARNING)
+        logger.addHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _log_to_stderr()
     if args.no_uvloop:  # in the environment, so processes started from here inherit it
         os.environ[loop.ENV_VAR] = "0"
     try:

@@ -1,34 +1,42 @@
 """Two jobs committing into one destination at once: the result is that of one serial
 order or the other, never a mix, and no committed file is lost (the destination lock,
-amcommit.committer.lock). Also: a holder killed with SIGKILL mid-commit is taken over
-after its ttl and its half-done commit completed first; a holder that cannot renew its
-lock stops; a waiter gives up after lock_wait naming the holder."""
+amcommit.committer.lock). Also: a holder killed with SIGKILL mid-commit is taken over at
+once on its own host (after its ttl when its death cannot be proven: another host) and its
+half-done commit completed first; a waiter says once, in one line, whom it waits for; a
+holder that cannot renew its lock stops; a waiter gives up after lock_wait naming the
+holder."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from amcommit.committer import CommitterConfig, Progress, abort_job, commit_job, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
+from amcommit.committer.report import JobReport
 from amcommit.committer.stages.scope import minimal_roots
 from amcommit.errors import ConflictError, LockLost, NotFound, PermissionDenied, PreconditionFailed
 from amcommit.paths import is_within, join, parent
-from amcommit.store.base import Store
+from amcommit.store.base import Store, UpdateIf
 from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, snapshot, temp_files
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
+from tests.matrix.stores import open_store
 
 MODES = ("append", "fail", "replace", "overwrite")
 OLD = {"p=1/old.bin": b"old 1", "p=2/old.bin": b"old 2", "top.bin": b"old top"}
@@ -176,8 +184,19 @@ def kill_holder(root: str, dest: str, job: str, mode: str, point: str, ttl: floa
 
 
 TTL = 1.0
+LONG_TTL = 60.0
+"""A ttl no test waits for: a takeover before it is one that did not wait for the ttl."""
 
 
+async def move_to_another_host(store: Store, dest: str) -> None:
+    """Rewrite the lock as if its holder ran on another host (its death cannot be proven)."""
+    body = LockBody(**json.loads(await store.get(lock_path(dest))))
+    other = msgspec.structs.replace(body, host="another-host.example")
+    etag = (await store.stat(lock_path(dest))).etag
+    await store.put(lock_path(dest), msgspec.json.encode(other), mode=UpdateIf(etag or ""))
+
+
+@pytest.mark.parametrize("where", ["this host", "another host"])
 @pytest.mark.parametrize(
     ("point", "dead_commit_completed"),
     [
@@ -186,21 +205,37 @@ TTL = 1.0
         ("delete_victims:start", True),  # past the point of no return
     ],
 )
-async def test_killed_holder_is_taken_over(tmp_path: Path, point: str, dead_commit_completed: bool) -> None:
+async def test_killed_holder_is_taken_over(
+    tmp_path: Path, point: str, dead_commit_completed: bool, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On this host the killed holder is provably dead: taken over at once (its ttl is 60 s),
+    without a wait message. A holder on another host (same dead lock, its host renamed) is
+    taken over once unrenewed for its ttl, after one line saying so."""
     store = LocalStore(str(tmp_path / "root"), fsync=False)
     dest = "warehouse/t"
     a = ("job_a", "overwrite", job_files("a", "p=1"))
     b = ("job_b", "append", job_files("b", "p=3"))
     await prepare(store, dest, [a, b])
-    kill_holder(store.root, dest, "job_a", "overwrite", point, TTL)
+    kill_holder(store.root, dest, "job_a", "overwrite", point, TTL if where == "another host" else LONG_TTL)
     assert json.loads(await store.get(lock_path(dest)))["owner"] == "job_a"  # the dead holder's lock
+    if where == "another host":
+        await move_to_another_host(store, dest)
 
+    caplog.set_level(logging.WARNING, logger="amcommit.lock")
     t0 = time.monotonic()
     cfg = CommitterConfig(conflict_mode="append", lock_ttl=TTL, lock_wait=30)
     report = await commit_job(store, dest, "job_b", config=cfg)
     waited = time.monotonic() - t0
     assert report.success
-    assert waited >= TTL  # the expiry was observed, not assumed from wall clocks
+    said = [r.getMessage() for r in caplog.records if r.name == "amcommit.lock"]
+    if where == "another host":
+        assert waited >= TTL  # the expiry was observed, not assumed from wall clocks
+        assert len(said) == 1 and "\n" not in said[0], said
+        assert "job 'job_a' (commit, host another-host.example" in said[0]
+        assert "waiting at most 30 s (lock_wait)" in said[0] and "for 1 s" in said[0]
+    else:
+        assert waited < 10, waited  # not the holder's ttl (60 s)
+        assert said == []  # no wait: nothing to say
     if dead_commit_completed:
         # job_a's overwrite was completed first, then job_b appended: one serial order
         assert await snapshot(store, dest) == serial(a, b)[0]
@@ -216,6 +251,143 @@ async def test_killed_holder_is_taken_over(tmp_path: Path, point: str, dead_comm
         await commit_job(store, dest, "job_a", config=CommitterConfig(conflict_mode="overwrite"))
         assert await snapshot(store, dest) == serial(b, a)[0]
         assert await temp_files(store, dest) == []
+
+
+def hold_lock(
+    info: dict[str, object], dest: str, job: str, mode: str, point: str, hold: Path
+) -> subprocess.Popen[str]:
+    """A child commits ``job`` and stops at ``point`` alive, holding the lock (ttl 60 s),
+    once ``hold`` exists (see tests/engine/lock_child.py)."""
+    repo = str(Path(__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, *sys.path]))
+    spec = {"backend": info, "dest": dest, "job": job, "mode": mode, "point": point, "ttl": LONG_TTL}
+    spec["hold"] = str(hold)
+    argv = [sys.executable, "-m", "tests.engine.lock_child", "--spec", json.dumps(spec)]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=repo
+    )
+
+
+async def until(done: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await anyio.sleep(0.05)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["local", "blob", "gcs-fake"])
+def test_waiter_says_so_then_takes_over_a_holder_killed_meanwhile(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit finds the lock held by a live process (another job's commit, half renamed,
+    ttl 60 s) and waits, saying so once in one line (who holds it, how long at most). The
+    holder is killed with SIGKILL: the waiter takes the lock over at once (within its poll
+    interval, not after 60 s), completes the dead commit first, then commits."""
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    dest = "warehouse/t"
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    caplog.set_level(logging.WARNING, logger="amcommit.lock")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "amcommit.lock"]
+
+    async def go() -> None:
+        async with open_store(info) as store:
+            await prepare(store, dest, [a, b])
+            flag = tmp_path / "holding"
+            child = hold_lock(info, dest, "job_a", "overwrite", "rename_files:progress:3", flag)
+            result: dict[str, object] = {}
+            try:
+                await until(flag.exists, 60, "the holder to stop mid-commit")
+
+                async def waiter() -> None:
+                    cfg = CommitterConfig(conflict_mode="append", lock_ttl=LONG_TTL, lock_wait=40)
+                    result["report"] = await commit_job(store, dest, "job_b", config=cfg)
+                    result["done"] = time.monotonic()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(waiter)
+                    await until(lambda: bool(said()), 20, "the wait message")
+                    await anyio.sleep(1.0)
+                    assert "report" not in result  # the holder is alive: the waiter waits
+                    os.kill(child.pid, signal.SIGKILL)
+                    child.wait()
+                    result["killed"] = time.monotonic()
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
+            report = result["report"]
+            assert isinstance(report, JobReport) and report.success
+            assert report.completed_previous == "job_a"
+            took = float(result["done"]) - float(result["killed"])  # type: ignore[arg-type]
+            assert took < 10, took  # not the holder's ttl (60 s)
+            assert await snapshot(store, dest) == serial(a, b)[0]
+            assert await temp_files(store, dest) == []
+
+    anyio.run(go)
+    lines = said()
+    assert len(lines) == 1 and "\n" not in lines[0], lines  # said once, in one line
+    assert "commit of job 'job_b' waits for the lock of " in lines[0]
+    assert "held by job 'job_a' (commit, host " in lines[0] and ", pid " in lines[0]
+    assert "waiting at most 40 s (lock_wait)" in lines[0]
+
+
+@pytest.mark.timeout(180)
+def test_cli_says_once_that_it_waits_then_takes_over(tmp_path: Path) -> None:
+    """``amcommit commit-job`` finds the lock held by a live process: one line on stderr
+    (``amcommit: commit of job ... waits for the lock of ...``); the holder is SIGKILLed,
+    the command takes the lock over at once and succeeds."""
+    import threading
+
+    # the store as the command opens it (rooted at /): a resumed commit's journal holds
+    # store paths, so the holder and the command must agree on the store's root
+    store = LocalStore("/", fsync=False)
+    dest = str(tmp_path / "warehouse" / "t").lstrip("/")
+    a = ("job_a", "overwrite", job_files("a", "p=1"))
+    b = ("job_b", "append", job_files("b", "p=3"))
+    anyio.run(prepare, store, dest, [a, b])
+    flag = tmp_path / "holding"
+    holder = hold_lock(
+        {"kind": "local", "root": "/"}, dest, "job_a", "overwrite", "rename_files:progress:3", flag
+    )
+    repo = str(Path(__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, *sys.path]))
+    argv = [sys.executable, "-m", "amcommit.cli", "commit-job", "/" + dest, "--job-id", "job_b", "-q"]
+    err: list[str] = []
+    cli: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert time.monotonic() < deadline and holder.poll() is None, (
+                "the holder never stopped mid-commit"
+            )
+            time.sleep(0.05)
+        cli = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=repo
+        )
+        assert cli.stderr is not None
+        reader = threading.Thread(target=lambda: err.extend(cli.stderr), daemon=True)  # type: ignore[union-attr,arg-type]
+        reader.start()
+        while not err:
+            assert time.monotonic() < deadline + 60 and cli.poll() is None, "no wait message"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert cli.poll() is None  # the holder is alive: the command waits
+    finally:
+        holder.kill()
+        holder.wait()
+        killed = time.monotonic()
+    assert cli is not None
+    assert cli.wait(timeout=60) == 0, err
+    assert time.monotonic() - killed < 10  # not the holder's ttl (60 s)
+    reader.join(timeout=10)
+    assert len(err) == 1, err
+    assert err[0].startswith("amcommit: commit of job 'job_b' waits for the lock of file://")
+    assert "held by job 'job_a' (commit, host " in err[0] and "waiting at most 600 s (lock_wait)" in err[0]
+    assert anyio.run(snapshot, store, dest) == serial(a, b)[0]
 
 
 async def test_killed_holder_whose_commit_cannot_be_finished(tmp_path: Path) -> None:
@@ -354,8 +526,6 @@ async def test_one_taker_wins_a_stale_lock(tmp_path: Path) -> None:
     """Several waiters on an expired lock: they hold it one after the other."""
     store = LocalStore(str(tmp_path / "root"), fsync=False)
     stale = LockBody(owner="dead_job", token="x", ttl=0.2)
-    import msgspec
-
     await store.put(lock_path("d"), msgspec.json.encode(stale))
     held: list[tuple[float, float]] = []
     previous: list[str] = []

@@ -268,3 +268,76 @@ def test_errors_reach_the_user_short_with_paths_as_given(spark: Any, tmp_path: P
     text = str(ei.value)
     assert "compression.codec='lzo' is not supported by amcommit" in text
     assert "task.py" not in text and "sqlconf.py" not in text, text
+
+
+HOLDER = (
+    "import sys, time, anyio\n"
+    "from amcommit.committer.lock import DestinationLock\n"
+    "from amcommit.store.schemes import open_location\n"
+    "async def hold():\n"
+    "    store, dest = open_location(sys.argv[1])\n"
+    "    await DestinationLock(store, dest, 'job_holder', ttl=60).acquire()\n"
+    "    print('held', flush=True)\n"
+    "    time.sleep(3600)\n"
+    "anyio.run(hold)\n"
+)
+
+
+@pytest.mark.timeout(600)
+def test_a_write_waiting_for_the_lock_says_so_in_the_driver_log(spark: Any, tmp_path: Path) -> None:
+    """A Spark write (its own driver process) finds the destination locked by a live
+    process (lock ttl 60 s): its driver log says so once, in one line; the holder is killed
+    with SIGKILL and the write takes the lock over at once and commits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root), *sys.path]))
+    dest = tmp_path / "events"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(dest)], stdout=subprocess.PIPE, text=True, env=env, cwd=root
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.spark.write_child", str(dest), "100"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    log: list[str] = []
+    assert driver.stderr is not None
+    reader = threading.Thread(target=lambda: log.extend(driver.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180
+        while not any("waits for the lock of" in line for line in log):
+            assert driver.poll() is None, "".join(log)[-3000:]
+            assert time.monotonic() < deadline, "no wait message in the driver's log"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert driver.poll() is None  # the holder is alive: the write waits
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    killed = time.monotonic()
+    driver.wait(timeout=120)
+    took = time.monotonic() - killed
+    assert driver.stdout is not None
+    out = driver.stdout.read()
+    reader.join(timeout=10)
+    assert driver.returncode == 0 and out.strip() == "done", "".join(log)[-3000:]
+    assert took < 30, took  # not the holder's lock ttl (60 s)
+    said = [line for line in log if "waits for the lock of" in line]
+    assert len(said) == 1, said
+    assert (
+        "held by job 'job_holder' (commit, host " in said[0]
+        and "waiting at most 600 s (lock_wait)" in said[0]
+    )
+    assert success(dest)["success"] and no_temporary(dest)
+    assert sorted(r.id for r in spark.read.parquet(str(dest)).collect()) == list(range(100))

@@ -1,13 +1,23 @@
 """Units of the streaming sink without Spark: owner files, dead-run instants, the per-query
 lease (two runs of one query at once: the second fails with one line; a dead run's lease
-is taken over), option splitting and the kill-point parser."""
+is taken over, after its ttl, or at once when its driver is provably dead on this host;
+two runs that find one stale lease at once: exactly one takes it, with real processes on
+local files, Azurite and fake-gcs), option splitting and the kill-point parser."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from amcommit.errors import ConfigError, ConflictError
@@ -20,10 +30,12 @@ from amcommit.spark.stream_state import (
     checkpoint_app,
     dead_instants,
     judge_lease,
+    lease_path,
     read_owners,
     write_owner,
 )
 from amcommit.store.local import LocalStore
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 
 
 def test_dead_instants_same_query_earlier_only() -> None:
@@ -84,8 +96,11 @@ def test_second_run_of_a_query_fails_while_the_first_renews(tmp_path: Path) -> N
     assert "already running in another run (run-a" in msg and "\n" not in msg
 
 
-def test_dead_run_lease_taken_over_after_ttl(tmp_path: Path) -> None:
+def test_dead_run_lease_taken_over_after_ttl(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A lease whose driver is unknown (no proof of death) is taken over once not renewed
+    for its ttl; the restart says once, in one line, that it waits and for how long."""
     ttl = 0.6
+    caplog.set_level(logging.WARNING, logger="amcommit.spark.stream")
 
     async def main() -> tuple[bool, float]:
         store = LocalStore(str(tmp_path))
@@ -97,6 +112,103 @@ def test_dead_run_lease_taken_over_after_ttl(tmp_path: Path) -> None:
 
     took, waited = anyio.run(main)
     assert took and waited < 3 * 0.6 + 1.5
+    said = [r.getMessage() for r in caplog.records if r.name == "amcommit.spark.stream"]
+    assert len(said) == 1 and "\n" not in said[0], said
+    assert said[0].startswith("streaming query q: run restart waits for the lease of run dead-run")
+    assert "at most 1.6 s" in said[0]
+
+
+REPO = str(Path(__file__).resolve().parents[2])
+LEASE_BACKENDS = ["local", "blob", "gcs-fake"]
+
+
+def lease_run(info: dict[str, Any], dest: str, run: str, ttl: float, **more: Any) -> subprocess.Popen[str]:
+    spec = {"backend": info, "dest": dest, "app": "q", "run": run, "ttl": ttl, "start_at": 0.0, "hold_for": 0}
+    spec |= more
+    argv = [sys.executable, "-m", "tests.spark.lease_child", "--spec", json.dumps(spec)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, *sys.path]))
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", LEASE_BACKENDS)
+def test_two_runs_find_one_stale_lease_at_once(backend: str, request: pytest.FixtureRequest) -> None:
+    """Two restarted runs (real processes) start at the same moment against one stale lease,
+    and each put of the lease is held back 1 s so that both have read the stale lease
+    before either writes: exactly one takes it and runs (renewing it for 2 s); the other
+    fails in one line, without ever running. (With an unconditional takeover both ran.)"""
+    from tests.matrix.stores import open_store
+
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    ttl, dest = 2.0, "t"
+
+    async def stale() -> None:
+        async with open_store(info) as store:
+            old = Lease("q", "dead-run", time.time() - 100)
+            await store.put(lease_path(dest, "q"), msgspec.json.encode(old))
+
+    anyio.run(stale)
+    start = time.time() + 4.0  # both children are up by then
+    runs = [lease_run(info, dest, f"run-{n}", ttl, start_at=start, delay=1.0, hold_for=2.0) for n in (1, 2)]
+    outs = [p.communicate(timeout=90) for p in runs]
+    codes = [p.returncode for p in runs]
+    assert sorted(codes) == [0, 1], (codes, outs)
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    assert json.loads(outs[winner][0]) == {"running": f"run-{winner + 1}", "took": True}
+    assert outs[loser][0] == ""  # it never ran
+    *waits, err = outs[loser][1].strip().splitlines()  # (a late start logs that it waits)
+    assert err.startswith("amcommit: error: streaming query q is already running")
+    assert f"another run (run-{winner + 1}," in err
+    assert all(w.startswith(f"streaming query q: run run-{loser + 1} waits for the lease") for w in waits)
+
+    async def holder() -> str:
+        async with open_store(info) as store:
+            return msgspec.json.decode(await store.get(lease_path(dest, "q")), type=Lease).run
+
+    assert anyio.run(holder) == f"run-{winner + 1}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["this host", "another host"])
+@pytest.mark.parametrize("backend", LEASE_BACKENDS)
+def test_lease_of_a_killed_driver(backend: str, where: str, request: pytest.FixtureRequest) -> None:
+    """A run renewing the query's lease (a real process, recorded as the run's driver) is
+    SIGKILLed; a restart takes the lease over at once on this host (leaseTtl 30 s), and once
+    it is stale when the lease names a driver on another host (leaseTtl 1.5 s)."""
+    from amcommit.liveness import ProcessId
+    from tests.matrix.stores import open_store
+
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    ttl = 30.0 if where == "this host" else 1.5
+    dest = "t"
+    first = lease_run(info, dest, "run-1", ttl, driver="self", hold_for=-1)
+    try:
+        assert first.stdout is not None
+        assert json.loads(first.stdout.readline())["running"] == "run-1"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+
+    async def restart() -> tuple[bool, float]:
+        async with open_store(info) as store:
+            path = lease_path(dest, "q")
+            lease = msgspec.json.decode(await store.get(path), type=Lease)
+            assert lease.run == "run-1" and lease.driver is not None and lease.driver.pid == first.pid
+            if where == "another host":
+                moved = msgspec.structs.replace(lease.driver, host="another-host.example")
+                await store.put(path, msgspec.json.encode(msgspec.structs.replace(lease, driver=moved)))
+            t0 = time.monotonic()
+            took = await acquire_lease(store, dest, "q", "run-2", ttl, driver=ProcessId())
+            return took, time.monotonic() - t0
+
+    took, waited = anyio.run(restart)
+    assert took
+    if where == "this host":
+        assert waited < 5, waited  # not leaseTtl (30 s)
+    else:
+        assert waited >= 1.0, waited  # the ttl rule: it waited for the lease to go stale
 
 
 def test_stream_options_split() -> None:

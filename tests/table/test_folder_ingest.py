@@ -1,6 +1,6 @@
 """The README's "other ingestion tools" example (``examples/folder_ingest.py``) as a real
 process, SIGKILLed at several points of its loop and restarted (files keep arriving between
-runs): the table holds every input row exactly once (amcommit's planner + pyarrow, and
+runs; no run waits for the lock of a killed one): the table holds every input row exactly once (amcommit's planner + pyarrow, and
 hudi-rs), each batch label on exactly one instant, nothing else left in the table."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,10 @@ KILLS = [
     (r"^put .*/part-00000\.parquet$", 2),  # a task writing the run's 2nd batch
     (r"^delete .*/\.hoodie/\.heartbeat/\d{17}$", 1),  # recover's rollback of that batch
     (r"^put .*/commit-plan\.json$", 2),  # label checked, plan not saved
+    (r"^delete .*/\.hoodie/\.temp/_commit\.lock$", 1),  # committed, lock not released
 ]
+SLOW = 30.0
+"""No run takes this long: none waits for a dead run's lock (lock_ttl, 60 s)."""
 
 
 def _drop(inbox: Path, first: int, count: int) -> list[tuple[int, str]]:
@@ -56,8 +60,10 @@ def _run(root: Path, inbox: Path, cp: Path, kill: str, nth: int) -> int:
         str(nth),
         "2",
     ]
+    t0 = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ}, cwd=REPO)
     assert r.returncode in (0, -9), r.stderr[-2000:]
+    assert time.monotonic() - t0 < SLOW, (kill, nth, r.stderr[-2000:])
     return r.returncode
 
 

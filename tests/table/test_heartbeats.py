@@ -1,9 +1,12 @@
 """Writer liveness of table writes: a long write kept alive is never rolled back by a
-concurrent writer, a SIGKILLed one is, liveness is judged by the store's clock (skewed
+concurrent writer, a SIGKILLed one is (at once on its own host, with one line from the
+waiting writer), liveness is judged by the store's clock (skewed
 clocks), and ``commit_job(operation=...)`` settles the operation before publishing."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from amcommit.committer.config import CommitterConfig
@@ -27,6 +31,7 @@ from amcommit.table.heartbeat import heartbeat
 from amcommit.table.model import Operation
 from amcommit.table.timeline import list_instants, load_timeline
 from tests.backends import StoreUnderTest
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -65,15 +70,29 @@ async def test_long_write_kept_alive_is_not_rolled_back(backend_local: StoreUnde
     assert not [n for n in await listing(store, dest) if ".heartbeat/" in n or ".temp/" in n]
 
 
-async def test_sigkilled_writer_is_rolled_back_after_ttl(tmp_path: Path) -> None:
-    """A writer kept alive by ``heartbeat`` is SIGKILLed: the next commit rolls its instant
-    back once its heartbeat is older than writer_ttl, then commits."""
+async def move_keeper_to_another_host(store: Store, dest: str, instant: str) -> None:
+    """Rewrite a write's keeper record as if its writer ran on another host (its death
+    cannot be proven there)."""
+    from amcommit.liveness import ProcessId
+    from amcommit.table.heartbeat import claim_keeper, keeper_path
+
+    keeper = msgspec.json.decode(await store.get(keeper_path(dest, instant)), type=ProcessId)
+    await claim_keeper(store, dest, instant, msgspec.structs.replace(keeper, host="another-host.example"))
+
+
+@pytest.mark.parametrize("where", ["this host", "another host"])
+async def test_sigkilled_writer_is_rolled_back(tmp_path: Path, where: str) -> None:
+    """A writer kept alive by ``heartbeat`` is SIGKILLed. On this host its keeper is provably
+    dead: the next commit rolls its instant back at once (writer_ttl 60 s), then commits.
+    From another host (its keeper record rewritten so): once its heartbeat is older than
+    writer_ttl (1.5 s)."""
     store = LocalStore(str(tmp_path))
-    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=1.0)
+    ttl = 1.5 if where == "another host" else 60.0
+    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=ttl)
     await write(store, "tbl", rows(0, 2), config=cfg)
     child = await anyio.to_thread.run_sync(
         lambda: subprocess.Popen(
-            [sys.executable, "-m", "tests.table.beat_child", str(tmp_path), "tbl", "1.0"],
+            [sys.executable, "-m", "tests.table.beat_child", str(tmp_path), "tbl", str(ttl)],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ},
@@ -82,15 +101,89 @@ async def test_sigkilled_writer_is_rolled_back_after_ttl(tmp_path: Path) -> None
     )
     assert child.stdout is not None
     dead = (await anyio.to_thread.run_sync(child.stdout.readline)).strip()
-    await anyio.sleep(1.2)  # it keeps beating: alive past one writer_ttl
+    await anyio.sleep(1.8)  # it keeps beating: alive past one writer_ttl (1.5 s)
     assert child.poll() is None and dead in [i.time for i in await list_instants(store, "tbl")]
     os.kill(child.pid, signal.SIGKILL)
     await anyio.to_thread.run_sync(child.wait)
+    if where == "another host":
+        await move_keeper_to_another_host(store, "tbl", dead)
+    t0 = time.monotonic()
     w, report = await write(store, "tbl", rows(20, 2), config=cfg)
+    waited = time.monotonic() - t0
+    # another host: its last beat (at most ttl/4 before the kill) aged past the ttl first
+    assert waited >= 0.5 * ttl if where == "another host" else waited < 10, waited
     assert report.success and report.job_stats.counters.get("table_dead_writers_rolled_back") == 1
     assert not [n for n in await listing(store, "tbl") if dead in n]
     assert dead not in [i.time for i in await list_instants(store, "tbl")]
     assert (await _completed(store, "tbl"))[-1] == w.instant
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["local", "blob", "gcs-fake"])
+def test_waiting_writer_says_so_then_rolls_back_a_writer_killed_meanwhile(
+    backend: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit finds an earlier write whose writer is alive (a process beating with
+    ``heartbeat``, writer_ttl 60 s) and waits, saying so once in one line. The writer is
+    SIGKILLed: the waiting commit rolls its instant back at once (its keeper is provably
+    dead on this host; not after 60 s) and commits."""
+    from tests.matrix.stores import open_store
+
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    dest = "tbl"
+    cfg = CommitterConfig(lock_ttl=60.0, lock_wait=40.0, writer_ttl=60.0)
+    caplog.set_level(logging.WARNING, logger="amcommit.table.commit")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "amcommit.table.commit"]
+
+    spec = json.dumps({"backend": info, "dest": dest, "ttl": 60.0})
+    argv = [sys.executable, "-m", "tests.table.beat_child", "--spec", spec]
+    result: dict[str, Any] = {}
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env={**os.environ}, cwd=ROOT)
+
+    async def go() -> None:
+        async with open_store(info) as store:
+            await write(store, dest, rows(0, 2), config=cfg)
+            child = start()
+            try:
+                assert child.stdout is not None
+                dead = (await anyio.to_thread.run_sync(child.stdout.readline)).strip()
+                assert dead, "the writer did not start"
+
+                async def later() -> None:
+                    result["write"] = await write(store, dest, rows(20, 2), config=cfg)
+                    result["done"] = time.monotonic()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(later)
+                    deadline = time.monotonic() + 30
+                    while not said():
+                        assert time.monotonic() < deadline, "no wait message"
+                        await anyio.sleep(0.05)
+                    await anyio.sleep(0.5)
+                    assert "write" not in result  # the earlier writer is alive: it waits
+                    os.kill(child.pid, signal.SIGKILL)
+                    await anyio.to_thread.run_sync(child.wait)
+                    result["killed"] = time.monotonic()
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
+            w, report = result["write"]
+            assert result["done"] - result["killed"] < 10  # not writer_ttl (60 s)
+            assert report.success and report.job_stats.counters.get("table_dead_writers_rolled_back") == 1
+            assert not [n for n in await listing(store, dest) if dead in n]
+            assert (await _completed(store, dest))[-1] == w.instant
+            result["dead"] = dead
+
+    anyio.run(go)
+    lines = said()
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert f"waits for the earlier instant {result['dead']}, whose writer is alive" in lines[0]
+    assert "at most 40 s (lock_wait)" in lines[0] and "60 s old (writer_ttl" in lines[0]
 
 
 class SkewedStore:
@@ -181,8 +274,9 @@ async def test_commit_job_settles_the_operation(backend_local: StoreUnderTest) -
 
 def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Path) -> None:
     """The driver's keep-alive process: beats while the watched driver lives and the write
-    is active; stops when the driver is gone (the beat then ages), and when the write is over
-    (its beat removed)."""
+    is active; stops when the driver is gone (the beat then ages, and the write is judged
+    dead at once: the driver is its recorded keeper), and when the write is over (its beat
+    removed)."""
     from amcommit.store.schemes import open_location
     from amcommit.table.beater import ProcessWatch, start
     from amcommit.table.naming import heartbeat_path
@@ -197,6 +291,16 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
             return w.instant, w.layout.job_marker
         finally:
             await store.aclose()
+
+    def judged(instant: str) -> float | None:
+        async def go() -> float | None:
+            from amcommit.table.heartbeat import judge_writers
+
+            store, dest = open_location(url)
+            async with store:
+                return (await judge_writers(store, dest, [instant]))[0].get(instant)
+
+        return anyio.run(go)
 
     def wait_exit(proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + 5
@@ -213,9 +317,11 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
         first = beat.stat().st_mtime_ns
         time.sleep(0.5)
         assert beat.stat().st_mtime_ns > first and proc.poll() is None
+        assert judged(instant) not in (None, float("-inf"))  # alive
     finally:
         driver.kill()
         driver.wait()
+    assert judged(instant) == float("-inf")  # its keeper, the driver, is gone: dead at once
     wait_exit(proc)
     last = beat.stat().st_mtime_ns
     time.sleep(0.3)

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -22,9 +23,9 @@ import pytest
 from amcommit.committer.config import CommitterConfig
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table.labels import Label, label_of
+from amcommit.table.labels import Label, label_of, last_committed, recover
 from amcommit.table.timeline import load_timeline, snapshot
-from tests.matrix.conftest import matrix_blob, matrix_gcs_fake  # noqa: F401 (fixtures)
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 from tests.table.label_child import ingest_once
 from tests.table.writehelpers import hudi_rows, keys, listing, rows
 
@@ -161,6 +162,48 @@ def test_killed_labelled_write_then_retry_on_emulators(
 
     labels = anyio.run(go)
     assert sorted(labels.values()) == ["app:0", "app:1", "app:2"]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["local", "blob", "gcs-fake"])
+def test_recover_releases_the_lock_of_a_commit_killed_before_releasing_it(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A labelled commit killed (SIGKILL) after it published and cleaned up, right before it
+    deleted the table's commit lock: ``recover`` finds nothing pending, and releases the
+    lock of the dead holder at once (ttl 60 s); the next batch commits without waiting."""
+    from tests.matrix.stores import open_store
+
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    dest = f"lbl-{uuid.uuid4().hex[:8]}/tbl"
+    lock = f"{dest}/.hoodie/.temp/_commit.lock"
+    cfg = CommitterConfig(writer_ttl=60.0, lock_ttl=60.0, lock_wait=60.0)
+    spec = {"backend": info, "dest": dest, "app": "app", "version": 1, "first": 10, "n": 6}
+    spec |= {"kill": r"^delete .*/\.hoodie/\.temp/_commit\.lock$", "ttl": 60.0}
+    argv = [sys.executable, "-m", "tests.table.label_child", "--spec", json.dumps(spec)]
+
+    def kill_run() -> None:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ}, cwd=REPO)
+        assert r.returncode == -9, r.stderr[-2000:]
+
+    async def go() -> None:
+        async with open_store(info) as store:
+            assert (await ingest_once(store, dest, Label("app", 0), rows(0, 4), cfg))["skipped"] is None
+            kill_run()
+            await store.stat(lock)  # the dead commit's lock is left
+            t0 = time.monotonic()
+            assert await recover(store, dest, "app", config=cfg) == []  # batch 1 is committed
+            assert lock not in await listing_paths(store, dest)
+            nxt = await ingest_once(store, dest, Label("app", 2), rows(20, 2), cfg)
+            assert nxt["skipped"] is None
+            assert time.monotonic() - t0 < 20  # no lock_ttl (60 s) wait
+            assert (await last_committed(store, dest, "app", config=cfg) or (None,))[0] == 2
+
+    anyio.run(go)
+
+
+async def listing_paths(store: Store, dest: str) -> list[str]:
+    return [i.path async for i in store.list(dest, recursive=True)]
 
 
 def _race(root: Path) -> list[Any]:

@@ -19,6 +19,11 @@ Protocol, using only the store's conditional writes (``PutMode.CREATE``, ``Updat
   clock. The holder sent its last renewal before the waiter could first see it, so the
   holder's own deadline (``SAFE_FRACTION * ttl`` after sending) passes before any
   takeover is possible; only the clock *rates* need to agree, not the clock values.
+* **Dead holders**: the body names the holder's process (:class:`~amcommit.liveness.ProcessId`:
+  host, boot id, PID namespace, pid, start time). A waiter on the same host that can prove
+  that process gone (:func:`~amcommit.liveness.proven_dead`: no such pid, or the pid reused
+  by a later process) takes the lock over at once, without waiting ``ttl``. A holder on
+  another host, or one whose status cannot be proven, keeps the ttl rule above.
 * **Takeover**: ``UpdateIf(stale etag)``: of several waiters exactly one wins. A job
   takes over its *own* lock (same job id and attempt: a resume after a crash) at once.
   (Two live processes committing the *same* job at once is a caller bug: the earlier one
@@ -41,6 +46,10 @@ requests); the default is 60 s. Stores without conditional writes
 ``destination_lock`` is turned off. ``LocalStore`` makes ``UpdateIf`` atomic across
 processes with ``flock`` on the parent directory; its ``CREATE`` is ``RENAME_NOREPLACE``.
 
+A waiter that must wait says so once, in one line on the ``amcommit.lock`` logger (WARNING:
+who holds the lock, and how long it waits at most); the CLI prints it on stderr, a Spark
+driver in its log.
+
 Appends are serialised too, although two appends into disjoint files could safely run
 together: one rule is simpler to prove, and an append waits only for the other commit's
 renames (seconds), not for its tasks.
@@ -54,6 +63,7 @@ itself (same id) takes its lock back at once to resume or abort.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -82,7 +92,8 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.iostats import IOStatistics
-from amcommit.paths import join
+from amcommit.liveness import ProcessId, proven_dead, this_process
+from amcommit.paths import join, path_to_uri
 from amcommit.store.base import (
     Capabilities,
     ObjectInfo,
@@ -98,6 +109,8 @@ from amcommit.store.base import (
 from amcommit.store.retry import RetryPolicy
 
 T = TypeVar("T")
+
+log = logging.getLogger("amcommit.lock")
 
 LOCK_NAME = "_commit.lock"
 SAFE_FRACTION = 0.75
@@ -125,7 +138,17 @@ class LockBody(msgspec.Struct, kw_only=True):
     heartbeat: float = 0.0
     ttl: float = 60.0
     beats: int = 0
+    boot: str = ""
+    """The holder's boot id, PID namespace and process start time (with ``host`` and
+    ``pid``: :class:`~amcommit.liveness.ProcessId`); empty when unknown or written by an
+    older amcommit (then its death is never proven: the ttl rule applies)."""
+    pidns: str = ""
+    start: str = ""
     version: str = "amcommit-lock/1"
+
+    def process(self) -> ProcessId:
+        """The holder's process."""
+        return ProcessId(host=self.host, boot=self.boot, pidns=self.pidns, pid=self.pid, start=self.start)
 
 
 _dec = msgspec.json.Decoder(LockBody)
@@ -189,6 +212,7 @@ class DestinationLock:
         self.lost: str | None = None
         self._sent: dict[int, float] = {}
         """``beats`` of each body we wrote -> when its first attempt was sent (monotonic)."""
+        me = this_process()
         self._body = LockBody(
             owner=job_id,
             job_attempt=job_attempt,
@@ -197,6 +221,9 @@ class DestinationLock:
             host=socket.gethostname(),
             pid=os.getpid(),
             ttl=ttl,
+            boot=me.boot if me else "",
+            pidns=me.pidns if me else "",
+            start=me.start if me else "",
         )
 
     def _encode(self, sent: float) -> bytes:
@@ -262,14 +289,16 @@ class DestinationLock:
 
     async def acquire(self) -> LockBody | None:
         """Wait for the lock and take it. Returns the body of *another* job's expired lock
-        it took over (its holder may have left a half-done commit), else None. Raises
-        ConflictError naming the holder after ``wait`` seconds."""
+        (or one whose holder is provably dead) it took over (its holder may have left a
+        half-done commit), else None. Says once in the log that it waits (:meth:`_waiting`).
+        Raises ConflictError naming the holder after ``wait`` seconds."""
         store, path = self.store, self.path
         deadline = time.monotonic() + self.wait
         seen: tuple[str | None, float] | None = None
         delay = 0.02
         cur: LockBody | None = None
         took: dict[int, LockBody] = {}  # beats of our takeover writes -> the lock each replaced
+        told: str | None = None  # the holder (token) we said we wait for
         while True:
             sent = time.monotonic()
             data = self._encode(sent)
@@ -291,7 +320,8 @@ class DestinationLock:
                 seen = (etag, now)  # the holder is alive as long as this changes
             mine = cur is not None and cur.owner == self.job_id and cur.job_attempt == self.job_attempt
             ttl = cur.ttl if cur is not None else self.ttl
-            if etag is not None and (mine or now - seen[1] > ttl):
+            dead = cur is not None and not mine and proven_dead(cur.process())
+            if etag is not None and (mine or dead or now - seen[1] > ttl):
                 stale = etag
                 data = self._encode(now)
                 taken_over = None if mine else (cur or LockBody(owner=""))
@@ -306,11 +336,25 @@ class DestinationLock:
             if now >= deadline:
                 raise ConflictError(
                     f"destination {self.dest!r} is locked by {describe(cur)}; gave up after "
-                    f"waiting {self.wait:g} s (lock_wait; a dead holder's lock is taken over once "
-                    f"unrenewed for {cur.ttl if cur else self.ttl:g} s)"
+                    f"waiting {self.wait:g} s (lock_wait; a dead holder's lock is taken over at once on "
+                    f"its own host, elsewhere once unrenewed for {cur.ttl if cur else self.ttl:g} s)"
                 )
+            holder = "" if cur is None else cur.token
+            if told != holder:
+                told = holder
+                log.warning(self._waiting(cur, deadline - now))
             await anyio.sleep(min(delay * random.uniform(0.5, 1.0), max(0.0, deadline - now)))
             delay = min(delay * 2, MAX_POLL, self.ttl / 4)
+
+    def _waiting(self, cur: LockBody | None, left: float) -> str:
+        """The one line a waiter logs: who holds the lock, how long we wait at most."""
+        where = path_to_uri(self.store.root_uri, self.dest)
+        ttl = cur.ttl if cur is not None else self.ttl
+        return (
+            f"{self.operation} of job {self.job_id!r} waits for the lock of {where}: held by "
+            f"{describe(cur)}; waiting at most {max(0.0, left):.0f} s (lock_wait), less if the "
+            f"holder stops renewing it for {ttl:g} s (its lock is then taken over)"
+        )
 
     async def heartbeat(self, on_lost: Callable[[], None]) -> None:
         """Renew the lock every ``ttl/3`` until cancelled; on losing it, set ``lost`` and

@@ -53,6 +53,7 @@ from amcommit.committer.job import abort_job
 from amcommit.committer.report import JobReport
 from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
+from amcommit.liveness import ProcessId, java_ancestor, this_process
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import WritePlan
@@ -145,6 +146,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, plan: WritePlan, checkpoint: str | None, lease_ttl: float) -> None:
         self.plan, self.checkpoint, self.lease_ttl = plan, checkpoint, lease_ttl
         self.created = time.time()
+        self.driver = java_ancestor()  # made on the driver host: the driver's JVM (the lease's)
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark calls ``streamWriter()`` twice per micro-batch: once for the tasks (that
@@ -204,7 +206,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
             store, dest = open_location(plan.url, **plan.store_options)
             async with store:
                 if ids.run is not None:
-                    await acquire_lease(store, dest, ids.app, ids.run, self.lease_ttl)
+                    await acquire_lease(store, dest, ids.app, ids.run, self.lease_ttl, driver=self.driver)
                 await write_owner(store, dest, plan.job_id, Owner(ids.app, ids.run, ids.checkpoint))
 
         run_kept_loop(claim)  # the worker process's kept loop (tasks run on it too)
@@ -250,7 +252,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
             if plan is None:
                 raise ConfigError(f"micro-batch {batchId}: no task reported what it wrote; nothing to commit")
             report = commit_batch(
-                plan, self._results(messages), self._ids_of(messages), batchId, self.lease_ttl
+                plan, self._results(messages), self._ids_of(messages), batchId, self.lease_ttl, self.driver
             )
         except AmcommitError as e:
             raise for_user(e, self.plan.url) from None
@@ -334,10 +336,11 @@ def commit_batch(
     ids: StreamIds,
     batch_id: int,
     lease_ttl: float = DEFAULT_LEASE_TTL,
+    driver: ProcessId | None = None,
 ) -> JobReport:
-    """The driver side of one micro-batch (see module doc): renew the query's lease, roll
-    back its dead runs' instants, commit with the batch's label; one store, one event
-    loop. Blocking."""
+    """The driver side of one micro-batch (see module doc): renew the query's lease (naming
+    the run's ``driver`` process), roll back its dead runs' instants, commit with the
+    batch's label; one store, one event loop. Blocking."""
     maybe_kill("before_commit", batch_id)
 
     async def before(store: Store, dest: str) -> None:
@@ -347,7 +350,7 @@ def commit_batch(
 
         async def lease() -> None:
             if ids.run is not None:
-                await acquire_lease(store, dest, ids.app, ids.run, lease_ttl)
+                await acquire_lease(store, dest, ids.app, ids.run, lease_ttl, driver=driver)
 
         async def read() -> None:
             owners.update(await read_owners(store, dest))
@@ -470,10 +473,11 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     except AmcommitError as e:
         raise for_user(e, dest) from None
     writer = AmcommitStreamWriter(plan, checkpoint, ttl)
+    writer.driver = writer.driver or this_process()  # the Python driver, unless under a JVM
     try:
         writer._claim(ids)
         results = _run_tasks(df, writer, ids, int(batch_id))
-        return commit_batch(plan, results, ids, int(batch_id), ttl)
+        return commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver)
     except BaseException:
         with contextlib.suppress(Exception):
             abort_write(plan)

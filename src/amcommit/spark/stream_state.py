@@ -12,28 +12,40 @@ objects):
     ``writer_ttl`` for their heartbeat to go stale. It goes away with the staging folder.
 
 ``.hoodie/.amcommit/streams/<sha256(app)>.json`` (the query's *lease*)
-    ``{"app", "run", "beat"}``: which run of the query writes, and when it last said so
-    (wall clock). Taken and renewed by tasks and the batch commit. A different run finds a
-    fresh lease and waits up to ``lease_ttl`` for it to go stale: if the holder renews it
-    meanwhile, two runs of one query are running at once and the newcomer fails with one
+    ``{"app", "run", "beat", "driver"}``: which run of the query writes, when it last said
+    so (wall clock), and the run's driver process when known
+    (:class:`~amcommit.liveness.ProcessId`: the Spark driver's JVM). Taken and renewed by
+    tasks and the batch commit. A different run finds a fresh lease and waits up to
+    ``lease_ttl`` for it to go stale, saying so in one line (WARNING): if the holder renews
+    it meanwhile, two runs of one query are running at once and the newcomer fails with one
     line (:class:`~amcommit.errors.ConflictError`); if not, the holder is dead (a restart
-    after a crash) and the lease is taken over. Clocks of the processes must agree within
-    a small fraction of ``lease_ttl``.
+    after a crash) and the lease is taken over. A lease whose driver is provably dead on
+    this host (:func:`~amcommit.liveness.proven_dead`) is taken over at once. Clocks of the
+    processes must agree within a small fraction of ``lease_ttl``.
+
+    Every write of the lease after a read of it is conditional on what was read (``CREATE``
+    when there was none, else ``UpdateIf(etag)``, the destination lock's discipline), so of
+    two runs that find the same stale lease exactly one takes it: the other finds the
+    winner's fresh lease and fails in one line.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Mapping
 
 import anyio
 import msgspec
 
-from amcommit.errors import AlreadyExists, ConflictError, NotFound
+from amcommit.errors import AlreadyExists, ConflictError, NotFound, PreconditionFailed
+from amcommit.liveness import ProcessId, proven_dead
 from amcommit.paths import basename, join
-from amcommit.store.base import PutMode, Store
+from amcommit.store.base import PutMode, Store, UpdateIf
 from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
+
+log = logging.getLogger("amcommit.spark.stream")
 
 OWNER_FILE = "_stream.json"
 LEASE_DIR = f"{HOODIE_DIR}/.amcommit/streams"
@@ -65,6 +77,8 @@ class Lease(msgspec.Struct, frozen=True):
     app: str
     run: str
     beat: float
+    driver: ProcessId | None = None
+    """The run's driver process, when known (module doc)."""
 
 
 def checkpoint_app(checkpoint: str) -> str:
@@ -117,51 +131,97 @@ def dead_instants(mine: str, owners: Mapping[str, Owner], app: str, checkpoint: 
     return sorted(out)
 
 
-def judge_lease(lease: Lease | None, run: str, now: float, ttl: float) -> str:
-    """Pure: ``"take"`` (no lease, our own, or a stale one) or ``"wait"`` (another run's,
-    fresh)."""
-    if lease is None or lease.run == run or now - lease.beat > ttl:
+def judge_lease(lease: Lease | None, run: str, now: float, ttl: float, *, dead: bool = False) -> str:
+    """Pure: ``"take"`` (no lease, our own, a stale one, or one whose driver is ``dead``) or
+    ``"wait"`` (another run's, fresh)."""
+    if lease is None or lease.run == run or now - lease.beat > ttl or dead:
         return "take"
     return "wait"
 
 
-async def _read_lease(store: Store, path: str) -> Lease | None:
-    try:
-        return msgspec.json.decode(await store.get(path), type=Lease)
-    except NotFound:
-        return None
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # a torn or foreign object: taken over
+_CONSISTENT_READS = 5
 
 
-async def acquire_lease(store: Store, dest: str, app: str, run: str, ttl: float = DEFAULT_LEASE_TTL) -> bool:
-    """Take or renew the query's lease for run ``run`` (see module doc). Returns True if a
-    stale lease of another run was taken over. ConflictError (one line) if another run of
-    the same query holds it and keeps renewing it."""
+async def _read_lease(store: Store, path: str) -> tuple[bool, str | None, Lease | None]:
+    """(the object exists, its etag, its lease), read consistently: ``stat``, ``get``,
+    ``stat`` until both stats agree (the etag is None if they never did). A torn or
+    foreign object reads as no lease (it is taken over)."""
+    for _ in range(_CONSISTENT_READS):
+        try:
+            first = await store.stat(path)
+            data = await store.get(path)
+            second = await store.stat(path)
+        except NotFound:
+            return False, None, None
+        try:
+            lease: Lease | None = msgspec.json.decode(data, type=Lease)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            lease = None
+        if first.etag is not None and first.etag == second.etag:
+            return True, first.etag, lease
+    return True, None, lease
+
+
+async def acquire_lease(
+    store: Store,
+    dest: str,
+    app: str,
+    run: str,
+    ttl: float = DEFAULT_LEASE_TTL,
+    *,
+    driver: ProcessId | None = None,
+) -> bool:
+    """Take or renew the query's lease for run ``run`` (see module doc); ``driver``: the
+    run's driver process, recorded in the lease. Returns True if this call took over a lease
+    of another run (stale, or its driver dead). ConflictError (one line) if another run of
+    the same query holds it and keeps renewing it, or took it first. Atomic: the one
+    conditional write that takes or renews the lease."""
     path = lease_path(dest, app)
-    first = await _read_lease(store, path)
+    present, etag, first = await _read_lease(store, path)
     seen = first
     deadline = time.monotonic() + ttl + 1.0
+    told = False
     while True:
         now = time.time()
-        if judge_lease(seen, run, now, ttl) == "take":
-            break
-        assert seen is not None
-        if first is not None and seen != first:
-            raise ConflictError(_running(app, seen, now))
+        other = seen is not None and seen.run != run
+        dead = other and seen is not None and proven_dead(seen.driver)
+        verdict = judge_lease(seen, run, now, ttl, dead=dead)
+        if verdict == "take" and (etag is not None or not present):
+            data = msgspec.json.encode(Lease(app=app, run=run, beat=time.time(), driver=driver))
+            try:
+                await store.put(path, data, mode=UpdateIf(etag) if etag is not None else PutMode.CREATE)
+                return other
+            except (AlreadyExists, PreconditionFailed, NotFound):
+                pass  # changed since our read: read it again and judge what is there now
+            present, etag, seen = await _read_lease(store, path)
+            if seen is not None and seen.run == run:
+                return False  # another task of our run renewed it meanwhile
+            continue
+        if verdict == "wait":
+            assert seen is not None
+            if seen != first:
+                raise ConflictError(_running(app, seen, now))
+            if not told:
+                told = True
+                log.warning(_waiting(app, run, seen, now, ttl))
         if time.monotonic() >= deadline:
-            raise ConflictError(_running(app, seen, now))
+            raise ConflictError(_running(app, seen, now) if seen is not None else _unreadable(app, path))
         await anyio.sleep(min(0.5, ttl / 10))
-        seen = await _read_lease(store, path)
-    data = msgspec.json.encode(Lease(app=app, run=run, beat=time.time()))
-    if seen is None:
-        try:
-            await store.put(path, data, mode=PutMode.CREATE)
-            return False
-        except AlreadyExists:  # another run took it at the same moment: judge it again
-            return await acquire_lease(store, dest, app, run, ttl)
-    await store.put(path, data, mode=PutMode.OVERWRITE)
-    return seen.run != run
+        present, etag, seen = await _read_lease(store, path)
+
+
+def _waiting(app: str, run: str, lease: Lease, now: float, ttl: float) -> str:
+    driver = f", driver {lease.driver.text()}" if lease.driver is not None else ""
+    return (
+        f"streaming query {app}: run {run} waits for the lease of run {lease.run} (heartbeat "
+        f"{max(0.0, now - lease.beat):.0f}s ago{driver}): at most {ttl + 1:g} s; taken over once "
+        f"not renewed for {ttl:g} s (leaseTtl), or at once if that driver is dead on this host; "
+        "if it is renewed meanwhile, this run fails (two runs of one query at once)"
+    )
+
+
+def _unreadable(app: str, path: str) -> str:
+    return f"streaming query {app}: its lease {path!r} keeps changing under our reads; is another run writing it?"
 
 
 def _running(app: str, lease: Lease, now: float) -> str:

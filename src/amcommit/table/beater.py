@@ -15,7 +15,9 @@ process of its own, started by :func:`start` right after the instant is allocate
   by Spark after a failure), removing a beat that raced the end;
 - it stops when the Spark driver is gone: the JVM that ran ``writer()`` (the nearest
   ``java`` ancestor; else the worker's parent) no longer exists (checked before each beat).
-  A killed driver's instant is then judged dead ``writer_ttl`` after its last beat.
+  It records that process as the write's keeper (:func:`~amcommit.table.heartbeat.claim_keeper`),
+  so a judge on the driver's host finds a killed driver's instant dead at once; elsewhere
+  it is judged dead ``writer_ttl`` after its last beat.
 
 :func:`start` waits until the process made its first beat and fails (CommitError, one line)
 if it could not: a write whose liveness cannot be kept is not begun. Settings (store options,
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amcommit.errors import CommitError
+from amcommit.liveness import java_ancestor, proc_stat
 
 __all__ = ["ProcessWatch", "jvm_watch", "main", "start"]
 
@@ -60,35 +63,17 @@ class ProcessWatch:
         return True
 
 
-def _proc_stat(pid: int) -> tuple[str, int, str] | None:
-    """(command name, parent pid, start time) from /proc, None if unavailable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="latin-1") as f:
-            data = f.read()
-    except OSError:
-        return None
-    name = data[data.index("(") + 1 : data.rindex(")")]
-    rest = data[data.rindex(")") + 2 :].split()
-    return name, int(rest[1]), rest[19]
-
-
 def _start_time(pid: int) -> str | None:
-    st = _proc_stat(pid)
-    return None if st is None else st[2]
+    st = proc_stat(pid)
+    return None if st is None else st[3]
 
 
 def jvm_watch() -> ProcessWatch:
     """The Spark driver to watch from a Python worker: its nearest ``java`` ancestor, else
     its parent process (the PySpark daemon or the JVM)."""
-    pid = os.getppid()
-    seen = 0
-    while pid > 1 and seen < 16:
-        st = _proc_stat(pid)
-        if st is None:
-            break
-        if st[0] == "java":
-            return ProcessWatch(pid, st[2])
-        pid, seen = st[1], seen + 1
+    jvm = java_ancestor()
+    if jvm is not None:
+        return ProcessWatch(jvm.pid, jvm.start)
     parent = os.getppid()
     return ProcessWatch(parent, _start_time(parent))
 
@@ -156,11 +141,15 @@ def _describe(e: Exception) -> str:
 def main() -> None:
     """The keep-alive process: read the job from stdin, beat, say ``ok``, keep beating."""
     from amcommit import loop as amcommit_loop
+    from amcommit.liveness import process_id
     from amcommit.store.schemes import open_location
-    from amcommit.table.heartbeat import beat, keep_beating
+    from amcommit.table.heartbeat import beat, claim_keeper, keep_beating
 
     job: _Job = pickle.loads(sys.stdin.buffer.read())
     out = sys.stdout
+    keeper = None if job.watch is None else process_id(job.watch.pid)
+    if keeper is not None and job.watch is not None and job.watch.start_time not in (None, keeper.start):
+        keeper = None  # the watched process is already gone (its pid reused)
 
     async def run() -> None:
         try:
@@ -172,6 +161,8 @@ def main() -> None:
         async with store:
             try:
                 await beat(store, dest, job.instant)
+                if keeper is not None:  # before "ok": the write is not over yet
+                    await claim_keeper(store, dest, job.instant, keeper)
             except Exception as e:
                 out.write(f"error: {_describe(e)}\n")
                 out.flush()
@@ -181,7 +172,11 @@ def main() -> None:
             out.close()
             watch = job.watch
             await keep_beating(
-                store, dest, job.instant, ttl=job.ttl, still_running=None if watch is None else watch.alive
+                store,
+                dest,
+                job.instant,
+                ttl=job.ttl,
+                still_running=None if watch is None else watch.alive,
             )
 
     amcommit_loop.run(run)

@@ -58,7 +58,7 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.manifest import CheckedManifest, TaskManifest
-from amcommit.paths import basename, join, relative_to
+from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
 from amcommit.store.names import shorten
@@ -277,12 +277,26 @@ async def wait_for_earlier(
     store: Store, dest: str, mine: str, other: str, deadline: float, ttl: float
 ) -> None:
     """Wait (not holding the lock) until instant ``other`` is completed, gone, or its writer
-    dead; ConflictError naming it once ``deadline`` (monotonic) passes."""
+    dead; ConflictError naming it once ``deadline`` (monotonic) passes. Says so first, in
+    one line (WARNING on this module's logger)."""
     delay = 0.05
+    told = False
     while True:
         plan = await _order_state(store, dest, mine, ttl)
         if plan.wait_for != other:
             return
+        if not told:
+            told = True
+            log.warning(
+                "instant %s of %s waits for the earlier instant %s, whose writer is alive (fresh "
+                "heartbeat): at most %.0f s (lock_wait), less once that write ends or its heartbeat "
+                "is %g s old (writer_ttl; at once if its process dies on this host)",
+                mine,
+                path_to_uri(store.root_uri, dest),
+                other,
+                max(0.0, deadline - time.monotonic()),
+                ttl,
+            )
         if time.monotonic() >= deadline:
             raise ConflictError(
                 f"instant {mine} must complete after the earlier instant {other}, whose writer is "

@@ -28,6 +28,17 @@ may judge the live write dead and roll it back, deleting its files.
   (a process that runs tasks elsewhere can run :func:`keep_beating` instead: it stops by
   itself once the write is committed or aborted).
 
+**Dead keepers.** The process that keeps a write alive for a stretch of its life
+(:func:`heartbeat`, which a running ``commit_job`` uses too; the Spark driver's keep-alive
+process, on behalf of the driver's JVM) records itself, when it starts, as the write's
+*keeper*: ``.hoodie/.temp/<instant>/_keeper.json`` (a :class:`~amcommit.liveness.ProcessId`;
+one put, atomic; it goes away with the staging folder). :func:`heartbeat` withdraws its
+record when its block ends, so only a keeper that died (killed, crashed) leaves it. A judge
+on the keeper's host that can prove it dead (:func:`~amcommit.liveness.proven_dead`) judges
+the writer dead at once, as if it had said it stopped, whatever other processes (tasks) beat
+meanwhile: a write whose keeper is gone has nobody left to commit it. Elsewhere, or with
+no record, ``writer_ttl`` alone decides.
+
 **Clocks.** A sign of life is the *store's* modification time of the heartbeat (else of the
 write's job marker, else of its ``.requested`` file), and the judge compares it with the
 *store's* current time, read from a probe object it writes (:func:`store_now`) just before it
@@ -47,13 +58,16 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 
 import anyio
+import msgspec
 
 from amcommit.errors import NotFound, StoreError
+from amcommit.liveness import ProcessId, proven_dead, this_process
 from amcommit.paths import basename, join
 from amcommit.store.base import PutMode, Store
 from amcommit.table.naming import (
     HEARTBEAT_DIR,
     HOODIE_DIR,
+    TEMP_DIR,
     check_instant,
     heartbeat_path,
     is_instant,
@@ -61,14 +75,18 @@ from amcommit.table.naming import (
 )
 
 __all__ = [
+    "KEEPER_FILE",
     "beat",
+    "claim_keeper",
     "delete_beat",
     "heartbeat",
     "judge_writers",
     "keep_beating",
+    "keeper_path",
     "last_beats",
     "stop_beat",
     "store_now",
+    "withdraw_keeper",
     "writer_alive",
 ]
 
@@ -109,6 +127,43 @@ async def try_beat(store: Store, dest: str, instant: str) -> None:
         await beat(store, dest, instant)
     except StoreError:
         pass
+
+
+KEEPER_FILE = "_keeper.json"
+
+
+def keeper_path(dest: str, instant: str) -> str:
+    """Where the keeper of ``instant``'s write is recorded (module doc)."""
+    return join(dest, TEMP_DIR, check_instant(instant), KEEPER_FILE)
+
+
+async def claim_keeper(store: Store, dest: str, instant: str, keeper: ProcessId) -> None:
+    """Record ``keeper`` as the process keeping ``instant``'s write alive (one put; atomic;
+    the last claim wins). Call it while the write is certainly not over (its staging folder
+    is there): before the claimant lets the write go on."""
+    await store.put(keeper_path(dest, instant), msgspec.json.encode(keeper), mode=PutMode.OVERWRITE)
+
+
+async def withdraw_keeper(store: Store, dest: str, instant: str, keeper: ProcessId) -> None:
+    """Remove the keeper record if it still names ``keeper`` (a read, then a delete: a
+    claim landing between them is removed too, which only brings its writer back to the
+    ``writer_ttl`` rule). Never raises a store error."""
+    path = keeper_path(dest, instant)
+    try:
+        if msgspec.json.decode(await store.get(path), type=ProcessId) == keeper:
+            await store.delete(path)
+    except (StoreError, msgspec.DecodeError, msgspec.ValidationError):
+        pass
+
+
+async def _keeper_dead(store: Store, dest: str, instant: str) -> bool:
+    """Whether the recorded keeper of ``instant``'s write is provably dead (False when
+    there is no record or it cannot be read)."""
+    try:
+        data = await store.get(keeper_path(dest, instant))
+        return proven_dead(msgspec.json.decode(data, type=ProcessId))
+    except (StoreError, msgspec.DecodeError, msgspec.ValidationError):
+        return False
 
 
 async def delete_beat(store: Store, dest: str, instant: str) -> None:
@@ -187,16 +242,22 @@ async def judge_writers(store: Store, dest: str, pending: Iterable[str]) -> tupl
 
     ``now`` is read *before* the heartbeats are listed, so a beat written meanwhile can only
     make a writer look younger (never a live writer dead). A writer that said it stopped
-    (:func:`stop_beat`) gets ``-inf``: dead at once. One listing, plus a read of each
-    judged heartbeat on stores with modification times."""
+    (:func:`stop_beat`), or whose recorded keeper is provably dead (module doc), gets
+    ``-inf``: dead at once. One listing, plus a read of each judged heartbeat (on stores with
+    modification times) and of each judged write's keeper record."""
     wanted = sorted(set(pending))
     if not wanted:
         return {}, time.time()
     now = await store_now(store, dest)
     beats = await last_beats(store, dest)
+    for t in wanted:
+        if beats.get(t) != float("-inf") and await _keeper_dead(store, dest, t):
+            beats[t] = float("-inf")
     if now is None:
         return beats, time.time()
     for t in wanted:
+        if beats.get(t) == float("-inf"):
+            continue
         if t in beats:
             # by modification time: read the body of the beats judged, for a stopped writer
             if await _stopped(store, join(dest, heartbeat_path(t))):
@@ -258,10 +319,18 @@ async def keep_beating(
 async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0) -> AsyncIterator[None]:
     """Keep ``instant``'s writer alive while the block runs: beat now, then every ``ttl/4``
     (:func:`keep_beating`: the beats stop by themselves once the write is committed or
-    aborted, also inside the block). The heartbeat file is left in place on exit while the
+    aborted, also inside the block). This process is recorded as the write's keeper while
+    the block runs (:func:`claim_keeper`, withdrawn on exit; nested blocks of one process
+    for one write claim once): if it dies inside the block, a judge on this host finds the
+    writer dead at once (module doc). The heartbeat file is left in place on exit while the
     write is still going on (its commit or rollback removes it)."""
     check_instant(instant)
     await beat(store, dest, instant)
+    keeper, key = this_process(), (store.root_uri, dest, instant)
+    claims = _claims.get(key, 0)
+    if keeper is not None and not claims:
+        await claim_keeper(store, dest, instant, keeper)
+    _claims[key] = claims + 1
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: keep_beating(store, dest, instant, ttl=ttl))
@@ -273,3 +342,15 @@ async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0
         if len(eg.exceptions) == 1:
             raise eg.exceptions[0] from None
         raise
+    finally:
+        _claims[key] -= 1
+        if not _claims[key]:
+            del _claims[key]
+            if keeper is not None:
+                with anyio.CancelScope(shield=True):
+                    await withdraw_keeper(store, dest, instant, keeper)
+
+
+_claims: dict[tuple[str, str, str], int] = {}
+"""(store root, table, instant) -> how many :func:`heartbeat` blocks of this process keep
+that write alive (the outermost claims and withdraws)."""

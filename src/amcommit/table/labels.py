@@ -245,7 +245,12 @@ async def recover(
     :func:`pending_of` is aborted (``abort_job``: rolled back, or completed if its commit had
     passed its point of no return; its own lock is taken over at once). Returns those
     instants. Without it, a restarted run's next commit does the same, but only once the
-    dead writer's heartbeat is older than ``writer_ttl`` (120 s by default).
+    dead writer's heartbeat is older than ``writer_ttl`` (120 s by default). Then, if the
+    table's commit lock is still held by a process provably dead on this host (a commit
+    killed after it published, before it released the lock;
+    :func:`~amcommit.liveness.proven_dead`), the lock is taken over and released (a
+    half-done commit of its holder completed or rolled back first, as any taker does); a
+    holder that may be alive, or runs on another host, is left alone.
 
     Call it once when a run of ``app_id`` starts, and only when no other run of ``app_id``
     is alive (one run per application id, as for a streaming query): it would roll back that
@@ -256,4 +261,35 @@ async def recover(
     done = await pending_of(store, dest, app_id, config=config)
     for t in done:
         await abort_job(store, dest, t, config=config)
+    await _release_dead_lock(store, dest, config)
     return done
+
+
+async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -> None:
+    """Take over and release the table's lock if its holder is provably dead (see
+    :func:`recover`). Atomic: the takeover is the lock's conditional write."""
+    from amcommit.committer.job import _finish_previous
+    from amcommit.committer.lock import decode_lock, lock_path, run_locked
+    from amcommit.liveness import proven_dead
+
+    path = lock_path(dest, table=True)
+    try:
+        body = decode_lock(await retry_call(partial(store.get, path), policy=policies_of(config)[0]))
+    except NotFound:
+        return
+    if body is None or not proven_dead(body.process()):
+        return
+
+    async def nothing(_: Store) -> None:
+        return None
+
+    await run_locked(
+        store,
+        dest,
+        "recover",
+        config,
+        nothing,
+        operation="abort",
+        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, None),
+        table=True,
+    )

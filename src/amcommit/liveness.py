@@ -1,0 +1,156 @@
+"""Who holds a lock, a lease or a heartbeat, and whether that process is provably gone.
+
+A destination lock (:mod:`amcommit.committer.lock`), a table writer's heartbeat
+(:mod:`amcommit.table.heartbeat`) and a streaming query's lease
+(:mod:`amcommit.spark.stream_state`) name the process that holds them with a
+:class:`ProcessId`: host name, boot id (``/proc/sys/kernel/random/boot_id``), PID
+namespace (``/proc/self/ns/pid``), pid, and the process's start time (field 22 of
+``/proc/<pid>/stat``, clock ticks since boot: a pid reused by a later process has another
+start time).
+
+:func:`proven_dead` is True only when this process can *prove* the holder gone: it runs on
+the same host (same host name, boot id and PID namespace: then the pid means the same
+process here) and no process has that pid, or the one that has it started at another time
+(the pid was reused), or it is a zombie (killed, not yet reaped). Anything else is *not
+proven*: another host (or a container sharing the host name but not the PID namespace), no
+``/proc`` (not Linux), a record without these fields (an older amcommit), a process we may
+not inspect. Callers then keep their ttl rule (the holder counts as dead only once it has
+not renewed for a whole ttl). Reads ``/proc`` only; never signals a process (``kill(pid, 0)``
+sends nothing).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+
+import msgspec
+
+__all__ = ["ProcessId", "java_ancestor", "proc_stat", "process_id", "proven_dead", "this_process"]
+
+
+class ProcessId(msgspec.Struct, frozen=True, kw_only=True):
+    """A process, named so that another process on the same host can tell if it is gone."""
+
+    host: str = ""
+    boot: str = ""
+    """The kernel's boot id: a reboot (or another machine with the same name) differs."""
+    pidns: str = ""
+    """The PID namespace (``pid:[4026531836]``): pids mean the same only within one."""
+    pid: int = 0
+    start: str = ""
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
+
+    def text(self) -> str:
+        """``pid 123 on host h`` (for messages)."""
+        return f"pid {self.pid} on host {self.host or '?'}"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="latin-1") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _boot_id() -> str:
+    return _read("/proc/sys/kernel/random/boot_id")
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def proc_stat(pid: int) -> tuple[str, str, int, str] | None:
+    """(command name, state, parent pid, start time) of ``pid`` from ``/proc``; None if
+    there is no such entry (or no ``/proc``)."""
+    data = _read(f"/proc/{pid}/stat")
+    if not data or "(" not in data:
+        return None
+    name = data[data.index("(") + 1 : data.rindex(")")]
+    rest = data[data.rindex(")") + 2 :].split()
+    if len(rest) < 20:
+        return None
+    return name, rest[0], int(rest[1]), rest[19]
+
+
+def process_id(pid: int) -> ProcessId | None:
+    """The :class:`ProcessId` of process ``pid`` of this host, None where ``/proc`` cannot
+    tell (not Linux, no such process)."""
+    boot, ns, st = _boot_id(), _pid_namespace(), proc_stat(pid)
+    if not boot or not ns or st is None:
+        return None
+    return ProcessId(host=socket.gethostname(), boot=boot, pidns=ns, pid=pid, start=st[3])
+
+
+_mine: dict[int, ProcessId | None] = {}
+
+
+def this_process() -> ProcessId | None:
+    """This process's :class:`ProcessId` (computed once per process; a forked child gets
+    its own)."""
+    pid = os.getpid()
+    if pid not in _mine:
+        _mine.clear()
+        _mine[pid] = process_id(pid)
+    return _mine[pid]
+
+
+def java_ancestor() -> ProcessId | None:
+    """The nearest ``java`` ancestor of this process (a Spark driver's JVM, seen from one of
+    its Python workers); None if there is none or ``/proc`` cannot tell."""
+    pid = os.getppid()
+    for _ in range(16):
+        if pid <= 1:
+            return None
+        st = proc_stat(pid)
+        if st is None:
+            return None
+        if st[0] == "java":
+            return process_id(pid)
+        pid = st[2]
+    return None
+
+
+def _gone(pid: int) -> bool | None:
+    """True if no process has ``pid``, False if one has, None if that cannot be told."""
+    try:
+        os.kill(pid, 0)  # signal 0: nothing is sent, only existence and permission checked
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # it exists (another user's)
+    except OSError:
+        return None
+    return False
+
+
+def proven_dead(holder: ProcessId | None) -> bool:
+    """Whether ``holder`` is provably gone (module doc); False when not proven."""
+    if (
+        holder is None
+        or holder.pid <= 0
+        or not (holder.host and holder.boot and holder.pidns and holder.start)
+    ):
+        return False
+    me = this_process()
+    if me is None or (me.host, me.boot, me.pidns) != (holder.host, holder.boot, holder.pidns):
+        return False  # another host, container or boot: its pids mean nothing here
+    if holder.pid == me.pid:
+        return holder.start != me.start
+    gone = _gone(holder.pid)
+    if gone is None:
+        return False
+    if gone:
+        return True
+    st = proc_stat(holder.pid)
+    if st is None:  # exited between the two looks, or hidden from us (hidepid)
+        return _gone(holder.pid) is True
+    _name, state, _ppid, start = st
+    return start != holder.start or state in ("Z", "X")
