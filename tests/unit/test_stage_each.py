@@ -29,6 +29,7 @@ from amcommit.committer.stages import (
     write_summary,
 )
 from amcommit.committer.stages.load_manifests import LoadedManifests
+from amcommit.committer.stages.victims import decode_victims, encode_victims, load_victims
 from amcommit.errors import (
     CommitError,
     ConflictError,
@@ -133,8 +134,9 @@ async def test_check_conflicts_records_victims_restarting_a_failed_listing(tmp_p
     env.faulty.fail("list", path="out/p=1", count=1)
     result = await check_conflicts.run(env.ctx, check_conflicts.ConflictInputs(loaded))
     assert result.victim_chunks == 1
-    victims = msgspec.json.decode(await env.store.get(env.layout.victims_path(0)))
-    assert sorted(victims) == ["out/p=1/old.bin", "out/q/keep"]  # top-level files: dest is the root
+    saved = msgspec.json.decode(await env.store.get(env.layout.victims_path(0)))
+    assert sorted(saved["dest_relative"]) == ["p=1/old.bin", "q/keep"]  # top-level files: dest is the root
+    assert sorted((await load_victims(env.ctx, 1))[0]) == ["out/p=1/old.bin", "out/q/keep"]
     assert env.ctx.report.job_stats.counters.get("committer_listing_restarted") == 1
 
 
@@ -249,3 +251,11 @@ async def test_renames_done_only_when_every_file_is_in_place(env: Env) -> None:
     env.faulty.fail("stat", error=PermissionDenied)
     with pytest.raises(PermissionDenied):
         await renames_done.run(env.ctx, inputs)
+
+
+def test_victim_chunks_are_relative_to_the_destination_and_old_chunks_still_read() -> None:
+    data = encode_victims("root/out", ["root/out/p=1/a", "root/out/b"])
+    assert decode_victims("other/root/out", data) == ["other/root/out/p=1/a", "other/root/out/b"]
+    assert decode_victims("", encode_victims("", ["p=1/a"])) == ["p=1/a"]
+    # a chunk saved by an earlier version: store paths as they were
+    assert decode_victims("x/out", b'["x/out/p=1/a"]') == ["x/out/p=1/a"]

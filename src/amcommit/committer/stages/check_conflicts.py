@@ -20,14 +20,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
-import msgspec
 
 from amcommit.committer.context import JobContext, run_parallel
 from amcommit.committer.layout import SUCCESS_NAME
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.scope import replace_scope
-from amcommit.committer.stages.victims import VICTIM_CHUNK
+from amcommit.committer.stages.victims import VICTIM_CHUNK, encode_victims
 from amcommit.errors import ConflictError, StoreError
 from amcommit.paths import basename, is_within, parent
 from amcommit.store.base import ObjectInfo, PutMode
@@ -111,7 +110,7 @@ async def _record_victims_once(ctx: JobContext, roots: list[str]) -> int:
     async def flush() -> None:
         nonlocal n, chunk
         path = ctx.layout.victims_path(n)
-        data = msgspec.json.encode(chunk)
+        data = encode_victims(ctx.layout.dest, chunk)
         await ctx.call(lambda: ctx.store.put(path, data, mode=PutMode.OVERWRITE))
         n += 1
         chunk = []
