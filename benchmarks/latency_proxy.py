@@ -21,7 +21,7 @@ and 229 µs (315 and 365 files/s). Not supported (no benchmark client uses them)
 pipelining, ``Expect: 100-continue``.
 
 Which requests are delayed or throttled is decided by :class:`ProxyRule`, the shared
-fault-rule matcher :class:`amcommit.store.faulty.RuleMatcher` (the one FaultyStore, the
+fault-rule matcher :class:`amcommit.testing.faults.RuleMatcher` (the one FaultyStore, the
 Azure fault proxy and the test doubles use): a rule selects requests by HTTP method
 (``ops``) and by an fnmatch glob on the decoded request path or, for uploads, the
 ``name`` query parameter (``path``); of those it lets ``after`` through, then fires at
@@ -80,7 +80,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
 from amcommit.emulators.procs import stop_process
-from amcommit.store.faulty import RuleMatcher
+from amcommit.testing.faults import RuleMatcher
 
 # -- the proxy -------------------------------------------------------------------------
 
@@ -90,7 +90,7 @@ _HEAD_END = b"\r\n\r\n"
 
 @dataclass
 class ProxyRule(RuleMatcher):
-    """One proxy rule: the shared :class:`~amcommit.store.faulty.RuleMatcher` over HTTP
+    """One proxy rule: the shared :class:`~amcommit.testing.faults.RuleMatcher` over HTTP
     requests (``ops``: methods, e.g. ``{"PUT"}``; ``path``: fnmatch glob on the decoded
     request path or the ``name`` query parameter), plus what to do when it fires."""
 

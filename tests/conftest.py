@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from amcommit import loop as amcommit_loop
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.backends import CONFORMANCE_BACKENDS, ENGINE_BACKENDS, StoreUnderTest
 
 pytest_plugins = ["tests.plugins.azure_backends", "tests.plugins.gcs_backends", "tests.plugins.matrix_report"]

@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from amcommit.store.faulty import RuleMatcher
+from amcommit.testing.faults import RuleMatcher
 
 Kind = Literal["lose", "throttle", "before", "rewrite"]
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
@@ -33,7 +33,7 @@ _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive
 
 @dataclass
 class ProxyRule(RuleMatcher):
-    """A proxy rule: the shared :class:`~amcommit.store.faulty.RuleMatcher` (operation =
+    """A proxy rule: the shared :class:`~amcommit.testing.faults.RuleMatcher` (operation =
     the HTTP method, path = the decoded blob path after the container), plus a header the
     request must carry."""
 

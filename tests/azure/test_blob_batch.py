@@ -28,9 +28,9 @@ from amcommit.errors import (
 from amcommit.store.azure import BlobStore
 from amcommit.store.azure.blob import BATCH_MAX, parse_batch_response
 from amcommit.store.base import RenameRequest, batch_deleter, batch_renamer
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.http import HttpResponse
 from amcommit.store.retry import RetryPolicy
+from amcommit.testing.faults import FaultyStore
 from tests.azure.conftest import BlobEnv
 from tests.engine.helpers import run_task
 

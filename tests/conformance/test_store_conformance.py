@@ -8,7 +8,7 @@ import pytest
 from amcommit.errors import AlreadyExists, InvalidInput, NotFound, PreconditionFailed, Transient
 from amcommit.paths import join
 from amcommit.store.base import BatchDeleter, PutMode, RenameRequest, UpdateIf, batch_deleter, batch_renamer
-from amcommit.store.faulty import FaultyStore
+from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 
 NAMES = ["plain.txt", "with space.bin", "unicodé-ü.txt", "pct%41.txt", "plus+sign.txt", "hash#tag.txt"]

@@ -31,8 +31,8 @@ from amcommit.committer.stages.scope import minimal_roots
 from amcommit.errors import ConflictError, LockLost, NotFound, PermissionDenied, PreconditionFailed
 from amcommit.paths import is_within, join, parent
 from amcommit.store.base import Store, UpdateIf
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, snapshot, temp_files
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)

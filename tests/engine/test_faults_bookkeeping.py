@@ -16,9 +16,9 @@ from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import Throttled, Transient
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.gcs import GcsStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files
 from tests.plugins.gcs_backends import FAST_RETRY, make_store, new_bucket_name
 from tests.servers.gcs_double import GcsDouble

@@ -22,7 +22,7 @@ from amcommit.errors import CommitError, ConflictError, ManifestError, Permissio
 from amcommit.manifest import decode_success
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import PutMode, Store
-from amcommit.store.faulty import FaultyStore
+from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files
 

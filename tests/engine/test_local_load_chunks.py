@@ -13,8 +13,8 @@ from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.lock import DestinationLock, FencedStore
 from amcommit.committer.stages.load_manifests import _plain_local
 from amcommit.errors import ManifestError, NotFound
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import run_task, snapshot, temp_files
 
 JOB = "202611240001_0001"

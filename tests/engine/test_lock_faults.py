@@ -15,7 +15,7 @@ from amcommit.committer import commit_job
 from amcommit.committer.lock import DestinationLock, LockBody, decode_lock, lock_path
 from amcommit.errors import LockLost, Transient
 from amcommit.store.base import ObjectInfo, PutMode, UpdateIf, WriteMode
-from amcommit.store.faulty import FaultRule, FaultyStore
+from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.engine.helpers import snapshot, temp_files
 from tests.engine.test_faults_bookkeeping import FAST, JOB, NEW, check_exact, prepare
 

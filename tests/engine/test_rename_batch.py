@@ -14,8 +14,8 @@ from amcommit.committer.lock import DestinationLock, FencedStore
 from amcommit.errors import AlreadyExists, LockLost, NotFound, PreconditionFailed, Transient
 from amcommit.paths import join
 from amcommit.store.base import RenameRequest, Store, batch_renamer
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import run_task, snapshot, temp_files
 from tests.table.killstore import KillStore
 

@@ -12,8 +12,8 @@ from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError
 from amcommit.paths import join
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import snapshot, task_ids
 
 JOB = "202611230001_0001"

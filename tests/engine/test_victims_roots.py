@@ -10,8 +10,8 @@ import pytest
 from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
 from amcommit.errors import PermissionDenied
 from amcommit.paths import join
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import run_task, snapshot, temp_files
 
 JOB = "job_victims_roots"

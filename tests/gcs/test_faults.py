@@ -9,9 +9,9 @@ import pytest
 
 from amcommit.errors import AlreadyExists, Throttled, Transient
 from amcommit.store.base import PutMode, UpdateIf
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy
+from amcommit.testing.faults import FaultyStore
 from tests.gcs.conftest import GcsEnv
 
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from amcommit.committer import Progress
 from amcommit.store.base import Store
-from amcommit.store.faulty import FaultyStore
+from amcommit.testing.faults import FaultyStore
 from tests.crash.kill import install_request_killer
 
 T = TypeVar("T")

@@ -35,7 +35,7 @@ from amcommit.errors import AmcommitError
 from amcommit.manifest import decode_success
 from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import Store
-from amcommit.store.faulty import FaultRule, FaultyStore
+from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.matrix import kill_child, oracle
 from tests.matrix.chaos_proxy import ChaosProxy
 from tests.matrix.oracle import Job

@@ -27,12 +27,12 @@ from amcommit.committer import CommitterConfig, abort_job, commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
 from amcommit.paths import join, relative_to
-from amcommit.store.faulty import FaultRule, FaultyStore
 from amcommit.table.model import Operation
 from amcommit.table.properties import encode_properties, new_properties
 from amcommit.table.rollback import rollback_instant
 from amcommit.table.schema import avro_schema
 from amcommit.table.write import TableSpec, begin_write
+from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.matrix import table_oracle as to
 from tests.matrix.oracle import Job
 from tests.matrix.runner import CONFIG, Cell, check_outside, failing_store, files_below, put_all, run_child

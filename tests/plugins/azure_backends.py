@@ -126,7 +126,7 @@ def _dfs_oracle(srv: AdlsTestServer, filesystem: str) -> dict[str, object]:
 
 async def _blob_backend(az: Azurite, faulty: bool) -> AsyncIterator[StoreUnderTest]:
     from amcommit.store.azure import BlobStore
-    from amcommit.store.faulty import FaultyStore
+    from amcommit.testing.faults import FaultyStore
     from tests.backends import StoreUnderTest
 
     container = unique_name()
@@ -148,7 +148,7 @@ async def _blob_backend(az: Azurite, faulty: bool) -> AsyncIterator[StoreUnderTe
 
 async def _dfs_backend(srv: AdlsTestServer, faulty: bool) -> AsyncIterator[StoreUnderTest]:
     from amcommit.store.azure import DfsStore
-    from amcommit.store.faulty import FaultyStore
+    from amcommit.testing.faults import FaultyStore
     from tests.backends import StoreUnderTest
 
     fs = unique_name()

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from amcommit.emulators.fakegcs import FakeGcsServer
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.gcs import GcsStore
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy
+from amcommit.testing.faults import FaultyStore
 from tests.servers.gcs_double import GcsDouble
 
 if TYPE_CHECKING:  # tests.backends imports this module: import it lazily at run time

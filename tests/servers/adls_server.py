@@ -61,7 +61,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from amcommit.store.azure.auth import AZURITE_ACCOUNT, AZURITE_KEY, SharedKey, canonical_query, string_to_sign
-from amcommit.store.faulty import RuleMatcher
+from amcommit.testing.faults import RuleMatcher
 
 FaultKind = Literal["throttle", "error", "lose", "reset", "latency"]
 OPS = frozenset(

@@ -51,7 +51,7 @@ from urllib.parse import parse_qsl, quote, unquote
 import google_crc32c
 from aiohttp import web
 
-from amcommit.store.faulty import RuleMatcher
+from amcommit.testing.faults import RuleMatcher
 
 Json = dict[str, Any]
 

@@ -20,7 +20,7 @@ import anyio
 from amcommit.errors import ConflictError
 from amcommit.liveness import this_process
 from amcommit.spark.stream_state import acquire_lease
-from amcommit.store.faulty import FaultyStore
+from amcommit.testing.faults import FaultyStore
 from tests.matrix.stores import open_store
 
 

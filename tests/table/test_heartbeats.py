@@ -339,10 +339,10 @@ async def test_failed_commit_says_its_writer_stopped(backend_local: StoreUnderTe
     for good the heartbeat says ``stopped`` and the rollback goes ahead at once (no wait of
     writer_ttl), leaving the table as before the write."""
     from amcommit.errors import PermissionDenied
-    from amcommit.store.faulty import FaultRule, FaultyStore
     from amcommit.table.heartbeat import STOPPED
     from amcommit.table.naming import heartbeat_path
     from amcommit.table.rollback import rollback_instant
+    from amcommit.testing.faults import FaultRule, FaultyStore
 
     store, dest = backend_local.store, join(backend_local.base, "tbl")
     cfg = CommitterConfig(writer_ttl=120.0)

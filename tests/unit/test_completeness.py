@@ -18,8 +18,8 @@ from amcommit.committer.job import commit_job
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import IncompleteJob, PermissionDenied
 from amcommit.manifest import TaskManifest
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import run_task, snapshot
 
 JOB = "202611230001_0005"

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from amcommit.store.faulty import FaultRule
+from amcommit.testing.faults import FaultRule
 from tests.servers.adls_server import ServerFault
 from tests.servers.gcs_double import Fault
 

@@ -21,9 +21,9 @@ from amcommit.paths import (
     uri_to_path,
 )
 from amcommit.store.base import local_os_path
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
 from amcommit.store.schemes import open_location
+from amcommit.testing.faults import FaultyStore
 
 
 def test_path_algebra() -> None:

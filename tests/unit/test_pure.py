@@ -15,10 +15,10 @@ from amcommit.committer.stages.scope import minimal_roots
 from amcommit.errors import ConfigError, InvalidInput, NotFound, Throttled, Transient
 from amcommit.manifest import RenameEntry
 from amcommit.paths import decode_path, encode_path, parse_uri, uri_to_path
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.limits import Limiter
 from amcommit.store.local import LocalStore
 from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.testing.faults import FaultyStore
 
 
 @pytest.mark.parametrize(

@@ -40,8 +40,8 @@ from amcommit.errors import (
 )
 from amcommit.manifest import TaskManifest, decode_manifest, decode_success
 from amcommit.paths import join
-from amcommit.store.faulty import FaultyStore
 from amcommit.store.local import LocalStore
+from amcommit.testing.faults import FaultyStore
 from tests.engine.helpers import run_task, snapshot
 
 JOB = "job_stage_0001"

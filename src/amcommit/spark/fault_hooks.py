@@ -17,7 +17,7 @@ test suite and ``amcommit demo`` reproduce failures Spark cannot be asked for di
     ``[{"phase": "commit" | "abort" | "both", "kind": "error" | "lost_response" |
     "throttle" | "latency", "op": "rename" | [...], "path": "*.parquet", "after": 0,
     "count": null, "error": "PermissionDenied", "seconds": 0.0}]``. The store is wrapped in
-    :class:`~amcommit.store.faulty.FaultyStore` with these rules.
+    :class:`~amcommit.testing.faults.FaultyStore` with these rules.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, cast
 from amcommit import errors
 from amcommit.errors import ConfigError
 from amcommit.store.base import Store
-from amcommit.store.faulty import FaultRule, FaultyStore
+from amcommit.testing.faults import FaultRule, FaultyStore
 
 
 class InjectedTaskFailure(RuntimeError):

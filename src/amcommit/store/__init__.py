@@ -1,7 +1,6 @@
 """The async storage layer: one protocol (:class:`Store`), one module per backend."""
 
 from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, Store, UpdateIf, WriteMode
-from amcommit.store.faulty import FaultRule, FaultyStore
 from amcommit.store.limits import Limiter, shared_limiter
 from amcommit.store.local import LocalStore
 from amcommit.store.retry import RetryPolicy
@@ -9,8 +8,6 @@ from amcommit.store.schemes import open_location, open_store, register_scheme
 
 __all__ = [
     "Capabilities",
-    "FaultRule",
-    "FaultyStore",
     "Limiter",
     "LocalStore",
     "ObjectInfo",
