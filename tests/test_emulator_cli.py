@@ -166,7 +166,9 @@ def test_ctrl_c_right_after_the_description_still_stops_cleanly(
     """The signal lands right after the description is printed (a script that read it
     signals at once, before this process runs again): the emulator is stopped and the
     command ends with 0, not with 'interrupted'."""
-    import amcommit.cli as cli
+    import importlib
+
+    cli = importlib.import_module("amcommit.cli.main")
 
     real_print = print
     endpoints: list[str] = []

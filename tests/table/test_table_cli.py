@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from amcommit.cli import main
-from amcommit.table.cli import format_instants
+from amcommit.cli.table import format_instants
 from amcommit.table.model import Operation
 from amcommit.table.reader import open_timeline
 from tests.backends import StoreUnderTest

@@ -194,7 +194,8 @@ def test_bad_input_is_one_line_without_secrets(
 
 
 def test_store_options_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from amcommit.cli import _store_options, build_parser
+    from amcommit.cli.common import store_options
+    from amcommit.cli.main import build_parser
 
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     args = build_parser().parse_args(
@@ -209,7 +210,7 @@ def test_store_options_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
             "page_size=64",
         ]
     )
-    assert _store_options(args) == {"use_move": False, "page_size": 64}
+    assert store_options(args) == {"use_move": False, "page_size": 64}
 
 
 @pytest.mark.parametrize(

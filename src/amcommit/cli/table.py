@@ -1,10 +1,11 @@
-"""Read-side table commands of the ``amcommit`` command line.
+"""Table commands of the ``amcommit`` command line.
 
     amcommit timeline DEST [--json]                      the instants, newest last
     amcommit changes DEST --since I|000 [--until J] [--json] files added / replaced in (I, J]
     amcommit clean DEST --retain-commits N [--dry-run]   delete files replaced before the latest N commits
+    amcommit rollback DEST --instant I [--force]         roll back an inflight instant
 
-Registered by :func:`add_commands` from :func:`amcommit.cli.build_parser`; errors go through
+Registered by :func:`add_commands` from :func:`amcommit.cli.main.build_parser`; errors go through
 ``amcommit.cli.main`` (one line, no traceback).
 """
 
@@ -12,15 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from amcommit.cli.common import URL_FORMS, committer_config, int_arg, store_args, store_options
 from amcommit.table.clean import CleanReport
 from amcommit.table.reader import InstantInfo
 from amcommit.table.timeline import Changes
 
-__all__ = ["add_commands", "changes_json", "format_instants", "instants_json"]
+__all__ = ["add_commands", "add_rollback", "changes_json", "cmd_rollback", "format_instants", "instants_json"]
 
 _COLUMNS = ("TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL")
 
@@ -77,10 +78,9 @@ def format_instants(instants: list[InstantInfo], *, use_rich: bool | None = None
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from amcommit.cli import _store_options
     from amcommit.table.reader import open_timeline
 
-    return open_timeline(args.dest, **_store_options(args))
+    return open_timeline(args.dest, **store_options(args))
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
@@ -137,13 +137,12 @@ def _clean_text(r: CleanReport) -> str:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from amcommit.cli import _config, _store_options
     from amcommit.committer.sync import run_blocking
     from amcommit.store.schemes import open_location
     from amcommit.table.clean import clean
 
-    opts = _store_options(args)
-    config = _config(args)
+    opts = store_options(args)
+    config = committer_config(args)
 
     async def main() -> CleanReport:
         store, dest = open_location(args.dest, **opts)
@@ -160,11 +159,52 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(
-    sub: Any, store_args: Callable[[argparse.ArgumentParser], None], url_forms: str = "a path or store URL"
-) -> None:
-    """Add ``timeline``, ``changes`` and ``clean`` to the subcommands ``sub``."""
-    from amcommit.cli import int_arg  # (amcommit.cli imports this module)
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from amcommit.committer.report import JobReport
+    from amcommit.committer.sync import run_blocking
+    from amcommit.store.schemes import open_location
+    from amcommit.table.rollback import rollback_instant
+
+    opts = store_options(args)
+
+    async def main() -> JobReport:
+        store, dest = open_location(args.dest, **opts)
+        async with store:
+            return await rollback_instant(store, dest, args.instant, force=args.force)
+
+    report = run_blocking(main)
+    if report.rolled_back:
+        print(f"instant {args.instant} rolled back: its files, staging, heartbeat and instant files removed")
+    else:
+        print(f"instant {args.instant}: nothing to roll back")
+    return 0
+
+
+def add_rollback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``rollback`` to the CLI's subcommands."""
+    sp = sub.add_parser(
+        "rollback",
+        help="roll back an inflight instant of a Hudi table",
+        description="Roll back an inflight instant of a Hudi table: remove every file stamped with "
+        "it, its staging and heartbeat, then its instant files. A completed instant is refused, and so "
+        "is the instant of a live writer (heartbeat younger than writer_ttl) unless --force.",
+    )
+    sp.add_argument("dest", help="table URL or path")
+    sp.add_argument("--instant", required=True, help="the inflight instant time (17 digits)")
+    sp.add_argument(
+        "--force",
+        action="store_true",
+        help="roll back even if the instant's writer looks alive (fresh heartbeat): its files are deleted "
+        "and its commit fails",
+    )
+    store_args(sp)
+    sp.set_defaults(func=cmd_rollback)
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``rollback``, ``timeline``, ``changes`` and ``clean`` to the subcommands ``sub``."""
+    add_rollback(sub)
+    url_forms = URL_FORMS
 
     sp = sub.add_parser(
         "timeline",

@@ -1,4 +1,6 @@
-"""``amcommit`` command line.
+"""``amcommit`` command line: the entry point (``amcommit.cli:main``) and the commands on plain
+destinations; table commands are in :mod:`amcommit.cli.table`, shared parts in
+:mod:`amcommit.cli.common`.
 
     amcommit success URL [--json]            show a _SUCCESS report (URL: the file or its directory)
     amcommit manifest URL [--json]           show a task manifest
@@ -22,16 +24,25 @@ reader goes away). Credentials come from options or the environment
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
 from amcommit import loop
-from amcommit.committer.config import CommitterConfig
+from amcommit.cli.common import (
+    URL_FORMS,
+    USER_ERRORS,
+    choice_arg,
+    committer_config,
+    int_arg,
+    log_to_stderr,
+    output_closed,
+    print_error,
+    read_object,
+    store_args,
+    store_options,
+)
 from amcommit.committer.jobs import DestinationJobs
 from amcommit.console import (
     ProgressBar,
@@ -44,102 +55,19 @@ from amcommit.console import (
     out,
     pretty_json,
 )
-from amcommit.errors import AmcommitError, ConfigError, InvalidInput, NotFound
+from amcommit.errors import ConfigError, InvalidInput, NotFound
 from amcommit.manifest import decode_manifest, decode_success
-from amcommit.messages import for_user
 from amcommit.paths import basename
-from amcommit.redact import redact
-
-
-def int_arg(minimum: int | None = None) -> Callable[[str], int]:
-    """An argparse ``type`` for an integer (>= ``minimum`` if given) whose error names what
-    the option expects, never the text given (argparse's own quotes it: it may be a secret
-    given to the wrong option)."""
-    expects = "an integer" if minimum is None else f"an integer >= {minimum}"
-
-    def integer(text: str) -> int:
-        try:
-            n = int(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expects {expects}") from None
-        if minimum is not None and n < minimum:
-            raise argparse.ArgumentTypeError(f"expects {expects}")
-        return n
-
-    return integer
-
-
-def choice_arg(choices: Sequence[str]) -> Callable[[str], str]:
-    """An argparse ``type`` for one of ``choices`` (give ``metavar`` to show them in the
-    usage) whose error lists the choices, never the text given (see :func:`int_arg`)."""
-
-    def choice(text: str) -> str:
-        if text not in choices:
-            raise argparse.ArgumentTypeError(f"expects one of {', '.join(choices)}")
-        return text
-
-    return choice
-
-
-def _store_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The store options of the command (``--endpoint``, ``--store-option``, the Azure
-    environment variables), converted and checked by the backend's options struct."""
-    from amcommit.store.schemes import store_options
-
-    opts: dict[str, Any] = {}
-    env = os.environ
-    if getattr(args, "endpoint", None):
-        opts["endpoint"] = args.endpoint
-    url = getattr(args, "url", "") or getattr(args, "dest", "")
-    if url.startswith(("abfs", "wasb", "az:")):
-        if env.get("AZURE_STORAGE_CONNECTION_STRING"):
-            opts["connection_string"] = env["AZURE_STORAGE_CONNECTION_STRING"]
-        elif env.get("AZURE_STORAGE_KEY"):
-            opts["account_key"] = env["AZURE_STORAGE_KEY"]
-        elif env.get("AZURE_STORAGE_SAS_TOKEN"):
-            opts["sas_token"] = env["AZURE_STORAGE_SAS_TOKEN"]
-    for item in getattr(args, "store_option", None) or []:
-        key, sep, value = item.partition("=")
-        if not sep:  # the text may be a secret: do not show it
-            raise ConfigError("--store-option expects KEY=VALUE (one was given without '=')")
-        opts[key.strip()] = value
-    return store_options(url, opts)
-
-
-def _config(args: argparse.Namespace) -> CommitterConfig:
-    conf: dict[str, str] = {}
-    for item in args.conf or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError("--conf expects KEY=VALUE (one was given without '=')")
-        conf[key.strip()] = value
-    if getattr(args, "mode", None):
-        conf["conflict_mode"] = args.mode
-    if getattr(args, "io_threads", None):
-        conf["io_threads"] = str(args.io_threads)
-    return CommitterConfig.from_mapping(conf)
-
-
-def _read(url: str, opts: dict[str, Any]) -> bytes:
-    from amcommit.committer.sync import run_blocking
-    from amcommit.store.schemes import open_location
-
-    async def main() -> bytes:
-        store, path = open_location(url, **opts)
-        async with store:
-            return await store.get(path)
-
-    return run_blocking(main)
 
 
 def cmd_success(args: argparse.Namespace) -> int:
-    opts = _store_options(args)
+    opts = store_options(args)
     url = args.url
     candidates = [url] if basename(url.rstrip("/")) == "_SUCCESS" else [url.rstrip("/") + "/_SUCCESS", url]
     data = None
     for candidate in candidates:
         try:
-            data = _read(candidate, opts)
+            data = read_object(candidate, opts)
             url = candidate
             break
         except NotFound:
@@ -158,7 +86,7 @@ def cmd_success(args: argparse.Namespace) -> int:
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
-    data = _read(args.url, _store_options(args))
+    data = read_object(args.url, store_options(args))
     m = decode_manifest(data, name=args.url)
     if args.json:
         out(pretty_json(data))
@@ -171,7 +99,7 @@ def cmd_commit_job(args: argparse.Namespace) -> int:
     from amcommit.committer.sync import BlockingCommitter
 
     committer = BlockingCommitter(
-        args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
+        args.dest, args.job_id, config=committer_config(args), store_options=store_options(args)
     )
     with ProgressBar() as bar:
         report = committer.commit_job(progress=None if args.quiet else bar, allow_partial=args.allow_partial)
@@ -183,7 +111,7 @@ def cmd_abort_job(args: argparse.Namespace) -> int:
     from amcommit.committer.sync import BlockingCommitter
 
     committer = BlockingCommitter(
-        args.dest, args.job_id, config=_config(args), store_options=_store_options(args)
+        args.dest, args.job_id, config=committer_config(args), store_options=store_options(args)
     )
     with ProgressBar() as bar:
         report = committer.abort_job(progress=None if args.quiet else bar)
@@ -202,8 +130,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     from amcommit.committer.sync import run_blocking
     from amcommit.store.schemes import open_location
 
-    opts = _store_options(args)
-    config = _config(args)
+    opts = store_options(args)
+    config = committer_config(args)
 
     async def main() -> DestinationJobs:
         store, dest = open_location(args.dest, **opts)
@@ -281,30 +209,9 @@ def package_version() -> str:
         return str(getattr(amcommit, "__version__", "unknown"))
 
 
-_URL_FORMS = (
-    "a path (~ expanded), file://, abfs[s]://fs@account.dfs.core.windows.net/..., "
-    "wasb[s]://container@account.blob.core.windows.net/..., gs://bucket/..., or fsspec-style "
-    "az://container/..., abfs[s]://fs/... (account from --store-option account=NAME or "
-    "AZURE_STORAGE_ACCOUNT_NAME), gcs://bucket/..."
-)
-
-
-def store_args(sp: argparse.ArgumentParser) -> None:
-    """``--endpoint`` and ``--store-option``: for commands that open a store."""
-    sp.add_argument(
-        "--endpoint", help="service endpoint (emulators), e.g. http://127.0.0.1:10000/devstoreaccount1"
-    )
-    sp.add_argument(
-        "--store-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="store option (repeatable), e.g. account=NAME, account_key=..., token=..., use_move=false",
-    )
-
-
 def register_success(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("success", help="show a _SUCCESS report", description="Show a _SUCCESS report.")
-    sp.add_argument("url", help="the _SUCCESS file or its directory: " + _URL_FORMS)
+    sp.add_argument("url", help="the _SUCCESS file or its directory: " + URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print the raw JSON")
     store_args(sp)
     sp.set_defaults(func=cmd_success)
@@ -312,7 +219,7 @@ def register_success(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def register_manifest(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sp = sub.add_parser("manifest", help="show a task manifest", description="Show a task manifest.")
-    sp.add_argument("url", help="the task manifest file (...-manifest.json): " + _URL_FORMS)
+    sp.add_argument("url", help="the task manifest file (...-manifest.json): " + URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print the JSON, pretty")
     store_args(sp)
     sp.set_defaults(func=cmd_manifest)
@@ -330,7 +237,7 @@ def register_jobs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "their writer's heartbeat (alive, stopped, expired, none) and the table's lock. Reads only; "
         "a destination where nothing exists is an error.",
     )
-    sp.add_argument("dest", help="destination directory: " + _URL_FORMS)
+    sp.add_argument("dest", help="destination directory: " + URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.add_argument(
         "--conf",
@@ -348,7 +255,7 @@ def register_commit_and_abort(sub: argparse._SubParsersAction[argparse.ArgumentP
         ("abort-job", cmd_abort_job, "abort a job: roll back or clean up"),
     ):
         sp = sub.add_parser(name, help=helptext, description=helptext[0].upper() + helptext[1:] + ".")
-        sp.add_argument("dest", help="destination directory: " + _URL_FORMS)
+        sp.add_argument("dest", help="destination directory: " + URL_FORMS)
         sp.add_argument("--job-id", required=True, help="the job's id (see `amcommit jobs DEST`)")
         modes = ["append", "fail", "replace", "overwrite"]
         sp.add_argument(
@@ -425,11 +332,9 @@ def register_emulator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def register_tables(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from amcommit.table import cli as table_cli
-    from amcommit.table import cli_write
+    from amcommit.cli import table
 
-    cli_write.add_commands(sub, store_args)
-    table_cli.add_commands(sub, store_args, _URL_FORMS)
+    table.add_commands(sub)
 
 
 COMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
@@ -490,46 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-EXIT_SIGPIPE = 141
-"""Exit status when the reader of our output went away (128 + SIGPIPE, as ``cat`` or
-``git log | head`` end)."""
-
-
-def _output_closed() -> int:
-    """stdout's reader is gone: send what is left to /dev/null (so the interpreter's final
-    flush stays quiet) and return :data:`EXIT_SIGPIPE`."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # stdout is not a real file (tests): nothing to silence
-        pass
-    return EXIT_SIGPIPE
-
-
-class _StderrHandler(logging.Handler):
-    """amcommit's warnings as ``amcommit: <message>`` lines on the current ``sys.stderr``
-    (redacted)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            print(f"amcommit: {redact(record.getMessage())}", file=sys.stderr, flush=True)
-        except Exception:
-            self.handleError(record)
-
-
-def _log_to_stderr() -> None:
-    """Warnings of the ``amcommit`` loggers go to stderr (once per process)."""
-    logger = logging.getLogger("amcommit")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        handler = _StderrHandler(logging.WARNING)
-        logger.addHandler(handler)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _log_to_stderr()
+    log_to_stderr()
     if args.no_uvloop:  # in the environment, so processes started from here inherit it
         os.environ[loop.ENV_VAR] = "0"
     try:
@@ -537,15 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except BrokenPipeError:
-        return _output_closed()
+        return output_closed()
     except KeyboardInterrupt:
         print("amcommit: interrupted", file=sys.stderr)
         return 130
-    except (AmcommitError, msgspec.DecodeError, OSError, ValueError) as e:
-        if isinstance(e, AmcommitError):  # paths as the user wrote them, buckets named
-            e = for_user(e, getattr(args, "dest", None) or getattr(args, "url", None))
-        print(f"amcommit: error: {redact(str(e))}", file=sys.stderr)
-        return 1
+    except USER_ERRORS as e:
+        return print_error(e, args)
 
 
 if __name__ == "__main__":  # pragma: no cover
