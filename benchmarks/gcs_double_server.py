@@ -1,4 +1,4 @@
-"""Run the repository's GCS test double (``tests/servers/gcs_double.py``) as a server process.
+"""Run the repository's GCS test double (``src/amcommit/testing/gcs_double.py``) as a server process.
 
     .venv/bin/python -m benchmarks.gcs_double_server
 
@@ -17,7 +17,7 @@ import sys
 
 
 async def _serve() -> None:
-    from tests.servers.gcs_double import GcsDouble
+    from amcommit.testing.gcs_double import GcsDouble
 
     double = GcsDouble(supports_move=True)
     await double.start()

@@ -610,7 +610,7 @@ def run_throttle(
 
 _DOUBLE_MAIN = """
 import os, sys, time
-from tests.servers.gcs_double import GcsDouble
+from amcommit.testing.gcs_double import GcsDouble
 d = GcsDouble().start_in_thread()
 d.create_bucket(sys.argv[2])
 with open(sys.argv[1] + ".tmp", "w") as f:
@@ -623,7 +623,7 @@ while True:
 
 @contextlib.contextmanager
 def gcs_double() -> Iterator[tuple[Any, int]]:
-    """The GCS double (``tests/servers/gcs_double.py``: ``objects.move``, preconditions
+    """The GCS double (``src/amcommit/testing/gcs_double.py``: ``objects.move``, preconditions
     enforced on the server, like the real service) in its own process with a fresh bucket;
     yield (its clients.Target, its pid)."""
     import uuid

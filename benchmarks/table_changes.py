@@ -34,8 +34,8 @@ import anyio
 from amcommit import loop as amcommit_loop
 from amcommit.store.schemes import open_location
 from amcommit.table.reader import Timeline
+from amcommit.testing.tablegen import Write, generate, write_local
 from benchmarks.common import RESULTS, TMP, add_save_arg, run_info, table
-from tests.table.tablegen import Write, generate, write_local
 
 RANGES = (1, 10, 100)
 

@@ -19,9 +19,9 @@ from amcommit.store.base import Store
 from amcommit.store.gcs import GcsStore
 from amcommit.store.local import LocalStore
 from amcommit.testing.faults import FaultyStore
+from amcommit.testing.gcs_double import GcsDouble
 from tests.engine.helpers import run_task, snapshot, task_ids, temp_files
 from tests.plugins.gcs_backends import FAST_RETRY, make_store, new_bucket_name
-from tests.servers.gcs_double import GcsDouble
 
 JOB = "202611230001_0001"
 OLD = {"p=1/same.bin": b"old same", "p=1/old.bin": b"old 1", "p=2/old.bin": b"old 2", "top.bin": b"t"}

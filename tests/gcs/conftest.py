@@ -11,8 +11,8 @@ import pytest
 
 from amcommit.emulators.fakegcs import FakeGcsServer
 from amcommit.store.gcs import GcsStore
+from amcommit.testing.gcs_double import GcsDouble
 from tests.plugins.gcs_backends import make_store, new_bucket_name
-from tests.servers.gcs_double import GcsDouble
 
 
 @dataclass

@@ -14,8 +14,8 @@ import pytest
 
 from amcommit.errors import Unauthenticated
 from amcommit.store.gcs import AccessToken, GcsStore, google_auth_provider, static_token
+from amcommit.testing.gcs_double import GcsDouble
 from tests.plugins.gcs_backends import FAST_RETRY, new_bucket_name
-from tests.servers.gcs_double import GcsDouble
 
 SECRET = "ya29.s3cr3t-T0KEN-value"
 

@@ -13,9 +13,9 @@ from amcommit.committer import commit_job, setup_job
 from amcommit.paths import join
 from amcommit.store.gcs import RENAME_ID_KEY
 from amcommit.store.gcs.store import SOURCE_GEN_KEY
+from amcommit.testing.gcs_double import b64_crc32c
 from tests.engine.helpers import run_task
 from tests.gcs.conftest import GcsEnv
-from tests.servers.gcs_double import b64_crc32c
 
 PAYLOADS = {
     "empty": b"",

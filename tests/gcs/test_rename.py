@@ -9,9 +9,9 @@ import pytest
 
 from amcommit.errors import AlreadyExists, NotFound, PreconditionFailed, Transient
 from amcommit.store.base import PutMode, UpdateIf
+from amcommit.testing.gcs_double import GcsDouble
 from tests.gcs.conftest import GcsEnv
 from tests.plugins.gcs_backends import make_store, new_bucket_name
-from tests.servers.gcs_double import GcsDouble
 
 
 async def test_move_detected_on_the_double(double_env: GcsEnv) -> None:

@@ -33,7 +33,7 @@ from amcommit.store.gcs import GcsStore
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import RetryPolicy
 from amcommit.testing.faults import FaultyStore
-from tests.servers.gcs_double import GcsDouble
+from amcommit.testing.gcs_double import GcsDouble
 
 if TYPE_CHECKING:  # tests.backends imports this module: import it lazily at run time
     from tests.backends import StoreUnderTest

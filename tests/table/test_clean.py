@@ -23,7 +23,7 @@ from amcommit.table.errors import CleanedPast
 from amcommit.table.model import CommitMetadata, Instant, Operation, State, WriteStat
 from amcommit.table.reader import open_timeline
 from amcommit.table.timeline import LoadedCommit
-from tests.table.tablegen import GeneratedTable, Write, generate, write_local
+from amcommit.testing.tablegen import GeneratedTable, Write, generate, write_local
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,8 +22,8 @@ from amcommit.store.base import Store
 from amcommit.table.errors import CleanedPast
 from amcommit.table.model import Operation
 from amcommit.table.reader import Timeline, open_timeline
+from amcommit.testing.tablegen import GeneratedTable, Write, generate, write_local
 from tests.backends import StoreUnderTest
-from tests.table.tablegen import GeneratedTable, Write, generate, write_local
 
 WRITES = [
     Write(files={"a": 2, "b": 1}),

@@ -11,8 +11,8 @@ from amcommit.cli import main
 from amcommit.cli.table import format_instants
 from amcommit.table.model import Operation
 from amcommit.table.reader import open_timeline
+from amcommit.testing.tablegen import Write, generate, write_local
 from tests.backends import StoreUnderTest
-from tests.table.tablegen import Write, generate, write_local
 
 WRITES = [
     Write(files={"a": 2}),

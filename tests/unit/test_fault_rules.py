@@ -8,8 +8,8 @@ import random
 import pytest
 
 from amcommit.testing.faults import FaultRule
+from amcommit.testing.gcs_double import Fault
 from tests.servers.adls_server import ServerFault
-from tests.servers.gcs_double import Fault
 
 
 @pytest.mark.parametrize(

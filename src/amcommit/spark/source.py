@@ -232,7 +232,7 @@ def _continue_table(
     return replace(new_plan, table=replace(new_plan.table, name=props.name or new_plan.table.name))
 
 
-def _begin_table_write(plan: WritePlan) -> WritePlan:
+def begin_table_write(plan: WritePlan) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
     the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -338,7 +338,7 @@ class AmcommitDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
         try:
-            return self._writer(schema, overwrite)
+            return self.build_writer(schema, overwrite)
         except AmcommitError as e:
             raise for_user(e, self.options.get("path")) from None
 
@@ -349,7 +349,7 @@ class AmcommitDataSource(DataSource):
 
         return stream_writer(self, schema, overwrite)
 
-    def _writer(self, schema: StructType, overwrite: bool, begin: bool = True) -> AmcommitWriter:
+    def build_writer(self, schema: StructType, overwrite: bool, begin: bool = True) -> AmcommitWriter:
         """The checked plan; ``begin=False``: a table write's instant is not allocated yet
         (the streaming sink allocates it later, :mod:`amcommit.spark.stream`)."""
         import pyspark
@@ -385,7 +385,7 @@ class AmcommitDataSource(DataSource):
             plan = _continue_table(dict(self.options), plan, props, rebuild)
         check_table_options(plan)
         if plan.table is not None:
-            return AmcommitWriter(_begin_table_write(plan) if begin else plan)
+            return AmcommitWriter(begin_table_write(plan) if begin else plan)
         _setup_job(plan)
         return AmcommitWriter(plan)
 
@@ -421,4 +421,4 @@ def register(spark: Any) -> type[AmcommitDataSource]:
     return cls
 
 
-__all__ = ["AmcommitCommitMessage", "AmcommitDataSource", "AmcommitWriter", "register"]
+__all__ = ["AmcommitCommitMessage", "AmcommitDataSource", "AmcommitWriter", "begin_table_write", "register"]

@@ -407,7 +407,7 @@ def stream_writer(source: AmcommitDataSource, schema: Any, overwrite: bool) -> A
     :class:`AmcommitStreamWriter`)."""
     try:
         options, checkpoint, ttl = _stream_options(dict(source.options))
-        plan = type(source)(options)._writer(schema, overwrite, begin=False).plan
+        plan = type(source)(options).build_writer(schema, overwrite, begin=False).plan
         if plan.table is None:  # pragma: no cover  (tableFormat is always set above)
             raise ConfigError("a streaming write needs a table destination")
         return AmcommitStreamWriter(plan, checkpoint, ttl)
@@ -418,9 +418,9 @@ def stream_writer(source: AmcommitDataSource, schema: Any, overwrite: bool) -> A
 def begin_batch(plan: WritePlan, checkpoint: str | None) -> WritePlan:
     """Allocate a micro-batch's instant (``begin_write``) and record its owner's checkpoint
     key (when known) in the staging folder."""
-    from amcommit.spark.source import _begin_table_write
+    from amcommit.spark.source import begin_table_write
 
-    plan = _begin_table_write(plan)
+    plan = begin_table_write(plan)
     if checkpoint:
         ck = checkpoint_app(checkpoint)
 
@@ -468,7 +468,7 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     ids = StreamIds(app, run, ck)
     rest["path"] = dest
     try:
-        plan = AmcommitDataSource(rest)._writer(df.schema, mode == "overwrite", begin=False).plan
+        plan = AmcommitDataSource(rest).build_writer(df.schema, mode == "overwrite", begin=False).plan
         plan = begin_batch(plan, checkpoint)
     except AmcommitError as e:
         raise for_user(e, dest) from None
