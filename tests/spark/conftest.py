@@ -3,7 +3,8 @@ times, so retries happen). Starting a session and warming up its Python workers 
 15-30 s on this machine, so the modules share it (package scope).
 
 The Python workers must run this interpreter (pyarrow, amcommit): ``PYSPARK_PYTHON`` is
-set before the session starts."""
+set before the session starts. Test faults (:mod:`amcommit.testing.spark`) are set up with
+``configure``: its ``sitecustomize`` installs them in Spark's Python processes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from amcommit.spark.session import local_builder
+from amcommit.testing.spark import configure
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -29,7 +31,7 @@ def spark() -> Iterator[Any]:
     if not _java_ok():
         pytest.skip("Java is not available")
     session = (
-        local_builder("local[2,3]", "amcommit-tests")
+        configure(local_builder("local[2,3]", "amcommit-tests"))  # test faults reach the workers
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from amcommit.testing.spark import armed
+
 
 def make_df(spark: Any, n: int = 20_000, start: int = 0, cats: str = "abc", parts: int = 4) -> Any:
     from pyspark.sql import functions as F
@@ -40,11 +42,32 @@ def no_temporary(dest: Path) -> bool:
     return not (dest / "_temporary").exists()
 
 
-def writer(df: Any, mode: str = "append", **options: Any) -> Any:
+class ArmedWriter:
+    """A ``DataFrameWriter`` whose ``save()`` runs with test faults armed
+    (:func:`amcommit.testing.spark.armed`): set up from test code, never by a job option."""
+
+    def __init__(self, inner: Any, fail_task: Any, driver_faults: Any) -> None:
+        self._inner, self._fail_task, self._driver_faults = inner, fail_task, driver_faults
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def save(self, *args: Any, **kw: Any) -> Any:
+        with armed(fail_task=self._fail_task, driver_faults=self._driver_faults):
+            return self._inner.save(*args, **kw)
+
+
+def writer(
+    df: Any, mode: str = "append", *, fail_task: Any = None, driver_faults: Any = None, **options: Any
+) -> Any:
+    """``df.write.format("amcommit")`` with ``options``; ``fail_task`` / ``driver_faults``
+    arm test faults for its ``save()`` (see :mod:`amcommit.testing.spark`)."""
     w = df.write.format("amcommit").mode(mode)
     for k, v in options.items():
         w = w.option(k, v if isinstance(v, str) else json.dumps(v))
-    return w
+    if fail_task is None and driver_faults is None:
+        return w
+    return ArmedWriter(w, fail_task, driver_faults)
 
 
 def data_files(dest: Path) -> dict[str, int]:

@@ -5,8 +5,8 @@
 SPEC: ``src`` (folder of JSON files), ``dest`` (URL), ``checkpoint``, ``options`` (sink
 options), ``sink`` (``amcommit`` | ``foreach`` | ``parquet``), ``max_files`` (files per
 micro-batch), ``stop_mid_batch`` (a graceful ``query.stop()`` once a slowed task signals
-it is mid batch, see :mod:`amcommit.spark.stream_hooks`), ``output_mode``. The kill points are armed through the environment
-(:mod:`amcommit.spark.stream_hooks`). Prints ``done`` when the query processed all input.
+it is mid batch, see :mod:`amcommit.testing.spark`), ``output_mode``. The kill points are armed through the environment,
+read once at the start of this process and of Spark's Python processes (:mod:`amcommit.testing.spark`). Prints ``done`` when the query processed all input.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from amcommit.spark.session import local_builder
+from amcommit.testing.spark import configure
 
 SCHEMA = "id LONG, day STRING, v STRING"
 
@@ -26,7 +27,7 @@ SCHEMA = "id LONG, day STRING, v STRING"
 def main(spec: dict[str, Any]) -> None:
     os.environ["AMCOMMIT_TESTING_STREAM_PGID"] = str(os.getpgrp())  # the kill hooks' target
     spark = (
-        local_builder("local[2]", "amcommit-stream-child")
+        configure(local_builder("local[2]", "amcommit-stream-child"))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "512m")

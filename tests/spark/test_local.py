@@ -63,7 +63,7 @@ def test_task_retried_after_writing_files(spark: Any, tmp_path: Path) -> None:
         partitionBy="cat",
         rowGroupRows="500",
         maxRecordsPerFile="1000",
-        **{"amcommit.testing.fail_task": {"partitions": [1], "attempts": [0], "after_rows": 4000}},
+        fail_task={"partitions": [1], "attempts": [0], "after_rows": 4000},
     ).save(str(dest))
     assert rows(read(spark, dest, df.schema)) == rows(df)
     assert no_temporary(dest) and success(dest)["metrics"]["manifests"] == 4
@@ -80,13 +80,11 @@ def test_crashed_attempt_files_never_visible(spark: Any, tmp_path: Path) -> None
         df,
         partitionBy="cat",
         cleanup_skipped="true",
-        **{
-            "amcommit.testing.fail_task": {
-                "partitions": [0],
-                "attempts": [0],
-                "after_rows": 3000,
-                "how": "exit",
-            }
+        fail_task={
+            "partitions": [0],
+            "attempts": [0],
+            "after_rows": 3000,
+            "how": "exit",
         },
     ).save(str(dest))
     job_id = success(dest)["jobId"]
@@ -121,7 +119,7 @@ def test_all_tasks_fail_destination_as_before(
             partitionBy="cat",
             rowGroupRows="100",
             **options,
-            **{"amcommit.testing.fail_task": fail},
+            fail_task=fail,
         ).save(str(dest))
     assert data_files(dest) == before
     assert rows(read(spark, dest, old.schema)) == rows(old)
@@ -146,7 +144,7 @@ def test_commit_fails_midway_then_abort_rolls_back(spark: Any, tmp_path: Path) -
             new,
             "overwrite",
             partitionBy="cat",
-            **{"amcommit.testing.driver_faults": _fault("*.parquet", "rename", 3)},
+            driver_faults=_fault("*.parquet", "rename", 3),
         ).save(str(dest))
     assert data_files(dest) == before
     assert rows(read(spark, dest, old.schema)) == rows(old)
@@ -165,7 +163,7 @@ def test_commit_fails_past_point_of_no_return_then_abort_completes(spark: Any, t
             new,
             "overwrite",
             partitionBy="cat",
-            **{"amcommit.testing.driver_faults": _fault(f"*{old_job}*.parquet", "delete", 1)},
+            driver_faults=_fault(f"*{old_job}*.parquet", "delete", 1),
         ).save(str(dest))
     assert rows(read(spark, dest, new.schema)) == rows(new)
     assert no_temporary(dest) and success(dest)["jobId"] != old_job

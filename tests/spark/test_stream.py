@@ -2,7 +2,7 @@
 
 The driver is a real separate process (``tests/spark/stream_child.py``, its own session so
 the kill takes the Python driver, its JVM and workers at once) killed with SIGKILL at each
-point by the sink's test hooks (:mod:`amcommit.spark.stream_hooks`); it is then restarted
+point by the sink's test hooks (:mod:`amcommit.testing.spark`); it is then restarted
 from the checkpoint. One query per chain keeps Spark start-ups few (each costs ~10 s).
 After every run the table holds no duplicate and nothing that was not input; after the last
 one exactly the input, read with ``spark.read.parquet``, amcommit's reader and hudi-rs.
@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from amcommit.spark.stream_hooks import ENV, RELEASE_ENV, SIGNAL_ENV
+from amcommit.testing.spark import DIR_ENV, RELEASE_ENV, SIGNAL_ENV
+from amcommit.testing.spark import STREAM_ENV as ENV
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +54,7 @@ def start(spec: dict[str, Any], fault: str | None = None) -> subprocess.Popen[st
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     env.pop(ENV, None)
+    env.pop(DIR_ENV, None)  # the child sets up its own (amcommit.testing.spark.configure)
     if fault:
         env[ENV] = fault
     if spec.get("signal"):

@@ -22,7 +22,6 @@ import pytest
 
 from amcommit.errors import ConfigError, ConflictError
 from amcommit.spark.stream import _stream_options
-from amcommit.spark.stream_hooks import ENV, fault_at
 from amcommit.spark.stream_state import (
     Lease,
     Owner,
@@ -35,6 +34,7 @@ from amcommit.spark.stream_state import (
     write_owner,
 )
 from amcommit.store.local import LocalStore
+from amcommit.testing.spark import fault_at
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 
 
@@ -218,9 +218,8 @@ def test_stream_options_split() -> None:
         _stream_options({"leaseTtl": "soon"})
 
 
-def test_fault_points(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENV, "slow_task@2=1.5")
-    assert fault_at("slow_task", 2) == 1.5
-    assert fault_at("slow_task", 1) is None and fault_at("task_write", 2) is None
-    monkeypatch.delenv(ENV)
-    assert fault_at("slow_task", 2) is None
+def test_fault_points() -> None:
+    assert fault_at("slow_task@2=1.5", "slow_task", 2) == 1.5
+    assert fault_at("slow_task@2=1.5", "slow_task", 1) is None
+    assert fault_at("slow_task@2=1.5", "task_write", 2) is None
+    assert fault_at("", "slow_task", 2) is None

@@ -103,7 +103,7 @@ def test_table_timeline_read_by_hudi_rs(spark: Any, tmp_path: Path) -> None:
         writer(
             make_df(spark, n=100, start=9000, parts=2),
             partitionBy="cat",
-            **{"amcommit.testing.fail_task": {"partitions": [1], "attempts": [0, 1, 2, 3]}},
+            fail_task={"partitions": [1], "attempts": [0, 1, 2, 3]},
         ).save(str(dest))
     assert instants(dest) == [t1, t2, t3, t4] and pending(dest) == []
     stamped = {parse_base_file_name(f.rsplit("/", 1)[-1]).instant for f in base_files(dest)}  # type: ignore[union-attr]
@@ -174,7 +174,7 @@ def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> N
         tableFormat="hudi",
         rowGroupRows="200",
         maxRecordsPerFile="300",
-        **{"amcommit.testing.fail_task": {"partitions": [1], "attempts": [0], "after_rows": 900}},
+        fail_task={"partitions": [1], "attempts": [0], "after_rows": 900},
     ).save(str(dest))
     files = base_files(dest)
     ids = [parse_base_file_name(f.rsplit("/", 1)[-1]).file_id for f in files]  # type: ignore[union-attr]
@@ -201,13 +201,11 @@ def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> No
         df,
         partitionBy="cat",
         tableFormat="hudi",
-        **{
-            "amcommit.testing.fail_task": {
-                "partitions": [0],
-                "attempts": [0],
-                "after_rows": 500,
-                "how": "exit",
-            }
+        fail_task={
+            "partitions": [0],
+            "attempts": [0],
+            "after_rows": 500,
+            "how": "exit",
         },
     ).save(str(dest))
     files = base_files(dest)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from amcommit.spark.source import _setup_job
 from amcommit.spark.task import decode_manifest, run_task
 from amcommit.store.local import LocalStore
 from amcommit.store.schemes import open_location
+from amcommit.testing.spark import armed, parse_task_failure
 
 SCHEMA = StructType(
     [
@@ -77,7 +77,7 @@ def job(tmp_path: Path, overwrite: bool = False, **options: Any) -> Any:
         ({"conflict_mode": "append"}, True, "contradicts mode('overwrite')"),
         ({"maxRecordsPerFile": "-1"}, False, "'maxrecordsperfile' must be an integer >= 0"),
         ({"rowGroupRows": "1_000_x"}, False, "'rowgrouprows' must be an integer >= 1"),
-        ({"amcommit.testing.fail_task": "{"}, False, "not valid JSON"),
+        ({"amcommit.testing.fail_task": "{}"}, False, "amcommit.testing.fail_task"),  # no job option
     ],
 )
 def test_bad_options(tmp_path: Path, options: dict[str, str], overwrite: bool, message: str) -> None:
@@ -85,6 +85,17 @@ def test_bad_options(tmp_path: Path, options: dict[str, str], overwrite: bool, m
         plan(tmp_path, overwrite, **options)
     assert message in str(ei.value)
     assert "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("{", "not valid JSON"), ('{"how": "later"}', "'how' must be"), ("[1]", "must be a JSON object")],
+)
+def test_bad_fail_task_spec(spec: str, message: str) -> None:
+    """The test switch checks its spec (from test code: it is no job option)."""
+    with pytest.raises(ConfigError, match=message), armed(fail_task=spec):
+        pass
+    assert parse_task_failure(None) is None
 
 
 def test_store_option_values_never_in_messages(tmp_path: Path) -> None:
@@ -229,29 +240,14 @@ def test_denied_attempt_published_last_never_visible(tmp_path: Path) -> None:
     its manifest last but Spark authorised attempt 0. Only attempt 0's rows are visible,
     also after a failed job commit rolled back by abort() (which reads the store's
     manifests: the driver must have replaced attempt 1's)."""
-    p = job(
-        tmp_path,
-        partitionBy="day",
-        **{
-            "amcommit.testing.driver_faults": json.dumps(
-                [
-                    {
-                        "phase": "commit",
-                        "op": "rename",
-                        "path": "*.parquet",
-                        "after": 2,
-                        "error": "PermissionDenied",
-                    }
-                ]
-            )
-        },
-    )
+    p = job(tmp_path, partitionBy="day")
     r0 = _drive_task(p, 0, 0)
     r1 = _drive_task(p, 1, 0)
     denied = _drive_task(p, 0, 1)  # published last
     assert decode_manifest(denied.manifest).task_attempt_id.endswith("_1")
     dest = tmp_path / "dest"
-    with pytest.raises(Exception, match="rename"):
+    rule = {"phase": "commit", "op": "rename", "path": "*.parquet", "after": 2, "error": "PermissionDenied"}
+    with armed(driver_faults=[rule]), pytest.raises(Exception, match="rename"):
         commit_write(p, [r0, r1])
     abort_write(p)
     assert _visible(dest) == {}
@@ -274,8 +270,8 @@ def test_denied_attempt_published_last_never_visible(tmp_path: Path) -> None:
 
 
 def test_task_error_cleans_its_attempt(tmp_path: Path) -> None:
-    p = job(tmp_path, **{"amcommit.testing.fail_task": '{"after_rows": 1}'})
-    with pytest.raises(RuntimeError, match="injected task failure"):
+    p = job(tmp_path)
+    with armed(fail_task={"after_rows": 1}), pytest.raises(RuntimeError, match="injected task failure"):
         _drive_task(p, 0, 0)
     layout = JobLayout(str(tmp_path / "dest").lstrip("/"), p.job_id)
     store = LocalStore("/")

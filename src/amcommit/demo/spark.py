@@ -6,6 +6,7 @@ and verified. Everything binds to 127.0.0.1; credentials are never printed."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -32,15 +33,21 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def start_spark(cores: int | None = None, max_failures: int = 3) -> Any:
-    """A quiet local SparkSession whose Python workers run this interpreter."""
+def start_spark(cores: int | None = None, max_failures: int = 3, faults: bool = False) -> Any:
+    """A quiet local SparkSession whose Python workers run this interpreter; ``faults``:
+    set up for the simulated task failures of :mod:`amcommit.testing.spark` (its hooks
+    installed in the Python workers)."""
     n = cores or os.cpu_count() or 2
-    spark = (
+    builder = (
         local_builder(f"local[{n},{max_failures}]", "amcommit-demo")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    if faults:
+        from amcommit.testing.spark import configure
+
+        builder = configure(builder)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("FATAL")  # injected task failures would log stack traces
     return spark
 
@@ -104,14 +111,15 @@ def run_spark_demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, target: DemoTarget, tasks: int, failed: int) -> int:
-    import json
 
     from pyspark.sql import SparkSession
+
+    from amcommit.testing.spark import armed
 
     t0 = time.perf_counter()
     existing = SparkSession.getActiveSession()  # e.g. the test suite's: used, not stopped
     try:
-        spark = existing or start_spark()
+        spark = existing or start_spark(faults=failed > 0)
     except Exception as e:
         raise ConfigError(f"could not start Spark (Java 17 needed; or use --no-spark): {e}") from None
     _say(
@@ -127,16 +135,18 @@ def _run(args: argparse.Namespace, target: DemoTarget, tasks: int, failed: int) 
         )
         for k, v in target.options.items():
             w = w.option(k, v)
-        if failed:  # simulated failures: first attempts die after writing files, Spark retries
-            hook = {"partitions": list(range(failed)), "attempts": [0], "after_rows": args.rows // tasks // 2}
-            w = w.option("amcommit.testing.fail_task", json.dumps(hook))
+        # simulated failures (from code, amcommit.testing): first attempts die after writing
+        # files, Spark retries
+        hook = {"partitions": list(range(failed)), "attempts": [0], "after_rows": args.rows // tasks // 2}
+        faults = armed(fail_task=hook) if failed else contextlib.nullcontext()
         _say(
             f"writing {args.rows:,} rows in {tasks} tasks, partitioned by day ({args.days} days)"
             + (f"; the first attempt of {failed} task(s) fails after writing files" if failed else "")
             + " ..."
         )
         t1 = time.perf_counter()
-        w.save(target.url)
+        with faults:
+            w.save(target.url)
         write_s = time.perf_counter() - t1
         print(
             f"Spark wrote {args.rows:,} rows through amcommit in {write_s:.1f} s "

@@ -37,7 +37,7 @@ from amcommit.committer.report import JobReport
 from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import CommitError
 from amcommit.manifest import TaskManifest
-from amcommit.spark.fault_hooks import parse_driver_faults, wrap_driver_store
+from amcommit.spark import hooks
 from amcommit.spark.options import WritePlan
 from amcommit.spark.sqlconf import job_conflict_mode
 from amcommit.spark.task import TaskResult, decode_manifest
@@ -51,8 +51,7 @@ log = logging.getLogger("amcommit.spark")
 
 def _open(plan: WritePlan, phase: str) -> tuple[Store, str]:
     store, dest = open_location(plan.url, **plan.store_options)
-    faults = parse_driver_faults(plan.testing.get("driver_faults"))
-    return wrap_driver_store(store, faults, phase), dest
+    return hooks.current.driver_store(store, phase), dest
 
 
 def decode_results(results: Sequence[TaskResult | None]) -> tuple[list[TaskManifest], list[str | None]]:

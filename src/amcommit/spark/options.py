@@ -129,10 +129,6 @@ class TablePlan:
 STORE_PREFIX = "store."
 """Store options may also be given as ``store.<name>``."""
 
-TESTING_PREFIX = "amcommit.testing."
-"""Test-only hooks (see :mod:`amcommit.spark.fault_hooks`); never needed in production."""
-TESTING_OPTIONS = frozenset({"fail_task", "driver_faults"})
-
 SPARK_CONF_PREFIX = "spark.amcommit."
 _SPARK_HADOOP_PREFIX = "spark.hadoop."
 
@@ -203,7 +199,6 @@ class WritePlan:
     max_open_files: int = 100
     committer_options: dict[str, Any] = field(default_factory=dict)
     store_options: dict[str, Any] = field(default_factory=dict, repr=False)
-    testing: dict[str, str] = field(default_factory=dict)
     remote: bool = False
     """True unless the destination is a local path (then Parquet is written in place)."""
     spark_version: str = ""
@@ -295,7 +290,6 @@ def build_plan(
     writer: dict[str, Any] = {}
     store: dict[str, Any] = {}
     committer: dict[str, Any] = {}
-    testing: dict[str, str] = {}
     unknown: list[str] = []
     for key, value in merged.items():
         key = WRITER_ALIASES.get(key, key)
@@ -312,11 +306,6 @@ def build_plan(
                     f"({store_type.kind} options: {', '.join(store_fields)})"
                 )
             continue  # a session default meant for other destinations
-        elif key.startswith(TESTING_PREFIX):
-            name = key[len(TESTING_PREFIX) :]
-            if name not in TESTING_OPTIONS:
-                unknown.append(key)
-            testing[name] = str(value)
         else:
             field_name = normalise_key(key)
             if field_name is not None and field_name in _COMMITTER_FIELDS:
@@ -406,11 +395,6 @@ def build_plan(
             )
         mode = base.conflict_mode
 
-    from amcommit.spark.fault_hooks import parse_driver_faults, parse_task_failure
-
-    parse_task_failure(testing.get("fail_task"))
-    parse_driver_faults(testing.get("driver_faults"))
-
     remote = parsed.scheme != "file"
     if not remote:
         url = "/" + parsed.path  # resolved on the driver: executors may have another cwd
@@ -433,7 +417,6 @@ def build_plan(
         max_open_files=w.maxopenfiles,
         committer_options=committer,
         store_options=store_options,
-        testing=testing,
         remote=remote,
         spark_version=spark_version,
         explicit=frozenset(writer) | ({"conflict_mode"} if explicit_mode else frozenset()),

@@ -55,9 +55,9 @@ from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.liveness import ProcessId, java_ancestor, this_process
 from amcommit.messages import for_user
+from amcommit.spark import hooks
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import WritePlan
-from amcommit.spark.stream_hooks import kill_in_renames, maybe_kill
 from amcommit.spark.stream_state import (
     DEFAULT_LEASE_TTL,
     Owner,
@@ -235,14 +235,13 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
 
     @staticmethod
     def _watch(batches: Iterator[pa.RecordBatch], batch: int | None) -> Iterator[pa.RecordBatch]:
-        """The task's rows (the test kill points fire after the first)."""
+        """The task's rows (the ``task_rows`` hook point is after the first)."""
         first = True
         for b in batches:
             yield b
             if first:
                 first = False
-                maybe_kill("slow_task", batch)
-                maybe_kill("task_write", batch)
+                hooks.current.stream_point("task_rows", batch)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Commit micro-batch ``batchId`` with its label (skipped if already committed)."""
@@ -341,7 +340,7 @@ def commit_batch(
     """The driver side of one micro-batch (see module doc): renew the query's lease (naming
     the run's ``driver`` process), roll back its dead runs' instants, commit with the
     batch's label; one store, one event loop. Blocking."""
-    maybe_kill("before_commit", batch_id)
+    hooks.current.stream_point("before_commit", batch_id)
 
     async def before(store: Store, dest: str) -> None:
         # the lease and the owner files are read at the same time (one round trip less
@@ -359,7 +358,7 @@ def commit_batch(
         await _roll_back_dead(store, dest, plan, ids, owners)
 
     label = batch_label(ids.app, batch_id)
-    wrap: Callable[[Store], Store] = lambda s: kill_in_renames(s, batch_id)  # noqa: E731
+    wrap: Callable[[Store], Store] = lambda s: hooks.current.stream_store(s, batch_id)  # noqa: E731
     report = commit_write(plan, results, label=label, before=before, wrap=wrap, keep_loop=True)
     skipped = getattr(report, "skipped_label", None)
     if skipped:
@@ -373,7 +372,7 @@ def commit_batch(
         )
     else:
         log.info("query %s batch %d committed as instant %s", ids.app, batch_id, report.instant)
-    maybe_kill("after_commit", batch_id)
+    hooks.current.stream_point("after_commit", batch_id)
     return report
 
 

@@ -51,7 +51,7 @@ from amcommit.errors import CommitError, NotFound
 from amcommit.loop import running as running_loop
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join
-from amcommit.spark.fault_hooks import InjectedTaskFailure, parse_task_failure
+from amcommit.spark import hooks
 from amcommit.spark.options import WritePlan
 from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWriter
 from amcommit.spark.sqlconf import task_settings
@@ -250,9 +250,6 @@ def run_task(
     """
     t0 = time.perf_counter()
     settings = task_settings(plan, session or {})
-    failure = parse_task_failure(plan.testing.get("fail_task"))
-    if failure is not None and not failure.applies(partition, attempt):
-        failure = None
     config = plan.config()
     # the worker process's kept loop: Spark reuses Python workers task after task
     with contextlib.nullcontext(kept_portal()) as portal:
@@ -316,15 +313,14 @@ def run_task(
                 spark_schema_json=footer_schema_json(plan),
                 spark_version=plan.spark_version,
             )
+            finish = _finisher(writer, uploads)
             try:
                 schema: pa.Schema | None = None
                 for batch in batches:
                     schema = batch.schema
                     writer.write(batch)
-                    if failure is not None and writer.stats.rows >= failure.after_rows:
-                        _fail(failure.how, writer, uploads)
-                if failure is not None:
-                    _fail(failure.how, writer, uploads)
+                    hooks.current.task_rows(partition, attempt, writer.stats.rows, False, finish)
+                hooks.current.task_rows(partition, attempt, writer.stats.rows, True, finish)
                 stats = writer.close()
                 if stats.files == 0 and partition == 0 and not plan.partition_columns and table is None:
                     if schema is None and empty_schema is not None:
@@ -372,14 +368,16 @@ def run_task(
     )
 
 
-def _fail(how: str, writer: PartitionedParquetWriter, uploads: _Uploads | None) -> None:
-    """TEST-ONLY (``amcommit.testing.fail_task``): fail this attempt after it wrote files."""
-    if how == "exit":
-        writer.close()  # leave complete files behind, as a crash after writing would
+def _finisher(writer: PartitionedParquetWriter, uploads: _Uploads | None) -> Callable[[], None]:
+    """For the task hook (:mod:`amcommit.spark.hooks`): close the attempt's files and wait
+    for their uploads."""
+
+    def finish() -> None:
+        writer.close()
         if uploads is not None:
             uploads.wait()
-        os._exit(17)
-    raise InjectedTaskFailure("amcommit.testing.fail_task: injected task failure")
+
+    return finish
 
 
 __all__ = [
