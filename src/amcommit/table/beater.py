@@ -12,7 +12,9 @@ process of its own, started by :func:`start` right after the instant is allocate
 
 - it beats every ``writer_ttl / 4`` (:func:`amcommit.table.heartbeat.keep_beating`);
 - it stops by itself once the write is over: its job marker is gone (committed, or aborted
-  by Spark after a failure), removing a beat that raced the end;
+  by Spark after a failure). The marker is checked before each beat, so the process writes
+  nothing once the write ended (not even into a table folder deleted meanwhile), and again
+  after it, removing a beat that raced the end;
 - it stops when the Spark driver is gone: the JVM that ran ``writer()`` (the nearest
   ``java`` ancestor; else the worker's parent) no longer exists (checked before each beat).
   A killed driver's instant is then judged dead ``writer_ttl`` after its last beat.
