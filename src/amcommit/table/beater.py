@@ -37,7 +37,7 @@ from typing import Any
 
 from amcommit.errors import CommitError
 
-__all__ = ["ProcessWatch", "jvm_watch", "main", "start"]
+__all__ = ["ProcessWatch", "jvm_watch", "main", "start", "this_process"]
 
 START_TIMEOUT = 60.0
 
@@ -77,6 +77,12 @@ def _proc_stat(pid: int) -> tuple[str, int, str] | None:
 def _start_time(pid: int) -> str | None:
     st = _proc_stat(pid)
     return None if st is None else st[2]
+
+
+def this_process() -> ProcessWatch:
+    """This process, as :class:`ProcessWatch` (a driver that commits in its own process)."""
+    pid = os.getpid()
+    return ProcessWatch(pid, _start_time(pid))
 
 
 def jvm_watch() -> ProcessWatch:

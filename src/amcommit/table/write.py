@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -105,6 +106,10 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
     label_app: str | None = None
     """The write's label (:class:`amcommit.table.labels.Label`), if it has one."""
     label_version: int | None = None
+    owner: dict[str, str] | None = None
+    """Who runs the write, in the caller's words (``begin_write(owner=)``, e.g. the streaming
+    sink's query and driver process): recorded with the claim itself, so a caller knows its
+    own dead runs' writes by it even when a run died right after the instant was claimed."""
 
     def label(self) -> Label | None:
         """The label given to :func:`begin_write`, None without one."""
@@ -237,6 +242,7 @@ async def begin_write(
     expected_tasks: int | None = None,
     error_if_exists: bool = False,
     label: Label | None = None,
+    owner: Mapping[str, str] | None = None,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -248,6 +254,8 @@ async def begin_write(
     ``label``: the write's label (:mod:`amcommit.table.labels`), kept in the job marker; the
     commit accepts each label once (the check is made at commit, under the lock; a caller
     may ask :func:`~amcommit.table.labels.committed_by` first to skip the work).
+    ``owner``: who runs the write (short strings; :attr:`WriteMarker.owner`), in the job
+    marker from the moment the instant is claimed.
     """
     check_path(dest)
     operation = Operation(operation)
@@ -285,6 +293,7 @@ async def begin_write(
             origin=origin,
             label_app=None if label is None else label.app_id,
             label_version=None if label is None else label.version,
+            owner=None if owner is None else dict(owner),
         )
         body = json.loads(msgspec.json.encode(marker))
         body.update(marker_fields(origin, expected_tasks))
