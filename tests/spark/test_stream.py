@@ -25,6 +25,7 @@ import pytest
 
 from amcommit.spark.stream import TIMINGS_ENV
 from amcommit.spark.stream_hooks import ENV, RELEASE_ENV, SIGNAL_ENV
+from tests.spark.helpers import unfinished
 
 pytestmark = pytest.mark.spark
 
@@ -117,19 +118,6 @@ def labels(dest: Path) -> list[str]:
             if "amcommit.label" in meta["extraMetadata"]:
                 out.append(meta["extraMetadata"]["amcommit.label"])
     return out
-
-
-def unfinished(files: Path) -> list[str]:
-    """What unfinished writes left in a table folder: instant files of instants that never
-    completed, staged instants (``.temp/<instant>``) and heartbeats."""
-    hoodie = files / ".hoodie"
-    names = os.listdir(hoodie)
-    done = {n.split(".")[0] for n in names if n.endswith((".commit", ".replacecommit"))}
-    out = [n for n in names if n[0].isdigit() and n.split(".")[0] not in done]
-    for sub in (".temp", ".heartbeat"):
-        d = hoodie / sub
-        out += [f"{sub}/{n}" for n in (os.listdir(d) if d.exists() else []) if n[0].isdigit()]
-    return sorted(out)
 
 
 def commit_seconds(timings: Path, batch: int) -> float:

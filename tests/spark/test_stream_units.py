@@ -78,8 +78,10 @@ def test_driver_gone() -> None:
     done = subprocess.Popen(["true"])
     done.wait()
     assert driver_gone(driver_id(ProcessWatch(done.pid, None)))
-    assert not driver_gone("another-host/" + driver_id(ProcessWatch(done.pid, None)).split("/", 1)[1])
-    assert not driver_gone("garbage") and not driver_gone("h/x/y")
+    host, ns, pid, start = driver_id(ProcessWatch(done.pid, None)).split("/")
+    assert not driver_gone(f"another-host/{ns}/{pid}/{start}")
+    assert not driver_gone(f"{host}/pid:[1]/{pid}/{start}")  # another pid namespace (a container)
+    assert not driver_gone("garbage") and not driver_gone(f"{host}/{ns}/x/y")
 
 
 def test_judge_lease() -> None:
@@ -192,7 +194,7 @@ def test_abort_without_reports_rolls_back_the_batch_and_late_tasks_leave_nothing
 
     from amcommit.errors import AmcommitError
     from amcommit.spark.source import AmcommitDataSource
-    from tests.spark.test_stream import unfinished
+    from tests.spark.helpers import unfinished
 
     schema = StructType([StructField("id", LongType()), StructField("day", StringType())])
     dest = tmp_path / "table"

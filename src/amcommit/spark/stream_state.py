@@ -70,8 +70,8 @@ class Owner(msgspec.Struct, frozen=True):
     run: str | None = None
     checkpoint: str | None = None
     driver: str | None = None
-    """The driver process that allocated the instant (``host/pid/start time``, see
-    :func:`amcommit.spark.stream.driver_id`); recorded in the write's marker only."""
+    """The driver process that allocated the instant (host, pid namespace, pid and start
+    time, see :func:`amcommit.spark.stream.driver_id`); recorded in the write's marker only."""
 
 
 def owner_fields(owner: Owner) -> dict[str, str]:
