@@ -6,6 +6,10 @@ environment (Spark's Python workers inherit it). ``kill`` means SIGKILL of the w
 group of the driver (the test starts the driver in a session of its own: the Python driver,
 its JVM and every Python worker die at once, as in a crash of the driver host):
 
+``after_begin``   killed right after the batch's instant was allocated (``begin_write``,
+                  its keep-alive process started), before any task ran; the
+                  ``format("amcommit")`` sink's driver side sees no batch id: it is the
+                  newest one of the checkpoint's offsets log (a local checkpoint)
 ``task_write``    a task is killed after it wrote its first rows (mid task writes)
 ``before_commit`` ``commit()`` is entered (every task wrote and committed) and killed
 ``in_renames``    killed inside the job commit, before its second rename of a data file
@@ -33,9 +37,9 @@ ENV = "AMCOMMIT_TESTING_STREAM_FAULT"
 SIGNAL_ENV = "AMCOMMIT_TESTING_STREAM_SIGNAL"
 RELEASE_ENV = "AMCOMMIT_TESTING_STREAM_RELEASE"
 PGID_ENV = "AMCOMMIT_TESTING_STREAM_PGID"
-POINTS = frozenset({"task_write", "before_commit", "in_renames", "after_commit", "slow_task"})
+POINTS = frozenset({"after_begin", "task_write", "before_commit", "in_renames", "after_commit", "slow_task"})
 
-__all__ = ["ENV", "fault_at", "kill_driver", "kill_in_renames", "maybe_kill"]
+__all__ = ["ENV", "fault_at", "kill_after_begin", "kill_driver", "kill_in_renames", "maybe_kill"]
 
 
 def fault_at(point: str, batch: int | None) -> float | None:
@@ -75,6 +79,20 @@ def maybe_kill(point: str, batch: int | None) -> None:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
         return
     kill_driver()
+
+
+def kill_after_begin(batch: int | None, checkpoint: str | None) -> None:
+    """The ``after_begin`` point (``batch`` None: the newest batch of the checkpoint's
+    offsets log, read only when the point is armed)."""
+    if not os.environ.get(ENV, "").startswith("after_begin@"):
+        return
+    if batch is None and checkpoint:
+        try:
+            names = os.listdir(os.path.join(checkpoint.removeprefix("file:"), "offsets"))
+        except OSError:
+            names = []
+        batch = max((int(n) for n in names if n.isdigit()), default=None)
+    maybe_kill("after_begin", batch)
 
 
 class _KillOnRename:

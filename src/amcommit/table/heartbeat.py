@@ -300,18 +300,29 @@ async def keep_beating(
 ) -> None:
     """Beat every ``ttl / 4`` until the write of ``instant`` is over (its job marker is gone:
     committed or aborted) or ``still_running()`` says False. Runs until then or until
-    cancelled. Each beat is followed by a check of the marker, and a beat that raced the
-    end of the write is removed again, so no heartbeat outlives its write."""
+    cancelled. Each beat is preceded by a check of the marker, so nothing is written once
+    the write is seen to be over (not even into a table folder deleted meanwhile), and
+    followed by another: a beat that raced the end of the write (it ended between the check
+    and the beat) is removed again. Once the write is over its heartbeat, if any is left, is
+    removed (a removal never brings a deleted folder back), so none outlives its write."""
+
+    async def over() -> bool:
+        if await _write_active(store, dest, instant):
+            return False
+        try:
+            await delete_beat(store, dest, instant)
+        except StoreError:
+            pass
+        return True
+
     while True:
         await anyio.sleep(ttl / 4)
         if still_running is not None and not still_running():
             return
+        if await over():
+            return
         await try_beat(store, dest, instant)
-        if not await _write_active(store, dest, instant):
-            try:
-                await delete_beat(store, dest, instant)
-            except StoreError:
-                pass
+        if await over():
             return
 
 
