@@ -9,9 +9,9 @@ stays done) and one error is raised.
 the caller sees one error, never an anyio exception group: the first amcommit
 :class:`~amcommit.errors.CommitError` of the flattened group, else the first
 :class:`~amcommit.errors.StoreError`, else the first other ``Exception``, else the first
-error at all (a ``KeyboardInterrupt``, a cancellation). A failure that happened to finish
-first among several (an ``OSError`` of a worker cancelled mid-request) thus does not hide
-the typed error that says what went wrong.
+error at all (a ``KeyboardInterrupt``, a cancellation). An untyped error that merely
+ended first among several thus does not hide the typed error that says what went wrong
+(the order of a group is the order in which the calls ended, which is chance).
 """
 
 from __future__ import annotations
