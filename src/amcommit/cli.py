@@ -121,7 +121,7 @@ def _config(args: argparse.Namespace) -> CommitterConfig:
 
 
 def _read(url: str, opts: dict[str, Any]) -> bytes:
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
 
     async def main() -> bytes:
@@ -199,7 +199,7 @@ def cmd_abort_job(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from amcommit.committer.jobs import list_jobs
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
 
     opts = _store_options(args)

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Literal
 from amcommit import loop as amcommit_loop
 from amcommit.committer.completeness import job_completeness, marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call, retry_list
+from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.journal import (
     Journal,
     JournalState,
@@ -90,6 +90,7 @@ from amcommit.manifest import SuccessData, TaskManifest, decode_success
 from amcommit.paths import path_to_uri
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
+from amcommit.store.retry import policies_of, retry_call, retry_list
 
 if TYPE_CHECKING:
     from amcommit.table.labels import Label

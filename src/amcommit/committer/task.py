@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call, retry_list
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.iostats import IOStatistics
@@ -33,7 +32,7 @@ from amcommit.manifest import (
 )
 from amcommit.paths import join, parent, path_to_uri, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, Store
-from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.store.retry import RetryPolicy, call_with_retries, policies_of, retry_call, retry_list
 
 
 async def setup_task(
@@ -213,7 +212,7 @@ async def commit_task(
     """Commit a task attempt: build its manifest and publish it. Returns the manifest.
 
     Each request is retried by one layer (the store's own, else the job commit's policy,
-    see :mod:`amcommit.committer.context`); a lost answer of the publication rename is
+    see :mod:`amcommit.store.retry`); a lost answer of the publication rename is
     recognised by reading the manifest back. The whole save is repeated up to
     ``config.manifest_save_attempts`` times when another attempt publishes concurrently.
     Idempotent for the same attempt (a repeated commit republishes the same manifest).

@@ -43,8 +43,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from amcommit.committer.job import setup_job
-from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
+from amcommit.loop import run_blocking
 from amcommit.messages import for_user
 from amcommit.paths import basename, join
 from amcommit.spark.driver import abort_write, commit_write, keep_write_alive

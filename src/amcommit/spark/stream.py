@@ -52,13 +52,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from amcommit.committer.context import run_parallel
 from amcommit.committer.job import abort_job
 from amcommit.committer.report import JobReport
-from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.liveness import ProcessId, java_ancestor, this_process
+from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.messages import for_user
+from amcommit.parallel import run_parallel
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import WritePlan
 from amcommit.spark.stream_hooks import kill_after_begin, kill_in_renames, maybe_kill

@@ -45,9 +45,9 @@ import pyarrow as pa
 from anyio.from_thread import BlockingPortal
 
 from amcommit.committer.layout import JobLayout
-from amcommit.committer.sync import kept_portal
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
+from amcommit.loop import kept_portal
 from amcommit.loop import running as running_loop
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join

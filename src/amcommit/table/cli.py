@@ -138,7 +138,7 @@ def _clean_text(r: CleanReport) -> str:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     from amcommit.cli import _config, _store_options
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
     from amcommit.table.clean import clean
 

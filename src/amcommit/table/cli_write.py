@@ -17,7 +17,7 @@ __all__ = ["add_commands", "cmd_rollback"]
 def cmd_rollback(args: argparse.Namespace) -> int:
     from amcommit.cli import _store_options
     from amcommit.committer.report import JobReport
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
     from amcommit.table.rollback import rollback_instant
 

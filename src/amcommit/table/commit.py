@@ -43,7 +43,7 @@ import anyio
 import msgspec
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext, run_parallel
+from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
@@ -58,6 +58,7 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.manifest import CheckedManifest, TaskManifest
+from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter

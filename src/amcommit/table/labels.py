@@ -34,10 +34,10 @@ from functools import partial
 import msgspec
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
 from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
+from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import WRITE_ACTIONS, Instant
 from amcommit.table.naming import HOODIE_DIR
 from amcommit.table.timeline import list_instants

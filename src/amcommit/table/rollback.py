@@ -18,12 +18,13 @@ A completed instant is never rolled back here (:func:`rollback_instant` refuses 
 from __future__ import annotations
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call
+from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.journal import Journal
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError, ConfigError, ConflictError, ManifestError, NotFound, StoreError
 from amcommit.paths import basename, is_within, join, parent, relative_to
 from amcommit.store.base import Store
+from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import delete_beat
 from amcommit.table.naming import (
     HOODIE_DIR,

@@ -44,11 +44,11 @@ import msgspec
 
 from amcommit.committer.completeness import marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestError, NotFound
 from amcommit.paths import basename, check_path, join
 from amcommit.store.base import PutMode, Store
+from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import beat
 from amcommit.table.labels import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
