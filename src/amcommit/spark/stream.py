@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from amcommit.api import abort_job
 from amcommit.committer.context import run_parallel
-from amcommit.committer.job import abort_job
 from amcommit.committer.report import JobReport
 from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
