@@ -31,8 +31,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from amcommit.api import abort_job, commit_job
 from amcommit.committer.config import ConflictMode
-from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError
 from amcommit.loop import run_blocking, run_kept_loop

@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from amcommit.committer.job import setup_job
+from amcommit.api import setup_job
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.loop import run_blocking
 from amcommit.messages import for_user

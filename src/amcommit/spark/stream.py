@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from amcommit.committer.job import abort_job
+from amcommit.api import abort_job
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.liveness import ProcessId, java_ancestor, this_process
