@@ -60,7 +60,7 @@ async def setup_task(
     if layout.table:
         from amcommit.table.heartbeat import try_beat
 
-        await try_beat(store, layout.dest, layout.job_id)
+        await try_beat(store, layout.dest, layout.job_id, fresh=config.writer_ttl / 8)
     return work
 
 
@@ -225,7 +225,7 @@ async def commit_task(
     if layout.table:
         from amcommit.table.heartbeat import try_beat
 
-        await try_beat(store, layout.dest, layout.job_id)
+        await try_beat(store, layout.dest, layout.job_id, fresh=config.writer_ttl / 8)
     manifest = await build_manifest(
         store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats, config=config
     )

@@ -13,7 +13,8 @@ objects):
 
 ``.hoodie/.amcommit/streams/<sha256(app)>.json`` (the query's *lease*)
     ``{"app", "run", "beat"}``: which run of the query writes, and when it last said so
-    (wall clock). Taken and renewed by tasks and the batch commit. A different run finds a
+    (wall clock). Taken and renewed by tasks and the batch commit (not rewritten while the
+    run's own lease is younger than ``lease_ttl / 4``). A different run finds a
     fresh lease and waits up to ``lease_ttl`` for it to go stale: if the holder renews it
     meanwhile, two runs of one query are running at once and the newcomer fails with one
     line (:class:`~amcommit.errors.ConflictError`); if not, the holder is dead (a restart
@@ -38,6 +39,10 @@ from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
 OWNER_FILE = "_stream.json"
 LEASE_DIR = f"{HOODIE_DIR}/.amcommit/streams"
 DEFAULT_LEASE_TTL = 10.0
+RENEW_AFTER = 0.25
+"""A run's own lease younger than ``RENEW_AFTER * lease_ttl`` is not rewritten: the tasks
+and the commit of every batch ask for it, and one object may change only about once a
+second on GCS. It is still renewed at least every ``lease_ttl / 2`` while the run writes."""
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -81,7 +86,17 @@ def owner_path(dest: str, instant: str) -> str:
 
 
 async def write_owner(store: Store, dest: str, instant: str, owner: Owner) -> None:
-    await store.put(owner_path(dest, instant), msgspec.json.encode(owner), mode=PutMode.OVERWRITE)
+    """Record ``owner`` (unless the owner file says exactly that already: the tasks of one
+    batch record the same owner, and an object store limits how often one object may
+    change, GCS about once a second)."""
+    path = owner_path(dest, instant)
+    data = msgspec.json.encode(owner)
+    try:
+        if await store.get(path) == data:
+            return
+    except NotFound:
+        pass
+    await store.put(path, data, mode=PutMode.OVERWRITE)
 
 
 async def read_owners(store: Store, dest: str) -> dict[str, Owner]:
@@ -140,6 +155,8 @@ async def acquire_lease(store: Store, dest: str, app: str, run: str, ttl: float 
     the same query holds it and keeps renewing it."""
     path = lease_path(dest, app)
     first = await _read_lease(store, path)
+    if first is not None and first.run == run and abs(time.time() - first.beat) < ttl * RENEW_AFTER:
+        return False  # ours, renewed moments ago (by another task of this run): not rewritten
     seen = first
     deadline = time.monotonic() + ttl + 1.0
     while True:

@@ -73,9 +73,35 @@ __all__ = [
 ]
 
 
+BEAT_COALESCE = 1.0
+"""Seconds within which a process does not rewrite a heartbeat it wrote itself: a sign of
+life that young is as good as a new one (``writer_ttl`` is minutes), and object stores
+limit how often one object may change (GCS: about once a second per object name)."""
+
+_beaten: dict[tuple[str, str], float] = {}
+"""(store root, heartbeat path) -> when this process last wrote a beat there (monotonic)."""
+
+
+def _beat_key(store: Store, path: str) -> tuple[str, str]:
+    return store.root_uri, path
+
+
 async def beat(store: Store, dest: str, instant: str) -> None:
-    """Refresh the heartbeat of ``instant``'s writer (one put; atomic)."""
-    await store.put(join(dest, heartbeat_path(instant)), repr(time.time()).encode(), mode=PutMode.OVERWRITE)
+    """Refresh the heartbeat of ``instant``'s writer (one put; atomic). Skipped when this
+    process wrote it less than :data:`BEAT_COALESCE` ago (a task setup, a task commit and
+    the job commit of a short write beat once); a stop or delete of the heartbeat by this
+    process is always followed by a real beat."""
+    path = join(dest, heartbeat_path(instant))
+    key = _beat_key(store, path)
+    sent = time.monotonic()
+    last = _beaten.get(key)
+    if last is not None and sent - last < BEAT_COALESCE:
+        return
+    await store.put(path, repr(time.time()).encode(), mode=PutMode.OVERWRITE)
+    if len(_beaten) > 1024:
+        for k in [k for k, t in _beaten.items() if sent - t >= BEAT_COALESCE]:
+            del _beaten[k]
+    _beaten[key] = sent
 
 
 STOPPED = b"stopped"
@@ -87,7 +113,9 @@ async def stop_beat(store: Store, dest: str, instant: str) -> None:
     good, or it was cancelled): the heartbeat body becomes ``stopped``, so a rollback or a
     later writer need not wait ``writer_ttl`` for it. A writer that resumes the write beats
     again (:func:`beat` overwrites it). One put; atomic."""
-    await store.put(join(dest, heartbeat_path(instant)), STOPPED, mode=PutMode.OVERWRITE)
+    path = join(dest, heartbeat_path(instant))
+    _beaten.pop(_beat_key(store, path), None)
+    await store.put(path, STOPPED, mode=PutMode.OVERWRITE)
 
 
 def _says_stopped(body: bytes) -> bool:
@@ -103,18 +131,45 @@ async def _stopped(store: Store, path: str) -> bool:
         return False
 
 
-async def try_beat(store: Store, dest: str, instant: str) -> None:
-    """:func:`beat`, ignoring store errors (a missed beat is retried at the next one)."""
+async def try_beat(store: Store, dest: str, instant: str, *, fresh: float = 0.0) -> None:
+    """:func:`beat`, ignoring store errors (a missed beat is retried at the next one).
+
+    ``fresh`` > 0 (task setups and commits: ``writer_ttl / 8``): first read the heartbeat
+    and skip the beat when another process of the write beat less than ``fresh`` ago by its
+    body (the writer's wall clock against ours; the processes of one write must agree on
+    the time within a small fraction of ``writer_ttl``). The tasks of a short write then
+    add no writes to its heartbeat (object stores limit how often one object may change:
+    GCS about once a second). A heartbeat that says *stopped*, or is missing or unreadable,
+    is beaten as before."""
     try:
+        if fresh > 0:
+            try:
+                body = await store.get(join(dest, heartbeat_path(instant)))
+            except NotFound:
+                body = b""
+            if _fresh(body, time.time(), fresh):
+                return
         await beat(store, dest, instant)
     except StoreError:
         pass
 
 
+def _fresh(body: bytes, now: float, fresh: float) -> bool:
+    """Whether a heartbeat body is a beat written less than ``fresh`` seconds before
+    ``now`` (either way: a body far in the future is not trusted) (pure)."""
+    try:
+        t = float(body.decode())
+    except (ValueError, UnicodeDecodeError):
+        return False  # stopped, empty or foreign
+    return abs(now - t) < fresh
+
+
 async def delete_beat(store: Store, dest: str, instant: str) -> None:
     """Remove the heartbeat of ``instant`` (idempotent)."""
+    path = join(dest, heartbeat_path(instant))
+    _beaten.pop(_beat_key(store, path), None)
     try:
-        await store.delete(join(dest, heartbeat_path(instant)))
+        await store.delete(path)
     except NotFound:
         pass
 
