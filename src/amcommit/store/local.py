@@ -16,11 +16,11 @@ Atomicity on a POSIX filesystem:
 * Durability (``fsync=True``, the default): a put fsyncs its file before renaming it into
   place. A rename changes two directories (the source's and the destination's parent);
   until those are fsynced a power loss may undo it. They are fsynced before the store's
-  next ``put`` (and at ``aclose``/:meth:`LocalStore.sync`), each directory once however
-  many renames changed it: the job commit records renames only by a put (its journal, and
-  ``_SUCCESS``), so no record of a rename reaches the disk before the rename itself. A
-  batch of renames costs one journal commit of the file system, not one per rename.
-  Without ``fsync`` no file or directory is fsynced.
+  next ``put`` or ``delete`` (and at ``aclose`` / :meth:`LocalStore.sync`), each directory
+  once however many renames changed it, many at once (:data:`DIR_SYNC_THREADS`): the job
+  commit records renames only by a put or a delete (its journal, ``_SUCCESS``), so no
+  record of a rename reaches the disk before the rename itself. (The put's own directory
+  is not fsynced.) Without ``fsync`` no file or directory is fsynced.
 * The etag is ``inode-mtime_ns-size`` (hex): a rename keeps it, any rewrite changes it.
 
 Symbolic links are never followed below a listed directory: ``list`` reports a link (and a
@@ -46,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from operator import itemgetter
 from typing import Self, TypeVar
@@ -119,6 +120,22 @@ def rename_noreplace(src: str, dst: str) -> None:
         return
     os.link(src, dst)  # atomic create-only
     os.unlink(src)
+
+
+DIR_SYNC_THREADS = 16
+"""Directories fsynced at once (see :meth:`LocalStore._sync_dirs`)."""
+
+
+def _fsync_dir(d: bytes) -> None:
+    """fsync directory ``d`` (skipped if it is gone)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _parents(
@@ -582,18 +599,21 @@ class LocalStore:
 
     def _sync_dirs(self) -> None:
         """fsync every directory renames changed since the last call (blocking); one that
-        is gone meanwhile (a removed task directory) is skipped."""
+        is gone meanwhile (a removed task directory) is skipped. Many directories are
+        fsynced by up to :data:`DIR_SYNC_THREADS` threads at once: each fsync waits for a
+        flush of the disk's cache, and concurrent flushes are merged (2,010 directories of
+        a 2,000-file commit: 0.16 s instead of 1.9 s on a busy machine)."""
         with self._unsynced_lock:
             dirs, self._unsynced = self._unsynced, set()
-        for d in sorted(dirs):
-            try:
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if len(dirs) <= 4:
+            for d in sorted(dirs):
+                _fsync_dir(d)
+            return
+        with ThreadPoolExecutor(
+            min(DIR_SYNC_THREADS, len(dirs)), thread_name_prefix="amcommit-dirsync"
+        ) as pool:
+            for _ in pool.map(_fsync_dir, sorted(dirs)):
+                pass
 
     async def sync(self) -> None:
         """fsync the directories changed by renames so far (a no-op without ``fsync``); the
@@ -778,6 +798,8 @@ class LocalStore:
                 os.unlink(p)
             return True
 
+        if self._unsynced:  # renames first (a rollback's last record is a delete)
+            await self.sync()
         return await self._run("delete", path, rm, inline=not recursive)
 
     async def mkdirs(self, path: str) -> None:
