@@ -57,9 +57,9 @@ async def setup_task(
     work = layout.task_attempt_dir(task_attempt_id)
     await retry_call(lambda: store.mkdirs(work), policy=policy)
     if layout.table:
-        from amcommit.table.heartbeat import try_beat
+        from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
 
-        await try_beat(store, layout.dest, layout.job_id)
+        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
     return work
 
 
@@ -222,9 +222,9 @@ async def commit_task(
     stats = IOStatistics()
     t0 = time.perf_counter()
     if layout.table:
-        from amcommit.table.heartbeat import try_beat
+        from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
 
-        await try_beat(store, layout.dest, layout.job_id)
+        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
     manifest = await build_manifest(
         store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats, config=config
     )

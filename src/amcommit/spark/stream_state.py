@@ -20,7 +20,8 @@ objects):
     ``{"app", "run", "beat", "driver"}``: which run of the query writes, when it last said
     so (wall clock), and the run's driver process when known
     (:class:`~amcommit.liveness.ProcessId`: the Spark driver's JVM). Taken and renewed by
-    tasks and the batch commit. A different run finds a fresh lease and waits up to
+    tasks and the batch commit (not rewritten while the run's own lease is younger than
+    ``lease_ttl / 4``). A different run finds a fresh lease and waits up to
     ``lease_ttl`` for it to go stale, saying so in one line (WARNING): if the holder renews
     it meanwhile, two runs of one query are running at once and the newcomer fails with one
     line (:class:`~amcommit.errors.ConflictError`); if not, the holder is dead (a restart
@@ -57,6 +58,10 @@ log = logging.getLogger("amcommit.spark.stream")
 OWNER_FILE = "_stream.json"
 LEASE_DIR = f"{HOODIE_DIR}/.amcommit/streams"
 DEFAULT_LEASE_TTL = 10.0
+RENEW_AFTER = 0.25
+"""A run's own lease younger than ``RENEW_AFTER * lease_ttl`` is not rewritten: the tasks
+and the commit of every batch ask for it, and one object may change only about once a
+second on GCS. It is still renewed at least every ``lease_ttl / 2`` while the run writes."""
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -122,7 +127,17 @@ def owner_path(dest: str, instant: str) -> str:
 
 
 async def write_owner(store: Store, dest: str, instant: str, owner: Owner) -> None:
-    await store.put(owner_path(dest, instant), msgspec.json.encode(owner), mode=PutMode.OVERWRITE)
+    """Record ``owner`` (unless the owner file says exactly that already: the tasks of one
+    batch record the same owner, and an object store limits how often one object may
+    change, GCS about once a second)."""
+    path = owner_path(dest, instant)
+    data = msgspec.json.encode(owner)
+    try:
+        if await store.get(path) == data:
+            return
+    except NotFound:
+        pass
+    await store.put(path, data, mode=PutMode.OVERWRITE)
 
 
 async def _owner_file(store: Store, dest: str, instant: str) -> Owner | None:
@@ -242,6 +257,8 @@ async def acquire_lease(
     conditional write that takes or renews the lease."""
     path = lease_path(dest, app)
     present, etag, first = await _read_lease(store, path)
+    if first is not None and first.run == run and abs(time.time() - first.beat) < ttl * RENEW_AFTER:
+        return False  # ours, renewed moments ago (by another task of this run): not rewritten
     seen = first
     deadline = time.monotonic() + ttl + 1.0
     told = False

@@ -45,6 +45,11 @@ Bookkeeping after the point of no return (the journal's ``renamed`` and ``commit
 writes, ``_SUCCESS``) uses the *patient* policy (:func:`policies_of`, :attr:`~amcommit.committer.context.JobContext.patient_retry`: four
 times the attempts, six times the maximum delay: about 3 minutes of throttling storm with
 the defaults), so a commit whose renames are all done does not fail on a transient error.
+
+:class:`~amcommit.errors.ObjectRateLimited` (one object changed too often, e.g. GCS's
+about one write per second per object name) is retried after its ``retry_after`` (with
+jitter: writers refused together do not come back together) and reported to no limiter:
+it is about one name, not the store's load, so the other requests keep their pace.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from typing import Protocol, TypeVar
 
 import anyio
 
-from amcommit.errors import ConfigError, StoreError, Throttled
+from amcommit.errors import ConfigError, ObjectRateLimited, StoreError, Throttled
 from amcommit.iostats import IOStatistics
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.limits import Limiter
@@ -127,10 +132,14 @@ class Backoff:
         e.attempts = attempt
         if isinstance(e, Throttled) and not e.throttle_reported:
             e.throttle_reported = True
-            if self.limiter is not None:
-                self.limiter.throttled(e.retry_after)
-            if self.stats is not None:
-                self.stats.incr("store_io_throttled")
+            if isinstance(e, ObjectRateLimited):
+                if self.stats is not None:  # one object changed too often: not our load
+                    self.stats.incr("store_io_object_rate_limited")
+            else:
+                if self.limiter is not None:
+                    self.limiter.throttled(e.retry_after)
+                if self.stats is not None:
+                    self.stats.incr("store_io_throttled")
         if not e.retryable or (self.retry_if is not None and not self.retry_if(e)):
             raise e
         if self._delays is None:
@@ -140,7 +149,11 @@ class Backoff:
             e.retries_spent = True
             raise e
         if isinstance(e, Throttled) and e.retry_after:
-            delay = max(delay, min(e.retry_after, self.policy.max_delay * 4))
+            wait = e.retry_after
+            if isinstance(e, ObjectRateLimited):
+                # writers of one object that were refused together do not retry together
+                wait *= random.uniform(1.0, 1.25)
+            delay = max(delay, min(wait, self.policy.max_delay * 4))
         if self.stats is not None:
             self.stats.incr("store_io_retry")
         return delay
