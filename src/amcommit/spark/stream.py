@@ -55,7 +55,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from amcommit.api import abort_job
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.liveness import ProcessId, java_ancestor, this_process
+from amcommit.liveness import ProcessId, java_ancestor, pid_namespace, this_process
 from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.messages import for_user
 from amcommit.parallel import run_parallel
@@ -132,28 +132,19 @@ def batch_label(app: str, batch_id: int) -> Any:
     return Label(app_id=app, version=int(batch_id))
 
 
-def _pid_namespace() -> str:
-    """This process's pid namespace (Linux; "" elsewhere): containers sharing a host name
-    but not their processes are told apart by it."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
 def driver_id(watch: ProcessWatch | None = None) -> str:
     """``host/pid namespace/pid/start time`` of the driver process (default: the Spark
     driver's JVM as seen from a Python worker on the driver host,
     :func:`amcommit.table.beater.jvm_watch`)."""
     w = watch if watch is not None else jvm_watch()
-    return f"{socket.gethostname()}/{_pid_namespace()}/{w.pid}/{w.start_time or ''}"
+    return f"{socket.gethostname()}/{pid_namespace()}/{w.pid}/{w.start_time or ''}"
 
 
 def driver_gone(driver: str) -> bool:
     """True only if ``driver`` (:func:`driver_id`) ran on this host, in this pid namespace,
     and is no longer running (its pid gone, or taken by a process with another start time)."""
     parts = driver.rsplit("/", 3)
-    if len(parts) != 4 or parts[:2] != [socket.gethostname(), _pid_namespace()] or not parts[2].isdigit():
+    if len(parts) != 4 or parts[:2] != [socket.gethostname(), pid_namespace()] or not parts[2].isdigit():
         return False
     return not ProcessWatch(int(parts[2]), parts[3] or None).alive()
 
