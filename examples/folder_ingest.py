@@ -28,7 +28,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from amcommit import loop as amcommit_loop
-from amcommit.committer.job import commit_job
+from amcommit.api import commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.paths import join
 from amcommit.store.base import Store

@@ -117,6 +117,17 @@ class Throttled(StoreError):
         self.retry_after = retry_after
 
 
+class ObjectRateLimited(Throttled):
+    """The service refused a change of *one object* because that object changes too often
+    (GCS: about one write per second to one object name, answered ``429
+    rateLimitExceeded`` "exceeded the rate limit for object mutation operations"). Nothing
+    was done. Retryable once the object's window has passed (``retry_after``: the service's
+    hint, else the documented window).
+
+    It says nothing about the load of the store as a whole, so it never slows a limiter:
+    only the request that met it waits (see :mod:`amcommit.store.retry`)."""
+
+
 class Transient(StoreError):
     """A failure that may succeed when retried (timeouts, resets, 5xx). Retryable.
 
@@ -207,6 +218,7 @@ __all__ = [
     "ManifestError",
     "NotFound",
     "NotSupported",
+    "ObjectRateLimited",
     "PermissionDenied",
     "PreconditionFailed",
     "RollbackError",

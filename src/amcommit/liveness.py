@@ -27,7 +27,15 @@ import socket
 
 import msgspec
 
-__all__ = ["ProcessId", "java_ancestor", "proc_stat", "process_id", "proven_dead", "this_process"]
+__all__ = [
+    "ProcessId",
+    "java_ancestor",
+    "pid_namespace",
+    "proc_stat",
+    "process_id",
+    "proven_dead",
+    "this_process",
+]
 
 
 class ProcessId(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,7 +68,9 @@ def _boot_id() -> str:
     return _read("/proc/sys/kernel/random/boot_id")
 
 
-def _pid_namespace() -> str:
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``; "" where ``/proc`` cannot tell):
+    containers sharing a host name but not their processes are told apart by it."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
@@ -83,7 +93,7 @@ def proc_stat(pid: int) -> tuple[str, str, int, str] | None:
 def process_id(pid: int) -> ProcessId | None:
     """The :class:`ProcessId` of process ``pid`` of this host, None where ``/proc`` cannot
     tell (not Linux, no such process)."""
-    boot, ns, st = _boot_id(), _pid_namespace(), proc_stat(pid)
+    boot, ns, st = _boot_id(), pid_namespace(), proc_stat(pid)
     if not boot or not ns or st is None:
         return None
     return ProcessId(host=socket.gethostname(), boot=boot, pidns=ns, pid=pid, start=st[3])

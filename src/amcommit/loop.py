@@ -1,7 +1,7 @@
 """Which event loop amcommit runs on: the one place that decides.
 
 Every event loop amcommit starts itself (the blocking facade
-:func:`amcommit.committer.sync.run_blocking` used by the Spark driver, the Spark tasks'
+:func:`run_blocking` used by the Spark driver, the Spark tasks'
 blocking portal, the CLI, the table keep-alive process, the demos) is started through
 :func:`run` or :func:`blocking_portal` here, on the loop :func:`choice` picks:
 
@@ -23,6 +23,11 @@ whole and is recovered the same way), the same errors. Only speed differs: uvloo
 spends somewhat less client CPU per request (measured by ``python -m benchmarks.event_loop``;
 within the noise on the emulators of a 2-core machine, see benchmarks/README.md).
 
+The bridge from blocking code (on the kernel floor, below the stores and the engine, so
+any of them may use it): :func:`run_blocking` runs a coroutine function to completion from
+any thread; :func:`kept_portal` / :func:`run_kept_loop` use one loop kept for the life of
+the process (Spark workers, the streaming sink).
+
 Code that runs inside a loop someone else started (an ``async`` caller, a notebook, the
 async API) uses that loop, whichever it is: nothing here changes it.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from importlib import import_module
@@ -129,7 +135,7 @@ def backend_options() -> dict[str, Any]:
 
 def run(fn: Callable[[Unpack[Ts]], Awaitable[T]], *args: *Ts) -> T:
     """``anyio.run(fn, *args)`` on the chosen loop, in this thread (which must not be
-    running a loop already: see :func:`amcommit.committer.sync.run_blocking`)."""
+    running a loop already: see :func:`run_blocking`)."""
     return anyio.run(fn, *args, backend_options=backend_options())
 
 
@@ -139,3 +145,72 @@ def blocking_portal() -> Iterator[BlockingPortal]:
     running a fresh loop, for calling async code from blocking code."""
     with start_blocking_portal(backend_options=backend_options()) as portal:
         yield portal
+
+
+def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run ``fn()`` to completion and return its result (or raise its error), from any
+    thread. With no event loop running in this thread: in a fresh loop in this thread.
+    Inside a running loop (a notebook, an async caller): in a fresh loop on a portal
+    thread (:func:`blocking_portal`), which this call waits for. The fresh
+    loop is uvloop where installed and not turned off (this module)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run(fn)
+    with blocking_portal() as portal:
+        return portal.call(fn)
+
+
+_kept: tuple[int, BlockingPortal] | None = None
+"""(pid, portal) of :func:`kept_portal`'s loop thread."""
+_kept_lock = threading.Lock()
+
+
+def kept_portal() -> BlockingPortal:
+    """The portal of an event loop kept for the life of the process (a daemon thread,
+    started by the first call, again after a fork). For callers that run many short
+    operations in one long-lived process (a Spark Python worker runs task after task, the
+    streaming sink's ``commit()`` worker batch after batch): the loop's worker threads
+    (local files' reads, writes, listings) are reused instead of started afresh each
+    time, which is about half of a 10-file commit. Never stopped: tasks a caller starts
+    on it (``start_task_soon``) must be cancelled or awaited by that caller."""
+    global _kept
+    with _kept_lock:
+        if _kept is None or _kept[0] != os.getpid():
+            _kept = (os.getpid(), _start_kept_loop())
+        return _kept[1]
+
+
+def _start_kept_loop() -> BlockingPortal:
+    """A daemon thread running an event loop with a portal into it. Not anyio's
+    ``start_blocking_portal``: its thread is joined at interpreter exit, and this loop
+    never stops, so the process would never exit."""
+    ready = threading.Event()
+    box: list[BlockingPortal | BaseException] = []
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            box.append(portal)
+            ready.set()
+            await portal.sleep_until_stopped()
+
+    def thread() -> None:
+        try:
+            run(serve)
+        except BaseException as e:  # reported to the caller waiting below
+            box.append(e)
+            ready.set()
+
+    threading.Thread(target=thread, name="amcommit-kept-loop", daemon=True).start()
+    ready.wait()
+    got = box[0]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def run_kept_loop(fn: Callable[[], Awaitable[T]]) -> T:
+    """Like :func:`run_blocking`, on the process's kept event loop (:func:`kept_portal`).
+    Calls from several threads at once run as concurrent tasks of that loop. Must not be
+    called from the kept loop's own thread."""
+    return kept_portal().call(fn)

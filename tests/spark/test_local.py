@@ -195,11 +195,11 @@ def test_overwrite_static_and_dynamic(spark: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mode", "options", "message"),
     [
-        ("append", {"format": "orc"}, "unsupported file format 'orc'"),
+        ("append", {"format": "orc"}, "option 'format' must be parquet"),
         (
             "append",
             {"partitionBy": "category"},
-            "partition column 'category' is not in the DataFrame's columns",
+            "option 'partitionBy' must name columns of the DataFrame",
         ),
         ("append", {"partitionBy": "tags"}, "cannot be a partition value"),
         ("append", {"compresion": "zstd"}, "did you mean 'compression'"),
@@ -264,7 +264,7 @@ def test_errors_reach_the_user_short_with_paths_as_given(spark: Any, tmp_path: P
         finally:
             spark.conf.unset("spark.sql.parquet.compression.codec")
     text = str(ei.value)
-    assert "compression.codec='lzo' is not supported by amcommit" in text
+    assert "spark.sql.parquet.compression.codec is not one amcommit supports" in text
     assert "task.py" not in text and "sqlconf.py" not in text, text
 
 

@@ -23,8 +23,10 @@ from typing import Any
 
 import pytest
 
+from amcommit.spark.stream import TIMINGS_ENV
 from amcommit.testing.spark import DIR_ENV, RELEASE_ENV, SIGNAL_ENV
 from amcommit.testing.spark import STREAM_ENV as ENV
+from tests.spark.helpers import unfinished
 
 pytestmark = pytest.mark.spark
 
@@ -61,6 +63,9 @@ def start(spec: dict[str, Any], fault: str | None = None) -> subprocess.Popen[st
         env[SIGNAL_ENV] = spec["signal"]
     if spec.get("release"):
         env[RELEASE_ENV] = spec["release"]
+    env.pop(TIMINGS_ENV, None)
+    if spec.get("timings"):
+        env[TIMINGS_ENV] = spec["timings"]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark.stream_child", json.dumps(spec)],
         cwd=ROOT,
@@ -107,13 +112,22 @@ def hudi_ids(dest: Path) -> list[int]:
 
 
 def labels(dest: Path) -> list[str]:
-    """Labels of the completed instants, in instant order."""
+    """Labels of the completed instants that have one, in instant order."""
     out = []
     for name in sorted(os.listdir(dest / ".hoodie")):
         if name.endswith((".commit", ".replacecommit")):
             meta = json.loads((dest / ".hoodie" / name).read_text())
-            out.append(meta["extraMetadata"]["amcommit.label"])
+            if "amcommit.label" in meta["extraMetadata"]:
+                out.append(meta["extraMetadata"]["amcommit.label"])
     return out
+
+
+def commit_seconds(timings: Path, batch: int) -> float:
+    """How long ``commit()`` of micro-batch ``batch`` took (its last call), from the sink's
+    timings file (``AMCOMMIT_STREAM_TIMINGS``)."""
+    lines = [json.loads(line) for line in timings.read_text().splitlines()]
+    last = [t for t in lines if t["batch"] == batch][-1]
+    return float(last["returned"] - last["entered"])
 
 
 @dataclass
@@ -222,6 +236,7 @@ def test_stream_kill_chain(spark: Any, target: Target, tmp_path: Path) -> None:
     rc, log = run({**spec, "stop_mid_batch": True, "signal": str(flag)}, "slow_task@2=30")
     assert rc == 0 and flag.exists(), log
     check(spark, target, ids, exact=False)
+    assert unfinished(target.files()) == [], log  # the stopped batch's instant rolled back
     # 6. restarted to the end
     ids += drop(src, 200, 1)
     rc, log = run(spec)
@@ -297,3 +312,47 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
     assert len(got) == 2 and got[0].endswith(":0") and got[1].endswith(":1"), got
     temp = dest / ".hoodie" / ".temp"
     assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
+
+
+@pytest.mark.timeout(600)
+def test_no_stall_after_a_kill_at_begin_or_a_stop_mid_batch(spark: Any, tmp_path: Path) -> None:
+    """Issue 23 item 7. The driver is killed right after batch 1's instant was allocated,
+    before any task ran (no task wrote the owner file): the restarted query commits batch 1
+    at once (within ``leaseTtl``; it used to wait ``writer_ttl``, 95-115 s), then is
+    stopped gracefully (``stop()``) in the middle of batch 2: that leaves nothing inflight,
+    and another Spark application (this test's session) appends into the table at once (it
+    used to wait 114 s)."""
+    src, dest = tmp_path / "in", tmp_path / "table"
+    t = Target(str(dest), {}, dest, tmp_path)
+    spec = query_spec(tmp_path, t)
+    timings = tmp_path / "timings.jsonl"
+    ids = drop(src, 0, 2)
+    rc, log = run(spec, "after_begin@1")
+    assert rc == -signal.SIGKILL, log
+    left = unfinished(dest)
+    staged = [n.split("/")[1] for n in left if n.startswith(".temp/")]
+    assert len(staged) == 1 and f"{staged[0]}.inflight" in left, left
+    assert not (dest / ".hoodie" / ".temp" / staged[0] / "_stream.json").exists()  # no task ran
+    # the restart: batch 1's commit rolls the dead run's instant back and commits at once;
+    # then a graceful stop() in the middle of batch 2: abort() rolls its instant back
+    drop(src, 100, 1)  # batch 2 (batch 1 is replayed with its recorded offsets)
+    flag = tmp_path / "mid-batch"
+    rc, log = run(
+        {**spec, "timings": str(timings), "stop_mid_batch": True, "signal": str(flag)}, "slow_task@2=30"
+    )
+    assert rc == 0 and flag.exists(), log
+    assert commit_seconds(timings, 1) < 3.0, timings.read_text()  # leaseTtl is 3 s
+    assert unfinished(dest) == [], log
+    check(spark, t, ids, exact=True)
+    # the next writer, another Spark application, does not wait
+    t0 = time.monotonic()
+    more = spark.createDataFrame(
+        [(900, "2026-11-01", "x"), (901, "2026-11-02", "y")], "id LONG, day STRING, v STRING"
+    )
+    more.write.format("amcommit").mode("append").option("partitionBy", "day").save(str(dest))
+    took = time.monotonic() - t0
+    assert took < 60.0, took  # a wait for the stopped batch's writer took 90-120 s
+    check(spark, t, [*ids, 900, 901], exact=True)
+    assert unfinished(dest) == []
+    got = labels(dest)
+    assert len(got) == 2 and got[0].endswith(":0") and got[1].endswith(":1"), got

@@ -1,4 +1,5 @@
-"""Units of the streaming sink without Spark: owner files, dead-run instants, the per-query
+"""Units of the streaming sink without Spark: owner files and the owner recorded with an
+instant's claim, dead-run instants, the instants a driver process allocated, the per-query
 lease (two runs of one query at once: the second fails with one line; a dead run's lease
 is taken over, after its ttl, or at once when its driver is provably dead on this host;
 two runs that find one stale lease at once: exactly one takes it, with real processes on
@@ -21,19 +22,25 @@ import msgspec
 import pytest
 
 from amcommit.errors import ConfigError, ConflictError
-from amcommit.spark.stream import _stream_options
+from amcommit.spark.stream import _stream_options, driver_gone, driver_id
 from amcommit.spark.stream_state import (
     Lease,
     Owner,
     acquire_lease,
     checkpoint_app,
     dead_instants,
+    driver_instants,
     judge_lease,
     lease_path,
+    merge_owner,
+    owner_fields,
     read_owners,
     write_owner,
 )
 from amcommit.store.local import LocalStore
+from amcommit.table.beater import ProcessWatch, this_process
+from amcommit.table.model import Operation
+from amcommit.table.write import TableSpec, begin_write
 from amcommit.testing.spark import fault_at
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 
@@ -52,6 +59,41 @@ def test_dead_instants_same_query_earlier_only() -> None:
     assert checkpoint_app("/cp/x/") == checkpoint_app("/cp/x") != checkpoint_app("/cp/y")
 
 
+def test_dead_instants_of_a_gone_driver_and_a_drivers_own_instants() -> None:
+    owners = {
+        "20261101000000000": Owner(checkpoint="ck9", driver="h/1/a"),  # another query, driver gone
+        "20261101000001000": Owner(checkpoint="ck9", driver="h/2/b"),  # another query, driver alive
+        "20261101000002000": Owner("q1", "r1", "ck1", "h/2/b"),
+        "20261101000004000": Owner(checkpoint="ck1", driver="h/1/a"),  # later than mine
+    }
+    mine = "20261101000003000"
+    gone = frozenset({"h/1/a"})
+    assert dead_instants(mine, owners, "q7", None, gone) == ["20261101000000000"]
+    assert dead_instants(mine, owners, "q1", None, gone) == ["20261101000000000", "20261101000002000"]
+    assert driver_instants(owners, "h/2/b", "ck1") == ["20261101000002000"]
+    assert driver_instants(owners, "h/2/b", None) == []
+    assert driver_instants(owners, "h/1/a", "ck1") == ["20261101000004000"]
+
+
+def test_merge_owner() -> None:
+    claimed = {"checkpoint": "ck", "driver": "h/1/a", "other": "x", "app": 5}
+    assert merge_owner(None, claimed) == Owner(checkpoint="ck", driver="h/1/a")
+    assert merge_owner(Owner("q", "r", None), claimed) == Owner("q", "r", "ck", "h/1/a")
+    assert merge_owner(None, None) is None and merge_owner(None, {}) is None
+    assert owner_fields(Owner(checkpoint="ck", driver="d")) == {"checkpoint": "ck", "driver": "d"}
+
+
+def test_driver_gone() -> None:
+    assert not driver_gone(driver_id(this_process()))
+    done = subprocess.Popen(["true"])
+    done.wait()
+    assert driver_gone(driver_id(ProcessWatch(done.pid, None)))
+    host, ns, pid, start = driver_id(ProcessWatch(done.pid, None)).split("/")
+    assert not driver_gone(f"another-host/{ns}/{pid}/{start}")
+    assert not driver_gone(f"{host}/pid:[1]/{pid}/{start}")  # another pid namespace (a container)
+    assert not driver_gone("garbage") and not driver_gone(f"{host}/{ns}/x/y")
+
+
 def test_judge_lease() -> None:
     assert judge_lease(None, "r", 100.0, 10.0) == "take"
     assert judge_lease(Lease("q", "r", 99.0), "r", 100.0, 10.0) == "take"
@@ -68,6 +110,29 @@ def test_owner_files_round_trip(tmp_path: Path) -> None:
             return await read_owners(store, "t")
 
     assert anyio.run(main) == {"20261101000000000": Owner("q", "r", None)}
+
+
+def test_owner_recorded_with_the_claim(tmp_path: Path) -> None:
+    """The driver's part of the owner is in the write's marker from its claim on: read
+    with no owner file, merged with one, and ``below`` skips later instants."""
+    owner = Owner(checkpoint="ck", driver="h/1/a")
+
+    async def main() -> tuple[dict[str, Owner], dict[str, Owner], dict[str, Owner]]:
+        store = LocalStore(str(tmp_path))
+        async with store:
+            w = await begin_write(
+                store, "t", operation=Operation.INSERT, spec=TableSpec("t"), owner=owner_fields(owner)
+            )
+            await begin_write(store, "t", operation=Operation.INSERT)  # no owner: not listed
+            first = await read_owners(store, "t")
+            await write_owner(store, "t", w.instant, Owner("q", "r", "ck"))
+            return first, await read_owners(store, "t"), await read_owners(store, "t", below=w.instant)
+
+    first, merged, below = anyio.run(main)
+    (t,) = first
+    assert first == {t: owner}
+    assert merged == {t: Owner("q", "r", "ck", "h/1/a")}
+    assert below == {}
 
 
 def test_second_run_of_a_query_fails_while_the_first_renews(tmp_path: Path) -> None:
@@ -223,3 +288,45 @@ def test_fault_points() -> None:
     assert fault_at("slow_task@2=1.5", "slow_task", 1) is None
     assert fault_at("slow_task@2=1.5", "task_write", 2) is None
     assert fault_at("", "slow_task", 2) is None
+
+
+def test_abort_without_reports_rolls_back_the_batch_and_late_tasks_leave_nothing(tmp_path: Path) -> None:
+    """Issue 23 item 7 without Spark: the sink's two writers of a micro-batch as Spark makes
+    them (the tasks' one, pickled: it allocates the instant; the commit side's one). An
+    ``abort()`` that no task reported to (a ``stop()`` mid batch) rolls the batch's instant
+    back; a task of that batch starting late writes nothing that stays; another query's
+    instant in the table is left alone."""
+    import pickle
+
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from amcommit.errors import AmcommitError
+    from amcommit.spark.source import AmcommitDataSource
+    from tests.spark.helpers import unfinished
+
+    schema = StructType([StructField("id", LongType()), StructField("day", StringType())])
+    dest = tmp_path / "table"
+
+    def left() -> set[str]:
+        return {n.rsplit("/", 1)[-1].split(".")[0] for n in unfinished(dest)}
+
+    def writer(checkpoint: str) -> Any:
+        opts = {"path": str(dest), "checkpointLocation": checkpoint, "partitionBy": "day", "writer_ttl": "2"}
+        return AmcommitDataSource(opts).streamWriter(schema, False)
+
+    other = pickle.loads(pickle.dumps(writer(str(tmp_path / "cp-other"))))  # another query's batch
+    tasks = pickle.loads(pickle.dumps(writer(str(tmp_path / "cp"))))  # allocates the instant
+    mine, theirs = tasks.plan.job_id, other.plan.job_id
+    assert left() == {mine, theirs}
+    writer(str(tmp_path / "cp")).abort([None, None], 3)
+    assert left() == {theirs}
+    rows = pa.RecordBatch.from_pylist(
+        [{"id": 1, "day": "d"}], schema=pa.schema([("id", pa.int64()), ("day", pa.string())])
+    )
+    with pytest.raises(AmcommitError, match="not active"):
+        tasks.write(iter([rows]))
+    assert left() == {theirs}
+    assert not (dest / ".hoodie" / ".temp" / mine).exists()
+    writer(str(tmp_path / "cp-other")).abort([None], 0)
+    assert unfinished(dest) == []

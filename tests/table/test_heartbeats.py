@@ -366,3 +366,75 @@ async def test_failed_commit_says_its_writer_stopped(backend_local: StoreUnderTe
     report = await rollback_instant(store, dest, w.instant, config=cfg)
     assert report.rolled_back and time.monotonic() - t0 < 30.0
     assert await listing(store, dest) == before
+
+
+def test_beater_writes_nothing_once_the_write_is_over(tmp_path: Path) -> None:
+    """Issue 23 item 15: the write ends and its table folder is deleted before the
+    keep-alive process's next beat: the process ends without writing (before, its next beat
+    brought ``.hoodie/.heartbeat/`` back into the deleted folder)."""
+    import shutil
+
+    from amcommit.store.schemes import open_location
+    from amcommit.table.beater import ProcessWatch, start
+    from amcommit.table.write import TableSpec, begin_write
+
+    url = str(tmp_path / "t")
+
+    async def begin() -> str:
+        store, dest = open_location(url)
+        try:
+            return (await begin_write(store, dest, operation=Operation.INSERT, spec=TableSpec("t"))).instant
+        finally:
+            await store.aclose()
+
+    instant = anyio.run(begin)
+    proc = start(url, {}, instant, 0.8, watch=ProcessWatch(os.getpid()))  # beats every 0.2 s
+    shutil.rmtree(tmp_path / "t")
+    deadline = time.monotonic() + 5
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is not None
+    assert not (tmp_path / "t").exists(), sorted(str(p) for p in (tmp_path / "t").rglob("*"))
+
+
+class _Writes:
+    """Store proxy that records every request that changes the store."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.writes: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
+        self.writes.append(f"put {path}")
+        return await self.inner.put(path, data, **kw)
+
+    async def delete(self, path: str, **kw: Any) -> None:
+        self.writes.append(f"delete {path}")
+        await self.inner.delete(path, **kw)
+
+
+@pytest.fixture(params=["backend_local", "backend_blob_azurite", "backend_dfs_server", "backend_gcs_double"])
+def beat_sut(request: pytest.FixtureRequest) -> StoreUnderTest:
+    """One store per class of backend: local files, Blob, ADLS Gen2, GCS."""
+    return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
+
+
+async def test_keep_beating_sends_nothing_after_the_write_ended(beat_sut: StoreUnderTest) -> None:
+    """Issue 23 item 15, per backend: a write committed before the keep-alive loop's next
+    beat gets no more beat from it (before, one more beat, then its removal); the store is
+    left as the commit left it."""
+    from amcommit.table.heartbeat import keep_beating
+
+    store, dest = beat_sut.store, join(beat_sut.base, "tbl")
+    w = await begin(store, dest)
+    await write_tasks(store, w, rows(0, 2))
+    await commit_job(store, dest, w.instant)
+    before = await listing(store, dest)
+    spy = _Writes(store)
+    with anyio.fail_after(10):
+        await keep_beating(spy, dest, w.instant, ttl=0.2)  # type: ignore[arg-type]
+    assert [w for w in spy.writes if not w.startswith("delete ")] == []
+    assert await listing(store, dest) == before

@@ -17,8 +17,9 @@ import pytest
 
 from amcommit import loop
 from amcommit.cli import main as cli_main
-from amcommit.committer.sync import BlockingCommitter, run_blocking
+from amcommit.committer.sync import BlockingCommitter
 from amcommit.errors import ConfigError
+from amcommit.loop import run_blocking
 from amcommit.store.local import LocalStore
 
 if sys.platform == "win32":  # pragma: no cover - uvloop does not exist there

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer.sync import BlockingCommitter, run_blocking
+from amcommit.committer.sync import BlockingCommitter
 from amcommit.errors import NotFound
+from amcommit.loop import run_blocking
 
 
 async def _where() -> tuple[int, str]:

@@ -91,7 +91,7 @@ def committer_config(args: argparse.Namespace) -> CommitterConfig:
 
 def read_object(url: str, opts: dict[str, Any]) -> bytes:
     """The bytes of the object at ``url`` (opened with store options ``opts``)."""
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
 
     async def main() -> bytes:

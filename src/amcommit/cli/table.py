@@ -137,7 +137,7 @@ def _clean_text(r: CleanReport) -> str:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
     from amcommit.table.clean import clean
 
@@ -161,7 +161,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from amcommit.committer.report import JobReport
-    from amcommit.committer.sync import run_blocking
+    from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
     from amcommit.table.rollback import rollback_instant
 

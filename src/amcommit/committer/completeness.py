@@ -25,9 +25,9 @@ import json
 from dataclasses import dataclass
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call, retry_list
 from amcommit.errors import ConfigError, IncompleteJob, NotFound
 from amcommit.store.base import Store
+from amcommit.store.retry import policies_of, retry_call, retry_list
 
 from .layout import MANIFEST_SUFFIX, JobLayout
 

@@ -36,115 +36,56 @@ neither etags across renames nor a rename id, a destination is recognised by its
 
 from __future__ import annotations
 
-import enum
 import heapq
 import json
 import logging
 import re
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from amcommit import loop as amcommit_loop
+from amcommit.committer.actions import Action as Action
+from amcommit.committer.actions import next_action as next_action
 from amcommit.committer.completeness import job_completeness, marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call, retry_list
+from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.journal import (
-    Journal,
-    JournalState,
     load_journal,
-    record_renames,
-    restore_renames,
     save_journal,
 )
+from amcommit.committer.kind import JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import (
-    check_conflicts,
     cleanup,
-    delete_victims,
     load_manifests,
-    prepare_dirs,
-    publish_manifests,
-    rename_files,
     renames_done,
     rollback,
-    save_success,
-    validate_output,
     write_summary,
 )
 from amcommit.committer.stages.rollback import forget_commit
 from amcommit.errors import (
     AlreadyExists,
-    AmcommitError,
     CommitError,
-    ConfigError,
     LockLost,
     ManifestError,
-    NotFound,
     RollbackError,
     StoreError,
 )
-from amcommit.manifest import SuccessData, TaskManifest, decode_success
+from amcommit.manifest import TaskManifest
 from amcommit.paths import path_to_uri
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
+from amcommit.store.retry import policies_of, retry_list
 
 if TYPE_CHECKING:
-    from amcommit.table.labels import Label
+    from amcommit.table.labels import Label  # (the compatibility shim's type only)
 
 _INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
 log = logging.getLogger("amcommit.job")
-
-
-class Action(enum.Enum):
-    """What a commit or abort run does next (:func:`next_action`)."""
-
-    FRESH = "fresh"
-    """commit, no journal: check conflicts, write the journal, rename, finish."""
-    RESUME_RENAMES = "resume_renames"
-    """commit, journal ``renaming``: rename what is left, then finish."""
-    FINISH = "finish"
-    """commit, journal ``renamed``: delete old files, ``_SUCCESS``, cleanup."""
-    CLEANUP = "cleanup"
-    """commit, journal ``committed``: only cleanup remains."""
-    DELETE_JOB = "delete_job"
-    """abort, no journal: delete the job directory (nothing was renamed)."""
-    CHECK_RENAMES = "check_renames"
-    """abort, journal ``renaming``: load the manifests and look whether every file is in
-    place (:mod:`~amcommit.committer.stages.renames_done`), then decide again."""
-    ROLLBACK = "rollback"
-    """abort, journal ``renaming`` with files not in place: roll back, delete the job."""
-    COMPLETE = "complete"
-    """abort past the point of no return: complete the commit instead."""
-
-
-def next_action(
-    operation: Literal["commit", "abort"],
-    journal: JournalState | None,
-    *,
-    renames_done: bool | None = None,
-) -> Action:
-    """The resume/abort table of the module docstring, as a pure function: what a run of
-    ``operation`` does given the journal's state (None: no journal) and, for an abort of a
-    ``renaming`` commit, whether every file was found in place (None: not looked yet)."""
-    if operation == "commit":
-        if journal is None:
-            return Action.FRESH
-        return {
-            "renaming": Action.RESUME_RENAMES,
-            "renamed": Action.FINISH,
-            "committed": Action.CLEANUP,
-        }[journal]
-    if journal is None:
-        return Action.DELETE_JOB
-    if journal in ("renamed", "committed"):
-        return Action.COMPLETE
-    if renames_done is None:
-        return Action.CHECK_RENAMES
-    return Action.COMPLETE if renames_done else Action.ROLLBACK
 
 
 async def setup_job(
@@ -156,13 +97,33 @@ async def setup_job(
     expected_tasks: int | None = None,
     origin: str = "api",
 ) -> JobLayout:
-    """Create the job directory. CommitError if this job was set up before.
+    """Compatibility: :func:`amcommit.api.setup_job` (the front door; it picks the kind)."""
+    from amcommit import api  # the front door sits above the engine (compatibility shim)
+
+    return await api.setup_job(
+        store, dest, job_id, job_attempt=job_attempt, expected_tasks=expected_tasks, origin=origin
+    )
+
+
+async def setup_with(
+    kind: JobKind,
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    job_attempt: int = 0,
+    expected_tasks: int | None = None,
+    origin: str = "api",
+) -> JobLayout:
+    """Create the job directory of a plain job in a destination of kind ``kind`` (which may
+    refuse it). CommitError if this job was set up before. Atomic: the job marker's
+    create-only put decides; the directories after it are idempotent.
 
     ``expected_tasks`` (if the caller knows how many tasks make the job complete) and
     ``origin`` (who set it up, e.g. ``"spark"``) are recorded in the job marker; a later
     commit from the store alone checks them (:mod:`amcommit.committer.completeness`).
     """
-    await _refuse_table(store, dest, job_id, "setup_job")
+    kind.refuse_setup(dest, job_id)
     layout = JobLayout(dest, job_id, job_attempt)
     marker = {"jobId": job_id, "created": time.time(), "layout": "amcommit/1"}
     body = json.dumps({**marker, **marker_fields(origin, expected_tasks)}).encode()
@@ -173,19 +134,6 @@ async def setup_job(
     await store.mkdirs(layout.manifests_dir)
     await store.mkdirs(layout.tasks_dir)
     return layout
-
-
-async def _refuse_table(store: Store, dest: str, job_id: str, stage: str) -> None:
-    """CommitError if ``dest`` holds a Hudi table (a plain job would put a ``_temporary``
-    folder and plain files into it)."""
-    from amcommit.table.write import is_table
-
-    if await is_table(store, dest):
-        raise CommitError(
-            f"{dest!r} holds a Hudi table: plain job {job_id!r} cannot write into it (write through "
-            "the table API, begin_write, or tableFormat=hudi)",
-            stage=stage,
-        )
 
 
 async def _exists(store: Store, prefix: str, config: CommitterConfig) -> bool:
@@ -229,38 +177,6 @@ def _new_context(
     return JobContext(store, layout, config, report, lim, progress)
 
 
-async def _read_success(store: Store, layout: JobLayout, config: CommitterConfig) -> SuccessData | None:
-    """This job's successful ``_SUCCESS``, if that is what the destination holds."""
-    try:
-        data = await retry_call(lambda: store.get(layout.success_path), policy=policies_of(config)[0])
-    except NotFound:
-        return None
-    try:
-        success = decode_success(data, name="_SUCCESS")
-    except ManifestError:
-        return None
-    if not success.success:
-        return None
-    if success.job_id != layout.job_id and success.diagnostics.get("completed_previous_job") != layout.job_id:
-        return None
-    return success
-
-
-async def _already_committed(store: Store, layout: JobLayout, config: CommitterConfig) -> JobReport | None:
-    success = await _read_success(store, layout, config)
-    if success is None:
-        return None
-    report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
-    if success.job_id == layout.job_id:
-        report.restore_from_success(success)
-    else:  # completed by the job that took over its lock; that job's _SUCCESS says so
-        report.committed_by = success.job_id
-    report.already_committed = True
-    report.committed_date = success.date
-    report.finished = time.time()
-    return report
-
-
 async def commit_job(
     store: Store,
     dest: str,
@@ -276,103 +192,96 @@ async def commit_job(
     label: Label | None = None,
     operation: str | None = None,
 ) -> JobReport:
-    """Commit (or resume committing) job ``job_id`` into ``dest`` holding the destination
-    lock (:mod:`amcommit.committer.lock`: one commit or abort per destination at a time;
-    a half-done commit left by a dead holder is completed first). See :func:`_commit_job`.
-    ``label``: table writes only (:mod:`amcommit.table.labels`: each label commits once).
+    """Compatibility: :func:`amcommit.api.commit_job` (the front door; it picks the kind)."""
+    from amcommit import api  # the front door sits above the engine (compatibility shim)
 
-    ``operation`` (table writes only; a :class:`~amcommit.table.model.Operation` value):
-    the operation to commit if it differs from the one given to ``begin_write`` (same
-    action only), settled before anything is published
-    (:func:`~amcommit.table.write.set_operation`). ConfigError for a plain destination.
-    """
-    from amcommit.table.write import is_table
-
-    if await is_table(store, dest, config):
-        if not _INSTANT_RE.match(job_id) or job_attempt != 0:
-            await _refuse_table(store, dest, job_id, "commit_job")
-        from amcommit.table.commit import commit_table_job
-
-        table_report = await commit_table_job(
-            store,
-            dest,
-            job_id,
-            config=config,
-            manifests=manifests,
-            manifest_etags=manifest_etags,
-            progress=progress,
-            limiter=limiter,
-            allow_partial=allow_partial,
-            label=label,
-            operation=operation,
-        )
-        if config.clean_retain_commits is not None and not table_report.already_committed:
-            await _clean_after(store, dest, config)
-        return table_report
-    if label is not None:
-        raise ConfigError(f"{dest!r} is not a Hudi table: labels (exactly-once commits) need a table write")
-    if operation is not None:
-        raise ConfigError(f"operation={operation!r} applies to table writes only; {dest!r} is not a table")
-    completed: list[str] = []  # the dead holder whose commit finish_previous completed
-
-    async def finish_previous(prev: LockBody, s: Store) -> None:
-        if await _finish_previous(s, dest, prev, config, limiter):
-            completed.append(prev.owner)
-
-    return await run_locked(
+    return await api.commit_job(
         store,
         dest,
         job_id,
-        config,
-        lambda s: _commit_job(
-            s,
-            dest,
-            job_id,
-            config=config,
-            manifests=manifests,
-            manifest_etags=manifest_etags,
-            progress=progress,
-            job_attempt=job_attempt,
-            limiter=limiter,
-            allow_partial=allow_partial,
-            completed_previous=completed,
-        ),
+        config=config,
+        manifests=manifests,
+        manifest_etags=manifest_etags,
+        progress=progress,
         job_attempt=job_attempt,
-        finish_previous=finish_previous,
+        limiter=limiter,
+        allow_partial=allow_partial,
+        label=label,
+        operation=operation,
     )
 
 
-async def _clean_after(store: Store, dest: str, config: CommitterConfig) -> None:
-    """``clean_retain_commits``: clean after a table commit, outside the lock the commit
-    held. A failed clean never fails the commit before it (that commit stays committed); it
-    is logged, and the next clean completes what it left."""
-    from amcommit.table.clean import clean_after_commit
+async def commit_with(
+    kind: JobKind,
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    manifests: Sequence[TaskManifest] | None = None,
+    manifest_etags: Sequence[str | None] | None = None,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+    allow_partial: bool = False,
+) -> JobReport:
+    """``commit_job`` of a destination of kind ``kind`` (no probe): the kind's guard around
+    the commit under the destination lock (:func:`commit_held`)."""
+    completed: list[str] = []  # the dead holder whose commit finish_previous completed
 
-    try:
-        await clean_after_commit(store, dest, config)
-    except AmcommitError as e:
-        log.warning("clean after commit into %s failed (the commit stands): %s", dest, e)
+    async def finish_previous(prev: LockBody, s: Store) -> None:
+        if await finish_previous_job(kind, s, dest, prev, config, limiter):
+            completed.append(prev.owner)
+
+    async def locked() -> JobReport:
+        return await run_locked(
+            store,
+            dest,
+            job_id,
+            config,
+            lambda s: commit_held(
+                kind,
+                s,
+                dest,
+                job_id,
+                config=config,
+                manifests=manifests,
+                manifest_etags=manifest_etags,
+                progress=progress,
+                job_attempt=job_attempt,
+                limiter=limiter,
+                allow_partial=allow_partial,
+                completed_previous=completed,
+            ),
+            job_attempt=job_attempt,
+            finish_previous=finish_previous,
+            table=kind.lock_in_staging(job_id),
+        )
+
+    return await kind.guard(store, dest, job_id, job_attempt, config, locked)
 
 
-async def _finish_previous(
-    store: Store, dest: str, prev: LockBody, config: CommitterConfig, limiter: Limiter | None
+async def finish_previous_job(
+    kind: JobKind, store: Store, dest: str, prev: LockBody, config: CommitterConfig, limiter: Limiter | None
 ) -> bool:
     """Complete what the dead holder ``prev`` of the destination lock was doing (its
     journal is unfinished): its commit, or its abort. Runs under our lock. True if its
     commit was completed (our ``_SUCCESS`` then names it, so that job, run again, learns
-    it is committed: see :func:`_read_success`)."""
+    it is committed)."""
+    other = kind.for_other_job()
     if prev.operation == "abort":
-        report = await _abort_job(
-            store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
+        report = await abort_held(
+            other, store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
         )
     else:
-        report = await _commit_job(
-            store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
+        report = await commit_held(
+            other, store, dest, prev.owner, config=config, job_attempt=prev.job_attempt, limiter=limiter
         )
     return report.success
 
 
-async def _commit_job(
+async def commit_held(
+    kind: JobKind,
     store: Store,
     dest: str,
     job_id: str,
@@ -385,9 +294,9 @@ async def _commit_job(
     limiter: Limiter | None = None,
     allow_partial: bool = False,
     completed_previous: Sequence[str] = (),
-    label: Label | None = None,
 ) -> JobReport:
-    """Commit (or resume committing) job ``job_id`` into ``dest``; return its report.
+    """Commit (or resume committing) job ``job_id`` into ``dest``; return its report. The
+    caller holds the destination lock (:func:`commit_with` takes it).
 
     ``manifests``: the task manifests if the caller has them (Spark commit messages);
     otherwise they are loaded from the job directory. Given manifests are validated, then
@@ -395,7 +304,7 @@ async def _commit_job(
     :mod:`~amcommit.committer.stages.publish_manifests`; ``manifest_etags``,
     the etags the tasks saw after publishing, spare re-reading them), so that a resume or
     a rollback works from exactly the same manifests. Committing a job that is already
-    committed and cleaned up returns the report read back from ``_SUCCESS``.
+    committed and cleaned up returns the report the kind finds (``_SUCCESS``, an instant).
 
     Without ``manifests``, a job whose commit was not begun yet is first checked for
     completeness (:mod:`~amcommit.committer.completeness`): a Spark job, or one set up with
@@ -408,12 +317,8 @@ async def _commit_job(
             f"{0 if manifests is None else len(manifests)} manifests but {len(manifest_etags)} manifest etags"
         )
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
-    if layout is None and _INSTANT_RE.match(job_id):
-        done = await _table_already_committed(store, dest, job_id)
-        if done is not None:
-            return done
     if layout is None:
-        done = await _already_committed(store, JobLayout(dest, job_id, job_attempt), config)
+        done = await kind.committed_without(store, dest, job_id, job_attempt, config)
         if done is not None:
             return done
         if manifests is None:
@@ -432,12 +337,7 @@ async def _commit_job(
     report.completed_previous = completed_previous[-1] if completed_previous else None
     run = CommitRun()
     try:
-        if layout.table:
-            from amcommit.table.commit import run_table_commit
-
-            await run_table_commit(ctx, manifests, manifest_etags, run=run, label=label)
-        else:
-            await _run_commit(ctx, run, manifests, manifest_etags)
+        await kind.commit_body(ctx, run, manifests, manifest_etags)
         report.success = True
     except BaseException as e:
         report.success = False
@@ -467,111 +367,6 @@ async def _commit_job(
             ) from e
         report.error = f"cleanup failed: {_describe(e)}"
     return report
-
-
-async def _table_already_committed(store: Store, dest: str, instant: str) -> JobReport | None:
-    """The report of a table write whose instant is completed and staging cleaned up."""
-    from amcommit.table.commit import completed_instant
-    from amcommit.table.model import Action, Operation, decode_commit_metadata
-    from amcommit.table.write import is_table
-
-    if not await is_table(store, dest):
-        return None
-    done = await completed_instant(store, dest, instant)
-    if done is None:
-        return None
-    from amcommit.paths import join
-    from amcommit.table.naming import HOODIE_DIR
-
-    meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
-    report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
-    report.instant = instant
-    report.label = meta.extra_metadata.get("amcommit.label")
-    report.operation = meta.operation_type or (
-        Operation.INSERT_OVERWRITE.value
-        if done.action == Action.REPLACE_COMMIT.value
-        else Operation.INSERT.value
-    )
-    stats = meta.write_stats()
-    report.files = report.renamed = len(stats)
-    report.bytes = sum(s.file_size_in_bytes for s in stats)
-    report.already_committed = True
-    report.finished = time.time()
-    return report
-
-
-async def _run_commit(
-    ctx: JobContext,
-    run: CommitRun,
-    manifests: Sequence[TaskManifest] | None,
-    etags: Sequence[str | None] | None = None,
-) -> None:
-    store, layout, report = ctx.store, ctx.layout, ctx.report
-    journal = await load_journal(ctx)
-    if journal is not None:
-        report.resumed = True
-        journal.runs += 1
-    ctx.journal = journal
-    action = next_action("commit", journal.state if journal is not None else None)
-    if action is Action.CLEANUP:
-        # only cleanup remains: report what the committing run wrote into _SUCCESS
-        success = await _read_success(store, layout, ctx.config)
-        if success is not None:
-            report.restore_from_success(success)
-        return
-    if journal is not None and journal.conflict_mode != ctx.config.conflict_mode:
-        # a resumed commit keeps the mode it started with
-        ctx.config = ctx.config.with_options(conflict_mode=journal.conflict_mode)
-        report.conflict_mode = journal.conflict_mode
-
-    async with ctx.stage("load_manifests"):
-        run.spool = load_manifests.new_spool(ctx)
-        loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
-        report.task_event_loops = sorted({x["event_loop"] for x in loaded.extra_data if "event_loop" in x})
-        if manifests is not None and journal is None:
-            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
-
-    if action is Action.FRESH:
-        async with ctx.stage("check_conflicts"):
-            chunks = (await check_conflicts.run(ctx, check_conflicts.ConflictInputs(loaded))).victim_chunks
-        journal = Journal(
-            job_id=layout.job_id,
-            state="renaming",
-            conflict_mode=ctx.config.conflict_mode,
-            victim_chunks=chunks,
-            layout="hadoop" if layout.hadoop else "amcommit",
-            stage_seconds=dict(report.stage_seconds),
-        )
-        ctx.journal = journal
-    assert journal is not None
-    await save_journal(ctx, journal)
-
-    if action in (Action.FRESH, Action.RESUME_RENAMES):
-        for stage, secs in journal.stage_seconds.items():  # a resume: the first run's check
-            report.stage_seconds.setdefault(stage, secs)
-        async with ctx.stage("prepare_dirs"):
-            await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
-        async with ctx.stage("rename_files"):
-            await rename_files.run(ctx, rename_files.RenameInputs(loaded))
-        journal.state = "renamed"
-        record_renames(journal, report)
-        # the point of no return: from here a transient error must not fail the commit
-        await save_journal(ctx, journal, patient=True)
-    else:
-        restore_renames(journal, report)  # the run that renamed recorded what it did
-    async with ctx.stage("delete_victims"):
-        await delete_victims.run(ctx, delete_victims.DeleteVictimsInputs(loaded, journal.victim_chunks))
-    if ctx.config.validate_output:
-        async with ctx.stage("validate_output"):
-            await validate_output.run(ctx, validate_output.ValidateInputs(loaded))
-    report.success = True  # everything is in place; the report says so
-    report.finished = time.time()
-    report.store_stats = store.iostats.snapshot(prefix="store_")
-    if ctx.config.success_marker:
-        async with ctx.stage("save_success"):
-            await save_success.run(ctx, save_success.SaveSuccessInputs(report.to_success_data()))
-    journal.state = "committed"
-    await save_journal(ctx, journal, patient=True)
 
 
 def _describe(e: BaseException) -> str:
@@ -642,43 +437,62 @@ async def abort_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
 ) -> JobReport:
-    """Abort job ``job_id`` (see :func:`_abort_job`). If the job left a journal (its commit
-    began) or holds the lock (it died holding it), the destination lock is held while the
-    destination is rolled back or the commit completed; otherwise only the job directory is
-    deleted, without waiting for the lock."""
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
-    table = (layout is not None and layout.table) or (
-        layout is None and bool(_INSTANT_RE.match(job_id)) and await _is_table(store, dest, config)
+    """Compatibility: :func:`amcommit.api.abort_job` (the front door; it picks the kind)."""
+    from amcommit import api  # the front door sits above the engine (compatibility shim)
+
+    return await api.abort_job(
+        store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
     )
+
+
+async def abort_with(
+    kind: JobKind,
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    progress: ProgressCallback | None = None,
+    job_attempt: int = 0,
+    limiter: Limiter | None = None,
+) -> JobReport:
+    """Abort job ``job_id`` of a destination of kind ``kind`` (see :func:`abort_held`). If
+    the job left a journal (its commit began) or holds the lock (it died holding it), the
+    destination lock is held while the destination is rolled back or the commit completed;
+    otherwise only the job directory is deleted, without waiting for the lock."""
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    table = layout.table if layout is not None else kind.lock_in_staging(job_id)
     journal = (
         None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
     )
     if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0], table=table):
-        return await _abort_job(
-            store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        return await abort_held(
+            kind,
+            store,
+            dest,
+            job_id,
+            config=config,
+            progress=progress,
+            job_attempt=job_attempt,
+            limiter=limiter,
         )
     return await run_locked(
         store,
         dest,
         job_id,
         config,
-        lambda s: _abort_job(
-            s, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
+        lambda s: abort_held(
+            kind, s, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
         ),
         job_attempt=job_attempt,
         operation="abort",
-        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, limiter),
+        finish_previous=lambda prev, s: finish_previous_job(kind, s, dest, prev, config, limiter),
         table=table,
     )
 
 
-async def _is_table(store: Store, dest: str, config: CommitterConfig) -> bool:
-    from amcommit.table.write import is_table
-
-    return await is_table(store, dest, config)
-
-
-async def _abort_job(
+async def abort_held(
+    kind: JobKind,
     store: Store,
     dest: str,
     job_id: str,
@@ -696,15 +510,7 @@ async def _abort_job(
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
     if layout is None:
         report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
-        if _INSTANT_RE.match(job_id) and await _is_table(store, dest, config):
-            done = await _table_already_committed(store, dest, job_id)
-            if done is not None:  # committed and cleaned up: nothing to abort
-                return done
-            # staging gone (a rollback interrupted after its cleanup): finish the rollback
-            from amcommit.table.rollback import finish_rollback
-
-            report.instant = job_id
-            report.rolled_back = await finish_rollback(store, dest, job_id, partitions=None, config=config)
+        report = await kind.abort_without(store, dest, job_id, job_attempt, config, report)
         report.finished = time.time()
         return report
     ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
@@ -727,18 +533,8 @@ async def _abort_job(
                 first = heapq.nsmallest(config.success_filenames, (e.dst for e in loaded.spool.entries()))
                 journal.filenames = [path_to_uri(store.root_uri, d) for d in first]
                 await save_journal(ctx, journal, patient=True)
-        if action is not Action.COMPLETE and layout.table:
-            from amcommit.table.rollback import rollback_table_write
-
-            if await rollback_table_write(ctx, journal, run=run):
-                action = Action.COMPLETE  # the instant was already published: only cleanup remains
-        elif action is not Action.COMPLETE:
-            if action is Action.ROLLBACK:
-                assert run.loaded is not None
-                async with ctx.stage("rollback"):
-                    await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
-            async with ctx.stage("cleanup"):
-                await cleanup.run(ctx, cleanup.CleanupInputs())
+        if action is not Action.COMPLETE and await kind.roll_back(ctx, journal, run, action):
+            action = Action.COMPLETE  # past its point of no return after all: only completing remains
     finally:
         run.close()
     if action is Action.COMPLETE:
@@ -746,7 +542,8 @@ async def _abort_job(
         # short after the journal went (a directory deleted in any order, or a flat store's
         # objects): the commit (its early return on a completed instant) finishes the cleanup
         mode = journal.conflict_mode if journal is not None else config.conflict_mode
-        return await _commit_job(
+        return await commit_held(
+            kind,
             store,
             dest,
             job_id,

@@ -26,7 +26,6 @@ import msgspec
 
 from amcommit.committer.completeness import parse_marker
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call, retry_list
 from amcommit.committer.journal import Journal, decode_journal
 from amcommit.committer.layout import MANIFEST_SUFFIX, TEMP_DIR_NAME, JobLayout, check_id
 from amcommit.committer.lock import LOCK_NAME, LockBody, decode_lock, lock_path
@@ -34,7 +33,7 @@ from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.manifest import decode_success
 from amcommit.paths import basename, join, path_to_uri
 from amcommit.store.base import Store
-from amcommit.store.retry import RetryPolicy
+from amcommit.store.retry import RetryPolicy, policies_of, retry_call, retry_list
 
 JobState = Literal["set up", "renaming", "renamed", "committed", "unreadable"]
 """``set up``: no journal yet (tasks may be running, the commit has not begun);

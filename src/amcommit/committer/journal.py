@@ -79,7 +79,7 @@ async def load_journal(ctx: JobContext, layout: JobLayout | None = None) -> Jour
 
 async def save_journal(ctx: JobContext, journal: Journal, *, patient: bool = False) -> None:
     """Write the journal (whole, atomically). ``patient``: the patient retry policy, for
-    the writes after the renames (see :mod:`amcommit.committer.context`)."""
+    the writes after the renames (see :mod:`amcommit.store.retry`)."""
     journal.updated = time.time()
     data = msgspec.json.encode(journal)
     path = ctx.layout.journal_path

@@ -79,7 +79,6 @@ import anyio
 import msgspec
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.journal import Journal, decode_journal
 from amcommit.committer.layout import TABLE_TEMP_DIR, TEMP_DIR_NAME, JobLayout
 from amcommit.errors import (
@@ -106,7 +105,7 @@ from amcommit.store.base import (
     batch_deleter,
     batch_renamer,
 )
-from amcommit.store.retry import RetryPolicy
+from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 
 T = TypeVar("T")
 
@@ -240,8 +239,8 @@ class DestinationLock:
         return msgspec.json.encode(self._body)
 
     async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """One lock request through the engine's retry layer (``policy``; errors a store
-        already retried are final: see :mod:`amcommit.committer.context`)."""
+        """One lock request through the retry layer (``policy``; errors a store
+        already retried are final: see :mod:`amcommit.store.retry`)."""
         return await retry_call(fn, policy=self.policy)
 
     async def read(self) -> tuple[str | None, LockBody | None]:

@@ -10,94 +10,20 @@ idempotency rules as the async API apply.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from anyio.from_thread import BlockingPortal
-
-from amcommit import loop as _loop
 from amcommit.committer import job as _job
 from amcommit.committer import task as _task
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.loop import run_blocking
 from amcommit.manifest import TaskManifest
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 
 T = TypeVar("T")
-
-
-def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run ``fn()`` to completion and return its result (or raise its error), from any
-    thread. With no event loop running in this thread: in a fresh loop in this thread.
-    Inside a running loop (a notebook, an async caller): in a fresh loop on a portal
-    thread (:func:`amcommit.loop.blocking_portal`), which this call waits for. The fresh
-    loop is uvloop where installed and not turned off (:mod:`amcommit.loop`)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return _loop.run(fn)
-    with _loop.blocking_portal() as portal:
-        return portal.call(fn)
-
-
-_kept: tuple[int, BlockingPortal] | None = None
-"""(pid, portal) of :func:`kept_portal`'s loop thread."""
-_kept_lock = threading.Lock()
-
-
-def kept_portal() -> BlockingPortal:
-    """The portal of an event loop kept for the life of the process (a daemon thread,
-    started by the first call, again after a fork). For callers that run many short
-    operations in one long-lived process (a Spark Python worker runs task after task, the
-    streaming sink's ``commit()`` worker batch after batch): the loop's worker threads
-    (local files' reads, writes, listings) are reused instead of started afresh each
-    time, which is about half of a 10-file commit. Never stopped: tasks a caller starts
-    on it (``start_task_soon``) must be cancelled or awaited by that caller."""
-    global _kept
-    with _kept_lock:
-        if _kept is None or _kept[0] != os.getpid():
-            _kept = (os.getpid(), _start_kept_loop())
-        return _kept[1]
-
-
-def _start_kept_loop() -> BlockingPortal:
-    """A daemon thread running an event loop with a portal into it. Not anyio's
-    ``start_blocking_portal``: its thread is joined at interpreter exit, and this loop
-    never stops, so the process would never exit."""
-    ready = threading.Event()
-    box: list[BlockingPortal | BaseException] = []
-
-    async def serve() -> None:
-        async with BlockingPortal() as portal:
-            box.append(portal)
-            ready.set()
-            await portal.sleep_until_stopped()
-
-    def thread() -> None:
-        try:
-            _loop.run(serve)
-        except BaseException as e:  # reported to the caller waiting below
-            box.append(e)
-            ready.set()
-
-    threading.Thread(target=thread, name="amcommit-kept-loop", daemon=True).start()
-    ready.wait()
-    got = box[0]
-    if isinstance(got, BaseException):
-        raise got
-    return got
-
-
-def run_kept_loop(fn: Callable[[], Awaitable[T]]) -> T:
-    """Like :func:`run_blocking`, on the process's kept event loop (:func:`kept_portal`).
-    Calls from several threads at once run as concurrent tasks of that loop. Must not be
-    called from the kept loop's own thread."""
-    return kept_portal().call(fn)
 
 
 class BlockingCommitter:

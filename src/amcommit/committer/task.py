@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call, retry_list
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.iostats import IOStatistics
@@ -33,7 +32,7 @@ from amcommit.manifest import (
 )
 from amcommit.paths import join, parent, path_to_uri, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, Store
-from amcommit.store.retry import RetryPolicy, call_with_retries
+from amcommit.store.retry import RetryPolicy, call_with_retries, policies_of, retry_call, retry_list
 
 
 async def setup_task(
@@ -58,9 +57,9 @@ async def setup_task(
     work = layout.task_attempt_dir(task_attempt_id)
     await retry_call(lambda: store.mkdirs(work), policy=policy)
     if layout.table:
-        from amcommit.table.heartbeat import try_beat
+        from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
 
-        await try_beat(store, layout.dest, layout.job_id)
+        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
     return work
 
 
@@ -213,7 +212,7 @@ async def commit_task(
     """Commit a task attempt: build its manifest and publish it. Returns the manifest.
 
     Each request is retried by one layer (the store's own, else the job commit's policy,
-    see :mod:`amcommit.committer.context`); a lost answer of the publication rename is
+    see :mod:`amcommit.store.retry`); a lost answer of the publication rename is
     recognised by reading the manifest back. The whole save is repeated up to
     ``config.manifest_save_attempts`` times when another attempt publishes concurrently.
     Idempotent for the same attempt (a repeated commit republishes the same manifest).
@@ -223,9 +222,9 @@ async def commit_task(
     stats = IOStatistics()
     t0 = time.perf_counter()
     if layout.table:
-        from amcommit.table.heartbeat import try_beat
+        from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
 
-        await try_beat(store, layout.dest, layout.job_id)
+        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
     manifest = await build_manifest(
         store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats, config=config
     )

@@ -72,7 +72,9 @@ class EmulatorTarget:
             "",
             "shell:",
             *(f"  export {k}={shlex.quote(v)}" for k, v in self.env.items()),
-            f"  amcommit jobs {shlex.quote(dest)} {self.cli_options()}",
+            # the bucket itself: it exists from the start (``jobs`` of a path nothing was
+            # written to yet is an error)
+            f"  amcommit jobs {shlex.quote(self.url)} {self.cli_options()}",
             "",
             "Spark:",
             '  (df.write.format("amcommit")'

@@ -31,11 +31,11 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from amcommit.api import abort_job, commit_job
 from amcommit.committer.config import ConflictMode
-from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.report import JobReport
-from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import CommitError
+from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.manifest import TaskManifest
 from amcommit.spark import hooks
 from amcommit.spark.options import WritePlan
@@ -115,7 +115,7 @@ def commit_write(
     see ``commit_job``; ``before(store, dest)``: run first, on the same store and event loop
     (the streaming sink's lease and dead-run rollback); ``wrap``: applied to the commit's
     store (test hooks); ``keep_loop``: run on the process's kept event loop
-    (:func:`~amcommit.committer.sync.run_kept_loop`: the streaming sink commits every batch
+    (:func:`~amcommit.loop.run_kept_loop`: the streaming sink commits every batch
     from one long-lived worker process)."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it

@@ -32,6 +32,12 @@ class SparkHooks:
         """The streaming sink reached ``point`` (``task_rows``, ``before_commit``,
         ``after_commit``) of micro-batch ``batch``."""
 
+    def stream_begun(self, batch: int | None, checkpoint: str | None) -> None:
+        """Micro-batch ``batch``'s instant was just allocated (``begin_write``), before any
+        task ran; ``batch`` is None where the sink does not know it (the
+        ``format("amcommit")`` sink's driver side), ``checkpoint`` the query's checkpoint
+        location if known."""
+
     def stream_store(self, store: Store, batch: int) -> Store:
         """The store micro-batch ``batch``'s job commit runs on."""
         return store

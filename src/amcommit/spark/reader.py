@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from amcommit.committer.sync import run_blocking
 from amcommit.errors import AmcommitError, ConfigError, NotFound
+from amcommit.loop import run_blocking
 from amcommit.options import Options, convert_options, show_key, suggest
 from amcommit.paths import join
 from amcommit.store.base import local_os_path

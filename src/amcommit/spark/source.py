@@ -28,7 +28,7 @@ the task side unchanged with one table instant per micro-batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,9 +42,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from amcommit.committer.job import setup_job
-from amcommit.committer.sync import run_blocking
+from amcommit.api import setup_job
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
+from amcommit.loop import run_blocking
 from amcommit.messages import for_user
 from amcommit.paths import basename, join
 from amcommit.spark.driver import abort_write, commit_write, keep_write_alive
@@ -232,9 +232,10 @@ def _continue_table(
     return replace(new_plan, table=replace(new_plan.table, name=props.name or new_plan.table.name))
 
 
-def begin_table_write(plan: WritePlan) -> WritePlan:
+def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
-    the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it."""
+    the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it.
+    ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from amcommit.table.schema import avro_schema
@@ -279,6 +280,7 @@ def begin_table_write(plan: WritePlan) -> WritePlan:
                 config=plan.config(),
                 origin="spark",
                 allow_missing_columns=table.allow_missing_columns,
+                owner=owner,
             )
 
     write = run_blocking(begin)

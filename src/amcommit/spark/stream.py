@@ -15,11 +15,14 @@ once. Where each piece runs (PySpark 4 Python streaming data source API):
   fails with one line), records the owner of the instant, writes and commits its files as a
   batch-write task does, and carries the ids to ``commit()`` in its message.
 * :meth:`AmcommitStreamWriter.commit` (a process with no session) first rolls back the
-  inflight instants of the same query left by dead runs (recognised by their owner file: no
-  waiting for their heartbeat), then commits with the label. A label already committed (a
-  replay: Spark calls ``commit()`` again for a batch whose ``commits/<batchId>`` it did not
-  record) is skipped: the engine removes the re-written files and the skip is logged and
-  counted. ``abort()`` rolls the batch's instant back.
+  inflight instants of the same query left by dead runs (recognised by their owner: the
+  tasks' owner file, or what the driver recorded with the instant's claim, the checkpoint
+  key and the driver process; no waiting for their heartbeat), then commits with the label.
+  A label already committed (a replay: Spark calls ``commit()`` again for a batch whose
+  ``commits/<batchId>`` it did not record) is skipped: the engine removes the re-written
+  files and the skip is logged and counted. ``abort()`` rolls the batch's instant back, also
+  when no task reported (a ``query.stop()`` mid batch): it is then the instant this driver
+  process allocated for the query.
 
 Diagnostics: with ``AMCOMMIT_STREAM_TIMINGS`` set to a file path in the driver's
 environment (Spark's Python workers inherit it), every ``commit()`` appends one JSON line
@@ -39,6 +42,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,13 +52,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from amcommit.committer.context import run_parallel
-from amcommit.committer.job import abort_job
+from amcommit.api import abort_job
 from amcommit.committer.report import JobReport
-from amcommit.committer.sync import run_blocking, run_kept_loop
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.liveness import ProcessId, java_ancestor, this_process
+from amcommit.liveness import ProcessId, java_ancestor, pid_namespace, this_process
+from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.messages import for_user
+from amcommit.parallel import run_parallel
 from amcommit.spark import hooks
 from amcommit.spark.driver import abort_write, commit_write
 from amcommit.spark.options import WritePlan
@@ -64,12 +68,16 @@ from amcommit.spark.stream_state import (
     acquire_lease,
     checkpoint_app,
     dead_instants,
+    driver_instants,
+    owner_fields,
     read_owners,
     write_owner,
 )
 from amcommit.spark.task import TaskResult
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
+from amcommit.table.beater import ProcessWatch, jvm_watch
+from amcommit.table.beater import this_process as this_watch
 
 if TYPE_CHECKING:
     from amcommit.spark.source import AmcommitDataSource
@@ -91,6 +99,8 @@ __all__ = [
     "StreamCommitMessage",
     "StreamIds",
     "batch_label",
+    "driver_gone",
+    "driver_id",
     "stream_writer",
     "write_batch",
 ]
@@ -120,6 +130,23 @@ def batch_label(app: str, batch_id: int) -> Any:
     from amcommit.table.labels import Label
 
     return Label(app_id=app, version=int(batch_id))
+
+
+def driver_id(watch: ProcessWatch | None = None) -> str:
+    """``host/pid namespace/pid/start time`` of the driver process (default: the Spark
+    driver's JVM as seen from a Python worker on the driver host,
+    :func:`amcommit.table.beater.jvm_watch`)."""
+    w = watch if watch is not None else jvm_watch()
+    return f"{socket.gethostname()}/{pid_namespace()}/{w.pid}/{w.start_time or ''}"
+
+
+def driver_gone(driver: str) -> bool:
+    """True only if ``driver`` (:func:`driver_id`) ran on this host, in this pid namespace,
+    and is no longer running (its pid gone, or taken by a process with another start time)."""
+    parts = driver.rsplit("/", 3)
+    if len(parts) != 4 or parts[:2] != [socket.gethostname(), pid_namespace()] or not parts[2].isdigit():
+        return False
+    return not ProcessWatch(int(parts[2]), parts[3] or None).alive()
 
 
 def _no_query_id() -> ConfigError:
@@ -187,19 +214,24 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
             partition = ctx.partitionId() if ctx is not None else 0
             attempt = ctx.attemptNumber() if ctx is not None else 0
             session = {k: ctx.getLocalProperty(k) for k in SESSION_KEYS} if ctx is not None else {}
-            with self._renewing(ids):
-                result = run_task(
-                    self.plan,
-                    self._watch(iterator, batch),
-                    partition=partition,
-                    attempt=attempt,
-                    session=session,
-                )
+            try:
+                with self._renewing(ids):
+                    result = run_task(
+                        self.plan,
+                        self._watch(iterator, batch),
+                        partition=partition,
+                        attempt=attempt,
+                        session=session,
+                    )
+            except BaseException:
+                self._drop_if_over()
+                raise
         except AmcommitError as e:
             raise for_user(e, self.plan.url) from None
         return StreamCommitMessage(result, ids, self.plan)
 
-    def _claim(self, ids: StreamIds) -> None:
+    def _claim(self, ids: StreamIds, owner: bool = True) -> None:
+        """Take or renew the query's lease; ``owner``: also record the instant's owner."""
         plan = self.plan
 
         async def claim() -> None:
@@ -207,14 +239,35 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
             async with store:
                 if ids.run is not None:
                     await acquire_lease(store, dest, ids.app, ids.run, self.lease_ttl, driver=self.driver)
-                await write_owner(store, dest, plan.job_id, Owner(ids.app, ids.run, ids.checkpoint))
+                if owner:
+                    await write_owner(store, dest, plan.job_id, Owner(ids.app, ids.run, ids.checkpoint))
 
         run_kept_loop(claim)  # the worker process's kept loop (tasks run on it too)
+
+    def _drop_if_over(self) -> None:
+        """After a failed task: if the batch already ended (aborted or committed before this
+        task began), the owner file it wrote brought the instant's staging folder back:
+        remove it, so no instant seems staged. Best effort."""
+        from amcommit.spark.task import job_active, job_layout
+
+        plan = self.plan
+
+        async def drop() -> None:
+            store, dest = open_location(plan.url, **plan.store_options)
+            async with store:
+                layout = job_layout(plan, dest)
+                if not await job_active(store, layout):
+                    await store.delete(layout.job_dir, recursive=True)
+
+        with contextlib.suppress(Exception):
+            run_kept_loop(drop)
 
     @contextlib.contextmanager
     def _renewing(self, ids: StreamIds) -> Iterator[None]:
         """Renew the query's lease every ``lease_ttl / 4`` seconds while the block runs (a
-        background thread; a failed renewal is retried at the next turn)."""
+        background thread; a failed renewal is retried at the next turn). The owner file is
+        not written again: a task still running after its batch ended (a ``stop()``) must
+        not bring the rolled back instant's staging folder back."""
         if ids.run is None:
             yield
             return
@@ -223,7 +276,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
         def loop() -> None:
             while not stop.wait(self.lease_ttl / 4):
                 with contextlib.suppress(Exception):
-                    self._claim(ids)
+                    self._claim(ids, owner=False)
 
         t = threading.Thread(target=loop, name="amcommit-lease", daemon=True)
         t.start()
@@ -259,14 +312,14 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Roll the micro-batch's instant back (or complete it, past the point of no return).
-        Without any message (every task failed) the instant is unknown here: the next
-        commit of the query rolls it back (its owner file names the query)."""
+        Without any message (every task failed, or ``query.stop()`` mid batch) the instant
+        is the one this driver process allocated for the query (:func:`abort_unreported`)."""
         plan = self._plan_of(messages)
-        if plan is None:
-            log.warning("micro-batch %d aborted before any task reported: nothing to roll back here", batchId)
-            return
         try:
-            abort_write(plan)
+            if plan is None:
+                abort_unreported(self.plan, self.checkpoint, batchId)
+            else:
+                abort_write(plan)
         except AmcommitError as e:
             raise for_user(e, self.plan.url) from None
 
@@ -310,14 +363,51 @@ def _record_timing(batch: int, instant: str | None, entered: float, created: flo
         f.write(line + "\n")
 
 
+def abort_unreported(plan: WritePlan, checkpoint: str | None, batch_id: int) -> list[str]:
+    """``abort()`` of micro-batch ``batch_id`` that no task reported to (``plan`` has no
+    instant): roll back the instants this driver process (the JVM of this Python worker)
+    allocated for this query (its checkpoint key; None if the option was not given), as
+    recorded with their claim (:func:`~amcommit.spark.stream_state.driver_instants`).
+    Returns them. Blocking.
+
+    Not told apart: two queries of one Spark application into one table, both without the
+    ``checkpointLocation`` option; a stop of one may then roll back the other's batch in
+    progress, whose commit then fails (never a loss or a duplicate)."""
+    ck = checkpoint_app(checkpoint) if checkpoint else None
+    me = driver_id()
+
+    async def main() -> list[str]:
+        store, dest = open_location(plan.url, **plan.store_options)
+        async with store:
+            mine = driver_instants(await read_owners(store, dest), me, ck)
+            for t in mine:
+                await abort_job(store, dest, t, config=plan.config())
+            return mine
+
+    rolled = run_blocking(main)
+    if rolled:
+        log.warning(
+            "micro-batch %d aborted before any task reported: its instant %s rolled back",
+            batch_id,
+            ", ".join(rolled),
+        )
+    else:
+        log.warning(
+            "micro-batch %d aborted before any task reported: no instant of it to roll back", batch_id
+        )
+    return rolled
+
+
 async def _roll_back_dead(
     store: Store, dest: str, plan: WritePlan, ids: StreamIds, owners: dict[str, Owner] | None = None
 ) -> list[str]:
-    """Roll back the earlier inflight instants of the same query (dead runs); ``owners``:
-    :func:`read_owners` already done."""
+    """Roll back the earlier inflight instants of the same query, and those whose driver
+    process (on this host) is gone: dead runs; ``owners``: :func:`read_owners` already
+    done."""
     if owners is None:
-        owners = await read_owners(store, dest)
-    dead = dead_instants(plan.job_id, owners, ids.app, ids.checkpoint)
+        owners = await read_owners(store, dest, below=plan.job_id)
+    gone = frozenset(d for o in owners.values() if (d := o.driver) is not None and driver_gone(d))
+    dead = dead_instants(plan.job_id, owners, ids.app, ids.checkpoint, gone)
     for t in dead:
         report = await abort_job(store, dest, t, config=plan.config())
         log.warning(
@@ -352,7 +442,7 @@ def commit_batch(
                 await acquire_lease(store, dest, ids.app, ids.run, lease_ttl, driver=driver)
 
         async def read() -> None:
-            owners.update(await read_owners(store, dest))
+            owners.update(await read_owners(store, dest, below=plan.job_id))
 
         await run_parallel([lease, read], lambda step: step(), 2)  # errors unwrapped
         await _roll_back_dead(store, dest, plan, ids, owners)
@@ -414,22 +504,23 @@ def stream_writer(source: AmcommitDataSource, schema: Any, overwrite: bool) -> A
         raise for_user(e, source.options.get("path")) from None
 
 
-def begin_batch(plan: WritePlan, checkpoint: str | None) -> WritePlan:
-    """Allocate a micro-batch's instant (``begin_write``) and record its owner's checkpoint
-    key (when known) in the staging folder."""
+def begin_batch(
+    plan: WritePlan,
+    checkpoint: str | None,
+    *,
+    app: str | None = None,
+    driver: str | None = None,
+    batch: int | None = None,
+) -> WritePlan:
+    """Allocate a micro-batch's instant (``begin_write``) with its owner recorded in the
+    claim itself (atomic with it): the query (``app``, when known here), its checkpoint
+    key (when known) and the driver process (``driver``, default: this worker's JVM)."""
     from amcommit.spark.source import begin_table_write
 
-    plan = begin_table_write(plan)
-    if checkpoint:
-        ck = checkpoint_app(checkpoint)
-
-        async def own() -> None:
-            store, dest = open_location(plan.url, **plan.store_options)
-            async with store:
-                await write_owner(store, dest, plan.job_id, Owner(None, None, ck))
-
-        with contextlib.suppress(AmcommitError):
-            run_blocking(own)
+    ck = checkpoint_app(checkpoint) if checkpoint else None
+    owner = Owner(app=app, checkpoint=ck, driver=driver or driver_id())
+    plan = begin_table_write(plan, owner=owner_fields(owner))
+    hooks.current.stream_begun(batch, checkpoint)
     return plan
 
 
@@ -468,7 +559,7 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     rest["path"] = dest
     try:
         plan = AmcommitDataSource(rest).build_writer(df.schema, mode == "overwrite", begin=False).plan
-        plan = begin_batch(plan, checkpoint)
+        plan = begin_batch(plan, checkpoint, app=app, driver=driver_id(this_watch()), batch=int(batch_id))
     except AmcommitError as e:
         raise for_user(e, dest) from None
     writer = AmcommitStreamWriter(plan, checkpoint, ttl)

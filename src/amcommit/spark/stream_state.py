@@ -5,17 +5,23 @@ objects):
 
 ``.hoodie/.temp/<instant>/_stream.json`` (the *owner* of a micro-batch's instant)
     ``{"app": <query id or null>, "run": <run id or null>, "checkpoint": <key or null>}``.
-    Written by ``streamWriter()`` on the driver (checkpoint key only, when the option
-    ``checkpointLocation`` was given) and again by every task (query id and run id, which
-    only tasks see). A restarted query recognises the inflight instants of its own dead
-    runs by it and rolls them back at once (:func:`dead_instants`, pure), instead of waiting
-    ``writer_ttl`` for their heartbeat to go stale. It goes away with the staging folder.
+    Written by every task (query id and run id, which only tasks see). What the driver
+    knows (the checkpoint key, when the option ``checkpointLocation`` was given, and the
+    driver process, :attr:`Owner.driver`) is recorded earlier, in the write's job marker
+    with the claim of the instant itself (``begin_write(owner=)``), so no instant is ever
+    without its owner, not even one whose driver died right after allocating it.
+    :func:`read_owners` merges both. A restarted query recognises the inflight instants of
+    its own dead runs by them and rolls them back at once (:func:`dead_instants`, pure),
+    instead of waiting ``writer_ttl`` for their heartbeat to go stale; an ``abort()`` that
+    no task reported to finds its batch's instant by them (:func:`driver_instants`, pure).
+    It goes away with the staging folder.
 
 ``.hoodie/.amcommit/streams/<sha256(app)>.json`` (the query's *lease*)
     ``{"app", "run", "beat", "driver"}``: which run of the query writes, when it last said
     so (wall clock), and the run's driver process when known
     (:class:`~amcommit.liveness.ProcessId`: the Spark driver's JVM). Taken and renewed by
-    tasks and the batch commit. A different run finds a fresh lease and waits up to
+    tasks and the batch commit (not rewritten while the run's own lease is younger than
+    ``lease_ttl / 4``). A different run finds a fresh lease and waits up to
     ``lease_ttl`` for it to go stale, saying so in one line (WARNING): if the holder renews
     it meanwhile, two runs of one query are running at once and the newcomer fails with one
     line (:class:`~amcommit.errors.ConflictError`); if not, the holder is dead (a restart
@@ -32,6 +38,7 @@ objects):
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -39,6 +46,7 @@ from collections.abc import Mapping
 import anyio
 import msgspec
 
+from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, ConflictError, NotFound, PreconditionFailed
 from amcommit.liveness import ProcessId, proven_dead
 from amcommit.paths import basename, join
@@ -50,6 +58,10 @@ log = logging.getLogger("amcommit.spark.stream")
 OWNER_FILE = "_stream.json"
 LEASE_DIR = f"{HOODIE_DIR}/.amcommit/streams"
 DEFAULT_LEASE_TTL = 10.0
+RENEW_AFTER = 0.25
+"""A run's own lease younger than ``RENEW_AFTER * lease_ttl`` is not rewritten: the tasks
+and the commit of every batch ask for it, and one object may change only about once a
+second on GCS. It is still renewed at least every ``lease_ttl / 2`` while the run writes."""
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -58,8 +70,11 @@ __all__ = [
     "acquire_lease",
     "checkpoint_app",
     "dead_instants",
+    "driver_instants",
     "judge_lease",
     "lease_path",
+    "merge_owner",
+    "owner_fields",
     "read_owners",
     "write_owner",
 ]
@@ -71,6 +86,23 @@ class Owner(msgspec.Struct, frozen=True):
     app: str | None = None
     run: str | None = None
     checkpoint: str | None = None
+    driver: str | None = None
+    """The driver process that allocated the instant (host, pid namespace, pid and start
+    time, see :func:`amcommit.spark.stream.driver_id`); recorded in the write's marker only."""
+
+
+def owner_fields(owner: Owner) -> dict[str, str]:
+    """Pure: the owner as ``begin_write(owner=)`` records it (fields that are set)."""
+    return {k: v for k in Owner.__struct_fields__ if isinstance(v := getattr(owner, k), str)}
+
+
+def merge_owner(found: Owner | None, claimed: Mapping[str, object] | None) -> Owner | None:
+    """Pure: the owner file's fields (``found``), completed by those recorded with the
+    instant's claim (``claimed``, the marker's ``owner``); None if neither says anything."""
+    fields = {k: v for k, v in (claimed or {}).items() if k in Owner.__struct_fields__ and isinstance(v, str)}
+    if found is not None:
+        fields.update({k: v for k in Owner.__struct_fields__ if (v := getattr(found, k)) is not None})
+    return Owner(**fields) if fields else None
 
 
 class Lease(msgspec.Struct, frozen=True):
@@ -95,11 +127,40 @@ def owner_path(dest: str, instant: str) -> str:
 
 
 async def write_owner(store: Store, dest: str, instant: str, owner: Owner) -> None:
-    await store.put(owner_path(dest, instant), msgspec.json.encode(owner), mode=PutMode.OVERWRITE)
+    """Record ``owner`` (unless the owner file says exactly that already: the tasks of one
+    batch record the same owner, and an object store limits how often one object may
+    change, GCS about once a second)."""
+    path = owner_path(dest, instant)
+    data = msgspec.json.encode(owner)
+    try:
+        if await store.get(path) == data:
+            return
+    except NotFound:
+        pass
+    await store.put(path, data, mode=PutMode.OVERWRITE)
 
 
-async def read_owners(store: Store, dest: str) -> dict[str, Owner]:
-    """Instant -> owner of every staging folder that has an owner file."""
+async def _owner_file(store: Store, dest: str, instant: str) -> Owner | None:
+    try:
+        return msgspec.json.decode(await store.get(owner_path(dest, instant)), type=Owner)
+    except (NotFound, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+async def _claimed_owner(store: Store, dest: str, instant: str) -> Mapping[str, object] | None:
+    """The ``owner`` recorded in the write's job marker (``begin_write(owner=)``), if any."""
+    try:
+        body = json.loads(await store.get(JobLayout(dest, instant, table=True).job_marker))
+    except (NotFound, ValueError):
+        return None
+    owner = body.get("owner") if isinstance(body, dict) else None
+    return owner if isinstance(owner, dict) else None
+
+
+async def read_owners(store: Store, dest: str, *, below: str | None = None) -> dict[str, Owner]:
+    """Instant -> owner of every staging folder whose owner file or job marker names one
+    (:func:`merge_owner`); ``below``: only instants earlier than it. Two reads per staged
+    instant."""
     out: dict[str, Owner] = {}
     try:
         names = [
@@ -108,27 +169,45 @@ async def read_owners(store: Store, dest: str) -> dict[str, Owner]:
     except NotFound:
         return out
     for name in names:
-        if not is_instant(name):
+        if not is_instant(name) or (below is not None and name >= below):
             continue
-        try:
-            out[name] = msgspec.json.decode(await store.get(owner_path(dest, name)), type=Owner)
-        except (NotFound, msgspec.DecodeError, msgspec.ValidationError):
-            continue
+        owner = merge_owner(await _owner_file(store, dest, name), await _claimed_owner(store, dest, name))
+        if owner is not None:
+            out[name] = owner
     return out
 
 
-def dead_instants(mine: str, owners: Mapping[str, Owner], app: str, checkpoint: str | None) -> list[str]:
+def dead_instants(
+    mine: str,
+    owners: Mapping[str, Owner],
+    app: str,
+    checkpoint: str | None,
+    dead_drivers: frozenset[str] = frozenset(),
+) -> list[str]:
     """Pure: instants earlier than ``mine`` that belong to the same query (same app id, or
-    the same checkpoint key). Micro-batches of one run are sequential and two runs of one
+    the same checkpoint key), or that a driver process now gone allocated (``dead_drivers``:
+    checked by the caller). Micro-batches of one run are sequential and two runs of one
     query are kept apart by the lease, so while ``mine`` commits such an instant can only
     be left by a dead run: it is rolled back (or completed, past its point of no return)."""
     out = []
     for t, o in owners.items():
         if t >= mine:
             continue
-        if o.app == app or (checkpoint is not None and o.checkpoint == checkpoint):
+        if (
+            o.app == app
+            or (checkpoint is not None and o.checkpoint == checkpoint)
+            or (o.driver is not None and o.driver in dead_drivers)
+        ):
             out.append(t)
     return sorted(out)
+
+
+def driver_instants(owners: Mapping[str, Owner], driver: str, checkpoint: str | None) -> list[str]:
+    """Pure: the instants that driver process ``driver`` allocated for the query of
+    ``checkpoint`` (its key, None when unknown). A driver runs one micro-batch of a query
+    at a time, so when that batch is aborted without any task's report this is its
+    instant (plus leftovers of this driver's own earlier batches of the query)."""
+    return sorted(t for t, o in owners.items() if o.driver == driver and o.checkpoint == checkpoint)
 
 
 def judge_lease(lease: Lease | None, run: str, now: float, ttl: float, *, dead: bool = False) -> str:
@@ -178,6 +257,8 @@ async def acquire_lease(
     conditional write that takes or renews the lease."""
     path = lease_path(dest, app)
     present, etag, first = await _read_lease(store, path)
+    if first is not None and first.run == run and abs(time.time() - first.beat) < ttl * RENEW_AFTER:
+        return False  # ours, renewed moments ago (by another task of this run): not rewritten
     seen = first
     deadline = time.monotonic() + ttl + 1.0
     told = False

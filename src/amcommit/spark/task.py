@@ -44,10 +44,11 @@ import msgspec
 import pyarrow as pa
 from anyio.from_thread import BlockingPortal
 
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
-from amcommit.committer.sync import kept_portal
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
+from amcommit.loop import kept_portal
 from amcommit.loop import running as running_loop
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join
@@ -169,13 +170,15 @@ async def discard_attempt(store: Store, layout: JobLayout, attempt_id: str) -> N
                 await store.delete(layout.temp_root)  # only if empty
 
 
-async def setup_attempt(store: Store, layout: JobLayout, partition: int, attempt: int) -> tuple[str, str]:
+async def setup_attempt(
+    store: Store, layout: JobLayout, partition: int, attempt: int, config: CommitterConfig = DEFAULT_CONFIG
+) -> tuple[str, str]:
     """Set up the attempt; returns ``(task attempt id, work dir)``."""
     for k in range(64):
         n = (k << 16) | attempt
         _, attempt_id = task_ids(layout.job_id, partition, n)
         try:
-            return attempt_id, await setup_task(store, layout, attempt_id)
+            return attempt_id, await setup_task(store, layout, attempt_id, config=config)
         except CommitError:  # this id was used by an earlier stage attempt
             continue
     raise CommitError(f"no free task attempt id for partition {partition}", stage="setup_task")
@@ -257,7 +260,7 @@ def run_task(
         try:
             layout = job_layout(plan, dest)
             portal.call(check_job_active, store, layout)
-            attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt)
+            attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt, config)
             task_id, _ = task_ids(plan.job_id, partition, 0)
             beats = (
                 portal.start_task_soon(keep_alive, store, layout, config.writer_ttl)

@@ -45,6 +45,7 @@ from amcommit.errors import (
     AlreadyExists,
     InvalidInput,
     NotFound,
+    ObjectRateLimited,
     PermissionDenied,
     PreconditionFailed,
     StoreError,
@@ -300,8 +301,9 @@ class HttpClient:
         if err is not None:
             err.attempts = attempt
             stats.record(op, time.perf_counter() - t0, failed=True)
-            if resp.status < 500 and not isinstance(err, Throttled):
-                # 404, 409, 412 ...: the service answered; only refusals slow the limiter
+            if resp.status < 500 and (not isinstance(err, Throttled) or isinstance(err, ObjectRateLimited)):
+                # 404, 409, 412, one object changed too often ...: the service answered;
+                # only refusals of our load slow the limiter
                 self.limiter.succeeded()
             raise err
         stats.record(op, time.perf_counter() - t0)
@@ -362,6 +364,9 @@ class HttpClient:
             pass
         try:
             resp = await self._signed(op, method, url, headers, data, path, missing_ok, attempt)
+        except ObjectRateLimited:
+            gate.succeeded()  # one object changed too often: not the bucket's write budget
+            raise
         except Throttled as e:
             gate.throttled(e.retry_after)
             raise

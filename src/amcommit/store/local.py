@@ -13,6 +13,14 @@ Atomicity on a POSIX filesystem:
   (a plain ``OVERWRITE`` by another process does not take the ``flock`` and is not fenced).
 * ``rename`` is atomic and never overwrites (``RENAME_NOREPLACE``). The ``src_etag`` check
   happens just before the rename, not atomically with it.
+* Durability (``fsync=True``, the default): a put fsyncs its file before renaming it into
+  place. A rename changes two directories (the source's and the destination's parent);
+  until those are fsynced a power loss may undo it. They are fsynced before the store's
+  next ``put`` or ``delete`` (and at ``aclose`` / :meth:`LocalStore.sync`), each directory
+  once however many renames changed it, many at once (:data:`DIR_SYNC_THREADS`): the job
+  commit records renames only by a put or a delete (its journal, ``_SUCCESS``), so no
+  record of a rename reaches the disk before the rename itself. (The put's own directory
+  is not fsynced.) Without ``fsync`` no file or directory is fsynced.
 * The etag is ``inode-mtime_ns-size`` (hex): a rename keeps it, any rewrite changes it.
 
 Symbolic links are never followed below a listed directory: ``list`` reports a link (and a
@@ -38,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from operator import itemgetter
 from typing import Self, TypeVar
@@ -112,6 +121,42 @@ def rename_noreplace(src: str, dst: str) -> None:
         return
     os.link(src, dst)  # atomic create-only
     os.unlink(src)
+
+
+DIR_SYNC_THREADS = 16
+"""Directories fsynced at once (see :meth:`LocalStore._sync_dirs`)."""
+
+
+def _fsync_dir(d: bytes) -> None:
+    """fsync directory ``d`` (skipped if it is gone)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _parents(
+    bsrcs: list[bytes] | None, bdsts: list[bytes] | None, root: str, requests: Sequence[RenameRequest]
+) -> set[bytes]:
+    """The parent directories of the sources and destinations of ``requests`` (OS paths;
+    ``bsrcs``/``bdsts``: the encoded paths, None if one cannot be encoded: such a request
+    renamed nothing and is left out)."""
+    if bsrcs is not None and bdsts is not None:
+        out = {p[: p.rfind(b"/")] for p in bsrcs}
+        out.update(p[: p.rfind(b"/")] for p in bdsts)
+        return out
+    out = set()
+    for r in requests:
+        for path in (r.src, r.dst):
+            try:
+                out.add(os.fsencode(os.path.dirname(root + path)))
+            except UnicodeError:
+                continue
+    return out
 
 
 def _rename_file(ps: str, pd: str, src: str, dst: str, src_etag: str | None, declared: bool) -> RenameResult:
@@ -353,6 +398,9 @@ class LocalStore:
         """One batch renames at a time (the kernel serialises renames between directories
         of one file system; two threads renaming were measured 2x slower than one); the
         caller prepares the next batch meanwhile."""
+        self._unsynced: set[bytes] = set()
+        """Directories changed by renames and not fsynced yet (``fsync`` only)."""
+        self._unsynced_lock = threading.Lock()
 
     @property
     def root_uri(self) -> str:
@@ -506,6 +554,8 @@ class LocalStore:
         p = self.os_path(path)
 
         def write() -> ObjectInfo:
+            if self._unsynced:
+                self._sync_dirs()  # renames first: what this put records of them is written after
             d = os.path.dirname(p)
             os.makedirs(d, exist_ok=True)
             tmp = os.path.join(d, f"{TMP_PREFIX}{uuid.uuid4().hex}")
@@ -557,9 +607,41 @@ class LocalStore:
         ps, pd = self.os_path(src), self.os_path(dst)
 
         def mv() -> RenameResult:
-            return _rename_file(ps, pd, src, dst, src_etag, src_etag is not None or rename_id is not None)
+            result = _rename_file(ps, pd, src, dst, src_etag, src_etag is not None or rename_id is not None)
+            if self.fsync:
+                self._changed(os.fsencode(os.path.dirname(ps)), os.fsencode(os.path.dirname(pd)))
+            return result
 
         return await self._run("rename", src, mv, inline=True)
+
+    def _changed(self, *dirs: bytes) -> None:
+        """Directories a rename changed, to fsync before the next put (``fsync`` only)."""
+        with self._unsynced_lock:
+            self._unsynced.update(dirs)
+
+    def _sync_dirs(self) -> None:
+        """fsync every directory renames changed since the last call (blocking); one that
+        is gone meanwhile (a removed task directory) is skipped. Many directories are
+        fsynced by up to :data:`DIR_SYNC_THREADS` threads at once: each fsync waits for a
+        flush of the disk's cache, and concurrent flushes are merged (2,010 directories of
+        a 2,000-file commit: 0.16 s instead of 1.9 s on a busy machine)."""
+        with self._unsynced_lock:
+            dirs, self._unsynced = self._unsynced, set()
+        if len(dirs) <= 4:
+            for d in sorted(dirs):
+                _fsync_dir(d)
+            return
+        with ThreadPoolExecutor(
+            min(DIR_SYNC_THREADS, len(dirs)), thread_name_prefix="amcommit-dirsync"
+        ) as pool:
+            for _ in pool.map(_fsync_dir, sorted(dirs)):
+                pass
+
+    async def sync(self) -> None:
+        """fsync the directories changed by renames so far (a no-op without ``fsync``); the
+        next put and ``aclose`` do it anyway."""
+        if self._unsynced:
+            await self._run("sync", "", self._sync_dirs)
 
     async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
         """Many :meth:`rename` calls in one worker-thread hop under one limiter slot (see
@@ -579,6 +661,8 @@ class LocalStore:
         check_paths(dsts)
         root = self.root.rstrip("/") + "/"
         bsrcs, bdsts = _encode_all(root, srcs), _encode_all(root, dsts)
+
+        sync = self.fsync
 
         def run() -> dict[int, StoreError]:
             failed: dict[int, StoreError] = {}
@@ -611,6 +695,8 @@ class LocalStore:
                     failed[i] = _unencodable(e, "rename", r.src)
                 except StoreError as e:
                     failed[i] = e
+            if sync:  # after the renames: the directories they changed, fsynced before the next put
+                self._changed(*_parents(bsrcs, bdsts, root, requests))
             return failed
 
         t0 = time.perf_counter()
@@ -738,6 +824,8 @@ class LocalStore:
                 os.unlink(p)
             return True
 
+        if self._unsynced:  # renames first (a rollback's last record is a delete)
+            await self.sync()
         return await self._run("delete", path, rm, inline=not recursive)
 
     async def mkdirs(self, path: str) -> None:
@@ -755,6 +843,8 @@ class LocalStore:
         await self._run("mkdirs", path, mk, inline=True)
 
     async def aclose(self) -> None:
+        if self._unsynced:
+            await anyio.to_thread.run_sync(self._sync_dirs)
         self._closed = True
 
     async def __aenter__(self) -> Self:

@@ -44,7 +44,8 @@ class LocalOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_field
     kind = "local store"
 
     fsync: bool | UnsetType = UNSET
-    """fsync files and directories on put and rename (default True)."""
+    """fsync written files, and the directories renames changed before the next put or
+    delete (default True)."""
     offload_metadata: bool | UnsetType = UNSET
     """Run metadata calls (stat, rename, mkdir) in worker threads (default False)."""
 

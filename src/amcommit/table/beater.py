@@ -12,7 +12,9 @@ process of its own, started by :func:`start` right after the instant is allocate
 
 - it beats every ``writer_ttl / 4`` (:func:`amcommit.table.heartbeat.keep_beating`);
 - it stops by itself once the write is over: its job marker is gone (committed, or aborted
-  by Spark after a failure), removing a beat that raced the end;
+  by Spark after a failure). The marker is checked before each beat, so the process writes
+  nothing once the write ended (not even into a table folder deleted meanwhile), and again
+  after it, removing a beat that raced the end;
 - it stops when the Spark driver is gone: the JVM that ran ``writer()`` (the nearest
   ``java`` ancestor; else the worker's parent) no longer exists (checked before each beat).
   It records that process as the write's keeper (:func:`~amcommit.table.heartbeat.claim_keeper`),
@@ -38,7 +40,7 @@ from typing import Any
 from amcommit.errors import CommitError
 from amcommit.liveness import java_ancestor, proc_stat
 
-__all__ = ["ProcessWatch", "jvm_watch", "main", "start"]
+__all__ = ["ProcessWatch", "jvm_watch", "main", "start", "this_process"]
 
 START_TIMEOUT = 60.0
 
@@ -66,6 +68,12 @@ class ProcessWatch:
 def _start_time(pid: int) -> str | None:
     st = proc_stat(pid)
     return None if st is None else st[3]
+
+
+def this_process() -> ProcessWatch:
+    """This process, as :class:`ProcessWatch` (a driver that commits in its own process)."""
+    pid = os.getpid()
+    return ProcessWatch(pid, _start_time(pid))
 
 
 def jvm_watch() -> ProcessWatch:

@@ -38,18 +38,18 @@ from datetime import UTC, datetime
 from functools import partial
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.lock import run_locked
 from amcommit.committer.report import Progress, ProgressCallback
 from amcommit.errors import AlreadyExists, ConfigError
+from amcommit.parallel import gather_limited
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
-from amcommit.store.retry import RetryPolicy
+from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.model import Action, Instant, State
 from amcommit.table.naming import HOODIE_DIR, next_instant
-from amcommit.table.reader import Listing, Timeline, gather_limited, table_uri
+from amcommit.table.reader import Listing, Timeline, table_uri
 from amcommit.table.timeline import LoadedCommit
 
 __all__ = ["CLEAN_LOCK_OWNER", "CleanReport", "clean", "clean_after_commit", "plan_clean"]

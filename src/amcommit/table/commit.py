@@ -1,6 +1,6 @@
 """The job commit of a table write: files first, the completed instant last.
 
-``commit_job(store, dest, instant)`` on a table destination runs :func:`commit_table_job`: the
+``commit_job(store, dest, instant)`` on a table destination runs :class:`~amcommit.table.kind.TableKind`'s hooks: the
 usual journaled commit (:mod:`amcommit.committer.job`: manifests, journal, renames, resume,
 rollback, retries) under the table's destination lock, with these table stages
 (:func:`run_table_commit`):
@@ -42,27 +42,26 @@ from dataclasses import dataclass, field
 import anyio
 import msgspec
 
-from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext, run_parallel
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.job import abort_held
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
-from amcommit.committer.layout import JobLayout
-from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.committer.kind import JobKind
+from amcommit.committer.report import JobReport
 from amcommit.committer.stages.load_manifests import LoadedManifests, ManifestCheck
 from amcommit.errors import (
     AlreadyExists,
     CommitError,
     ConflictError,
-    LockLost,
     ManifestError,
     NotFound,
-    StoreError,
 )
 from amcommit.manifest import CheckedManifest, TaskManifest
+from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
-from amcommit.store.limits import Limiter
 from amcommit.store.names import shorten
-from amcommit.table.heartbeat import delete_beat, heartbeat, judge_writers, stop_beat, writer_alive
+from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
 from amcommit.table.labels import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
     WRITE_ACTIONS,
@@ -86,7 +85,7 @@ from amcommit.table.naming import (
 from amcommit.table.properties import TableProperties
 from amcommit.table.tasknames import ROWS_KEY
 from amcommit.table.timeline import LoadedCommit, list_instants, snapshot
-from amcommit.table.write import WriteMarker, read_marker, read_properties, set_operation
+from amcommit.table.write import WriteMarker, read_marker, read_properties
 from amcommit.table.writestats import (
     STATS_KEY,
     SplicedStats,
@@ -98,7 +97,6 @@ from amcommit.table.writestats import (
 
 __all__ = [
     "OrderPlan",
-    "commit_table_job",
     "completed_instant",
     "plan_order",
     "run_table_commit",
@@ -247,20 +245,19 @@ def _out_of_order(mine: str, later: str) -> CommitError:
     )
 
 
-async def check_order(ctx: JobContext) -> list[Instant]:
+async def check_order(ctx: JobContext, kind: JobKind) -> list[Instant]:
     """The ``check_order`` stage (under the lock, before anything changes); returns the
-    timeline it judged (listed under the lock: :func:`plan_commit` plans from it)."""
-    from amcommit.committer.job import _abort_job
-
+    timeline it judged (listed under the lock: :func:`plan_commit` plans from it).
+    ``kind``: the table's kind, to abort other writes with (the lock is held)."""
     store, dest, mine = ctx.store, ctx.layout.dest, ctx.layout.job_id
     for _ in range(100):
         plan, instants = await _order_state_and_timeline(store, dest, mine, ctx.config.writer_ttl)
         if plan.later_completed is not None:
-            await _abort_job(store, dest, mine, config=ctx.config)
+            await abort_held(kind, store, dest, mine, config=ctx.config)
             raise _out_of_order(mine, plan.later_completed)
         if plan.dead:
             for t in plan.dead:  # the writer is gone: roll its instant back (or complete it)
-                if (await _abort_job(store, dest, t, config=ctx.config)).success:
+                if (await abort_held(kind, store, dest, t, config=ctx.config)).success:
                     ctx.report.completed_previous = t  # its commit was past the point of no return
                 ctx.report.job_stats.incr("table_dead_writers_rolled_back")
             continue
@@ -618,10 +615,12 @@ async def run_table_commit(
     etags: Sequence[str | None] | None = None,
     *,
     run: CommitRun,
+    kind: JobKind,
     label: Label | None = None,
 ) -> None:
-    """The table commit (module doc); replaces :func:`~amcommit.committer.job._run_commit`
-    for table layouts. Runs under the table's destination lock. ``run`` receives the
+    """The table commit (module doc): the commit body of
+    :class:`~amcommit.table.kind.TableKind` (``kind``: to abort other writes with). Runs
+    under the table's destination lock. ``run`` receives the
     loaded manifests (the caller closes it and rolls back from it on failure).
 
     ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
@@ -701,7 +700,7 @@ async def run_table_commit(
             instants = in_order
         else:
             async with ctx.stage("check_order"):
-                instants = await check_order(ctx)
+                instants = await check_order(ctx, kind)
         if label is not None:
             async with ctx.stage("check_label"):
                 by = await committed_by(store, dest, label, config=ctx.config)
@@ -771,7 +770,7 @@ async def run_table_commit(
     await delete_beat(store, dest, instant)
 
 
-async def _skipped_before(
+async def skipped_before(
     store: Store, dest: str, instant: str, label: Label, config: CommitterConfig
 ) -> JobReport | None:
     """The report of a labelled write skipped before (its staging is gone, its instant not
@@ -786,108 +785,4 @@ async def _skipped_before(
     report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
     report.instant, report.label, report.skipped_label = instant, label.text(), by
     report.finished = time.time()
-    return report
-
-
-async def commit_table_job(
-    store: Store,
-    dest: str,
-    instant: str,
-    *,
-    config: CommitterConfig = DEFAULT_CONFIG,
-    manifests: Sequence[TaskManifest] | None = None,
-    manifest_etags: Sequence[str | None] | None = None,
-    progress: ProgressCallback | None = None,
-    limiter: Limiter | None = None,
-    allow_partial: bool = False,
-    label: Label | None = None,
-    operation: str | None = None,
-) -> JobReport:
-    """``commit_job`` of a table write: under the table's lock, keeping the writer's
-    heartbeat fresh; an earlier live instant is waited for outside the lock.
-
-    ``label`` (overrides the one given to ``begin_write``): see :func:`run_table_commit`. A
-    write already skipped for its label (staging gone, instant not completed) gets the same
-    skipped report again. ``operation``: settled first
-    (:func:`~amcommit.table.write.set_operation`), before anything is published.
-
-    A commit that fails with the write still in place (an error, or cancelled) marks the
-    heartbeat *stopped* (:func:`~amcommit.table.heartbeat.stop_beat`): ``amcommit rollback``
-    and later writers treat the write as abandoned at once; running ``commit_job`` again
-    beats again and resumes it."""
-    from amcommit.committer.job import _commit_job, _finish_previous
-    from amcommit.committer.lock import LockBody, run_locked
-
-    staging = JobLayout(dest, instant, table=True)
-    deadline = time.monotonic() + config.lock_wait
-    completed: list[str] = []  # a dead holder whose half-done commit finish_previous completed
-
-    async def finish_previous(prev: LockBody, s: Store) -> None:
-        if await _finish_previous(s, dest, prev, config, limiter):
-            completed.append(prev.owner)
-
-    async def attempt() -> JobReport:
-        return await run_locked(
-            store,
-            dest,
-            instant,
-            config,
-            lambda s: _commit_job(
-                s,
-                dest,
-                instant,
-                config=config,
-                manifests=manifests,
-                manifest_etags=manifest_etags,
-                progress=progress,
-                limiter=limiter,
-                allow_partial=allow_partial,
-                label=label,
-                completed_previous=completed,
-            ),
-            finish_previous=finish_previous,
-            table=True,
-        )
-
-    try:
-        await store.stat(staging.job_marker)
-    except NotFound:
-        if label is not None:
-            skipped = await _skipped_before(store, dest, instant, label, config)
-            if skipped is not None:
-                return skipped
-        return await attempt()  # already committed (or never begun): no heartbeat to keep
-    stopped = False  # this writer gave up on the write: its heartbeat says so
-    try:
-        async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
-            if operation is not None:
-                await set_operation(store, dest, instant, Operation(operation), config)
-            while True:
-                try:
-                    report = await attempt()
-                    break
-                except WaitForEarlier as w:
-                    await wait_for_earlier(store, dest, instant, w.instant, deadline, config.writer_ttl)
-    except LockLost:
-        raise  # a taker completes or rolls back this very commit: leave the judging to it
-    except BaseException:
-        stopped = True
-        raise
-    finally:
-        # the heartbeat loop has stopped: remove a beat it left after a commit or rollback;
-        # a commit that failed with the write still there says its writer stopped, so that
-        # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
-        with anyio.CancelScope(shield=True):
-            try:
-                await store.stat(staging.job_marker)
-            except NotFound:
-                await delete_beat(store, dest, instant)
-            except Exception:
-                pass
-            else:
-                if stopped:
-                    try:
-                        await stop_beat(store, dest, instant)
-                    except StoreError:
-                        pass
     return report

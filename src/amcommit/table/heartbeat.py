@@ -12,7 +12,10 @@ may judge the live write dead and roll it back, deleting its files.
 
 - :func:`~amcommit.table.write.begin_write` beats once; every task setup and task commit
   beats; a running ``commit_job`` beats for its whole duration (including a wait for an
-  earlier instant, and the completion of a dead holder's commit).
+  earlier instant, and the completion of a dead holder's commit). The beats of task setups
+  and commits and the first one of a job commit are skipped while the heartbeat is younger
+  than ``writer_ttl / 8`` (:func:`beat`): a short write changes its heartbeat twice (begun,
+  removed), not once per task.
 - The Spark writer: each write task beats while it runs, and the driver starts a keep-alive
   process when it begins the write (:mod:`amcommit.table.beater`) that beats until the write
   is committed or aborted, or the Spark driver's JVM is gone (a slow upstream stage, queued
@@ -91,9 +94,53 @@ __all__ = [
 ]
 
 
-async def beat(store: Store, dest: str, instant: str) -> None:
-    """Refresh the heartbeat of ``instant``'s writer (one put; atomic)."""
-    await store.put(join(dest, heartbeat_path(instant)), repr(time.time()).encode(), mode=PutMode.OVERWRITE)
+FRESH_FRACTION = 1 / 8
+"""A beat younger than ``FRESH_FRACTION * writer_ttl`` is not rewritten by a beat that may
+be skipped (a task's setup and commit, the start of a job commit): see :func:`beat`."""
+
+_beaten: dict[tuple[str, str], float] = {}
+"""(store root, heartbeat path) -> when this process last wrote a beat there (monotonic)."""
+
+
+async def beat(store: Store, dest: str, instant: str, *, fresh: float = 0.0) -> None:
+    """Refresh the heartbeat of ``instant``'s writer (one put; atomic).
+
+    ``fresh`` > 0 (``FRESH_FRACTION * writer_ttl``: task setups and commits, the start of a
+    job commit): skip the beat while the heartbeat is younger than that: written by this
+    process less than ``fresh`` ago, else (one read) by its body, the wall-clock time of
+    the process that wrote it against ours (the processes of one write must agree on the
+    time within a small fraction of ``writer_ttl``). A short write is then beaten once by
+    its begin, not by each of its tasks and its commit: object stores limit how often one
+    object may change (GCS: about once a second). A heartbeat that says *stopped*, is
+    missing or unreadable is always beaten. The periodic beats (:func:`keep_beating`)
+    always write."""
+    path = join(dest, heartbeat_path(instant))
+    key = (store.root_uri, path)
+    sent = time.monotonic()
+    if fresh > 0:
+        last = _beaten.get(key)
+        if last is not None and sent - last < fresh:
+            return
+        try:
+            body = await store.get(path)
+        except NotFound:
+            body = b""
+        if _fresh(body, time.time(), fresh):
+            return
+    await store.put(path, repr(time.time()).encode(), mode=PutMode.OVERWRITE)
+    if len(_beaten) > 1024:
+        _beaten.clear()
+    _beaten[key] = sent
+
+
+def _fresh(body: bytes, now: float, fresh: float) -> bool:
+    """Whether a heartbeat body is a beat written less than ``fresh`` seconds before
+    ``now`` by its writer's clock (a body far in the future is not trusted either) (pure)."""
+    try:
+        t = float(body.decode())
+    except (ValueError, UnicodeDecodeError):
+        return False  # stopped, empty or foreign
+    return abs(now - t) < fresh
 
 
 STOPPED = b"stopped"
@@ -105,7 +152,9 @@ async def stop_beat(store: Store, dest: str, instant: str) -> None:
     good, or it was cancelled): the heartbeat body becomes ``stopped``, so a rollback or a
     later writer need not wait ``writer_ttl`` for it. A writer that resumes the write beats
     again (:func:`beat` overwrites it). One put; atomic."""
-    await store.put(join(dest, heartbeat_path(instant)), STOPPED, mode=PutMode.OVERWRITE)
+    path = join(dest, heartbeat_path(instant))
+    _beaten.pop((store.root_uri, path), None)
+    await store.put(path, STOPPED, mode=PutMode.OVERWRITE)
 
 
 def _says_stopped(body: bytes) -> bool:
@@ -121,10 +170,11 @@ async def _stopped(store: Store, path: str) -> bool:
         return False
 
 
-async def try_beat(store: Store, dest: str, instant: str) -> None:
-    """:func:`beat`, ignoring store errors (a missed beat is retried at the next one)."""
+async def try_beat(store: Store, dest: str, instant: str, *, fresh: float = 0.0) -> None:
+    """:func:`beat` (``fresh``: see there), ignoring store errors (a missed beat is retried
+    at the next one)."""
     try:
-        await beat(store, dest, instant)
+        await beat(store, dest, instant, fresh=fresh)
     except StoreError:
         pass
 
@@ -168,8 +218,10 @@ async def _keeper_dead(store: Store, dest: str, instant: str) -> bool:
 
 async def delete_beat(store: Store, dest: str, instant: str) -> None:
     """Remove the heartbeat of ``instant`` (idempotent)."""
+    path = join(dest, heartbeat_path(instant))
+    _beaten.pop((store.root_uri, path), None)
     try:
-        await store.delete(join(dest, heartbeat_path(instant)))
+        await store.delete(path)
     except NotFound:
         pass
 
@@ -300,24 +352,36 @@ async def keep_beating(
 ) -> None:
     """Beat every ``ttl / 4`` until the write of ``instant`` is over (its job marker is gone:
     committed or aborted) or ``still_running()`` says False. Runs until then or until
-    cancelled. Each beat is followed by a check of the marker, and a beat that raced the
-    end of the write is removed again, so no heartbeat outlives its write."""
+    cancelled. Each beat is preceded by a check of the marker, so nothing is written once
+    the write is seen to be over (not even into a table folder deleted meanwhile), and
+    followed by another: a beat that raced the end of the write (it ended between the check
+    and the beat) is removed again. Once the write is over its heartbeat, if any is left, is
+    removed (a removal never brings a deleted folder back), so none outlives its write."""
+
+    async def over() -> bool:
+        if await _write_active(store, dest, instant):
+            return False
+        try:
+            await delete_beat(store, dest, instant)
+        except StoreError:
+            pass
+        return True
+
     while True:
         await anyio.sleep(ttl / 4)
         if still_running is not None and not still_running():
             return
+        if await over():
+            return
         await try_beat(store, dest, instant)
-        if not await _write_active(store, dest, instant):
-            try:
-                await delete_beat(store, dest, instant)
-            except StoreError:
-                pass
+        if await over():
             return
 
 
 @asynccontextmanager
 async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0) -> AsyncIterator[None]:
-    """Keep ``instant``'s writer alive while the block runs: beat now, then every ``ttl/4``
+    """Keep ``instant``'s writer alive while the block runs: beat now (unless a beat younger
+    than ``FRESH_FRACTION * ttl`` is there, see :func:`beat`), then every ``ttl/4``
     (:func:`keep_beating`: the beats stop by themselves once the write is committed or
     aborted, also inside the block). This process is recorded as the write's keeper while
     the block runs (:func:`claim_keeper`, withdrawn on exit; nested blocks of one process
@@ -325,7 +389,7 @@ async def heartbeat(store: Store, dest: str, instant: str, *, ttl: float = 120.0
     writer dead at once (module doc). The heartbeat file is left in place on exit while the
     write is still going on (its commit or rollback removes it)."""
     check_instant(instant)
-    await beat(store, dest, instant)
+    await beat(store, dest, instant, fresh=FRESH_FRACTION * ttl)
     keeper, key = this_process(), (store.root_uri, dest, instant)
     claims = _claims.get(key, 0)
     if keeper is not None and not claims:

@@ -34,10 +34,11 @@ from functools import partial
 import msgspec
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
+from amcommit.committer.job import abort_with, finish_previous_job
 from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
+from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import WRITE_ACTIONS, Instant
 from amcommit.table.naming import HOODIE_DIR
 from amcommit.table.timeline import list_instants
@@ -256,11 +257,11 @@ async def recover(
     is alive (one run per application id, as for a streaming query): it would roll back that
     run's write in progress (never a duplicate: that run's commit then fails).
     """
-    from amcommit.committer.job import abort_job
+    from amcommit.table.kind import TableKind  # (table.kind imports this module)
 
     done = await pending_of(store, dest, app_id, config=config)
     for t in done:
-        await abort_job(store, dest, t, config=config)
+        await abort_with(TableKind(), store, dest, t, config=config)
     await _release_dead_lock(store, dest, config)
     return done
 
@@ -268,9 +269,9 @@ async def recover(
 async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -> None:
     """Take over and release the table's lock if its holder is provably dead (see
     :func:`recover`). Atomic: the takeover is the lock's conditional write."""
-    from amcommit.committer.job import _finish_previous
     from amcommit.committer.lock import decode_lock, lock_path, run_locked
     from amcommit.liveness import proven_dead
+    from amcommit.table.kind import TableKind  # (table.kind imports this module)
 
     path = lock_path(dest, table=True)
     try:
@@ -290,6 +291,6 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
         config,
         nothing,
         operation="abort",
-        finish_previous=lambda prev, s: _finish_previous(s, dest, prev, config, None),
+        finish_previous=lambda prev, s: finish_previous_job(TableKind(), s, dest, prev, config, None),
         table=True,
     )

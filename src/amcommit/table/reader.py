@@ -36,13 +36,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-import anyio
-
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
+from amcommit.parallel import gather_limited
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
-from amcommit.store.retry import RetryPolicy
+from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table import avro_meta
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
 from amcommit.table.model import (
@@ -64,7 +62,6 @@ __all__ = [
     "InstantInfo",
     "Listing",
     "Timeline",
-    "gather_limited",
     "open_timeline",
     "table_uri",
 ]
@@ -120,28 +117,6 @@ class Listing:
 
     def completed_times(self) -> set[str]:
         return {i.time for i in self.instants if i.completed}
-
-
-async def gather_limited(fns: Sequence[Callable[[], Awaitable[T]]], limit: int = READ_CONCURRENCY) -> list[T]:
-    """Run ``fns`` with at most ``limit`` at once; results in order. A single failure is
-    raised as itself (not wrapped in an exception group)."""
-    results: list[Any] = [None] * len(fns)
-    sem = anyio.Semaphore(max(1, limit))
-
-    async def one(i: int, fn: Callable[[], Awaitable[T]]) -> None:
-        async with sem:
-            results[i] = await fn()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            for i, fn in enumerate(fns):
-                tg.start_soon(one, i, fn)
-    except BaseExceptionGroup as eg:
-        first = eg.exceptions[0]
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise first from None
-    return results
 
 
 def table_uri(store: Store, dest: str) -> str:
@@ -217,7 +192,7 @@ class Timeline:
 
     async def load(self, instants: Sequence[Instant]) -> list[LoadedCommit]:
         """Completed write instants with their metadata, read concurrently."""
-        metas = await gather_limited([partial(self.commit_metadata, i) for i in instants])
+        metas = await gather_limited([partial(self.commit_metadata, i) for i in instants], READ_CONCURRENCY)
         return [LoadedCommit(i, m) for i, m in zip(instants, metas, strict=True)]
 
     async def cleaned(self, lst: Listing) -> CleanMark | None:
@@ -309,7 +284,9 @@ class Timeline:
         writes = self._write_instants(lst, None, None)
         loaded = {c.instant.time: c for c in await self.load(writes)}
         done_cleans = [i for i in lst.instants if i.action == Action.CLEAN.value and i.completed]
-        clean_meta = await gather_limited([partial(self._get, i.file_name) for i in done_cleans])
+        clean_meta = await gather_limited(
+            [partial(self._get, i.file_name) for i in done_cleans], READ_CONCURRENCY
+        )
         cleans = {
             i.time: avro_meta.decode_clean_metadata(d, where=join(self.dest, HOODIE_DIR, i.file_name))
             for i, d in zip(done_cleans, clean_meta, strict=True)
@@ -359,7 +336,7 @@ class Timeline:
 
 class BlockingTimeline:
     """The blocking facade of :class:`Timeline`: each call opens the store for the URL,
-    runs the query in a private event loop (see :func:`amcommit.committer.sync.run_blocking`)
+    runs the query in a private event loop (see :func:`amcommit.loop.run_blocking`)
     and closes the store."""
 
     def __init__(
@@ -376,7 +353,7 @@ class BlockingTimeline:
         self._factory = store_factory
 
     def _run(self, fn: Callable[[Timeline], Awaitable[T]]) -> T:
-        from amcommit.committer.sync import run_blocking
+        from amcommit.loop import run_blocking
         from amcommit.store.schemes import open_location
 
         async def main() -> T:

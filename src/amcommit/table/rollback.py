@@ -18,12 +18,14 @@ A completed instant is never rolled back here (:func:`rollback_instant` refuses 
 from __future__ import annotations
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext, policies_of, retry_call
+from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.job import abort_with
 from amcommit.committer.journal import Journal
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError, ConfigError, ConflictError, ManifestError, NotFound, StoreError
 from amcommit.paths import basename, is_within, join, parent, relative_to
 from amcommit.store.base import Store
+from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import delete_beat
 from amcommit.table.naming import (
     HOODIE_DIR,
@@ -196,8 +198,8 @@ async def rollback_instant(
     the store's clock: :mod:`amcommit.table.heartbeat`) is refused with ConflictError before
     anything changes, unless ``force`` (that deletes the files of a running write: its
     commit then fails)."""
-    from amcommit.committer.job import abort_job
     from amcommit.table.commit import completed_instant
+    from amcommit.table.kind import TableKind  # (table.kind imports this module)
     from amcommit.table.write import is_table
 
     check_instant(instant)
@@ -210,7 +212,7 @@ async def rollback_instant(
         )
     if not force:
         await _refuse_live(store, dest, instant, config.writer_ttl)
-    return await abort_job(store, dest, instant, config=config)
+    return await abort_with(TableKind(), store, dest, instant, config=config)
 
 
 async def _refuse_live(store: Store, dest: str, instant: str, ttl: float) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -43,11 +44,11 @@ import msgspec
 
 from amcommit.committer.completeness import marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import policies_of, retry_call
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestError, NotFound
 from amcommit.paths import basename, check_path, join
 from amcommit.store.base import PutMode, Store
+from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import beat
 from amcommit.table.labels import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
@@ -121,6 +122,10 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
     against ("" for a table without one), and ``recorded_schema`` the schema the commit
     records if that instant is still the latest at commit (else it checks again)."""
     recorded_schema: str | None = None
+    owner: dict[str, str] | None = None
+    """Who runs the write, in the caller's words (``begin_write(owner=)``, e.g. the streaming
+    sink's query and driver process): recorded with the claim itself, so a caller knows its
+    own dead runs' writes by it even when a run died right after the instant was claimed."""
 
     def label(self) -> Label | None:
         """The label given to :func:`begin_write`, None without one."""
@@ -282,6 +287,7 @@ async def begin_write(
     error_if_exists: bool = False,
     label: Label | None = None,
     allow_missing_columns: bool = False,
+    owner: Mapping[str, str] | None = None,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -297,6 +303,8 @@ async def begin_write(
     ``label``: the write's label (:mod:`amcommit.table.labels`), kept in the job marker; the
     commit accepts each label once (the check is made at commit, under the lock; a caller
     may ask :func:`~amcommit.table.labels.committed_by` first to skip the work).
+    ``owner``: who runs the write (short strings; :attr:`WriteMarker.owner`), in the job
+    marker from the moment the instant is claimed.
     """
     check_path(dest)
     operation = Operation(operation)
@@ -346,6 +354,7 @@ async def begin_write(
             allow_missing_columns=allow_missing_columns,
             schema_base=schema_base,
             recorded_schema=recorded,
+            owner=None if owner is None else dict(owner),
         )
         body = json.loads(msgspec.json.encode(marker))
         body.update(marker_fields(origin, expected_tasks))

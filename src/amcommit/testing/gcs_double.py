@@ -19,7 +19,20 @@ What it implements, like the real service:
 * every write, copy and move creates a new generation and a new etag (etag != MD5), while
   size, MD5 and CRC32C carry over; a metadata patch bumps the metageneration only;
 * partial responses (``fields=``), the JSON error envelope with ``reason``;
-* optional bearer-token check (401 ``authError`` without echoing the token).
+* optional bearer-token check (401 ``authError`` without echoing the token);
+* the per-object mutation rate limit (``object_rate=OBJECT_RATE``; off unless asked for):
+  GCS documents "one write per second" to one object name ("Maximum rate of writes to the
+  same object name", Cloud Storage quotas and limits) and answers more with ``429
+  rateLimitExceeded``, "The object BUCKET/NAME exceeded the rate limit for object mutation
+  operations (create, update, and delete). Please reduce your request rate. See
+  https://cloud.google.com/storage/docs/gcs429.", without a Retry-After and without doing
+  the write. Modelled as a token bucket per object name: ``object_rate`` changes per second,
+  at most ``object_burst`` at once. Every change of a name counts: an upload, a metadata
+  patch, a delete, the destination of a copy/rewrite, both names of a move; a request
+  refused (412, 404, 429) changes nothing and costs nothing. Off by default: the suites
+  that kill, resume and fault commits on the double restart them many times a second on
+  purpose (the same journal, source or destination name rewritten 5-30 times in a second)
+  and took twice as long with it on; the tests of the limit turn it on.
 
 Fault injection (:meth:`GcsDouble.inject`): answer selected operations with a status (429 /
 503 with ``Retry-After``, 500, ...) *instead of* doing them, or do them and then drop the
@@ -223,6 +236,26 @@ class _Lost(Exception):
     """Drop the connection after doing the operation."""
 
 
+OBJECT_RATE = 1.0
+"""GCS's documented limit: one write per second to one object name."""
+OBJECT_BURST = 4.0
+"""Changes of one name the double accepts at once before the rate applies. GCS documents
+only the rate; 4 lets through what one job commit does to a name of its own in a moment (a
+journal: written at three states, then deleted; a file: uploaded, marked, moved), while
+any name rewritten for longer than a few seconds at more than ``OBJECT_RATE`` is refused."""
+
+
+def _object_rate_limited(bucket: str, name: str) -> GcsError:
+    """GCS's answer to a change of one object name beyond its rate (no Retry-After)."""
+    return GcsError(
+        429,
+        "rateLimitExceeded",
+        f"The object {bucket}/{name} exceeded the rate limit for object mutation operations "
+        "(create, update, and delete). Please reduce your request rate. "
+        "See https://cloud.google.com/storage/docs/gcs429.",
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # the server
 
@@ -235,6 +268,12 @@ class GcsDouble:
         supports_move: implement ``objects.move`` (else its URL is an unknown route: 404
             with a plain-text body, as a server without the method would answer).
         rewrite_chunk_bytes: rewrites of larger objects take several calls (rewriteToken).
+        object_rate: changes per second allowed to one object name (GCS:
+            :data:`OBJECT_RATE`, 1); None (the default) turns the per-object limit off.
+            Switchable per instance, also later (the attribute).
+        object_burst: changes of one name accepted at once before ``object_rate`` applies.
+            GCS documents only the rate ("writing to the same object name at a higher rate
+            might result in throttling errors"); see :data:`OBJECT_BURST`.
         host, port: where to listen (127.0.0.1 and a free port by default).
     """
 
@@ -244,6 +283,8 @@ class GcsDouble:
         token: str | None = None,
         supports_move: bool = True,
         rewrite_chunk_bytes: int | None = None,
+        object_rate: float | None = None,
+        object_burst: float = OBJECT_BURST,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -252,6 +293,18 @@ class GcsDouble:
         self.token = token
         self.supports_move = supports_move
         self.rewrite_chunk_bytes = rewrite_chunk_bytes
+        if object_rate is not None and object_rate <= 0:
+            raise ValueError("object_rate must be > 0 changes per second, or None")
+        if object_burst < 1:
+            raise ValueError("object_burst must be >= 1")
+        self.object_rate = object_rate
+        self.object_burst = object_burst
+        self._name_tokens: dict[tuple[str, str], tuple[float, float]] = {}
+        """(bucket, name) -> (tokens, when) of the per-object limit."""
+        self.rate_limited: Counter[str] = Counter()
+        """Object names answered 429 for the per-object limit, and how often."""
+        self.changes: Counter[str] = Counter()
+        """Changes accepted per object name (``bucket/name``), for tests to inspect."""
         self.host = host
         self.port = port
         self.buckets: dict[str, Bucket] = {}
@@ -384,6 +437,30 @@ class GcsDouble:
     def _next_generation(self) -> int:
         self._last_gen = max(self._last_gen + 1, time.time_ns() // 1000)
         return self._last_gen
+
+    def _change(self, bucket: str, *names: str) -> None:
+        """Admit one change of each of ``names`` under the per-object limit, all or none
+        (429 ``rateLimitExceeded`` naming the first refused one, nothing changed)."""
+        rate = self.object_rate
+        if rate is not None:
+            now = time.monotonic()
+            burst = self.object_burst
+            state = self._name_tokens
+            left: list[tuple[tuple[str, str], float]] = []
+            for name in names:
+                tokens, last = state.get((bucket, name), (burst, now))
+                tokens = min(burst, tokens + (now - last) * rate)
+                if tokens < 1.0:
+                    self.rate_limited[f"{bucket}/{name}"] += 1
+                    raise _object_rate_limited(bucket, name)
+                left.append(((bucket, name), tokens - 1.0))
+            for key, tokens in left:
+                state[key] = (tokens, now)
+            if len(state) > 50_000:  # forget names whose bucket is full again
+                for key in [k for k, (t, w) in state.items() if t + (now - w) * rate >= burst]:
+                    del state[key]
+        for name in names:
+            self.changes[f"{bucket}/{name}"] += 1
 
     def _bucket(self, name: str) -> Bucket:
         b = self.buckets.get(name)
@@ -621,6 +698,7 @@ class GcsDouble:
                 raise _not_found(name)
             self._check(o, params)
             res = json.loads(body or b"{}")
+            self._change(bucket.name, name)
             if "metadata" in res:
                 if res["metadata"] is None:
                     o.metadata = None
@@ -647,6 +725,7 @@ class GcsDouble:
             if o is None:
                 raise _not_found(name)
             self._check(o, params)
+            self._change(bucket.name, name)
             del bucket.objects[name]
             return 204, None, {}
         if op in ("rewrite", "copy"):
@@ -766,6 +845,7 @@ class GcsDouble:
             raise GcsError(400, "invalid", "Provided MD5 hash does not match the data")
         if res.get("crc32c") and res["crc32c"] != b64_crc32c(data):
             raise GcsError(400, "invalid", "Provided CRC32C does not match the data")
+        self._change(bucket.name, name)
         o = bucket.objects[name] = self._new_object(name, data, res)
         return o
 
@@ -894,6 +974,7 @@ class GcsDouble:
             if k in ("name", "bucket"):
                 continue
             res[k] = v
+        self._change(dst_bucket.name, dst_name)
         o = dst_bucket.objects[dst_name] = self._new_object(dst_name, src.data, res)
         resource = self._resource(base, dst_bucket.name, o)
         if op == "copy":
@@ -917,6 +998,7 @@ class GcsDouble:
             raise _not_found(name)
         self._check(src, params, source=True)
         self._check(bucket.objects.get(dst_name), params)
+        self._change(bucket.name, name, dst_name)
         now = time.time()
         o = StoredObject(
             name=dst_name,
@@ -941,6 +1023,8 @@ class _UnknownRoute(Exception):
 
 
 __all__ = [
+    "OBJECT_BURST",
+    "OBJECT_RATE",
     "OPS",
     "Fault",
     "GcsDouble",

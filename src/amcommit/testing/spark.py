@@ -34,6 +34,10 @@ What a test can switch on:
     and :func:`configure` at its start (``tests/spark/stream_child.py``). ``kill`` means
     SIGKILL of the driver's whole process group (:data:`PGID_ENV`) and this one:
 
+    ``after_begin``   killed right after the batch's instant was allocated (``begin_write``,
+                      its keep-alive process started), before any task ran; the
+                      ``format("amcommit")`` sink's driver side sees no batch id: it is the
+                      newest one of the checkpoint's offsets log (a local checkpoint)
     ``task_write``    a task is killed after it wrote its first rows
     ``before_commit`` ``commit()`` is entered and killed
     ``in_renames``    killed inside the job commit, before its second rename of a data file
@@ -77,7 +81,7 @@ STREAM_ENV = "AMCOMMIT_TESTING_STREAM_FAULT"
 SIGNAL_ENV = "AMCOMMIT_TESTING_STREAM_SIGNAL"
 RELEASE_ENV = "AMCOMMIT_TESTING_STREAM_RELEASE"
 PGID_ENV = "AMCOMMIT_TESTING_STREAM_PGID"
-POINTS = frozenset({"task_write", "before_commit", "in_renames", "after_commit", "slow_task"})
+POINTS = frozenset({"after_begin", "task_write", "before_commit", "in_renames", "after_commit", "slow_task"})
 _FAIL_TASK = "fail_task.json"
 _DRIVER_FAULTS = "driver_faults.json"
 
@@ -279,6 +283,19 @@ class SparkFaults(SparkHooks):
             end = time.monotonic() + secs
             while time.monotonic() < end and not (release and os.path.exists(release)):
                 time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+    def stream_begun(self, batch: int | None, checkpoint: str | None) -> None:
+        """The ``after_begin`` point (``batch`` None: the newest batch of the checkpoint's
+        offsets log, read only when the point is armed)."""
+        if not self.stream_spec.startswith("after_begin@"):
+            return
+        if batch is None and checkpoint:
+            try:
+                names = os.listdir(os.path.join(checkpoint.removeprefix("file:"), "offsets"))
+            except OSError:
+                names = []
+            batch = max((int(n) for n in names if n.isdigit()), default=None)
+        self.stream_point("after_begin", batch)
 
     def stream_store(self, store: Store, batch: int) -> Store:
         if fault_at(self.stream_spec, "in_renames", batch) is None:

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 
 import anyio
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.layout import SUCCESS_NAME
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.scope import replace_scope
 from amcommit.committer.stages.victims import VICTIM_CHUNK, encode_victims
 from amcommit.errors import ConflictError, StoreError
+from amcommit.parallel import run_parallel
 from amcommit.paths import basename, is_within, parent
 from amcommit.store.base import ObjectInfo, PutMode
 

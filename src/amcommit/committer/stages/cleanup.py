@@ -10,8 +10,9 @@ from functools import partial
 
 import anyio
 
-from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext, run_parallel
+from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext
 from amcommit.errors import StoreError
+from amcommit.parallel import run_parallel
 from amcommit.store.base import BatchDeleter, ObjectInfo, batch_deleter
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.dirs import remove_empty_dirs
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.prepare_dirs import with_ancestors
 from amcommit.committer.stages.victims import load_victims
+from amcommit.parallel import run_parallel
 from amcommit.paths import parent
 
 

@@ -11,7 +11,7 @@ what the job kind's own check refuses (:attr:`LoadInputs.check`), and (on local 
 where an ``lstat`` is cheap) a source that is a directory, a symbolic link or lies behind
 one: elsewhere the rename itself refuses a directory source (see ``Store.rename``).
 Every listing, read and write goes through the job's retry layer
-(:mod:`amcommit.committer.context`).
+(:mod:`amcommit.store.retry`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from functools import partial
 import anyio.abc
 import anyio.lowlevel
 
-from amcommit.committer.context import JobContext, _first_error, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.committer.lock import FencedStore
 from amcommit.committer.spool import EntrySpool
@@ -36,6 +36,7 @@ from amcommit.manifest import (
     decode_manifest,
     manifest_is_plain,
 )
+from amcommit.parallel import first_error, run_parallel
 from amcommit.paths import basename, parent
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore, local_store_of
@@ -168,7 +169,7 @@ async def run(ctx: JobContext, inputs: LoadInputs) -> LoadedManifests:
             if sources is not None:
                 await sources.start(tg)
     except BaseExceptionGroup as eg:
-        raise _first_error(eg) from None
+        raise first_error(eg) from None
 
     dups = spool.find_duplicates()
     if dups:

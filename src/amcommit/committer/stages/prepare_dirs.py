@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.messages import next_steps, uri
 from amcommit.committer.stages.renaming import move_aside
 from amcommit.committer.stages.scope import in_replace_scope, replace_scope
 from amcommit.errors import ConflictError, NotFound
+from amcommit.parallel import run_parallel
 from amcommit.paths import is_within
 
 

@@ -3,7 +3,7 @@ the manifests (Spark commit messages), publish exactly them in the job directory
 journal exists: ``run(ctx, PublishInputs) -> PublishResult``.
 
 Every listing, read and write goes through the job's retry layer
-(:mod:`amcommit.committer.context`).
+(:mod:`amcommit.store.retry`).
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.layout import MANIFEST_SUFFIX
 from amcommit.errors import NotFound
 from amcommit.manifest import TaskManifest, encode_json
+from amcommit.parallel import run_parallel
 from amcommit.store.base import PutMode
 
 

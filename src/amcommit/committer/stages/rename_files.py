@@ -35,7 +35,7 @@ from operator import itemgetter
 
 import anyio
 
-from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext, run_parallel
+from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.messages import conflict_message
@@ -59,6 +59,7 @@ from amcommit.errors import (
     StoreError,
 )
 from amcommit.manifest import RenameEntry
+from amcommit.parallel import run_parallel
 from amcommit.paths import path_to_uri
 from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer, recovered_in
 from amcommit.store.proof import Expected, Verdict

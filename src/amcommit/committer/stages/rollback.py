@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.stages.dirs import remove_empty_dirs
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.renaming import (
@@ -39,6 +39,7 @@ from amcommit.committer.stages.renaming import (
 )
 from amcommit.errors import AlreadyExists, NotFound, RollbackError, StoreError
 from amcommit.manifest import RenameEntry
+from amcommit.parallel import run_parallel
 from amcommit.paths import join, relative_to
 from amcommit.store.base import ObjectInfo
 from amcommit.store.proof import Expected, Verdict, judge_rename

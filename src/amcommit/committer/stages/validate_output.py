@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amcommit.committer.context import JobContext, run_parallel
+from amcommit.committer.context import JobContext
 from amcommit.committer.stages.load_manifests import LoadedManifests
 from amcommit.committer.stages.renaming import is_ours, rename_id
 from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import RenameEntry
+from amcommit.parallel import run_parallel
 
 
 @dataclass(frozen=True)

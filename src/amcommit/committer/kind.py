@@ -1,0 +1,309 @@
+"""Job kinds: the engine's one extension point.
+
+A job commit is a frame (:mod:`amcommit.committer.job`: lock, journal, manifests, resume,
+rollback, cleanup) around a body that depends on what the destination is. A *kind* owns the
+differences, through the small protocol :class:`JobKind`; the frame calls its hooks and
+knows nothing else of it. :class:`FilesKind` is the kind of plain destinations (its hooks
+run the plain commit of :mod:`amcommit.committer.job`); a Hudi table's kind lives in
+:mod:`amcommit.table.kind` (the table depends on the engine, never the reverse).
+
+=====================  ==============================================================
+hook                   what the frame asks
+=====================  ==============================================================
+``refuse_setup``       may a plain job be set up in this destination?
+``lock_in_staging``    does this job's lock live in the kind's staging folder?
+``committed_without``  no job directory: was the job committed (and cleaned up)?
+``commit_body``        the commit under the lock (journal, manifests, renames, publish)
+``roll_back``          the abort under the lock of a job whose commit did not pass its
+                       point of no return (True: it had; the frame completes it instead)
+``abort_without``      no job directory: what an abort still has to finish
+``guard``              around the locked commit: before it, and after it commits
+``for_other_job``      the kind to finish another job of the same destination with (a dead
+                       lock holder's), without this call's per-job options
+=====================  ==============================================================
+
+Nothing here is atomic by itself; each hook says what it publishes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from amcommit.committer.actions import Action, next_action
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.report import JobReport
+from amcommit.committer.stages import (
+    check_conflicts,
+    cleanup,
+    delete_victims,
+    load_manifests,
+    prepare_dirs,
+    publish_manifests,
+    rename_files,
+    rollback,
+    save_success,
+    validate_output,
+)
+from amcommit.errors import ManifestError, NotFound
+from amcommit.manifest import SuccessData, TaskManifest, decode_success
+from amcommit.paths import path_to_uri
+from amcommit.store.base import Store
+from amcommit.store.retry import policies_of, retry_call
+
+
+class JobKind(Protocol):
+    """The hooks a kind of destination gives the engine's frame (module doc)."""
+
+    name: str
+    """``"files"``, ``"table"``...: for messages and reports."""
+
+    def refuse_setup(self, dest: str, job_id: str) -> None:
+        """Raise CommitError if a plain job (``setup_job``) must not write into ``dest``."""
+        ...
+
+    def lock_in_staging(self, job_id: str) -> bool:
+        """True if the destination lock of job ``job_id`` lives in the kind's own staging
+        folder (a table's ``.hoodie/.temp/``) instead of ``_temporary/``."""
+        ...
+
+    async def committed_without(
+        self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
+    ) -> JobReport | None:
+        """The report of job ``job_id`` if it is committed and its job directory is gone;
+        None otherwise. Reads only."""
+        ...
+
+    async def commit_body(
+        self,
+        ctx: JobContext,
+        run: CommitRun,
+        manifests: Sequence[TaskManifest] | None,
+        etags: Sequence[str | None] | None,
+    ) -> None:
+        """The commit of ``ctx``'s job, under the lock (fresh or resumed from its journal).
+        ``run`` receives the loaded manifests (the frame closes it and rolls back from it on
+        failure)."""
+        ...
+
+    async def roll_back(
+        self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
+    ) -> bool:
+        """Abort ``ctx``'s job under the lock: undo what its commit did (``action``: the
+        frame's plan, :class:`~amcommit.committer.actions.Action`) and delete the job. True if
+        the commit turned out to be past its point of no return (the frame completes it)."""
+        ...
+
+    async def abort_without(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        report: JobReport,
+    ) -> JobReport:
+        """Abort of a job whose job directory is gone: finish what is left (``report``:
+        the frame's empty report, to fill in and return)."""
+        ...
+
+    async def guard(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        locked: Callable[[], Awaitable[JobReport]],
+    ) -> JobReport:
+        """Run ``locked`` (the commit under the destination lock) with what must happen
+        around it: before (checks, waiting for earlier writers) and after it commits."""
+        ...
+
+    def for_other_job(self) -> JobKind:
+        """This kind without the per-job options of this call (to finish a dead holder's job)."""
+        ...
+
+
+async def _read_success(store: Store, layout: JobLayout, config: CommitterConfig) -> SuccessData | None:
+    """This job's successful ``_SUCCESS``, if that is what the destination holds."""
+    try:
+        data = await retry_call(lambda: store.get(layout.success_path), policy=policies_of(config)[0])
+    except NotFound:
+        return None
+    try:
+        success = decode_success(data, name="_SUCCESS")
+    except ManifestError:
+        return None
+    if not success.success:
+        return None
+    if success.job_id != layout.job_id and success.diagnostics.get("completed_previous_job") != layout.job_id:
+        return None
+    return success
+
+
+async def _already_committed(store: Store, layout: JobLayout, config: CommitterConfig) -> JobReport | None:
+    success = await _read_success(store, layout, config)
+    if success is None:
+        return None
+    report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest), success=True)
+    if success.job_id == layout.job_id:
+        report.restore_from_success(success)
+    else:  # completed by the job that took over its lock; that job's _SUCCESS says so
+        report.committed_by = success.job_id
+    report.already_committed = True
+    report.committed_date = success.date
+    report.finished = time.time()
+    return report
+
+
+async def _run_files_commit(
+    ctx: JobContext,
+    run: CommitRun,
+    manifests: Sequence[TaskManifest] | None,
+    etags: Sequence[str | None] | None = None,
+) -> None:
+    store, layout, report = ctx.store, ctx.layout, ctx.report
+    journal = await load_journal(ctx)
+    if journal is not None:
+        report.resumed = True
+        journal.runs += 1
+    ctx.journal = journal
+    action = next_action("commit", journal.state if journal is not None else None)
+    if action is Action.CLEANUP:
+        # only cleanup remains: report what the committing run wrote into _SUCCESS
+        success = await _read_success(store, layout, ctx.config)
+        if success is not None:
+            report.restore_from_success(success)
+        return
+    if journal is not None and journal.conflict_mode != ctx.config.conflict_mode:
+        # a resumed commit keeps the mode it started with
+        ctx.config = ctx.config.with_options(conflict_mode=journal.conflict_mode)
+        report.conflict_mode = journal.conflict_mode
+
+    async with ctx.stage("load_manifests"):
+        run.spool = load_manifests.new_spool(ctx)
+        loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
+        report.task_event_loops = sorted({x["event_loop"] for x in loaded.extra_data if "event_loop" in x})
+        if manifests is not None and journal is None:
+            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
+
+    if action is Action.FRESH:
+        async with ctx.stage("check_conflicts"):
+            chunks = (await check_conflicts.run(ctx, check_conflicts.ConflictInputs(loaded))).victim_chunks
+        journal = Journal(
+            job_id=layout.job_id,
+            state="renaming",
+            conflict_mode=ctx.config.conflict_mode,
+            victim_chunks=chunks,
+            layout="hadoop" if layout.hadoop else "amcommit",
+            stage_seconds=dict(report.stage_seconds),
+        )
+        ctx.journal = journal
+    assert journal is not None
+    await save_journal(ctx, journal)
+
+    if action in (Action.FRESH, Action.RESUME_RENAMES):
+        for stage, secs in journal.stage_seconds.items():  # a resume: the first run's check
+            report.stage_seconds.setdefault(stage, secs)
+        async with ctx.stage("prepare_dirs"):
+            await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
+        async with ctx.stage("rename_files"):
+            await rename_files.run(ctx, rename_files.RenameInputs(loaded))
+        journal.state = "renamed"
+        record_renames(journal, report)
+        # the point of no return: from here a transient error must not fail the commit
+        await save_journal(ctx, journal, patient=True)
+    else:
+        restore_renames(journal, report)  # the run that renamed recorded what it did
+    async with ctx.stage("delete_victims"):
+        await delete_victims.run(ctx, delete_victims.DeleteVictimsInputs(loaded, journal.victim_chunks))
+    if ctx.config.validate_output:
+        async with ctx.stage("validate_output"):
+            await validate_output.run(ctx, validate_output.ValidateInputs(loaded))
+    report.success = True  # everything is in place; the report says so
+    report.finished = time.time()
+    report.store_stats = store.iostats.snapshot(prefix="store_")
+    if ctx.config.success_marker:
+        async with ctx.stage("save_success"):
+            await save_success.run(ctx, save_success.SaveSuccessInputs(report.to_success_data()))
+    journal.state = "committed"
+    await save_journal(ctx, journal, patient=True)
+
+
+async def _roll_back_files(ctx: JobContext, run: CommitRun, action: Action) -> None:
+    """The plain abort under the lock: undo the renames (``action`` ROLLBACK), then delete
+    the job directory."""
+    if action is Action.ROLLBACK:
+        assert run.loaded is not None
+        async with ctx.stage("rollback"):
+            await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
+    async with ctx.stage("cleanup"):
+        await cleanup.run(ctx, cleanup.CleanupInputs())
+
+
+class FilesKind:
+    """Plain destinations: ``_temporary/manifest_$jobId/`` (ours) or ``_temporary/$jobId/``
+    (Hadoop's); the commit creates directories, renames, writes ``_SUCCESS``; an abort undoes
+    the renames from the journal."""
+
+    name = "files"
+
+    def refuse_setup(self, dest: str, job_id: str) -> None:
+        return None
+
+    def lock_in_staging(self, job_id: str) -> bool:
+        return False
+
+    async def committed_without(
+        self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
+    ) -> JobReport | None:
+        return await _already_committed(store, JobLayout(dest, job_id, job_attempt), config)
+
+    async def commit_body(
+        self,
+        ctx: JobContext,
+        run: CommitRun,
+        manifests: Sequence[TaskManifest] | None,
+        etags: Sequence[str | None] | None,
+    ) -> None:
+        await _run_files_commit(ctx, run, manifests, etags)
+
+    async def roll_back(
+        self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
+    ) -> bool:
+        await _roll_back_files(ctx, run, action)
+        return False
+
+    async def abort_without(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        report: JobReport,
+    ) -> JobReport:
+        return report
+
+    async def guard(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        locked: Callable[[], Awaitable[JobReport]],
+    ) -> JobReport:
+        return await locked()
+
+    def for_other_job(self) -> JobKind:
+        return self
+
+
+FILES: JobKind = FilesKind()
+"""The kind of plain destinations (stateless: one instance serves every job)."""

@@ -1,0 +1,241 @@
+"""The engine's hooks for a Hudi table write (:class:`TableKind`, a
+:class:`~amcommit.committer.kind.JobKind`).
+
+The engine's frame (:mod:`amcommit.committer.job`) runs a table write's commit and abort
+through these hooks: staging in ``.hoodie/.temp/$instant/`` (the job id is the instant) with
+the table's lock there; the commit body is :func:`~amcommit.table.commit.run_table_commit`;
+an abort removes every file stamped with the instant, then its instant files
+(:mod:`amcommit.table.rollback`); a write is committed when its instant is completed. Around
+the locked commit the writer's heartbeat is kept fresh and an earlier live writer is waited
+for outside the lock; after a commit the table is cleaned (``clean_retain_commits``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
+
+from amcommit.committer.actions import Action
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.journal import Journal
+from amcommit.committer.kind import FILES, JobKind
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.report import JobReport
+from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, StoreError
+from amcommit.manifest import TaskManifest
+from amcommit.paths import join, path_to_uri
+from amcommit.store.base import Store
+from amcommit.table.clean import clean_after_commit
+from amcommit.table.commit import (
+    WaitForEarlier,
+    completed_instant,
+    run_table_commit,
+    skipped_before,
+    wait_for_earlier,
+)
+from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
+from amcommit.table.labels import Label
+from amcommit.table.model import Action as InstantAction
+from amcommit.table.model import Operation, decode_commit_metadata
+from amcommit.table.naming import HOODIE_DIR, is_instant
+from amcommit.table.rollback import finish_rollback, rollback_table_write
+from amcommit.table.write import is_table, set_operation
+
+__all__ = ["TableKind", "is_table"]
+
+log = logging.getLogger("amcommit.job")
+
+
+async def table_already_committed(store: Store, dest: str, instant: str) -> JobReport | None:
+    """The report of a table write whose instant is completed and staging cleaned up."""
+    done = await completed_instant(store, dest, instant)
+    if done is None:
+        return None
+    meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
+    report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
+    report.instant = instant
+    report.label = meta.extra_metadata.get("amcommit.label")
+    report.operation = meta.operation_type or (
+        Operation.INSERT_OVERWRITE.value
+        if done.action == InstantAction.REPLACE_COMMIT.value
+        else Operation.INSERT.value
+    )
+    stats = meta.write_stats()
+    report.files = report.renamed = len(stats)
+    report.bytes = sum(s.file_size_in_bytes for s in stats)
+    report.already_committed = True
+    report.finished = time.time()
+    return report
+
+
+def _plain_job_refused(dest: str, job_id: str, stage: str) -> CommitError:
+    """A plain job would put a ``_temporary`` folder and plain files into the table."""
+    return CommitError(
+        f"{dest!r} holds a Hudi table: plain job {job_id!r} cannot write into it (write through "
+        "the table API, begin_write, or tableFormat=hudi)",
+        stage=stage,
+    )
+
+
+class TableKind:
+    """A write into a Hudi CoW table (module doc). ``label`` and ``operation``: this call's
+    own (see ``commit_job``); the kind that finishes another write has neither."""
+
+    name = "table"
+
+    def __init__(self, *, label: Label | None = None, operation: str | None = None) -> None:
+        self.label = label
+        self.operation = operation
+
+    def refuse_setup(self, dest: str, job_id: str) -> None:
+        raise _plain_job_refused(dest, job_id, "setup_job")
+
+    def lock_in_staging(self, job_id: str) -> bool:
+        return is_instant(job_id)
+
+    async def committed_without(
+        self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
+    ) -> JobReport | None:
+        if is_instant(job_id):
+            done = await table_already_committed(store, dest, job_id)
+            if done is not None:
+                return done
+        return await FILES.committed_without(store, dest, job_id, job_attempt, config)
+
+    async def commit_body(
+        self,
+        ctx: JobContext,
+        run: CommitRun,
+        manifests: Sequence[TaskManifest] | None,
+        etags: Sequence[str | None] | None,
+    ) -> None:
+        if not ctx.layout.table:  # a plain job's directory in a table (never set up by us)
+            await FILES.commit_body(ctx, run, manifests, etags)
+            return
+        await run_table_commit(ctx, manifests, etags, run=run, kind=self.for_other_job(), label=self.label)
+
+    async def roll_back(
+        self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
+    ) -> bool:
+        if not ctx.layout.table:
+            return await FILES.roll_back(ctx, journal, run, action)
+        return await rollback_table_write(ctx, journal, run=run)
+
+    async def abort_without(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        report: JobReport,
+    ) -> JobReport:
+        if not is_instant(job_id):
+            return report
+        done = await table_already_committed(store, dest, job_id)
+        if done is not None:  # committed and cleaned up: nothing to abort
+            return done
+        # staging gone (a rollback interrupted after its cleanup): finish the rollback
+        report.instant = job_id
+        report.rolled_back = await finish_rollback(store, dest, job_id, partitions=None, config=config)
+        return report
+
+    def for_other_job(self) -> JobKind:
+        return TableKind()
+
+    async def guard(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        locked: Callable[[], Awaitable[JobReport]],
+    ) -> JobReport:
+        """``commit_job`` of a table write: under the table's lock, keeping the writer's
+        heartbeat fresh; an earlier live instant is waited for outside the lock; then the
+        table is cleaned (``clean_retain_commits``) outside the lock.
+
+        ``label`` (overrides the one given to ``begin_write``): see
+        :func:`~amcommit.table.commit.run_table_commit`. A write already skipped for its
+        label (staging gone, instant not completed) gets the same skipped report again.
+        ``operation``: settled first (:func:`~amcommit.table.write.set_operation`), before
+        anything is published.
+
+        A commit that fails with the write still in place (an error, or cancelled) marks the
+        heartbeat *stopped* (:func:`~amcommit.table.heartbeat.stop_beat`): ``amcommit
+        rollback`` and later writers treat the write as abandoned at once; running
+        ``commit_job`` again beats again and resumes it."""
+        if not is_instant(job_id) or job_attempt != 0:
+            raise _plain_job_refused(dest, job_id, "commit_job")
+        report = await self._commit_guarded(store, dest, job_id, config, locked)
+        if config.clean_retain_commits is not None and not report.already_committed:
+            await _clean_after(store, dest, config)
+        return report
+
+    async def _commit_guarded(
+        self,
+        store: Store,
+        dest: str,
+        instant: str,
+        config: CommitterConfig,
+        attempt: Callable[[], Awaitable[JobReport]],
+    ) -> JobReport:
+        staging = JobLayout(dest, instant, table=True)
+        deadline = time.monotonic() + config.lock_wait
+        try:
+            await store.stat(staging.job_marker)
+        except NotFound:
+            if self.label is not None:
+                skipped = await skipped_before(store, dest, instant, self.label, config)
+                if skipped is not None:
+                    return skipped
+            return await attempt()  # already committed (or never begun): no heartbeat to keep
+        stopped = False  # this writer gave up on the write: its heartbeat says so
+        try:
+            async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
+                if self.operation is not None:
+                    await set_operation(store, dest, instant, Operation(self.operation), config)
+                while True:
+                    try:
+                        report = await attempt()
+                        break
+                    except WaitForEarlier as w:
+                        await wait_for_earlier(store, dest, instant, w.instant, deadline, config.writer_ttl)
+        except LockLost:
+            raise  # a taker completes or rolls back this very commit: leave the judging to it
+        except BaseException:
+            stopped = True
+            raise
+        finally:
+            # the heartbeat loop has stopped: remove a beat it left after a commit or rollback;
+            # a commit that failed with the write still there says its writer stopped, so that
+            # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
+            with anyio.CancelScope(shield=True):
+                try:
+                    await store.stat(staging.job_marker)
+                except NotFound:
+                    await delete_beat(store, dest, instant)
+                except Exception:
+                    pass
+                else:
+                    if stopped:
+                        try:
+                            await stop_beat(store, dest, instant)
+                        except StoreError:
+                            pass
+        return report
+
+
+async def _clean_after(store: Store, dest: str, config: CommitterConfig) -> None:
+    """``clean_retain_commits``: clean after a table commit, outside the lock the commit
+    held. A failed clean never fails the commit before it (that commit stays committed); it
+    is logged, and the next clean completes what it left."""
+    try:
+        await clean_after_commit(store, dest, config)
+    except AmcommitError as e:
+        log.warning("clean after commit into %s failed (the commit stands): %s", dest, e)
