@@ -15,8 +15,8 @@ process here) and no process has that pid, or the one that has it started at ano
 proven*: another host (or a container sharing the host name but not the PID namespace), no
 ``/proc`` (not Linux), a record without these fields (an older amcommit), a process we may
 not inspect. Callers then keep their ttl rule (the holder counts as dead only once it has
-not renewed for a whole ttl). Reads ``/proc`` only; never signals a process (``kill(pid, 0)``
-sends nothing).
+not renewed for a whole ttl). Never signals a process: it reads ``/proc`` and asks whether a
+pid exists with :func:`pid_exists` (``getpgid``, see there).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import msgspec
 __all__ = [
     "ProcessId",
     "java_ancestor",
+    "pid_exists",
     "pid_namespace",
     "proc_stat",
     "process_id",
@@ -128,17 +129,31 @@ def java_ancestor() -> ProcessId | None:
     return None
 
 
-def _gone(pid: int) -> bool | None:
-    """True if no process has ``pid``, False if one has, None if that cannot be told."""
+def pid_exists(pid: int) -> bool | None:
+    """True if a process has ``pid`` (in this PID namespace; a zombie counts), False if none
+    has, None if that cannot be told here.
+
+    Sends no signal: it asks the kernel for the process's group (``getpgid``), which fails
+    with ``ESRCH`` only when no process has the pid. A refusal (``EPERM``: some systems
+    refuse it for a process of another session; a security module may) means one has. This
+    also holds where ``/proc`` hides other users' processes (``hidepid=invisible``), where a
+    missing ``/proc/<pid>`` would make a live holder look gone. Linux, macOS and the BSDs
+    have ``getpgid``; elsewhere (Windows) the answer is None and callers keep their
+    fallbacks (:func:`proven_dead`: not proven, the ttl rule applies)."""
+    if pid <= 0:
+        return None  # getpgid(0) is this process's own group
+    getpgid = getattr(os, "getpgid", None)
+    if getpgid is None:
+        return None
     try:
-        os.kill(pid, 0)  # signal 0: nothing is sent, only existence and permission checked
+        getpgid(pid)
     except ProcessLookupError:
-        return True
+        return False
     except PermissionError:
-        return False  # it exists (another user's)
+        return True
     except OSError:
         return None
-    return False
+    return True
 
 
 def proven_dead(holder: ProcessId | None) -> bool:
@@ -154,13 +169,13 @@ def proven_dead(holder: ProcessId | None) -> bool:
         return False  # another host, container or boot: its pids mean nothing here
     if holder.pid == me.pid:
         return holder.start != me.start
-    gone = _gone(holder.pid)
-    if gone is None:
+    exists = pid_exists(holder.pid)
+    if exists is None:
         return False
-    if gone:
+    if not exists:
         return True
     st = proc_stat(holder.pid)
     if st is None:  # exited between the two looks, or hidden from us (hidepid)
-        return _gone(holder.pid) is True
+        return pid_exists(holder.pid) is False
     _name, state, _ppid, start = st
     return start != holder.start or state in ("Z", "X")

@@ -13,7 +13,8 @@ import time
 import msgspec
 import pytest
 
-from amcommit.liveness import ProcessId, process_id, proven_dead, this_process
+from amcommit.liveness import ProcessId, pid_exists, process_id, proven_dead, this_process
+from amcommit.table.beater import ProcessWatch
 
 pytestmark = pytest.mark.skipif(this_process() is None, reason="needs Linux /proc")
 
@@ -90,3 +91,46 @@ def test_not_proven_elsewhere_or_without_the_fields(change: dict[str, object]) -
     assert not proven_dead(msgspec.structs.replace(pid, **change))  # type: ignore[arg-type]
     assert not proven_dead(None)
     assert not proven_dead(ProcessId())
+
+
+def test_probes_send_no_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a pid exists is asked without ``kill`` (no signal, not even 0): with every
+    way to signal a process made to fail, a live child, a zombie and a reaped child are
+    told apart by :func:`pid_exists`, :func:`proven_dead` and the table keep-alive's
+    :class:`ProcessWatch` (the one without a start time, as on a system without /proc)."""
+    live, zombie, reaped = _child(), _child(), _child()
+    ids = {c: process_id(c.pid) for c in (live, zombie, reaped)}
+    for c in (zombie, reaped):
+        c.kill()
+    reaped.wait()
+    deadline = time.monotonic() + 10  # the zombie: killed, not yet reaped
+    while time.monotonic() < deadline and (st := _state(zombie.pid)) not in ("Z", "X", None):
+        time.sleep(0.01)
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError("a liveness probe sent a signal")
+
+    try:
+        with monkeypatch.context() as m:
+            for name in ("kill", "killpg"):
+                m.setattr(os, name, refuse)
+            m.setattr(signal, "pthread_kill", refuse)
+            assert pid_exists(live.pid) is True and pid_exists(zombie.pid) is True
+            assert pid_exists(reaped.pid) is False
+            assert pid_exists(0) is None and pid_exists(-1) is None
+            assert not proven_dead(ids[live]) and proven_dead(ids[zombie]) and proven_dead(ids[reaped])
+            assert ProcessWatch(live.pid).alive() and not ProcessWatch(reaped.pid).alive()
+            assert ProcessWatch(live.pid, ids[live].start if ids[live] else None).alive()
+            assert not ProcessWatch(reaped.pid, ids[reaped].start if ids[reaped] else None).alive()
+    finally:
+        live.kill()
+        for c in (live, zombie):
+            c.wait()
+    assert st in ("Z", "X", None)
+
+
+def _state(pid: int) -> str | None:
+    from amcommit.liveness import proc_stat
+
+    st = proc_stat(pid)
+    return None if st is None else st[1]

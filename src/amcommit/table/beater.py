@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amcommit.errors import CommitError
-from amcommit.liveness import java_ancestor, proc_stat
+from amcommit.liveness import java_ancestor, pid_exists, proc_stat
 
 __all__ = ["ProcessWatch", "jvm_watch", "main", "start", "this_process"]
 
@@ -53,16 +53,13 @@ class ProcessWatch:
     start_time: str | None = None
 
     def alive(self) -> bool:
-        """True while the process exists (and is the same one)."""
+        """True while the process exists (and is the same one: same start time, where
+        ``/proc`` tells it). Without a start time (no ``/proc``: macOS, the BSDs) only the
+        pid is checked (:func:`~amcommit.liveness.pid_exists`, no signal sent); where even
+        that cannot be told the process counts as alive."""
         if self.start_time is not None:
             return _start_time(self.pid) == self.start_time
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_exists(self.pid) is not False
 
 
 def _start_time(pid: int) -> str | None:
