@@ -1,0 +1,136 @@
+"""Readers on tables whose file groups have several versions (upserts and deletes, built by
+hand to Hudi's rules: tests/table/tablegen.py), against the generator's model and hudi-rs.
+
+The model (Hudi's definitions): a snapshot as of T holds every record's latest value as of
+T; an incremental read of ``(A, B]`` returns exactly the records of the snapshot as of B whose
+latest change (``_hoodie_commit_time``) lies in ``(A, B]``, each key once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import hudi
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from amcommit.table.model import Operation
+from amcommit.table.timeline import FileVersion
+from tests.table.tablegen import DELETE, UPSERT, GeneratedTable, Write, generate, write_local
+
+# file groups: a: g0 (k0-k4), g1 (k5-k9); b: g2 (k10-k14), g3 (k15-k19); c: g4 (k20-k23)
+VERSIONED = [
+    Write(files={"a": 2, "b": 2}, rows=5),  # I0: k0..k19
+    Write(UPSERT, files={"c": 1}, rows=4, updates=(0, 7, 12, 13)),  # I1: g0 g1 g2 rewritten, g4 new
+    Write(DELETE, files={}, deletes=(1, 13, 20)),  # I2: g0 g2 g4 rewritten
+    Write(UPSERT, files={}, updates=(0, 21), grow={"b": 2}),  # I3: g0 g4; k24 k25 into g2 (smallest of b)
+    Write(UPSERT, files={}, updates=(2, 3), failed=True),  # I4: inflight; its version of g0 on disk
+    Write(DELETE, files={}, deletes=(15, 16, 17, 18, 19)),  # I5: g3's version is empty
+    Write(UPSERT, files={"d": 1}, rows=2, updates=(10, 22)),  # I6: g2 g4; new group in d (k26 k27)
+    Write(Operation.INSERT_OVERWRITE, files={"a": 1}, rows=3),  # I7: replaces g0 g1, every version (k28-k30)
+    Write(UPSERT, files={}, updates=(28, 11)),  # I8: the new a-group, g2
+]
+
+
+def versioned(**kw: Any) -> GeneratedTable:
+    return generate(VERSIONED, **kw)
+
+
+Row = tuple[str, str, str]
+"""(record key, value, _hoodie_commit_time)"""
+
+
+def model_rows(records: dict[str, Any]) -> list[Row]:
+    return sorted((k, r.value, r.commit_time) for k, r in records.items())
+
+
+def read_files(root: Path, files: Iterable[FileVersion], since: str | None, until: str | None) -> list[Row]:
+    """The rows of ``files`` whose ``_hoodie_commit_time`` lies in ``(since, until]`` (None: open)."""
+    out: list[Row] = []
+    for f in files:
+        t = pq.read_table(root / f.path, columns=["_hoodie_record_key", "value", "_hoodie_commit_time"])
+        ct = t.column("_hoodie_commit_time")
+        if since is not None:
+            t = t.filter(pc.greater(ct, since))
+            ct = t.column("_hoodie_commit_time")
+        if until is not None:
+            t = t.filter(pc.less_equal(ct, until))
+        d = t.to_pydict()
+        out.extend(zip(d["_hoodie_record_key"], d["value"], d["_hoodie_commit_time"], strict=True))
+    return sorted(out)
+
+
+def hudi_read(table: hudi.HudiTable, opts: hudi.HudiReadOptions) -> list[Row]:
+    out: list[Row] = []
+    for b in table.read(opts):
+        d = b.to_pydict()
+        out.extend(zip(d["_hoodie_record_key"], d["value"], d["_hoodie_commit_time"], strict=True))
+    return sorted(out)
+
+
+def hudi_slices(table: hudi.HudiTable, opts: hudi.HudiReadOptions) -> list[str]:
+    return sorted(s.base_file_relative_path() for s in table.get_file_slices(opts))
+
+
+def incremental(since: str | None, until: str) -> hudi.HudiReadOptions:
+    o = hudi.HudiReadOptions().with_query_type(hudi.HudiQueryType.Incremental).with_end_timestamp(until)
+    return o.with_start_timestamp(since) if since else o
+
+
+def pairs(gen: GeneratedTable) -> list[tuple[str | None, str]]:
+    return [(a, b) for a, b in itertools.combinations([None, *gen.completed], 2) if b is not None]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[GeneratedTable, Path]:
+    gen = versioned()
+    return gen, write_local(gen, tmp_path_factory.mktemp("versions") / "t")
+
+
+def test_generated_table_follows_hudis_rules(table: tuple[GeneratedTable, Path]) -> None:
+    """The hand-built table is what Hudi's merge writes: versions with ``prevCommit``,
+    unchanged records keep their meta columns, counts in the write stats."""
+    gen, root = table
+    assert len(gen.completed) == 8 and gen.instants[4] not in gen.completed
+    i0, i1, i2, i3 = gen.completed[:4]
+    g0 = next(g for g in gen.versions if g[0] == "p=a")
+    assert [t for t, _ in gen.versions[g0]] == [i0, i1, i2, i3]
+    new = pq.read_table(root / gen.versions[g0][1][1]).to_pydict()
+    old = pq.read_table(root / gen.versions[g0][0][1]).to_pydict()
+    assert new["_hoodie_record_key"] == old["_hoodie_record_key"] == [f"k{i}" for i in range(5)]
+    for n in range(1, 5):  # unchanged: meta columns as they were, only the file name is the new one
+        assert new["_hoodie_commit_time"][n] == old["_hoodie_commit_time"][n] == i0
+        assert new["_hoodie_commit_seqno"][n] == old["_hoodie_commit_seqno"][n]
+    assert new["_hoodie_commit_time"][0] == i1 and new["_hoodie_commit_seqno"][0].startswith(f"{i1}_")
+    assert set(new["_hoodie_file_name"]) == {gen.versions[g0][1][1].rsplit("/", 1)[1]}
+    meta = json.loads((root / ".hoodie" / f"{i2}.commit").read_bytes())
+    assert meta["operationType"] == "DELETE"
+    stat = next(s for s in meta["partitionToWriteStats"]["p=a"] if s["fileId"] == g0[1])
+    assert (stat["prevCommit"], stat["numWrites"], stat["numDeletes"], stat["numUpdateWrites"]) == (
+        i1,
+        4,
+        1,
+        0,
+    )
+    meta = json.loads((root / ".hoodie" / f"{i3}.commit").read_bytes())
+    grown = [s for s in meta["partitionToWriteStats"]["p=b"] if s["numInserts"]]
+    assert [(s["numInserts"], s["numWrites"], s["prevCommit"]) for s in grown] == [(2, 6, i2)]
+    empty = gen.versions[next(g for g in gen.versions if g[0] == "p=b" and len(gen.versions[g]) == 2)]
+    assert pq.read_metadata(root / empty[-1][1]).num_rows == 0  # every record deleted: empty version
+
+
+def test_hudi_rs_reads_the_model(table: tuple[GeneratedTable, Path]) -> None:
+    """hudi-rs (the oracle) agrees with the model: snapshot and time travel at every instant,
+    incremental reads between every pair (it follows Hudi's definition here)."""
+    gen, root = table
+    t = hudi.HudiTable(str(root))
+    assert hudi_read(t, hudi.HudiReadOptions()) == model_rows(gen.snapshot(gen.completed[-1]))
+    for c in gen.completed:
+        assert hudi_read(t, hudi.HudiReadOptions().with_as_of_timestamp(c)) == model_rows(gen.snapshot(c)), c
+    for a, b in pairs(gen):
+        assert hudi_read(t, incremental(a, b)) == model_rows(gen.incremental(a, b)), (a, b)
