@@ -14,13 +14,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import hudi
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from amcommit.store.schemes import open_location
 from amcommit.table.model import Operation
-from amcommit.table.timeline import FileVersion
+from amcommit.table.reader import Timeline, open_timeline
+from amcommit.table.timeline import FileVersion, LoadedCommit
 from tests.table.tablegen import DELETE, UPSERT, GeneratedTable, Write, generate, write_local
 
 # file groups: a: g0 (k0-k4), g1 (k5-k9); b: g2 (k10-k14), g3 (k15-k19); c: g4 (k20-k23)
@@ -134,3 +137,78 @@ def test_hudi_rs_reads_the_model(table: tuple[GeneratedTable, Path]) -> None:
         assert hudi_read(t, hudi.HudiReadOptions().with_as_of_timestamp(c)) == model_rows(gen.snapshot(c)), c
     for a, b in pairs(gen):
         assert hudi_read(t, incremental(a, b)) == model_rows(gen.incremental(a, b)), (a, b)
+
+
+def test_timeline_takes_the_newest_version_of_each_file_group(table: tuple[GeneratedTable, Path]) -> None:
+    """``Timeline.snapshot`` / ``Timeline.changes`` (and ``amcommit.table.timeline``): per file
+    group the newest version as of the instant / in the range; the planned files are
+    hudi-rs's, and their rows (filtered by commit time for a range) are the model's."""
+    gen, root = table
+    tl = open_timeline(str(root))
+    t = hudi.HudiTable(str(root))
+    for c in gen.completed:
+        files = tl.snapshot(c)
+        assert [f.path for f in files] == hudi_slices(t, hudi.HudiReadOptions().with_as_of_timestamp(c)), c
+        assert read_files(root, files, None, None) == model_rows(gen.snapshot(c)), c
+    for a, b in pairs(gen):
+        ch = tl.changes(a, b)
+        files = ch.visible()
+        assert len({(f.partition, f.file_id) for f in ch.added}) == len(ch.added), (a, b)
+        assert sorted(f.path for f in files) == hudi_slices(t, incremental(a, b)), (a, b)
+        assert read_files(root, files, a, b) == model_rows(gen.incremental(a, b)), (a, b)
+        written = [
+            rel for c in gen.completed if (a is None or c > a) and c <= b for rel in gen.files_by_instant[c]
+        ]
+        assert sorted(f.path for f in ch.added + ch.superseded) == sorted(written), (a, b)
+    # the issue's case: (start, I2] read every version of g0, g2 and g4 (each key once now)
+    ch = tl.changes(None, gen.completed[2])
+    assert sum(pq.read_metadata(root / f.path).num_rows for f in ch.added) == len(
+        gen.snapshot(gen.completed[2])
+    )
+
+
+def test_spark_reader_plans_and_filters_the_newest_versions(table: tuple[GeneratedTable, Path]) -> None:
+    """The Spark reader's pure planning (``plan_files``) and its row filter (``in_range``),
+    as its executors run them, without a SparkSession (tests/spark has the real one)."""
+    from amcommit.spark.reader import Query, in_range, plan_files
+
+    gen, root = table
+
+    async def commits() -> list[LoadedCommit]:
+        store, dest = open_location(str(root))
+        async with store:
+            return await (await Timeline.open(store, dest)).commits()
+
+    loaded = anyio.run(commits)
+
+    def rows(q: Query) -> list[Row]:
+        out: list[Row] = []
+        for f in plan_files(loaded, q):
+            d = in_range(pq.read_table(root / f.path), q).to_pydict()
+            out.extend(zip(d["_hoodie_record_key"], d["value"], d["_hoodie_commit_time"], strict=True))
+        return sorted(out)
+
+    for c in gen.completed:
+        assert rows(Query(as_of=c)) == model_rows(gen.snapshot(c)), c
+    for a, b in pairs(gen):
+        assert rows(Query(incremental=True, since=a, until=b)) == model_rows(gen.incremental(a, b)), (a, b)
+
+
+def test_changes_command_lists_the_newest_versions(
+    table: tuple[GeneratedTable, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``amcommit changes --json``: ``added`` is what to read (one version per file group)."""
+    from amcommit.cli import main
+
+    gen, root = table
+    for a, b in pairs(gen):
+        assert main(["changes", str(root), "--since", a or "000", "--until", b]) == 0
+        text = capsys.readouterr().out.splitlines()
+        assert main(["changes", str(root), "--since", a or "000", "--until", b, "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        gone = {(r["partition"], r["file_id"]) for r in data["replaced"]}
+        read = [FileVersion(**f) for f in data["added"] if (f["partition"], f["file_id"]) not in gone]
+        assert read_files(root, read, a, b) == model_rows(gen.incremental(a, b)), (a, b)
+        assert sorted(ln[2:].split()[0] for ln in text if ln.startswith("+ ")) == sorted(
+            f["path"] for f in data["added"]
+        )
