@@ -212,3 +212,38 @@ def test_changes_command_lists_the_newest_versions(
         assert sorted(ln[2:].split()[0] for ln in text if ln.startswith("+ ")) == sorted(
             f["path"] for f in data["added"]
         )
+
+
+def test_timeline_shows_inserted_updated_deleted(
+    table: tuple[GeneratedTable, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``amcommit timeline`` (table and ``--json``): each write's inserted, updated and
+    deleted records from its write stats; the failed write's are unknown."""
+    from amcommit.cli import main
+
+    gen, root = table
+    want = {
+        t: (sum(w.files.values()) * w.rows + sum(w.grow.values()), len(w.updates), len(w.deletes))
+        for t, w in zip(gen.instants, VERSIONED, strict=True)
+        if t in gen.completed
+    }
+    assert main(["timeline", str(root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {
+        d["time"]: (d["inserted"], d["updated"], d["deleted"]) for d in data if d["state"] == "completed"
+    } == want
+    assert [(d["inserted"], d["updated"], d["deleted"]) for d in data if d["state"] != "completed"] == [
+        (None, None, None)
+    ]
+    assert [d["operation"] for d in data][:3] == ["INSERT", "UPSERT", "DELETE"]
+    assert main(["timeline", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines[0].split()
+    cols = [head.index(c) for c in ("INSERTED", "UPDATED", "DELETED")]
+    for line in lines[1:]:
+        cells = line.split()
+        t = cells[0]
+        if t in want:  # the action column is two words: "commit (UPSERT)"
+            assert tuple(int(cells[c + 1].replace(",", "")) for c in cols) == want[t], line
+        else:
+            assert [cells[c] for c in cols] == ["-", "-", "-"], line
