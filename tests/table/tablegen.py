@@ -21,8 +21,8 @@ the new instant and a new seqno; deleted ones left out (a group whose every reco
 gets an empty version) --, then the records inserted into it. Its write stat has
 ``prevCommit`` = the previous version's instant, ``numWrites`` = the records in the new file,
 ``numUpdateWrites``, ``numDeletes``, ``numInserts``; new file groups have ``prevCommit`` =
-``null`` and ``numInserts`` = ``numWrites``. :attr:`GeneratedTable.model` is the table's
-content as of each completed instant (the model the readers are checked against).
+``null`` and ``numInserts`` = ``numWrites``. :meth:`GeneratedTable.snapshot` is the table's
+content as of a completed instant (the model the readers are checked against).
 
 ``files="parquet"`` writes real Parquet files; ``files="stub"`` writes the same few bytes
 everywhere (benchmarks of planning, which never opens base files).
@@ -119,20 +119,28 @@ class GeneratedTable:
     """Relative paths of every base file each instant's replacement hid."""
     mtimes: dict[str, float] = field(default_factory=dict)
     """Modification time to set on some objects (completed instants: duration)."""
-    model: dict[str, dict[str, Record]] = field(default_factory=dict)
-    """Completed instant -> the table's records as of it, by key."""
+    deltas: dict[str, tuple[frozenset[str], dict[str, Record]]] = field(default_factory=dict)
+    """Completed instant -> (keys it removed, records it wrote, by key): what it changed."""
     versions: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
     """``(partition path, file id)`` -> its committed base file versions ``(instant, path)``,
     oldest first (replaced groups included)."""
 
     def snapshot(self, as_of: str) -> dict[str, Record]:
-        """The records a snapshot as of the completed instant ``as_of`` reads."""
-        return self.model[as_of]
+        """The records (by key) a snapshot as of the completed instant ``as_of`` reads."""
+        state: dict[str, Record] = {}
+        for t in self.completed:
+            if t > as_of:
+                break
+            gone, put = self.deltas[t]
+            for k in gone:
+                state.pop(k, None)
+            state.update(put)
+        return state
 
     def incremental(self, since: str | None, until: str) -> dict[str, Record]:
         """The records an incremental read of ``(since, until]`` returns by Hudi's definition:
         those of the snapshot as of ``until`` whose latest change lies in the range."""
-        return {k: r for k, r in self.model[until].items() if since is None or r.commit_time > since}
+        return {k: r for k, r in self.snapshot(until).items() if since is None or r.commit_time > since}
 
 
 def properties(name: str) -> bytes:
@@ -224,7 +232,6 @@ def generate(
     content: dict[tuple[str, str], list[Record]] = {}  # (partition, file id) -> newest version's records
     version_of: dict[tuple[str, str], str] = {}  # (partition, file id) -> newest version's instant
     out = GeneratedTable(name, objs, [], [], {}, {}, {})
-    state: dict[str, Record] = {}
     next_id = 0
     groups_made = 0
     for n, w in enumerate(writes):
@@ -264,7 +271,9 @@ def generate(
                 put(part, fid, rel, records, stat)
                 file_index += 1
         # record-level changes: the file groups they touch get a new version
-        where = {r.id: (r.partition, fid) for (_, fid), rs in content.items() for r in rs}
+        where = (
+            {r.id: (p, fid) for (p, fid), rs in content.items() for r in rs} if w.updates or w.deletes else {}
+        )
         touched: dict[tuple[str, str], tuple[set[int], set[int], int]] = {}
         for ids, kind in ((w.updates, 0), (w.deletes, 1)):
             for i in ids:
@@ -320,24 +329,23 @@ def generate(
         if w.failed:
             out.replaced_by_instant[t] = []
             continue
+        removed: set[str] = set()
         if replace is not None:
             for p, fids in replace.items():
                 for fid in fids:
                     live[p].pop(fid)
                     hidden.extend(rel for _, rel in out.versions[(p, fid)])
-                    for r in content.pop((p, fid)):
-                        state.pop(r.key, None)
+                    removed.update(r.key for r in content.pop((p, fid)))
         for p, g in added.items():
             live.setdefault(p, {}).update(g)
             for fid, rel in g.items():
                 out.versions.setdefault((p, fid), []).append((t, rel))
                 version_of[(p, fid)] = t
+        written: dict[str, Record] = {}
         for key_group, records in new_content.items():
-            for r in content.get(key_group, []):
-                state.pop(r.key, None)
+            removed.update(r.key for r in content.get(key_group, []))
             content[key_group] = records
-            for r in records:
-                state[r.key] = r
+            written.update((r.key, r) for r in records)
         extra = {"schema": AVRO_SCHEMA}
         if w.label is not None:
             extra["amcommit.label"] = w.label
@@ -351,7 +359,7 @@ def generate(
         out.mtimes[f".hoodie/{t}.{action}"] = (start + n * step).timestamp() + 0.25
         out.completed.append(t)
         out.replaced_by_instant[t] = hidden
-        out.model[t] = dict(state)
+        out.deltas[t] = (frozenset(removed - written.keys()), written)
     return out
 
 

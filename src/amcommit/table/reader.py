@@ -266,7 +266,9 @@ class Timeline:
 
     async def changes(self, since: str | None, until: str | None = None) -> Changes:
         """Files added and file groups replaced by the write instants in ``(since, until]``
-        (``since`` None: from the start; ``until`` None: up to the latest).
+        (``since`` None: from the start; ``until`` None: up to the latest): per file group, its
+        newest version in the range (:func:`amcommit.table.timeline.changes`; an incremental
+        read reads ``.visible()`` and keeps the rows whose ``_hoodie_commit_time`` is in range).
 
         Both bounds must be completed instants of the table (UnknownInstant).
         CleanedPast if a write instant in the range is older than the earliest instant the
