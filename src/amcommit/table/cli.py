@@ -195,7 +195,8 @@ def add_commands(
         "clean",
         help="delete the files of file groups replaced before the latest N commits",
         description="Delete the base files of file groups replaced by overwrites before the latest N "
-        "commits, recorded as a clean instant; time travel and incremental reads before those N commits "
+        "commits and older versions of rewritten ones (as Hudi's KEEP_LATEST_COMMITS), recorded as a "
+        "clean instant; time travel and incremental reads before those N commits "
         "are refused afterwards. Completes an interrupted clean first. Holds the destination lock.",
     )
     sp.add_argument("dest", help="the table: " + url_forms)
