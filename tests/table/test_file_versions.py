@@ -137,6 +137,39 @@ def test_hudi_rs_reads_the_model(table: tuple[GeneratedTable, Path]) -> None:
         assert hudi_read(t, hudi.HudiReadOptions().with_as_of_timestamp(c)) == model_rows(gen.snapshot(c)), c
     for a, b in pairs(gen):
         assert hudi_read(t, incremental(a, b)) == model_rows(gen.incremental(a, b)), (a, b)
+    for a, b in between(gen):  # bounds that are no instant: the latest commit at or before them
+        want = model_rows(gen.incremental(down(gen, a), down(gen, b) or "")) if down(gen, b) else []
+        assert hudi_read(t, incremental(a, b)) == want, (a, b)
+    for x in (mid(gen.completed[2]), gen.instants[4]):  # the failed write's time: as of the one before
+        assert hudi_read(t, hudi.HudiReadOptions().with_as_of_timestamp(x)) == model_rows(
+            gen.snapshot(down(gen, x) or "")
+        )
+
+
+def mid(t: str) -> str:
+    """A time between instant ``t`` and the next one (instants are a second apart)."""
+    return t[:-3] + "500"
+
+
+def down(gen: GeneratedTable, t: str | None) -> str | None:
+    """The latest completed instant at or before ``t``."""
+    if t is None:
+        return None
+    done = [c for c in gen.completed if c <= t]
+    return done[-1] if done else None
+
+
+def between(gen: GeneratedTable) -> list[tuple[str | None, str]]:
+    """Ranges whose bounds are not instants (one the failed write's time)."""
+    i = gen.instants
+    return [
+        (mid(i[0]), i[2]),
+        (None, i[4]),
+        (i[3], i[4]),
+        (mid(i[1]), mid(i[6])),
+        (i[4], i[6]),
+        (mid(i[8]), mid(i[8])),
+    ]
 
 
 def test_timeline_takes_the_newest_version_of_each_file_group(table: tuple[GeneratedTable, Path]) -> None:
@@ -170,7 +203,7 @@ def test_timeline_takes_the_newest_version_of_each_file_group(table: tuple[Gener
 def test_spark_reader_plans_and_filters_the_newest_versions(table: tuple[GeneratedTable, Path]) -> None:
     """The Spark reader's pure planning (``plan_files``) and its row filter (``in_range``),
     as its executors run them, without a SparkSession (tests/spark has the real one)."""
-    from amcommit.spark.reader import Query, in_range, plan_files
+    from amcommit.spark.reader import Query, in_range, plan_files, snap
 
     gen, root = table
 
@@ -192,6 +225,10 @@ def test_spark_reader_plans_and_filters_the_newest_versions(table: tuple[Generat
         assert rows(Query(as_of=c)) == model_rows(gen.snapshot(c)), c
     for a, b in pairs(gen):
         assert rows(Query(incremental=True, since=a, until=b)) == model_rows(gen.incremental(a, b)), (a, b)
+    for a, b in between(gen):  # the reader moves each bound down to a completed write (snap)
+        q = snap(Query(incremental=True, since=a, until=b), gen.completed)
+        want = model_rows(gen.incremental(down(gen, a), down(gen, b) or "")) if down(gen, b) else []
+        assert rows(q) == want, (a, b)
 
 
 def test_changes_command_lists_the_newest_versions(
