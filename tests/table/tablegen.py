@@ -320,9 +320,9 @@ def generate(
             file_index += 1
         replace: dict[str, list[str]] | None = None
         hidden: list[str] = []
-        if w.operation is Operation.INSERT_OVERWRITE:
+        if w.operation == Operation.INSERT_OVERWRITE:
             replace = {p: sorted(live.get(p, {})) for p in added}
-        elif w.operation is Operation.INSERT_OVERWRITE_TABLE:
+        elif w.operation == Operation.INSERT_OVERWRITE_TABLE:
             replace = {p: sorted(g) for p, g in live.items()}
         out.files_by_instant[t] = [r for g in added.values() for r in g.values()]
         out.rows_by_instant[t] = rows_total
