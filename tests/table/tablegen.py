@@ -158,6 +158,7 @@ def properties(name: str) -> bytes:
         "hoodie.table.timeline.timezone=UTC",
         "hoodie.datasource.write.hive_style_partitioning=true",
         "hoodie.populate.meta.fields=true",
+        "hoodie.datasource.write.drop.partition.columns=false",
         "hoodie.table.create.schema=" + AVRO_SCHEMA.replace(":", "\\:"),
     ]
     return ("\n".join(lines) + "\n").encode()

@@ -284,3 +284,35 @@ def test_timeline_shows_inserted_updated_deleted(
             assert tuple(int(cells[c + 1].replace(",", "")) for c in cols) == want[t], line
         else:
             assert [cells[c] for c in cols] == ["-", "-", "-"], line
+
+
+def test_daft_snapshots_of_rewritten_file_groups(tmp_path: Path) -> None:
+    """Daft 0.7.26 (``daft.read_hudi``, snapshots only, in its own environment): reads the
+    newest version of each rewritten file group; but, measured here, it also reads the base
+    files of a write that never completed (an upsert's new versions, an insert's new groups:
+    hudi-rs and amcommit do not), and fails on a table holding an empty version (a group whose
+    records were all deleted)."""
+    from tests.table.daftenv import DaftUnavailable, daft_python, daft_read
+
+    try:
+        python = daft_python()
+    except DaftUnavailable as e:
+        pytest.skip(f"Daft could not be installed here: {e}")
+
+    def daft_rows(gen: GeneratedTable, name: str) -> list[Row]:
+        root = write_local(gen, tmp_path / name)
+        _, rows = daft_read(python, str(root))
+        return sorted((r["_hoodie_record_key"], r["value"], r["_hoodie_commit_time"]) for r in rows)
+
+    gen = generate(VERSIONED[:4])  # insert, upsert, delete, upsert with small-file inserts
+    assert daft_rows(gen, "ok") == model_rows(gen.snapshot(gen.completed[-1]))
+    gen = generate(VERSIONED[:5])  # ... and an upsert that never completed (its version of g0 on disk)
+    got, want = daft_rows(gen, "failed"), model_rows(gen.snapshot(gen.completed[-1]))
+    failed = gen.instants[4]
+    assert sorted({r for r in got if r not in want}) == [(f"k{i}", f"v{i}@{failed}", failed) for i in (2, 3)]
+    gen = generate([VERSIONED[0], Write(files={"a": 1}, failed=True)])  # the same for a failed insert
+    got, want = daft_rows(gen, "failed-insert"), model_rows(gen.snapshot(gen.completed[-1]))
+    assert len(got) == len(want) + 3 and set(want) < set(got)
+    gen = generate([*VERSIONED[:4], VERSIONED[5]])  # g3's records all deleted: an empty version
+    with pytest.raises(AssertionError, match="Schema and number of arrays unequal"):
+        daft_rows(gen, "empty")
