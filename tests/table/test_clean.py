@@ -4,6 +4,7 @@ deletes then clean again, CleanedPast, clean_after_commit."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from amcommit.table.model import CommitMetadata, Instant, Operation, State, Writ
 from amcommit.table.reader import open_timeline
 from amcommit.table.timeline import LoadedCommit
 from amcommit.testing.tablegen import GeneratedTable, Write, generate, write_local
+from tests.table.test_file_versions import VERSIONED, model_rows, read_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,11 +81,25 @@ def test_plan_deletes_groups_replaced_at_or_before_the_earliest_retained_commit(
     assert plan_clean(commits, 2, previous_earliest=T[3]) is None
 
 
-def test_plan_superseded_versions_of_a_file_group() -> None:
-    commits = [_c(T[0], {"a": ["f"]}), _c(T[1], {"a": ["f"]}), _c(T[2], {"a": ["g"]})]
-    p = plan_clean(commits, 2)
-    assert p is not None and p.files == {"a": [f"a/f_0-1-0_{T[0]}.parquet"]}
-    assert plan_clean(commits, 3) is None
+def test_plan_older_versions_of_a_file_group_as_hudi_keep_latest_commits() -> None:
+    """Hudi's ``getFilesToCleanKeepingLatestCommits``: a version older than E goes unless it
+    is the group's newest, or its newest older than E (a query begun before E reads it)."""
+    f = [_c(T[0], {"a": ["f"]}), _c(T[1], {"a": ["f"]}), _c(T[2], {"a": ["g"]})]
+    commits = [*f, _c(T[3], {"a": ["f"]}), _c(T[4], {"a": ["g"]})]  # f: T0 T1 T3; g: T2 T4
+
+    def planned(n: int, prev: str | None = None) -> list[str] | None:
+        p = plan_clean(commits, n, prev)
+        return None if p is None else p.files["a"]
+
+    def v(fid: str, t: int) -> str:
+        return f"a/{fid}_0-1-0_{T[t]}.parquet"
+
+    assert planned(4) is None  # E = T1: f@T0 is f's newest version before E
+    assert planned(3) == [v("f", 0)]  # E = T2: f@T1 is the newest before E, f@T0 goes
+    assert planned(2) == [v("f", 0)]  # E = T3: f@T1 stays (a snapshot as of T2 reads it)
+    assert planned(1) == [v("f", 0), v("f", 1)]  # E = T4: g@T2 is g's newest before E
+    assert planned(1, prev=T[3]) == [v("f", 1)]  # f@T0 went with the clean that kept from T3
+    assert plan_clean(f, 2) is None and plan_clean(f, 1) is not None
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, "2"])
@@ -161,7 +177,19 @@ def _run_clean(root: Path, n: int, **kw: object) -> CleanReport:
 
 
 def _expected_deleted(gen: GeneratedTable, earliest: str) -> set[str]:
-    return {rel for t in gen.completed if t <= earliest for rel in gen.replaced_by_instant[t]}
+    """What a clean keeping from ``earliest`` (E) on deletes, from the generator's facts: every
+    version of the groups replaced at or before E; of every other group, Hudi's
+    ``KEEP_LATEST_COMMITS`` loop: each version older than E that is neither the group's newest
+    version nor its newest version older than E."""
+    out = {rel for t in gen.completed if t <= earliest for rel in gen.replaced_by_instant[t]}
+    for vs in gen.versions.values():
+        if any(rel in out for _, rel in vs):
+            continue
+        last = vs[-1][0]
+        before = [t for t, _ in vs if t < earliest]
+        last_before = before[-1] if before else None
+        out |= {rel for t, rel in vs if t < earliest and t not in (last, last_before)}
+    return out
 
 
 def _clean_files(root: Path) -> set[str]:
@@ -213,9 +241,25 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kill_at", [0, 1, 4])
-def test_clean_killed_between_deletes_completes_when_run_again(tmp_path: Path, kill_at: int) -> None:
-    gen = generate(WRITES)
+@pytest.mark.parametrize(
+    ("table", "kill_at"),
+    [
+        ("overwrites", 0),
+        ("overwrites", 1),
+        ("overwrites", 4),
+        ("versions", 0),
+        ("versions", 7),
+        ("versions", 14),
+    ],
+)
+def test_clean_killed_between_deletes_completes_when_run_again(
+    tmp_path: Path, table: str, kill_at: int
+) -> None:
+    """SIGKILL after ``kill_at`` deletes (io_threads=1), then clean again: the pending clean
+    is completed from its plan, exactly. ``versions``: the table of rewritten file groups
+    (tests/table/test_file_versions.py), 14 files to delete (replaced groups' versions and
+    older versions of rewritten groups); killed before the first, mid-way, after the last."""
+    gen = generate(WRITES) if table == "overwrites" else generate(VERSIONED)
     root = write_local(gen, tmp_path / "t")
     before = _listing(root)
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
@@ -261,3 +305,61 @@ def test_clean_after_commit_follows_the_option(tmp_path: Path) -> None:
     assert [f.path for f in tl.snapshot(gen.completed[-1])] == [f.path for f in tl.snapshot()]
     with pytest.raises(CleanedPast, match=f"earliest instant still readable is {gen.completed[-1]}"):
         tl.changes(gen.completed[-3], gen.completed[-1])
+
+
+def _plan_files(root: Path, t: str, state: str) -> dict[str, list[str]]:
+    data = (root / ".hoodie" / f"{t}.clean.{state}").read_bytes()
+    return avro_meta.decode_cleaner_plan(data, root_uri=f"file:{root}").files
+
+
+def test_clean_of_rewritten_file_groups_keeps_what_retained_reads_need(tmp_path: Path) -> None:
+    """On the table of rewritten file groups: a clean keeping 4 commits (E = I5) and then 2
+    (E = I7) deletes exactly Hudi's KEEP_LATEST_COMMITS set (the Avro plan lists exactly those
+    files, the second clean none the first deleted); time travel and incremental reads within
+    retention still read the model (amcommit and hudi-rs), reads before E are refused."""
+    import hudi
+
+    from tests.table.test_file_versions import hudi_read, incremental
+
+    gen = generate(VERSIONED)
+    root = write_local(gen, tmp_path / "t")
+    done = gen.completed
+    before = _listing(root)
+    first = _run_clean(root, 4)
+    e1 = done[-4]
+    assert first.earliest_retained == e1 and first.instant is not None
+    doomed1 = _expected_deleted(gen, e1)
+    # Hudi keeps the newest version older than E: g3's first version (its only other one is at E)
+    g3 = next(vs for vs in gen.versions.values() if [t for t, _ in vs] == [done[0], e1])
+    assert g3[0][1] not in doomed1 and len(doomed1) == 9
+    assert sorted(first.files) == sorted(doomed1) and first.already_gone == 0
+    for state in ("requested", "inflight"):
+        assert sorted(r for rs in _plan_files(root, first.instant, state).values() for r in rs) == sorted(
+            doomed1
+        )
+    second = _run_clean(root, 2)
+    e2 = done[-2]
+    doomed2 = _expected_deleted(gen, e2)
+    assert doomed1 < doomed2 and len(doomed2) == 14
+    assert sorted(second.files) == sorted(doomed2 - doomed1) and second.already_gone == 0
+    assert second.instant is not None
+    planned = _plan_files(root, second.instant, "requested")
+    assert sorted(r for rs in planned.values() for r in rs) == sorted(doomed2 - doomed1)
+    assert _listing(root) == (before - doomed2) | {
+        f".hoodie/{t}.clean{s}"
+        for t in (first.instant, second.instant)
+        for s in ("", ".inflight", ".requested")
+    }
+    tl = open_timeline(str(root))
+    table = hudi.HudiTable(str(root))
+    kept = [t for t in done if t >= e2]
+    for t in kept:
+        assert read_files(root, tl.snapshot(t), None, None) == model_rows(gen.snapshot(t)), t
+        assert hudi_read(table, hudi.HudiReadOptions().with_as_of_timestamp(t)) == model_rows(gen.snapshot(t))
+    for a, b in itertools.combinations(kept, 2):
+        assert read_files(root, tl.changes(a, b).visible(), a, b) == model_rows(gen.incremental(a, b))
+        assert hudi_read(table, incremental(a, b)) == model_rows(gen.incremental(a, b))
+    for t in done:
+        if t < e2:
+            with pytest.raises(CleanedPast):
+                tl.snapshot(t)

@@ -33,7 +33,19 @@ def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.C
     root, times = table
     assert main(["timeline", str(root)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL"]
+    assert lines[0].split() == [
+        "TIME",
+        "ACTION",
+        "STATE",
+        "FILES",
+        "BYTES",
+        "ROWS",
+        "INSERTED",
+        "UPDATED",
+        "DELETED",
+        "DURATION",
+        "LABEL",
+    ]
     assert [ln.split()[0] for ln in lines[1:]] == times  # newest last
     assert (
         "q1/batch-7" in lines[2] and "inflight" in lines[4] and "replacecommit (INSERT_OVERWRITE)" in lines[3]
@@ -52,6 +64,9 @@ def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.C
         "replaced": None,
         "duration": 0.25,
         "label": None,
+        "inserted": 6,
+        "updated": 0,
+        "deleted": 0,
     }
 
 
@@ -65,6 +80,9 @@ def test_plain_text_table_without_rich(table: tuple[Path, list[str]]) -> None:
         "FILES",
         "BYTES",
         "ROWS",
+        "INSERTED",
+        "UPDATED",
+        "DELETED",
         "DURATION",
         "LABEL",
     ]

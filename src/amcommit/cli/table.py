@@ -18,12 +18,12 @@ from typing import Any
 
 from amcommit.cli.common import URL_FORMS, committer_config, int_arg, store_args, store_options
 from amcommit.table.clean import CleanReport
-from amcommit.table.reader import InstantInfo
+from amcommit.table.reader import COUNT_COLUMNS, InstantInfo
 from amcommit.table.timeline import Changes
 
 __all__ = ["add_commands", "add_rollback", "changes_json", "cmd_rollback", "format_instants", "instants_json"]
 
-_COLUMNS = ("TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", "DURATION", "LABEL")
+_COLUMNS = ("TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", *COUNT_COLUMNS, "DURATION", "LABEL")
 
 
 def instants_json(instants: list[InstantInfo]) -> list[dict[str, Any]]:
@@ -47,7 +47,7 @@ def _num(v: int | None) -> str:
 def _row(i: InstantInfo) -> list[str]:
     action = i.action if i.operation in (None, "CLEAN") else f"{i.action} ({i.operation})"
     dur = "-" if i.duration is None else f"{i.duration:.3f} s"
-    return [i.time, action, i.state, _num(i.files), _num(i.bytes), _num(i.rows), dur, i.label or ""]
+    return [i.time, action, i.state, *map(_num, (i.files, i.bytes, i.rows, *i.counts)), dur, i.label or ""]
 
 
 def format_instants(instants: list[InstantInfo], *, use_rich: bool | None = None) -> str:
@@ -63,9 +63,7 @@ def format_instants(instants: list[InstantInfo], *, use_rich: bool | None = None
         else:
             table = Table(box=None, pad_edge=False)
             for c in _COLUMNS:
-                table.add_column(
-                    c, justify="right" if c in ("FILES", "BYTES", "ROWS", "DURATION") else "left"
-                )
+                table.add_column(c, justify="left" if c in ("TIME", "ACTION", "STATE", "LABEL") else "right")
             for r in rows:
                 table.add_row(*r)
             console = Console(width=200, color_system=None, force_terminal=False)
@@ -237,7 +235,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "clean",
         help="delete the files of file groups replaced before the latest N commits",
         description="Delete the base files of file groups replaced by overwrites before the latest N "
-        "commits, recorded as a clean instant; time travel and incremental reads before those N commits "
+        "commits and older versions of rewritten ones (as Hudi's KEEP_LATEST_COMMITS), recorded as a "
+        "clean instant; time travel and incremental reads before those N commits "
         "are refused afterwards. Completes an interrupted clean first. Holds the destination lock.",
     )
     sp.add_argument("dest", help="the table: " + url_forms)

@@ -7,7 +7,8 @@ Queries, selected with Hudi's own option names (short aliases in brackets):
   failed write) and replaced ones are never read, even while they are still on disk;
 * time travel (``as.of.instant`` [``asOf``]): the snapshot as of that instant (inclusive);
 * incremental (``hoodie.datasource.query.type=incremental``, implied by ``since``):
-  the rows committed in ``(begin, end]``, ``hoodie.datasource.read.begin.instanttime``
+  the records whose latest change was committed in ``(begin, end]`` (the newest version in
+  the range of each file group, its rows filtered by ``_hoodie_commit_time``, as Hudi does), ``hoodie.datasource.read.begin.instanttime``
   [``since``] exclusive (``0`` / ``000``: from the start),
   ``hoodie.datasource.read.end.instanttime`` [``until``] inclusive (default: latest).
 
@@ -184,14 +185,13 @@ def build_read_plan(options: Mapping[str, Any]) -> ReadPlan:
 def plan_files(commits: Sequence[LoadedCommit], query: Query) -> list[FileVersion]:
     """The base files a query reads. Pure.
 
-    Incremental: the files added by the commits in ``(since, until]``, less the file groups
-    a replace commit in that range replaced (rows written and overwritten within the range
-    are not returned, as Hudi's incremental readers do)."""
+    Incremental: the newest version in ``(since, until]`` of each file group the commits in
+    that range wrote, less the file groups a replace commit in that range replaced (rows
+    written and overwritten within the range are not returned, as Hudi's incremental readers
+    do); :func:`in_range` then keeps the rows changed in the range."""
     if not query.incremental:
         return snapshot(commits, query.as_of)
-    ch = changes(commits, query.since, query.until)
-    replaced = set(ch.replaced)
-    return [f for f in ch.added if (f.partition, f.file_id) not in replaced]
+    return changes(commits, query.since, query.until).visible()
 
 
 @dataclass(frozen=True)
@@ -283,9 +283,7 @@ async def _plan_files(store: Any, dest: str, q: Query) -> tuple[list[FileVersion
     if q.incremental:
         if q.until == _BEFORE_ALL or (q.since is not None and q.since == q.until):
             return [], latest
-        ch = await tl.changes(q.since, q.until)
-        replaced = set(ch.replaced)
-        return [f for f in ch.added if (f.partition, f.file_id) not in replaced], latest
+        return (await tl.changes(q.since, q.until)).visible(), latest
     if q.as_of == _BEFORE_ALL:
         return [], latest
     return (await tl.snapshot(q.as_of) if q.as_of is not None else latest), latest

@@ -1,16 +1,25 @@
-"""Clean: delete the base files of file groups replaced more than N commits ago.
+"""Clean: delete the base files of replaced file groups and the older versions of rewritten
+ones, beyond the latest N commits (Hudi's ``KEEP_LATEST_COMMITS`` cleaning policy).
 
 Retention rule (``retain_commits = N >= 1``): the latest N completed write instants (commits
 and replacecommits) stay readable -- a snapshot as of any of them, and incremental reads
 starting at or after the oldest of them (``E``, Hudi's *earliest commit to retain*). A clean
-deletes every version of the file groups replaced by a replacecommit at or before ``E`` (and,
-for tables written by others, versions superseded by a newer version at or before ``E``):
-no read that starts at or after ``E`` needs them. Reads that reach before ``E`` are refused
-by amcommit's readers afterwards (:class:`~amcommit.table.errors.CleanedPast`).
+deletes
 
-Planning is pure (:func:`plan_clean`): it considers only replacements after the previous
-clean's ``E``, so a clean never plans what an earlier one already deleted, and a clean with
-nothing to delete writes no instant.
+- every version of the file groups replaced by a replacecommit at or before ``E``;
+- of every other file group (one an upsert or delete rewrote: several base file versions),
+  each version older than ``E`` except the newest version older than ``E`` -- exactly as Hudi's
+  ``CleanPlanner.getFilesToCleanKeepingLatestCommits`` does: the newest version of every group
+  always stays, every version written at or after ``E`` stays (the snapshots as of the retained
+  commits read them), and so does the one a query that began just before ``E`` reads.
+
+No read that starts at or after ``E`` needs what it deletes. Reads that reach before ``E`` are
+refused by amcommit's readers afterwards (:class:`~amcommit.table.errors.CleanedPast`).
+
+Planning is pure (:func:`plan_clean`): it leaves out what the previous clean (its ``E``)
+already deleted -- groups replaced at or before it, versions superseded before it -- so a clean
+never plans a file an earlier one deleted, and a clean with nothing to delete writes no
+instant.
 
 Execution (:func:`clean`), under the destination lock (the one table commits take,
 ``.hoodie/.temp/_commit.lock``):
@@ -30,7 +39,6 @@ made. Readers treat a pending clean like a completed one (its files may already 
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,20 +102,22 @@ def plan_clean(
     for c in ordered:
         for f in c.added():
             versions.setdefault((f.partition, f.file_id), []).append((f.instant, f.path))
-    doomed: dict[str, set[str]] = {}
+    replaced_at: dict[tuple[str, str], str] = {}
     for c in ordered:
-        t = c.instant.time
-        if not prev < t <= e:
-            continue
         for group in c.replaced():
-            for v_time, path in versions.get(group, []):
-                if v_time < t:
-                    doomed.setdefault(group[0], set()).add(path)
-    for (part, _fid), vs in versions.items():  # superseded versions (tables others wrote)
+            replaced_at.setdefault(group, c.instant.time)
+    doomed: dict[str, set[str]] = {}
+    for group, vs in versions.items():
+        r = replaced_at.get(group)
+        if r is not None and r <= prev:
+            continue  # replaced before the previous clean's E: deleted whole then
         vs.sort()
-        for (_, path), (newer, _) in itertools.pairwise(vs):
-            if prev < newer <= e:
-                doomed.setdefault(part, set()).add(path)
+        for k, (_, path) in enumerate(vs):
+            newer = vs[k + 1][0] if k + 1 < len(vs) else None
+            if newer is not None and newer < prev:
+                continue  # superseded before the previous clean's E: deleted then
+            if (r is not None and r <= e) or (newer is not None and newer < e):
+                doomed.setdefault(group[0], set()).add(path)
     if not doomed:
         return None
     return CleanerPlan(

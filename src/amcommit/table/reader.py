@@ -56,6 +56,7 @@ from amcommit.table.naming import HOODIE_DIR, check_instant, parse_instant
 from amcommit.table.timeline import Changes, FileVersion, LoadedCommit, changes, snapshot
 
 __all__ = [
+    "COUNT_COLUMNS",
     "LABEL_KEYS",
     "BlockingTimeline",
     "CleanMark",
@@ -63,6 +64,7 @@ __all__ = [
     "Listing",
     "Timeline",
     "open_timeline",
+    "record_counts",
     "table_uri",
 ]
 
@@ -80,6 +82,10 @@ class InstantInfo:
 
     ``files``/``bytes``/``rows`` are what a completed write added (a completed clean:
     ``files`` deleted); None when unknown (requested/inflight instants, other actions).
+    ``inserted``/``updated``/``deleted`` are the records a completed write inserted, updated
+    and deleted, from its write stats (``numInserts``, ``numUpdateWrites``, ``numDeletes``:
+    :func:`record_counts`); ``rows`` also counts the unchanged records a rewritten file
+    group's new version carries over.
     ``duration`` is seconds from the instant's time to its completed file's modification
     time, when the store reports one.
     """
@@ -94,6 +100,29 @@ class InstantInfo:
     replaced: int | None = None
     duration: float | None = None
     label: str | None = None
+    inserted: int | None = None
+    updated: int | None = None
+    deleted: int | None = None
+
+    @property
+    def counts(self) -> tuple[int | None, int | None, int | None]:
+        """``(inserted, updated, deleted)``, in the order of :data:`COUNT_COLUMNS`."""
+        return (self.inserted, self.updated, self.deleted)
+
+
+COUNT_COLUMNS = ("INSERTED", "UPDATED", "DELETED")
+"""Column titles of :attr:`InstantInfo.counts` (``amcommit timeline``)."""
+
+
+def record_counts(meta: CommitMetadata) -> tuple[int, int, int]:
+    """``(inserted, updated, deleted)`` records of a write: the sums of its write stats'
+    ``numInserts``, ``numUpdateWrites`` and ``numDeletes`` (as Hudi's writers count them). Pure."""
+    stats = meta.write_stats()
+    return (
+        sum(s.num_inserts for s in stats),
+        sum(s.num_update_writes for s in stats),
+        sum(s.num_deletes for s in stats),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +266,9 @@ class Timeline:
 
     async def changes(self, since: str | None, until: str | None = None) -> Changes:
         """Files added and file groups replaced by the write instants in ``(since, until]``
-        (``since`` None: from the start; ``until`` None: up to the latest).
+        (``since`` None: from the start; ``until`` None: up to the latest): per file group, its
+        newest version in the range (:func:`amcommit.table.timeline.changes`; an incremental
+        read reads ``.visible()`` and keeps the rows whose ``_hoodie_commit_time`` is in range).
 
         Both bounds must be completed instants of the table (UnknownInstant).
         CleanedPast if a write instant in the range is older than the earliest instant the
@@ -302,6 +333,7 @@ class Timeline:
             if c is not None:
                 stats = c.metadata.write_stats()
                 extra = c.metadata.extra_metadata
+                inserted, updated, deleted = record_counts(c.metadata)
                 out.append(
                     InstantInfo(
                         time=i.time,
@@ -316,6 +348,9 @@ class Timeline:
                         else None,
                         duration=duration,
                         label=next((extra[k] for k in LABEL_KEYS if k in extra), None),
+                        inserted=inserted,
+                        updated=updated,
+                        deleted=deleted,
                     )
                 )
             elif i.time in cleans:

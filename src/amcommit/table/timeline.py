@@ -4,15 +4,22 @@ The planning functions are pure: they take completed write instants with their m
 (:class:`LoadedCommit`) and answer which base files a reader sees. :func:`load_timeline` is the
 only I/O here: it lists ``.hoodie/`` (not recursive) and reads completed write instants.
 
-Semantics (Copy-on-Write, inserts and overwrites only, as amcommit writes them):
+Semantics (Copy-on-Write, as Hudi's readers plan it):
 
 - a completed ``commit`` / ``replacecommit`` at time T adds the base files of its write stats;
+  a file whose file group (file id) already has a base file is that group's new version (an
+  upsert or delete rewrote it: it holds the group's records as of T, the unchanged ones still
+  stamped with the ``_hoodie_commit_time`` of their last change);
 - a ``replacecommit`` at T also replaces the file groups listed in
   ``partitionToReplaceFileIds``: from T on, readers skip every version of those groups;
 - the snapshot as of T holds, per file group, its newest version from commits at or before T,
   unless the group was replaced by a replace commit at or before T;
-- the changes in ``(since, until]`` are the files added and the groups replaced by the commits
-  in that range, in timeline order.
+- the changes in ``(since, until]`` are, per file group the commits in that range wrote, its
+  newest version in the range (older versions written in the range are superseded), and the
+  groups replaced in the range, in timeline order. An incremental read reads those versions
+  (less the replaced groups: :meth:`Changes.visible`) and keeps the rows whose
+  ``_hoodie_commit_time`` lies in ``(since, until]`` -- exactly the records whose latest change
+  lies in the range, as Hudi's ``IncrementalRelation`` and hudi-rs read them.
 """
 
 from __future__ import annotations
@@ -82,14 +89,22 @@ class Changes:
     until: str | None
     instants: list[Instant] = field(default_factory=list)
     added: list[FileVersion] = field(default_factory=list)
+    """Per file group the range wrote, its newest version in the range."""
     replaced: list[tuple[str, str]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     """Instant time -> label text (``extraMetadata["amcommit.label"]``) of the labelled
     instants in the range (:mod:`amcommit.table.labels`)."""
 
+    superseded: list[FileVersion] = field(default_factory=list)
+    """Older versions written in the range of groups rewritten later in the range: no
+    incremental read of the range reads them."""
+
     def visible(self) -> list[FileVersion]:
-        """What an incremental read of the range reads (as hudi-rs plans it): the files added,
-        minus those whose file group a commit in the range replaced."""
+        """The files an incremental read of the range reads (as Hudi's incremental relation
+        and hudi-rs plan it): :attr:`added` (the newest version in the range of each file
+        group), minus the groups a commit in the range replaced. Of their rows, only those
+        whose ``_hoodie_commit_time`` lies in ``(since, until]`` are changes of the range (a
+        rewritten version also holds the group's unchanged records, stamped earlier)."""
         gone = set(self.replaced)
         return [f for f in self.added if (f.partition, f.file_id) not in gone]
 
@@ -126,19 +141,26 @@ def snapshot(commits: Iterable[LoadedCommit], as_of: str | None = None) -> list[
 
 
 def changes(commits: Iterable[LoadedCommit], since: str | None, until: str | None = None) -> Changes:
-    """Files added and file groups replaced by the commits in ``(since, until]``."""
+    """The newest version in ``(since, until]`` of each file group the commits in that range
+    wrote, and the file groups they replaced (see the module doc). Pure."""
     for t in (since, until):
         if t is not None:
             check_instant(t)
     out = Changes(since=since, until=until)
+    written: list[FileVersion] = []
     for c in _sorted(commits):
         if _in_range(c.instant.time, since, until):
             out.instants.append(c.instant)
             label = c.metadata.extra_metadata.get("amcommit.label")  # labels.EXTRA_LABEL
             if label is not None:
                 out.labels[c.instant.time] = label
-            out.added.extend(c.added())
+            written.extend(c.added())
             out.replaced.extend(c.replaced())
+    newest: dict[tuple[str, str], FileVersion] = {}
+    for f in written:  # timeline order: a later version of a group wins
+        newest[(f.partition, f.file_id)] = f
+    for f in written:
+        (out.added if newest[(f.partition, f.file_id)] is f else out.superseded).append(f)
     return out
 
 
