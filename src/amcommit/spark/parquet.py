@@ -6,7 +6,8 @@ partition and written as row groups of ``row_group_rows`` rows / ``row_group_byt
 (not one row group per Arrow batch). All buffers together stay below ``buffer_bytes``: past
 it the largest buffer is written out early. At most ``max_open_files`` files are open; the
 least recently used one is finished first. ``max_records_per_file`` and ``max_file_bytes``
-roll to a new file.
+roll to a new file. A Hudi table's files (``meta`` set) carry Hudi's footer index: the key range
+and bloom filter of their ``_hoodie_record_key`` values (:func:`amcommit.table.bloom.build_footer`).
 
 Files are written to ``local_path(rel)`` and handed to ``on_closed(rel, local_path)`` once
 complete (the task uploads them there for cloud stores; for local destinations the local
@@ -46,6 +47,7 @@ import pyarrow.parquet as pq
 
 from amcommit.errors import ConfigError
 from amcommit.paths import join
+from amcommit.table.bloom import build_footer
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
@@ -435,6 +437,8 @@ class _Sink:
     rel_path: str = ""
     local_path: str = ""
     file_rows: int = 0
+    keys: list[pa.ChunkedArray] = field(default_factory=list)
+    """``_hoodie_record_key`` of the open file's rows (a table's files: the footer index)."""
 
 
 class PartitionedParquetWriter:
@@ -680,7 +684,10 @@ class PartitionedParquetWriter:
                 n = min(n, self.max_records_per_file - sink.file_rows)
             rest = self._decorate(sink, table.slice(offset))
             writer = self._open_file(sink, rest)
-            writer.write_table(rest.slice(0, n), row_group_size=max(1, n))
+            part = rest.slice(0, n)
+            writer.write_table(part, row_group_size=max(1, n))
+            if self.meta is not None:
+                sink.keys.append(part.column(META_COLUMNS[2]))
             self.stats.row_groups += 1
             sink.file_rows += n
             offset += n
@@ -694,6 +701,10 @@ class PartitionedParquetWriter:
             return
         writer, sink.writer = sink.writer, None
         self._open.pop(sink.rel_dir, None)
+        if self.meta is not None:  # Hudi's key range and bloom filter, as its writers add them
+            keys = [k for chunk in sink.keys for k in chunk.to_pylist()]
+            sink.keys = []
+            writer.add_key_value_metadata(build_footer(keys))
         writer.close()
         self.stats.files += 1
         self.stats.bytes += os.path.getsize(sink.local_path)
