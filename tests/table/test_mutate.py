@@ -264,3 +264,86 @@ def test_small_bloom_settings_are_used(tmp_path: Any) -> None:
     body = mutate.parquet_with_index(t, BloomSettings(num_entries=100, fpp=0.01))
     md = pq.read_metadata(pa.BufferReader(body)).metadata
     assert md[b"hoodie_min_record_key"] == b"1" and len(md[b"org.apache.hudi.bloomfilter"]) < 400
+
+
+async def test_conflicting_writers_one_fails_cleanly(backend_local: StoreUnderTest) -> None:
+    """B begins, A begins and reads the table, B commits a rewrite of file group F, A's
+    commit (rewriting F too) fails with WriteConflict: one line, A rolled back, B's update
+    kept. A writer rewriting another file group meanwhile commits."""
+    from amcommit.table.errors import WriteConflict
+
+    store, dest = backend_local.store, join(backend_local.base, "cc")
+    base = [{"id": i, "p": "ab"[i % 2], "v": "0", "ts": 1} for i in range(10)]
+    await mutate.upsert(store, dest, _t(base), precombine_field="ts", **KW)
+    b = await mutate.prepare(
+        store,
+        dest,
+        _t([{"id": 0, "p": "a", "v": "B", "ts": 2}]),
+        operation="UPSERT",
+        precombine_field="ts",
+        **KW,
+    )
+    a = await mutate.prepare(
+        store,
+        dest,
+        _t([{"id": 2, "p": "a", "v": "A", "ts": 2}]),
+        operation="UPSERT",
+        precombine_field="ts",
+        **KW,
+    )
+    other = await mutate.prepare(
+        store,
+        dest,
+        _t([{"id": 1, "p": "b", "v": "O", "ts": 2}]),
+        operation="UPSERT",
+        precombine_field="ts",
+        **KW,
+    )
+    assert b.report.instant < a.report.instant < other.report.instant
+    await b.commit()
+    with pytest.raises(WriteConflict) as e:
+        await a.commit()
+    msg = str(e.value)
+    assert "\n" not in msg and f"conflicts with instant {b.report.instant}" in msg and "rolled back" in msg
+    await other.commit()  # file group in p=b: no conflict
+    want = {(r["id"], r["p"]): r["v"] for r in base} | {(0, "a"): "B", (1, "b"): "O"}
+    assert await amcommit_snapshot(store, dest) == sorted(
+        (k[0], k[1], v, 2 if v != "0" else 1) for k, v in want.items()
+    )
+    names = [i.path async for i in store.list(dest)]
+    assert not [n for n in names if a.report.instant in n]  # nothing of A left: files, instant files
+    again = await mutate.upsert(
+        store, dest, _t([{"id": 2, "p": "a", "v": "A", "ts": 2}]), precombine_field="ts", **KW
+    )
+    assert again.updated == 1  # run again: it applies
+
+
+def test_rewrite_conflict_is_pure_and_sees_replacements() -> None:
+    from amcommit.table.commit import rewrite_conflict
+    from amcommit.table.model import CommitMetadata, Instant, State, WriteStat
+    from amcommit.table.timeline import LoadedCommit
+
+    def commit(t: str, fid: str, replaced: dict[str, list[str]] | None = None) -> LoadedCommit:
+        stat = WriteStat(file_id=fid, path=f"p=a/{fid}_0-0-0_{t}.parquet", partition_path="p=a")
+        action = "replacecommit" if replaced else "commit"
+        meta = CommitMetadata(
+            partition_to_write_stats={"p=a": [stat]}, partition_to_replace_file_ids=replaced
+        )
+        return LoadedCommit(Instant(t, action, State.COMPLETED), meta)
+
+    mine = "20260101000000900"
+    rewrites = [("p=a", "f1", "20260101000000100")]
+    assert (
+        rewrite_conflict(
+            rewrites, [commit("20260101000000100", "f1"), commit("20260101000000200", "f2")], mine
+        )
+        is None
+    )
+    assert rewrite_conflict(rewrites, [commit("20260101000000300", "f1")], mine) == (
+        "20260101000000300",
+        "p=a",
+        "f1",
+    )
+    over = commit("20260101000000400", "f9", {"p=a": ["f1"]})
+    assert rewrite_conflict(rewrites, [over], mine) == ("20260101000000400", "p=a", "f1")
+    assert rewrite_conflict(rewrites, [commit(mine, "f1")], mine) is None

@@ -87,11 +87,13 @@ __all__ = [
     "MutationError",
     "MutationPlan",
     "Payload",
+    "PreparedMutation",
     "delete",
     "delete_blocking",
     "merge_file",
     "plan_candidates",
     "plan_mutation",
+    "prepare",
     "reduce_batch",
     "upsert",
     "upsert_blocking",
@@ -509,10 +511,11 @@ async def _mutate(
     table_name: str | None,
     bloom: BloomSettings,
     max_file_rows: int,
+    commit: bool = True,
 ) -> MutateReport:
     import pyarrow as pa
 
-    from amcommit.api import abort_job, commit_job
+    from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.table.schema import avro_schema
     from amcommit.table.write import TableSpec, begin_write, committed_schema, latest_write, read_properties
@@ -656,17 +659,93 @@ async def _mutate(
             config=config,
             extra_data={ROWS_KEY: json.dumps(rows_of), MUTATIONS_KEY: json.dumps(fields)},
         )
-        report.job = await commit_job(store, dest, instant, config=config, kind="table")
+        if commit:
+            report.job = await commit_job(store, dest, instant, config=config, kind="table")
     except BaseException:
-        import anyio
-
-        with anyio.CancelScope(shield=True):
-            try:
-                await abort_job(store, dest, instant, config=config, kind="table")
-            except AmcommitError:
-                pass
+        await _abort(store, dest, instant, config)
         raise
     return report
+
+
+async def _abort(store: Store, dest: str, instant: str, config: CommitterConfig) -> None:
+    import anyio
+
+    from amcommit.api import abort_job
+
+    with anyio.CancelScope(shield=True):
+        try:
+            await abort_job(store, dest, instant, config=config, kind="table")
+        except AmcommitError:
+            pass
+
+
+@dataclass
+class PreparedMutation:
+    """An upsert or delete whose files are written and task committed, not yet committed
+    (:func:`prepare`): :meth:`commit` publishes it (or fails, rolled back, with
+    :class:`~amcommit.table.errors.WriteConflict`), :meth:`abort` rolls it back."""
+
+    store: Store
+    dest: str
+    report: MutateReport
+    config: CommitterConfig
+
+    async def commit(self) -> MutateReport:
+        from amcommit.api import commit_job
+
+        try:
+            self.report.job = await commit_job(
+                self.store, self.dest, self.report.instant, config=self.config, kind="table"
+            )
+        except BaseException:
+            await _abort(self.store, self.dest, self.report.instant, self.config)
+            raise
+        return self.report
+
+    async def abort(self) -> None:
+        await _abort(self.store, self.dest, self.report.instant, self.config)
+
+
+async def prepare(
+    store: Store,
+    dest: str,
+    data: pa.Table,
+    *,
+    operation: Operation | str,
+    record_key: str | Sequence[str],
+    partition_by: str | Sequence[str] = (),
+    precombine_field: str | None = None,
+    payload: Payload | str = Payload.OVERWRITE_WITH_LATEST,
+    label: Label | None = None,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    table_name: str | None = None,
+    bloom: BloomSettings = DEFAULT_SETTINGS,
+    max_file_rows: int = 1_000_000,
+) -> PreparedMutation:
+    """:func:`upsert` (``operation`` UPSERT) or :func:`delete` (DELETE) up to, not including,
+    the job commit: the instant is begun, the files written and the task committed. The
+    write reads the table when it is prepared: a commit that rewrites one of its file groups
+    in between makes its :meth:`~PreparedMutation.commit` fail (module doc)."""
+    op = Operation(operation)
+    if op not in (Operation.UPSERT, Operation.DELETE):
+        raise MutationError(f"operation {op.value}: prepare takes UPSERT or DELETE")
+    report = await _mutate(
+        store,
+        dest,
+        data,
+        operation=op,
+        record_key=record_key,
+        partition_by=partition_by,
+        precombine_field=precombine_field,
+        payload=payload if op is Operation.UPSERT else Payload.OVERWRITE_WITH_LATEST,
+        label=label,
+        config=config,
+        table_name=table_name,
+        bloom=bloom,
+        max_file_rows=max_file_rows,
+        commit=False,
+    )
+    return PreparedMutation(store, dest, report, config)
 
 
 async def upsert(

@@ -34,6 +34,7 @@ __all__ = [
     "SplicedStats",
     "TaskStatsHeader",
     "paths_of_task_stats",
+    "rewrites_of_task_stats",
     "rows_of_task_stats",
     "spliced_write_stats",
     "task_write_stats",
@@ -143,6 +144,18 @@ def _task_stats_lines(raw: str) -> tuple[TaskStatsHeader, list[bytes]]:
     (one JSON array per partition, not parsed); msgspec's errors if the header is not one."""
     head, *arrays = raw.encode().split(b"\n")
     return msgspec.json.decode(head, type=TaskStatsHeader), arrays
+
+
+def rewrites_of_task_stats(raw: str) -> list[tuple[str, str, str]]:
+    """``(partition, fileId, prevCommit)`` of each stat of one task's stats that writes a new
+    version of an existing file group (``prevCommit`` not ``null``); ManifestError if they
+    are not that format."""
+    try:
+        _, arrays = _task_stats_lines(raw)
+        stats = [s for line in arrays for s in _stats_decoder.decode(line)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ManifestError(f"a task manifest's extra_data[{STATS_KEY!r}] is not write stats") from None
+    return [(s.partition_path, s.file_id, s.prev_commit) for s in stats if s.prev_commit not in ("null", "")]
 
 
 def rows_of_task_stats(raw: str) -> dict[str, int]:
