@@ -165,30 +165,47 @@ def _sext(b: int) -> int:
     return b | 0xFFFFFF00 if b & 0x80 else b
 
 
+def _mixed_words(words: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
+    """Each 4-byte word mixed as MurmurHash mixes it (k *= m; k ^= k >>> 24; k *= m): it does
+    not depend on the seed, so it is computed once for all the hashes of a key."""
+    m = np.uint32(_M)
+    with np.errstate(over="ignore"):
+        k = words * m
+        k ^= k >> np.uint32(24)
+        k *= m
+    return k
+
+
+def _tail_xor(tail: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32] | None:
+    """What the 1..3 trailing bytes (sign-extended) xor into the hash (seed-independent)."""
+    left = tail.shape[1]
+    if not left:
+        return None
+    t = tail[:, left - 1].copy()
+    if left >= 2:
+        t ^= tail[:, left - 2] << np.uint32(8)
+    if left >= 3:
+        t ^= tail[:, left - 3] << np.uint32(16)
+    return t
+
+
 def _murmur_rows(
-    words: npt.NDArray[np.uint32], tail: npt.NDArray[np.uint32] | None, n: int, seeds: npt.NDArray[np.uint32]
+    mixed: npt.NDArray[np.uint32], tail: npt.NDArray[np.uint32] | None, n: int, seeds: npt.NDArray[np.uint32]
 ) -> npt.NDArray[np.uint32]:
-    """MurmurHash of many keys of one byte length ``n``: ``words`` (keys x n//4) little-endian
-    words, ``tail`` (keys x n%4) the trailing bytes already sign-extended, ``seeds`` per key."""
+    """MurmurHash of many keys of one byte length ``n``: ``mixed`` (keys x n//4) their words
+    mixed (:func:`_mixed_words`), ``tail`` their trailing bytes' xor (:func:`_tail_xor`),
+    ``seeds`` per key."""
     m = np.uint32(_M)
     h = seeds ^ np.uint32(n)
     with np.errstate(over="ignore"):
-        for j in range(words.shape[1]):
-            k = words[:, j] * m
-            k ^= k >> np.uint32(24)
-            k *= m
-            h = h * m
-            h ^= k
-        if tail is not None and tail.shape[1]:
-            left = tail.shape[1]
-            if left >= 3:
-                h ^= tail[:, left - 3] << np.uint32(16)
-            if left >= 2:
-                h ^= tail[:, left - 2] << np.uint32(8)
-            h ^= tail[:, left - 1]
-            h = h * m
+        for j in range(mixed.shape[1]):
+            h *= m
+            h ^= mixed[:, j]
+        if tail is not None:
+            h ^= tail
+            h *= m
         h ^= h >> np.uint32(13)
-        h = h * m
+        h *= m
         h ^= h >> np.uint32(15)
     return h
 
@@ -196,24 +213,24 @@ def _murmur_rows(
 def _positions(keys: Sequence[bytes], nb_hash: int, vector_size: int) -> npt.NDArray[np.int64]:
     """Bit positions (keys x nb_hash) of each key, in key order (``HashFunction.hash``)."""
     out = np.empty((len(keys), nb_hash), dtype=np.int64)
-    by_len: dict[int, list[int]] = {}
-    for i, k in enumerate(keys):
-        by_len.setdefault(len(k), []).append(i)
-    for n, idx in by_len.items():
-        if n == 0:
-            raise ValueError("bloom filter: an empty key cannot be added or tested (Hudi refuses it)")
-        raw = np.frombuffer(b"".join(keys[i] for i in idx), dtype=np.uint8).reshape(len(idx), n)
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    if len(keys) and not lengths.min():
+        raise ValueError("bloom filter: an empty key cannot be added or tested (Hudi refuses it)")
+    for n in np.unique(lengths).tolist():
+        idx = np.nonzero(lengths == n)[0]
+        raw = np.frombuffer(b"".join([keys[i] for i in idx.tolist()]), dtype=np.uint8).reshape(len(idx), n)
         full = n >> 2
         words = np.ascontiguousarray(raw[:, : 4 * full]).view("<u4").astype(np.uint32).reshape(len(idx), full)
         tail_bytes = raw[:, 4 * full :].astype(np.uint32)
         tail = np.where(tail_bytes & 0x80, tail_bytes | np.uint32(0xFFFFFF00), tail_bytes).astype(np.uint32)
+        mixed, txor = _mixed_words(words), _tail_xor(tail)
         seeds = np.zeros(len(idx), dtype=np.uint32)
         cols = np.empty((len(idx), nb_hash), dtype=np.int64)
         for i in range(nb_hash):
-            seeds = _murmur_rows(words, tail, n, seeds)
-            signed = seeds.view(np.int32).astype(np.int64)
-            cols[:, i] = np.abs(np.fmod(signed, vector_size))
-        out[np.asarray(idx, dtype=np.int64)] = cols
+            seeds = _murmur_rows(mixed, txor, n, seeds)
+            # Java's |h rem size|: the truncated remainder's magnitude is |h| mod size
+            cols[:, i] = np.abs(seeds.view(np.int32).astype(np.int64)) % vector_size
+        out[idx] = cols
     return out
 
 
@@ -273,11 +290,10 @@ class BloomFilter:
             else:
                 nrows = bound
                 current = n - (bound - 1) * nr
-            which = (
-                np.fromiter((_row_of(i, nr, bound) for i in range(n)), dtype=np.int64, count=n)
-                if n > full
-                else np.arange(n, dtype=np.int64) // nr
-            )
+            which = np.arange(n, dtype=np.int64) // nr
+            if n > full:  # past the bound: key `full` to row 0, then round robin from row 0
+                which[full] = 0
+                which[full + 1 :] = (np.arange(full + 1, n, dtype=np.int64) - full - 1) % bound
             assignment = [np.nonzero(which == r)[0] for r in range(nrows)]
         rows = []
         for idx in assignment:
