@@ -267,12 +267,20 @@ def test_small_bloom_settings_are_used(tmp_path: Any) -> None:
 
 
 async def test_conflicting_writers_one_fails_cleanly(backend_local: StoreUnderTest) -> None:
+    await _conflicting_writers(backend_local)
+
+
+async def test_conflicting_writers_one_fails_cleanly_fake_gcs(backend_gcs_fake: StoreUnderTest) -> None:
+    await _conflicting_writers(backend_gcs_fake)
+
+
+async def _conflicting_writers(sut: StoreUnderTest) -> None:
     """B begins, A begins and reads the table, B commits a rewrite of file group F, A's
     commit (rewriting F too) fails with WriteConflict: one line, A rolled back, B's update
     kept. A writer rewriting another file group meanwhile commits."""
     from amcommit.table.errors import WriteConflict
 
-    store, dest = backend_local.store, join(backend_local.base, "cc")
+    store, dest = sut.store, join(sut.base, "cc")
     base = [{"id": i, "p": "ab"[i % 2], "v": "0", "ts": 1} for i in range(10)]
     await mutate.upsert(store, dest, _t(base), precombine_field="ts", **KW)
     b = await mutate.prepare(
@@ -347,3 +355,23 @@ def test_rewrite_conflict_is_pure_and_sees_replacements() -> None:
     over = commit("20260101000000400", "f9", {"p=a": ["f1"]})
     assert rewrite_conflict(rewrites, [over], mine) == ("20260101000000400", "p=a", "f1")
     assert rewrite_conflict(rewrites, [commit(mine, "f1")], mine) is None
+
+
+async def test_labels_as_for_inserts(backend_local: StoreUnderTest) -> None:
+    """A label commits once: the same upsert again (a replay) is skipped, rolled back, and
+    the table is unchanged; delete takes labels too."""
+    from amcommit.table.labels import Label, last_committed
+
+    store, dest = backend_local.store, join(backend_local.base, "lb")
+    rows = [{"id": i, "p": "a", "v": "x", "ts": 1} for i in range(3)]
+    first = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", label=Label("app", 0), **KW)
+    assert first.job is not None and first.job.label == "app:0" and first.skipped_label is None
+    again = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", label=Label("app", 0), **KW)
+    assert again.skipped_label == first.instant
+    d = await mutate.delete(store, dest, _t(rows[:1]), label=Label("app", 1), **KW)
+    assert d.deleted == 1 and await last_committed(store, dest, "app") == (1, d.instant)
+    replay = await mutate.delete(store, dest, _t(rows[1:2]), label=Label("app", 1), **KW)
+    assert replay.skipped_label == d.instant
+    assert await amcommit_snapshot(store, dest) == [(1, "a", "x", 1), (2, "a", "x", 1)]
+    names = [i.path async for i in store.list(dest)]
+    assert not [n for n in names if again.instant in n or replay.instant in n]

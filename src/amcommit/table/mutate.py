@@ -138,6 +138,12 @@ class MutateReport:
     job: JobReport | None = None
     """The job commit's report (label, skipped_label, timings)."""
 
+    @property
+    def skipped_label(self) -> str | None:
+        """The instant that committed this write's label before: the write was rolled back
+        instead of committed (the counts above are what it would have done)."""
+        return None if self.job is None else self.job.skipped_label
+
 
 # -- pure planning ----------------------------------------------------------------------
 
