@@ -86,4 +86,14 @@ def test_key_range_in_java_order_and_never_wrongly_ruled_out() -> None:
 
 def test_bad_filter_is_one_line_error() -> None:
     with pytest.raises(ManifestError, match=r"x\.parquet: its bloom filter does not decode"):
-        parse_footer({bloom.BLOOM_FILTER_KEY: "AAAA", bloom.TYPE_CODE_KEY: "DYNAMIC_V0"}, where="x.parquet")
+        assert parse_footer(
+            {bloom.BLOOM_FILTER_KEY: "AAAA", bloom.TYPE_CODE_KEY: "DYNAMIC_V0"}, where="x.parquet"
+        ).bloom
+
+
+def test_sorted_lookup_agrees_with_per_key_lookup() -> None:
+    vec = _vectors()[-1]
+    idx = parse_footer(vec["footer"])
+    probe = sorted([*vec["keys"], "0", "zzzz", "\U0001f600", *[f"{i:x}" for i in range(300)]])
+    want = [k for k, m in zip(probe, idx.may_hold(probe), strict=True) if m]
+    assert idx.may_hold_sorted(probe) == want and set(vec["keys"]) <= set(want)

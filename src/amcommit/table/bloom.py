@@ -409,6 +409,11 @@ def key_range(keys: Sequence[str]) -> tuple[str, str] | None:
     return min(keys), max(keys)
 
 
+def beyond_bmp(keys: Sequence[str]) -> list[str]:
+    """The keys holding a character beyond U+FFFF (ordered differently by Hudi's writers)."""
+    return [k for k in keys if _NON_BMP.search(k)]
+
+
 def key_in_range(key: str, lo: str | None, hi: str | None) -> bool:
     """False only if ``key`` surely lies outside [lo, hi] (None bounds: unknown, True)."""
     if lo is None or hi is None:
@@ -430,23 +435,76 @@ def build_footer(keys: Sequence[str], settings: BloomSettings = DEFAULT_SETTINGS
     return out
 
 
-@dataclass(frozen=True)
 class FooterIndex:
     """What a base file's footer says about its keys: range and filter (either may be
-    missing: a file written without them can hold any key)."""
+    missing: a file written without them can hold any key). The filter is decoded on first
+    use (:attr:`bloom`): a file that the key range rules out costs no decoding."""
 
-    min_key: str | None
-    max_key: str | None
-    bloom: BloomFilter | None
+    def __init__(
+        self,
+        min_key: str | None,
+        max_key: str | None,
+        bloom: BloomFilter | None = None,
+        *,
+        raw_bloom: str | bytes | None = None,
+        type_code: str | None = None,
+        where: str = "",
+    ) -> None:
+        self.min_key = min_key
+        self.max_key = max_key
+        self._bloom = bloom
+        self._raw = raw_bloom
+        self._type_code = type_code
+        self._where = where
+
+    @property
+    def has_bloom(self) -> bool:
+        return self._bloom is not None or self._raw is not None
+
+    @property
+    def bloom(self) -> BloomFilter | None:
+        """The filter; ManifestError naming the file if it does not decode (never silently
+        ignored: ruling out files on a wrong filter loses updates)."""
+        if self._bloom is None and self._raw is not None:
+            try:
+                self._bloom = BloomFilter.parse(self._raw, self._type_code)
+            except ValueError as e:
+                raise ManifestError(
+                    f"{self._where or 'a base file'}: its bloom filter does not decode ({e})"
+                ) from None
+            self._raw = None
+        return self._bloom
 
     def may_hold(self, keys: Sequence[str]) -> list[bool]:
         """For each key: False only if the file surely does not hold it."""
         in_range = [key_in_range(k, self.min_key, self.max_key) for k in keys]
-        if self.bloom is None:
-            return in_range
+        return self._filtered(keys, in_range)
+
+    def _filtered(self, keys: Sequence[str], in_range: Sequence[bool]) -> list[bool]:
+        if not self.has_bloom or not any(in_range):
+            return list(in_range)
         ask = [k for k, r in zip(keys, in_range, strict=True) if r]
-        maybe = iter(self.bloom.might_contain(ask).tolist()) if ask else iter(())
+        bloom = self.bloom
+        assert bloom is not None
+        maybe = iter(bloom.might_contain(ask).tolist())
         return [bool(next(maybe)) if r else False for r in in_range]
+
+    def may_hold_sorted(self, keys: Sequence[str], odd: Sequence[str] | None = None) -> list[str]:
+        """The keys (sorted, in code point order) the file may hold: those within its range
+        (found by bisection), then the filter's maybes. Keys with characters beyond U+FFFF
+        are never ruled out by the range (:func:`key_in_range`); ``odd``: those among
+        ``keys``, if the caller found them already (:func:`beyond_bmp`)."""
+        import bisect
+
+        lo, hi = self.min_key, self.max_key
+        if lo is None or hi is None or _NON_BMP.search(lo) or _NON_BMP.search(hi):
+            cand = list(keys)
+        else:
+            cand = list(keys[bisect.bisect_left(keys, lo) : bisect.bisect_right(keys, hi)])
+            cand += [k for k in (beyond_bmp(keys) if odd is None else odd) if not lo <= k <= hi]
+        if not cand:
+            return []
+        return [k for k, m in zip(cand, self._filtered(cand, [True] * len(cand)), strict=True) if m]
 
 
 def _text(v: str | bytes) -> str:
@@ -458,14 +516,14 @@ def parse_footer(
 ) -> FooterIndex:
     """The index facts of a file's footer key-value metadata. A file without a filter or
     range yields None for them; a filter that does not decode is a ManifestError naming
-    ``where`` (never silently ignored: ruling out files on a wrong filter loses updates)."""
-    md = {_text(k): _text(v) for k, v in (metadata or {}).items()}
-    lo, hi = md.get(MIN_KEY), md.get(MAX_KEY)
+    ``where`` when it is first used (:attr:`FooterIndex.bloom`)."""
+    md: dict[str, str | bytes] = {_text(k): v for k, v in (metadata or {}).items()}
+    lo, hi, code = md.get(MIN_KEY), md.get(MAX_KEY), md.get(TYPE_CODE_KEY)
     raw = md.get(BLOOM_FILTER_KEY, md.get(OLD_BLOOM_FILTER_KEY))
-    bloom = None
-    if raw is not None:
-        try:
-            bloom = BloomFilter.parse(raw, md.get(TYPE_CODE_KEY))
-        except ValueError as e:
-            raise ManifestError(f"{where or 'a base file'}: its bloom filter does not decode ({e})") from None
-    return FooterIndex(lo, hi, bloom)
+    return FooterIndex(
+        None if lo is None else _text(lo),
+        None if hi is None else _text(hi),
+        raw_bloom=raw,
+        type_code=None if code is None else _text(code),
+        where=where,
+    )

@@ -64,7 +64,14 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import Store, local_os_path
-from amcommit.table.bloom import DEFAULT_SETTINGS, BloomSettings, FooterIndex, build_footer, parse_footer
+from amcommit.table.bloom import (
+    DEFAULT_SETTINGS,
+    BloomSettings,
+    FooterIndex,
+    beyond_bmp,
+    build_footer,
+    parse_footer,
+)
 from amcommit.table.labels import Label
 from amcommit.table.model import Operation
 from amcommit.table.naming import (
@@ -176,13 +183,15 @@ def plan_candidates(
     wanted: Mapping[str, Sequence[str]], files: Sequence[tuple[FileVersion, FooterIndex]]
 ) -> dict[str, list[str]]:
     """Per file path, the incoming keys of its partition its footer cannot rule out (key
-    range and bloom filter); files without any are left out. Pure."""
+    range, then bloom filter); files without any are left out. Pure."""
+    ordered = {p: sorted(ks) for p, ks in wanted.items()}
+    odd = {p: beyond_bmp(ks) for p, ks in ordered.items()}
     out: dict[str, list[str]] = {}
     for f, idx in files:
-        keys = wanted.get(f.partition)
+        keys = ordered.get(f.partition)
         if not keys:
             continue
-        maybe = [k for k, m in zip(keys, idx.may_hold(keys), strict=True) if m]
+        maybe = idx.may_hold_sorted(keys, odd[f.partition])
         if maybe:
             out[f.path] = maybe
     return out
