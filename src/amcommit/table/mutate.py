@@ -142,6 +142,9 @@ class MutateReport:
     key_columns_read: int = 0
     candidates: int = 0
     """Files the footers could not rule out (their key column was read)."""
+    index_bytes_read: int = 0
+    """Bytes the index lookup read from object stores (footers and key columns; 0 on local
+    files, which are read in place)."""
     job: JobReport | None = None
     """The job commit's report (label, skipped_label, timings)."""
 
@@ -455,55 +458,123 @@ def _keys(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
 # -- I/O --------------------------------------------------------------------------------
 
 
+TAIL_GUESS = 576 * 1024
+"""Bytes read from a base file's end to get its footer in one request (Hudi's footers are
+~432 KB with the default bloom filter, plus the column statistics); a longer footer costs
+one more read."""
+
+
+def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
+    """``(start, length)`` of every column chunk of ``column`` in a Parquet file's metadata
+    (dictionary page first where there is one). Pure."""
+    out = []
+    for rg in range(md.num_row_groups):
+        group = md.row_group(rg)
+        for j in range(group.num_columns):
+            c = group.column(j)
+            if c.path_in_schema != column:
+                continue
+            start = c.data_page_offset
+            if (
+                c.has_dictionary_page
+                and c.dictionary_page_offset is not None
+                and c.dictionary_page_offset > 0
+            ):
+                start = min(start, c.dictionary_page_offset)
+            out.append((start, c.total_compressed_size))
+    return out
+
+
 @dataclass
 class _Reader:
-    """Reads base files of the table: footers and key columns (only those on local files),
-    whole files otherwise (kept for the candidates, which are read again to rewrite)."""
+    """Reads base files of the table. Local files: the footer, or the key column, straight
+    from the file. Elsewhere: the footer by a ranged read of the file's end, the key column
+    by ranged reads of its column chunks (:func:`~amcommit.store.base.read_range`; a store
+    without ranged reads answers with whole objects). ``bytes_read`` counts what came back."""
 
     store: Store
     dest: str
     config: CommitterConfig
-    cache: dict[str, bytes] = field(default_factory=dict)
+    footers: dict[str, tuple[Any, bytes, int]] = field(default_factory=dict)
+    """Path -> (FileMetaData, footer bytes with its length and magic, file size)."""
+    bytes_read: int = 0
 
     def _local(self, rel: str) -> str | None:
         return local_os_path(self.store, join(self.dest, rel))
 
-    async def _bytes(self, rel: str) -> bytes:
-        data = self.cache.get(rel)
-        if data is None:
-            from amcommit.store.retry import policies_of, retry_call
+    async def _range(self, rel: str, start: int, length: int) -> bytes:
+        from amcommit.store.base import read_range
+        from amcommit.store.retry import policies_of, retry_call
 
-            path = join(self.dest, rel)
-            data = await retry_call(lambda: self.store.get(path), policy=policies_of(self.config)[0])
-            self.cache[rel] = data
+        path = join(self.dest, rel)
+        data = await retry_call(
+            lambda: read_range(self.store, path, start, length), policy=policies_of(self.config)[0]
+        )
+        self.bytes_read += len(data)
         return data
 
-    async def footer(self, rel: str) -> FooterIndex:
+    async def _size(self, rel: str, known: int) -> int:
+        if known > 0:
+            return known
+        from amcommit.store.retry import policies_of, retry_call
+
+        path = join(self.dest, rel)
+        return (await retry_call(lambda: self.store.stat(path), policy=policies_of(self.config)[0])).size
+
+    async def footer(self, rel: str, size: int = 0) -> FooterIndex:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from amcommit.errors import ManifestError
+
+        local = self._local(rel)
+        if local is not None:
+            return parse_footer(pq.read_metadata(local).metadata, where=rel)
+        size = await self._size(rel, size)
+        tail = await self._range(rel, max(0, size - TAIL_GUESS), min(size, TAIL_GUESS))
+        if len(tail) < 8 or tail[-4:] != b"PAR1":
+            raise ManifestError(f"{rel}: not a Parquet file (no footer)")
+        n = int.from_bytes(tail[-8:-4], "little") + 8
+        if n > len(tail):
+            tail = await self._range(rel, size - n, n)
+        footer = tail[-n:]
+        md = pq.read_metadata(pa.BufferReader(footer))
+        self.footers[rel] = (md, footer, size)
+        return parse_footer(md.metadata, where=rel)
+
+    async def keys(self, rel: str) -> list[str]:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         local = self._local(rel)
         if local is not None:
-            md = pq.read_metadata(local).metadata
-        else:
-            md = pq.read_metadata(io.BytesIO(await self._bytes(rel))).metadata
-        return parse_footer(md, where=rel)
-
-    async def keys(self, rel: str) -> list[str]:
-        import pyarrow.parquet as pq
-
-        local = self._local(rel)
-        src: Any = local if local is not None else io.BytesIO(await self._bytes(rel))
-        col: list[str] = pq.read_table(src, columns=[KEY_COLUMN]).column(0).to_pylist()
+            col: list[str] = pq.read_table(local, columns=[KEY_COLUMN]).column(0).to_pylist()
+            return col
+        if rel not in self.footers:
+            await self.footer(rel)
+        md, footer, size = self.footers[rel]
+        # a file of the same size holding only the footer and the key column's chunks:
+        # Parquet's reader reads nothing else for one column
+        sparse = bytearray(size)
+        sparse[size - len(footer) :] = footer
+        for start, length in key_chunks(md, KEY_COLUMN):
+            sparse[start : start + length] = await self._range(rel, start, length)
+        col = pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0).to_pylist()
         return col
 
     async def table(self, rel: str) -> pa.Table:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         local = self._local(rel)
-        src: Any = local if local is not None else io.BytesIO(await self._bytes(rel))
-        t = pq.read_table(src)
-        self.cache.pop(rel, None)
-        return t
+        if local is not None:
+            return pq.read_table(local)
+        from amcommit.store.retry import policies_of, retry_call
+
+        path = join(self.dest, rel)
+        data = await retry_call(lambda: self.store.get(path), policy=policies_of(self.config)[0])
+        self.bytes_read += len(data)
+        return pq.read_table(pa.BufferReader(data))
 
 
 def _default_name(dest: str) -> str:
@@ -588,7 +659,7 @@ async def _mutate(
         footers: dict[str, FooterIndex] = {}
 
         async def footer(f: FileVersion) -> None:
-            footers[f.path] = await reader.footer(f.path)
+            footers[f.path] = await reader.footer(f.path, f.size)
 
         await run_parallel(files, footer, config.io_threads)
         report.footers_read = len(files)
@@ -606,9 +677,7 @@ async def _mutate(
 
         await run_parallel(list(cands), confirm, config.io_threads)
         report.key_columns_read = len(cands)
-        for rel in list(reader.cache):
-            if rel not in cands:
-                reader.cache.pop(rel, None)
+        report.index_bytes_read = reader.bytes_read
         plan = plan_mutation(batch, located, delete=delete_op)
         report.absent_deletes = plan.absent_deletes
         # -- write the task's files --------------------------------------------------------
