@@ -448,3 +448,67 @@ async def _ranged_index(sut: StoreUnderTest) -> None:
     index_bytes = counted.received.get("data", 0) - rewritten  # the rewrite reads its file whole
     assert 0 < index_bytes < 0.75 * total, (index_bytes, total)
     assert (10_005, "a", "new", 2) in await amcommit_snapshot(store, dest)
+
+
+async def test_unpartitioned_composite_keys_and_files_without_footer_index(
+    backend_local: StoreUnderTest,
+) -> None:
+    """A table without partitions and with a two-column key; a base file without Hudi's
+    footer index (an older writer's) cannot be ruled out: its key column is read."""
+    store, dest = backend_local.store, join(backend_local.base, "np")
+    assert isinstance(store, LocalStore)
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string()), ("v", pa.string())])
+    kw: dict[str, Any] = {"record_key": ("a", "b"), "config": FAST}
+    rows = [{"a": i, "b": "xy"[i % 2], "v": "0"} for i in range(6)]
+    await mutate.upsert(store, dest, pa.Table.from_pylist(rows, schema=schema), **kw)
+    other = [{"a": 100 + i, "b": "x", "v": "0"} for i in range(3)]
+    await mutate.upsert(store, dest, pa.Table.from_pylist(other, schema=schema), **kw)
+    _, commits = await load_timeline(store, dest)
+    files = snapshot(commits)
+    assert len(files) == 2 and all("/" not in f.path for f in files)
+    # strip the index from the first file, as a writer without it would have written it
+    path = os.path.join(store.root, dest, files[0].path)
+    t = pq.read_table(path)
+    assert t.column("_hoodie_record_key").to_pylist()[0] == "a:0,b:x"
+    pq.write_table(t.replace_schema_metadata(None), path)
+    assert b"hoodie_min_record_key" not in (pq.read_metadata(path).metadata or {})
+    up = [{"a": 1, "b": "y", "v": "u"}, {"a": 101, "b": "x", "v": "u"}, {"a": 7, "b": "x", "v": "new"}]
+    rep = await mutate.upsert(store, dest, pa.Table.from_pylist(up, schema=schema), **kw)
+    assert (rep.footers_read, rep.key_columns_read, rep.updated, rep.inserted) == (2, 2, 2, 1)
+    d = await mutate.delete(
+        store, dest, pa.Table.from_pylist([{"a": 2, "b": "x", "v": None}], schema=schema), **kw
+    )
+    assert d.deleted == 1
+    got = []
+    _, commits = await load_timeline(store, dest)
+    for f in snapshot(commits):
+        got += [
+            (r["a"], r["b"], r["v"])
+            for r in pq.read_table(os.path.join(store.root, dest, f.path)).to_pylist()
+        ]
+    want = {(r["a"], r["b"]): r["v"] for r in rows + other} | {(r["a"], r["b"]): r["v"] for r in up}
+    del want[(2, "x")]
+    assert sorted(got) == sorted((a, b, v) for (a, b), v in want.items())
+    assert sorted(hudi_rows_np(os.path.join(store.root, dest))) == sorted(got)
+
+
+def hudi_rows_np(uri: str) -> list[tuple[Any, ...]]:
+    from hudi import HudiReadOptions, HudiTableBuilder
+
+    out = []
+    for batch in HudiTableBuilder.from_base_uri(uri).build().read(HudiReadOptions()):
+        out += [(r["a"], r["b"], r["v"]) for r in batch.to_pylist()]
+    return out
+
+
+def test_blocking_wrappers_on_a_url(tmp_path: Any) -> None:
+    url = str(tmp_path / "blk")
+    rows = [{"id": i, "p": "a", "v": "0", "ts": 1} for i in range(4)]
+    kw: dict[str, Any] = {"record_key": "id", "partition_by": "p"}
+    first = mutate.upsert_blocking(url, _t(rows), precombine_field="ts", **kw)
+    up = mutate.upsert_blocking(
+        url, _t([{"id": 1, "p": "a", "v": "u", "ts": 2}]), precombine_field="ts", **kw
+    )
+    gone = mutate.delete_blocking(url, _t([{"id": 2, "p": "a", "v": None, "ts": 0}]), **kw)
+    assert (first.inserted, up.updated, gone.deleted) == (4, 1, 1)
+    assert hudi_snapshot(url) == [(0, "a", "0", 1), (1, "a", "u", 2), (3, "a", "0", 1)]
