@@ -220,26 +220,28 @@ class MutationPlan:
 
 
 def plan_mutation(
-    batch: Batch, located: Mapping[tuple[str, str], FileVersion], *, delete: bool
+    batch: Batch, located: Mapping[tuple[str, str], Sequence[FileVersion]], *, delete: bool
 ) -> MutationPlan:
-    """Which file groups to rewrite and what to insert, from the reduced ``batch`` and where
-    its (partition, key)s are stored (``located``). Pure."""
+    """Which file groups to rewrite and what to insert, from the reduced ``batch`` and the
+    files that hold each of its (partition, key)s (``located``). A key held by several files
+    of its partition (plain inserts of one key twice) is updated, or deleted, in each. Pure."""
     plan = MutationPlan()
     for key, part, row in zip(batch.keys, batch.partitions, batch.rows, strict=True):
-        f = located.get((part, key))
-        if f is None:
+        held = located.get((part, key))
+        if not held:
             if delete:
                 plan.absent_deletes += 1
             else:
                 plan.inserts.setdefault(part, []).append(row)
             continue
-        rw = plan.rewrites.get(f.path)
-        if rw is None:
-            rw = plan.rewrites[f.path] = FileRewrite(f)
-        if delete:
-            rw.deletes.add(key)
-        else:
-            rw.updates[key] = row
+        for f in held:
+            rw = plan.rewrites.get(f.path)
+            if rw is None:
+                rw = plan.rewrites[f.path] = FileRewrite(f)
+            if delete:
+                rw.deletes.add(key)
+            else:
+                rw.updates[key] = row
     return plan
 
 
@@ -309,6 +311,7 @@ def merge_file(
     stored_keys = stored.column(KEY_COLUMN)
     pos = {k: i for i, k in enumerate(incoming_keys)}
     take_incoming: list[int] = []
+    taken: set[int] = set()
     keep_mask: list[bool] = []
     kept_stored = deleted = 0
     order_stored = (
@@ -336,7 +339,9 @@ def merge_file(
             kept_stored += 1
             continue
         keep_mask.append(False)
-        take_incoming.append(j)
+        if j not in taken:  # a key held twice in the file: its copies become one record
+            taken.add(j)
+            take_incoming.append(j)
     kept = stored.filter(pa.array(keep_mask, pa.bool_())) if stored.num_rows else stored
     schema = stored.schema.remove_metadata()
     extra = [f for f in incoming.schema if schema.get_field_index(f.name) < 0]
@@ -603,6 +608,7 @@ async def _mutate(
 
     from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
+    from amcommit.table.heartbeat import heartbeat
     from amcommit.table.schema import avro_schema
     from amcommit.table.write import TableSpec, begin_write, committed_schema, latest_write, read_properties
 
@@ -649,100 +655,102 @@ async def _mutate(
     instant = w.instant
     report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)
     try:
-        _, commits = await load_timeline(store, dest)
-        snap = snapshot(commits)
-        wanted: dict[str, list[str]] = {}
-        for k, p in zip(batch.keys, batch.partitions, strict=True):
-            wanted.setdefault(p, []).append(k)
-        reader = _Reader(store, dest, config)
-        files = [f for f in snap if f.partition in wanted]
-        footers: dict[str, FooterIndex] = {}
+        # the writer stays alive (its heartbeat) while it reads and writes, however long
+        async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
+            _, commits = await load_timeline(store, dest)
+            snap = snapshot(commits)
+            wanted: dict[str, list[str]] = {}
+            for k, p in zip(batch.keys, batch.partitions, strict=True):
+                wanted.setdefault(p, []).append(k)
+            reader = _Reader(store, dest, config)
+            files = [f for f in snap if f.partition in wanted]
+            footers: dict[str, FooterIndex] = {}
 
-        async def footer(f: FileVersion) -> None:
-            footers[f.path] = await reader.footer(f.path, f.size)
+            async def footer(f: FileVersion) -> None:
+                footers[f.path] = await reader.footer(f.path, f.size)
 
-        await run_parallel(files, footer, config.io_threads)
-        report.footers_read = len(files)
-        cands = plan_candidates(wanted, [(f, footers[f.path]) for f in files])
-        report.candidates = len(cands)
-        by_path = {f.path: f for f in files}
-        located: dict[tuple[str, str], FileVersion] = {}
+            await run_parallel(files, footer, config.io_threads)
+            report.footers_read = len(files)
+            cands = plan_candidates(wanted, [(f, footers[f.path]) for f in files])
+            report.candidates = len(cands)
+            by_path = {f.path: f for f in files}
+            located: dict[tuple[str, str], list[FileVersion]] = {}
 
-        async def confirm(rel: str) -> None:
-            held = set(await reader.keys(rel))
-            f = by_path[rel]
-            for k in cands[rel]:
-                if k in held:
-                    located[(f.partition, k)] = f
+            async def confirm(rel: str) -> None:
+                held = set(await reader.keys(rel))
+                f = by_path[rel]
+                for k in cands[rel]:
+                    if k in held:
+                        located.setdefault((f.partition, k), []).append(f)
 
-        await run_parallel(list(cands), confirm, config.io_threads)
-        report.key_columns_read = len(cands)
-        report.index_bytes_read = reader.bytes_read
-        plan = plan_mutation(batch, located, delete=delete_op)
-        report.absent_deletes = plan.absent_deletes
-        # -- write the task's files --------------------------------------------------------
-        task = 0
-        attempt = f"attempt_{instant}_m_{task:06d}_0"
-        work = await setup_task(store, w.layout, attempt, config=config)
-        token = write_token(task, 0, 0)
-        seq = 0
-        rows_of: dict[str, int] = {}
-        fields: dict[str, dict[str, Any]] = {}
-        data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
+            await run_parallel(list(cands), confirm, config.io_threads)
+            report.key_columns_read = len(cands)
+            report.index_bytes_read = reader.bytes_read
+            plan = plan_mutation(batch, located, delete=delete_op)
+            report.absent_deletes = plan.absent_deletes
+            # -- write the task's files --------------------------------------------------------
+            task = 0
+            attempt = f"attempt_{instant}_m_{task:06d}_0"
+            work = await setup_task(store, w.layout, attempt, config=config)
+            token = write_token(task, 0, 0)
+            seq = 0
+            rows_of: dict[str, int] = {}
+            fields: dict[str, dict[str, Any]] = {}
+            data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
 
-        for rel, rw in sorted(plan.rewrites.items()):
-            stored = await reader.table(rel)
-            f = rw.version
-            fname = base_file_name(f.file_id, token, instant)
-            up_keys = list(rw.updates)
-            rows = pa.array([rw.updates[k] for k in up_keys], pa.int64())
-            incoming = with_meta(data_cols.take(rows), up_keys, instant, task, seq, f.partition, fname)
-            merged, counts = merge_file(
-                stored, incoming, up_keys, rw.deletes, precombine_field=precombine_field, payload=payload
-            )
-            report.kept_stored += counts["kept_stored"]
-            if counts["updated"] == 0 and counts["deleted"] == 0:
-                continue  # nothing changes in this group: no new version
-            seq += len(up_keys)
-            merged = _set_file_name(merged, fname)
-            body = parquet_with_index(merged, bloom)
-            new_rel = f"{f.partition}/{fname}" if f.partition else fname
-            await store.put(join(work, new_rel), body)
-            rows_of[new_rel] = merged.num_rows
-            fields[new_rel] = {
-                "prevCommit": f.instant,
-                "numInserts": 0,
-                "numUpdateWrites": counts["updated"],
-                "numDeletes": counts["deleted"],
-            }
-            report.updated += counts["updated"]
-            report.deleted += counts["deleted"]
-            report.files_rewritten += 1
-        for part, rows_idx in sorted(plan.inserts.items()):
-            for start in range(0, len(rows_idx), max(1, max_file_rows)):
-                chunk = rows_idx[start : start + max(1, max_file_rows)]
-                fid = new_file_id()
-                fname = base_file_name(fid, token, instant)
-                ks = [keys[i] for i in chunk]
-                t = with_meta(
-                    data_cols.take(pa.array(chunk, pa.int64())), ks, instant, task, seq, part, fname
+            for rel, rw in sorted(plan.rewrites.items()):
+                stored = await reader.table(rel)
+                f = rw.version
+                fname = base_file_name(f.file_id, token, instant)
+                up_keys = list(rw.updates)
+                rows = pa.array([rw.updates[k] for k in up_keys], pa.int64())
+                incoming = with_meta(data_cols.take(rows), up_keys, instant, task, seq, f.partition, fname)
+                merged, counts = merge_file(
+                    stored, incoming, up_keys, rw.deletes, precombine_field=precombine_field, payload=payload
                 )
-                seq += len(chunk)
-                body = parquet_with_index(t, bloom)
-                new_rel = f"{part}/{fname}" if part else fname
+                report.kept_stored += counts["kept_stored"]
+                if counts["updated"] == 0 and counts["deleted"] == 0:
+                    continue  # nothing changes in this group: no new version
+                seq += len(up_keys)
+                merged = _set_file_name(merged, fname)
+                body = parquet_with_index(merged, bloom)
+                new_rel = f"{f.partition}/{fname}" if f.partition else fname
                 await store.put(join(work, new_rel), body)
-                rows_of[new_rel] = len(chunk)
-                fields[new_rel] = {"numInserts": len(chunk)}
-                report.inserted += len(chunk)
-                report.files_created += 1
-        await commit_task(
-            store,
-            w.layout,
-            f"task_{instant}_m_{task:06d}",
-            attempt,
-            config=config,
-            extra_data={ROWS_KEY: json.dumps(rows_of), MUTATIONS_KEY: json.dumps(fields)},
-        )
+                rows_of[new_rel] = merged.num_rows
+                fields[new_rel] = {
+                    "prevCommit": f.instant,
+                    "numInserts": 0,
+                    "numUpdateWrites": counts["updated"],
+                    "numDeletes": counts["deleted"],
+                }
+                report.updated += counts["updated"]
+                report.deleted += counts["deleted"]
+                report.files_rewritten += 1
+            for part, rows_idx in sorted(plan.inserts.items()):
+                for start in range(0, len(rows_idx), max(1, max_file_rows)):
+                    chunk = rows_idx[start : start + max(1, max_file_rows)]
+                    fid = new_file_id()
+                    fname = base_file_name(fid, token, instant)
+                    ks = [keys[i] for i in chunk]
+                    t = with_meta(
+                        data_cols.take(pa.array(chunk, pa.int64())), ks, instant, task, seq, part, fname
+                    )
+                    seq += len(chunk)
+                    body = parquet_with_index(t, bloom)
+                    new_rel = f"{part}/{fname}" if part else fname
+                    await store.put(join(work, new_rel), body)
+                    rows_of[new_rel] = len(chunk)
+                    fields[new_rel] = {"numInserts": len(chunk)}
+                    report.inserted += len(chunk)
+                    report.files_created += 1
+            await commit_task(
+                store,
+                w.layout,
+                f"task_{instant}_m_{task:06d}",
+                attempt,
+                config=config,
+                extra_data={ROWS_KEY: json.dumps(rows_of), MUTATIONS_KEY: json.dumps(fields)},
+            )
         if commit:
             report.job = await commit_job(store, dest, instant, config=config, kind="table")
     except BaseException:
