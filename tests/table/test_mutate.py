@@ -23,6 +23,8 @@ from tests.backends import StoreUnderTest
 FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.string()), ("ts", pa.int64())])
 KW: dict[str, Any] = {"record_key": "id", "partition_by": "p", "config": FAST}
+NEW = KW | {"small_file_limit": 0}
+"""Inserts into new file groups only (Hudi's small-file handling off)."""
 
 Model = dict[tuple[str, int], dict[str, Any]]
 
@@ -135,10 +137,10 @@ async def test_upsert_stats_and_meta_columns(backend_local: StoreUnderTest) -> N
     """Only the file groups holding changed keys get a new version (prevCommit = their
     instant); unchanged rows keep commit time and seqno; the report counts everything."""
     store, dest = backend_local.store, join(backend_local.base, "st")
-    first = await mutate.upsert(store, dest, _t(_steps()[0][1]), precombine_field="ts", **KW)
+    first = await mutate.upsert(store, dest, _t(_steps()[0][1]), precombine_field="ts", **NEW)
     assert (first.inserted, first.files_created, first.footers_read) == (40, 2, 0)
     before = {r["id"]: r for r in await _meta_rows(store, dest)}
-    rep = await mutate.upsert(store, dest, _t(_steps()[1][1]), precombine_field="ts", **KW)
+    rep = await mutate.upsert(store, dest, _t(_steps()[1][1]), precombine_field="ts", **NEW)
     assert (rep.updated, rep.inserted, rep.duplicates_dropped) == (2, 3, 2)
     assert (rep.files_rewritten, rep.files_created, rep.footers_read, rep.key_columns_read) == (2, 3, 2, 2)
     meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, f"{rep.instant}.commit")))
@@ -180,7 +182,7 @@ async def test_index_reads_key_columns_only_of_files_it_cannot_rule_out(
     store, dest = backend_local.store, join(backend_local.base, "ix")
     for g in range(10):
         rows = [{"id": g * 1000 + i, "p": "a", "v": "x", "ts": 1} for i in range(50)]
-        await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **KW)
+        await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **NEW)
     keys = [{"id": 3000 + i, "p": "a", "v": "y", "ts": 2} for i in range(5)]
     keys += [{"id": 7000 + i, "p": "a", "v": "y", "ts": 2} for i in range(5)]
     rep = await mutate.upsert(store, dest, _t(keys), precombine_field="ts", **KW)
@@ -188,7 +190,7 @@ async def test_index_reads_key_columns_only_of_files_it_cannot_rule_out(
     # keys in range of files that do not hold them: the bloom filter rules them out
     # ("3000".."3049" sorts between "3000" and "3049"; "30000" is in range, not in the file)
     odd = [{"id": 30000 + i, "p": "a", "v": "z", "ts": 1} for i in range(20)]
-    rep = await mutate.upsert(store, dest, _t(odd), precombine_field="ts", **KW)
+    rep = await mutate.upsert(store, dest, _t(odd), precombine_field="ts", **NEW)
     assert (rep.footers_read, rep.key_columns_read, rep.inserted, rep.files_rewritten) == (10, 0, 20, 0)
 
 
@@ -429,7 +431,7 @@ async def _ranged_index(sut: StoreUnderTest) -> None:
     rnd = random.Random(3)
     for g in range(3):
         rows = [{"id": g * 10_000 + i, "p": "a", "v": rnd.randbytes(150).hex(), "ts": 1} for i in range(2000)]
-        await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **KW)
+        await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **NEW)
     _, commits = await load_timeline(store, dest)
     files = snapshot(commits)
     total = sum(f.size for f in files)
@@ -462,7 +464,7 @@ async def test_unpartitioned_composite_keys_and_files_without_footer_index(
     rows = [{"a": i, "b": "xy"[i % 2], "v": "0"} for i in range(6)]
     await mutate.upsert(store, dest, pa.Table.from_pylist(rows, schema=schema), **kw)
     other = [{"a": 100 + i, "b": "x", "v": "0"} for i in range(3)]
-    await mutate.upsert(store, dest, pa.Table.from_pylist(other, schema=schema), **kw)
+    await mutate.upsert(store, dest, pa.Table.from_pylist(other, schema=schema), small_file_limit=0, **kw)
     _, commits = await load_timeline(store, dest)
     files = snapshot(commits)
     assert len(files) == 2 and all("/" not in f.path for f in files)
@@ -474,7 +476,7 @@ async def test_unpartitioned_composite_keys_and_files_without_footer_index(
     pq.write_table(t.replace_schema_metadata(None), path)
     assert b"hoodie_min_record_key" not in (pq.read_metadata(path).metadata or {})
     up = [{"a": 1, "b": "y", "v": "u"}, {"a": 101, "b": "x", "v": "u"}, {"a": 7, "b": "x", "v": "new"}]
-    rep = await mutate.upsert(store, dest, pa.Table.from_pylist(up, schema=schema), **kw)
+    rep = await mutate.upsert(store, dest, pa.Table.from_pylist(up, schema=schema), small_file_limit=0, **kw)
     assert (rep.footers_read, rep.key_columns_read, rep.updated, rep.inserted) == (2, 2, 2, 1)
     d = await mutate.delete(
         store, dest, pa.Table.from_pylist([{"a": 2, "b": "x", "v": None}], schema=schema), **kw
@@ -522,7 +524,7 @@ async def test_key_inserted_by_two_writers_at_once_then_deleted_everywhere(
     group overlaps); a later upsert updates, and a delete removes, every copy."""
     store, dest = backend_local.store, join(backend_local.base, "dup")
     await mutate.upsert(
-        store, dest, _t([{"id": 0, "p": "a", "v": "0", "ts": 1}]), precombine_field="ts", **KW
+        store, dest, _t([{"id": 0, "p": "a", "v": "0", "ts": 1}]), precombine_field="ts", **NEW
     )
     one = await mutate.prepare(
         store,
@@ -530,7 +532,7 @@ async def test_key_inserted_by_two_writers_at_once_then_deleted_everywhere(
         _t([{"id": 7, "p": "a", "v": "one", "ts": 1}]),
         operation="UPSERT",
         precombine_field="ts",
-        **KW,
+        **NEW,
     )
     two = await mutate.prepare(
         store,
@@ -538,7 +540,7 @@ async def test_key_inserted_by_two_writers_at_once_then_deleted_everywhere(
         _t([{"id": 7, "p": "a", "v": "two", "ts": 1}]),
         operation="UPSERT",
         precombine_field="ts",
-        **KW,
+        **NEW,
     )
     await one.commit()
     await two.commit()
@@ -551,3 +553,49 @@ async def test_key_inserted_by_two_writers_at_once_then_deleted_everywhere(
     d = await mutate.delete(store, dest, _t([{"id": 7, "p": "a", "v": None, "ts": 0}]), **KW)
     assert (d.deleted, d.absent_deletes) == (2, 0)
     assert await amcommit_snapshot(store, dest) == [(0, "a", "0", 1)]
+
+
+async def test_inserts_fill_small_file_groups_first(backend_local: StoreUnderTest) -> None:
+    """Hudi's small-file handling: inserts go into the partition's smallest file groups
+    (rewritten: prevCommit, numInserts) up to max_file_size, the rest into a new group."""
+    store, dest = backend_local.store, join(backend_local.base, "sf")
+    for g, n in enumerate((30, 10)):
+        rows = [{"id": g * 1000 + i, "p": "a", "v": "x", "ts": 1} for i in range(n)]
+        await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **NEW)
+    _, commits = await load_timeline(store, dest)
+    files = sorted(snapshot(commits), key=lambda f: f.size)
+    small = files[0]
+    assert small.rows == 10
+    avg = sum(f.size for f in files) // sum(f.rows for f in files)
+    new = [{"id": 5000 + i, "p": "a", "v": "n", "ts": 1} for i in range(8)]
+    limits = {
+        "small_file_limit": files[1].size,
+        "max_file_size": small.size + 5 * avg,
+    }  # only `small` is small
+    rep = await mutate.upsert(store, dest, _t(new), precombine_field="ts", **limits, **KW)
+    assert (rep.inserted, rep.files_rewritten, rep.files_created) == (8, 1, 1)
+    meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, f"{rep.instant}.commit")))
+    got = sorted((s.file_id, s.prev_commit, s.num_inserts, s.num_writes) for s in meta.write_stats())
+    assert (small.file_id, small.instant, 5, 15) in got and any(s[1] == "null" and s[2] == 3 for s in got)
+    assert len(await amcommit_snapshot(store, dest)) == 48
+    everything = await mutate.upsert(
+        store, dest, _t([{"id": 9999, "p": "a", "v": "n", "ts": 1}]), precombine_field="ts", **KW
+    )
+    assert (everything.files_rewritten, everything.files_created) == (1, 0)  # default limits: room enough
+
+
+def test_assign_inserts_is_pure() -> None:
+    def fv(path: str, size: int, rows: int) -> Any:
+        from amcommit.table.timeline import FileVersion
+
+        return FileVersion("p=a", path, path, "20260101000000000", size, rows)
+
+    plan = mutate.MutationPlan(inserts={"p=a": list(range(10)), "p=b": [10, 11]})
+    files = [fv("big", 900, 9), fv("small", 300, 3), fv("huge", 5000, 50)]
+    mutate.assign_inserts(plan, files, small_file_limit=1000, max_file_size=1000)
+    # avg 100 bytes: "small" takes 7, "big" takes 1, "huge" is not small; p=b has no files
+    assert plan.rewrites["small"].inserts == list(range(7)) and plan.rewrites["big"].inserts == [7]
+    assert plan.inserts == {"p=a": [8, 9], "p=b": [10, 11]}
+    off = mutate.MutationPlan(inserts={"p=a": [1]})
+    mutate.assign_inserts(off, files, small_file_limit=0)
+    assert off.inserts == {"p=a": [1]} and not off.rewrites

@@ -26,7 +26,10 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   their ``_hoodie_commit_time`` and ``_hoodie_commit_seqno`` (``_hoodie_file_name`` names
   the new file), so incremental reads return just the changed records. A group whose every
   record is deleted gets an empty base file, as Hudi's merge handle writes. Inserts go to
-  new file groups, one per partition (split at ``max_file_rows``).
+  existing small file groups first, as Hudi's small-file handling does (:func:`assign_inserts`:
+  groups below ``small_file_limit``, 100 MiB, filled up to ``max_file_size``, 120 MiB, at the
+  partition's average record size; such a group is rewritten with its new records), then new
+  file groups, one per partition (split at ``max_file_rows``).
 - **Index** (:mod:`amcommit.table.bloom`): the files of the latest snapshot in the
   partitions of the incoming keys are candidates for a key when their footer's key range
   holds it and their bloom filter says maybe (only footers are read: on local files just
@@ -37,8 +40,9 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   commit fails with :class:`~amcommit.table.errors.WriteConflict` (one line, nothing
   published, the write rolled back) if a file group it rewrites got a newer version, or
   was replaced, by an instant that completed after this write read it. As in Hudi, two
-  writers *inserting* the same new key at once both insert it (file groups do not
-  overlap): the key is then held twice.
+  writers *inserting* the same new key at once conflict only if they fill the same small
+  file group; into new file groups both insert it and the key is then held twice (a later
+  upsert or delete of it acts on every copy).
 
 What is atomic: the commit (the completed instant, published last by the job commit,
 :mod:`amcommit.table.commit`). Before it, nothing a reader sees changes: files are staged
@@ -95,6 +99,7 @@ __all__ = [
     "MutationPlan",
     "Payload",
     "PreparedMutation",
+    "assign_inserts",
     "delete",
     "delete_blocking",
     "merge_file",
@@ -208,6 +213,8 @@ class FileRewrite:
     updates: dict[str, int] = field(default_factory=dict)
     """Key -> row of the input table."""
     deletes: set[str] = field(default_factory=set)
+    inserts: list[int] = field(default_factory=list)
+    """Rows of the input table inserted into this (small) file group."""
 
 
 @dataclass
@@ -243,6 +250,55 @@ def plan_mutation(
             else:
                 rw.updates[key] = row
     return plan
+
+
+SMALL_FILE_LIMIT = 104_857_600
+"""Hudi's ``hoodie.parquet.small.file.limit`` (100 MiB): base files below it take inserts."""
+MAX_FILE_SIZE = 125_829_120
+"""Hudi's ``hoodie.parquet.max.file.size`` (120 MiB): how far a small file is filled."""
+RECORD_SIZE_ESTIMATE = 1024
+"""Hudi's ``hoodie.copyonwrite.record.size.estimate``: bytes per record without better data."""
+
+
+def assign_inserts(
+    plan: MutationPlan,
+    files: Sequence[FileVersion],
+    *,
+    small_file_limit: int = SMALL_FILE_LIMIT,
+    max_file_size: int = MAX_FILE_SIZE,
+) -> None:
+    """Hudi's small-file handling (``UpsertPartitioner.assignInserts``), in ``plan``: each
+    partition's inserts go first into its file groups smaller than ``small_file_limit``
+    (smallest first), each up to ``max_file_size`` at the partition's average record size
+    (bytes / rows of its files; ``RECORD_SIZE_ESTIMATE`` without rows); the rest stay
+    inserts into new file groups. ``small_file_limit`` 0 turns it off. Pure."""
+    if small_file_limit <= 0:
+        return
+    by_part: dict[str, list[FileVersion]] = {}
+    for f in files:
+        by_part.setdefault(f.partition, []).append(f)
+    for part in sorted(plan.inserts):
+        rows = plan.inserts[part]
+        mine = by_part.get(part, [])
+        total_rows = sum(f.rows for f in mine)
+        avg = max(1, sum(f.size for f in mine) // total_rows) if total_rows else RECORD_SIZE_ESTIMATE
+        for f in sorted(mine, key=lambda f: (f.size, f.path)):
+            if not rows:
+                break
+            if f.size >= small_file_limit:
+                continue
+            room = (max_file_size - f.size) // avg
+            if room <= 0:
+                continue
+            take, rows = rows[:room], rows[room:]
+            rw = plan.rewrites.get(f.path)
+            if rw is None:
+                rw = plan.rewrites[f.path] = FileRewrite(f)
+            rw.inserts.extend(take)
+        if rows:
+            plan.inserts[part] = rows
+        else:
+            del plan.inserts[part]
 
 
 def _meta_columns(
@@ -298,6 +354,7 @@ def merge_file(
     *,
     precombine_field: str | None,
     payload: Payload,
+    appended: pa.Table | None = None,
 ) -> tuple[pa.Table, dict[str, int]]:
     """The new version of a file group: ``stored`` (the current base file, meta columns
     first) without the ``deletes``, its records of ``incoming_keys`` replaced by the rows of
@@ -305,7 +362,8 @@ def merge_file(
     stored record with a greater precombine value. Unchanged rows keep their meta columns
     except ``_hoodie_file_name`` (set by the caller). Returns the table (stored rows in
     their order, then the updated ones) and counts ``kept``/``updated``/``deleted``/
-    ``kept_stored``. Pure."""
+    ``kept_stored``. ``appended``: rows inserted into the group (new keys, with their meta
+    columns), after the others. Pure."""
     import pyarrow as pa
 
     stored_keys = stored.column(KEY_COLUMN)
@@ -344,18 +402,24 @@ def merge_file(
             take_incoming.append(j)
     kept = stored.filter(pa.array(keep_mask, pa.bool_())) if stored.num_rows else stored
     schema = stored.schema.remove_metadata()
-    extra = [f for f in incoming.schema if schema.get_field_index(f.name) < 0]
-    for f in extra:
-        schema = schema.append(f.with_nullable(True))
+    for t in (incoming, appended):
+        if t is None:
+            continue
+        for f in t.schema:
+            if schema.get_field_index(f.name) < 0:
+                schema = schema.append(f.with_nullable(True))
     parts = [_conform(kept.replace_schema_metadata(None), schema)]
     if take_incoming:
         parts.append(_conform(incoming.take(pa.array(sorted(take_incoming), pa.int64())), schema))
+    if appended is not None and appended.num_rows:
+        parts.append(_conform(appended, schema))
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     return out, {
         "kept": kept.num_rows - kept_stored,
         "updated": len(take_incoming),
         "deleted": deleted,
         "kept_stored": kept_stored,
+        "inserted": 0 if appended is None else appended.num_rows,
     }
 
 
@@ -602,6 +666,8 @@ async def _mutate(
     table_name: str | None,
     bloom: BloomSettings,
     max_file_rows: int,
+    small_file_limit: int = SMALL_FILE_LIMIT,
+    max_file_size: int = MAX_FILE_SIZE,
     commit: bool = True,
 ) -> MutateReport:
     import pyarrow as pa
@@ -687,6 +753,7 @@ async def _mutate(
             report.key_columns_read = len(cands)
             report.index_bytes_read = reader.bytes_read
             plan = plan_mutation(batch, located, delete=delete_op)
+            assign_inserts(plan, files, small_file_limit=small_file_limit, max_file_size=max_file_size)
             report.absent_deletes = plan.absent_deletes
             # -- write the task's files --------------------------------------------------------
             task = 0
@@ -705,13 +772,25 @@ async def _mutate(
                 up_keys = list(rw.updates)
                 rows = pa.array([rw.updates[k] for k in up_keys], pa.int64())
                 incoming = with_meta(data_cols.take(rows), up_keys, instant, task, seq, f.partition, fname)
+                seq += len(up_keys)
+                appended = None
+                if rw.inserts:
+                    ins_keys = [keys[i] for i in rw.inserts]
+                    chosen = data_cols.take(pa.array(rw.inserts, pa.int64()))
+                    appended = with_meta(chosen, ins_keys, instant, task, seq, f.partition, fname)
+                    seq += len(ins_keys)
                 merged, counts = merge_file(
-                    stored, incoming, up_keys, rw.deletes, precombine_field=precombine_field, payload=payload
+                    stored,
+                    incoming,
+                    up_keys,
+                    rw.deletes,
+                    precombine_field=precombine_field,
+                    payload=payload,
+                    appended=appended,
                 )
                 report.kept_stored += counts["kept_stored"]
-                if counts["updated"] == 0 and counts["deleted"] == 0:
+                if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
                     continue  # nothing changes in this group: no new version
-                seq += len(up_keys)
                 merged = _set_file_name(merged, fname)
                 body = parquet_with_index(merged, bloom)
                 new_rel = f"{f.partition}/{fname}" if f.partition else fname
@@ -719,12 +798,13 @@ async def _mutate(
                 rows_of[new_rel] = merged.num_rows
                 fields[new_rel] = {
                     "prevCommit": f.instant,
-                    "numInserts": 0,
+                    "numInserts": counts["inserted"],
                     "numUpdateWrites": counts["updated"],
                     "numDeletes": counts["deleted"],
                 }
                 report.updated += counts["updated"]
                 report.deleted += counts["deleted"]
+                report.inserted += counts["inserted"]
                 report.files_rewritten += 1
             for part, rows_idx in sorted(plan.inserts.items()):
                 for start in range(0, len(rows_idx), max(1, max_file_rows)):
@@ -813,6 +893,8 @@ async def prepare(
     table_name: str | None = None,
     bloom: BloomSettings = DEFAULT_SETTINGS,
     max_file_rows: int = 1_000_000,
+    small_file_limit: int = SMALL_FILE_LIMIT,
+    max_file_size: int = MAX_FILE_SIZE,
 ) -> PreparedMutation:
     """:func:`upsert` (``operation`` UPSERT) or :func:`delete` (DELETE) up to, not including,
     the job commit: the instant is begun, the files written and the task committed. The
@@ -835,6 +917,8 @@ async def prepare(
         table_name=table_name,
         bloom=bloom,
         max_file_rows=max_file_rows,
+        small_file_limit=small_file_limit,
+        max_file_size=max_file_size,
         commit=False,
     )
     return PreparedMutation(store, dest, report, config)
@@ -854,6 +938,8 @@ async def upsert(
     table_name: str | None = None,
     bloom: BloomSettings = DEFAULT_SETTINGS,
     max_file_rows: int = 1_000_000,
+    small_file_limit: int = SMALL_FILE_LIMIT,
+    max_file_size: int = MAX_FILE_SIZE,
 ) -> MutateReport:
     """Upsert the rows of ``data`` into the table at ``dest`` (created on the first write,
     named ``table_name`` or after ``dest``'s last folder). See the module doc for the
@@ -872,6 +958,8 @@ async def upsert(
         table_name=table_name,
         bloom=bloom,
         max_file_rows=max_file_rows,
+        small_file_limit=small_file_limit,
+        max_file_size=max_file_size,
     )
 
 
