@@ -86,7 +86,7 @@ from amcommit.table.naming import (
     write_token,
 )
 from amcommit.table.tasknames import ROWS_KEY
-from amcommit.table.timeline import FileVersion, load_timeline, snapshot
+from amcommit.table.timeline import FileVersion, list_instants, load_timeline, snapshot
 from amcommit.table.writestats import MUTATIONS_KEY
 
 if TYPE_CHECKING:
@@ -698,9 +698,6 @@ async def _mutate(
             )
     elif delete_op:
         raise MutationError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties): nothing to delete")
-    instants, _ = [], None
-    from amcommit.table.timeline import list_instants
-
     instants = await list_instants(store, dest) if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     check_key_types(table_schema, data, keys_f, name)
@@ -765,20 +762,31 @@ async def _mutate(
             fields: dict[str, dict[str, Any]] = {}
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
 
+            # each new base file gets its own range of seqnos, fixed before any is written
+            jobs: list[tuple[int, str, FileRewrite | None, list[int]]] = []
             for rel, rw in sorted(plan.rewrites.items()):
-                stored = await reader.table(rel)
+                jobs.append((seq, rel, rw, []))
+                seq += len(rw.updates) + len(rw.inserts)
+            for part, rows_idx in sorted(plan.inserts.items()):
+                step = max(1, max_file_rows)
+                for start in range(0, len(rows_idx), step):
+                    chunk = rows_idx[start : start + step]
+                    jobs.append((seq, part, None, chunk))
+                    seq += len(chunk)
+
+            def rewritten(first: int, stored: pa.Table, rw: FileRewrite) -> tuple[bytes, int, dict[str, int]]:
                 f = rw.version
                 fname = base_file_name(f.file_id, token, instant)
                 up_keys = list(rw.updates)
                 rows = pa.array([rw.updates[k] for k in up_keys], pa.int64())
-                incoming = with_meta(data_cols.take(rows), up_keys, instant, task, seq, f.partition, fname)
-                seq += len(up_keys)
+                incoming = with_meta(data_cols.take(rows), up_keys, instant, task, first, f.partition, fname)
                 appended = None
                 if rw.inserts:
                     ins_keys = [keys[i] for i in rw.inserts]
                     chosen = data_cols.take(pa.array(rw.inserts, pa.int64()))
-                    appended = with_meta(chosen, ins_keys, instant, task, seq, f.partition, fname)
-                    seq += len(ins_keys)
+                    appended = with_meta(
+                        chosen, ins_keys, instant, task, first + len(up_keys), f.partition, fname
+                    )
                 merged, counts = merge_file(
                     stored,
                     incoming,
@@ -788,41 +796,55 @@ async def _mutate(
                     payload=payload,
                     appended=appended,
                 )
-                report.kept_stored += counts["kept_stored"]
                 if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
-                    continue  # nothing changes in this group: no new version
+                    return b"", 0, counts  # nothing changes in this group: no new version
                 merged = _set_file_name(merged, fname)
-                body = parquet_with_index(merged, bloom)
-                new_rel = f"{f.partition}/{fname}" if f.partition else fname
-                await store.put(join(work, new_rel), body)
-                rows_of[new_rel] = merged.num_rows
-                fields[new_rel] = {
-                    "prevCommit": f.instant,
-                    "numInserts": counts["inserted"],
-                    "numUpdateWrites": counts["updated"],
-                    "numDeletes": counts["deleted"],
-                }
-                report.updated += counts["updated"]
-                report.deleted += counts["deleted"]
-                report.inserted += counts["inserted"]
-                report.files_rewritten += 1
-            for part, rows_idx in sorted(plan.inserts.items()):
-                for start in range(0, len(rows_idx), max(1, max_file_rows)):
-                    chunk = rows_idx[start : start + max(1, max_file_rows)]
-                    fid = new_file_id()
-                    fname = base_file_name(fid, token, instant)
-                    ks = [keys[i] for i in chunk]
-                    t = with_meta(
-                        data_cols.take(pa.array(chunk, pa.int64())), ks, instant, task, seq, part, fname
-                    )
-                    seq += len(chunk)
-                    body = parquet_with_index(t, bloom)
-                    new_rel = f"{part}/{fname}" if part else fname
+                return parquet_with_index(merged, bloom), merged.num_rows, counts
+
+            def created(first: int, part: str, chunk: list[int]) -> tuple[str, bytes]:
+                fname = base_file_name(new_file_id(), token, instant)
+                ks = [keys[i] for i in chunk]
+                t = with_meta(
+                    data_cols.take(pa.array(chunk, pa.int64())), ks, instant, task, first, part, fname
+                )
+                return fname, parquet_with_index(t, bloom)
+
+            async def one(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
+                import anyio
+
+                first, where, rw, chunk = job
+                if rw is not None:  # a new version of a file group
+                    f = rw.version
+                    stored = await reader.table(where)
+                    body, n, counts = await anyio.to_thread.run_sync(rewritten, first, stored, rw)
+                    report.kept_stored += counts["kept_stored"]
+                    if not body:
+                        return
+                    fname = base_file_name(f.file_id, token, instant)
+                    new_rel = f"{f.partition}/{fname}" if f.partition else fname
+                    await store.put(join(work, new_rel), body)
+                    rows_of[new_rel] = n
+                    fields[new_rel] = {
+                        "prevCommit": f.instant,
+                        "numInserts": counts["inserted"],
+                        "numUpdateWrites": counts["updated"],
+                        "numDeletes": counts["deleted"],
+                    }
+                    report.updated += counts["updated"]
+                    report.deleted += counts["deleted"]
+                    report.inserted += counts["inserted"]
+                    report.files_rewritten += 1
+                else:  # a new file group
+                    fname, body = await anyio.to_thread.run_sync(created, first, where, chunk)
+                    new_rel = f"{where}/{fname}" if where else fname
                     await store.put(join(work, new_rel), body)
                     rows_of[new_rel] = len(chunk)
                     fields[new_rel] = {"numInserts": len(chunk)}
                     report.inserted += len(chunk)
                     report.files_created += 1
+
+            # a few at a time: each holds a file group's rows in memory while it is rewritten
+            await run_parallel(jobs, one, max(1, min(config.io_threads, 8)))
             await commit_task(
                 store,
                 w.layout,
