@@ -598,7 +598,10 @@ class _Reader:
 
         local = self._local(rel)
         if local is not None:
-            return parse_footer(pq.read_metadata(local).metadata, where=rel)
+            import anyio
+
+            md = await anyio.to_thread.run_sync(pq.read_metadata, local)
+            return parse_footer(md.metadata, where=rel)
         size = await self._size(rel, size)
         tail = await self._range(rel, max(0, size - TAIL_GUESS), min(size, TAIL_GUESS))
         if len(tail) < 8 or tail[-4:] != b"PAR1":
@@ -617,7 +620,10 @@ class _Reader:
 
         local = self._local(rel)
         if local is not None:
-            col: list[str] = pq.read_table(local, columns=[KEY_COLUMN]).column(0).to_pylist()
+            import anyio
+
+            t = await anyio.to_thread.run_sync(lambda: pq.read_table(local, columns=[KEY_COLUMN]))
+            col: list[str] = t.column(0).to_pylist()
             return col
         if rel not in self.footers:
             await self.footer(rel)
@@ -637,7 +643,9 @@ class _Reader:
 
         local = self._local(rel)
         if local is not None:
-            return pq.read_table(local)
+            import anyio
+
+            return await anyio.to_thread.run_sync(pq.read_table, local)
         from amcommit.store.retry import policies_of, retry_call
 
         path = join(self.dest, rel)
