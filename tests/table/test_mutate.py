@@ -117,6 +117,19 @@ async def _model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
     for t, snap in history:
         assert await amcommit_snapshot(store, dest, t) == rows_of(snap)
         assert hudi_snapshot(uri, as_of=t, storage=storage) == rows_of(snap)
+    # clean: the versions superseded at or before the 2nd latest instant go; the latest two
+    # instants stay readable (snapshot and time travel)
+    from amcommit.table.clean import clean
+
+    _, commits = await load_timeline(store, dest)
+    live = {f.path for f in snapshot(commits)} | {f.path for f in snapshot(commits, history[-2][0])}
+    done = await clean(store, dest, retain_commits=2, config=FAST)
+    assert done.files and not set(done.files) & live
+    assert await amcommit_snapshot(store, dest) == rows_of(m)
+    assert hudi_snapshot(uri, storage=storage) == rows_of(m)
+    for t, snap in history[-2:]:
+        assert await amcommit_snapshot(store, dest, t) == rows_of(snap)
+        assert hudi_snapshot(uri, as_of=t, storage=storage) == rows_of(snap)
 
 
 async def test_model_checked_sequence_local(backend_local: StoreUnderTest) -> None:
