@@ -495,7 +495,7 @@ def check_key_types(
 
 
 def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
-    from amcommit.spark.parquet import partition_dir
+    from amcommit.table.keys import partition_dir
 
     if not partition_by:
         return [""] * data.num_rows
@@ -511,7 +511,7 @@ def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]
 
 
 def _keys(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
-    from amcommit.spark.parquet import RecordKeyError, record_keys
+    from amcommit.table.keys import RecordKeyError, record_keys
 
     try:
         arr = (
