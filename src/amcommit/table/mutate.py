@@ -680,7 +680,6 @@ async def _mutate(
 ) -> MutateReport:
     import pyarrow as pa
 
-    from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.table.heartbeat import heartbeat
     from amcommit.table.schema import avro_schema
@@ -862,21 +861,30 @@ async def _mutate(
                 extra_data={ROWS_KEY: json.dumps(rows_of), MUTATIONS_KEY: json.dumps(fields)},
             )
         if commit:
-            report.job = await commit_job(store, dest, instant, config=config, kind="table")
+            report.job = await _commit(store, dest, instant, config)
     except BaseException:
         await _abort(store, dest, instant, config)
         raise
     return report
 
 
+async def _commit(store: Store, dest: str, instant: str, config: CommitterConfig) -> JobReport:
+    """The job commit of the write (the table's kind: no probe)."""
+    from amcommit.committer.job import commit_with
+    from amcommit.table.kind import TableKind
+
+    return await commit_with(TableKind(), store, dest, instant, config=config)
+
+
 async def _abort(store: Store, dest: str, instant: str, config: CommitterConfig) -> None:
     import anyio
 
-    from amcommit.api import abort_job
+    from amcommit.committer.job import abort_with
+    from amcommit.table.kind import TableKind
 
     with anyio.CancelScope(shield=True):
         try:
-            await abort_job(store, dest, instant, config=config, kind="table")
+            await abort_with(TableKind(), store, dest, instant, config=config)
         except AmcommitError:
             pass
 
@@ -893,12 +901,8 @@ class PreparedMutation:
     config: CommitterConfig
 
     async def commit(self) -> MutateReport:
-        from amcommit.api import commit_job
-
         try:
-            self.report.job = await commit_job(
-                self.store, self.dest, self.report.instant, config=self.config, kind="table"
-            )
+            self.report.job = await _commit(self.store, self.dest, self.report.instant, self.config)
         except BaseException:
             await _abort(self.store, self.dest, self.report.instant, self.config)
             raise
