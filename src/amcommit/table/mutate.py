@@ -25,7 +25,7 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   its previous instant, ``numUpdateWrites``, ``numDeletes``); its unchanged records keep
   their ``_hoodie_commit_time`` and ``_hoodie_commit_seqno`` (``_hoodie_file_name`` names
   the new file), so incremental reads return just the changed records. A group whose every
-  record is deleted gets an empty base file, as Hudi's merge handle writes. Inserts go to
+  record is deleted gets an empty base file (a version with no rows). Inserts go to
   existing small file groups first, as Hudi's small-file handling does (:func:`assign_inserts`:
   groups below ``small_file_limit``, 100 MiB, filled up to ``max_file_size``, 120 MiB, at the
   partition's average record size; such a group is rewritten with its new records), then new
