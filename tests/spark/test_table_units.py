@@ -16,6 +16,7 @@ from amcommit.errors import ConfigError
 from amcommit.spark.options import build_plan, default_table_name
 from amcommit.spark.parquet import HudiMeta, PartitionedParquetWriter, record_keys
 from amcommit.spark.reader import Query, ReadOptions, build_read_plan, group_files, parse_query, plan_files
+from amcommit.table.bloom import build_footer, parse_footer
 from amcommit.table.model import CommitMetadata, Instant, State, WriteStat
 from amcommit.table.naming import META_COLUMNS, base_file_name, new_file_id
 from amcommit.table.timeline import FileVersion, LoadedCommit
@@ -107,6 +108,45 @@ def test_writer_meta_columns_first_and_names(tmp_path: Path) -> None:
     assert {r["_hoodie_commit_time"] for r in rows} == {instant}
     assert [r["_hoodie_partition_path"] for r in rows] == ["cat=a", "cat=a", "cat=b"]
     assert all(os.path.exists(tmp_path / r["_hoodie_partition_path"] / r["_hoodie_file_name"]) for r in rows)
+
+
+def test_writer_footer_index_as_hudi_writes_it(tmp_path: Path) -> None:
+    """Each table file's footer holds Hudi's key range and bloom filter of exactly its keys,
+    over several row groups; a key of another file is ruled out."""
+    instant = "20260101000000000"
+    names = iter(base_file_name(new_file_id(), "0-1-0", instant) for _ in range(4))
+    w = PartitionedParquetWriter(
+        partition_columns=("cat",),
+        file_name=lambda n: next(names),
+        local_path=lambda rel: str(tmp_path / rel),
+        on_closed=lambda rel, local: None,
+        keep_partition_columns=True,
+        meta=HudiMeta(instant, 0, ("id",)),
+        row_group_rows=2,
+    )
+    for ids in ([9, 2, 7, 4], [11, 3, 8, 1]):
+        w.write(pa.record_batch({"id": pa.array(ids, pa.int64()), "cat": ["a", "b"] * 2}))
+    stats = w.close()
+    assert len(stats.paths) == 2
+    held: dict[str, list[str]] = {}
+    for rel in stats.paths:
+        f = pq.ParquetFile(tmp_path / rel)
+        assert f.metadata.num_row_groups == 2
+        keys = f.read(columns=["_hoodie_record_key"]).column(0).to_pylist()
+        held[rel] = keys
+        md = {k.decode(): v.decode() for k, v in (f.metadata.metadata or {}).items()}
+        assert {k: md[k] for k in build_footer(keys)} == build_footer(keys)
+        assert (md["hoodie_min_record_key"], md["hoodie_max_record_key"]) == (min(keys), max(keys))
+        assert md["hoodie_bloom_filter_type_code"] == "DYNAMIC_V0"
+    a, b = (
+        parse_footer(
+            {k.decode(): v.decode() for k, v in (pq.read_metadata(tmp_path / r).metadata or {}).items()}
+        )
+        for r in stats.paths
+    )
+    ka, kb = held[stats.paths[0]], held[stats.paths[1]]
+    assert a.may_hold(ka) == [True] * len(ka) and b.may_hold(kb) == [True] * len(kb)
+    assert not any(a.bloom.might_contain(kb)) and not any(b.bloom.might_contain(ka))  # type: ignore[union-attr]
 
 
 def test_read_options() -> None:

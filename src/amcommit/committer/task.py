@@ -141,11 +141,12 @@ async def build_manifest(
         # (amcommit.table.writestats); always this listing's own, never a caller's. They
         # hold the row counts too: the caller's extra_data["hudi.rows"] is not carried
         # (a job commit that cannot splice the stats reads the counts from them)
-        from amcommit.table.writestats import STATS_KEY, task_write_stats
+        from amcommit.table.writestats import MUTATIONS_KEY, STATS_KEY, mutation_fields, task_write_stats
 
         extra.pop(ROWS_KEY, None)
+        mutations = mutation_fields(extra.pop(MUTATIONS_KEY, None), names)
         extra[STATS_KEY] = task_write_stats(
-            ((names[r], f.size) for r, f in zip(rels, files, strict=True)), rows
+            ((names[r], f.size) for r, f in zip(rels, files, strict=True)), rows, mutations
         )
     extra.pop(SOURCE_META_KEY, None)  # said by this listing only, never by a caller
     if files and all(f.user_meta is False and f.etag for f in files):

@@ -6,7 +6,8 @@ partition and written as row groups of ``row_group_rows`` rows / ``row_group_byt
 (not one row group per Arrow batch). All buffers together stay below ``buffer_bytes``: past
 it the largest buffer is written out early. At most ``max_open_files`` files are open; the
 least recently used one is finished first. ``max_records_per_file`` and ``max_file_bytes``
-roll to a new file.
+roll to a new file. A Hudi table's files (``meta`` set) carry Hudi's footer index: the key range
+and bloom filter of their ``_hoodie_record_key`` values (:func:`amcommit.table.bloom.build_footer`).
 
 Files are written to ``local_path(rel)`` and handed to ``on_closed(rel, local_path)`` once
 complete (the task uploads them there for cloud stores; for local destinations the local
@@ -30,10 +31,7 @@ partitioning, open-file limits, row-group sizes and ``max_rows_per_file``, but
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import json
-import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -44,55 +42,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from amcommit.errors import ConfigError
 from amcommit.paths import join
+from amcommit.table.bloom import build_footer
+from amcommit.table.keys import (
+    HIVE_DEFAULT_PARTITION,
+    RecordKeyError,
+    escape_path_name,
+    partition_dir,
+    partition_value,
+    record_keys,
+)
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 SPARK_VERSION_KEY = b"org.apache.spark.version"
-
-# characters Spark's ExternalCatalogUtils.escapePathName escapes (besides controls)
-_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^")
-
-
-def escape_path_name(s: str) -> str:
-    """Escape a partition column name or value as Spark does (``%XX``)."""
-    if not any(c in _ESCAPED or ord(c) < 0x20 for c in s):
-        return s
-    return "".join(f"%{ord(c):02X}" if (c in _ESCAPED or ord(c) < 0x20) else c for c in s)
-
-
-def partition_value(v: Any) -> str:
-    """A partition value as Spark prints it in a directory name (unescaped)."""
-    if v is None:
-        return HIVE_DEFAULT_PARTITION
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
-        return repr(v)
-    if isinstance(v, decimal.Decimal):
-        return format(v, "f")
-    if isinstance(v, datetime.datetime):
-        s = v.strftime("%Y-%m-%d %H:%M:%S")
-        if v.microsecond:
-            s += f".{v.microsecond:06d}".rstrip("0")
-        return s
-    if isinstance(v, datetime.date):
-        return v.isoformat()
-    s = str(v)
-    return s if s else HIVE_DEFAULT_PARTITION
-
-
-def partition_dir(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
-    """``a=1/b=x`` for the given partition values."""
-    return "/".join(
-        f"{escape_path_name(c)}={escape_path_name(partition_value(v))}"
-        for c, v in zip(columns, values, strict=True)
-    )
 
 
 PAGE_ROWS = 20_000
@@ -366,8 +328,6 @@ META_COLUMNS = (
     "_hoodie_file_name",
 )
 """Hudi's meta columns (:data:`amcommit.table.naming.META_COLUMNS`), first in every file."""
-NULL_KEY = "__null__"
-EMPTY_KEY = "__empty__"
 
 
 @dataclass(frozen=True)
@@ -383,46 +343,6 @@ class HudiMeta:
     record_key_fields: tuple[str, ...] = ()
 
 
-class RecordKeyError(ConfigError):
-    """A row whose record key column is null or empty (one line, names the column)."""
-
-
-def _key_strings(arr: pa.Array) -> pa.Array:
-    t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.cast(t.value_type)
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        return arr.cast(pa.string())
-    return pc.cast(arr, pa.string())
-
-
-def record_keys(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array:
-    """``_hoodie_record_key`` of each row as Hudi's key generators format it: the value of a
-    single key column (SimpleKeyGenerator; null or empty is an error), or
-    ``f1:v1,f2:v2`` for several (ComplexKeyGenerator; ``__null__`` / ``__empty__`` for a
-    null / empty value, an error when all are). Pure."""
-    cols = [_key_strings(batch.column(batch.schema.get_field_index(f))) for f in fields]
-    if len(fields) == 1:
-        col = cols[0]
-        if col.null_count or (len(col) and pc.any(pc.equal(col, "")).as_py()):
-            raise RecordKeyError(
-                f"record key column {fields[0]!r} is null or empty in a row: every row needs a key"
-            )
-        return col
-    parts: list[pa.Array] = []
-    missing: pa.Array | None = None
-    for name, col in zip(fields, cols, strict=True):
-        absent = pc.or_(pc.is_null(col), pc.equal(pc.fill_null(col, ""), ""))
-        missing = absent if missing is None else pc.and_(missing, absent)
-        value = pc.if_else(
-            pc.is_null(col), NULL_KEY, pc.if_else(pc.equal(pc.fill_null(col, ""), ""), EMPTY_KEY, col)
-        )
-        parts.append(pc.binary_join_element_wise(pa.scalar(name + ":"), value, ""))
-    if missing is not None and len(missing) and pc.any(missing).as_py():
-        raise RecordKeyError(f"record key columns {', '.join(fields)} are all null or empty in a row")
-    return pc.binary_join_element_wise(*parts, ",")
-
-
 @dataclass
 class _Sink:
     """One partition directory: buffered batches and the file being written."""
@@ -435,6 +355,8 @@ class _Sink:
     rel_path: str = ""
     local_path: str = ""
     file_rows: int = 0
+    keys: list[pa.ChunkedArray] = field(default_factory=list)
+    """``_hoodie_record_key`` of the open file's rows (a table's files: the footer index)."""
 
 
 class PartitionedParquetWriter:
@@ -680,7 +602,10 @@ class PartitionedParquetWriter:
                 n = min(n, self.max_records_per_file - sink.file_rows)
             rest = self._decorate(sink, table.slice(offset))
             writer = self._open_file(sink, rest)
-            writer.write_table(rest.slice(0, n), row_group_size=max(1, n))
+            part = rest.slice(0, n)
+            writer.write_table(part, row_group_size=max(1, n))
+            if self.meta is not None:
+                sink.keys.append(part.column(META_COLUMNS[2]))
             self.stats.row_groups += 1
             sink.file_rows += n
             offset += n
@@ -694,6 +619,10 @@ class PartitionedParquetWriter:
             return
         writer, sink.writer = sink.writer, None
         self._open.pop(sink.rel_dir, None)
+        if self.meta is not None:  # Hudi's key range and bloom filter, as its writers add them
+            keys = [k for chunk in sink.keys for k in chunk.to_pylist()]
+            sink.keys = []
+            writer.add_key_value_metadata(build_footer(keys))
         writer.close()
         self.stats.files += 1
         self.stats.bytes += os.path.getsize(sink.local_path)

@@ -266,6 +266,18 @@ def local_os_path(store: Store, path: str) -> str | None:
     return os.path.join(root, path) if path else root
 
 
+async def read_range(store: Store, path: str, start: int, length: int) -> bytes:
+    """``length`` bytes of the object ``path`` from byte ``start`` (fewer at its end): one
+    ranged read where the store offers one (an optional ``get_range(path, start, length)``:
+    Google Cloud Storage, Azure Blob and ADLS Gen2), else the whole object, sliced.
+    Idempotent."""
+    ranged = getattr(store, "get_range", None)
+    if ranged is not None:
+        data: bytes = await ranged(path, start, length)
+        return data
+    return (await store.get(path))[start : start + length]
+
+
 class BatchFailures(dict[int, StoreError]):
     """What ``rename_batch`` may return instead of a plain dict: the failures by index, and
     ``recovered``, the indices of requests that succeeded by proving an earlier attempt

@@ -12,4 +12,6 @@ Modules:
 - :mod:`amcommit.table.model` -- msgspec models of instants and commit metadata (pure).
 - :mod:`amcommit.table.timeline` -- snapshot / time travel / incremental planning over loaded
   instants (pure), and loading a timeline from a store.
+- :mod:`amcommit.table.mutate` -- upsert and delete by record key (engine API, no Spark).
+- :mod:`amcommit.table.bloom` -- Hudi's footer index: key range and bloom filter (pure).
 """

@@ -11,6 +11,9 @@ rollback, retries) under the table's destination lock, with these table stages
                     again); an *earlier* inflight one whose writer is alive (heartbeat)
                     is waited for without holding the lock (up to ``lock_wait``); one
                     whose writer is gone is rolled back first.
+``check_conflicts`` an UPSERT / DELETE only: a file group it rewrites that an instant
+                    completed after the write read it rewrote or replaced fails the commit
+                    (:class:`~amcommit.table.errors.WriteConflict`; the write is rolled back).
 ``plan_commit``     the commit metadata (write stats, row counts, ``extraMetadata.schema``,
                     ``operationType``, and for overwrites ``partitionToReplaceFileIds``
                     computed from the timeline under the lock) is saved in the staging
@@ -90,6 +93,7 @@ from amcommit.table.writestats import (
     STATS_KEY,
     SplicedStats,
     paths_of_task_stats,
+    rewrites_of_task_stats,
     rows_of_task_stats,
     spliced_write_stats,
     write_stat,
@@ -370,6 +374,50 @@ async def _schema_of(
     if props is not None and props.create_schema:
         return props.create_schema
     raise CommitError("the write has no schema: give avro_schema to begin_write", stage="plan_commit")
+
+
+def rewrite_conflict(
+    rewrites: Sequence[tuple[str, str, str]], commits: Sequence[LoadedCommit], mine: str
+) -> tuple[str, str, str] | None:
+    """``(other instant, partition, fileId)`` of the first file group this write rewrites
+    (``(partition, fileId, prevCommit)`` each) that another completed commit later than its
+    ``prevCommit`` added a version of, or replaced; None if none did. Pure (Hudi's
+    ``SimpleConcurrentFileWritesConflictResolutionStrategy``, by file group)."""
+    prev = {(p, fid): t for p, fid, t in rewrites}
+    for c in sorted(commits, key=lambda c: c.instant.time):
+        t = c.instant.time
+        if t == mine:
+            continue
+        touched = [(f.partition, f.file_id) for f in c.added()] + c.replaced()
+        for group in touched:
+            seen = prev.get(group)
+            if seen is not None and t > seen:
+                return t, group[0], group[1]
+    return None
+
+
+async def check_conflicts(
+    ctx: JobContext, kind: JobKind, loaded: LoadedManifests, instants: Sequence[Instant]
+) -> None:
+    """The ``check_conflicts`` stage of a record-level write (under the lock, before the
+    plan): :class:`~amcommit.table.errors.WriteConflict` after rolling the write back if a
+    file group it rewrites changed since it read it (:func:`rewrite_conflict`). Reads the
+    metadata of the completed write instants after the oldest ``prevCommit`` only."""
+    from amcommit.table.errors import WriteConflict
+
+    rewrites = [
+        r for extra in loaded.extra_data if (raw := extra.get(STATS_KEY)) for r in rewrites_of_task_stats(raw)
+    ]
+    if not rewrites:
+        return
+    mine = ctx.layout.job_id
+    oldest = min(t for _, _, t in rewrites)
+    later = [i for i in instants if i.completed and i.action in WRITE_ACTIONS and oldest < i.time != mine]
+    found = rewrite_conflict(rewrites, await _load_commits(ctx, later), mine)
+    if found is not None:
+        other, partition, file_id = found
+        await abort_held(kind, ctx.store, ctx.layout.dest, mine, config=ctx.config)
+        raise WriteConflict.make(mine, other, partition, file_id)
 
 
 async def _load_commits(ctx: JobContext, instants: Sequence[Instant]) -> list[LoadedCommit]:
@@ -707,6 +755,9 @@ async def run_table_commit(
             if by is not None:
                 await skip_labelled(ctx, by, run)
                 return
+        if op in (Operation.UPSERT, Operation.DELETE):
+            async with ctx.stage("check_conflicts"):
+                await check_conflicts(ctx, kind, loaded, instants)
         async with ctx.stage("plan_commit"):
             # no marker only when the instant was published (returned above)
             assert marker is not None, "table write without its staging marker"

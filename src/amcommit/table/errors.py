@@ -6,9 +6,9 @@ Each class takes the whole message as its only positional argument (so ``copy.co
 
 from __future__ import annotations
 
-from amcommit.errors import AmcommitError, ConfigError
+from amcommit.errors import AmcommitError, ConfigError, ConflictError
 
-__all__ = ["CleanedPast", "NotATable", "RangeReversed", "SchemaMismatch", "UnknownInstant"]
+__all__ = ["CleanedPast", "NotATable", "RangeReversed", "SchemaMismatch", "UnknownInstant", "WriteConflict"]
 
 
 class NotATable(AmcommitError):
@@ -72,3 +72,26 @@ class SchemaMismatch(ConfigError):
     def __init__(self, message: str, *, column: str = "") -> None:
         super().__init__(message)
         self.column = column
+
+
+class WriteConflict(ConflictError):
+    """A record-level write (upsert, delete) rewrites a file group that an instant completed
+    after this write read it rewrote or replaced (Hudi's
+    ``SimpleConcurrentFileWritesConflictResolutionStrategy``): committing would lose that
+    instant's changes. The write was rolled back; run it again. ``other`` is that instant."""
+
+    def __init__(self, message: str, *, stage: str = "", other: str = "", file_id: str = "") -> None:
+        super().__init__(message, stage=stage)
+        self.other = other
+        self.file_id = file_id
+
+    @classmethod
+    def make(cls, mine: str, other: str, partition: str, file_id: str) -> WriteConflict:
+        where = f"partition {partition!r}" if partition else "the table"
+        return cls(
+            f"write {mine} conflicts with instant {other}, which rewrote file group {file_id} in {where} "
+            "after this write read it; the write was rolled back, run it again",
+            stage="check_conflicts",
+            other=other,
+            file_id=file_id,
+        )

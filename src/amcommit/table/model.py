@@ -60,6 +60,10 @@ class Operation(enum.StrEnum):
     BULK_INSERT = "BULK_INSERT"
     INSERT_OVERWRITE = "INSERT_OVERWRITE"
     INSERT_OVERWRITE_TABLE = "INSERT_OVERWRITE_TABLE"
+    UPSERT = "UPSERT"
+    """Record-level: rewrites the file groups holding updated keys (:mod:`amcommit.table.mutate`)."""
+    DELETE = "DELETE"
+    """Record-level: rewrites the file groups holding deleted keys (:mod:`amcommit.table.mutate`)."""
 
     @property
     def action(self) -> Action:

@@ -29,15 +29,24 @@ from amcommit.errors import ManifestError
 from amcommit.table.model import WriteStat
 
 __all__ = [
+    "MUTATIONS_KEY",
     "STATS_KEY",
     "SplicedStats",
     "TaskStatsHeader",
     "paths_of_task_stats",
+    "rewrites_of_task_stats",
     "rows_of_task_stats",
     "spliced_write_stats",
     "task_write_stats",
     "write_stat",
 ]
+
+MUTATIONS_KEY = "hudi.mutations"
+"""A task's ``extra_data`` key (given to ``commit_task``) holding, per file it wrote (path
+relative to the attempt directory), the fields of its write stat a record-level write knows
+and a listing does not: ``prevCommit``, ``numInserts``, ``numUpdateWrites``, ``numDeletes``
+(a JSON object of objects; :mod:`amcommit.table.mutate`). Consumed by the task commit, which
+puts them into the files' write stats and does not carry the key itself."""
 
 STATS_KEY = "hudi.writeStats"
 """The task manifest's ``extra_data`` key holding its write stats (:func:`task_write_stats`)."""
@@ -75,20 +84,52 @@ def write_stat(rel: str, partition: str, file_id: str, rows: int, size: int) -> 
     )
 
 
-def task_write_stats(files: Iterable[tuple[str, int]], rows: dict[str, int]) -> str:
+class MutationFields(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    """What :data:`MUTATIONS_KEY` gives for one file."""
+
+    prev_commit: str = "null"
+    num_inserts: int
+    num_update_writes: int = 0
+    num_deletes: int = 0
+
+
+def mutation_fields(raw: str | None, names: dict[str, str]) -> dict[str, MutationFields]:
+    """:data:`MUTATIONS_KEY`'s fields by published path (``names``: attempt-relative path ->
+    path relative to the table); ManifestError for anything else than that format."""
+    if not raw:
+        return {}
+    try:
+        got = msgspec.json.decode(raw, type=dict[str, MutationFields])
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ManifestError(f"extra_data[{MUTATIONS_KEY!r}] is not write stat fields by file ({e})") from None
+    return {names.get(rel, rel): f for rel, f in got.items()}
+
+
+def task_write_stats(
+    files: Iterable[tuple[str, int]], rows: dict[str, int], mutations: dict[str, MutationFields] | None = None
+) -> str:
     """The write stats of a task's files, as stored in its manifest: a
     :class:`TaskStatsHeader` line, then one line per partition holding its stats as a JSON
     array (compact JSON has no line break: a string's is escaped). ``files`` holds (path
     relative to the table, size) of each published base file, ``rows`` the row count by
-    the same path. Lines, not one JSON document, so that the job commit copies each array
+    the same path, ``mutations`` a record-level write's own fields by the same path
+    (:data:`MUTATIONS_KEY`; other files are inserts with no previous version). Lines, not one JSON document, so that the job commit copies each array
     without parsing it."""
     parts: dict[str, list[WriteStat]] = {}
     count = total = 0
     for rel, size in files:
         partition, _, name = rel.rpartition("/")
-        parts.setdefault(partition, []).append(
-            write_stat(rel, partition, name.partition("_")[0], rows[rel], size)
-        )
+        stat = write_stat(rel, partition, name.partition("_")[0], rows[rel], size)
+        m = mutations.get(rel) if mutations else None
+        if m is not None:
+            stat = _copy(
+                stat,
+                prev_commit=m.prev_commit,
+                num_inserts=m.num_inserts,
+                num_update_writes=m.num_update_writes,
+                num_deletes=m.num_deletes,
+            )
+        parts.setdefault(partition, []).append(stat)
         count += 1
         total += size
     order = sorted(parts)
@@ -103,6 +144,18 @@ def _task_stats_lines(raw: str) -> tuple[TaskStatsHeader, list[bytes]]:
     (one JSON array per partition, not parsed); msgspec's errors if the header is not one."""
     head, *arrays = raw.encode().split(b"\n")
     return msgspec.json.decode(head, type=TaskStatsHeader), arrays
+
+
+def rewrites_of_task_stats(raw: str) -> list[tuple[str, str, str]]:
+    """``(partition, fileId, prevCommit)`` of each stat of one task's stats that writes a new
+    version of an existing file group (``prevCommit`` not ``null``); ManifestError if they
+    are not that format."""
+    try:
+        _, arrays = _task_stats_lines(raw)
+        stats = [s for line in arrays for s in _stats_decoder.decode(line)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ManifestError(f"a task manifest's extra_data[{STATS_KEY!r}] is not write stats") from None
+    return [(s.partition_path, s.file_id, s.prev_commit) for s in stats if s.prev_commit not in ("null", "")]
 
 
 def rows_of_task_stats(raw: str) -> dict[str, int]:

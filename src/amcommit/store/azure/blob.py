@@ -314,6 +314,18 @@ class BlobStore(AzureBase):
             raise gone
         return (await self.request("get", "GET", self.url(path), path=path)).body
 
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (one ranged Get Blob, ``x-ms-range``; fewer at the end)."""
+        check_path(path, allow_root=False)
+        if length <= 0:
+            return b""
+        gone = unreachable(AZURE_LIMITS, path, "get")
+        if gone is not None:
+            raise gone
+        rng = {"x-ms-range": f"bytes={start}-{start + length - 1}"}
+        r = await self.request("get", "GET", self.url(path), path=path, headers=rng)
+        return r.body[:length] if r.status == 206 else r.body[start : start + length]
+
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         """Write a whole blob atomically (see the module doc for modes and retries)."""
         check_path(path, allow_root=False)

@@ -170,6 +170,18 @@ class DfsStore(AzureBase):
             raise gone
         return (await self.request("get", "GET", self.url(path), path=path)).body
 
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (one ranged Path Read, ``x-ms-range``; fewer at the end)."""
+        check_path(path, allow_root=False)
+        if length <= 0:
+            return b""
+        gone = unreachable(AZURE_LIMITS, path, "get")
+        if gone is not None:
+            raise gone
+        rng = {"x-ms-range": f"bytes={start}-{start + length - 1}"}
+        r = await self.request("get", "GET", self.url(path), path=path, headers=rng)
+        return r.body[:length] if r.status == 206 else r.body[start : start + length]
+
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         """Upload to a temporary file, then rename it into place (see the module doc)."""
         check_path(path, allow_root=False)

@@ -422,6 +422,19 @@ class GcsStore:
         r = await self.http.send("gcs_media", "GET", self._obj_url(path, params={"alt": "media"}), path=path)
         return r.body
 
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (one ``Range`` read; fewer at the end). Idempotent."""
+        check_path(path, allow_root=False)
+        if length <= 0:
+            return b""
+        gone = unreachable(GCS_LIMITS, path, "get")
+        if gone is not None:
+            raise gone
+        url = self._obj_url(path, params={"alt": "media"})
+        rng = {"Range": f"bytes={start}-{start + length - 1}"}
+        r = await self.http.send("gcs_media", "GET", url, path=path, headers=rng)
+        return r.body[:length] if r.status == 206 else r.body[start : start + length]
+
     # -- Store protocol: put -------------------------------------------------------------
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         """Upload a whole object: one multipart request up to ``multipart_threshold``,
