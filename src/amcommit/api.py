@@ -17,6 +17,7 @@ from typing import Literal
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.job import abort_with, commit_with, resolve_layout, setup_with
+from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
@@ -28,7 +29,7 @@ from amcommit.table.kind import TableKind, is_table
 from amcommit.table.labels import Label
 from amcommit.table.naming import is_instant
 
-__all__ = ["KindName", "abort_job", "commit_job", "kind_of", "setup_job"]
+__all__ = ["KindName", "abort_job", "commit_job", "kind_of", "list_jobs", "setup_job"]
 
 KindName = Literal["files", "table"]
 """A kind named by the caller: ``"files"`` (a plain destination) or ``"table"`` (Hudi)."""
@@ -162,3 +163,19 @@ async def abort_job(
         job_attempt=job_attempt,
         limiter=limiter,
     )
+
+
+async def list_jobs(
+    store: Store,
+    dest: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    kind: JobKind | KindName | None = None,
+) -> DestinationJobs:
+    """What ``amcommit jobs`` shows of ``dest``, as its kind lists it
+    (:meth:`~amcommit.committer.kind.JobKind.list_jobs`: a table's pending instants, or the
+    plain jobs under ``_temporary``). Reads only; NotFound if nothing exists at ``dest``."""
+    if kind is None:
+        kind = "table"  # the table's listing probes hoodie.properties itself (else plain)
+    picked = await kind_of(store, dest, config, kind=kind)
+    return await picked.list_jobs(store, dest, config)

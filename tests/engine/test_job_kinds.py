@@ -18,6 +18,7 @@ from amcommit.committer.actions import Action
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.job import abort_with, commit_with, setup_with
+from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.report import JobReport
@@ -115,6 +116,10 @@ class RecordingKind:
 
     def for_other_job(self) -> JobKind:
         return self
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        self.calls.append("list_jobs")
+        return await FILES.list_jobs(store, dest, config)
 
 
 async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:

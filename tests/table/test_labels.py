@@ -274,8 +274,8 @@ async def test_pending_of_finds_a_published_write_left_staged(
     its cleanup (staging folder back in place, no commit plan in it: on stores with atomic
     renames the plan *became* the completed instant): pending_of reads the label from the
     completed instant, so ``recover`` finishes that cleanup; another app's is not touched."""
-    from amcommit.committer.layout import JobLayout
     from amcommit.table.labels import pending_of, recover
+    from amcommit.table.staging import table_layout
 
     store, dest = label_sut.store, join(label_sut.base, "t")
     label = Label("q-left", 1)
@@ -289,13 +289,13 @@ async def test_pending_of_finds_a_published_write_left_staged(
         avro_schema=avro_schema(SCHEMA, SPEC.name),
         config=FAST,
     )
-    marker = await store.get(JobLayout(dest, w.instant, table=True).job_marker)
+    marker = await store.get(table_layout(dest, w.instant).job_marker)
     await write_tasks(store, w, rows(0, 4))
     report = await commit_job(store, dest, w.instant, config=FAST, label=label)
     assert report.success and report.label == label.text()
     done = await listing(store, dest)
     # the cleanup cut short: the staging folder (job marker) is still there
-    await store.put(JobLayout(dest, w.instant, table=True).job_marker, marker)
+    await store.put(table_layout(dest, w.instant).job_marker, marker)
     assert await pending_of(store, dest, "another-app", config=FAST) == []
     assert await pending_of(store, dest, label.app_id, config=FAST) == [w.instant]
     assert await recover(store, dest, label.app_id, config=FAST) == [w.instant]

@@ -120,10 +120,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     """Hudi tables: seconds a writer's heartbeat (``.hoodie/.heartbeat/<instant>``) stays
     fresh. An earlier inflight instant whose heartbeat is older (or that never heartbeated
     and was allocated longer ago) belongs to a dead writer: the next commit rolls it back.
-    A live writer must refresh it at least this often (:mod:`amcommit.table.heartbeat`)."""
+    A live writer must refresh it at least this often."""
     clean_retain_commits: int | None = None
     """Tables only: after each commit, clean file groups replaced before the latest N
-    commits (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
+    commits (the table's clean; None: never; N >= 1)."""
 
     def __post_init__(self) -> None:
         for name in (

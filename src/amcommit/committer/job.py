@@ -42,7 +42,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from amcommit import loop as amcommit_loop
 from amcommit.committer.actions import Action as Action
@@ -79,9 +79,6 @@ from amcommit.paths import path_to_uri
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import policies_of, retry_list
-
-if TYPE_CHECKING:
-    from amcommit.table.labels import Label  # (the compatibility shim's type only)
 
 _INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
@@ -189,10 +186,11 @@ async def commit_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
     allow_partial: bool = False,
-    label: Label | None = None,
+    label: Any = None,
     operation: str | None = None,
 ) -> JobReport:
-    """Compatibility: :func:`amcommit.api.commit_job` (the front door; it picks the kind)."""
+    """Compatibility: :func:`amcommit.api.commit_job` (the front door; it picks the kind).
+    ``label`` and ``operation``: a table write's (see there)."""
     from amcommit import api  # the front door sits above the engine (compatibility shim)
 
     return await api.commit_job(

@@ -4,8 +4,9 @@ A job commit is a frame (:mod:`amcommit.committer.job`: lock, journal, manifests
 rollback, cleanup) around a body that depends on what the destination is. A *kind* owns the
 differences, through the small protocol :class:`JobKind`; the frame calls its hooks and
 knows nothing else of it. :class:`FilesKind` is the kind of plain destinations (its hooks
-run the plain commit of :mod:`amcommit.committer.job`); a Hudi table's kind lives in
-:mod:`amcommit.table.kind` (the table depends on the engine, never the reverse).
+run the plain commit of :mod:`amcommit.committer.job`); other kinds (a Hudi table's) are
+built on the engine and given to it by the caller (the front door, ``amcommit.api``, picks
+one): they depend on the engine, never the reverse.
 
 =====================  ==============================================================
 hook                   what the frame asks
@@ -20,7 +21,12 @@ hook                   what the frame asks
 ``guard``              around the locked commit: before it, and after it commits
 ``for_other_job``      the kind to finish another job of the same destination with (a dead
                        lock holder's), without this call's per-job options
+``list_jobs``          what ``amcommit jobs`` shows of the destination (reads only)
 =====================  ==============================================================
+
+The task side of a kind is :class:`TaskKind`, carried by the job's layout
+(:attr:`JobLayout.tasks <amcommit.committer.layout.JobLayout.tasks>`): the task commit
+(:mod:`amcommit.committer.task`) calls it when a task starts and to name its outputs.
 
 Nothing here is atomic by itself; each hook says what it publishes.
 """
@@ -34,6 +40,7 @@ from typing import Protocol
 from amcommit.committer.actions import Action, next_action
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.jobs import DestinationJobs, list_plain_jobs
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport
@@ -52,8 +59,32 @@ from amcommit.committer.stages import (
 from amcommit.errors import ManifestError, NotFound
 from amcommit.manifest import SuccessData, TaskManifest, decode_success
 from amcommit.paths import path_to_uri
-from amcommit.store.base import Store
+from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
+
+
+class TaskKind(Protocol):
+    """The task side of a kind: what :func:`~amcommit.committer.task.setup_task` and
+    :func:`~amcommit.committer.task.commit_task` do besides the plain protocol. A job's
+    layout carries it (``JobLayout.tasks``; None for plain files)."""
+
+    async def task_started(self, store: Store, layout: JobLayout, config: CommitterConfig) -> None:
+        """A task attempt was set up, or its commit begins (e.g. a sign of the writer's life)."""
+        ...
+
+    async def name_outputs(
+        self,
+        store: Store,
+        layout: JobLayout,
+        task_attempt_id: str,
+        files: Sequence[tuple[str, ObjectInfo]],
+        extra: dict[str, str],
+        config: CommitterConfig,
+    ) -> dict[str, str]:
+        """The destination name (relative to the destination) of each file of the attempt
+        (``files``: path relative to the attempt directory, and its listing). May refuse a
+        file (CommitError naming it) and change ``extra`` (the manifest's ``extra_data``)."""
+        ...
 
 
 class JobKind(Protocol):
@@ -126,6 +157,11 @@ class JobKind(Protocol):
 
     def for_other_job(self) -> JobKind:
         """This kind without the per-job options of this call (to finish a dead holder's job)."""
+        ...
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        """The jobs of ``dest`` as ``amcommit jobs`` shows them (reads only; see
+        :func:`~amcommit.committer.jobs.list_jobs`). NotFound if nothing exists at ``dest``."""
         ...
 
 
@@ -303,6 +339,9 @@ class FilesKind:
 
     def for_other_job(self) -> JobKind:
         return self
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        return await list_plain_jobs(store, dest, config=config)
 
 
 FILES: JobKind = FilesKind()

@@ -16,7 +16,7 @@ directory name, ``_temporary/$jobId`` instead of ``_temporary/manifest_$jobId``)
             task-attempts/$taskAttemptId       task attempt markers (setup_task; create-only)
     $dest/_SUCCESS                             JSON report, written last
 
-A *table* job (``table=True``, a Hudi table write, :mod:`amcommit.table.write`) keeps the
+A *table* job (``table=True``, a Hudi table write, built by the table's kind) keeps the
 same tree under ``$dest/.hoodie/.temp/$instant/`` instead of ``_temporary/manifest_$jobId``
 (the job id is the instant; never a ``_temporary`` folder in a table: Hudi readers break on
 it), and its destination lock is ``$dest/.hoodie/.temp/_commit.lock``. No ``_SUCCESS``.
@@ -25,16 +25,20 @@ it), and its destination lock is ``$dest/.hoodie/.temp/_commit.lock``. No ``_SUC
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from amcommit.errors import ConfigError
 from amcommit.paths import check_path, join
+
+if TYPE_CHECKING:
+    from amcommit.committer.kind import TaskKind
 
 TEMP_DIR_NAME = "_temporary"
 SUCCESS_NAME = "_SUCCESS"
 MANIFEST_SUFFIX = "-manifest.json"
 TABLE_TEMP_DIR = ".hoodie/.temp"
-"""Staging root of table writes (same as :data:`amcommit.table.naming.TEMP_DIR`)."""
+"""Staging root of table writes (the table's staging folder)."""
 _INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 
@@ -59,6 +63,10 @@ class JobLayout:
     """Hadoop's layout (``_temporary/$jobId``) instead of ours (``_temporary/manifest_$jobId``)."""
     table: bool = False
     """A Hudi table write: staging in ``.hoodie/.temp/$instant/`` (the job id is the instant)."""
+    tasks: TaskKind | None = field(default=None, compare=False, repr=False)
+    """The task side of the job's kind (:class:`~amcommit.committer.kind.TaskKind`: what a
+    task setup and commit do besides the plain protocol, how outputs are named); None: plain
+    files (nothing more; outputs keep the names the task gave them)."""
 
     def __post_init__(self) -> None:
         check_path(self.dest)

@@ -81,7 +81,7 @@ class JobReport:
     operation: str | None = None
     """Table writes: ``INSERT``, ``BULK_INSERT``, ``INSERT_OVERWRITE`` or ``INSERT_OVERWRITE_TABLE``."""
     label: str | None = None
-    """Labelled table writes: the label's text ``"<app_id>:<version>"`` (:mod:`amcommit.table.labels`)."""
+    """Labelled table writes: the label's text ``"<app_id>:<version>"`` (a table write's exactly-once label)."""
     skipped_label: str | None = None
     """Set only when this labelled write was skipped because its label was already committed:
     the instant that had committed it. This write was rolled back (``files`` 0, ``success``

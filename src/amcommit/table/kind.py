@@ -21,9 +21,9 @@ import anyio
 from amcommit.committer.actions import Action
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
-from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, StoreError
 from amcommit.manifest import TaskManifest
@@ -38,11 +38,13 @@ from amcommit.table.commit import (
     wait_for_earlier,
 )
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
+from amcommit.table.jobs import list_table_jobs
 from amcommit.table.labels import Label
 from amcommit.table.model import Action as InstantAction
 from amcommit.table.model import Operation, decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR, is_instant
 from amcommit.table.rollback import finish_rollback, rollback_table_write
+from amcommit.table.staging import table_layout
 from amcommit.table.write import is_table, set_operation
 
 __all__ = ["TableKind", "is_table"]
@@ -147,6 +149,12 @@ class TableKind:
     def for_other_job(self) -> JobKind:
         return TableKind()
 
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        """The table's pending instants (:func:`~amcommit.table.jobs.list_table_jobs`); a
+        destination without ``hoodie.properties`` is listed as plain files."""
+        listed = await list_table_jobs(store, dest, config, config.writer_ttl)
+        return listed if listed is not None else await FILES.list_jobs(store, dest, config)
+
     async def guard(
         self,
         store: Store,
@@ -185,7 +193,7 @@ class TableKind:
         config: CommitterConfig,
         attempt: Callable[[], Awaitable[JobReport]],
     ) -> JobReport:
-        staging = JobLayout(dest, instant, table=True)
+        staging = table_layout(dest, instant)
         deadline = time.monotonic() + config.lock_wait
         try:
             await store.stat(staging.job_marker)

@@ -41,6 +41,7 @@ from amcommit.store.base import Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import WRITE_ACTIONS, Instant
 from amcommit.table.naming import HOODIE_DIR
+from amcommit.table.staging import table_layout
 from amcommit.table.timeline import list_instants
 
 __all__ = [
@@ -193,7 +194,6 @@ async def pending_of(
     rollback killed after removing the staging folder; no live writer is ever in that
     state: ``begin_write`` creates the staging folder first, a commit removes it only after
     publishing). Reads only."""
-    from amcommit.committer.layout import JobLayout
     from amcommit.paths import basename
     from amcommit.table.commit import PLAN_NAME
     from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
@@ -214,7 +214,7 @@ async def pending_of(
     done = {i.time for i in instants if i.completed}
     out = {i.time for i in instants if i.action in WRITE_ACTIONS and i.time not in done} - set(staged)
     for t in staged:
-        layout = JobLayout(dest, t, table=True)
+        layout = table_layout(dest, t)
         try:
             marker = await retry_call(partial(read_marker, store, layout), policy=policy)
         except (NotFound, ManifestError):
