@@ -28,6 +28,7 @@ from amcommit.store.limits import Limiter
 from amcommit.table.kind import TableKind, is_table
 from amcommit.table.labels import Label
 from amcommit.table.naming import is_instant
+from amcommit.table.staging import is_table_layout
 
 __all__ = ["KindName", "abort_job", "commit_job", "kind_of", "list_jobs", "setup_job"]
 
@@ -147,9 +148,9 @@ async def abort_job(
     table's staging folder is a table write, a plain job directory a plain job, and only a
     job with neither is probed for (an instant time in a table)."""
     if kind is None:
-        layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
-        if layout is not None:
-            kind = "table" if layout.table else "files"
+        layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=TableKind())
+        if layout is not None:  # (the table's layouts hold the plain ones too)
+            kind = "table" if is_table_layout(layout) else "files"
         elif not is_instant(job_id):
             kind = "files"
     picked = await kind_of(store, dest, config, kind=kind)

@@ -21,6 +21,7 @@ from amcommit.committer.job import abort_with, commit_with, setup_with
 from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
+from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join
@@ -62,9 +63,13 @@ class RecordingKind:
         self.calls.append("refuse_setup")
         FILES.refuse_setup(dest, job_id)
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        self.calls.append("lock_in_staging")
-        return False
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        self.calls.append("layouts")
+        return FILES.layouts(dest, job_id, job_attempt)
+
+    def lock_staging(self, job_id: str) -> str | None:
+        self.calls.append("lock_staging")
+        return None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
@@ -132,7 +137,14 @@ async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:
     await run_task(store, layout, 1, {"b/part-1.txt": b"one"})
     report = await commit_with(as_kind, store, dest, JOB)
     assert report.success and report.files == 2
-    assert kind.calls == ["refuse_setup", "guard:before", "lock_in_staging", "commit_body", "guard:after"]
+    assert kind.calls == [
+        "refuse_setup",
+        "guard:before",
+        "lock_staging",
+        "layouts",
+        "commit_body",
+        "guard:after",
+    ]
     assert await snapshot(store, dest) == {"a/part-0.txt": b"zero", "b/part-1.txt": b"one"}
     assert await temp_files(store, dest) == []
 
@@ -141,7 +153,8 @@ async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:
     again = await commit_with(as_kind, store, dest, JOB)
     assert again.already_committed and kind.calls == [
         "guard:before",
-        "lock_in_staging",
+        "lock_staging",
+        "layouts",
         "committed_without",
         "guard:after",
     ]
@@ -149,14 +162,19 @@ async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:
     # an abort of a job that never was: the kind finishes what is left (nothing)
     kind.calls.clear()
     gone = await abort_with(as_kind, store, dest, "job_never_set_up")
-    assert not gone.success and kind.calls == ["lock_in_staging", "abort_without"]
+    assert not gone.success and kind.calls == [
+        "layouts",
+        "lock_staging",
+        "layouts",
+        "abort_without",
+    ]
 
     # an abort of a set-up job: the kind rolls it back (nothing was renamed: delete the job)
     other = await setup_with(as_kind, store, dest, "job_kinds_0002")
     await run_task(store, other, 0, {"c/part-0.txt": b"c"})
     kind.calls.clear()
     await abort_with(as_kind, store, dest, "job_kinds_0002")
-    assert kind.calls == ["roll_back:delete_job"]
+    assert kind.calls == ["layouts", "layouts", "roll_back:delete_job"]
     assert await temp_files(store, dest) == []
     assert store.table_probes() == []  # the frame never looked for a table
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -54,7 +53,7 @@ from amcommit.committer.journal import (
     load_journal,
     save_journal,
 )
-from amcommit.committer.kind import JobKind
+from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
@@ -79,8 +78,6 @@ from amcommit.paths import path_to_uri
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import policies_of, retry_list
-
-_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
 log = logging.getLogger("amcommit.job")
 
@@ -140,21 +137,21 @@ async def _exists(store: Store, prefix: str, config: CommitterConfig) -> bool:
 
 
 async def resolve_layout(
-    store: Store, dest: str, job_id: str, job_attempt: int = 0, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    job_id: str,
+    job_attempt: int = 0,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    kind: JobKind = FILES,
 ) -> JobLayout | None:
-    """The job's layout on the store: ours, else Hadoop's (``_temporary/$jobId``); None if
-    neither job directory exists. Listings are retried (``config``'s retry policy). A job id
-    that is an instant time with a staging folder in ``.hoodie/.temp/`` is a table write."""
-    if _INSTANT_RE.match(job_id) and job_attempt == 0:
-        table = JobLayout(dest, job_id, table=True)
-        if await _exists(store, table.job_dir, config):
-            return table
-    ours = JobLayout(dest, job_id, job_attempt)
-    if await _exists(store, ours.job_dir, config):
-        return ours
-    hadoop = JobLayout(dest, job_id, job_attempt, hadoop=True)
-    if await _exists(store, hadoop.job_dir, config):
-        return hadoop
+    """The job's layout on the store: the first of ``kind``'s layouts
+    (:meth:`~amcommit.committer.kind.JobKind.layouts`; plain files: ours, else Hadoop's,
+    ``_temporary/$jobId``) whose job directory exists; None if none does. Listings are
+    retried (``config``'s retry policy)."""
+    for layout in kind.layouts(dest, job_id, job_attempt):
+        if await _exists(store, layout.job_dir, config):
+            return layout
     return None
 
 
@@ -253,7 +250,7 @@ async def commit_with(
             ),
             job_attempt=job_attempt,
             finish_previous=finish_previous,
-            table=kind.lock_in_staging(job_id),
+            staging=kind.lock_staging(job_id),
         )
 
     return await kind.guard(store, dest, job_id, job_attempt, config, locked)
@@ -314,7 +311,7 @@ async def commit_held(
         raise ManifestError(
             f"{0 if manifests is None else len(manifests)} manifests but {len(manifest_etags)} manifest etags"
         )
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
     if layout is None:
         done = await kind.committed_without(store, dest, job_id, job_attempt, config)
         if done is not None:
@@ -458,12 +455,14 @@ async def abort_with(
     the job left a journal (its commit began) or holds the lock (it died holding it), the
     destination lock is held while the destination is rolled back or the commit completed;
     otherwise only the job directory is deleted, without waiting for the lock."""
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
-    table = layout.table if layout is not None else kind.lock_in_staging(job_id)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
+    staging = layout.staging if layout is not None else kind.lock_staging(job_id)
     journal = (
         None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
     )
-    if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0], table=table):
+    if journal is None and not await held_by(
+        store, dest, job_id, policy=policies_of(config)[0], staging=staging
+    ):
         return await abort_held(
             kind,
             store,
@@ -485,7 +484,7 @@ async def abort_with(
         job_attempt=job_attempt,
         operation="abort",
         finish_previous=lambda prev, s: finish_previous_job(kind, s, dest, prev, config, limiter),
-        table=table,
+        staging=staging,
     )
 
 
@@ -505,7 +504,7 @@ async def abort_held(
     ``renaming`` with every file found in place), in which case the commit is completed
     instead. Idempotent.
     """
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
     if layout is None:
         report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
         report = await kind.abort_without(store, dest, job_id, job_attempt, config, report)
@@ -536,9 +535,9 @@ async def abort_held(
     finally:
         run.close()
     if action is Action.COMPLETE:
-        # no journal: a table write whose instant is published and whose cleanup was cut
-        # short after the journal went (a directory deleted in any order, or a flat store's
-        # objects): the commit (its early return on a completed instant) finishes the cleanup
+        # no journal: a kind's commit that published and whose cleanup was cut short after
+        # the journal went (a directory deleted in any order, or a flat store's objects;
+        # e.g. a table write whose instant is completed): the commit finishes the cleanup
         mode = journal.conflict_mode if journal is not None else config.conflict_mode
         return await commit_held(
             kind,

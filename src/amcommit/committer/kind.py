@@ -12,7 +12,8 @@ one): they depend on the engine, never the reverse.
 hook                   what the frame asks
 =====================  ==============================================================
 ``refuse_setup``       may a plain job be set up in this destination?
-``lock_in_staging``    does this job's lock live in the kind's staging folder?
+``layouts``            where a job's directory may be (the first that exists is the job's)
+``lock_staging``       the kind's staging folder holding a job's destination lock (or none)
 ``committed_without``  no job directory: was the job committed (and cleaned up)?
 ``commit_body``        the commit under the lock (journal, manifests, renames, publish)
 ``roll_back``          the abort under the lock of a job whose commit did not pass its
@@ -97,9 +98,16 @@ class JobKind(Protocol):
         """Raise CommitError if a plain job (``setup_job``) must not write into ``dest``."""
         ...
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        """True if the destination lock of job ``job_id`` lives in the kind's own staging
-        folder (a table's ``.hoodie/.temp/``) instead of ``_temporary/``."""
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        """Where the job directory of job ``job_id`` may be, in the order the frame looks
+        for it (:func:`~amcommit.committer.job.resolve_layout`: the first that exists is the
+        job's). Pure."""
+        ...
+
+    def lock_staging(self, job_id: str) -> str | None:
+        """The kind's own staging folder (relative to the destination; e.g. a table's
+        ``.hoodie/.temp``) holding the destination lock of job ``job_id``; None: the lock
+        lives in ``_temporary/``. Pure."""
         ...
 
     async def committed_without(
@@ -292,8 +300,11 @@ class FilesKind:
     def refuse_setup(self, dest: str, job_id: str) -> None:
         return None
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        return False
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        return (JobLayout(dest, job_id, job_attempt), JobLayout(dest, job_id, job_attempt, hadoop=True))
+
+    def lock_staging(self, job_id: str) -> str | None:
+        return None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig

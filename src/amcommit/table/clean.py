@@ -48,7 +48,7 @@ from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.model import Action, Instant, State
-from amcommit.table.naming import HOODIE_DIR, next_instant
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, next_instant
 from amcommit.table.reader import Listing, Timeline, table_uri
 from amcommit.table.timeline import LoadedCommit
 
@@ -274,7 +274,7 @@ async def clean(
         CLEAN_LOCK_OWNER,
         config,
         lambda s: _clean_unlocked(s, dest, retain_commits, config, False, progress),
-        table=True,
+        staging=TEMP_DIR,
     )
 
 

@@ -141,7 +141,7 @@ async def list_table_jobs(
     await check_exists(store, dest, policy)
     if await read_optional(store, join(dest, PROPERTIES_FILE), policy) is None:
         return None
-    lock_data = await read_optional(store, lock_path(dest, table=True), policy)
+    lock_data = await read_optional(store, lock_path(dest, staging=TEMP_DIR), policy)
     table_lock = decode_lock(lock_data) if lock_data is not None else None
     writes, last_instant = await _table_writes(store, dest, table_lock, writer_ttl, policy)
     return TableJobs(

@@ -24,6 +24,7 @@ from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
+from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, StoreError
 from amcommit.manifest import TaskManifest
@@ -42,9 +43,9 @@ from amcommit.table.jobs import list_table_jobs
 from amcommit.table.labels import Label
 from amcommit.table.model import Action as InstantAction
 from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, is_instant
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
 from amcommit.table.rollback import finish_rollback, rollback_table_write
-from amcommit.table.staging import table_layout
+from amcommit.table.staging import is_table_layout, table_layout
 from amcommit.table.write import is_table, set_operation
 
 __all__ = ["TableKind", "is_table"]
@@ -96,8 +97,14 @@ class TableKind:
     def refuse_setup(self, dest: str, job_id: str) -> None:
         raise _plain_job_refused(dest, job_id, "setup_job")
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        return is_instant(job_id)
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        plain = FILES.layouts(dest, job_id, job_attempt)  # a plain job's directory in a table
+        if is_instant(job_id) and job_attempt == 0:
+            return (table_layout(dest, job_id), *plain)
+        return plain
+
+    def lock_staging(self, job_id: str) -> str | None:
+        return TEMP_DIR if is_instant(job_id) else None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
@@ -115,7 +122,7 @@ class TableKind:
         manifests: Sequence[TaskManifest] | None,
         etags: Sequence[str | None] | None,
     ) -> None:
-        if not ctx.layout.table:  # a plain job's directory in a table (never set up by us)
+        if not is_table_layout(ctx.layout):  # a plain job's directory in a table (never set up by us)
             await FILES.commit_body(ctx, run, manifests, etags)
             return
         await run_table_commit(ctx, manifests, etags, run=run, kind=self.for_other_job(), label=self.label)
@@ -123,7 +130,7 @@ class TableKind:
     async def roll_back(
         self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
     ) -> bool:
-        if not ctx.layout.table:
+        if not is_table_layout(ctx.layout):
             return await FILES.roll_back(ctx, journal, run, action)
         return await rollback_table_write(ctx, journal, run=run)
 

@@ -40,7 +40,7 @@ from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import WRITE_ACTIONS, Instant
-from amcommit.table.naming import HOODIE_DIR
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR
 from amcommit.table.staging import table_layout
 from amcommit.table.timeline import list_instants
 
@@ -273,7 +273,7 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
     from amcommit.liveness import proven_dead
     from amcommit.table.kind import TableKind  # (table.kind imports this module)
 
-    path = lock_path(dest, table=True)
+    path = lock_path(dest, staging=TEMP_DIR)
     try:
         body = decode_lock(await retry_call(partial(store.get, path), policy=policies_of(config)[0]))
     except NotFound:
@@ -292,5 +292,5 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
         nothing,
         operation="abort",
         finish_previous=lambda prev, s: finish_previous_job(TableKind(), s, dest, prev, config, None),
-        table=True,
+        staging=TEMP_DIR,
     )

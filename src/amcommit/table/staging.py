@@ -27,10 +27,11 @@ from amcommit.errors import CommitError
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
+from amcommit.table.naming import TEMP_DIR, check_instant
 from amcommit.table.tasknames import ROWS_KEY, plan_names
 from amcommit.table.writestats import STATS_KEY, task_write_stats
 
-__all__ = ["TABLE_TASKS", "TableTasks", "table_layout"]
+__all__ = ["TABLE_TASKS", "TableTasks", "is_table_layout", "table_layout"]
 
 
 async def _footer_rows(store: Store, path: str, config: CommitterConfig) -> int:
@@ -83,4 +84,11 @@ def table_layout(dest: str, instant: str, job_attempt: int = 0) -> JobLayout:
     """The layout of table write ``instant`` into the table at ``dest``: staging in
     ``.hoodie/.temp/$instant/``, the table's task side (:data:`TABLE_TASKS`). ConfigError
     if ``instant`` is not an instant time."""
-    return JobLayout(dest, instant, job_attempt, table=True, tasks=TABLE_TASKS)
+    check_instant(instant)
+    return JobLayout(dest, instant, job_attempt, staging=TEMP_DIR, tasks=TABLE_TASKS)
+
+
+def is_table_layout(layout: JobLayout) -> bool:
+    """True if ``layout`` is a table write's (staged in ``.hoodie/.temp/``), not a plain
+    job's directory found in a table."""
+    return layout.staging == TEMP_DIR
