@@ -49,6 +49,7 @@ from amcommit.manifest import decode_manifest, decode_success
 from amcommit.messages import for_user
 from amcommit.paths import basename
 from amcommit.redact import redact
+from amcommit.table.settings import TableConfig
 
 
 def int_arg(minimum: int | None = None) -> Callable[[str], int]:
@@ -117,7 +118,7 @@ def _config(args: argparse.Namespace) -> CommitterConfig:
         conf["conflict_mode"] = args.mode
     if getattr(args, "io_threads", None):
         conf["io_threads"] = str(args.io_threads)
-    return CommitterConfig.from_mapping(conf)
+    return TableConfig.from_mapping(conf)  # the engine's options and the table's
 
 
 def _read(url: str, opts: dict[str, Any]) -> bytes:

@@ -126,6 +126,9 @@ class RecordingKind:
         self.calls.append("list_jobs")
         return await FILES.list_jobs(store, dest, config)
 
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        return FILES.new_report(job_id, dest_uri)
+
 
 async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:
     store = CountingStore(str(tmp_path))

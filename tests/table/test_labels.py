@@ -33,6 +33,7 @@ from amcommit.table.labels import (
 from amcommit.table.model import Action, Instant, Operation, State, decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR
 from amcommit.table.reader import Timeline
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import load_timeline, snapshot
 from amcommit.table.write import begin_write
 from tests.backends import StoreUnderTest
@@ -47,7 +48,7 @@ def label_sut(request: pytest.FixtureRequest) -> StoreUnderTest:
     return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
 
 
-FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
+FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 
 
 async def labelled(

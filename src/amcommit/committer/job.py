@@ -161,8 +161,9 @@ def _new_context(
     config: CommitterConfig,
     progress: ProgressCallback | None,
     limiter: Limiter | None,
+    kind: JobKind = FILES,
 ) -> JobContext:
-    report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest))
+    report = kind.new_report(layout.job_id, path_to_uri(store.root_uri, layout.dest))
     report.conflict_mode = config.conflict_mode
     report.event_loop = amcommit_loop.running()
     # the job's workers already bound concurrency (io_threads); its own limiter adds the
@@ -326,7 +327,7 @@ async def commit_held(
     completeness = (
         None if manifests is not None else await job_completeness(store, layout, allow_partial, config)
     )
-    ctx = _new_context(store, layout, config, progress, limiter)
+    ctx = _new_context(store, layout, config, progress, limiter, kind)
     report = ctx.report
     report.completeness = completeness
     report.completed_previous = completed_previous[-1] if completed_previous else None
@@ -458,7 +459,9 @@ async def abort_with(
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
     staging = layout.staging if layout is not None else kind.lock_staging(job_id)
     journal = (
-        None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
+        None
+        if layout is None
+        else await load_journal(_new_context(store, layout, config, None, limiter, kind))
     )
     if journal is None and not await held_by(
         store, dest, job_id, policy=policies_of(config)[0], staging=staging
@@ -506,11 +509,11 @@ async def abort_held(
     """
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
     if layout is None:
-        report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
+        report = kind.new_report(job_id, path_to_uri(store.root_uri, dest))
         report = await kind.abort_without(store, dest, job_id, job_attempt, config, report)
         report.finished = time.time()
         return report
-    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
+    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter, kind)
     journal = await load_journal(ctx)
     action = next_action("abort", journal.state if journal is not None else None)
     run = CommitRun()

@@ -23,6 +23,7 @@ hook                   what the frame asks
 ``for_other_job``      the kind to finish another job of the same destination with (a dead
                        lock holder's), without this call's per-job options
 ``list_jobs``          what ``amcommit jobs`` shows of the destination (reads only)
+``new_report``         the report a commit or abort of the kind fills in (its own fields too)
 =====================  ==============================================================
 
 The task side of a kind is :class:`TaskKind`, carried by the job's layout
@@ -170,6 +171,11 @@ class JobKind(Protocol):
     async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
         """The jobs of ``dest`` as ``amcommit jobs`` shows them (reads only; see
         :func:`~amcommit.committer.jobs.list_jobs`). NotFound if nothing exists at ``dest``."""
+        ...
+
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        """An empty report for a commit or abort of job ``job_id`` (a :class:`JobReport`,
+        or a subclass holding the kind's own fields, which its hooks fill in)."""
         ...
 
 
@@ -353,6 +359,9 @@ class FilesKind:
 
     async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
         return await list_plain_jobs(store, dest, config=config)
+
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        return JobReport(job_id=job_id, dest_uri=dest_uri)
 
 
 FILES: JobKind = FilesKind()

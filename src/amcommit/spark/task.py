@@ -59,6 +59,7 @@ from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
 from amcommit.table.naming import base_file_name, new_file_id, write_token
+from amcommit.table.settings import table_settings
 from amcommit.table.staging import table_layout
 
 UPLOADS_IN_FLIGHT = 4
@@ -267,7 +268,7 @@ def run_task(
             attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt, config)
             task_id, _ = task_ids(plan.job_id, partition, 0)
             beats = (
-                portal.start_task_soon(keep_alive, store, layout, config.writer_ttl)
+                portal.start_task_soon(keep_alive, store, layout, table_settings(config).writer_ttl)
                 if plan.table is not None
                 else None
             )

@@ -33,6 +33,8 @@ from amcommit.table.naming import (
     check_instant,
     parse_base_file_name,
 )
+from amcommit.table.report import table_report
+from amcommit.table.settings import table_settings
 
 __all__ = ["finish_rollback", "rollback_instant", "rollback_table_write"]
 
@@ -177,7 +179,7 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run:
     async with ctx.stage("rollback_instant"):
         await finish_rollback(store, dest, instant, partitions=set(), config=ctx.config)
     ctx.report.rolled_back = True
-    ctx.report.instant = instant
+    table_report(ctx.report).instant = instant
     return False
 
 
@@ -211,7 +213,7 @@ async def rollback_instant(
             stage="rollback",
         )
     if not force:
-        await _refuse_live(store, dest, instant, config.writer_ttl)
+        await _refuse_live(store, dest, instant, table_settings(config).writer_ttl)
     return await abort_with(TableKind(), store, dest, instant, config=config)
 
 

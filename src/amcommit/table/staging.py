@@ -28,6 +28,7 @@ from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
 from amcommit.table.naming import TEMP_DIR, check_instant
+from amcommit.table.settings import table_settings
 from amcommit.table.tasknames import ROWS_KEY, plan_names
 from amcommit.table.writestats import STATS_KEY, task_write_stats
 
@@ -52,7 +53,9 @@ class TableTasks:
     """The task side of a table write (module doc)."""
 
     async def task_started(self, store: Store, layout: JobLayout, config: CommitterConfig) -> None:
-        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
+        await try_beat(
+            store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * table_settings(config).writer_ttl
+        )
 
     async def name_outputs(
         self,
