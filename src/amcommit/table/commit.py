@@ -62,7 +62,7 @@ from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
-from amcommit.table.labels import Label, committed_by, label_metadata, label_of
+from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
     WRITE_ACTIONS,
     Action,
@@ -86,7 +86,8 @@ from amcommit.table.properties import TableProperties
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
 from amcommit.table.tasknames import ROWS_KEY
-from amcommit.table.timeline import LoadedCommit, list_instants, snapshot
+from amcommit.table.timeline import LoadedCommit, completed_instant, list_instants, snapshot
+from amcommit.table.undo import rollback_table_write
 from amcommit.table.write import WriteMarker, read_marker, read_properties
 from amcommit.table.writestats import (
     STATS_KEY,
@@ -219,23 +220,6 @@ def later_completed(mine: str, instants: Sequence[Instant]) -> str | None:
 def completed_in(instants: Sequence[Instant], instant: str) -> Instant | None:
     """The completed write instant at time ``instant`` in a listed timeline, if any."""
     found = [i for i in instants if i.time == instant and i.completed and i.action in WRITE_ACTIONS]
-    return min(found) if found else None
-
-
-async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
-    """The completed write instant at time ``instant``, if there is one (the two possible
-    names are looked up at the same time: one round trip)."""
-    found: list[Instant] = []
-
-    async def look(action: Action) -> None:
-        i = Instant(instant, action.value, State.COMPLETED)
-        try:
-            await store.stat(join(dest, HOODIE_DIR, i.file_name))
-            found.append(i)
-        except NotFound:
-            pass
-
-    await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT), look, 2)
     return min(found) if found else None
 
 
@@ -599,8 +583,6 @@ async def skip_labelled(ctx: JobContext, by: str, run: CommitRun) -> None:
     ``abort_job`` does (staged files, staging folder, heartbeat, inflight and requested
     instant files) and say so in the report. Runs under the lock, before anything of this
     write was published."""
-    from amcommit.table.rollback import rollback_table_write
-
     ctx.config = ctx.config.with_options(cleanup_skipped=False)
     await rollback_table_write(ctx, None, run=run)
     ctx.config = ctx.config.with_options(cleanup_skipped=True)  # the staging folder is gone

@@ -40,14 +40,14 @@ from amcommit.table.commit import (
 )
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
 from amcommit.table.jobs import list_table_jobs
-from amcommit.table.labels import Label
+from amcommit.table.labelmeta import Label
 from amcommit.table.model import Action as InstantAction
 from amcommit.table.model import Operation, decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
 from amcommit.table.report import TableReport, table_report
-from amcommit.table.rollback import finish_rollback, rollback_table_write
 from amcommit.table.settings import TableSettings, table_settings
 from amcommit.table.staging import is_table_layout, table_layout
+from amcommit.table.undo import finish_rollback, rollback_table_write
 from amcommit.table.write import is_table, set_operation
 
 __all__ = ["TableKind", "is_table"]

@@ -50,7 +50,7 @@ from amcommit.paths import basename, check_path, join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import beat
-from amcommit.table.labels import Label
+from amcommit.table.labelmeta import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
 from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, TEMP_DIR, is_instant, next_instant
 from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
