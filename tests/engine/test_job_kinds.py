@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from amcommit import api
 from amcommit.committer.actions import Action
@@ -23,9 +26,11 @@ from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport
+from amcommit.committer.stages import load_manifests
+from amcommit.errors import CommitError, NotFound
 from amcommit.manifest import TaskManifest
-from amcommit.paths import join
-from amcommit.store.base import ObjectInfo, Store
+from amcommit.paths import join, relative_to
+from amcommit.store.base import ObjectInfo, PutMode, RenameResult, Store, WriteMode
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task, snapshot, temp_files
 
@@ -142,6 +147,7 @@ async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:
     assert report.success and report.files == 2
     assert kind.calls == [
         "refuse_setup",
+        "layouts",
         "guard:before",
         "lock_staging",
         "layouts",
@@ -206,3 +212,271 @@ async def test_named_kind_skips_the_table_probe(tmp_path: Path) -> None:
     assert len(store.table_probes()) == 1
     report = await api.commit_job(store, join(store.root, "other"), JOB)
     assert report.success and len(store.table_probes()) == 2
+
+
+# -- a kind of its own, driven by the frame ------------------------------------------------
+
+
+class RecordingStore(LocalStore):
+    """A local store that records every request: (operation, path)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root, fsync=False)
+        self.requests: list[tuple[str, str]] = []
+
+    def paths(self) -> list[str]:
+        return [relative_to(p, self.root) if p.startswith(self.root) else p for _, p in self.requests]
+
+    async def stat(self, path: str) -> ObjectInfo:
+        self.requests.append(("stat", path))
+        return await super().stat(path)
+
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        self.requests.append(("list", prefix))
+        return super().list(prefix, recursive=recursive)
+
+    async def get(self, path: str) -> bytes:
+        self.requests.append(("get", path))
+        return await super().get(path)
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        self.requests.append(("put", path))
+        return await super().put(path, data, mode=mode)
+
+    async def rename(
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
+    ) -> RenameResult:
+        self.requests.append(("rename", src))
+        return await super().rename(src, dst, src_etag=src_etag, rename_id=rename_id, src_meta=src_meta)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        self.requests.append(("delete", path))
+        return await super().delete(path, recursive=recursive)
+
+    async def mkdirs(self, path: str) -> None:
+        self.requests.append(("mkdirs", path))
+        await super().mkdirs(path)
+
+
+@dataclass
+class NotesReport(JobReport):
+    """The fake kind's report: the engine's fields and one of its own."""
+
+    moved: int = 0
+
+
+NOTES = ".notes"
+"""The fake kind's own staging folder (job directories and the destination lock)."""
+
+
+class NotesKind:
+    """A kind of its own that knows nothing of plain files or tables: jobs stage in
+    ``.notes/<jobId>/``, the lock is ``.notes/_commit.lock``, the commit moves each task
+    output into place one by one (skipping those already there: a resume), then writes
+    ``.notes/committed-<jobId>``; an abort moves them back and deletes the job. Every hook
+    the frame calls is recorded; ``fail_after`` makes the next commit body fail after that
+    many moves."""
+
+    name = "notes"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail_after: int | None = None
+
+    def refuse_setup(self, dest: str, job_id: str) -> None:
+        self.calls.append("refuse_setup")
+
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        self.calls.append("layouts")
+        return (JobLayout(dest, job_id, job_attempt, staging=NOTES),)
+
+    def lock_staging(self, job_id: str) -> str | None:
+        self.calls.append("lock_staging")
+        return NOTES
+
+    async def committed_without(
+        self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
+    ) -> JobReport | None:
+        self.calls.append("committed_without")
+        try:
+            await store.stat(join(dest, NOTES, f"committed-{job_id}"))
+        except NotFound:
+            return None
+        return NotesReport(job_id=job_id, dest_uri=dest, success=True, already_committed=True)
+
+    async def commit_body(
+        self,
+        ctx: JobContext,
+        run: CommitRun,
+        manifests: Sequence[TaskManifest] | None,
+        etags: Sequence[str | None] | None,
+    ) -> None:
+        self.calls.append("commit_body")
+        store, report = ctx.store, ctx.report
+        assert isinstance(report, NotesReport)
+        run.spool = load_manifests.new_spool(ctx)
+        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
+        for e in run.spool.entries():
+            try:
+                await store.stat(e.dst)
+                continue  # moved by an earlier run of this commit
+            except NotFound:
+                pass
+            if self.fail_after is not None and report.moved >= self.fail_after:
+                self.fail_after = None
+                raise CommitError("the fake body fails on purpose", stage="move")
+            await store.rename(e.src, e.dst)
+            report.moved += 1
+        await store.put(join(ctx.layout.dest, NOTES, f"committed-{ctx.layout.job_id}"), b"")
+
+    async def roll_back(
+        self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
+    ) -> bool:
+        self.calls.append(f"roll_back:{action.value}")
+        store = ctx.store
+        run.spool = load_manifests.new_spool(ctx)
+        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool))
+        for e in run.spool.entries():
+            try:
+                await store.stat(e.src)
+            except NotFound:
+                await store.rename(e.dst, e.src)  # moved by the failed commit: back it goes
+        await store.delete(ctx.layout.job_dir, recursive=True)
+        return False
+
+    async def abort_without(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        report: JobReport,
+    ) -> JobReport:
+        self.calls.append("abort_without")
+        return report
+
+    async def guard(
+        self,
+        store: Store,
+        dest: str,
+        job_id: str,
+        job_attempt: int,
+        config: CommitterConfig,
+        locked: Callable[[], Awaitable[JobReport]],
+    ) -> JobReport:
+        self.calls.append("guard:before")
+        report = await locked()
+        self.calls.append("guard:after")
+        return report
+
+    def for_other_job(self) -> JobKind:
+        return self
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        self.calls.append("list_jobs")
+        return DestinationJobs(dest_uri=dest)
+
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        self.calls.append("new_report")
+        return NotesReport(job_id=job_id, dest_uri=dest_uri)
+
+
+async def _listing(store: Store, dest: str) -> list[str]:
+    return sorted([relative_to(i.path, dest) async for i in store.list(dest, recursive=True) if not i.is_dir])
+
+
+async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
+    """The frame commits, aborts and resumes a job of a kind that is neither plain files nor
+    a table, asking the kind for everything it needs: the job's layout and the lock's place
+    (``.notes``), the body, the rollback, the report. No request of the whole run goes to
+    ``_temporary``, ``_SUCCESS`` or ``.hoodie``: the frame knows neither plain files nor
+    tables."""
+    store = RecordingStore(str(tmp_path))
+    kind = NotesKind()
+    as_kind: JobKind = kind
+    dest = join(store.root, "dest")
+
+    # commit: the kind's body runs under the lock in its staging folder, reports its own field
+    layout = await setup_with(as_kind, store, dest, "notes_1")
+    assert layout.job_dir == join(dest, NOTES, "notes_1")
+    await run_task(store, layout, 0, {"a/x.txt": b"x"})
+    await run_task(store, layout, 1, {"b/y.txt": b"y"})
+    kind.calls.clear()
+    report = await commit_with(as_kind, store, dest, "notes_1")
+    assert isinstance(report, NotesReport) and report.success and report.moved == 2
+    assert kind.calls == [
+        "guard:before",
+        "lock_staging",
+        "layouts",
+        "new_report",
+        "commit_body",
+        "guard:after",
+    ]
+    assert await _listing(store, dest) == [".notes/committed-notes_1", "a/x.txt", "b/y.txt"]
+    assert await snapshot(store, join(dest, "a")) == {"x.txt": b"x"}
+
+    # committed and cleaned up: the kind says so
+    kind.calls.clear()
+    again = await commit_with(as_kind, store, dest, "notes_1")
+    assert again.already_committed and "committed_without" in kind.calls
+
+    # resume after a failed commit body: the first run moves one file and fails; the job
+    # stays; the next run finishes what the first began
+    layout = await setup_with(as_kind, store, dest, "notes_2")
+    await run_task(store, layout, 0, {"c/1.txt": b"1"})
+    await run_task(store, layout, 1, {"c/2.txt": b"2"})
+    kind.fail_after = 1
+    with pytest.raises(CommitError, match="fails on purpose"):
+        await commit_with(as_kind, store, dest, "notes_2")
+    moved = [p for p in await _listing(store, dest) if p.startswith("c/")]
+    assert len(moved) == 1
+    kind.calls.clear()
+    resumed = await commit_with(as_kind, store, dest, "notes_2")
+    assert isinstance(resumed, NotesReport) and resumed.success and resumed.moved == 1
+    assert kind.calls.count("commit_body") == 1
+    assert await snapshot(store, join(dest, "c")) == {"1.txt": b"1", "2.txt": b"2"}
+
+    # abort after a failed commit body: the kind moves the file back and deletes the job
+    layout = await setup_with(as_kind, store, dest, "notes_3")
+    await run_task(store, layout, 0, {"d/1.txt": b"1"})
+    await run_task(store, layout, 1, {"d/2.txt": b"2"})
+    kind.fail_after = 1
+    with pytest.raises(CommitError, match="fails on purpose"):
+        await commit_with(as_kind, store, dest, "notes_3")
+    kind.calls.clear()
+    aborted = await abort_with(as_kind, store, dest, "notes_3")
+    assert isinstance(aborted, NotesReport) and not aborted.success
+    assert kind.calls == ["layouts", "new_report", "layouts", "new_report", "roll_back:delete_job"]
+    assert [p for p in await _listing(store, dest) if p.startswith(("d/", ".notes/notes_3"))] == []
+
+    # an abort of a job that never was: the kind finishes what is left (nothing)
+    kind.calls.clear()
+    gone = await abort_with(as_kind, store, dest, "notes_never")
+    assert not gone.success and kind.calls == [
+        "layouts",
+        "lock_staging",
+        "layouts",
+        "new_report",
+        "abort_without",
+    ]
+
+    # what the frame never asked for: anything of plain jobs or tables
+    asked = store.paths()
+    assert [
+        p for p in asked if p.split("/")[1:2] == ["_temporary"] or "_SUCCESS" in p or ".hoodie" in p
+    ] == []
+    assert await _listing(store, dest) == [
+        ".notes/committed-notes_1",
+        ".notes/committed-notes_2",
+        "a/x.txt",
+        "b/y.txt",
+        "c/1.txt",
+        "c/2.txt",
+    ]

@@ -110,15 +110,16 @@ async def setup_with(
     origin: str = "api",
 ) -> JobLayout:
     """Create the job directory of a plain job in a destination of kind ``kind`` (which may
-    refuse it). CommitError if this job was set up before. Atomic: the job marker's
-    create-only put decides; the directories after it are idempotent.
+    refuse it), where the kind keeps it (the first of its layouts). CommitError if this job
+    was set up before. Atomic: the job marker's create-only put decides; the directories
+    after it are idempotent.
 
     ``expected_tasks`` (if the caller knows how many tasks make the job complete) and
     ``origin`` (who set it up, e.g. ``"spark"``) are recorded in the job marker; a later
     commit from the store alone checks them (:mod:`amcommit.committer.completeness`).
     """
     kind.refuse_setup(dest, job_id)
-    layout = JobLayout(dest, job_id, job_attempt)
+    layout = kind.layouts(dest, job_id, job_attempt)[0]
     marker = {"jobId": job_id, "created": time.time(), "layout": "amcommit/1"}
     body = json.dumps({**marker, **marker_fields(origin, expected_tasks)}).encode()
     try:
