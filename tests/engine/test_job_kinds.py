@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -480,3 +481,25 @@ async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
         "c/1.txt",
         "c/2.txt",
     ]
+
+
+async def test_plain_commit_named_files_makes_no_table_probe(tmp_path: Path) -> None:
+    """``api.commit_job(..., kind=FILES)`` sends exactly the requests of the engine's plain
+    commit; without ``kind`` the same commit sends one more, the probe: a stat of
+    ``.hoodie/hoodie.properties``, and nothing else of a table."""
+    counts: dict[str, Counter[tuple[str, str]]] = {}
+    for case, kind in (("named", FILES), ("probed", None)):
+        store = RecordingStore(str(tmp_path / case))
+        dest = join(store.root, "dest")
+        layout = await setup_with(FILES, store, dest, JOB)
+        await run_task(store, layout, 0, {"p/part-0.txt": b"x"})
+        await run_task(store, layout, 1, {"p/part-1.txt": b"y"})
+        store.requests.clear()
+        report = await api.commit_job(store, dest, JOB, kind=kind)
+        assert report.success and report.files == 2
+        counts[case] = Counter((op, relative_to(path, dest)) for op, path in store.requests)
+    named, probed = counts["named"], counts["probed"]
+    assert not [p for _, p in named if "hoodie" in p]
+    assert probed - named == Counter({("stat", ".hoodie/hoodie.properties"): 1})
+    assert named - probed == Counter()
+    assert sum(probed.values()) == sum(named.values()) + 1
