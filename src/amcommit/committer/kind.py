@@ -29,6 +29,8 @@ hook                   what the frame asks
 The task side of a kind is :class:`TaskKind`, carried by the job's layout
 (:attr:`JobLayout.tasks <amcommit.committer.layout.JobLayout.tasks>`): the task commit
 (:mod:`amcommit.committer.task`) calls it when a task starts and to name its outputs.
+A kind's own settings and report fields are its own: the frame hands its hooks the
+engine's config and the report the kind made (``new_report``), and reads neither further.
 
 Nothing here is atomic by itself; each hook says what it publishes.
 """

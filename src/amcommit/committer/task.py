@@ -10,6 +10,10 @@ Atomicity: the publication rename is atomic on local, ADLS Gen2 and GCS-with-mov
 copy-based stores the manifest appears whole (a copy) or not at all. Between the deletion of
 an earlier attempt's manifest and the rename there is a moment with no manifest for the
 task; a job commit must not run concurrently with task commits (Spark guarantees it).
+
+What a task of another job kind does besides (e.g. a table writer's heartbeat, the names
+its outputs are published under) is the kind's task side, carried by the layout
+(:class:`~amcommit.committer.kind.TaskKind`, ``JobLayout.tasks``).
 """
 
 from __future__ import annotations
@@ -117,7 +121,8 @@ async def build_manifest(
     stats: IOStatistics | None = None,
     config: CommitterConfig = DEFAULT_CONFIG,
 ) -> TaskManifest:
-    """Scan the attempt directory and describe it as a manifest (no I/O besides listing)."""
+    """Scan the attempt directory and describe it as a manifest (no I/O besides listing,
+    and what the layout's task side needs to name the outputs)."""
     work = layout.task_attempt_dir(task_attempt_id)
     stats = stats or IOStatistics()
     with stats.time("task_stage_scan_directory"):
