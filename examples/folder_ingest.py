@@ -35,6 +35,7 @@ from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.labels import Label, last_committed, recover
 from amcommit.table.model import Operation
+from amcommit.table.report import table_report
 from amcommit.table.write import TableSpec, begin_write
 
 SPEC = TableSpec("events", meta_fields=False)  # unpartitioned; plain Parquet files
@@ -66,7 +67,7 @@ async def commit_batch(store: Store, dest: str, label: Label, inbox: Path, files
     await store.put(join(work, "part-00000.parquet"), buf.getvalue())
     counts = {"hudi.rows": json.dumps({"part-00000.parquet": rows.num_rows})}
     await commit_task(store, write.layout, f"task_{write.instant}_m_000000", attempt, extra_data=counts)
-    report = await commit_job(store, dest, write.instant)
+    report = table_report(await commit_job(store, dest, write.instant))  # a TableReport
     if report.skipped_label:
         return f"batch {label.version} was already committed by {report.skipped_label}: skipped"
     return f"batch {label.version}: {rows.num_rows} rows committed as instant {write.instant}"

@@ -17,6 +17,7 @@ from typing import Literal
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.job import abort_with, commit_with, resolve_layout, setup_with
+from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
@@ -27,8 +28,9 @@ from amcommit.store.limits import Limiter
 from amcommit.table.kind import TableKind, is_table
 from amcommit.table.labels import Label
 from amcommit.table.naming import is_instant
+from amcommit.table.staging import is_table_layout
 
-__all__ = ["KindName", "abort_job", "commit_job", "kind_of", "setup_job"]
+__all__ = ["KindName", "abort_job", "commit_job", "kind_of", "list_jobs", "setup_job"]
 
 KindName = Literal["files", "table"]
 """A kind named by the caller: ``"files"`` (a plain destination) or ``"table"`` (Hudi)."""
@@ -146,9 +148,9 @@ async def abort_job(
     table's staging folder is a table write, a plain job directory a plain job, and only a
     job with neither is probed for (an instant time in a table)."""
     if kind is None:
-        layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
-        if layout is not None:
-            kind = "table" if layout.table else "files"
+        layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=TableKind())
+        if layout is not None:  # (the table's layouts hold the plain ones too)
+            kind = "table" if is_table_layout(layout) else "files"
         elif not is_instant(job_id):
             kind = "files"
     picked = await kind_of(store, dest, config, kind=kind)
@@ -162,3 +164,19 @@ async def abort_job(
         job_attempt=job_attempt,
         limiter=limiter,
     )
+
+
+async def list_jobs(
+    store: Store,
+    dest: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    kind: JobKind | KindName | None = None,
+) -> DestinationJobs:
+    """What ``amcommit jobs`` shows of ``dest``, as its kind lists it
+    (:meth:`~amcommit.committer.kind.JobKind.list_jobs`: a table's pending instants, or the
+    plain jobs under ``_temporary``). Reads only; NotFound if nothing exists at ``dest``."""
+    if kind is None:
+        kind = "table"  # the table's listing probes hoodie.properties itself (else plain)
+    picked = await kind_of(store, dest, config, kind=kind)
+    return await picked.list_jobs(store, dest, config)

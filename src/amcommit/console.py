@@ -29,9 +29,10 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from amcommit.committer.jobs import DestinationJobs, JobInfo, TableWriteInfo
+from amcommit.committer.jobs import DestinationJobs, JobInfo
 from amcommit.committer.report import JobReport, Progress
 from amcommit.manifest import SuccessData, TaskManifest
+from amcommit.table.jobs import TableJobs, TableWriteInfo
 
 KEY_WIDTH = 14
 """Width of the key column of key/value reports (``job            ID``)."""
@@ -213,7 +214,7 @@ def jobs_json(d: DestinationJobs, now: float | None = None) -> dict[str, Any]:
             "heartbeatAgeSeconds": round(d.lock.heartbeat_age(now), 3),
             "ttl": d.lock.ttl,
         }
-    if d.table:
+    if isinstance(d, TableJobs):
         return {
             "destination": d.dest_uri,
             "table": True,
@@ -310,7 +311,7 @@ def _beat_text(w: TableWriteInfo) -> str:
     return f"{w.heartbeat} ({_ago(w.heartbeat_age)})"
 
 
-def table_writes_table(d: DestinationJobs) -> Table:
+def table_writes_table(d: TableJobs) -> Table:
     """A table's pending instants as a rich table (one row per instant)."""
     t = Table(box=None, pad_edge=False, show_edge=False)
     for name, justify in (
@@ -345,15 +346,16 @@ def format_jobs(d: DestinationJobs, now: float | None = None) -> str:
     """``amcommit jobs`` as plain text: the destination, a table of jobs (of a Hudi table:
     its pending instants), lock, last commit."""
     now = time.time() if now is None else now
-    out = [render(fields([("destination", d.dest_uri + ("  (Hudi table)" if d.table else ""))]))]
+    table = d if isinstance(d, TableJobs) else None
+    out = [render(fields([("destination", d.dest_uri + ("  (Hudi table)" if table is not None else ""))]))]
     if d.jobs:
         out += ["", render(jobs_table(d)), ""]
-    if d.table_writes:
-        out += ["", render(table_writes_table(d)), ""]
+    if table is not None and table.table_writes:
+        out += ["", render(table_writes_table(table)), ""]
     rows: list[tuple[str, str]] = []
-    if d.table and not d.table_writes:
+    if table is not None and not table.table_writes:
         rows.append(("instants", "none pending"))
-    elif not d.table and not d.jobs:
+    elif table is None and not d.jobs:
         rows.append(("jobs", "none pending"))
     if d.lock is not None:
         lk = d.lock
@@ -366,8 +368,8 @@ def format_jobs(d: DestinationJobs, now: float | None = None) -> str:
         )
     elif d.lock_unreadable:
         rows.append(("lock", "present but unreadable (not an amcommit lock)"))
-    if d.table:
-        li = d.last_instant
+    if table is not None:
+        li = table.last_instant
         rows.append(("last commit", "none" if li is None else f"instant {li.instant} ({li.action})"))
     elif d.last_commit is not None:
         lc = d.last_commit

@@ -5,7 +5,7 @@ Usage: ``python -m tests.matrix.kill_child JSON`` (or :func:`run_spec` as the ta
 process forked from a fork server, as the matrix runner does: a new interpreter per kill
 costs ~0.5 s of CPU, a fork of a server with everything imported a few ms) with JSON =
 ``{"backend": INFO, "op": "commit"|"abort", "dest": PATH, "job_id": ID, "mode": MODE,
-"kill": RULE, "config": {...CommitterConfig options}}``.
+"kill": RULE, "config": {...TableConfig options}}`` (the engine's and the table's).
 Exit status 0 and "completed without being killed" if the point was never reached; 3 and
 the error's one line if the operation failed.
 """
@@ -17,7 +17,8 @@ import sys
 
 import anyio
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job
+from amcommit.committer import abort_job, commit_job
+from amcommit.table.settings import TableConfig
 from tests.matrix.kill_rules import arm
 from tests.matrix.stores import open_store
 
@@ -26,7 +27,7 @@ def run_spec(text: str) -> None:
     """Run one spec (JSON text) in this process; exits the process when done."""
     spec = json.loads(text)
     store, progress = arm(spec.get("kill"), lambda: open_store(spec["backend"]))
-    cfg = CommitterConfig(conflict_mode=spec.get("mode", "append"), **spec.get("config", {}))
+    cfg = TableConfig(conflict_mode=spec.get("mode", "append"), **spec.get("config", {}))
 
     async def run() -> None:
         async with store:

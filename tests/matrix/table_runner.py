@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amcommit import errors
-from amcommit.committer import CommitterConfig, abort_job, commit_job
+from amcommit.committer import abort_job, commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
 from amcommit.paths import join, relative_to
@@ -31,6 +31,7 @@ from amcommit.table.model import Operation
 from amcommit.table.properties import encode_properties, new_properties
 from amcommit.table.rollback import rollback_instant
 from amcommit.table.schema import avro_schema
+from amcommit.table.settings import TableConfig
 from amcommit.table.write import TableSpec, begin_write
 from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.matrix import table_oracle as to
@@ -66,8 +67,8 @@ class Write:
         return {rel: d for rel, (d, _) in self.files.items()}
 
 
-def config(**more: Any) -> CommitterConfig:
-    return CommitterConfig(**(CONFIG | more))  # type: ignore[arg-type]
+def config(**more: Any) -> TableConfig:
+    return TableConfig(**(CONFIG | more))  # type: ignore[arg-type]
 
 
 async def setup_table(cell: Cell) -> None:

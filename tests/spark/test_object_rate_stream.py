@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from amcommit.committer.lock import lock_path
+from amcommit.table.naming import TEMP_DIR
 from amcommit.testing.gcs_double import OBJECT_RATE, GcsDouble
 from tests.spark.test_stream import drop
 
@@ -71,7 +72,9 @@ def test_stream_as_fast_as_it_goes_under_the_gcs_limit(spark: Any, tmp_path: Pat
         assert not left, left
         # only the commit lock, created and deleted by every batch, may be refused: every
         # other name a batch writes is written once, or within its burst
-        assert set(d.rate_limited) <= {f"{bucket}/{lock_path('warehouse/t', table=True)}"}, d.rate_limited
+        assert set(d.rate_limited) <= {f"{bucket}/{lock_path('warehouse/t', staging=TEMP_DIR)}"}, (
+            d.rate_limited
+        )
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in batches]
     first, last = statistics.median(seconds[1:5]), statistics.median(seconds[-4:])
     print(f"\n{BATCHES} micro-batches, seconds each: {seconds}")

@@ -402,19 +402,19 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
     import anyio
     import pyarrow as pa
 
-    from amcommit.committer.config import CommitterConfig
     from amcommit.committer.job import commit_job
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.store.local import LocalStore
     from amcommit.table.model import Operation
     from amcommit.table.naming import base_file_name, new_file_id, write_token
     from amcommit.table.schema import avro_schema
+    from amcommit.table.settings import TableConfig
     from amcommit.table.write import begin_write
     from tests.table.writehelpers import parquet_bytes
 
     dest = tmp_path / "slow"
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
-    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=60.0, writer_ttl=1.0)
+    cfg = TableConfig(lock_ttl=5.0, lock_wait=60.0, writer_ttl=1.0)
     other: dict[str, Any] = {}
 
     async def engine_write() -> None:

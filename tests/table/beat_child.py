@@ -11,16 +11,16 @@ import sys
 
 import anyio
 
-from amcommit.committer import CommitterConfig
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.heartbeat import heartbeat
+from amcommit.table.settings import TableConfig
 from tests.table.writehelpers import begin, rows, write_tasks
 
 
 def run(store: Store, dest: str, ttl: float) -> None:
     async def go() -> None:
-        cfg = CommitterConfig(writer_ttl=ttl)
+        cfg = TableConfig(writer_ttl=ttl)
         async with store:
             w = await begin(store, dest, config=cfg)
             async with heartbeat(store, dest, w.instant, ttl=ttl):

@@ -19,6 +19,7 @@ from amcommit.committer import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
+from amcommit.table.settings import TableConfig
 from tests.table.killstore import KillStore
 
 
@@ -53,7 +54,7 @@ def main() -> None:
 
     async def run() -> None:
         store = KillAt(LocalStore(root), int(n))
-        cfg = CommitterConfig(io_threads=1, writer_ttl=ttl or 600.0, lock_ttl=ttl or 60.0)
+        cfg = TableConfig(io_threads=1, writer_ttl=ttl or 600.0, lock_ttl=ttl or 60.0)
         if what == "commit":
             await commit_job(store, dest, instant, config=cfg)  # type: ignore[arg-type]
         else:

@@ -21,6 +21,7 @@ from amcommit.store.local import LocalStore
 from amcommit.table.labels import Label, committed_by
 from amcommit.table.model import Operation
 from amcommit.table.schema import avro_schema
+from amcommit.table.settings import TableConfig
 from amcommit.table.write import begin_write
 from tests.table.killstore import KillStore
 from tests.table.writehelpers import SCHEMA, SPEC, rows, write_tasks
@@ -70,7 +71,7 @@ def run_spec(text: str) -> None:
     async def run() -> None:
         inner = open_store(spec["backend"])
         t = float(spec["ttl"])
-        cfg = CommitterConfig(io_threads=2, writer_ttl=t, lock_ttl=t, lock_wait=60.0)
+        cfg = TableConfig(io_threads=2, writer_ttl=t, lock_ttl=t, lock_wait=60.0)
         async with inner:
             store = KillOn(inner, spec["kill"])
             label = Label(spec["app"], int(spec["version"]))
@@ -91,7 +92,7 @@ def main() -> None:
     async def run() -> None:
         store = KillOn(LocalStore(root, fsync=False), pattern)
         t = float(ttl)
-        cfg = CommitterConfig(io_threads=2, writer_ttl=t, lock_ttl=t, lock_wait=60.0)
+        cfg = TableConfig(io_threads=2, writer_ttl=t, lock_ttl=t, lock_wait=60.0)
         out = await ingest_once(
             store, dest, Label(app, int(version)), rows(int(first), int(n)), cfg, precheck=precheck
         )  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from amcommit.table.clean import CleanReport, clean, clean_after_commit, plan_cl
 from amcommit.table.errors import CleanedPast
 from amcommit.table.model import CommitMetadata, Instant, Operation, State, WriteStat
 from amcommit.table.reader import open_timeline
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import LoadedCommit
 from amcommit.testing.tablegen import GeneratedTable, Write, generate, write_local
 from tests.table.test_file_versions import VERSIONED, model_rows, read_files
@@ -298,7 +299,7 @@ def test_clean_after_commit_follows_the_option(tmp_path: Path) -> None:
 
     assert anyio.run(main, CommitterConfig()) is None
     assert not _clean_files(root)
-    config = CommitterConfig.from_mapping({"clean_retain_commits": "1"})
+    config = TableConfig.from_mapping({"clean_retain_commits": "1"})
     report = anyio.run(main, config)
     assert report is not None and report.instant is not None and report.earliest_retained == gen.completed[-1]
     tl = open_timeline(str(root))

@@ -21,7 +21,6 @@ import anyio
 import msgspec
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import commit_job
 from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.paths import join
@@ -29,6 +28,7 @@ from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.local import LocalStore
 from amcommit.table.heartbeat import heartbeat
 from amcommit.table.model import Operation
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants, load_timeline
 from tests.backends import StoreUnderTest
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
@@ -45,7 +45,7 @@ async def test_long_write_kept_alive_is_not_rolled_back(backend_local: StoreUnde
     """Tasks take 3x writer_ttl; a later writer commits meanwhile: it waits for the live
     earlier write instead of rolling it back; no heartbeat outlives its write."""
     store, dest = backend_local.store, join(backend_local.base, "tbl")
-    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=1.0)
+    cfg = TableConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=1.0)
     await write(store, dest, rows(0, 2), config=cfg)
     early = await begin(store, dest, config=cfg)
     order: list[str] = []
@@ -88,7 +88,7 @@ async def test_sigkilled_writer_is_rolled_back(tmp_path: Path, where: str) -> No
     writer_ttl (1.5 s)."""
     store = LocalStore(str(tmp_path))
     ttl = 1.5 if where == "another host" else 60.0
-    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=ttl)
+    cfg = TableConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=ttl)
     await write(store, "tbl", rows(0, 2), config=cfg)
     child = await anyio.to_thread.run_sync(
         lambda: subprocess.Popen(
@@ -131,7 +131,7 @@ def test_waiting_writer_says_so_then_rolls_back_a_writer_killed_meanwhile(
 
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     dest = "tbl"
-    cfg = CommitterConfig(lock_ttl=60.0, lock_wait=40.0, writer_ttl=60.0)
+    cfg = TableConfig(lock_ttl=60.0, lock_wait=40.0, writer_ttl=60.0)
     caplog.set_level(logging.WARNING, logger="amcommit.table.commit")
 
     def said() -> list[str]:
@@ -220,7 +220,7 @@ async def test_liveness_judged_by_the_stores_clock(tmp_path: Path, skew: float) 
     """The store's clock is an hour off ours: a live writer is still waited for (not
     rolled back), and a dead one still rolled back."""
     store: Any = SkewedStore(LocalStore(str(tmp_path)), skew)
-    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=0.6, writer_ttl=5.0)
+    cfg = TableConfig(lock_ttl=5.0, lock_wait=0.6, writer_ttl=5.0)
     await write(store, "tbl", rows(0, 2), config=cfg)
     early = await begin(store, "tbl", config=cfg)
     await write_tasks(store, early, rows(10, 2))
@@ -240,7 +240,7 @@ async def test_judge_with_a_skewed_clock_waits_for_a_live_writer(
 ) -> None:
     """Our own clock is an hour ahead of the store's: a live writer is not judged dead."""
     store, dest = backend_local.store, join(backend_local.base, "tbl")
-    cfg = CommitterConfig(lock_ttl=5.0, lock_wait=0.6, writer_ttl=5.0)
+    cfg = TableConfig(lock_ttl=5.0, lock_wait=0.6, writer_ttl=5.0)
     await write(store, dest, rows(0, 2), config=cfg)
     early = await begin(store, dest, config=cfg)
     late = await begin(store, dest, config=cfg)
@@ -345,7 +345,7 @@ async def test_failed_commit_says_its_writer_stopped(backend_local: StoreUnderTe
     from amcommit.testing.faults import FaultRule, FaultyStore
 
     store, dest = backend_local.store, join(backend_local.base, "tbl")
-    cfg = CommitterConfig(writer_ttl=120.0)
+    cfg = TableConfig(writer_ttl=120.0)
     await write(store, dest, rows(0, 2), config=cfg)
     before = await listing(store, dest)
     w = await begin(store, dest, config=cfg)

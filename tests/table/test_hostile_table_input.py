@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.errors import CommitError, ManifestError
 from amcommit.manifest import decode_manifest, encode_json
@@ -28,11 +27,12 @@ from amcommit.paths import basename, join, parent
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
 from amcommit.table.naming import new_file_id
+from amcommit.table.settings import TableConfig
 from amcommit.table.write import TableWrite
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import begin, hudi_rows, keys, listing, rows, write, write_tasks
 
-FAST = CommitterConfig(lock_ttl=5.0, lock_wait=10.0, writer_ttl=3.0)
+FAST = TableConfig(lock_ttl=5.0, lock_wait=10.0, writer_ttl=3.0)
 
 Spoil = Callable[[TableWrite, str], str]
 """(the write, the table-relative path of a file it publishes) -> the path it is aimed at."""

@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.labels import Label, label_of, last_committed, recover
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import load_timeline, snapshot
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 from tests.table.label_child import ingest_once
@@ -94,7 +94,7 @@ async def _retry_after_kill(
 ) -> None:
     """Batch 0 committed here; batch 1 killed at ``point`` by ``kill_run()``; then the retry
     of batch 1, once more, and batch 2, as an ingestion tool runs them."""
-    cfg = CommitterConfig(writer_ttl=2.0, lock_ttl=2.0, lock_wait=60.0)
+    cfg = TableConfig(writer_ttl=2.0, lock_ttl=2.0, lock_wait=60.0)
     first = await ingest_once(store, dest, Label("app", 0), rows(0, 4), cfg)
     assert first["skipped"] is None
     assert kill_run() is None  # killed at `point`
@@ -177,7 +177,7 @@ def test_recover_releases_the_lock_of_a_commit_killed_before_releasing_it(
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     dest = f"lbl-{uuid.uuid4().hex[:8]}/tbl"
     lock = f"{dest}/.hoodie/.temp/_commit.lock"
-    cfg = CommitterConfig(writer_ttl=60.0, lock_ttl=60.0, lock_wait=60.0)
+    cfg = TableConfig(writer_ttl=60.0, lock_ttl=60.0, lock_wait=60.0)
     spec = {"backend": info, "dest": dest, "app": "app", "version": 1, "first": 10, "n": 6}
     spec |= {"kill": r"^delete .*/\.hoodie/\.temp/_commit\.lock$", "ttl": 60.0}
     argv = [sys.executable, "-m", "tests.table.label_child", "--spec", json.dumps(spec)]

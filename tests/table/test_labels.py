@@ -33,6 +33,7 @@ from amcommit.table.labels import (
 from amcommit.table.model import Action, Instant, Operation, State, decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR
 from amcommit.table.reader import Timeline
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import load_timeline, snapshot
 from amcommit.table.write import begin_write
 from tests.backends import StoreUnderTest
@@ -47,7 +48,7 @@ def label_sut(request: pytest.FixtureRequest) -> StoreUnderTest:
     return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
 
 
-FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
+FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 
 
 async def labelled(
@@ -274,8 +275,8 @@ async def test_pending_of_finds_a_published_write_left_staged(
     its cleanup (staging folder back in place, no commit plan in it: on stores with atomic
     renames the plan *became* the completed instant): pending_of reads the label from the
     completed instant, so ``recover`` finishes that cleanup; another app's is not touched."""
-    from amcommit.committer.layout import JobLayout
     from amcommit.table.labels import pending_of, recover
+    from amcommit.table.staging import table_layout
 
     store, dest = label_sut.store, join(label_sut.base, "t")
     label = Label("q-left", 1)
@@ -289,13 +290,13 @@ async def test_pending_of_finds_a_published_write_left_staged(
         avro_schema=avro_schema(SCHEMA, SPEC.name),
         config=FAST,
     )
-    marker = await store.get(JobLayout(dest, w.instant, table=True).job_marker)
+    marker = await store.get(table_layout(dest, w.instant).job_marker)
     await write_tasks(store, w, rows(0, 4))
     report = await commit_job(store, dest, w.instant, config=FAST, label=label)
     assert report.success and report.label == label.text()
     done = await listing(store, dest)
     # the cleanup cut short: the staging folder (job marker) is still there
-    await store.put(JobLayout(dest, w.instant, table=True).job_marker, marker)
+    await store.put(table_layout(dest, w.instant).job_marker, marker)
     assert await pending_of(store, dest, "another-app", config=FAST) == []
     assert await pending_of(store, dest, label.app_id, config=FAST) == [w.instant]
     assert await recover(store, dest, label.app_id, config=FAST) == [w.instant]

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
@@ -17,10 +16,12 @@ from amcommit.table import mutate
 from amcommit.table.bloom import BloomSettings
 from amcommit.table.model import decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR
+from amcommit.table.report import table_report
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import load_timeline, snapshot
 from tests.backends import StoreUnderTest
 
-FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
+FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.string()), ("ts", pa.int64())])
 KW: dict[str, Any] = {"record_key": "id", "partition_by": "p", "config": FAST}
 NEW = KW | {"small_file_limit": 0}
@@ -380,7 +381,7 @@ async def test_labels_as_for_inserts(backend_local: StoreUnderTest) -> None:
     store, dest = backend_local.store, join(backend_local.base, "lb")
     rows = [{"id": i, "p": "a", "v": "x", "ts": 1} for i in range(3)]
     first = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", label=Label("app", 0), **KW)
-    assert first.job is not None and first.job.label == "app:0" and first.skipped_label is None
+    assert first.job is not None and table_report(first.job).label == "app:0" and first.skipped_label is None
     again = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", label=Label("app", 0), **KW)
     assert again.skipped_label == first.instant
     d = await mutate.delete(store, dest, _t(rows[:1]), label=Label("app", 1), **KW)

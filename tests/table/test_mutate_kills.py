@@ -17,14 +17,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.local import LocalStore
 from amcommit.table import mutate
+from amcommit.table.settings import TableConfig
 from tests.table.test_mutate import SCHEMA, hudi_snapshot
 from tests.table.writehelpers import listing
 
-CFG = CommitterConfig(writer_ttl=600.0)
+CFG = TableConfig(writer_ttl=600.0)
 KW: dict[str, Any] = {"record_key": "id", "partition_by": "p", "precombine_field": "ts", "config": CFG}
 FIRST = [{"id": i, "p": "abc"[i % 3], "v": "0", "ts": 1} for i in range(12)]
 UPSERT = [

@@ -10,13 +10,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job
 from amcommit.store.schemes import open_location
 from amcommit.table.clean import clean, clean_after_commit
 from amcommit.table.errors import CleanedPast
 from amcommit.table.model import Operation
 from amcommit.table.reader import Timeline
+from amcommit.table.settings import TableConfig
 from tests.table.writehelpers import begin, hudi_incremental, hudi_rows, listing, rows, write, write_tasks
 
 
@@ -74,7 +74,7 @@ def test_engine_written_table_reader_clean_and_hudi_rs(tmp_path: Path) -> None:
                 with pytest.raises(CleanedPast):
                     await tl.snapshot(t)
             # the option: a commit followed by clean_after_commit keeps only the latest commit readable
-            config = CommitterConfig(clean_retain_commits=1)
+            config = TableConfig(clean_retain_commits=1)
             w, _ = await write(
                 store, dest, rows(30, 2, parts=("d",)), Operation.INSERT_OVERWRITE, config=config
             )

@@ -156,10 +156,11 @@ def test_cleaned_past_is_one_line(table: tuple[Path, list[str]], capsys: pytest.
 async def test_list_jobs_of_a_table_on_every_backend(engine_sut: StoreUnderTest) -> None:
     """`amcommit jobs` reads a table's pending instants the same way on every store (flat
     namespaces too); a destination where nothing exists is NotFound. Reads only."""
-    from amcommit.committer.jobs import list_jobs
+    from amcommit.api import list_jobs
     from amcommit.errors import NotFound
     from amcommit.paths import join
     from amcommit.table.heartbeat import stop_beat
+    from amcommit.table.jobs import TableJobs
     from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 
     store = engine_sut.store
@@ -174,7 +175,7 @@ async def test_list_jobs_of_a_table_on_every_backend(engine_sut: StoreUnderTest)
     before = await listing(store, dest)
     got = await list_jobs(store, dest)
     assert await listing(store, dest) == before  # nothing written (no clock probe)
-    assert got.table and got.lock is None and got.jobs == []
+    assert isinstance(got, TableJobs) and got.lock is None and got.jobs == []
     assert got.last_instant is not None and (got.last_instant.instant, got.last_instant.action) == (
         w1.instant,
         "commit",

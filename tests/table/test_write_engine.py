@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job, setup_job
 from amcommit.errors import CommitError, ConfigError
 from amcommit.paths import join
@@ -20,6 +19,7 @@ from amcommit.store.base import PutMode
 from amcommit.store.local import LocalStore
 from amcommit.table.model import Operation, decode_commit_metadata
 from amcommit.table.rollback import rollback_instant
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import load_timeline, snapshot
 from amcommit.table.write import TableSpec, begin_write
 from tests.backends import StoreUnderTest
@@ -35,7 +35,7 @@ from tests.table.writehelpers import (
     write_tasks,
 )
 
-FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
+FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 
 
 def _base_files(names: list[str]) -> list[str]:

@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.local import LocalStore
 from amcommit.table.commit import completed_instant
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants
 from tests.matrix import table_oracle as _to
 from tests.matrix import table_runner as _tr
@@ -43,7 +43,7 @@ from tests.table.writehelpers import (
     write_tasks,
 )
 
-CFG = CommitterConfig(writer_ttl=600.0)
+CFG = TableConfig(writer_ttl=600.0)
 FIRST = rows(0, 6)
 SECOND = rows(10, 5, parts=("a", "c"), tag="s")
 
@@ -143,7 +143,7 @@ async def test_next_writer_finishes_or_rolls_back_a_killed_writer(tmp_path: Path
     complete in order and hudi-rs sees every committed row exactly once."""
     from tests.table.writehelpers import hudi_incremental as inc
 
-    cfg = CommitterConfig(lock_ttl=2.0, lock_wait=30.0, writer_ttl=2.0)
+    cfg = TableConfig(lock_ttl=2.0, lock_wait=30.0, writer_ttl=2.0)
     store, uri, _first, second = await _fresh(tmp_path, "t")
     w3 = await begin(store, "tbl", config=cfg)
     third = rows(50, 3, tag="t")

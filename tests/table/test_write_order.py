@@ -5,19 +5,19 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from amcommit.committer.config import CommitterConfig
 from amcommit.committer.job import commit_job
 from amcommit.errors import CommitError, ConflictError
 from amcommit.paths import join
 from amcommit.table.commit import plan_order
 from amcommit.table.model import Instant, Operation, State
 from amcommit.table.rollback import rollback_instant
+from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants
 from amcommit.table.write import TableSpec, begin_write
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 
-FAST = CommitterConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
+FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
 
 
 def test_plan_order_pure() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from amcommit.cli import main
-from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.config import CommitterConfig
 from amcommit.errors import ConfigError
 from amcommit.spark.options import build_plan
 from amcommit.spark.reader import build_read_plan
@@ -27,6 +27,7 @@ from amcommit.spark.sqlconf import (
 )
 from amcommit.spark.stream import _stream_options
 from amcommit.store.schemes import store_options
+from amcommit.table.settings import TableConfig
 
 SECRET = base64.b64encode(os.urandom(64)).decode()  # an account key's shape, fresh per run
 """Never registered as a secret (it is not given as a secret option): redaction cannot hide
@@ -48,12 +49,13 @@ _FREE_TEXT = {"summary_report_directory", "spool_dir"}
 """String options: any text is a valid value (a directory)."""
 
 
-@pytest.mark.parametrize("field", [f for f in CommitterConfig.__struct_fields__ if f not in _FREE_TEXT])
+@pytest.mark.parametrize("field", [f for f in TableConfig.__struct_fields__ if f not in _FREE_TEXT])
 def test_committer_option_values_not_echoed(field: str) -> None:
+    """Every option users give as committer options: the engine's and the table's."""
     for make in (
-        lambda: CommitterConfig.from_mapping({field: SECRET}),
-        lambda: CommitterConfig.from_mapping({f"spark.amcommit.{field}": SECRET}),
-        lambda: DEFAULT_CONFIG.with_options(**{field: SECRET}),
+        lambda: TableConfig.from_mapping({field: SECRET}),
+        lambda: TableConfig.from_mapping({f"spark.amcommit.{field}": SECRET}),
+        lambda: TableConfig().with_options(**{field: SECRET}),
     ):
         with pytest.raises(ConfigError) as ei:
             make()

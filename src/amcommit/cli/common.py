@@ -17,6 +17,7 @@ from amcommit.committer.config import CommitterConfig
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.messages import for_user
 from amcommit.redact import redact
+from amcommit.table.settings import TableConfig
 
 
 def int_arg(minimum: int | None = None) -> Callable[[str], int]:
@@ -86,7 +87,7 @@ def committer_config(args: argparse.Namespace) -> CommitterConfig:
         conf["conflict_mode"] = args.mode
     if getattr(args, "io_threads", None):
         conf["io_threads"] = str(args.io_threads)
-    return CommitterConfig.from_mapping(conf)
+    return TableConfig.from_mapping(conf)  # the engine's options and the table's
 
 
 def read_object(url: str, opts: dict[str, Any]) -> bytes:

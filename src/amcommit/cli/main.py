@@ -126,7 +126,7 @@ def cmd_abort_job(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from amcommit.committer.jobs import list_jobs
+    from amcommit.api import list_jobs
     from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
 

@@ -11,7 +11,7 @@ set (:func:`amcommit.options.convert_options`, ``msgspec.convert(..., strict=Fal
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
 from amcommit.errors import ConfigError
 from amcommit.options import Options, convert_options
@@ -52,6 +52,8 @@ HADOOP_KEYS: dict[str, str] = {
 
 class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Every knob of the committer. Defaults suit cloud stores; see README for tuning.
+    A job kind's own settings are the kind's (a table's: its ``TableSettings``, and
+    ``TableConfig``, which adds them to these).
 
     A frozen ``msgspec.Struct``: build it with keywords, :meth:`from_mapping` (strings and
     Hadoop's key names) or :meth:`with_options`; every way validates the values."""
@@ -116,14 +118,6 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     lock_wait: float = 600.0
     """Seconds a commit waits for another job's destination lock before failing with a
     ConflictError naming the holder."""
-    writer_ttl: float = 120.0
-    """Hudi tables: seconds a writer's heartbeat (``.hoodie/.heartbeat/<instant>``) stays
-    fresh. An earlier inflight instant whose heartbeat is older (or that never heartbeated
-    and was allocated longer ago) belongs to a dead writer: the next commit rolls it back.
-    A live writer must refresh it at least this often (:mod:`amcommit.table.heartbeat`)."""
-    clean_retain_commits: int | None = None
-    """Tables only: after each commit, clean file groups replaced before the latest N
-    commits (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -150,12 +144,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
             raise ConfigError("committer option 'success_filenames' must be an integer >= 0")
         if not self.lock_ttl > 0:
             raise ConfigError("committer option 'lock_ttl' must be a number of seconds > 0")
-        if not self.writer_ttl > 0:
-            raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
         if not self.lock_wait >= 0:
             raise ConfigError("committer option 'lock_wait' must be a number of seconds >= 0")
 
-    def with_options(self, **changes: Any) -> CommitterConfig:
+    def with_options(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied (our field names; values converted and checked)."""
         return convert_options(type(self), changes, base=self)
 
@@ -164,9 +156,9 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
         cls,
         options: Mapping[str, Any],
         *,
-        base: CommitterConfig | None = None,
+        base: Self | None = None,
         ignore_unknown_prefixes: tuple[str, ...] = (),
-    ) -> CommitterConfig:
+    ) -> Self:
         """Build a config from a mapping of our or Hadoop's key names (see module doc).
 
         Keys starting with one of ``ignore_unknown_prefixes`` that are not ours are skipped

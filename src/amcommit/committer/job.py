@@ -39,10 +39,9 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import re
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from amcommit import loop as amcommit_loop
 from amcommit.committer.actions import Action as Action
@@ -54,7 +53,7 @@ from amcommit.committer.journal import (
     load_journal,
     save_journal,
 )
-from amcommit.committer.kind import JobKind
+from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, held_by, run_locked
 from amcommit.committer.report import JobReport, ProgressCallback
@@ -79,11 +78,6 @@ from amcommit.paths import path_to_uri
 from amcommit.store.base import PutMode, Store
 from amcommit.store.limits import Limiter
 from amcommit.store.retry import policies_of, retry_list
-
-if TYPE_CHECKING:
-    from amcommit.table.labels import Label  # (the compatibility shim's type only)
-
-_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
 log = logging.getLogger("amcommit.job")
 
@@ -116,15 +110,16 @@ async def setup_with(
     origin: str = "api",
 ) -> JobLayout:
     """Create the job directory of a plain job in a destination of kind ``kind`` (which may
-    refuse it). CommitError if this job was set up before. Atomic: the job marker's
-    create-only put decides; the directories after it are idempotent.
+    refuse it), where the kind keeps it (the first of its layouts). CommitError if this job
+    was set up before. Atomic: the job marker's create-only put decides; the directories
+    after it are idempotent.
 
     ``expected_tasks`` (if the caller knows how many tasks make the job complete) and
     ``origin`` (who set it up, e.g. ``"spark"``) are recorded in the job marker; a later
     commit from the store alone checks them (:mod:`amcommit.committer.completeness`).
     """
     kind.refuse_setup(dest, job_id)
-    layout = JobLayout(dest, job_id, job_attempt)
+    layout = kind.layouts(dest, job_id, job_attempt)[0]
     marker = {"jobId": job_id, "created": time.time(), "layout": "amcommit/1"}
     body = json.dumps({**marker, **marker_fields(origin, expected_tasks)}).encode()
     try:
@@ -143,21 +138,21 @@ async def _exists(store: Store, prefix: str, config: CommitterConfig) -> bool:
 
 
 async def resolve_layout(
-    store: Store, dest: str, job_id: str, job_attempt: int = 0, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    job_id: str,
+    job_attempt: int = 0,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    kind: JobKind = FILES,
 ) -> JobLayout | None:
-    """The job's layout on the store: ours, else Hadoop's (``_temporary/$jobId``); None if
-    neither job directory exists. Listings are retried (``config``'s retry policy). A job id
-    that is an instant time with a staging folder in ``.hoodie/.temp/`` is a table write."""
-    if _INSTANT_RE.match(job_id) and job_attempt == 0:
-        table = JobLayout(dest, job_id, table=True)
-        if await _exists(store, table.job_dir, config):
-            return table
-    ours = JobLayout(dest, job_id, job_attempt)
-    if await _exists(store, ours.job_dir, config):
-        return ours
-    hadoop = JobLayout(dest, job_id, job_attempt, hadoop=True)
-    if await _exists(store, hadoop.job_dir, config):
-        return hadoop
+    """The job's layout on the store: the first of ``kind``'s layouts
+    (:meth:`~amcommit.committer.kind.JobKind.layouts`; plain files: ours, else Hadoop's,
+    ``_temporary/$jobId``) whose job directory exists; None if none does. Listings are
+    retried (``config``'s retry policy)."""
+    for layout in kind.layouts(dest, job_id, job_attempt):
+        if await _exists(store, layout.job_dir, config):
+            return layout
     return None
 
 
@@ -167,8 +162,9 @@ def _new_context(
     config: CommitterConfig,
     progress: ProgressCallback | None,
     limiter: Limiter | None,
+    kind: JobKind = FILES,
 ) -> JobContext:
-    report = JobReport(job_id=layout.job_id, dest_uri=path_to_uri(store.root_uri, layout.dest))
+    report = kind.new_report(layout.job_id, path_to_uri(store.root_uri, layout.dest))
     report.conflict_mode = config.conflict_mode
     report.event_loop = amcommit_loop.running()
     # the job's workers already bound concurrency (io_threads); its own limiter adds the
@@ -189,10 +185,11 @@ async def commit_job(
     job_attempt: int = 0,
     limiter: Limiter | None = None,
     allow_partial: bool = False,
-    label: Label | None = None,
+    label: Any = None,
     operation: str | None = None,
 ) -> JobReport:
-    """Compatibility: :func:`amcommit.api.commit_job` (the front door; it picks the kind)."""
+    """Compatibility: :func:`amcommit.api.commit_job` (the front door; it picks the kind).
+    ``label`` and ``operation``: a table write's (see there)."""
     from amcommit import api  # the front door sits above the engine (compatibility shim)
 
     return await api.commit_job(
@@ -255,7 +252,7 @@ async def commit_with(
             ),
             job_attempt=job_attempt,
             finish_previous=finish_previous,
-            table=kind.lock_in_staging(job_id),
+            staging=kind.lock_staging(job_id),
         )
 
     return await kind.guard(store, dest, job_id, job_attempt, config, locked)
@@ -316,7 +313,7 @@ async def commit_held(
         raise ManifestError(
             f"{0 if manifests is None else len(manifests)} manifests but {len(manifest_etags)} manifest etags"
         )
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
     if layout is None:
         done = await kind.committed_without(store, dest, job_id, job_attempt, config)
         if done is not None:
@@ -331,7 +328,7 @@ async def commit_held(
     completeness = (
         None if manifests is not None else await job_completeness(store, layout, allow_partial, config)
     )
-    ctx = _new_context(store, layout, config, progress, limiter)
+    ctx = _new_context(store, layout, config, progress, limiter, kind)
     report = ctx.report
     report.completeness = completeness
     report.completed_previous = completed_previous[-1] if completed_previous else None
@@ -460,12 +457,16 @@ async def abort_with(
     the job left a journal (its commit began) or holds the lock (it died holding it), the
     destination lock is held while the destination is rolled back or the commit completed;
     otherwise only the job directory is deleted, without waiting for the lock."""
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
-    table = layout.table if layout is not None else kind.lock_in_staging(job_id)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
+    staging = layout.staging if layout is not None else kind.lock_staging(job_id)
     journal = (
-        None if layout is None else await load_journal(_new_context(store, layout, config, None, limiter))
+        None
+        if layout is None
+        else await load_journal(_new_context(store, layout, config, None, limiter, kind))
     )
-    if journal is None and not await held_by(store, dest, job_id, policy=policies_of(config)[0], table=table):
+    if journal is None and not await held_by(
+        store, dest, job_id, policy=policies_of(config)[0], staging=staging
+    ):
         return await abort_held(
             kind,
             store,
@@ -487,7 +488,7 @@ async def abort_with(
         job_attempt=job_attempt,
         operation="abort",
         finish_previous=lambda prev, s: finish_previous_job(kind, s, dest, prev, config, limiter),
-        table=table,
+        staging=staging,
     )
 
 
@@ -507,13 +508,13 @@ async def abort_held(
     ``renaming`` with every file found in place), in which case the commit is completed
     instead. Idempotent.
     """
-    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config)
+    layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
     if layout is None:
-        report = JobReport(job_id=job_id, dest_uri=path_to_uri(store.root_uri, dest))
+        report = kind.new_report(job_id, path_to_uri(store.root_uri, dest))
         report = await kind.abort_without(store, dest, job_id, job_attempt, config, report)
         report.finished = time.time()
         return report
-    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter)
+    ctx = _new_context(store, layout, config.with_options(cleanup_skipped=False), progress, limiter, kind)
     journal = await load_journal(ctx)
     action = next_action("abort", journal.state if journal is not None else None)
     run = CommitRun()
@@ -538,9 +539,9 @@ async def abort_held(
     finally:
         run.close()
     if action is Action.COMPLETE:
-        # no journal: a table write whose instant is published and whose cleanup was cut
-        # short after the journal went (a directory deleted in any order, or a flat store's
-        # objects): the commit (its early return on a completed instant) finishes the cleanup
+        # no journal: a kind's commit that published and whose cleanup was cut short after
+        # the journal went (a directory deleted in any order, or a flat store's objects;
+        # e.g. a table write whose instant is completed): the commit finishes the cleanup
         mode = journal.conflict_mode if journal is not None else config.conflict_mode
         return await commit_held(
             kind,

@@ -8,19 +8,18 @@ committed job from ``$dest/_SUCCESS``. Every read is separate: a listing taken w
 commit runs is a best-effort snapshot, not an atomic one (a job may move on between the
 reads). The interpretation of what was read is pure (:func:`job_state`, :func:`beat_state`).
 
-A Hudi table (``.hoodie/hoodie.properties``) is read as one: every instant that is not
-completed (requested or inflight, or only claimed by a staging folder in ``.hoodie/.temp``),
-with its write's staging (marker, journal, manifests), its writer's heartbeat
-(``.hoodie/.heartbeat/<instant>``: alive, stopped, expired or none) and the table's lock
-(``.hoodie/.temp/_commit.lock``); the last commit is the latest completed instant. A
-destination where nothing exists is an error (NotFound), not an empty list.
+What a destination of another kind holds is the kind's to list
+(:meth:`JobKind.list_jobs <amcommit.committer.kind.JobKind.list_jobs>`, e.g. a table's
+pending instants); :func:`list_jobs` asks the kind it is given, and the helpers here
+(:func:`job_info`, :func:`check_exists`, :func:`read_optional`) serve it. A destination
+where nothing exists is an error (NotFound), not an empty list.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -34,6 +33,9 @@ from amcommit.manifest import decode_success
 from amcommit.paths import basename, join, path_to_uri
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryPolicy, policies_of, retry_call, retry_list
+
+if TYPE_CHECKING:
+    from amcommit.committer.kind import JobKind
 
 JobState = Literal["set up", "renaming", "renamed", "committed", "unreadable"]
 """``set up``: no journal yet (tasks may be running, the commit has not begun);
@@ -77,40 +79,8 @@ class JobInfo:
     """When the journal was last written (None without a journal)."""
     holds_lock: bool = False
     operation: str | None = None
-    """A table write's operation (``INSERT``, ...), from its marker; None for plain jobs."""
-
-
-BeatState = Literal["alive", "stopped", "expired", "none"]
-"""A table writer's heartbeat: ``alive`` (younger than ``writer_ttl``), ``stopped`` (its
-commit failed or was cancelled: ``amcommit rollback`` takes it at once), ``expired``
-(older: the next writer rolls it back), ``none`` (no heartbeat: judged by its first trace)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TableWriteInfo:
-    """An instant of a table that is not completed, or a completed one whose staging is
-    still there (a writer that died in its cleanup)."""
-
-    instant: str
-    action: str
-    """``commit``, ``replacecommit``, ``clean``...; "" for a claimed time without instant files."""
-    state: str
-    """``requested``, ``inflight``, ``completed`` (cleanup pending) or ``staged`` (only a
-    staging folder: the write is being begun, or its begin was cut short)."""
-    heartbeat: BeatState
-    heartbeat_age: float | None = None
-    """Seconds since the last beat (store modification time against this host's clock)."""
-    staging: JobInfo | None = None
-    """The write's staging folder (``.hoodie/.temp/<instant>``), if any."""
-    holds_lock: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class LastInstant:
-    """The latest completed instant of a table."""
-
-    instant: str
-    action: str
+    """The operation its marker names (a kind's write, e.g. a table's ``INSERT``); None for
+    plain jobs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,27 +103,11 @@ class DestinationJobs:
     lock_unreadable: bool = False
     """A lock object exists but is not one of ours."""
     last_commit: LastCommit | None = None
-    table: bool = False
-    """The destination is a Hudi table: ``table_writes`` and ``last_instant`` say what it holds."""
-    table_writes: list[TableWriteInfo] = field(default_factory=list)
-    last_instant: LastInstant | None = None
 
 
 def job_state(journal: Journal | None) -> JobState:
     """The state of a job from its journal (pure)."""
     return "set up" if journal is None else journal.state
-
-
-def beat_state(
-    last_beat: float | None, stopped: bool, now: float, ttl: float
-) -> tuple[BeatState, float | None]:
-    """``(state, age)`` of a table writer's heartbeat (pure)."""
-    if stopped:
-        return "stopped", None if last_beat is None else max(0.0, now - last_beat)
-    if last_beat is None:
-        return "none", None
-    age = max(0.0, now - last_beat)
-    return ("alive" if age <= ttl else "expired"), age
 
 
 def lock_info(body: LockBody) -> LockInfo:
@@ -182,7 +136,8 @@ def job_dir_kind(name: str) -> tuple[str, bool] | None:
     return job_id, hadoop
 
 
-async def _get(store: Store, path: str, policy: RetryPolicy) -> bytes | None:
+async def read_optional(store: Store, path: str, policy: RetryPolicy) -> bytes | None:
+    """The object at ``path`` (read through the retry layer), or None if there is none."""
     try:
         return await retry_call(lambda: store.get(path), policy=policy)
     except NotFound:
@@ -200,8 +155,9 @@ async def _count_manifests(store: Store, layout: JobLayout, policy: RetryPolicy)
     return n
 
 
-async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, policy: RetryPolicy) -> JobInfo:
-    marker_data = await _get(store, layout.job_marker, policy)
+async def job_info(store: Store, layout: JobLayout, lock: LockBody | None, policy: RetryPolicy) -> JobInfo:
+    """What the job directory of ``layout`` holds (marker, journal, manifests). Reads only."""
+    marker_data = await read_optional(store, layout.job_marker, policy)
     marker = parse_marker(marker_data, hadoop=layout.hadoop)
     created: float | None = None
     value: object = None
@@ -212,7 +168,7 @@ async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, poli
             value = None
         if isinstance(value, dict) and isinstance(value.get("created"), (int, float)):
             created = float(value["created"])
-    journal_data = await _get(store, layout.journal_path, policy)
+    journal_data = await read_optional(store, layout.journal_path, policy)
     journal: Journal | None = None
     state: JobState = "set up"
     if journal_data is not None:
@@ -235,7 +191,7 @@ async def _job_info(store: Store, layout: JobLayout, lock: LockBody | None, poli
     )
 
 
-async def _check_exists(store: Store, dest: str, policy: RetryPolicy) -> None:
+async def check_exists(store: Store, dest: str, policy: RetryPolicy) -> None:
     """NotFound if nothing exists at ``dest`` (no object below it, no directory), ConfigError
     if it is a file. One listing, plus a stat when the listing is empty."""
     async for _ in retry_list(store, dest, recursive=False, policy=policy):
@@ -250,82 +206,27 @@ async def _check_exists(store: Store, dest: str, policy: RetryPolicy) -> None:
         raise ConfigError(f"{dest!r} is a file, not a destination directory")
 
 
-async def _table_writes(
-    store: Store, dest: str, lock: LockBody | None, config: CommitterConfig, policy: RetryPolicy
-) -> tuple[list[TableWriteInfo], LastInstant | None]:
-    """The table's instants that are not completed (and completed ones still staged), and
-    its latest completed instant. Reads only (the heartbeats are judged by this host's
-    clock against the store's modification times: no probe object is written)."""
-    from amcommit.table.heartbeat import STOPPED, last_beats
-    from amcommit.table.model import State
-    from amcommit.table.naming import TEMP_DIR, heartbeat_path, is_instant
-    from amcommit.table.timeline import list_instants
-
-    instants = await retry_call(lambda: list_instants(store, dest), policy=policy)
-    rank = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
-    best: dict[str, tuple[str, State]] = {}
-    for i in instants:
-        cur = best.get(i.time)
-        if cur is None or rank[i.state] > rank[cur[1]]:
-            best[i.time] = (i.action, i.state)
-    staged: set[str] = set()
-    async for entry in retry_list(store, join(dest, TEMP_DIR), recursive=False, policy=policy):
-        name = basename(entry.path)
-        if entry.is_dir and is_instant(name):
-            staged.add(name)
-    beats = await last_beats(store, dest)
-    now = time.time()
-    out: list[TableWriteInfo] = []
-    for t in sorted({t for t, (_, st) in best.items() if st is not State.COMPLETED} | staged):
-        action, st = best.get(t, ("", None))
-        stopped = False
-        if t in beats:
-            body = await _get(store, join(dest, heartbeat_path(t)), policy)
-            stopped = body is not None and body.strip() == STOPPED
-        state, age = beat_state(
-            beats.get(t) if beats.get(t) != float("-inf") else None, stopped, now, config.writer_ttl
-        )
-        staging = None
-        if t in staged:
-            staging = await _job_info(store, JobLayout(dest, t, table=True), lock, policy)
-        out.append(
-            TableWriteInfo(
-                instant=t,
-                action=action,
-                state=st.value if st is not None else "staged",
-                heartbeat=state,
-                heartbeat_age=age,
-                staging=staging,
-                holds_lock=lock is not None and lock.owner == t,
-            )
-        )
-    done = [(t, a) for t, (a, st) in best.items() if st is State.COMPLETED]
-    last = LastInstant(*max(done)) if done else None
-    return out, last
+async def list_jobs(
+    store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG, kind: JobKind | None = None
+) -> DestinationJobs:
+    """What ``amcommit jobs`` shows of store path ``dest``: ``kind``'s listing
+    (:meth:`~amcommit.committer.kind.JobKind.list_jobs`); without a kind, the plain one
+    (:func:`list_plain_jobs`). :func:`amcommit.api.list_jobs` picks the kind. Reads only."""
+    if kind is not None:
+        return await kind.list_jobs(store, dest, config)
+    return await list_plain_jobs(store, dest, config=config)
 
 
-async def list_jobs(store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> DestinationJobs:
-    """The jobs under store path ``dest`` (sorted by created time, then id), the lock and
-    the last commit; for a Hudi table its pending instants (module doc). Reads only;
-    listings and reads go through the retry layer. NotFound if nothing exists at ``dest``."""
+async def list_plain_jobs(
+    store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> DestinationJobs:
+    """The jobs under ``$dest/_temporary`` (sorted by created time, then id), the lock and
+    the last commit (module doc). Reads only; listings and reads go through the retry
+    layer. NotFound if nothing exists at ``dest``."""
     policy = policies_of(config)[0]
-    await _check_exists(store, dest, policy)
-    from amcommit.table.naming import PROPERTIES_FILE
-
-    if await _get(store, join(dest, PROPERTIES_FILE), policy) is not None:
-        lock_data = await _get(store, lock_path(dest, table=True), policy)
-        table_lock = decode_lock(lock_data) if lock_data is not None else None
-        writes, last_instant = await _table_writes(store, dest, table_lock, config, policy)
-        return DestinationJobs(
-            dest_uri=path_to_uri(store.root_uri, dest),
-            lock=lock_info(table_lock) if table_lock is not None else None,
-            lock_unreadable=lock_data is not None and table_lock is None,
-            table=True,
-            table_writes=writes,
-            last_instant=last_instant,
-        )
+    await check_exists(store, dest, policy)
     temp = join(dest, TEMP_DIR_NAME)
-    lock_data = await _get(store, lock_path(dest), policy)
+    lock_data = await read_optional(store, lock_path(dest), policy)
     lock = decode_lock(lock_data) if lock_data is not None else None
     jobs: list[JobInfo] = []
     async for entry in retry_list(store, temp, recursive=False, policy=policy):
@@ -335,10 +236,10 @@ async def list_jobs(store: Store, dest: str, *, config: CommitterConfig = DEFAUL
         kind = job_dir_kind(name)
         if kind is None:
             continue
-        jobs.append(await _job_info(store, JobLayout(dest, kind[0], hadoop=kind[1]), lock, policy))
+        jobs.append(await job_info(store, JobLayout(dest, kind[0], hadoop=kind[1]), lock, policy))
     jobs.sort(key=lambda j: (j.created or 0.0, j.job_id))
     last: LastCommit | None = None
-    success_data = await _get(store, join(dest, "_SUCCESS"), policy)
+    success_data = await read_optional(store, join(dest, "_SUCCESS"), policy)
     if success_data:
         try:
             s = decode_success(success_data, name="_SUCCESS")
@@ -355,15 +256,16 @@ async def list_jobs(store: Store, dest: str, *, config: CommitterConfig = DEFAUL
 
 
 __all__ = [
-    "BeatState",
     "DestinationJobs",
     "JobInfo",
     "JobState",
     "LastCommit",
-    "LastInstant",
     "LockInfo",
-    "TableWriteInfo",
-    "beat_state",
+    "check_exists",
+    "job_info",
     "job_state",
     "list_jobs",
+    "list_plain_jobs",
+    "lock_info",
+    "read_optional",
 ]

@@ -4,14 +4,16 @@ A job commit is a frame (:mod:`amcommit.committer.job`: lock, journal, manifests
 rollback, cleanup) around a body that depends on what the destination is. A *kind* owns the
 differences, through the small protocol :class:`JobKind`; the frame calls its hooks and
 knows nothing else of it. :class:`FilesKind` is the kind of plain destinations (its hooks
-run the plain commit of :mod:`amcommit.committer.job`); a Hudi table's kind lives in
-:mod:`amcommit.table.kind` (the table depends on the engine, never the reverse).
+run the plain commit of :mod:`amcommit.committer.job`); other kinds (a Hudi table's) are
+built on the engine and given to it by the caller (the front door, ``amcommit.api``, picks
+one): they depend on the engine, never the reverse.
 
 =====================  ==============================================================
 hook                   what the frame asks
 =====================  ==============================================================
 ``refuse_setup``       may a plain job be set up in this destination?
-``lock_in_staging``    does this job's lock live in the kind's staging folder?
+``layouts``            where a job's directory may be (the first that exists is the job's)
+``lock_staging``       the kind's staging folder holding a job's destination lock (or none)
 ``committed_without``  no job directory: was the job committed (and cleaned up)?
 ``commit_body``        the commit under the lock (journal, manifests, renames, publish)
 ``roll_back``          the abort under the lock of a job whose commit did not pass its
@@ -20,7 +22,15 @@ hook                   what the frame asks
 ``guard``              around the locked commit: before it, and after it commits
 ``for_other_job``      the kind to finish another job of the same destination with (a dead
                        lock holder's), without this call's per-job options
+``list_jobs``          what ``amcommit jobs`` shows of the destination (reads only)
+``new_report``         the report a commit or abort of the kind fills in (its own fields too)
 =====================  ==============================================================
+
+The task side of a kind is :class:`TaskKind`, carried by the job's layout
+(:attr:`JobLayout.tasks <amcommit.committer.layout.JobLayout.tasks>`): the task commit
+(:mod:`amcommit.committer.task`) calls it when a task starts and to name its outputs.
+A kind's own settings and report fields are its own: the frame hands its hooks the
+engine's config and the report the kind made (``new_report``), and reads neither further.
 
 Nothing here is atomic by itself; each hook says what it publishes.
 """
@@ -34,6 +44,7 @@ from typing import Protocol
 from amcommit.committer.actions import Action, next_action
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.jobs import DestinationJobs, list_plain_jobs
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport
@@ -52,8 +63,32 @@ from amcommit.committer.stages import (
 from amcommit.errors import ManifestError, NotFound
 from amcommit.manifest import SuccessData, TaskManifest, decode_success
 from amcommit.paths import path_to_uri
-from amcommit.store.base import Store
+from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
+
+
+class TaskKind(Protocol):
+    """The task side of a kind: what :func:`~amcommit.committer.task.setup_task` and
+    :func:`~amcommit.committer.task.commit_task` do besides the plain protocol. A job's
+    layout carries it (``JobLayout.tasks``; None for plain files)."""
+
+    async def task_started(self, store: Store, layout: JobLayout, config: CommitterConfig) -> None:
+        """A task attempt was set up, or its commit begins (e.g. a sign of the writer's life)."""
+        ...
+
+    async def name_outputs(
+        self,
+        store: Store,
+        layout: JobLayout,
+        task_attempt_id: str,
+        files: Sequence[tuple[str, ObjectInfo]],
+        extra: dict[str, str],
+        config: CommitterConfig,
+    ) -> dict[str, str]:
+        """The destination name (relative to the destination) of each file of the attempt
+        (``files``: path relative to the attempt directory, and its listing). May refuse a
+        file (CommitError naming it) and change ``extra`` (the manifest's ``extra_data``)."""
+        ...
 
 
 class JobKind(Protocol):
@@ -66,9 +101,16 @@ class JobKind(Protocol):
         """Raise CommitError if a plain job (``setup_job``) must not write into ``dest``."""
         ...
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        """True if the destination lock of job ``job_id`` lives in the kind's own staging
-        folder (a table's ``.hoodie/.temp/``) instead of ``_temporary/``."""
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        """Where the job directory of job ``job_id`` may be, in the order the frame looks
+        for it (:func:`~amcommit.committer.job.resolve_layout`: the first that exists is the
+        job's). Pure."""
+        ...
+
+    def lock_staging(self, job_id: str) -> str | None:
+        """The kind's own staging folder (relative to the destination; e.g. a table's
+        ``.hoodie/.temp``) holding the destination lock of job ``job_id``; None: the lock
+        lives in ``_temporary/``. Pure."""
         ...
 
     async def committed_without(
@@ -126,6 +168,16 @@ class JobKind(Protocol):
 
     def for_other_job(self) -> JobKind:
         """This kind without the per-job options of this call (to finish a dead holder's job)."""
+        ...
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        """The jobs of ``dest`` as ``amcommit jobs`` shows them (reads only; see
+        :func:`~amcommit.committer.jobs.list_jobs`). NotFound if nothing exists at ``dest``."""
+        ...
+
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        """An empty report for a commit or abort of job ``job_id`` (a :class:`JobReport`,
+        or a subclass holding the kind's own fields, which its hooks fill in)."""
         ...
 
 
@@ -256,8 +308,11 @@ class FilesKind:
     def refuse_setup(self, dest: str, job_id: str) -> None:
         return None
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        return False
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        return (JobLayout(dest, job_id, job_attempt), JobLayout(dest, job_id, job_attempt, hadoop=True))
+
+    def lock_staging(self, job_id: str) -> str | None:
+        return None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
@@ -303,6 +358,12 @@ class FilesKind:
 
     def for_other_job(self) -> JobKind:
         return self
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        return await list_plain_jobs(store, dest, config=config)
+
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        return JobReport(job_id=job_id, dest_uri=dest_uri)
 
 
 FILES: JobKind = FilesKind()

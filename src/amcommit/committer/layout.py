@@ -16,26 +16,28 @@ directory name, ``_temporary/$jobId`` instead of ``_temporary/manifest_$jobId``)
             task-attempts/$taskAttemptId       task attempt markers (setup_task; create-only)
     $dest/_SUCCESS                             JSON report, written last
 
-A *table* job (``table=True``, a Hudi table write, :mod:`amcommit.table.write`) keeps the
-same tree under ``$dest/.hoodie/.temp/$instant/`` instead of ``_temporary/manifest_$jobId``
-(the job id is the instant; never a ``_temporary`` folder in a table: Hudi readers break on
-it), and its destination lock is ``$dest/.hoodie/.temp/_commit.lock``. No ``_SUCCESS``.
+A job kind (:mod:`amcommit.committer.kind`) may stage its jobs in a folder of its own
+(``staging``, relative to the destination; e.g. a Hudi table's ``.hoodie/.temp``, where no
+``_temporary`` folder may appear): the same tree then sits under ``$dest/$staging/$jobId/``
+and the destination lock is ``$dest/$staging/_commit.lock``. The kind builds such layouts
+(and checks its job ids); the engine only follows them.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from amcommit.errors import ConfigError
 from amcommit.paths import check_path, join
 
+if TYPE_CHECKING:
+    from amcommit.committer.kind import TaskKind
+
 TEMP_DIR_NAME = "_temporary"
 SUCCESS_NAME = "_SUCCESS"
 MANIFEST_SUFFIX = "-manifest.json"
-TABLE_TEMP_DIR = ".hoodie/.temp"
-"""Staging root of table writes (same as :data:`amcommit.table.naming.TEMP_DIR`)."""
-_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 
 
@@ -57,32 +59,31 @@ class JobLayout:
     job_attempt: int = 0
     hadoop: bool = False
     """Hadoop's layout (``_temporary/$jobId``) instead of ours (``_temporary/manifest_$jobId``)."""
-    table: bool = False
-    """A Hudi table write: staging in ``.hoodie/.temp/$instant/`` (the job id is the instant)."""
+    staging: str | None = None
+    """A kind's own staging folder (relative to ``dest``) holding this job's directory (named
+    by the job id) and the destination lock; None: ``_temporary`` (ours or Hadoop's)."""
+    tasks: TaskKind | None = field(default=None, compare=False, repr=False)
+    """The task side of the job's kind (:class:`~amcommit.committer.kind.TaskKind`: what a
+    task setup and commit do besides the plain protocol, how outputs are named); None: plain
+    files (nothing more; outputs keep the names the task gave them)."""
 
     def __post_init__(self) -> None:
         check_path(self.dest)
         check_id(self.job_id, "job id")
-        if self.table:
+        if self.staging is not None:
             if self.hadoop:
-                raise ConfigError("a table write cannot use Hadoop's job layout")
-            if not _INSTANT_RE.match(self.job_id):
-                raise ConfigError(
-                    f"invalid instant {self.job_id!r}: a table write's job id is its instant time "
-                    "(17 digits yyyyMMddHHmmssSSS, UTC)"
-                )
+                raise ConfigError("a kind's own staging folder cannot use Hadoop's job layout")
+            check_path(join(self.dest, self.staging))
         if not 0 <= self.job_attempt <= 99:
             raise ConfigError(f"job attempt must be within 0..99, got {self.job_attempt}")
 
     @property
     def temp_root(self) -> str:
-        if self.table:
-            return join(self.dest, TABLE_TEMP_DIR)
-        return join(self.dest, TEMP_DIR_NAME)
+        return join(self.dest, self.staging or TEMP_DIR_NAME)
 
     @property
     def job_dir(self) -> str:
-        name = self.job_id if (self.hadoop or self.table) else f"manifest_{self.job_id}"
+        name = self.job_id if (self.hadoop or self.staging is not None) else f"manifest_{self.job_id}"
         return join(self.temp_root, name)
 
     @property

@@ -66,7 +66,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import secrets
 import socket
 import time
@@ -80,7 +79,7 @@ import msgspec
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.journal import Journal, decode_journal
-from amcommit.committer.layout import TABLE_TEMP_DIR, TEMP_DIR_NAME, JobLayout
+from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
 from amcommit.errors import (
     AlreadyExists,
     CommitError,
@@ -118,7 +117,6 @@ its last successful renewal."""
 MAX_POLL = 2.0
 DEFAULT_POLICY = policies_of(DEFAULT_CONFIG)[0]
 _CONSISTENT_READS = 5
-_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
 
 Operation = Literal["commit", "abort"]
 
@@ -153,10 +151,11 @@ class LockBody(msgspec.Struct, kw_only=True):
 _dec = msgspec.json.Decoder(LockBody)
 
 
-def lock_path(dest: str, *, table: bool = False) -> str:
-    """Store path of the lock object of destination ``dest`` (a Hudi table's lock lives in
-    ``.hoodie/.temp/``: no ``_temporary`` folder may appear in a table)."""
-    return join(dest, TABLE_TEMP_DIR if table else TEMP_DIR_NAME, LOCK_NAME)
+def lock_path(dest: str, *, staging: str | None = None) -> str:
+    """Store path of the lock object of destination ``dest``: in ``_temporary/``, or in the
+    staging folder of the job's kind (``staging``, relative to ``dest``; e.g. a Hudi table's
+    ``.hoodie/.temp/``, where no ``_temporary`` folder may appear)."""
+    return join(dest, staging or TEMP_DIR_NAME, LOCK_NAME)
 
 
 def decode_lock(data: bytes) -> LockBody | None:
@@ -193,13 +192,13 @@ class DestinationLock:
         ttl: float = 60.0,
         wait: float = 600.0,
         policy: RetryPolicy = DEFAULT_POLICY,
-        table: bool = False,
+        staging: str | None = None,
     ) -> None:
         self.store = store
         self.policy = policy
         self.dest = dest
-        self.table = table
-        self.path = lock_path(dest, table=table)
+        self.staging = staging
+        self.path = lock_path(dest, staging=staging)
         self.job_id = job_id
         self.job_attempt = job_attempt
         self.operation = operation
@@ -430,7 +429,7 @@ class DestinationLock:
             await self._call(delete_within_lease)
         except (StoreError, LockLost):
             return
-        if store.capabilities.directories and not self.table:
+        if store.capabilities.directories and self.staging is None:
             temp = join(self.dest, TEMP_DIR_NAME)
             try:
                 await self._call(lambda: store.delete(temp))  # only if empty
@@ -522,11 +521,17 @@ class FencedStore:
 
 
 async def held_by(
-    store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY, table: bool = False
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    staging: str | None = None,
 ) -> bool:
-    """True if the lock of ``dest`` exists and names job ``job_id`` (alive or not). The
-    read goes through the engine's retry layer with ``policy``."""
-    path = lock_path(dest, table=table)
+    """True if the lock of ``dest`` (in ``staging``, see :func:`lock_path`) exists and names
+    job ``job_id`` (alive or not). The read goes through the engine's retry layer with
+    ``policy``."""
+    path = lock_path(dest, staging=staging)
     try:
         body = decode_lock(await retry_call(partial(store.get, path), policy=policy))
     except NotFound:
@@ -535,18 +540,24 @@ async def held_by(
 
 
 async def unfinished_journal(
-    store: Store, dest: str, job_id: str, *, policy: RetryPolicy = DEFAULT_POLICY
+    store: Store,
+    dest: str,
+    job_id: str,
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    staging: str | None = None,
 ) -> Journal | None:
     """The journal of ``job_id`` in ``dest`` if it records a half-done commit
-    (``renaming``/``renamed``), looked up in both job directory layouts. Reads go through
-    the engine's retry layer with ``policy``."""
+    (``renaming``/``renamed``), looked up in the lock's staging folder (``staging``: a
+    kind's own, where that kind's jobs stage), then in both job directory layouts of
+    ``_temporary``. Reads go through the engine's retry layer with ``policy``."""
     if not job_id:
         return None
-    kinds = [(False, False), (True, False)]
-    if _INSTANT_RE.match(job_id):
-        kinds.insert(0, (False, True))
-    for hadoop, table in kinds:
-        path = JobLayout(dest, job_id, 0, hadoop=hadoop, table=table).journal_path
+    layouts = [JobLayout(dest, job_id), JobLayout(dest, job_id, hadoop=True)]
+    if staging is not None:
+        layouts.insert(0, JobLayout(dest, job_id, staging=staging))
+    for layout in layouts:
+        path = layout.journal_path
         try:
             journal = decode_journal(await retry_call(partial(store.get, path), policy=policy))
         except NotFound:
@@ -566,7 +577,7 @@ async def run_locked(
     job_attempt: int = 0,
     operation: Operation = "commit",
     finish_previous: Callable[[LockBody, Store], Awaitable[object]] | None = None,
-    table: bool = False,
+    staging: str | None = None,
 ) -> T:
     """Run ``body(store)`` holding the lock of ``dest`` (waiting for it first); the store
     it gets is a :class:`FencedStore`.
@@ -595,7 +606,7 @@ async def run_locked(
         ttl=config.lock_ttl,
         wait=config.lock_wait,
         policy=policies_of(config)[0],
-        table=table,
+        staging=staging,
     )
     policy = lock.policy
     previous = await lock.acquire()
@@ -607,13 +618,18 @@ async def run_locked(
             tg.start_soon(lock.heartbeat, tg.cancel_scope.cancel)
             try:
                 if previous is not None and finish_previous is not None:
-                    if await unfinished_journal(store, dest, previous.owner, policy=policy) is not None:
+                    if (
+                        await unfinished_journal(store, dest, previous.owner, policy=policy, staging=staging)
+                        is not None
+                    ):
                         try:
                             await finish_previous(previous, fenced)
                         except Exception as e:
                             # rolled back (no journal left): the destination is whole, go on
                             if (
-                                await unfinished_journal(store, dest, previous.owner, policy=policy)
+                                await unfinished_journal(
+                                    store, dest, previous.owner, policy=policy, staging=staging
+                                )
                                 is not None
                             ):
                                 handed = previous
@@ -654,7 +670,12 @@ async def _unfinished_quietly(lock: DestinationLock, job_id: str) -> bool:
     asked within ``ttl/3`` through the retry layer; True if that cannot be told."""
     with anyio.move_on_after(max(5.0, lock.ttl / 3)):
         try:
-            return await unfinished_journal(lock.store, lock.dest, job_id, policy=lock.policy) is not None
+            return (
+                await unfinished_journal(
+                    lock.store, lock.dest, job_id, policy=lock.policy, staging=lock.staging
+                )
+                is not None
+            )
         except StoreError:
             pass
     return True  # cannot tell: keep the lock (it expires)

@@ -32,7 +32,8 @@ ProgressCallback = Callable[[Progress], None]
 
 @dataclass
 class JobReport:
-    """What a job commit did. ``to_success_data()`` gives the ``_SUCCESS`` JSON."""
+    """What a job commit did. ``to_success_data()`` gives the ``_SUCCESS`` JSON. A job kind
+    may report more (its ``new_report`` makes a subclass with its own fields)."""
 
     job_id: str
     dest_uri: str
@@ -70,22 +71,12 @@ class JobReport:
     completeness: str | None = None
     """For a commit from the store alone (no manifests given): what its completeness check
     found (see :mod:`amcommit.committer.completeness`); None when the caller gave them."""
-    instant: str | None = None
-    """Table writes: the instant this commit completes (None for plain destinations)."""
     event_loop: str = ""
     """The event loop the commit ran on (:func:`amcommit.loop.running`); ``_SUCCESS``
     diagnostic ``event_loop``."""
     task_event_loops: list[str] = field(default_factory=list)
     """The event loops the task commits ran on, as their manifests say (``extra_data``
     ``event_loop``, written by the Spark task writer); diagnostic ``task_event_loops``."""
-    operation: str | None = None
-    """Table writes: ``INSERT``, ``BULK_INSERT``, ``INSERT_OVERWRITE`` or ``INSERT_OVERWRITE_TABLE``."""
-    label: str | None = None
-    """Labelled table writes: the label's text ``"<app_id>:<version>"`` (:mod:`amcommit.table.labels`)."""
-    skipped_label: str | None = None
-    """Set only when this labelled write was skipped because its label was already committed:
-    the instant that had committed it. This write was rolled back (``files`` 0, ``success``
-    True, ``instant`` this write's rolled-back instant)."""
     job_stats: IOStatistics = field(default_factory=IOStatistics)
     task_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
     store_stats: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)

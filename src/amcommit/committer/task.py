@@ -10,6 +10,10 @@ Atomicity: the publication rename is atomic on local, ADLS Gen2 and GCS-with-mov
 copy-based stores the manifest appears whole (a copy) or not at all. Between the deletion of
 an earlier attempt's manifest and the rename there is a moment with no manifest for the
 task; a job commit must not run concurrently with task commits (Spark guarantees it).
+
+What a task of another job kind does besides (e.g. a table writer's heartbeat, the names
+its outputs are published under) is the kind's task side, carried by the layout
+(:class:`~amcommit.committer.kind.TaskKind`, ``JobLayout.tasks``).
 """
 
 from __future__ import annotations
@@ -56,10 +60,8 @@ async def setup_task(
             ) from None
     work = layout.task_attempt_dir(task_attempt_id)
     await retry_call(lambda: store.mkdirs(work), policy=policy)
-    if layout.table:
-        from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
-
-        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
+    if layout.tasks is not None:
+        await layout.tasks.task_started(store, layout, config)
     return work
 
 
@@ -119,7 +121,8 @@ async def build_manifest(
     stats: IOStatistics | None = None,
     config: CommitterConfig = DEFAULT_CONFIG,
 ) -> TaskManifest:
-    """Scan the attempt directory and describe it as a manifest (no I/O besides listing)."""
+    """Scan the attempt directory and describe it as a manifest (no I/O besides listing,
+    and what the layout's task side needs to name the outputs)."""
     work = layout.task_attempt_dir(task_attempt_id)
     stats = stats or IOStatistics()
     with stats.time("task_stage_scan_directory"):
@@ -129,25 +132,9 @@ async def build_manifest(
     total = 0
     extra = dict(extra_data or {})
     names: dict[str, str] | None = None
-    if layout.table:
-        from amcommit.table.tasknames import ROWS_KEY, plan_names
-
-        rels = [relative_to(f.path, work) for f in files]
-        names, rows, missing = plan_names(rels, layout.job_id, task_attempt_id, extra_data)
-        by_rel = {relative_to(f.path, work): f for f in files}
-        for rel in missing:
-            rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
-        # the files' write stats, for the job commit to copy into the instant as they are
-        # (amcommit.table.writestats); always this listing's own, never a caller's. They
-        # hold the row counts too: the caller's extra_data["hudi.rows"] is not carried
-        # (a job commit that cannot splice the stats reads the counts from them)
-        from amcommit.table.writestats import MUTATIONS_KEY, STATS_KEY, mutation_fields, task_write_stats
-
-        extra.pop(ROWS_KEY, None)
-        mutations = mutation_fields(extra.pop(MUTATIONS_KEY, None), names)
-        extra[STATS_KEY] = task_write_stats(
-            ((names[r], f.size) for r, f in zip(rels, files, strict=True)), rows, mutations
-        )
+    if layout.tasks is not None:  # the kind names the outputs (and may add to extra_data)
+        named = [(relative_to(f.path, work), f) for f in files]
+        names = await layout.tasks.name_outputs(store, layout, task_attempt_id, named, extra, config)
     extra.pop(SOURCE_META_KEY, None)  # said by this listing only, never by a caller
     if files and all(f.user_meta is False and f.etag for f in files):
         # every file was listed with its metadata and has none to carry: the job commit's
@@ -185,22 +172,6 @@ async def build_manifest(
     )
 
 
-async def _footer_rows(store: Store, path: str, config: CommitterConfig) -> int:
-    """Rows of a Parquet file, from its footer (the whole file is read: engine users who
-    know their counts pass them in ``extra_data["hudi.rows"]``)."""
-    import io
-
-    import pyarrow.parquet as pq
-
-    data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
-    try:
-        return int(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows)
-    except Exception as e:
-        raise CommitError(
-            f"{path!r} is not a readable Parquet file ({type(e).__name__})", stage="commit_task"
-        ) from None
-
-
 async def commit_task(
     store: Store,
     layout: JobLayout,
@@ -222,10 +193,8 @@ async def commit_task(
     """
     stats = IOStatistics()
     t0 = time.perf_counter()
-    if layout.table:
-        from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
-
-        await try_beat(store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * config.writer_ttl)
+    if layout.tasks is not None:
+        await layout.tasks.task_started(store, layout, config)
     manifest = await build_manifest(
         store, layout, task_id, task_attempt_id, extra_data=extra_data, stats=stats, config=config
     )

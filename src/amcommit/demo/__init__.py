@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 
-from amcommit.errors import ConfigError
+from amcommit.demo.targets import check_at_least_one
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,13 +56,6 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--io-threads", type=int, default=64, help="concurrent renames (default 64)")
     p.add_argument("--keep", action="store_true", help="keep the local destination directory")
-
-
-def check_at_least_one(**values: int) -> None:
-    """ConfigError naming the first option (``io_threads`` -> ``--io-threads``) below 1."""
-    for name, value in values.items():
-        if value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
 
 
 def run_demo(args: argparse.Namespace) -> int:

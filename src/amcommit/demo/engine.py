@@ -15,8 +15,7 @@ from amcommit.committer import CommitterConfig, commit_job, setup_job
 from amcommit.committer.layout import TEMP_DIR_NAME
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.console import ProgressBar, format_report
-from amcommit.demo import check_at_least_one
-from amcommit.demo.targets import demo_target
+from amcommit.demo.targets import check_at_least_one, demo_target
 from amcommit.paths import join, relative_to
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location

@@ -19,8 +19,7 @@ import anyio
 from amcommit import loop as amcommit_loop
 from amcommit.committer.layout import SUCCESS_NAME, TEMP_DIR_NAME
 from amcommit.console import format_report, report_from_success
-from amcommit.demo import check_at_least_one
-from amcommit.demo.targets import DemoTarget, demo_target
+from amcommit.demo.targets import DemoTarget, check_at_least_one, demo_target
 from amcommit.errors import ConfigError
 from amcommit.manifest import SuccessData, decode_success
 from amcommit.paths import relative_to

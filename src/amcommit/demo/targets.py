@@ -60,4 +60,11 @@ def demo_target(args: argparse.Namespace, name: str = "events") -> Iterator[Demo
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-__all__ = ["DemoTarget", "demo_target"]
+__all__ = ["DemoTarget", "check_at_least_one", "demo_target"]
+
+
+def check_at_least_one(**values: int) -> None:
+    """ConfigError naming the first option (``io_threads`` -> ``--io-threads``) below 1."""
+    for name, value in values.items():
+        if value < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")

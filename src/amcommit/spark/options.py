@@ -37,7 +37,7 @@ from typing import Annotated, Any, Protocol
 
 from msgspec import Meta
 
-from amcommit.committer.config import HADOOP_KEYS, CommitterConfig, ConflictMode, normalise_key
+from amcommit.committer.config import HADOOP_KEYS, ConflictMode, normalise_key
 from amcommit.errors import AmcommitError, ConfigError
 from amcommit.options import Options, convert_options, show_key, suggest
 from amcommit.redact import redact_url
@@ -48,6 +48,7 @@ from amcommit.store.schemes import (
     parse_location,
     store_options_type,
 )
+from amcommit.table.settings import TableConfig
 
 SOURCE_NAME = "amcommit"
 
@@ -163,7 +164,7 @@ PARTITION_TYPES = frozenset(
 )
 """Spark types usable as partition columns (their values become directory names)."""
 
-_COMMITTER_FIELDS = frozenset(CommitterConfig.__struct_fields__)
+_COMMITTER_FIELDS = frozenset(TableConfig.__struct_fields__)  # the engine's and the table's
 _ANY_STORE_FIELDS = frozenset(name for t in ALL_STORE_OPTIONS for name in t.__struct_fields__)
 
 
@@ -218,11 +219,10 @@ class WritePlan:
         """The operation the table write was begun with ("" for a plain write)."""
         return self.table.operation if self.table is not None else ""
 
-    def config(self) -> CommitterConfig:
-        """The committer configuration (conflict mode decided by the save mode)."""
-        return CommitterConfig.from_mapping(self.committer_options).with_options(
-            conflict_mode=self.conflict_mode
-        )
+    def config(self) -> TableConfig:
+        """The committer configuration (conflict mode decided by the save mode), with the
+        table's settings (:class:`~amcommit.table.settings.TableConfig`)."""
+        return TableConfig.from_mapping(self.committer_options).with_options(conflict_mode=self.conflict_mode)
 
     def file_name(self, partition: int, n: int) -> str:
         """``part-<partition:05d>-<jobId>-<n:03d>.parquet``: unique per job, task and file."""
@@ -375,7 +375,7 @@ def build_plan(
     if pom not in ("static", "dynamic"):
         raise ConfigError("option 'partitionOverwriteMode' must be static or dynamic")
     try:
-        base = CommitterConfig.from_mapping(committer)
+        base = TableConfig.from_mapping(committer)
     except ConfigError as e:
         raise ConfigError(f"bad committer option: {e}") from None
     explicit_mode = any(normalise_key(k) == "conflict_mode" for k in committer)

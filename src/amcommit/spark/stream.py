@@ -78,6 +78,7 @@ from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.beater import ProcessWatch, jvm_watch
 from amcommit.table.beater import this_process as this_watch
+from amcommit.table.report import table_report
 
 if TYPE_CHECKING:
     from amcommit.spark.source import AmcommitDataSource
@@ -308,7 +309,7 @@ class AmcommitStreamWriter(DataSourceStreamArrowWriter):
             )
         except AmcommitError as e:
             raise for_user(e, self.plan.url) from None
-        _record_timing(batchId, report.instant, entered, self.created)
+        _record_timing(batchId, table_report(report).instant, entered, self.created)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Roll the micro-batch's instant back (or complete it, past the point of no return).
@@ -461,7 +462,7 @@ def commit_batch(
             skipped,
         )
     else:
-        log.info("query %s batch %d committed as instant %s", ids.app, batch_id, report.instant)
+        log.info("query %s batch %d committed as instant %s", ids.app, batch_id, table_report(report).instant)
     hooks.current.stream_point("after_commit", batch_id)
     return report
 

@@ -46,12 +46,12 @@ from collections.abc import Mapping
 import anyio
 import msgspec
 
-from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, ConflictError, NotFound, PreconditionFailed
 from amcommit.liveness import ProcessId, proven_dead
 from amcommit.paths import basename, join
 from amcommit.store.base import PutMode, Store, UpdateIf
 from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
+from amcommit.table.staging import table_layout
 
 log = logging.getLogger("amcommit.spark.stream")
 
@@ -150,7 +150,7 @@ async def _owner_file(store: Store, dest: str, instant: str) -> Owner | None:
 async def _claimed_owner(store: Store, dest: str, instant: str) -> Mapping[str, object] | None:
     """The ``owner`` recorded in the write's job marker (``begin_write(owner=)``), if any."""
     try:
-        body = json.loads(await store.get(JobLayout(dest, instant, table=True).job_marker))
+        body = json.loads(await store.get(table_layout(dest, instant).job_marker))
     except (NotFound, ValueError):
         return None
     owner = body.get("owner") if isinstance(body, dict) else None

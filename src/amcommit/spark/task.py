@@ -59,6 +59,8 @@ from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
 from amcommit.table.naming import base_file_name, new_file_id, write_token
+from amcommit.table.settings import table_settings
+from amcommit.table.staging import table_layout
 
 UPLOADS_IN_FLIGHT = 4
 """Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
@@ -99,7 +101,7 @@ class TaskResult:
 def job_layout(plan: WritePlan, dest: str) -> JobLayout:
     """The job's layout: a table write stages under ``.hoodie/.temp/<instant>/``."""
     if plan.table is not None:
-        return JobLayout(dest, plan.job_id, table=True)
+        return table_layout(dest, plan.job_id)
     return JobLayout(dest, plan.job_id)
 
 
@@ -263,7 +265,7 @@ def run_task(
             attempt_id, work = portal.call(setup_attempt, store, layout, partition, attempt, config)
             task_id, _ = task_ids(plan.job_id, partition, 0)
             beats = (
-                portal.start_task_soon(keep_alive, store, layout, config.writer_ttl)
+                portal.start_task_soon(keep_alive, store, layout, table_settings(config).writer_ttl)
                 if plan.table is not None
                 else None
             )

@@ -56,8 +56,9 @@ from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.model import Action, Instant, State
-from amcommit.table.naming import HOODIE_DIR, next_instant
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, next_instant
 from amcommit.table.reader import Listing, Timeline, table_uri
+from amcommit.table.settings import table_settings
 from amcommit.table.timeline import LoadedCommit
 
 __all__ = ["CLEAN_LOCK_OWNER", "CleanReport", "clean", "clean_after_commit", "plan_clean"]
@@ -284,17 +285,20 @@ async def clean(
         CLEAN_LOCK_OWNER,
         config,
         lambda s: _clean_unlocked(s, dest, retain_commits, config, False, progress),
-        table=True,
+        staging=TEMP_DIR,
     )
 
 
-async def clean_after_commit(store: Store, dest: str, config: CommitterConfig) -> CleanReport | None:
-    """Run :func:`clean` with ``config.clean_retain_commits`` if it is set (else None).
+async def clean_after_commit(
+    store: Store, dest: str, config: CommitterConfig, *, retain_commits: int | None = None
+) -> CleanReport | None:
+    """Run :func:`clean` with ``retain_commits``, else the ``clean_retain_commits`` given with
+    ``config`` (:func:`~amcommit.table.settings.table_settings`), if set (else None).
 
     Call it after a table commit returned (it takes the destination lock itself). A failed
     clean leaves a pending clean instant that the next clean completes; the commit before
     it stays committed either way."""
-    n = config.clean_retain_commits
+    n = retain_commits if retain_commits is not None else table_settings(config).clean_retain_commits
     if n is None:
         return None
     return await clean(store, dest, retain_commits=n, config=config)

@@ -65,7 +65,7 @@ from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
-from amcommit.table.labels import Label, committed_by, label_metadata, label_of
+from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
     WRITE_ACTIONS,
     Action,
@@ -86,8 +86,11 @@ from amcommit.table.naming import (
     is_instant,
 )
 from amcommit.table.properties import TableProperties
+from amcommit.table.report import TableReport, table_report
+from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
 from amcommit.table.tasknames import ROWS_KEY
-from amcommit.table.timeline import LoadedCommit, list_instants, snapshot
+from amcommit.table.timeline import LoadedCommit, completed_instant, list_instants, snapshot
+from amcommit.table.undo import rollback_table_write
 from amcommit.table.write import WriteMarker, read_marker, read_properties
 from amcommit.table.writestats import (
     STATS_KEY,
@@ -224,23 +227,6 @@ def completed_in(instants: Sequence[Instant], instant: str) -> Instant | None:
     return min(found) if found else None
 
 
-async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
-    """The completed write instant at time ``instant``, if there is one (the two possible
-    names are looked up at the same time: one round trip)."""
-    found: list[Instant] = []
-
-    async def look(action: Action) -> None:
-        i = Instant(instant, action.value, State.COMPLETED)
-        try:
-            await store.stat(join(dest, HOODIE_DIR, i.file_name))
-            found.append(i)
-        except NotFound:
-            pass
-
-    await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT), look, 2)
-    return min(found) if found else None
-
-
 def _out_of_order(mine: str, later: str) -> CommitError:
     return CommitError(
         f"instant {mine} cannot complete: the later instant {later} completed first (incremental "
@@ -249,13 +235,14 @@ def _out_of_order(mine: str, later: str) -> CommitError:
     )
 
 
-async def check_order(ctx: JobContext, kind: JobKind) -> list[Instant]:
+async def check_order(ctx: JobContext, kind: JobKind, writer_ttl: float) -> list[Instant]:
     """The ``check_order`` stage (under the lock, before anything changes); returns the
     timeline it judged (listed under the lock: :func:`plan_commit` plans from it).
-    ``kind``: the table's kind, to abort other writes with (the lock is held)."""
+    ``kind``: the table's kind, to abort other writes with (the lock is held);
+    ``writer_ttl``: judges the other writers' heartbeats."""
     store, dest, mine = ctx.store, ctx.layout.dest, ctx.layout.job_id
     for _ in range(100):
-        plan, instants = await _order_state_and_timeline(store, dest, mine, ctx.config.writer_ttl)
+        plan, instants = await _order_state_and_timeline(store, dest, mine, writer_ttl)
         if plan.later_completed is not None:
             await abort_held(kind, store, dest, mine, config=ctx.config)
             raise _out_of_order(mine, plan.later_completed)
@@ -644,12 +631,10 @@ async def skip_labelled(ctx: JobContext, by: str, run: CommitRun) -> None:
     ``abort_job`` does (staged files, staging folder, heartbeat, inflight and requested
     instant files) and say so in the report. Runs under the lock, before anything of this
     write was published."""
-    from amcommit.table.rollback import rollback_table_write
-
     ctx.config = ctx.config.with_options(cleanup_skipped=False)
     await rollback_table_write(ctx, None, run=run)
     ctx.config = ctx.config.with_options(cleanup_skipped=True)  # the staging folder is gone
-    report = ctx.report
+    report = table_report(ctx.report)
     report.skipped_label = by
     report.files = report.bytes = report.renamed = 0
     report.filenames = []
@@ -665,6 +650,7 @@ async def run_table_commit(
     run: CommitRun,
     kind: JobKind,
     label: Label | None = None,
+    settings: TableSettings = DEFAULT_SETTINGS,
 ) -> None:
     """The table commit (module doc): the commit body of
     :class:`~amcommit.table.kind.TableKind` (``kind``: to abort other writes with). Runs
@@ -672,11 +658,12 @@ async def run_table_commit(
     loaded manifests (the caller closes it and rolls back from it on failure).
 
     ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
-    the plan; a label already committed skips the write (:func:`skip_labelled`). Once the
+    the plan; a label already committed skips the write (:func:`skip_labelled`).
+    ``settings``: the table's (``writer_ttl`` judges other writers). Once the
     plan is saved the label is in it, so a resume (by anyone) publishes it with the label."""
     from amcommit.committer.stages import load_manifests, prepare_dirs, publish_manifests, rename_files
 
-    store, layout, report = ctx.store, ctx.layout, ctx.report
+    store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
     dest, instant = layout.dest, layout.job_id
     marker: WriteMarker | None = None
     try:
@@ -710,7 +697,7 @@ async def run_table_commit(
     async def order() -> None:
         nonlocal in_order, done
         async with ctx.stage("check_order"):
-            plan, timeline = await _order_state_and_timeline(store, dest, instant, ctx.config.writer_ttl)
+            plan, timeline = await _order_state_and_timeline(store, dest, instant, settings.writer_ttl)
             done = completed_in(timeline, instant)
             if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
                 in_order = timeline
@@ -748,7 +735,7 @@ async def run_table_commit(
             instants = in_order
         else:
             async with ctx.stage("check_order"):
-                instants = await check_order(ctx, kind)
+                instants = await check_order(ctx, kind, settings.writer_ttl)
         if label is not None:
             async with ctx.stage("check_label"):
                 by = await committed_by(store, dest, label, config=ctx.config)
@@ -833,7 +820,7 @@ async def skipped_before(
     by = await committed_by(store, dest, label, config=config)
     if by is None or by == instant:
         return None
-    report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
+    report = TableReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
     report.instant, report.label, report.skipped_label = instant, label.text(), by
     report.finished = time.time()
     return report

@@ -273,7 +273,7 @@ async def _first_sign(store: Store, dest: str, instant: str) -> float | None:
     from amcommit.committer.layout import JobLayout
 
     paths = [
-        JobLayout(dest, instant, table=True).job_marker,
+        JobLayout(dest, instant, staging=TEMP_DIR).job_marker,
         join(dest, HOODIE_DIR, f"{instant}.commit.requested"),
         join(dest, HOODIE_DIR, f"{instant}.replacecommit.requested"),
     ]
@@ -334,7 +334,7 @@ async def _write_active(store: Store, dest: str, instant: str) -> bool:
     from amcommit.committer.layout import JobLayout
 
     try:
-        await store.stat(JobLayout(dest, instant, table=True).job_marker)
+        await store.stat(JobLayout(dest, instant, staging=TEMP_DIR).job_marker)
     except NotFound:
         return False
     except StoreError:

@@ -21,6 +21,7 @@ import anyio
 from amcommit.committer.actions import Action
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
+from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
@@ -38,11 +39,15 @@ from amcommit.table.commit import (
     wait_for_earlier,
 )
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
-from amcommit.table.labels import Label
+from amcommit.table.jobs import list_table_jobs
+from amcommit.table.labelmeta import Label
 from amcommit.table.model import Action as InstantAction
 from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, is_instant
-from amcommit.table.rollback import finish_rollback, rollback_table_write
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
+from amcommit.table.report import TableReport, table_report
+from amcommit.table.settings import TableSettings, table_settings
+from amcommit.table.staging import is_table_layout, table_layout
+from amcommit.table.undo import finish_rollback, rollback_table_write
 from amcommit.table.write import is_table, set_operation
 
 __all__ = ["TableKind", "is_table"]
@@ -56,7 +61,7 @@ async def table_already_committed(store: Store, dest: str, instant: str) -> JobR
     if done is None:
         return None
     meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
-    report = JobReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
+    report = TableReport(job_id=instant, dest_uri=path_to_uri(store.root_uri, dest), success=True)
     report.instant = instant
     report.label = meta.extra_metadata.get("amcommit.label")
     report.operation = meta.operation_type or (
@@ -83,19 +88,42 @@ def _plain_job_refused(dest: str, job_id: str, stage: str) -> CommitError:
 
 class TableKind:
     """A write into a Hudi CoW table (module doc). ``label`` and ``operation``: this call's
-    own (see ``commit_job``); the kind that finishes another write has neither."""
+    own (see ``commit_job``); the kind that finishes another write has neither.
+    ``settings``: the table's (:class:`~amcommit.table.settings.TableSettings`); None: those
+    given with the config of each call (a :class:`~amcommit.table.settings.TableConfig`'s,
+    else the defaults)."""
 
     name = "table"
 
-    def __init__(self, *, label: Label | None = None, operation: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        label: Label | None = None,
+        operation: str | None = None,
+        settings: TableSettings | None = None,
+    ) -> None:
         self.label = label
         self.operation = operation
+        self.settings = settings
+
+    def settings_for(self, config: CommitterConfig) -> TableSettings:
+        """The table settings a call with ``config`` runs with (class doc)."""
+        return self.settings if self.settings is not None else table_settings(config)
+
+    def new_report(self, job_id: str, dest_uri: str) -> JobReport:
+        return TableReport(job_id=job_id, dest_uri=dest_uri)
 
     def refuse_setup(self, dest: str, job_id: str) -> None:
         raise _plain_job_refused(dest, job_id, "setup_job")
 
-    def lock_in_staging(self, job_id: str) -> bool:
-        return is_instant(job_id)
+    def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
+        plain = FILES.layouts(dest, job_id, job_attempt)  # a plain job's directory in a table
+        if is_instant(job_id) and job_attempt == 0:
+            return (table_layout(dest, job_id), *plain)
+        return plain
+
+    def lock_staging(self, job_id: str) -> str | None:
+        return TEMP_DIR if is_instant(job_id) else None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
@@ -113,15 +141,23 @@ class TableKind:
         manifests: Sequence[TaskManifest] | None,
         etags: Sequence[str | None] | None,
     ) -> None:
-        if not ctx.layout.table:  # a plain job's directory in a table (never set up by us)
+        if not is_table_layout(ctx.layout):  # a plain job's directory in a table (never set up by us)
             await FILES.commit_body(ctx, run, manifests, etags)
             return
-        await run_table_commit(ctx, manifests, etags, run=run, kind=self.for_other_job(), label=self.label)
+        await run_table_commit(
+            ctx,
+            manifests,
+            etags,
+            run=run,
+            kind=self.for_other_job(),
+            label=self.label,
+            settings=self.settings_for(ctx.config),
+        )
 
     async def roll_back(
         self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
     ) -> bool:
-        if not ctx.layout.table:
+        if not is_table_layout(ctx.layout):
             return await FILES.roll_back(ctx, journal, run, action)
         return await rollback_table_write(ctx, journal, run=run)
 
@@ -140,12 +176,18 @@ class TableKind:
         if done is not None:  # committed and cleaned up: nothing to abort
             return done
         # staging gone (a rollback interrupted after its cleanup): finish the rollback
-        report.instant = job_id
+        table_report(report).instant = job_id
         report.rolled_back = await finish_rollback(store, dest, job_id, partitions=None, config=config)
         return report
 
     def for_other_job(self) -> JobKind:
-        return TableKind()
+        return TableKind(settings=self.settings)
+
+    async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
+        """The table's pending instants (:func:`~amcommit.table.jobs.list_table_jobs`); a
+        destination without ``hoodie.properties`` is listed as plain files."""
+        listed = await list_table_jobs(store, dest, config, self.settings_for(config).writer_ttl)
+        return listed if listed is not None else await FILES.list_jobs(store, dest, config)
 
     async def guard(
         self,
@@ -172,9 +214,10 @@ class TableKind:
         ``commit_job`` again beats again and resumes it."""
         if not is_instant(job_id) or job_attempt != 0:
             raise _plain_job_refused(dest, job_id, "commit_job")
-        report = await self._commit_guarded(store, dest, job_id, config, locked)
-        if config.clean_retain_commits is not None and not report.already_committed:
-            await _clean_after(store, dest, config)
+        settings = self.settings_for(config)
+        report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+        if settings.clean_retain_commits is not None and not report.already_committed:
+            await _clean_after(store, dest, config, settings.clean_retain_commits)
         return report
 
     async def _commit_guarded(
@@ -183,9 +226,10 @@ class TableKind:
         dest: str,
         instant: str,
         config: CommitterConfig,
+        writer_ttl: float,
         attempt: Callable[[], Awaitable[JobReport]],
     ) -> JobReport:
-        staging = JobLayout(dest, instant, table=True)
+        staging = table_layout(dest, instant)
         deadline = time.monotonic() + config.lock_wait
         try:
             await store.stat(staging.job_marker)
@@ -197,7 +241,7 @@ class TableKind:
             return await attempt()  # already committed (or never begun): no heartbeat to keep
         stopped = False  # this writer gave up on the write: its heartbeat says so
         try:
-            async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
+            async with heartbeat(store, dest, instant, ttl=writer_ttl):
                 if self.operation is not None:
                     await set_operation(store, dest, instant, Operation(self.operation), config)
                 while True:
@@ -205,7 +249,7 @@ class TableKind:
                         report = await attempt()
                         break
                     except WaitForEarlier as w:
-                        await wait_for_earlier(store, dest, instant, w.instant, deadline, config.writer_ttl)
+                        await wait_for_earlier(store, dest, instant, w.instant, deadline, writer_ttl)
         except LockLost:
             raise  # a taker completes or rolls back this very commit: leave the judging to it
         except BaseException:
@@ -231,11 +275,11 @@ class TableKind:
         return report
 
 
-async def _clean_after(store: Store, dest: str, config: CommitterConfig) -> None:
+async def _clean_after(store: Store, dest: str, config: CommitterConfig, retain_commits: int) -> None:
     """``clean_retain_commits``: clean after a table commit, outside the lock the commit
     held. A failed clean never fails the commit before it (that commit stays committed); it
     is logged, and the next clean completes what it left."""
     try:
-        await clean_after_commit(store, dest, config)
+        await clean_after_commit(store, dest, config, retain_commits=retain_commits)
     except AmcommitError as e:
         log.warning("clean after commit into %s failed (the commit stands): %s", dest, e)

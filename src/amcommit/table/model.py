@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from amcommit.errors import ManifestError
+from amcommit.table.naming import INSTANT_PATTERN
 
 __all__ = [
     "Action",
@@ -74,8 +75,9 @@ class Operation(enum.StrEnum):
 
 
 _INSTANT_FILE_RE = re.compile(
-    r"^(?P<time>\d{14}(?:\d{3})?)\.(?P<action>[a-z]+)(?:\.(?P<state>requested|inflight))?$"
+    rf"^(?P<time>{INSTANT_PATTERN})\.(?P<action>[a-z]+)(?:\.(?P<state>requested|inflight))?$"
 )
+_LEGACY_INFLIGHT_RE = re.compile(rf"{INSTANT_PATTERN}\.inflight")
 
 
 class Instant(msgspec.Struct, frozen=True, order=True):
@@ -102,7 +104,7 @@ def parse_instant_file(name: str) -> Instant | None:
 
     The legacy ``<time>.inflight`` name of a commit's inflight state is recognised.
     """
-    if re.fullmatch(r"\d{14}(?:\d{3})?\.inflight", name):
+    if _LEGACY_INFLIGHT_RE.fullmatch(name):
         return Instant(name.split(".", 1)[0], Action.COMMIT.value, State.INFLIGHT)
     m = _INSTANT_FILE_RE.match(name)
     if m is None:

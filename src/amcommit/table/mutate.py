@@ -85,6 +85,8 @@ from amcommit.table.naming import (
     new_file_id,
     write_token,
 )
+from amcommit.table.report import table_report
+from amcommit.table.settings import table_settings
 from amcommit.table.tasknames import ROWS_KEY
 from amcommit.table.timeline import FileVersion, list_instants, load_timeline, snapshot
 from amcommit.table.writestats import MUTATIONS_KEY
@@ -157,7 +159,7 @@ class MutateReport:
     def skipped_label(self) -> str | None:
         """The instant that committed this write's label before: the write was rolled back
         instead of committed (the counts above are what it would have done)."""
-        return None if self.job is None else self.job.skipped_label
+        return None if self.job is None else table_report(self.job).skipped_label
 
 
 # -- pure planning ----------------------------------------------------------------------
@@ -726,7 +728,7 @@ async def _mutate(
     report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)
     try:
         # the writer stays alive (its heartbeat) while it reads and writes, however long
-        async with heartbeat(store, dest, instant, ttl=config.writer_ttl):
+        async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
             _, commits = await load_timeline(store, dest)
             snap = snapshot(commits)
             wanted: dict[str, list[str]] = {}

@@ -42,10 +42,15 @@ META_COLUMNS: tuple[str, ...] = (
 """Hudi's meta columns, in the order they lead every base file."""
 
 INSTANT_FORMAT = "%Y%m%d%H%M%S%f"
-_INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")
+"""How an instant time is written (:func:`format_instant`: milliseconds, 17 digits)."""
+INSTANT_PATTERN = r"\d{14}(?:\d{3})?"
+"""The syntax of an instant time, as a regular expression (17 digits ``yyyyMMddHHmmssSSS``,
+or 14 without milliseconds): THE one definition; every parser of names that hold an
+instant (:func:`is_instant`, base file names, instant file names) is built on it."""
+_INSTANT_RE = re.compile(rf"^{INSTANT_PATTERN}$")
 _FILE_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,127}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,63}$")
-_BASE_RE = re.compile(r"^(?P<file_id>[^_/]+)_(?P<token>[^_/]+)_(?P<instant>\d{14}(?:\d{3})?)\.parquet$")
+_BASE_RE = re.compile(rf"^(?P<file_id>[^_/]+)_(?P<token>[^_/]+)_(?P<instant>{INSTANT_PATTERN})\.parquet$")
 
 
 def is_instant(value: str) -> bool:

@@ -1,184 +1,26 @@
-"""Rollback of an inflight table write: every file stamped with its instant, then the instant.
-
-Order (each step idempotent; a crash at any point leaves an inflight instant that a later
-rollback finishes, because the instant files go last):
-
-1. the files the commit renamed into the table (from the journal and the task manifests,
-   judged as for plain rollbacks: only provably this job's files);
-2. any other base file stamped with the instant, and ``.hoodie_partition_metadata`` files
-   that name it, in the partitions the write touched (the whole table when they are not
-   known: the staging folder is gone); emptied partition folders;
-3. the staging folder ``.hoodie/.temp/<instant>/`` (its journal last);
-4. the heartbeat ``.hoodie/.heartbeat/<instant>``;
-5. the inflight file, then the ``.requested`` file.
-
-A completed instant is never rolled back here (:func:`rollback_instant` refuses it).
+"""``amcommit rollback DEST --instant I``: roll back an inflight instant of a Hudi table
+(:func:`rollback_instant`), as ``abort_job`` of its write through the table's job kind. What
+is removed, in which order, is :mod:`amcommit.table.undo` (re-exported here): every file
+stamped with the instant, the staging folder and heartbeat, the instant files last. A
+completed instant is never rolled back (refused).
 """
 
 from __future__ import annotations
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.job import abort_with
-from amcommit.committer.journal import Journal
 from amcommit.committer.report import JobReport
-from amcommit.errors import CommitError, ConfigError, ConflictError, ManifestError, NotFound, StoreError
-from amcommit.paths import basename, is_within, join, parent, relative_to
+from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.store.base import Store
-from amcommit.store.retry import policies_of, retry_call
-from amcommit.table.heartbeat import delete_beat
-from amcommit.table.naming import (
-    HOODIE_DIR,
-    PARTITION_METADATA_FILE,
-    check_instant,
-    parse_base_file_name,
-)
+from amcommit.table.heartbeat import judge_writers, writer_alive
+from amcommit.table.kind import TableKind
+from amcommit.table.naming import check_instant
+from amcommit.table.settings import table_settings
+from amcommit.table.timeline import completed_instant
+from amcommit.table.undo import finish_rollback, remove_stamped, rollback_table_write
+from amcommit.table.write import is_table
 
-__all__ = ["finish_rollback", "rollback_instant", "rollback_table_write"]
-
-
-def _instant_files(instant: str) -> tuple[list[str], list[str]]:
-    """(inflight names, requested names) of a write instant, for either action."""
-    inflight = [f"{instant}.inflight", f"{instant}.commit.inflight", f"{instant}.replacecommit.inflight"]
-    requested = [f"{instant}.commit.requested", f"{instant}.replacecommit.requested"]
-    return inflight, requested
-
-
-def _stamped_partition_metadata(data: bytes, instant: str) -> bool:
-    for line in data.decode("latin-1").splitlines():
-        if line.strip().replace(" ", "") == f"commitTime={instant}":
-            return True
-    return False
-
-
-async def remove_stamped(
-    store: Store, dest: str, instant: str, partitions: set[str] | None, config: CommitterConfig
-) -> set[str]:
-    """Delete base files stamped with ``instant`` and partition metadata naming it, in
-    ``partitions`` (relative folders; None = the whole table). Returns the folders touched."""
-    policy = policies_of(config)[0]
-    touched: set[str] = set()
-    if partitions is None:
-        folders = [dest]
-        recursive = True
-    else:
-        folders = [join(dest, p) if p else dest for p in sorted(partitions)]
-        recursive = False
-    hoodie = join(dest, HOODIE_DIR)
-    for folder in folders:
-        try:
-            infos = [i async for i in store.list(folder, recursive=recursive)]
-        except NotFound:
-            continue
-        for info in infos:
-            if info.is_dir or is_within(info.path, hoodie):
-                continue
-            name = basename(info.path)
-            doomed = False
-            parsed = parse_base_file_name(name)
-            if parsed is not None and parsed.instant == instant:
-                doomed = True
-            elif name == PARTITION_METADATA_FILE:
-                try:
-                    data = await retry_call(lambda p=info.path: store.get(p), policy=policy)  # type: ignore[misc]
-                except NotFound:
-                    continue
-                doomed = _stamped_partition_metadata(data, instant)
-            if doomed:
-                try:
-                    await retry_call(lambda p=info.path: store.delete(p), policy=policy)  # type: ignore[misc]
-                except NotFound:
-                    pass
-                touched.add(parent(info.path))
-    return touched
-
-
-async def _remove_empty(store: Store, dest: str, folders: set[str]) -> None:
-    if not store.capabilities.directories:
-        return
-    todo = set(folders)
-    while todo:
-        d = max(todo, key=lambda p: (p.count("/"), p))
-        todo.discard(d)
-        if not d or d == dest or not is_within(d, dest):
-            continue
-        try:
-            await store.delete(d)  # only if empty
-        except StoreError:
-            continue
-        todo.add(parent(d))
-
-
-async def finish_rollback(
-    store: Store,
-    dest: str,
-    instant: str,
-    *,
-    partitions: set[str] | None,
-    config: CommitterConfig = DEFAULT_CONFIG,
-) -> bool:
-    """Steps 2 (``partitions`` None: whole table), 4 and 5 of the module doc. True if
-    anything of the instant was found. Never touches a completed instant (returns False):
-    a write whose staging is gone may have been committed and cleaned up."""
-    from amcommit.table.commit import completed_instant
-
-    if await completed_instant(store, dest, instant) is not None:
-        return False
-    policy = policies_of(config)[0]
-    touched = await remove_stamped(store, dest, instant, partitions, config)
-    await _remove_empty(store, dest, touched)
-    found = bool(touched)
-    await retry_call(lambda: delete_beat(store, dest, instant), policy=policy)
-    inflight, requested = _instant_files(instant)
-    for name in [*inflight, *requested]:  # inflight first, requested last
-        path = join(dest, HOODIE_DIR, name)
-        try:
-            if await retry_call(lambda p=path: store.delete(p), policy=policy):  # type: ignore[misc]
-                found = True
-        except NotFound:
-            pass
-    return found
-
-
-async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run: CommitRun) -> bool:
-    """Roll back the table write of ``ctx`` (module doc). True if its instant turned out to
-    be completed already (nothing is rolled back; the caller completes the cleanup).
-    ``run``: what the caller loaded (the manifests are loaded into it if it holds none; the
-    caller closes it)."""
-    from amcommit.committer.stages import cleanup, load_manifests, rollback
-    from amcommit.table.commit import completed_instant
-
-    store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
-    if await completed_instant(store, dest, instant) is not None:
-        return True
-    if run.spool is None:
-        run.spool = load_manifests.new_spool(ctx)
-        try:
-            run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool))
-        except (ManifestError, NotFound):
-            pass  # no usable manifests: nothing of theirs was renamed without a journal
-    partitions: set[str] = set()
-    if run.spool is not None:
-        partitions = {
-            relative_to(parent(e.dst), dest) if parent(e.dst) != dest else "" for e in run.spool.entries()
-        }
-    if journal is not None and run.loaded is not None:
-        async with ctx.stage("rollback"):
-            await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
-    if journal is not None and run.loaded is None:
-        partitions_arg: set[str] | None = None  # renamed files of unknown partitions: look everywhere
-    else:
-        partitions_arg = partitions
-    async with ctx.stage("rollback_stamped"):
-        touched = await remove_stamped(store, dest, instant, partitions_arg, ctx.config)
-        await _remove_empty(store, dest, touched | {join(dest, p) for p in partitions if p})
-    async with ctx.stage("cleanup"):
-        await cleanup.run(ctx, cleanup.CleanupInputs())
-    async with ctx.stage("rollback_instant"):
-        await finish_rollback(store, dest, instant, partitions=set(), config=ctx.config)
-    ctx.report.rolled_back = True
-    ctx.report.instant = instant
-    return False
+__all__ = ["finish_rollback", "remove_stamped", "rollback_instant", "rollback_table_write"]
 
 
 async def rollback_instant(
@@ -198,10 +40,6 @@ async def rollback_instant(
     the store's clock: :mod:`amcommit.table.heartbeat`) is refused with ConflictError before
     anything changes, unless ``force`` (that deletes the files of a running write: its
     commit then fails)."""
-    from amcommit.table.commit import completed_instant
-    from amcommit.table.kind import TableKind  # (table.kind imports this module)
-    from amcommit.table.write import is_table
-
     check_instant(instant)
     if not await is_table(store, dest, config):
         raise ConfigError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties)")
@@ -211,14 +49,12 @@ async def rollback_instant(
             stage="rollback",
         )
     if not force:
-        await _refuse_live(store, dest, instant, config.writer_ttl)
+        await _refuse_live(store, dest, instant, table_settings(config).writer_ttl)
     return await abort_with(TableKind(), store, dest, instant, config=config)
 
 
 async def _refuse_live(store: Store, dest: str, instant: str, ttl: float) -> None:
     """ConflictError if the writer of ``instant`` is alive (nothing of it found: no error)."""
-    from amcommit.table.heartbeat import judge_writers, writer_alive
-
     beats, now = await judge_writers(store, dest, [instant])
     seen = beats.get(instant)
     if seen is None:

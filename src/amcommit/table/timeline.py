@@ -27,18 +27,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from amcommit.errors import NotFound
+from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import Store
 from amcommit.table.model import (
     WRITE_ACTIONS,
+    Action,
     CommitMetadata,
     Instant,
+    State,
     decode_commit_metadata,
     parse_instant_file,
 )
 from amcommit.table.naming import HOODIE_DIR, check_instant
 
-__all__ = ["Changes", "FileVersion", "LoadedCommit", "changes", "load_timeline", "snapshot"]
+__all__ = [
+    "Changes",
+    "FileVersion",
+    "LoadedCommit",
+    "changes",
+    "completed_instant",
+    "load_timeline",
+    "snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,3 +203,20 @@ async def load_timeline(store: Store, dest: str) -> tuple[list[Instant], list[Lo
             meta = decode_commit_metadata(await store.get(path), where=path)
             commits.append(LoadedCommit(i, meta))
     return instants, commits
+
+
+async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
+    """The completed write instant at time ``instant``, if there is one (the two possible
+    names are looked up at the same time: one round trip)."""
+    found: list[Instant] = []
+
+    async def look(action: Action) -> None:
+        i = Instant(instant, action.value, State.COMPLETED)
+        try:
+            await store.stat(join(dest, HOODIE_DIR, i.file_name))
+            found.append(i)
+        except NotFound:
+            pass
+
+    await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT), look, 2)
+    return min(found) if found else None

@@ -50,10 +50,11 @@ from amcommit.paths import basename, check_path, join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import beat
-from amcommit.table.labels import Label
+from amcommit.table.labelmeta import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
 from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, TEMP_DIR, is_instant, next_instant
 from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
+from amcommit.table.staging import table_layout
 from amcommit.table.timeline import list_instants
 
 __all__ = [
@@ -342,7 +343,7 @@ async def begin_write(
         taken = await _taken_times(store, dest)
         floor = max([*taken, *([after] if after else [])], default=None)
         instant = next_instant(datetime.now(UTC), floor)
-        layout = JobLayout(dest, instant, table=True)
+        layout = table_layout(dest, instant)
         marker = WriteMarker(
             job_id=instant,
             created=time.time(),
@@ -399,7 +400,7 @@ async def set_operation(
     already began (its journal exists) with another operation. The job marker is rewritten
     with one whole-object put (atomic; its other fields are kept). True if it changed."""
     operation = Operation(operation)
-    layout = JobLayout(dest, instant, table=True)
+    layout = table_layout(dest, instant)
     policy = policies_of(config)[0]
     marker = await retry_call(lambda: read_marker(store, layout), policy=policy)
     current = Operation(marker.operation)

@@ -60,8 +60,8 @@ async def cleanup(ctx: JobContext) -> None:
             await ctx.call(lambda: store.delete(layout.tasks_dir, recursive=True))
         await ctx.call(lambda: store.delete(layout.attempt_dir, recursive=True))
         await ctx.call(lambda: store.delete(layout.job_dir, recursive=True))
-        if layout.table:
-            return  # .hoodie/.temp stays (other writers allocate their staging in it)
+        if layout.staging is not None:
+            return  # a kind's staging folder stays (its other jobs stage in it)
         try:  # only if empty: other jobs may use it
             await ctx.call(lambda: store.delete(layout.temp_root))
         except StoreError:

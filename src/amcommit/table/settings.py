@@ -1,0 +1,76 @@
+"""The table kind's settings (:class:`TableSettings`) and the one option set that holds them
+beside the engine's (:class:`TableConfig`).
+
+The engine's :class:`~amcommit.committer.config.CommitterConfig` knows no table. A table
+write's own settings (how long a writer's heartbeat stays fresh, the clean after each
+commit) are :class:`TableSettings`, carried by the table's job kind
+(:class:`~amcommit.table.kind.TableKind`). Users give both in one set of options (``--conf
+writer_ttl=...``, the Spark source's options, ``spark.amcommit.*``): :class:`TableConfig` is
+``CommitterConfig`` plus the table's fields, read by the same
+:meth:`~amcommit.committer.config.CommitterConfig.from_mapping`; :func:`table_settings` takes
+the table's part of any config (a plain ``CommitterConfig`` has the defaults).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.errors import ConfigError
+from amcommit.options import Options
+
+__all__ = ["DEFAULT_SETTINGS", "TableConfig", "TableSettings", "table_settings"]
+
+
+def _check(writer_ttl: float) -> None:
+    # (no message shows the value given: it may be a secret given to the wrong option)
+    if not writer_ttl > 0:
+        raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
+
+
+class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A table write's own settings (the table kind carries them)."""
+
+    kind = "committer"
+
+    writer_ttl: float = 120.0
+    """Seconds a writer's heartbeat (``.hoodie/.heartbeat/<instant>``) stays fresh. An
+    earlier inflight instant whose heartbeat is older (or that never heartbeated and was
+    allocated longer ago) belongs to a dead writer: the next commit rolls it back. A live
+    writer must refresh it at least this often (:mod:`amcommit.table.heartbeat`)."""
+    clean_retain_commits: int | None = None
+    """After each commit, clean file groups replaced before the latest N commits
+    (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
+
+    def __post_init__(self) -> None:
+        _check(self.writer_ttl)
+
+
+DEFAULT_SETTINGS = TableSettings()
+
+
+class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The engine's :class:`~amcommit.committer.config.CommitterConfig` plus the table's
+    :class:`TableSettings` fields, in one option set: what the CLI (``--conf``) and the Spark
+    source read, and what Python callers build to set a table's settings
+    (``TableConfig(writer_ttl=30, io_threads=64)``). Its fields are those of both types
+    (tests/unit/test_layering.py checks that they stay in step)."""
+
+    writer_ttl: float = DEFAULT_SETTINGS.writer_ttl
+    """:attr:`TableSettings.writer_ttl`."""
+    clean_retain_commits: int | None = DEFAULT_SETTINGS.clean_retain_commits
+    """:attr:`TableSettings.clean_retain_commits`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.writer_ttl)
+
+    def settings(self) -> TableSettings:
+        """The table's part of this config."""
+        return TableSettings(writer_ttl=self.writer_ttl, clean_retain_commits=self.clean_retain_commits)
+
+
+def table_settings(config: CommitterConfig) -> TableSettings:
+    """The table's settings given with ``config``: a :class:`TableConfig`'s own, else the
+    defaults (a plain ``CommitterConfig`` holds none)."""
+    return config.settings() if isinstance(config, TableConfig) else DEFAULT_SETTINGS

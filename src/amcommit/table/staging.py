@@ -1,0 +1,100 @@
+"""A table write's staging and its task side (the table kind's
+:class:`~amcommit.committer.kind.TaskKind`).
+
+A write stages in ``.hoodie/.temp/$instant/`` (:func:`table_layout`; the job id is the
+instant). Its task side (:data:`TABLE_TASKS`, carried by that layout):
+
+- a task setup and the start of a task commit beat the writer's heartbeat, unless it is
+  fresh (:func:`~amcommit.table.heartbeat.try_beat`);
+- a task commit names each output ``<fileId>_<token>_<instant>.parquet`` in its partition
+  folder (:func:`~amcommit.table.tasknames.plan_names`; a file without a row count in
+  ``extra_data["hudi.rows"]`` has its Parquet footer read), and writes the files' write
+  stats into the manifest (:func:`~amcommit.table.writestats.task_write_stats`), always from
+  this listing, never a caller's: they hold the row counts too, so ``hudi.rows`` is not
+  carried.
+
+Nothing here publishes anything by itself (the task commit publishes the manifest).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.layout import JobLayout
+from amcommit.errors import CommitError
+from amcommit.store.base import ObjectInfo, Store
+from amcommit.store.retry import policies_of, retry_call
+from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
+from amcommit.table.naming import TEMP_DIR, check_instant
+from amcommit.table.settings import table_settings
+from amcommit.table.tasknames import ROWS_KEY, plan_names
+from amcommit.table.writestats import MUTATIONS_KEY, STATS_KEY, mutation_fields, task_write_stats
+
+__all__ = ["TABLE_TASKS", "TableTasks", "is_table_layout", "table_layout"]
+
+
+async def _footer_rows(store: Store, path: str, config: CommitterConfig) -> int:
+    """Rows of a Parquet file, from its footer (the whole file is read: engine users who
+    know their counts pass them in ``extra_data["hudi.rows"]``)."""
+    import pyarrow.parquet as pq
+
+    data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+    try:
+        return int(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows)
+    except Exception as e:
+        raise CommitError(
+            f"{path!r} is not a readable Parquet file ({type(e).__name__})", stage="commit_task"
+        ) from None
+
+
+class TableTasks:
+    """The task side of a table write (module doc)."""
+
+    async def task_started(self, store: Store, layout: JobLayout, config: CommitterConfig) -> None:
+        await try_beat(
+            store, layout.dest, layout.job_id, fresh=FRESH_FRACTION * table_settings(config).writer_ttl
+        )
+
+    async def name_outputs(
+        self,
+        store: Store,
+        layout: JobLayout,
+        task_attempt_id: str,
+        files: Sequence[tuple[str, ObjectInfo]],
+        extra: dict[str, str],
+        config: CommitterConfig,
+    ) -> dict[str, str]:
+        rels = [rel for rel, _ in files]
+        names, rows, missing = plan_names(rels, layout.job_id, task_attempt_id, extra)
+        by_rel = dict(files)
+        for rel in missing:
+            rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
+        extra.pop(ROWS_KEY, None)
+        # an upsert/delete task's per-file counts (numInserts, numUpdateWrites, numDeletes,
+        # prevCommit: amcommit.table.mutate) go into the write stats with the names they got
+        mutations = mutation_fields(extra.pop(MUTATIONS_KEY, None), names)
+        extra[STATS_KEY] = task_write_stats(((names[rel], info.size) for rel, info in files), rows, mutations)
+        return names
+
+    def __reduce__(self) -> str:
+        return "TABLE_TASKS"  # one instance per process (layouts carrying it pickle by name)
+
+
+TABLE_TASKS = TableTasks()
+"""The task side of every table write (stateless)."""
+
+
+def table_layout(dest: str, instant: str, job_attempt: int = 0) -> JobLayout:
+    """The layout of table write ``instant`` into the table at ``dest``: staging in
+    ``.hoodie/.temp/$instant/``, the table's task side (:data:`TABLE_TASKS`). ConfigError
+    if ``instant`` is not an instant time."""
+    check_instant(instant)
+    return JobLayout(dest, instant, job_attempt, staging=TEMP_DIR, tasks=TABLE_TASKS)
+
+
+def is_table_layout(layout: JobLayout) -> bool:
+    """True if ``layout`` is a table write's (staged in ``.hoodie/.temp/``), not a plain
+    job's directory found in a table."""
+    return layout.staging == TEMP_DIR

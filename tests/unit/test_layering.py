@@ -1,0 +1,211 @@
+"""The package's floors (ARCHITECTURE.md "Package layout"): no import cycles, the engine
+knows no table, the store layer knows no engine, the instant syntax is defined once.
+
+The import graph is read from the source with :mod:`ast` (every ``import`` statement,
+inside functions too; those under ``if TYPE_CHECKING:`` are type-only and left out).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import amcommit
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.report import JobReport
+from amcommit.table.report import TableReport
+from amcommit.table.settings import TableConfig, TableSettings
+
+SRC = Path(amcommit.__file__).parent
+
+ALLOWED_EDGES = {
+    ("amcommit.committer.job", "amcommit.api"): "the old committer.commit_job/abort_job/setup_job "
+    "(compatibility shims: they call the front door, lazily)",
+}
+"""Imports left out of the cycle check, each with why."""
+
+OTHER_BRANCHES = {
+    frozenset(
+        {"amcommit.cli", "amcommit.table.cli", "amcommit.table.cli_write"}
+    ): "the CLI package (h24-cli)",
+    frozenset({"amcommit.spark.source", "amcommit.spark.stream"}): "spark/ (h24-cli)",
+}
+"""Cycles in code another change of this round moves (remove once merged)."""
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    out: dict[str, tuple[Path, bool]] = {}
+    for path in SRC.rglob("*.py"):
+        parts = ["amcommit", *path.relative_to(SRC).with_suffix("").parts]
+        pkg = parts[-1] == "__init__"
+        if pkg:
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, pkg)
+    return out
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The module of ``name`` (a module, or a name inside one)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_only(tree: ast.Module) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    return skip
+
+
+def imports_of(module: str) -> set[str]:
+    """The src modules ``module`` imports (at any depth of its code, type-only ones aside)."""
+    path, pkg = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_only(tree)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(t for a in node.names if (t := _owner(a.name)) is not None)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if pkg else module.split(".")[:-1]
+                here = here[: len(here) - node.level + 1]
+                base = ".".join([*here, *([base] if base else [])])
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                t = _owner(full if full in MODULES else base)
+                if t is not None:
+                    out.add(t)
+    out.discard(module)
+    return out
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[set[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp: set[str] = set()
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.add(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    found.append(comp)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: {t for t in ts if (m, t) not in ALLOWED_EDGES} for m, ts in GRAPH.items()}
+    found = [sorted(c) for c in cycles(graph) if frozenset(c) not in OTHER_BRANCHES]
+    assert found == []
+
+
+def _imports_from(prefix: str) -> dict[str, set[str]]:
+    return {m: ts for m, ts in GRAPH.items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def test_engine_imports_no_table_spark_or_cli() -> None:
+    bad = {
+        m: sorted(t for t in ts if t.startswith(("amcommit.table", "amcommit.spark", "amcommit.cli")))
+        for m, ts in _imports_from("amcommit.committer").items()
+    }
+    assert {m: ts for m, ts in bad.items() if ts} == {}
+
+
+def test_engine_names_no_table_module() -> None:
+    """Not even in a docstring: ``grep -rn amcommit.table src/amcommit/committer``."""
+    named = [
+        f"{p.relative_to(SRC)}:{n}"
+        for p in sorted((SRC / "committer").rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "amcommit.table" in line
+    ]
+    assert named == []
+
+
+def test_store_imports_no_engine_or_table() -> None:
+    bad = {
+        m: sorted(t for t in ts if t.startswith(("amcommit.committer", "amcommit.table")))
+        for m, ts in _imports_from("amcommit.store").items()
+    }
+    assert {m: ts for m, ts in bad.items() if ts} == {}
+
+
+_INSTANT_SYNTAX = re.compile(r"\\d\{1[47]\}|\[0-9\]\{1[47]\}|\\d\{3\}")
+
+
+def test_instant_syntax_defined_once() -> None:
+    """The regular expression of an instant time is written once (table/naming.py);
+    everything else that parses instants builds on it."""
+    found = [
+        f"{p.relative_to(SRC)}:{n}"
+        for p in sorted(SRC.rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if _INSTANT_SYNTAX.search(line)
+    ]
+    assert len(found) == 1 and found[0].startswith("table/naming.py:"), found
+
+
+def test_kind_settings_and_report_fields_are_the_tables() -> None:
+    """The engine's config and report hold no table field; the table's types do, and the
+    combined option set users give is exactly the engine's plus the table's."""
+    table_fields = set(TableSettings.__struct_fields__)
+    assert table_fields == {"writer_ttl", "clean_retain_commits"}
+    assert not table_fields & set(CommitterConfig.__struct_fields__)
+    assert set(TableConfig.__struct_fields__) == set(CommitterConfig.__struct_fields__) | table_fields
+    for name in table_fields:
+        assert getattr(TableConfig(), name) == getattr(TableSettings(), name)
+    report_fields = {f.name for f in dataclasses.fields(TableReport)} - {
+        f.name for f in dataclasses.fields(JobReport)
+    }
+    assert report_fields == {"instant", "operation", "label", "skipped_label"}
