@@ -183,7 +183,7 @@ async def test_recorded_times_never_count(sut: StoreUnderTest, skew: float) -> N
     async with anyio.create_task_group() as tg:
         tg.start_soon(holder.keep, tg.cancel_scope.cancel)
         with pytest.raises(ConflictError, match="held by h"):
-            await taker.acquire(wait=2.5 * ttl, gave_up=gave_up)
+            await taker.acquire(wait=1.6 * ttl, gave_up=gave_up)
         tg.cancel_scope.cancel()
     assert holder.lost is None
     t0 = time.monotonic()  # the holder stopped renewing (its process "died")
