@@ -30,7 +30,6 @@ from amcommit.spark.stream_state import (
     checkpoint_app,
     dead_instants,
     driver_instants,
-    judge_lease,
     lease_path,
     merge_owner,
     owner_fields,
@@ -92,13 +91,6 @@ def test_driver_gone() -> None:
     assert not driver_gone(f"another-host/{ns}/{pid}/{start}")
     assert not driver_gone(f"{host}/pid:[1]/{pid}/{start}")  # another pid namespace (a container)
     assert not driver_gone("garbage") and not driver_gone(f"{host}/{ns}/x/y")
-
-
-def test_judge_lease() -> None:
-    assert judge_lease(None, "r", 100.0, 10.0) == "take"
-    assert judge_lease(Lease("q", "r", 99.0), "r", 100.0, 10.0) == "take"
-    assert judge_lease(Lease("q", "other", 95.0), "r", 100.0, 10.0) == "wait"
-    assert judge_lease(Lease("q", "other", 80.0), "r", 100.0, 10.0) == "take"
 
 
 def test_owner_files_round_trip(tmp_path: Path) -> None:
@@ -181,6 +173,48 @@ def test_dead_run_lease_taken_over_after_ttl(tmp_path: Path, caplog: pytest.LogC
     assert len(said) == 1 and "\n" not in said[0], said
     assert said[0].startswith("streaming query q: run restart waits for the lease of run dead-run")
     assert "at most 1.6 s" in said[0]
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 3600.0])
+def test_a_runs_recorded_times_never_count(tmp_path: Path, skew: float) -> None:
+    """The lease is judged by its etag on the newcomer's monotonic clock, never by the time
+    written in it. Run a's clock is off by an hour: it keeps renewing its lease (each beat
+    an hour behind: it looks long stale) and a second run still fails in one line; then run
+    a dies (its beat an hour ahead: it looks fresh for an hour) and a restart takes the
+    lease over once unchanged for leaseTtl. (Judged by the beat, the second run took the
+    lease of a live run, and the restart waited in vain.)"""
+    ttl = 1.0
+
+    async def main() -> tuple[str, bool, float]:
+        store = LocalStore(str(tmp_path))
+        async with store:
+            path = lease_path("t", "q")
+
+            async def beat() -> None:  # what run a's tasks write, by their clock
+                await store.put(path, msgspec.json.encode(Lease("q", "run-a", time.time() + skew)))
+
+            await beat()
+
+            async def renew() -> None:
+                while True:
+                    await anyio.sleep(ttl / 4)
+                    await beat()
+
+            refused = "not refused"
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(renew)
+                try:
+                    await acquire_lease(store, "t", "q", "run-b", ttl)
+                except ConflictError as e:
+                    refused = str(e)
+                tg.cancel_scope.cancel()
+            t0 = time.monotonic()
+            took = await acquire_lease(store, "t", "q", "restart", ttl)
+            return refused, took, time.monotonic() - t0
+
+    refused, took, waited = anyio.run(main)
+    assert "already running in another run (run-a" in refused and "\n" not in refused
+    assert took and ttl <= waited < ttl + 1.5, waited
 
 
 REPO = str(Path(__file__).resolve().parents[2])

@@ -18,21 +18,32 @@ objects):
 
 ``.hoodie/.amcommit/streams/<sha256(app)>.json`` (the query's *lease*)
     ``{"app", "run", "beat", "driver"}``: which run of the query writes, when it last said
-    so (wall clock), and the run's driver process when known
-    (:class:`~amcommit.liveness.ProcessId`: the Spark driver's JVM). Taken and renewed by
-    tasks and the batch commit (not rewritten while the run's own lease is younger than
-    ``lease_ttl / 4``). A different run finds a fresh lease and waits up to
-    ``lease_ttl`` for it to go stale, saying so in one line (WARNING): if the holder renews
-    it meanwhile, two runs of one query are running at once and the newcomer fails with one
-    line (:class:`~amcommit.errors.ConflictError`); if not, the holder is dead (a restart
-    after a crash) and the lease is taken over. A lease whose driver is provably dead on
-    this host (:func:`~amcommit.liveness.proven_dead`) is taken over at once. Clocks of the
-    processes must agree within a small fraction of ``lease_ttl``.
+    so (the writer's wall clock: for people, and to pace the run's own renewals), and the
+    run's driver process when known (:class:`~amcommit.liveness.ProcessId`: the Spark
+    driver's JVM). It is a :class:`amcommit.coord.lease.Lease` held by a *run*: every
+    process of the run (its tasks and batch commits) writes it as the same holder. Taken
+    and renewed by tasks and the batch commit (not rewritten while the run's own lease is
+    younger than ``lease_ttl / 4`` by its recorded ``beat``). A different run that finds
+    the lease waits up to ``lease_ttl`` + 1 s, saying so in one line (WARNING): if the
+    lease changes meanwhile, two runs of one query are running at once and the newcomer
+    fails with one line (:class:`~amcommit.errors.ConflictError`); if it stays unchanged
+    (the same etag) for ``lease_ttl`` on the newcomer's monotonic clock, the holder is dead
+    (a restart after a crash) and the lease is taken over. A lease whose driver is provably
+    dead on this host (:func:`~amcommit.liveness.proven_dead`) is taken over at once. The
+    recorded ``beat`` is never compared with the newcomer's clock (the lease's one clock
+    rule), so a restart waits ``lease_ttl`` also for a lease that looks hours old, and a
+    dead run whose clock ran ahead is taken over all the same.
 
     Every write of the lease after a read of it is conditional on what was read (``CREATE``
-    when there was none, else ``UpdateIf(etag)``, the destination lock's discipline), so of
-    two runs that find the same stale lease exactly one takes it: the other finds the
-    winner's fresh lease and fails in one line.
+    when there was none, else ``UpdateIf(etag)``), so of two runs that find the same stale
+    lease exactly one takes it: the other finds the winner's fresh lease and fails in one
+    line.
+
+    Limit: pacing a run's own renewals reads the recorded ``beat``, so the processes of
+    *one* run must keep their clocks within about ``lease_ttl / 2`` of one another; where
+    they do not, a renewal may be skipped, another run may take the lease from the live
+    run, and the live run's next task or commit then fails in one line (two runs never
+    both commit).
 """
 
 from __future__ import annotations
@@ -43,13 +54,14 @@ import logging
 import time
 from collections.abc import Mapping
 
-import anyio
 import msgspec
 
-from amcommit.errors import AlreadyExists, ConflictError, NotFound, PreconditionFailed
-from amcommit.liveness import ProcessId, proven_dead
+from amcommit.coord.lease import Holding, Seen
+from amcommit.coord.lease import Lease as CoordLease
+from amcommit.errors import ConflictError, NotFound
+from amcommit.liveness import ProcessId
 from amcommit.paths import basename, join
-from amcommit.store.base import PutMode, Store, UpdateIf
+from amcommit.store.base import PutMode, Store
 from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
 from amcommit.table.staging import table_layout
 
@@ -71,7 +83,6 @@ __all__ = [
     "checkpoint_app",
     "dead_instants",
     "driver_instants",
-    "judge_lease",
     "lease_path",
     "merge_owner",
     "owner_fields",
@@ -210,35 +221,17 @@ def driver_instants(owners: Mapping[str, Owner], driver: str, checkpoint: str | 
     return sorted(t for t, o in owners.items() if o.driver == driver and o.checkpoint == checkpoint)
 
 
-def judge_lease(lease: Lease | None, run: str, now: float, ttl: float, *, dead: bool = False) -> str:
-    """Pure: ``"take"`` (no lease, our own, a stale one, or one whose driver is ``dead``) or
-    ``"wait"`` (another run's, fresh)."""
-    if lease is None or lease.run == run or now - lease.beat > ttl or dead:
-        return "take"
-    return "wait"
+def _decode_lease(data: bytes) -> Lease | None:
+    try:
+        return msgspec.json.decode(data, type=Lease)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
-_CONSISTENT_READS = 5
-
-
-async def _read_lease(store: Store, path: str) -> tuple[bool, str | None, Lease | None]:
-    """(the object exists, its etag, its lease), read consistently: ``stat``, ``get``,
-    ``stat`` until both stats agree (the etag is None if they never did). A torn or
-    foreign object reads as no lease (it is taken over)."""
-    for _ in range(_CONSISTENT_READS):
-        try:
-            first = await store.stat(path)
-            data = await store.get(path)
-            second = await store.stat(path)
-        except NotFound:
-            return False, None, None
-        try:
-            lease: Lease | None = msgspec.json.decode(data, type=Lease)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            lease = None
-        if first.etag is not None and first.etag == second.etag:
-            return True, first.etag, lease
-    return True, None, lease
+def _holding(lease: Lease) -> Holding:
+    """What the query's lease is to :mod:`amcommit.coord.lease`: held by a run (every
+    process of the run writes it: its tasks and batch commits), whose driver is named."""
+    return Holding(token=lease.run, process=lease.driver)
 
 
 async def acquire_lease(
@@ -252,43 +245,49 @@ async def acquire_lease(
 ) -> bool:
     """Take or renew the query's lease for run ``run`` (see module doc); ``driver``: the
     run's driver process, recorded in the lease. Returns True if this call took over a lease
-    of another run (stale, or its driver dead). ConflictError (one line) if another run of
-    the same query holds it and keeps renewing it, or took it first. Atomic: the one
-    conditional write that takes or renews the lease."""
+    of another run (unchanged for ``ttl`` on this process's monotonic clock, or its driver
+    dead). ConflictError (one line) if another run of the same query holds it and keeps
+    renewing it, or took it first. Atomic: the one conditional write that takes or renews
+    the lease (:class:`amcommit.coord.lease.Lease`)."""
     path = lease_path(dest, app)
-    present, etag, first = await _read_lease(store, path)
-    if first is not None and first.run == run and abs(time.time() - first.beat) < ttl * RENEW_AFTER:
-        return False  # ours, renewed moments ago (by another task of this run): not rewritten
-    seen = first
-    deadline = time.monotonic() + ttl + 1.0
-    told = False
-    while True:
-        now = time.time()
-        other = seen is not None and seen.run != run
-        dead = other and seen is not None and proven_dead(seen.driver)
-        verdict = judge_lease(seen, run, now, ttl, dead=dead)
-        if verdict == "take" and (etag is not None or not present):
-            data = msgspec.json.encode(Lease(app=app, run=run, beat=time.time(), driver=driver))
-            try:
-                await store.put(path, data, mode=UpdateIf(etag) if etag is not None else PutMode.CREATE)
-                return other
-            except (AlreadyExists, PreconditionFailed, NotFound):
-                pass  # changed since our read: read it again and judge what is there now
-            present, etag, seen = await _read_lease(store, path)
-            if seen is not None and seen.run == run:
-                return False  # another task of our run renewed it meanwhile
-            continue
-        if verdict == "wait":
-            assert seen is not None
-            if seen != first:
-                raise ConflictError(_running(app, seen, now))
-            if not told:
-                told = True
-                log.warning(_waiting(app, run, seen, now, ttl))
-        if time.monotonic() >= deadline:
-            raise ConflictError(_running(app, seen, now) if seen is not None else _unreadable(app, path))
-        await anyio.sleep(min(0.5, ttl / 10))
-        present, etag, seen = await _read_lease(store, path)
+    lease: CoordLease[Lease] = CoordLease(
+        store,
+        path,
+        ttl=ttl,
+        token=run,
+        decode=_decode_lease,
+        view=_holding,
+        encode=lambda _beats: msgspec.json.encode(Lease(app=app, run=run, beat=time.time(), driver=driver)),
+    )
+    first = await lease.observe_or_absent()
+    if first.body is not None and first.body.run == run:
+        if abs(time.time() - first.body.beat) < ttl * RENEW_AFTER:
+            return False  # ours, renewed moments ago (by another task of this run): not rewritten
+        if await lease.take_over(first):
+            return False  # renewed, conditionally on the version we read
+        # changed since our read: judge what is there now (ours again: another task renewed it)
+
+    def on_wait(seen: Seen[Lease], _left: float) -> None:
+        if seen.body is not None:
+            log.warning(_waiting(app, run, seen.body, time.time(), ttl))
+
+    def on_change(seen: Seen[Lease]) -> None:
+        if seen.body is not None:  # another run wrote it while we looked: it is alive
+            raise ConflictError(_running(app, seen.body, time.time()))
+
+    def gave_up(seen: Seen[Lease] | None) -> ConflictError:
+        body = seen.body if seen is not None else None
+        return ConflictError(_running(app, body, time.time()) if body is not None else _unreadable(app, path))
+
+    replaced = await lease.acquire(
+        wait=ttl + 1.0,
+        gave_up=gave_up,
+        on_wait=on_wait,
+        on_change=on_change,
+        first=first,
+        max_poll=min(0.5, ttl / 10),
+    )
+    return replaced is not None and replaced.body is not None
 
 
 def _waiting(app: str, run: str, lease: Lease, now: float, ttl: float) -> str:

@@ -51,6 +51,15 @@ service, or one file system). Only when a store gives no modification times does
 fall back to the heartbeat body (the writer's clock) and its own clock: those must then agree
 within a small fraction of ``writer_ttl``. An instant with no sign of life at all is judged
 by its time (the writer's clock at allocation) against the store's clock.
+
+**Not a lease.** The table's commit lock is the destination lock, a
+:class:`amcommit.coord.lease.Lease`; the heartbeat is not one, and keeps its own clock rule:
+the file is Hudi's (``.hoodie/.heartbeat/<instant>``, its modification time is what Hudi's
+writers read), several processes of one write beat it at once (no single holder, no
+conditional writes), and a commit judges an earlier instant from one listing (a lease's
+rule, an etag watched unchanged for a whole ttl, would make every such commit wait
+``writer_ttl``). The keeper record is no lease either: the latest process keeping the write
+alive overwrites it, and only :func:`~amcommit.liveness.proven_dead` is asked of it.
 """
 
 from __future__ import annotations
