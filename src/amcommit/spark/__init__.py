@@ -13,9 +13,9 @@ The source is registered automatically (module ``pyspark_amcommit``); call
 :mod:`amcommit.spark.source` for where each step runs and what is atomic.
 """
 
+from amcommit.spark.foreach import write_batch
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
 from amcommit.spark.source import AmcommitCommitMessage, AmcommitDataSource, AmcommitWriter, register
-from amcommit.spark.stream import write_batch
 
 DefaultSource = AmcommitDataSource
 

@@ -28,8 +28,10 @@ abort), so a failed Spark job leaves no trace on the timeline.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 
 from amcommit.api import abort_job, commit_job
 from amcommit.committer.config import ConflictMode
@@ -180,3 +182,67 @@ def abort_write(plan: WritePlan) -> JobReport:
 
 
 __all__ = ["abort_write", "commit_write", "decode_results", "keep_write_alive", "table_operation"]
+
+
+def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -> WritePlan:
+    """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
+    the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it.
+    ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from amcommit.spark.parquet import nullable_voids
+    from amcommit.table.schema import avro_schema
+    from amcommit.table.write import TableSpec, TableWrite, begin_write
+
+    table = plan.table
+    assert table is not None
+    # the .requested action comes from the save mode alone: both overwrites are replace
+    # commits; which one it is may be settled at job commit (the session's mode)
+    operation = (
+        Operation.INSERT
+        if not plan.overwrite
+        else (
+            Operation.INSERT_OVERWRITE
+            if plan.conflict_mode == "replace"
+            else Operation.INSERT_OVERWRITE_TABLE
+        )
+    )
+    arrow = to_arrow_schema(
+        StructType.fromJson(nullable_voids(json.loads(plan.data_schema_json))), timezone="UTC"
+    )
+    schema_json = avro_schema(arrow, table.name)
+    spec = (
+        TableSpec(
+            name=table.name,
+            partition_fields=plan.partition_columns,
+            record_key_fields=table.record_key_fields,
+        )
+        if table.new
+        else None
+    )
+
+    async def begin() -> TableWrite:
+        store, dest = open_location(plan.url, **plan.store_options)
+        async with store:
+            return await begin_write(
+                store,
+                dest,
+                operation=operation,
+                spec=spec,
+                avro_schema=schema_json,
+                config=plan.config(),
+                origin="spark",
+                allow_missing_columns=table.allow_missing_columns,
+                owner=owner,
+            )
+
+    write = run_blocking(begin)
+    begun = replace(
+        plan,
+        job_id=write.instant,
+        partition_dir_names=(),
+        table=replace(table, instant=write.instant, operation=operation.value),
+    )
+    keep_write_alive(begun)  # the driver's beats until commit/abort (or the driver is gone)
+    return begun

@@ -28,7 +28,7 @@ the task side unchanged with one table instant per micro-batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,19 +47,17 @@ from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.loop import run_blocking
 from amcommit.messages import for_user
 from amcommit.paths import basename, join
-from amcommit.spark.driver import abort_write, commit_write, keep_write_alive
+from amcommit.spark.driver import abort_write, begin_table_write, commit_write
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan, check_table_options
 from amcommit.spark.parquet import nullable_voids, unwritable_column
 from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
 from amcommit.store.schemes import open_location
-from amcommit.table.model import Operation
 from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE
 
 if TYPE_CHECKING:
     from amcommit.table.properties import TableProperties
-    from amcommit.table.write import TableWrite
 
 
 @dataclass
@@ -230,68 +228,6 @@ def _continue_table(
     new_plan: WritePlan = rebuild(opts, existing_table=True)
     assert new_plan.table is not None
     return replace(new_plan, table=replace(new_plan.table, name=props.name or new_plan.table.name))
-
-
-def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -> WritePlan:
-    """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
-    the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it.
-    ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from amcommit.table.schema import avro_schema
-    from amcommit.table.write import TableSpec, begin_write
-
-    table = plan.table
-    assert table is not None
-    # the .requested action comes from the save mode alone: both overwrites are replace
-    # commits; which one it is may be settled at job commit (the session's mode)
-    operation = (
-        Operation.INSERT
-        if not plan.overwrite
-        else (
-            Operation.INSERT_OVERWRITE
-            if plan.conflict_mode == "replace"
-            else Operation.INSERT_OVERWRITE_TABLE
-        )
-    )
-    arrow = to_arrow_schema(
-        StructType.fromJson(nullable_voids(json.loads(plan.data_schema_json))), timezone="UTC"
-    )
-    schema_json = avro_schema(arrow, table.name)
-    spec = (
-        TableSpec(
-            name=table.name,
-            partition_fields=plan.partition_columns,
-            record_key_fields=table.record_key_fields,
-        )
-        if table.new
-        else None
-    )
-
-    async def begin() -> TableWrite:
-        store, dest = open_location(plan.url, **plan.store_options)
-        async with store:
-            return await begin_write(
-                store,
-                dest,
-                operation=operation,
-                spec=spec,
-                avro_schema=schema_json,
-                config=plan.config(),
-                origin="spark",
-                allow_missing_columns=table.allow_missing_columns,
-                owner=owner,
-            )
-
-    write = run_blocking(begin)
-    begun = replace(
-        plan,
-        job_id=write.instant,
-        partition_dir_names=(),
-        table=replace(table, instant=write.instant, operation=operation.value),
-    )
-    keep_write_alive(begun)  # the driver's beats until commit/abort (or the driver is gone)
-    return begun
 
 
 def _setup_job(plan: WritePlan) -> None:

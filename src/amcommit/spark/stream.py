@@ -55,7 +55,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from amcommit.api import abort_job
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.liveness import ProcessId, java_ancestor, pid_namespace, this_process
+from amcommit.liveness import ProcessId, java_ancestor, pid_namespace
 from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.messages import for_user
 from amcommit.parallel import run_parallel
@@ -77,7 +77,6 @@ from amcommit.spark.task import TaskResult
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.beater import ProcessWatch, jvm_watch
-from amcommit.table.beater import this_process as this_watch
 from amcommit.table.report import table_report
 
 if TYPE_CHECKING:
@@ -103,7 +102,6 @@ __all__ = [
     "driver_gone",
     "driver_id",
     "stream_writer",
-    "write_batch",
 ]
 
 
@@ -516,103 +514,10 @@ def begin_batch(
     """Allocate a micro-batch's instant (``begin_write``) with its owner recorded in the
     claim itself (atomic with it): the query (``app``, when known here), its checkpoint
     key (when known) and the driver process (``driver``, default: this worker's JVM)."""
-    from amcommit.spark.source import begin_table_write
+    from amcommit.spark.driver import begin_table_write
 
     ck = checkpoint_app(checkpoint) if checkpoint else None
     owner = Owner(app=app, checkpoint=ck, driver=driver or driver_id())
     plan = begin_table_write(plan, owner=owner_fields(owner))
     hooks.current.stream_begun(batch, checkpoint)
     return plan
-
-
-def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
-    """``foreachBatch`` sink: write ``df`` (micro-batch ``batch_id``) into the table at
-    ``dest`` exactly once, with the label ``(query id, batch_id)``. The query id is the
-    session's ``sql.streaming.queryId`` local property (else the ``checkpointLocation``
-    option's key); the options are those of ``format("amcommit")`` plus ``mode``
-    (``append``, or ``overwrite`` to replace the table).
-
-    Runs in the caller's process (foreachBatch functions run on the driver): the instant is
-    allocated here, the tasks write through ``mapInArrow`` and the commit runs here. A
-    replayed batch whose label is committed is skipped by the commit (its files removed);
-    ``report.skipped_label`` then names the instant that had committed it.
-
-    Atomic: the batch's instant is published at once or not at all. Blocking.
-    """
-    import json
-
-    from amcommit.spark.source import AmcommitDataSource
-
-    spark = df.sparkSession
-    sc = spark.sparkContext
-    query = sc.getLocalProperty(QUERY_ID_KEY)
-    run = sc.getLocalProperty(RUN_ID_KEY)
-    opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
-    mode = str(opts.pop("mode", "append")).lower()
-    if mode not in ("append", "overwrite"):
-        raise ConfigError("write_batch: option 'mode' must be 'append' or 'overwrite'")
-    rest, checkpoint, ttl = _stream_options(opts)
-    ck = checkpoint_app(checkpoint) if checkpoint else None
-    app = query or ck
-    if not app:
-        raise _no_query_id()
-    ids = StreamIds(app, run, ck)
-    rest["path"] = dest
-    try:
-        plan = AmcommitDataSource(rest).build_writer(df.schema, mode == "overwrite", begin=False).plan
-        plan = begin_batch(plan, checkpoint, app=app, driver=driver_id(this_watch()), batch=int(batch_id))
-    except AmcommitError as e:
-        raise for_user(e, dest) from None
-    writer = AmcommitStreamWriter(plan, checkpoint, ttl)
-    writer.driver = writer.driver or this_process()  # the Python driver, unless under a JVM
-    try:
-        writer._claim(ids)
-        results = _run_tasks(df, writer, ids, int(batch_id))
-        return commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            abort_write(plan)
-        raise
-
-
-def _run_tasks(
-    df: Any, writer: AmcommitStreamWriter, ids: StreamIds, batch_id: int
-) -> list[TaskResult | None]:
-    """Every partition of ``df`` written as one task (``rdd.mapPartitions``: ``mapInArrow``
-    needs pandas); the results of the attempts Spark kept, in partition order."""
-    import pickle
-
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from amcommit.spark.task import run_task
-
-    plan = writer.plan
-    arrow = to_arrow_schema(df.schema, timezone="UTC")
-
-    def task(rows: Iterator[Any]) -> Iterator[tuple[int, bytes]]:
-        from pyspark import TaskContext
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            chunk: list[dict[str, Any]] = []
-            for r in rows:
-                chunk.append(r.asDict(recursive=True))
-                if len(chunk) >= 10_000:
-                    yield pa.RecordBatch.from_pylist(chunk, schema=arrow)
-                    chunk = []
-            if chunk:
-                yield pa.RecordBatch.from_pylist(chunk, schema=arrow)
-
-        ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx is not None else 0
-        attempt = ctx.attemptNumber() if ctx is not None else 0
-        try:
-            with writer._renewing(ids):
-                result = run_task(
-                    plan, writer._watch(batches(), batch_id), partition=partition, attempt=attempt
-                )
-        except AmcommitError as e:
-            raise for_user(e, plan.url) from None
-        yield partition, pickle.dumps(result)
-
-    got = df.rdd.mapPartitions(task).collect()
-    return [pickle.loads(r) for _, r in sorted(got, key=lambda x: x[0])]
