@@ -1,4 +1,4 @@
-"""Bounded concurrency plus an adaptive token-bucket rate limit.
+"""An in-flight limit (fixed or adaptive) plus an adaptive token-bucket rate limit.
 
 One :class:`Limiter` guards every request a store sends. Share one limiter between all the
 jobs of a process that talk to the same account or bucket (:func:`shared_limiter`), so that
@@ -6,7 +6,14 @@ together they respect the service's limits.
 
 Behaviour:
 
-* at most ``max_concurrency`` operations in flight;
+* at most ``max_concurrency`` operations in flight (a fixed limit); or, with
+  ``adaptive`` (an :class:`~amcommit.store.adaptive.AdaptiveLimit`, what the HTTP stores
+  use by default), a limit that the controller moves between its floor and ceiling: it
+  grows while the answers' latency holds and the limit is reached, shrinks when latency
+  rises, halves when the rate below is cut for throttling and is restored with it when
+  the cut is undone (see :mod:`amcommit.store.adaptive`). ``max_concurrency=None`` without
+  ``adaptive``: no limit. Every slot's round trip (from the slot taken to its release) is
+  the controller's latency sample;
 * at most ``rate`` operations started per second (token bucket, bursts of ``burst``);
   ``rate=None`` means no rate limit until the service throttles us;
 * the request that was throttled waits for its own Retry-After (see
@@ -38,12 +45,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 
 from amcommit.errors import ConfigError
+from amcommit.store.adaptive import AdaptiveLimit
 
 _MAX_HOLD = 60.0
 
@@ -56,6 +65,7 @@ class _Probe:
     share_before: float
     started: float
     settling: bool = True
+    conc_before: int | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +77,7 @@ class _Check:
     started: float
     ok: int = 0
     thr: int = 0
+    conc_before: int | None = None
 
 
 class Limiter:
@@ -76,6 +87,7 @@ class Limiter:
         self,
         *,
         max_concurrency: int | None = 64,
+        adaptive: AdaptiveLimit | None = None,
         rate: float | None = None,
         burst: float | None = None,
         min_rate: float = 5.0,
@@ -94,6 +106,8 @@ class Limiter:
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+        if max_concurrency is not None and adaptive is not None:
+            raise ConfigError("give max_concurrency (a fixed in-flight limit) or adaptive, not both")
         if rate is not None and rate <= 0:
             raise ConfigError(f"rate must be > 0 ops/s or None, got {rate}")
         if not 0 < decrease < 1:
@@ -107,6 +121,7 @@ class Limiter:
         if not 0 < pause_fraction <= 1:
             raise ConfigError(f"pause_fraction must be in (0, 1], got {pause_fraction}")
         self.max_concurrency = max_concurrency
+        self.adaptive = adaptive
         self.max_rate = rate
         self.rate: float | None = rate
         self._burst_cfg = burst
@@ -123,7 +138,10 @@ class Limiter:
         self.min_samples = min_samples
         self.probe_samples = max(min_samples, probe_samples)
         self._clock = clock
-        self._sem = anyio.Semaphore(max_concurrency) if max_concurrency is not None else None
+        # the gate: requests in flight, the limit, and the tasks waiting for a slot (FIFO)
+        self._limit: int | None = adaptive.limit if adaptive is not None else max_concurrency
+        self._in_flight = 0
+        self._waiters: deque[anyio.Event] = deque()
         now = clock()
         self._tokens = self._burst()
         self._last_refill = now
@@ -165,7 +183,7 @@ class Limiter:
         20 operations/s per concurrency slot (50 ms per operation)."""
         if self._ewma_interval > 0:
             return 1.0 / self._ewma_interval
-        return 20.0 * (self.max_concurrency or 64)
+        return 20.0 * (self._limit or 64)
 
     def _recent(self) -> tuple[int, int]:
         """(throttling answers, all answers) in the current and the previous window."""
@@ -180,9 +198,58 @@ class Limiter:
 
     @property
     def in_flight(self) -> int:
-        if self._sem is None or self.max_concurrency is None:
-            return 0
-        return self.max_concurrency - int(self._sem.value)
+        """Operations holding a slot now (0 without an in-flight limit)."""
+        return self._in_flight
+
+    @property
+    def concurrency_limit(self) -> int | None:
+        """The in-flight limit now (the adaptive one moves; None: no limit)."""
+        return self._limit
+
+    @property
+    def concurrency_ceiling(self) -> int | None:
+        """The most the in-flight limit can ever be (None: no limit): what a caller sizes
+        its own workers by (more would only wait)."""
+        return self.adaptive.ceiling if self.adaptive is not None else self.max_concurrency
+
+    # -- the gate ----------------------------------------------------------------------
+
+    async def _acquire(self) -> bool:
+        """Take a slot, waiting in line if the limit is reached; True if the limit was
+        reached (we waited, or took the last slot: the controller's "busy")."""
+        limit = self._limit
+        assert limit is not None
+        if self._in_flight < limit and not self._waiters:
+            self._in_flight += 1  # fast path: no scheduling round trip when a slot is free
+            return self._in_flight >= limit
+        ev = anyio.Event()
+        self._waiters.append(ev)
+        try:
+            await ev.wait()
+        except BaseException:
+            if ev.is_set():
+                self._release()  # handed a slot while being cancelled: pass it on
+            else:
+                self._waiters.remove(ev)
+            raise
+        return True
+
+    def _release(self) -> None:
+        self._in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        """Hand free slots to waiters, in order (the slot is counted for them here)."""
+        limit = self._limit
+        waiters = self._waiters
+        while waiters and (limit is None or self._in_flight < limit):
+            self._in_flight += 1
+            waiters.popleft().set()
+
+    def _set_limit(self, limit: int) -> None:
+        if limit != self._limit:
+            self._limit = limit
+            self._wake()
 
     async def _take_token(self) -> None:
         while True:
@@ -264,7 +331,12 @@ class Limiter:
         # a decrease during the check of an earlier one: if this one turns out not to
         # help, the earlier one is undone as well
         restore_to = self._check.restore_to if self._check is not None else self.rate
-        self._probe = _Probe(restore_to, share, now)
+        conc_before = self._check.conc_before if self._check is not None else None
+        if self.adaptive is not None:
+            if conc_before is None:
+                conc_before = self.adaptive.limit
+            self._set_limit(self.adaptive.throttled())
+        self._probe = _Probe(restore_to, share, now, conc_before=conc_before)
         self._check = None
         self._set_rate(max(self.min_rate, base * self.decrease))
         self._last_change = self._last_bad = now
@@ -299,10 +371,10 @@ class Limiter:
                 limit = max(self.tolerance, before / 4)
             if n >= self.min_samples and share > limit:
                 # slowing down did not help: the throttling is not caused by our load
-                self._undo(probe.restore_to, now)
+                self._undo(probe.restore_to, now, probe.conc_before)
             else:
                 self._hold_next = self.hold
-                self._check = _Check(probe.restore_to, limit, now)
+                self._check = _Check(probe.restore_to, limit, now, conc_before=probe.conc_before)
             self._last_change = now
         elif self._check is not None:
             # a probe judged on a few hundred answers can be fooled by chance: confirm it
@@ -314,7 +386,7 @@ class Limiter:
                 self._check = None
                 total = c.ok + c.thr
                 if total >= self.probe_samples and c.thr / total > c.limit:
-                    self._undo(c.restore_to, now)
+                    self._undo(c.restore_to, now, c.conc_before)
                     self._last_change = now
         if share >= self.tolerance:
             self._last_bad = now
@@ -346,16 +418,20 @@ class Limiter:
         self._last_refill = self._clock()
         self._epoch += 1
 
-    def _undo(self, before_rate: float | None, now: float) -> None:
-        """Restore the rate before a decrease that did not help; hold off further ones."""
+    def _undo(self, before_rate: float | None, now: float, conc_before: int | None = None) -> None:
+        """Restore the rate (and the adaptive in-flight limit) before a decrease that did
+        not help; hold off further ones."""
         self._set_rate(before_rate)
+        if self.adaptive is not None and conc_before is not None:
+            self._set_limit(self.adaptive.restore(max(conc_before, self.adaptive.limit)))
         self._hold_until = now + self._hold_next
         self._hold_next = min(_MAX_HOLD, self._hold_next * 2)
         self.rate_restores += 1
 
     def describe(self) -> dict[str, float | int | None]:
-        return {
+        d: dict[str, float | int | None] = {
             "max_concurrency": self.max_concurrency,
+            "concurrency_limit": self._limit,
             "rate": self.rate,
             "max_rate": self.max_rate,
             "throttle_events": self.throttle_events,
@@ -363,34 +439,71 @@ class Limiter:
             "rate_restores": self.rate_restores,
             "waited_seconds": round(self.waited_seconds, 3),
         }
+        if self.adaptive is not None:
+            d.update({f"adaptive_{k}": v for k, v in self.adaptive.describe().items()})
+        return d
 
 
 class _Slot:
-    __slots__ = ("_held", "_lim")
+    __slots__ = ("_busy", "_held", "_lim", "_sent_at", "_t0")
 
     def __init__(self, lim: Limiter) -> None:
         self._lim = lim
         self._held = False
+        self._busy = False
+        self._t0 = 0.0
+        self._sent_at = 0
 
     async def __aenter__(self) -> None:
         lim = self._lim
         if lim.rate is not None or lim._paused_until:
             await lim._take_token()
-        sem = lim._sem
-        if sem is not None:
-            try:
-                sem.acquire_nowait()  # fast path: no scheduling round trip when a slot is free
-            except anyio.WouldBlock:
-                await sem.acquire()
+        if lim._limit is not None:
+            self._busy = await lim._acquire()
             self._held = True
+            if lim.adaptive is not None:
+                self._t0 = lim._clock()
+                self._sent_at = lim._limit
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self._held and self._lim._sem is not None:
-            self._lim._sem.release()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if self._held:
             self._held = False
+            lim = self._lim
+            lim._release()
+            ctl = lim.adaptive
+            # a round trip that ended in an answer or an error (a timeout is latency too);
+            # not one cut short by a cancellation
+            if ctl is not None and (exc_type is None or issubclass(exc_type, Exception)):
+                now = lim._clock()
+                before = ctl.limit
+                # "the limit was reached" counts for the limit it was reached at: not for
+                # a higher one set since (else one growth step would count twice)
+                busy = self._busy and self._sent_at >= before
+                if ctl.sample(now - self._t0, now, busy) != before:
+                    lim._set_limit(ctl.limit)
 
 
 _shared: dict[str, Limiter] = {}
+
+DEFAULT_ADAPTIVE: dict[str, int] = {"initial": 64, "floor": 32, "ceiling": 1024}
+"""The HTTP stores' default in-flight limit: adaptive from 64, between 32 and 1,024."""
+
+
+def default_limiter(key: str, max_concurrency: int | None = None, rate: float | None = None) -> Limiter:
+    """The limiter an HTTP store gets by default: :func:`shared_limiter` for ``key`` (one
+    per account or bucket and settings), with the adaptive in-flight limit
+    :data:`DEFAULT_ADAPTIVE`, or a fixed ``max_concurrency`` (adaptation off), and a rate
+    of ``rate`` requests per second (None: none until the service throttles)."""
+    if max_concurrency is not None:
+        return shared_limiter(
+            f"{key}|c={max_concurrency}|r={rate}", max_concurrency=max_concurrency, rate=rate
+        )
+    return shared_limiter(
+        f"{key}|adaptive|r={rate}",
+        max_concurrency=None,
+        adaptive=AdaptiveLimit(**DEFAULT_ADAPTIVE),
+        rate=rate,
+    )
 
 
 def shared_limiter(key: str, **options: object) -> Limiter:

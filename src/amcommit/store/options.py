@@ -67,6 +67,9 @@ class AzureOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_field
     token_provider: Any = UNSET
     credential: Any = UNSET
     retry: RetryPolicy | UnsetType | None = UNSET
+    max_concurrency: int | UnsetType | None = UNSET
+    """Fix the in-flight limit to this many requests (adaptation off); default: adaptive,
+    32 to 1,024."""
     root_uri: str | UnsetType | None = UNSET
     api_version: str | UnsetType = UNSET
     request_timeout: float | UnsetType = UNSET
@@ -107,6 +110,9 @@ class GcsOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_fields=
     token_provider: Any = UNSET
     credentials: Any = UNSET
     anonymous: bool | UnsetType | None = UNSET
+    max_concurrency: int | UnsetType | None = UNSET
+    """Fix the in-flight limit to this many requests (adaptation off); default: adaptive,
+    32 to 1,024."""
     write_rate: float | UnsetType | None = UNSET
     write_limiter: Limiter | UnsetType | None = UNSET
     retry: RetryPolicy | UnsetType | None = UNSET

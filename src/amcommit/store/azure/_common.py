@@ -12,6 +12,7 @@ from yarl import URL
 from amcommit.errors import AlreadyExists, ConfigError, InvalidInput, NotFound
 from amcommit.iostats import IOStatistics
 from amcommit.paths import ParsedUri
+from amcommit.store.adaptive import AdaptiveLimit
 from amcommit.store.azure.auth import (
     ConnectionInfo,
     Credential,
@@ -21,7 +22,7 @@ from amcommit.store.azure.auth import (
 )
 from amcommit.store.azure.codes import classify
 from amcommit.store.http import HttpClient, HttpResponse, quote_plain
-from amcommit.store.limits import Limiter
+from amcommit.store.limits import DEFAULT_ADAPTIVE, Limiter
 from amcommit.store.options import BlobOptions, DfsOptions
 from amcommit.store.retry import RetryPolicy
 
@@ -72,9 +73,12 @@ class AzureBase:
     ``https://acct.dfs.core.windows.net`` or, path style, ``http://127.0.0.1:PORT/acct``
     (Azurite, the ADLS test server). ``account`` defaults to the endpoint's path or first
     host label. Credentials: one of ``account_key``, ``sas_token``, ``token_provider``,
-    ``credential`` (else anonymous). ``limiter`` defaults to a private
-    ``Limiter(max_concurrency=128)``; pass :func:`~amcommit.store.limits.shared_limiter` to
-    share one budget per account across stores and jobs.
+    ``credential`` (else anonymous).
+
+    ``limiter`` defaults to a private limiter with the adaptive in-flight limit
+    (:data:`~amcommit.store.limits.DEFAULT_ADAPTIVE`; ``max_concurrency`` fixes it instead);
+    pass :func:`~amcommit.store.limits.shared_limiter` to share one budget per account
+    across stores and jobs.
     """
 
     _service = ""
@@ -90,6 +94,7 @@ class AzureBase:
         sas_token: Any = None,
         token_provider: TokenProvider | None = None,
         limiter: Limiter | None = None,
+        max_concurrency: int | None = None,
         retry: RetryPolicy | None = None,
         root_uri: str | None = None,
         api_version: str = API_VERSION,
@@ -122,7 +127,14 @@ class AzureBase:
         cu = URL(self._container_url, encoded=True)  # its parts: url() builds, never parses
         self._url_scheme, self._url_authority, self._url_path = cu.scheme, cu.raw_authority, cu.raw_path
         self._root_uri = root_uri or self._default_root_uri()
-        self.limiter = limiter or Limiter(max_concurrency=128)
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if limiter is None:
+            if max_concurrency is not None:
+                limiter = Limiter(max_concurrency=max_concurrency)
+            else:
+                limiter = Limiter(max_concurrency=None, adaptive=AdaptiveLimit(**DEFAULT_ADAPTIVE))
+        self.limiter = limiter
         self.retry = retry or RetryPolicy()
         self.iostats = IOStatistics()
         self._http = HttpClient(

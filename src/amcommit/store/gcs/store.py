@@ -88,7 +88,7 @@ from amcommit.store.gcs.client import (
     query,
     resolve_endpoint,
 )
-from amcommit.store.limits import Limiter, shared_limiter
+from amcommit.store.limits import Limiter, default_limiter, shared_limiter
 from amcommit.store.names import GCS_LIMITS, check_storable, unreachable
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 from amcommit.store.retry import RetryPolicy
@@ -144,7 +144,11 @@ class GcsStore:
         endpoint: JSON API base URL (emulators); default ``STORAGE_EMULATOR_HOST`` or Google.
         token_provider / credentials / anonymous: authentication. Emulator endpoints default
             to anonymous; Google's to ``google.auth.default()`` (optional ``gcs`` extra).
-        limiter: the request limiter (default: shared per endpoint and bucket, 128 in flight).
+        limiter: the request limiter (default: shared by the stores of this process for
+            the endpoint and bucket, with the adaptive in-flight limit
+            :data:`~amcommit.store.limits.DEFAULT_ADAPTIVE`; see :func:`default_limiter`).
+        max_concurrency: fix the default limiter's in-flight limit to this many requests
+            (adaptation off); None: adaptive.
         write_rate: object writes per second for the write gate (default 1,000, GCS's
             starting budget per bucket; ``None`` = no write gate). ``write_limiter`` gives
             a limiter to use (shared between stores) instead.
@@ -171,6 +175,7 @@ class GcsStore:
         credentials: Any = None,
         anonymous: bool | None = None,
         limiter: Limiter | None = None,
+        max_concurrency: int | None = None,
         write_rate: float | None = 1000.0,
         write_limiter: Limiter | None = None,
         retry: RetryPolicy | None = None,
@@ -209,10 +214,10 @@ class GcsStore:
             self._auth = BearerAuth(provider)
 
         key = f"gcs:{self.endpoint}/{bucket}"
-        self.limiter = limiter or shared_limiter(key, max_concurrency=128)
+        self.limiter = limiter or default_limiter(key, max_concurrency)
         if write_limiter is None and write_rate is not None:
             write_limiter = shared_limiter(
-                "writes:" + key, max_concurrency=1_000_000, rate=write_rate, burst=max(1.0, write_rate / 10)
+                "writes:" + key, max_concurrency=None, rate=write_rate, burst=max(1.0, write_rate / 10)
             )
         self.write_limiter = write_limiter
         self.http = gcs_http_client(
