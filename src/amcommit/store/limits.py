@@ -33,6 +33,10 @@ Behaviour:
   fixed share of refusals). The old rate is restored and no decrease happens for ``hold``
   seconds (doubling, up to 60 s, while it keeps happening). Without this, a fixed 10% of
   throttled answers would push the rate down to ``min_rate`` within seconds;
+* ``ramp`` (seconds, with a ``rate``): a service that scales to the load it sees, at most
+  doubling per period (a cold GCS bucket: 1,000 writes/s, doubling every 20 minutes).
+  The configured rate doubles at the end of every ``ramp`` seconds in which at least
+  half of it was used on average (a trickle does not warm the service);
 * after ``recover_after`` seconds without a window at or above ``tolerance``, the rate
   grows by ``increase`` per window until it reaches ``rate`` again (or, if the
   configured rate was unlimited, until it passes ``unlimited_above``, when the limit is
@@ -102,6 +106,7 @@ class Limiter:
         hold: float = 5.0,
         min_samples: int = 20,
         probe_samples: int = 100,
+        ramp: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
@@ -120,6 +125,8 @@ class Limiter:
             raise ConfigError(f"tolerance must be in [0, 1), got {tolerance}")
         if not 0 < pause_fraction <= 1:
             raise ConfigError(f"pause_fraction must be in (0, 1], got {pause_fraction}")
+        if ramp is not None and (ramp <= 0 or rate is None):
+            raise ConfigError(f"ramp must be > 0 seconds, with a rate, got {ramp}")
         self.max_concurrency = max_concurrency
         self.adaptive = adaptive
         self.max_rate = rate
@@ -137,6 +144,10 @@ class Limiter:
         self.hold = hold
         self.min_samples = min_samples
         self.probe_samples = max(min_samples, probe_samples)
+        self.ramp = ramp
+        self._ramp_start: float | None = None  # the current ramp period began (first token)
+        self._ramp_taken = 0  # tokens taken in it
+        self.ramp_doublings = 0
         self._clock = clock
         # the gate: requests in flight, the limit, and the tasks waiting for a slot (FIFO)
         self._limit: int | None = adaptive.limit if adaptive is not None else max_concurrency
@@ -262,6 +273,10 @@ class Limiter:
             rate = self.rate
             if rate is None:
                 return
+            if self.ramp is not None:
+                self._ramp_step(now)
+                rate = self.rate
+                assert rate is not None
             self._tokens = min(self._burst(), self._tokens + (now - self._last_refill) * rate)
             self._last_refill = now
             self._tokens -= 1.0
@@ -280,6 +295,24 @@ class Limiter:
                     break  # the rate changed and the debt was dropped: take a token anew
             else:
                 return
+
+    def _ramp_step(self, now: float) -> None:
+        """Count a token for the ramp; at the end of each ``ramp`` period in which the
+        configured rate was used (on average at least half of it), double it."""
+        if self._ramp_start is None:
+            self._ramp_start = now
+        self._ramp_taken += 1
+        elapsed = now - self._ramp_start
+        if elapsed < self.ramp:  # type: ignore[operator]
+            return
+        cap = self.max_rate
+        assert cap is not None
+        if self._ramp_taken >= 0.5 * cap * elapsed:
+            self.max_rate = cap * 2
+            self.ramp_doublings += 1
+            if self.rate == cap:  # not cut for throttling: the new rate at once
+                self._set_rate(self.max_rate)
+        self._ramp_start, self._ramp_taken = now, 0
 
     def slot(self) -> _Slot:
         """``async with limiter.slot():`` wait for a token and a concurrency slot; hold the
@@ -437,6 +470,7 @@ class Limiter:
             "throttle_events": self.throttle_events,
             "rate_decreases": self.rate_decreases,
             "rate_restores": self.rate_restores,
+            "ramp_doublings": self.ramp_doublings,
             "waited_seconds": round(self.waited_seconds, 3),
         }
         if self.adaptive is not None:
