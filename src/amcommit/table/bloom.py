@@ -356,7 +356,7 @@ class BloomFilter:
             n = (size + 7) // 8
             if len(data) < off + n:
                 raise ValueError("truncated")
-            row = np.frombuffer(data, dtype=np.uint8, count=n, offset=off).copy()
+            row = np.frombuffer(data, dtype=np.uint8, count=n, offset=off)  # read-only view
             off += n
             return row
 

@@ -576,6 +576,9 @@ class _Reader:
     config: CommitterConfig
     footers: dict[str, tuple[Any, bytes, int]] = field(default_factory=dict)
     """Path -> (FileMetaData, footer bytes with its length and magic, file size)."""
+    key_columns: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    """Path -> its key column as :meth:`key_array` read it, until :meth:`table` reads the
+    rest of the file (the key column is not decoded twice)."""
     bytes_read: int = 0
 
     def _local(self, rel: str) -> str | None:
@@ -638,6 +641,7 @@ class _Reader:
             import anyio
 
             t = await anyio.to_thread.run_sync(lambda: pq.read_table(local, columns=[KEY_COLUMN]))
+            self.key_columns[rel] = t.column(0)
             return t.column(0)
         if rel not in self.footers:
             await self.footer(rel)
@@ -648,23 +652,42 @@ class _Reader:
         sparse[size - len(footer) :] = footer
         for start, length in key_chunks(md, KEY_COLUMN):
             sparse[start : start + length] = await self._range(rel, start, length)
-        return pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0)
+        col = pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0)
+        self.key_columns[rel] = col
+        return col
 
     async def table(self, rel: str) -> pa.Table:
+        """The whole base file (decoded in a worker thread; its key column taken from
+        :attr:`key_columns` if :meth:`key_array` read it)."""
+        import anyio
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
+        keys = self.key_columns.pop(rel, None)
         local = self._local(rel)
         if local is not None:
-            import anyio
-
-            return await anyio.to_thread.run_sync(pq.read_table, local)
+            return await anyio.to_thread.run_sync(_read_base_file, local, keys)
         from amcommit.store.retry import policies_of, retry_call
 
         path = join(self.dest, rel)
         data = await retry_call(lambda: self.store.get(path), policy=policies_of(self.config)[0])
         self.bytes_read += len(data)
-        return pq.read_table(pa.BufferReader(data))
+        return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
+
+
+def _read_base_file(source: Any, keys: pa.ChunkedArray | None) -> pa.Table:
+    """A base file as a table; with ``keys`` (its key column, already read) the other
+    columns only are decoded and ``keys`` put in its place."""
+    import pyarrow.parquet as pq
+
+    if keys is None:
+        return pq.read_table(source)
+    f = pq.ParquetFile(source)
+    names = f.schema_arrow.names
+    if KEY_COLUMN not in names:
+        return f.read()
+    at = names.index(KEY_COLUMN)
+    t = f.read(columns=[n for n in names if n != KEY_COLUMN])
+    return t.add_column(at, f.schema_arrow.field(at), keys)
 
 
 def _default_name(dest: str) -> str:
