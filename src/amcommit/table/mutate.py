@@ -367,42 +367,45 @@ def merge_file(
     ``kept_stored``. ``appended``: rows inserted into the group (new keys, with their meta
     columns), after the others. Pure."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    n = stored.num_rows
     stored_keys = stored.column(KEY_COLUMN)
+    # the row of ``incoming`` of each stored record (null: not updated), by one hash lookup
+    # per stored record (vectorised); a key given twice maps to its last row, as a dict would
     pos = {k: i for i, k in enumerate(incoming_keys)}
-    take_incoming: list[int] = []
-    taken: set[int] = set()
-    keep_mask: list[bool] = []
-    kept_stored = deleted = 0
-    order_stored = (
-        stored.column(precombine_field).to_pylist()
-        if payload is Payload.DEFAULT and precombine_field and precombine_field in stored.column_names
-        else None
+    rows_in = pa.array(list(pos.values()), pa.int64())
+    if pos and n:
+        found = pc.index_in(stored_keys, value_set=pa.array(list(pos), pa.string()))
+        j = pc.take(rows_in, found)
+    else:
+        j = pa.nulls(n, pa.int64())
+    is_del = (
+        pc.is_in(stored_keys, value_set=pa.array(list(deletes), pa.string()))
+        if deletes and n
+        else pa.repeat(pa.scalar(False), n)
     )
-    order_in = incoming.column(precombine_field).to_pylist() if order_stored is not None else None
-    for i, k in enumerate(stored_keys.to_pylist()):
-        if k in deletes:
-            keep_mask.append(False)
-            deleted += 1
-            continue
-        j = pos.get(k)
-        if j is None:
-            keep_mask.append(True)
-            continue
-        if (
-            order_stored is not None
-            and order_in is not None
-            and order_stored[i] is not None
-            and (order_stored[i] > order_in[j])
-        ):
-            keep_mask.append(True)
-            kept_stored += 1
-            continue
-        keep_mask.append(False)
-        if j not in taken:  # a key held twice in the file: its copies become one record
-            taken.add(j)
-            take_incoming.append(j)
-    kept = stored.filter(pa.array(keep_mask, pa.bool_())) if stored.num_rows else stored
+    hit = pc.and_(pc.is_valid(j), pc.invert(is_del))
+    keep_stored: Any = pa.repeat(pa.scalar(False), n)
+    if payload is Payload.DEFAULT and precombine_field and precombine_field in stored.column_names and n:
+        order_stored = stored.column(precombine_field)
+        order_in = pc.take(incoming.column(precombine_field), pc.fill_null(j, 0)) if len(pos) else None
+        if order_in is not None:
+            try:
+                newer = pc.greater(order_stored, order_in)
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # types arrow cannot compare
+                a, b = order_stored.to_pylist(), order_in.to_pylist()
+                newer = pa.array(
+                    [x is not None and y is not None and x > y for x, y in zip(a, b, strict=True)]
+                )
+            keep_stored = pc.and_(hit, pc.fill_null(newer, False))
+    replaced = pc.and_(hit, pc.invert(keep_stored))
+    keep = pc.invert(pc.or_(is_del, replaced))
+    deleted = pc.sum(is_del).as_py() or 0
+    kept_stored = pc.sum(keep_stored).as_py() or 0
+    # a key held twice in the file: its copies become one record
+    take_incoming: list[int] = sorted(set(pc.filter(j, replaced).to_pylist())) if n else []
+    kept = stored.filter(keep) if n else stored
     schema = stored.schema.remove_metadata()
     for t in (incoming, appended):
         if t is None:
@@ -412,7 +415,7 @@ def merge_file(
                 schema = schema.append(f.with_nullable(True))
     parts = [_conform(kept.replace_schema_metadata(None), schema)]
     if take_incoming:
-        parts.append(_conform(incoming.take(pa.array(sorted(take_incoming), pa.int64())), schema))
+        parts.append(_conform(incoming.take(pa.array(take_incoming, pa.int64())), schema))
     if appended is not None and appended.num_rows:
         parts.append(_conform(appended, schema))
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -501,6 +504,11 @@ def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]
 
     if not partition_by:
         return [""] * data.num_rows
+    if len(partition_by) == 1 and data.num_rows:  # one folder name per distinct value
+        enc = data.column(partition_by[0]).combine_chunks().dictionary_encode()
+        if enc.indices.null_count == 0:
+            dirs = [partition_dir(partition_by, (v,)) for v in enc.dictionary.to_pylist()]
+            return [dirs[i] for i in enc.indices.to_numpy().tolist()]
     cols = [data.column(c).to_pylist() for c in partition_by]
     cache: dict[tuple[Any, ...], str] = {}
     out = []
@@ -568,6 +576,9 @@ class _Reader:
     config: CommitterConfig
     footers: dict[str, tuple[Any, bytes, int]] = field(default_factory=dict)
     """Path -> (FileMetaData, footer bytes with its length and magic, file size)."""
+    key_columns: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    """Path -> its key column as :meth:`key_array` read it, until :meth:`table` reads the
+    rest of the file (the key column is not decoded twice)."""
     bytes_read: int = 0
 
     def _local(self, rel: str) -> str | None:
@@ -617,6 +628,11 @@ class _Reader:
         return parse_footer(md.metadata, where=rel)
 
     async def keys(self, rel: str) -> list[str]:
+        col: list[str] = (await self.key_array(rel)).to_pylist()
+        return col
+
+    async def key_array(self, rel: str) -> pa.ChunkedArray:
+        """The file's ``_hoodie_record_key`` column (only that column is read)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -625,8 +641,8 @@ class _Reader:
             import anyio
 
             t = await anyio.to_thread.run_sync(lambda: pq.read_table(local, columns=[KEY_COLUMN]))
-            col: list[str] = t.column(0).to_pylist()
-            return col
+            self.key_columns[rel] = t.column(0)
+            return t.column(0)
         if rel not in self.footers:
             await self.footer(rel)
         md, footer, size = self.footers[rel]
@@ -636,24 +652,42 @@ class _Reader:
         sparse[size - len(footer) :] = footer
         for start, length in key_chunks(md, KEY_COLUMN):
             sparse[start : start + length] = await self._range(rel, start, length)
-        col = pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0).to_pylist()
+        col = pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0)
+        self.key_columns[rel] = col
         return col
 
     async def table(self, rel: str) -> pa.Table:
+        """The whole base file (decoded in a worker thread; its key column taken from
+        :attr:`key_columns` if :meth:`key_array` read it)."""
+        import anyio
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
+        keys = self.key_columns.pop(rel, None)
         local = self._local(rel)
         if local is not None:
-            import anyio
-
-            return await anyio.to_thread.run_sync(pq.read_table, local)
+            return await anyio.to_thread.run_sync(_read_base_file, local, keys)
         from amcommit.store.retry import policies_of, retry_call
 
         path = join(self.dest, rel)
         data = await retry_call(lambda: self.store.get(path), policy=policies_of(self.config)[0])
         self.bytes_read += len(data)
-        return pq.read_table(pa.BufferReader(data))
+        return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
+
+
+def _read_base_file(source: Any, keys: pa.ChunkedArray | None) -> pa.Table:
+    """A base file as a table; with ``keys`` (its key column, already read) the other
+    columns only are decoded and ``keys`` put in its place."""
+    import pyarrow.parquet as pq
+
+    if keys is None:
+        return pq.read_table(source)
+    f = pq.ParquetFile(source)
+    names = f.schema_arrow.names
+    if KEY_COLUMN not in names:
+        return f.read()
+    at = names.index(KEY_COLUMN)
+    t = f.read(columns=[n for n in names if n != KEY_COLUMN])
+    return t.add_column(at, f.schema_arrow.field(at), keys)
 
 
 def _default_name(dest: str) -> str:
@@ -749,11 +783,14 @@ async def _mutate(
             located: dict[tuple[str, str], list[FileVersion]] = {}
 
             async def confirm(rel: str) -> None:
-                held = set(await reader.keys(rel))
+                import pyarrow.compute as pc
+
+                held = await reader.key_array(rel)
                 f = by_path[rel]
-                for k in cands[rel]:
-                    if k in held:
-                        located.setdefault((f.partition, k), []).append(f)
+                asked = cands[rel]
+                found = pc.is_in(pa.array(asked, pa.string()), value_set=held).to_numpy(zero_copy_only=False)
+                for i in found.nonzero()[0].tolist():
+                    located.setdefault((f.partition, asked[i]), []).append(f)
 
             await run_parallel(list(cands), confirm, config.io_threads)
             report.key_columns_read = len(cands)
