@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import amcommit.spark as amspark
+from amcommit.errors import AmcommitError
 from tests.table.test_mutate import Model, hudi_snapshot, model_delete, model_upsert, rows_of
 
 pytestmark = pytest.mark.spark
@@ -114,3 +115,123 @@ def test_upsert_delete_on_fake_gcs(spark: Any, fake_gcs: Any) -> None:
     storage = {"google_base_url": fake_gcs.url, "google_skip_signature": "true", "allow_http": "true"}
     reps = _model_checked(spark, url, url, storage, {"endpoint": fake_gcs.url})
     assert reps[1].files_rewritten == 2 and reps[2].deleted == 2
+
+
+def _listing(dest: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and ".heartbeat" not in str(p)
+    )
+
+
+def test_bad_input_one_line_each_before_any_task_writes(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    dest = tmp_path / "bad"
+    rows = [{"id": 1, "p": "a", "v": "x", "ts": 1}, {"id": 2, "p": "b", "v": "y", "ts": 1}]
+    amspark.upsert(_df(spark, rows), str(dest), recordKey="id", partitionBy="p", precombineField="ts")
+    before = _listing(dest)
+    kw = {"recordKey": "id", "partitionBy": "p"}
+    cases: list[tuple[Any, dict[str, Any], str]] = [
+        (
+            _df(spark, [{"id": None, "p": "a", "v": "n", "ts": 1}]),
+            kw,
+            "record key column 'id' is null or empty in 1 row",
+        ),
+        (
+            _df(spark, rows).drop("ts"),
+            kw | {"precombineField": "ts"},
+            "precombine column 'ts' is not in the data",
+        ),
+        (_df(spark, rows).drop("id"), kw, "record key column 'id' is not in the data"),
+        (
+            _df(spark, [{"id": 1, "p": "a", "v": "x", "ts": None}]),
+            kw | {"precombineField": "ts"},
+            "precombine column 'ts' is null in 1 row",
+        ),
+        (
+            _df(spark, rows).withColumn("id", F.col("id").cast("string")),
+            kw,
+            "record key column 'id' is string in the data but long in the table",
+        ),
+        (_df(spark, rows), kw | {"payload": "Nope"}, "payload 'Nope'"),
+    ]
+    for df, opts, msg in cases:
+        with pytest.raises(AmcommitError) as ei:
+            amspark.upsert(df, str(dest), **opts)
+        assert msg in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
+        assert ei.value.__traceback__ is not None and ei.value.__cause__ is None
+        assert _listing(dest) == before
+    with pytest.raises(AmcommitError, match="is not a Hudi table"):
+        amspark.delete(_df(spark, rows, "id long, p string"), str(tmp_path / "none"), **kw)
+
+
+def test_format_and_write_stream_refuse_upsert_naming_the_function(spark: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "r"
+    df = _df(spark, [{"id": 1, "p": "a", "v": "x", "ts": 1}])
+    for op in ("upsert", "delete"):
+        with pytest.raises(Exception) as ei:
+            df.write.format("amcommit").option("operation", op).option("recordKey", "id").save(str(dest))
+        assert f"use amcommit.spark.{op}(df, dest" in str(ei.value)
+    assert not dest.exists()
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    with pytest.raises(Exception) as ei:
+        q = (
+            stream.writeStream.format("amcommit")
+            .option("operation", "upsert")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .start(str(dest))
+        )
+        q.processAllAvailable()
+        q.stop()
+    assert "use foreachBatch with amcommit.spark.write_batch(df, batch_id, dest, operation='upsert')" in str(
+        ei.value
+    )
+    assert not dest.exists()
+
+
+def test_write_batch_upsert_and_delete_replay_skipped(spark: Any, tmp_path: Path) -> None:
+    dest, ck = tmp_path / "wb", str(tmp_path / "ck")
+    kw: dict[str, Any] = {
+        "checkpointLocation": ck,
+        "recordKey": "id",
+        "partitionBy": "p",
+        "precombineField": "ts",
+    }
+    m: Model = {}
+    batches = _steps()
+    for n, (op, rows) in enumerate(batches):
+        df = _df(spark, rows) if op == "upsert" else _df(spark, rows, "id long, p string")
+        opts = kw if op == "upsert" else {"checkpointLocation": ck}
+        rep = amspark.write_batch(df, n, str(dest), operation=op, **opts)
+        assert rep.success and not getattr(rep, "skipped_label", None)
+        m = model_upsert(m, rows) if op == "upsert" else model_delete(m, rows)
+        assert hudi_snapshot(str(dest)) == rows_of(m)
+    # batch 1 replayed (other data, same label): skipped, its files removed
+    replay = _df(spark, [{"id": 1, "p": "b", "v": "replayed", "ts": 99}])
+    before = _listing(dest)
+    rep = amspark.write_batch(replay, 1, str(dest), operation="upsert", **kw)
+    assert getattr(rep, "skipped_label", None)
+    assert hudi_snapshot(str(dest)) == rows_of(m)
+    assert [f for f in _listing(dest) if f.endswith(".parquet")] == [
+        f for f in before if f.endswith(".parquet")
+    ]
+
+
+def test_spark_written_table_upserted_by_spark(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    from tests.spark.helpers import make_df, writer
+
+    dest = str(tmp_path / "sw")
+    df = make_df(spark, n=3_000, parts=3).select("id", "cat", "day", "amount", "name")
+    writer(df, partitionBy="cat,day", recordKey="id").save(dest)
+    upd = df.where("id % 100 = 0").withColumn("amount", F.lit(-1.0))
+    new = make_df(spark, n=10, start=5_000, parts=1).select("id", "cat", "day", "amount", "name")
+    rep = amspark.upsert(upd.unionByName(new), dest)
+    assert (rep.updated, rep.inserted) == (30, 10)
+    assert rep.files_rewritten <= rep.key_columns_read <= rep.footers_read
+    got = spark.read.format("amcommit").load(dest)
+    assert got.count() == 3_010
+    assert sorted(r.id for r in got.where("amount = -1.0").collect()) == list(range(0, 3_000, 100))
+    rep = amspark.delete(upd.select("id", "cat", "day"), dest)
+    assert rep.deleted == 30 and spark.read.format("amcommit").load(dest).count() == 2_980
