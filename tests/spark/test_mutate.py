@@ -142,7 +142,7 @@ def test_bad_input_one_line_each_before_any_task_writes(spark: Any, tmp_path: Pa
             kw | {"precombineField": "ts"},
             "precombine column 'ts' is not in the data",
         ),
-        (_df(spark, rows).drop("id"), kw, "record key column 'id' is not in the data"),
+        (_df(spark, rows).drop("id"), kw, "option 'recordKey' must name columns of the DataFrame (p, v, ts)"),
         (
             _df(spark, [{"id": 1, "p": "a", "v": "x", "ts": None}]),
             kw | {"precombineField": "ts"},
@@ -170,7 +170,9 @@ def test_format_and_write_stream_refuse_upsert_naming_the_function(spark: Any, t
     df = _df(spark, [{"id": 1, "p": "a", "v": "x", "ts": 1}])
     for op in ("upsert", "delete"):
         with pytest.raises(Exception) as ei:
-            df.write.format("amcommit").option("operation", op).option("recordKey", "id").save(str(dest))
+            df.write.format("amcommit").mode("append").option("operation", op).option("recordKey", "id").save(
+                str(dest)
+            )
         assert f"use amcommit.spark.{op}(df, dest" in str(ei.value)
     assert not dest.exists()
     stream = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
