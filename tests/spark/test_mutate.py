@@ -226,7 +226,7 @@ def test_spark_written_table_upserted_by_spark(spark: Any, tmp_path: Path) -> No
 
     dest = str(tmp_path / "sw")
     df = make_df(spark, n=3_000, parts=3).select("id", "cat", "day", "amount", "name")
-    writer(df, partitionBy="cat,day", recordKey="id").save(dest)
+    writer(df, partitionBy="cat,day", recordKey="id", tableFormat="hudi").save(dest)
     upd = df.where("id % 100 = 0").withColumn("amount", F.lit(-1.0))
     new = make_df(spark, n=10, start=5_000, parts=1).select("id", "cat", "day", "amount", "name")
     rep = amspark.upsert(upd.unionByName(new), dest)
