@@ -308,8 +308,9 @@ async def _rewrite_one(
         setup_attempt,
         task_ids,
     )
-    from amcommit.table.mutate import _Reader, _set_file_name, merge_file, parquet_with_index, with_meta
-    from amcommit.table.naming import base_file_name, write_token
+    from amcommit.table.mutate import _Reader
+    from amcommit.table.naming import write_token
+    from amcommit.table.rewrite import rewrite_group
     from amcommit.table.tasknames import ROWS_KEY
     from amcommit.table.writestats import MUTATIONS_KEY
 
@@ -324,27 +325,26 @@ async def _rewrite_one(
         updates = {k: d for _, (k, d) in items if d is not None}
         deletes = {k for _, (k, d) in items if d is None}
         token = write_token(task, 0, attempt)
-        fname = base_file_name(version.file_id, token, instant)
         stored = await _Reader(store, dest, config).table(version.path)
 
-        def merge() -> tuple[bytes, int, dict[str, int]]:
+        def merge() -> tuple[str, bytes, int, dict[str, int]]:
             up_keys = sorted(updates)
             data = pa.Table.from_pylist([updates[k] for k in up_keys], schema=spec.arrow_schema)
-            incoming = with_meta(data, up_keys, instant, task, 0, version.partition, fname)
-            merged, counts = merge_file(
+            return rewrite_group(
+                version,
                 stored,
-                incoming,
+                data,
                 up_keys,
                 deletes,
+                instant=instant,
+                task=task,
+                first_seq=0,
+                token=token,
                 precombine_field=spec.precombine,
                 payload=spec.payload,
             )
-            if not (counts["updated"] or counts["deleted"]):
-                return b"", 0, counts
-            merged = _set_file_name(merged, fname)
-            return parquet_with_index(merged), merged.num_rows, counts
 
-        body, n, counts = await anyio.to_thread.run_sync(merge)
+        fname, body, n, counts = await anyio.to_thread.run_sync(merge)
         extra: dict[str, str] = {"spark.partition": str(task)}
         rel = ""
         if body:
@@ -491,9 +491,14 @@ def run_mutation(
     keyed = df.rdd.mapPartitionsWithIndex(_keyed(spec))
     reduced = keyed.reduceByKey(_greater).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        totals = reduced.map(lambda kv: (kv[0][0], kv[1][1])).reduceByKey(lambda a, b: a + b).collect()
+        # per partition path: (input rows, distinct keys) in one job
+        totals = (
+            reduced.map(lambda kv: (kv[0][0], (kv[1][1], 1)))
+            .reduceByKey(lambda a, b: (a[0] + b[0], a[1] + b[1]))
+            .collect()
+        )
         parts = {p for p, _ in totals}
-        report.duplicates_dropped = sum(n for _, n in totals) - reduced.count()
+        report.duplicates_dropped = sum(n - d for _, (n, d) in totals)
 
         async def footers() -> dict[str, list[Any]]:
             store, dest = open_location(plan.url, **plan.store_options)
@@ -517,7 +522,7 @@ def run_mutation(
         versions = {f.path: f for fs in by_part.values() for f, _ in fs}
         index = sc.broadcast(by_part)
         try:
-            cands = reduced.keys().mapPartitions(_candidates(index))
+            cands = reduced.keys().mapPartitions(_candidates(index)).persist(StorageLevel.MEMORY_AND_DISK)
             cand_files = sorted(cands.keys().distinct().collect())
             report.candidates = report.key_columns_read = len(cand_files)
             pos = {p: i for i, p in enumerate(cand_files)}
@@ -526,8 +531,9 @@ def run_mutation(
             else:
                 located = sc.emptyRDD()
             joined = reduced.leftOuterJoin(located).persist(StorageLevel.MEMORY_AND_DISK)
-        finally:
+        except BaseException:
             index.unpersist()
+            raise
         try:
             changed = joined.filter(lambda kv: kv[1][1] is not None).map(
                 lambda kv: (kv[1][1], (kv[0][1], None if spec.delete else kv[1][0][2]))
@@ -562,6 +568,8 @@ def run_mutation(
                     report.files_created += r.files
         finally:
             joined.unpersist()
+            cands.unpersist()
+            index.unpersist()
     finally:
         reduced.unpersist()
     return results, report
