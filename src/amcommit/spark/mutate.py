@@ -217,17 +217,17 @@ def _keyed(spec: MutationSpec) -> Any:
     def fn(
         index: int, rows: Iterable[Any]
     ) -> Iterator[tuple[tuple[str, str], tuple[Any, int, dict[str, Any]]]]:
-        from amcommit.table.mutate import _keys, _partition_paths
+        from amcommit.table.mutate import partition_paths, record_key_strings
 
         pos = 0
         for chunk in _chunks(rows):
             chunk = [{k: d.get(k) for k in names} for d in chunk]
             t = pa.Table.from_pylist(chunk, schema=spec.arrow_schema)
             try:
-                ks = _keys(t, spec.record_key)
+                ks = record_key_strings(t, spec.record_key)
             except AmcommitError as e:  # pragma: no cover  (checked on the driver first)
                 raise for_user(e, None) from None
-            ps = _partition_paths(t, spec.partition_by)
+            ps = partition_paths(t, spec.partition_by)
             for i, d in enumerate(chunk):
                 # the later row of the DataFrame wins a tie (as reduce_batch's later row)
                 at = (index, pos + i)
@@ -308,7 +308,7 @@ async def _rewrite_one(
         setup_attempt,
         task_ids,
     )
-    from amcommit.table.mutate import _Reader
+    from amcommit.table.mutate import IndexReader
     from amcommit.table.naming import write_token
     from amcommit.table.rewrite import rewrite_group
     from amcommit.table.tasknames import ROWS_KEY
@@ -325,7 +325,7 @@ async def _rewrite_one(
         updates = {k: d for _, (k, d) in items if d is not None}
         deletes = {k for _, (k, d) in items if d is None}
         token = write_token(task, 0, attempt)
-        stored = await _Reader(store, dest, config).table(version.path)
+        stored = await IndexReader(store, dest, config).table(version.path)
 
         def merge() -> tuple[str, bytes, int, dict[str, int]]:
             up_keys = sorted(updates)
@@ -447,7 +447,7 @@ def _confirm(plan: WritePlan) -> Any:
     ``((partition, key), file path)`` for the candidate keys it holds."""
 
     def fn(items: Iterable[tuple[str, tuple[str, str]]]) -> Iterator[tuple[tuple[str, str], str]]:
-        from amcommit.table.mutate import _Reader
+        from amcommit.table.mutate import IndexReader
 
         by_file: dict[str, list[tuple[str, str]]] = {}
         for path, pk in items:
@@ -455,7 +455,7 @@ def _confirm(plan: WritePlan) -> Any:
         for path, pks in by_file.items():
 
             async def keys(store: Any, dest: str, rel: str = path) -> list[str]:
-                return await _Reader(store, dest, plan.config()).keys(rel)
+                return await IndexReader(store, dest, plan.config()).keys(rel)
 
             try:
                 held = set(_in_task(plan, keys))
@@ -478,7 +478,7 @@ def run_mutation(
     from amcommit.loop import run_blocking
     from amcommit.parallel import run_parallel
     from amcommit.store.schemes import open_location
-    from amcommit.table.mutate import _Reader
+    from amcommit.table.mutate import IndexReader
     from amcommit.table.timeline import load_timeline, snapshot
 
     sc = df.sparkSession.sparkContext
@@ -505,7 +505,7 @@ def run_mutation(
             async with store:
                 _, commits = await load_timeline(store, dest)
                 files = [f for f in snapshot(commits) if f.partition in parts]
-                reader = _Reader(store, dest, plan.config())
+                reader = IndexReader(store, dest, plan.config())
                 out: dict[str, Any] = {}
 
                 async def one(f: Any) -> None:

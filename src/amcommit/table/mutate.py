@@ -428,7 +428,7 @@ def merge_file(
     }
 
 
-def _set_file_name(t: pa.Table, name: str) -> pa.Table:
+def set_file_name(t: pa.Table, name: str) -> pa.Table:
     import pyarrow as pa
 
     i = t.schema.get_field_index(META_COLUMNS[4])
@@ -499,7 +499,7 @@ def check_key_types(
             )
 
 
-def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
+def partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
     from amcommit.table.keys import partition_dir
 
     if not partition_by:
@@ -520,7 +520,7 @@ def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]
     return out
 
 
-def _keys(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
+def record_key_strings(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
     from amcommit.table.keys import RecordKeyError, record_keys
 
     try:
@@ -565,7 +565,7 @@ def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
 
 
 @dataclass
-class _Reader:
+class IndexReader:
     """Reads base files of the table. Local files: the footer, or the key column, straight
     from the file. Elsewhere: the footer by a ranged read of the file's end, the key column
     by ranged reads of its column chunks (:func:`~amcommit.store.base.read_range`; a store
@@ -744,8 +744,8 @@ async def _mutate(
     instants = await list_instants(store, dest) if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     check_key_types(table_schema, data, keys_f, name)
-    keys = _keys(data, keys_f)
-    partitions = _partition_paths(data, parts_f)
+    keys = record_key_strings(data, keys_f)
+    partitions = partition_paths(data, parts_f)
     order = data.column(precombine_field).to_pylist() if precombine_field else None
     batch = reduce_batch(keys, partitions, order)
     if delete_op:
@@ -768,7 +768,7 @@ async def _mutate(
             wanted: dict[str, list[str]] = {}
             for k, p in zip(batch.keys, batch.partitions, strict=True):
                 wanted.setdefault(p, []).append(k)
-            reader = _Reader(store, dest, config)
+            reader = IndexReader(store, dest, config)
             files = [f for f in snap if f.partition in wanted]
             footers: dict[str, FooterIndex] = {}
 
@@ -844,7 +844,7 @@ async def _mutate(
                 )
                 if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
                     return b"", 0, counts  # nothing changes in this group: no new version
-                merged = _set_file_name(merged, fname)
+                merged = set_file_name(merged, fname)
                 return parquet_with_index(merged, bloom), merged.num_rows, counts
 
             def created(first: int, part: str, chunk: list[int]) -> tuple[str, bytes]:

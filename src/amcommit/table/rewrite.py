@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from amcommit.table.bloom import DEFAULT_SETTINGS, BloomSettings
-from amcommit.table.mutate import Payload, _set_file_name, merge_file, parquet_with_index, with_meta
+from amcommit.table.mutate import Payload, merge_file, parquet_with_index, set_file_name, with_meta
 from amcommit.table.naming import base_file_name
 from amcommit.table.timeline import FileVersion
 
@@ -58,5 +58,5 @@ def rewrite_group(
     )
     if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
         return name, b"", 0, counts
-    merged = _set_file_name(merged, name)
+    merged = set_file_name(merged, name)
     return name, parquet_with_index(merged, bloom), merged.num_rows, counts
