@@ -308,9 +308,8 @@ async def _rewrite_one(
         setup_attempt,
         task_ids,
     )
-    from amcommit.table.mutate import IndexReader
+    from amcommit.table.mutate import IndexReader, rewrite_group
     from amcommit.table.naming import write_token
-    from amcommit.table.rewrite import rewrite_group
     from amcommit.table.tasknames import ROWS_KEY
     from amcommit.table.writestats import MUTATIONS_KEY
 

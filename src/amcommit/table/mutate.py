@@ -96,6 +96,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FileRewrite",
+    "IndexReader",
     "MutateReport",
     "MutationError",
     "MutationPlan",
@@ -105,10 +106,14 @@ __all__ = [
     "delete",
     "delete_blocking",
     "merge_file",
+    "partition_paths",
     "plan_candidates",
     "plan_mutation",
     "prepare",
+    "record_key_strings",
     "reduce_batch",
+    "rewrite_group",
+    "set_file_name",
     "upsert",
     "upsert_blocking",
 ]
@@ -444,6 +449,50 @@ def parquet_with_index(t: pa.Table, bloom: BloomSettings = DEFAULT_SETTINGS) -> 
         w.write_table(t)
         w.add_key_value_metadata(build_footer(t.column(KEY_COLUMN).to_pylist(), bloom))
     return buf.getvalue()
+
+
+def rewrite_group(
+    version: FileVersion,
+    stored: pa.Table,
+    updates: pa.Table,
+    update_keys: Sequence[str],
+    deletes: set[str],
+    *,
+    instant: str,
+    task: int,
+    first_seq: int,
+    token: str,
+    precombine_field: str | None,
+    payload: Payload,
+    inserts: pa.Table | None = None,
+    insert_keys: Sequence[str] = (),
+    bloom: BloomSettings = DEFAULT_SETTINGS,
+) -> tuple[str, bytes, int, dict[str, int]]:
+    """The new base file of the file group ``version`` (its current rows ``stored``):
+    ``(file name, Parquet bytes with the footer index, rows, counts)``; the bytes are empty
+    when nothing changes in it (no new version). ``updates``: the data columns of the
+    incoming records of ``update_keys`` (in that order); ``deletes``: keys removed;
+    ``inserts`` (``insert_keys``): new records put into this group. The new records' seqnos
+    are ``<instant>_<task>_<first_seq + i>``; counts as :func:`merge_file`'s."""
+    name = base_file_name(version.file_id, token, instant)
+    incoming = with_meta(updates, update_keys, instant, task, first_seq, version.partition, name)
+    appended = None
+    if inserts is not None and inserts.num_rows:
+        first = first_seq + len(update_keys)
+        appended = with_meta(inserts, insert_keys, instant, task, first, version.partition, name)
+    merged, counts = merge_file(
+        stored,
+        incoming,
+        update_keys,
+        deletes,
+        precombine_field=precombine_field,
+        payload=payload,
+        appended=appended,
+    )
+    if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
+        return name, b"", 0, counts
+    merged = set_file_name(merged, name)
+    return name, parquet_with_index(merged, bloom), merged.num_rows, counts
 
 
 # -- input checks (pure) ------------------------------------------------------------------
@@ -821,31 +870,26 @@ async def _mutate(
                     seq += len(chunk)
 
             def rewritten(first: int, stored: pa.Table, rw: FileRewrite) -> tuple[bytes, int, dict[str, int]]:
-                f = rw.version
-                fname = base_file_name(f.file_id, token, instant)
                 up_keys = list(rw.updates)
                 rows = pa.array([rw.updates[k] for k in up_keys], pa.int64())
-                incoming = with_meta(data_cols.take(rows), up_keys, instant, task, first, f.partition, fname)
-                appended = None
-                if rw.inserts:
-                    ins_keys = [keys[i] for i in rw.inserts]
-                    chosen = data_cols.take(pa.array(rw.inserts, pa.int64()))
-                    appended = with_meta(
-                        chosen, ins_keys, instant, task, first + len(up_keys), f.partition, fname
-                    )
-                merged, counts = merge_file(
+                inserts = data_cols.take(pa.array(rw.inserts, pa.int64())) if rw.inserts else None
+                _, data, n, counts = rewrite_group(
+                    rw.version,
                     stored,
-                    incoming,
+                    data_cols.take(rows),
                     up_keys,
                     rw.deletes,
+                    instant=instant,
+                    task=task,
+                    first_seq=first,
+                    token=token,
                     precombine_field=precombine_field,
                     payload=payload,
-                    appended=appended,
+                    inserts=inserts,
+                    insert_keys=[keys[i] for i in rw.inserts],
+                    bloom=bloom,
                 )
-                if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
-                    return b"", 0, counts  # nothing changes in this group: no new version
-                merged = set_file_name(merged, fname)
-                return parquet_with_index(merged, bloom), merged.num_rows, counts
+                return data, n, counts
 
             def created(first: int, part: str, chunk: list[int]) -> tuple[str, bytes]:
                 fname = base_file_name(new_file_id(), token, instant)
