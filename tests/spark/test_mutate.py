@@ -64,11 +64,16 @@ def _changed(before: Model, after: Model) -> list[tuple[Any, ...]]:
 
 
 def _model_checked(
-    spark: Any, url: str, read_uri: str, storage: dict[str, str] | None, options: dict[str, Any]
+    spark: Any,
+    url: str,
+    read_uri: str,
+    storage: dict[str, str] | None,
+    options: dict[str, Any],
+    steps: int = 4,
 ) -> list[Any]:
     m: Model = {}
     reports = []
-    for op, rows in _steps():
+    for op, rows in _steps()[:steps]:
         before = m
         if op == "upsert":
             rep = amspark.upsert(
@@ -113,8 +118,10 @@ def test_upsert_delete_on_fake_gcs(spark: Any, fake_gcs: Any) -> None:
     fake_gcs.create_bucket(bucket)
     url = f"gs://{bucket}/t/mt"
     storage = {"google_base_url": fake_gcs.url, "google_skip_signature": "true", "allow_http": "true"}
-    reps = _model_checked(spark, url, url, storage, {"endpoint": fake_gcs.url})
-    assert reps[1].files_rewritten == 2 and reps[2].deleted == 2
+    # insert and upsert only: the Spark side is the same on every store (the local test runs
+    # the whole sequence); what differs, the store's requests, the engine's tests cover
+    reps = _model_checked(spark, url, url, storage, {"endpoint": fake_gcs.url}, steps=2)
+    assert reps[1].files_rewritten == 2 and reps[1].updated == 2
 
 
 def _listing(dest: Path) -> list[str]:
