@@ -200,6 +200,12 @@ class RollbackError(CommitError):
     """A rollback could not complete; the job directory and journal are kept for retry."""
 
 
+class RenameWorkerFailed(CommitError):
+    """A worker process of a sharded job commit (:mod:`amcommit.committer.shard`) died or
+    failed in a way that names no error of its own. The commit stopped with its journal
+    kept: ``commit_job`` again resumes it, ``abort_job`` rolls it back."""
+
+
 class LockLost(CommitError):
     """This process lost the destination lock (it stopped renewing it in time, or another
     writer took it over). The commit was stopped; run it again to resume."""
@@ -221,6 +227,7 @@ __all__ = [
     "ObjectRateLimited",
     "PermissionDenied",
     "PreconditionFailed",
+    "RenameWorkerFailed",
     "RollbackError",
     "StoreError",
     "Throttled",

@@ -71,6 +71,19 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     rename a batch in one worker-thread hop instead of one coroutine per file; Azure Blob
     copies each file of a batch, then deletes their sources in one Blob Batch request per
     256. 1 renames file by file. Not used with ``io_rate``."""
+    processes: int | None = None
+    """Worker processes that rename the files of a plain job commit (each with its own
+    event loop; :mod:`amcommit.committer.shard`). None (the default): what the machine's
+    cores and the store's request ceiling allow
+    (:func:`~amcommit.committer.shard.default_processes`): one on local files (the kernel
+    serialises renames between directories: more processes are slower), one for a job of
+    fewer than 20,000 files (starting a worker costs about a second of CPU), else as many as
+    the cores, but no more than the store's ceiling keeps busy (an Azure account's 20,000
+    requests/s; a cold GCS bucket's 1,000 writes/s keeps one process busy). 1 renames in
+    the committing process. The coordinating process keeps the lock, the journal,
+    directories, ``_SUCCESS`` and cleanup; the workers only rename, within one rate budget
+    per account or bucket. A store that cannot be opened again in another process (one
+    built with objects that do not pickle, or wrapped) renames in one process."""
     load_threads: int = 16
     """Manifests loaded concurrently (bounds memory: at most this many are decoded at once)."""
     load_queue_capacity: int = 64
@@ -140,6 +153,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
             raise ConfigError(
                 f"committer option 'conflict_mode' must be one of {', '.join(get_args(ConflictMode))}"
             )
+        if self.processes is not None and (
+            not isinstance(self.processes, int) or isinstance(self.processes, bool) or self.processes < 1
+        ):
+            raise ConfigError("committer option 'processes' must be an integer >= 1 or none")
         if self.success_filenames < 0:
             raise ConfigError("committer option 'success_filenames' must be an integer >= 0")
         if not self.lock_ttl > 0:

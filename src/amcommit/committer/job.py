@@ -70,6 +70,7 @@ from amcommit.errors import (
     CommitError,
     LockLost,
     ManifestError,
+    RenameWorkerFailed,
     RollbackError,
     StoreError,
 )
@@ -374,7 +375,9 @@ def _unfixable(e: BaseException) -> bool:
     """Errors a retry of the same commit cannot fix: conflicts, changed or missing sources,
     bad manifests. Store failures (outages, permissions) are not: the journal is kept so
     the commit can be resumed once the store is healthy."""
-    return isinstance(e, (CommitError, ManifestError)) and not isinstance(e, (RollbackError, LockLost))
+    return isinstance(e, (CommitError, ManifestError)) and not isinstance(
+        e, (RollbackError, LockLost, RenameWorkerFailed)
+    )
 
 
 def _rollback_failed(ctx: JobContext, e: BaseException, undo: Exception) -> RollbackError:

@@ -359,3 +359,32 @@ def batch_deleter(store: Store) -> BatchDeleter | None:
     if store.capabilities.delete_batch_max > 0 and isinstance(store, BatchDeleter):
         return store
     return None
+
+
+@dataclass(frozen=True)
+class StoreRecipe:
+    """How to open the same store again in another process: its class and the
+    constructor arguments it was given, without the request limiters (the other process
+    gets its own, see :mod:`amcommit.store.limits`: a shared budget). Kept by the
+    backends as ``store.recipe``; used by a job commit sharded over worker processes
+    (:mod:`amcommit.committer.shard`). It may hold credentials (it is handed to the worker
+    over a pipe, never logged: its ``repr`` names the class only)."""
+
+    factory: type
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+
+    def __repr__(self) -> str:
+        return f"StoreRecipe({self.factory.__name__})"
+
+    def open(self, **overrides: object) -> Store:
+        """A new store from the recipe (``overrides``: more or other keyword arguments)."""
+        store: Store = self.factory(*self.args, **{**self.kwargs, **overrides})
+        return store
+
+
+def store_recipe(store: Store) -> StoreRecipe | None:
+    """``store``'s recipe, if it keeps one (None: a store, or a wrapper around one, that
+    cannot be opened again elsewhere)."""
+    recipe = getattr(store, "recipe", None)
+    return recipe if isinstance(recipe, StoreRecipe) else None

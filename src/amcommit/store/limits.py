@@ -43,6 +43,13 @@ Behaviour:
   lifted).
 
 A limiter belongs to one event loop (it is not thread-safe).
+
+**A budget shared by processes** (a job commit sharded over worker processes,
+:mod:`amcommit.committer.shard`): a worker's limiter gets a ``token_source`` (a
+:class:`TokenSource`); its rate tokens then come from there (the coordinator's limiter for
+the same account or bucket hands them out, :meth:`Limiter.take`) instead of its own bucket,
+and its throttling answers are reported there (the coordinator's limiter cuts and restores
+the one rate). Its in-flight limit stays its own.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -59,6 +67,18 @@ from amcommit.errors import ConfigError
 from amcommit.store.adaptive import AdaptiveLimit
 
 _MAX_HOLD = 60.0
+
+
+class TokenSource(Protocol):
+    """Where a limiter with a shared budget gets its rate tokens (see the module doc)."""
+
+    async def take(self) -> None:
+        """Wait for one token of the shared budget."""
+        ...
+
+    def answered(self, throttled: bool, retry_after: float | None) -> None:
+        """Report one answer (a throttling one or not) to the budget's owner."""
+        ...
 
 
 @dataclass(slots=True)
@@ -108,6 +128,7 @@ class Limiter:
         probe_samples: int = 100,
         ramp: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        token_source: TokenSource | None = None,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
@@ -145,6 +166,7 @@ class Limiter:
         self.min_samples = min_samples
         self.probe_samples = max(min_samples, probe_samples)
         self.ramp = ramp
+        self.token_source = token_source
         self._ramp_start: float | None = None  # the current ramp period began (first token)
         self._ramp_taken = 0  # tokens taken in it
         self.ramp_doublings = 0
@@ -262,7 +284,37 @@ class Limiter:
             self._limit = limit
             self._wake()
 
+    async def take(self, n: int) -> int:
+        """Take up to ``n`` tokens for another process's limiter (a shared budget, see
+        the module doc): wait for the first as a request of this limiter would, then take
+        what is available at once, up to ``n``. Returns how many were taken (all ``n`` at
+        once when there is no rate limit)."""
+        await self._take_token()
+        rate = self.rate
+        if rate is None:
+            return n
+        now = self._clock()
+        self._tokens = min(self._burst(), self._tokens + (now - self._last_refill) * rate)
+        self._last_refill = now
+        extra = max(0, min(n - 1, int(self._tokens)))
+        self._tokens -= extra
+        if self.ramp is not None:
+            self._ramp_taken += extra
+        return 1 + extra
+
+    def record_answers(self, ok: int) -> None:
+        """``ok`` answers that were not refusals, received by another process's limiter
+        on this budget (they count in the share of throttling answers)."""
+        if ok > 0:
+            self._win_ok += ok
+            now = self._clock()
+            if now - self._win_start >= self.window:
+                self._close_window(now)
+
     async def _take_token(self) -> None:
+        if self.token_source is not None:
+            await self.token_source.take()
+            return
         while True:
             now = self._clock()
             if self._paused_until > now:
@@ -324,6 +376,8 @@ class Limiter:
     def succeeded(self) -> None:
         """Report an answer that was not a refusal (a success, or an error such as "not
         found"): drives the observed rate, the share of refusals and the recovery."""
+        if self.token_source is not None:
+            self.token_source.answered(False, None)
         now = self._clock()
         if self._last_done:
             gap = now - self._last_done
@@ -336,8 +390,11 @@ class Limiter:
     def throttled(self, retry_after: float | None = None) -> None:
         """Report a throttling answer: may slow the bucket (see the module docstring) and,
         while most answers are throttled, pause new operations for ``retry_after``."""
-        now = self._clock()
         self.throttle_events += 1
+        if self.token_source is not None:
+            self.token_source.answered(True, retry_after)  # the budget's owner decides
+            return
+        now = self._clock()
         self._win_thr += 1
         self._last_throttle = now
         if now - self._win_start >= self.window:
@@ -490,7 +547,7 @@ class _Slot:
 
     async def __aenter__(self) -> None:
         lim = self._lim
-        if lim.rate is not None or lim._paused_until:
+        if lim.rate is not None or lim._paused_until or lim.token_source is not None:
             await lim._take_token()
         if lim._limit is not None:
             self._busy = await lim._acquire()

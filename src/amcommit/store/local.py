@@ -71,6 +71,7 @@ from amcommit.store.base import (
     PutMode,
     RenameRequest,
     RenameResult,
+    StoreRecipe,
     UpdateIf,
     WriteMode,
 )
@@ -376,6 +377,7 @@ class LocalStore:
         offload_metadata: bool = False,
     ) -> None:
         self.root = os.path.abspath(root)
+        self.recipe = StoreRecipe(type(self), (root,), {"fsync": fsync, "offload_metadata": offload_metadata})
         self.offload_metadata = offload_metadata
         self.limiter = limiter or Limiter(max_concurrency=32)
         self.fsync = fsync

@@ -145,7 +145,12 @@ async def rename_one(
 
 
 async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
-    """Rename everything in the spool; counts renamed and recovered files in the report."""
+    """Rename everything in the spool; counts renamed and recovered files in the report.
+    With ``processes`` (or its default) above one, worker processes rename
+    (:mod:`amcommit.committer.shard`)."""
+    from amcommit.committer.shard import plan as shard_plan
+    from amcommit.committer.shard import rename_sharded
+
     spool = loaded.spool
     report = ctx.report
     total = spool.count
@@ -157,6 +162,11 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
     )
     names: list[str] = []
     limit = ctx.config.success_filenames
+    shard = shard_plan(ctx, total)
+    if shard is not None:  # worker processes rename (amcommit.committer.shard)
+        names = await rename_sharded(ctx, spool, roots, shard)
+        report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
+        return
 
     async def one(entry: RenameEntry) -> None:
         res = await rename_one(ctx, entry, roots)

@@ -96,6 +96,7 @@ from amcommit.store.base import (
     PutMode,
     RenameRequest,
     RenameResult,
+    StoreRecipe,
     UpdateIf,
     WriteMode,
 )
@@ -174,6 +175,19 @@ class BlobStore(AzureBase):
         **options: Any,
     ) -> None:
         super().__init__(container, **options)
+        self.recipe = StoreRecipe(
+            type(self),
+            (container,),
+            {
+                **{k: v for k, v in options.items() if k != "limiter"},
+                "single_put_max": single_put_max,
+                "block_size": block_size,
+                "copy_poll_interval": copy_poll_interval,
+                "copy_timeout": copy_timeout,
+                "delete_concurrency": delete_concurrency,
+                "preserve_metadata": preserve_metadata,
+            },
+        )
         if block_size < 1 or single_put_max < 0:
             raise InvalidInput("block_size must be >= 1 and single_put_max >= 0")
         self.single_put_max = single_put_max

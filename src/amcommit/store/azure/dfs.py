@@ -48,6 +48,7 @@ from amcommit.store.base import (
     ObjectInfo,
     PutMode,
     RenameResult,
+    StoreRecipe,
     UpdateIf,
     WriteMode,
 )
@@ -82,6 +83,15 @@ class DfsStore(AzureBase):
     ) -> None:
         options.pop("container", None)
         super().__init__(filesystem, **options)
+        self.recipe = StoreRecipe(
+            type(self),
+            (filesystem,),
+            {
+                **{k: v for k, v in options.items() if k != "limiter"},
+                "append_size": append_size,
+                "list_page_size": list_page_size,
+            },
+        )
         self.append_size = max(1, append_size)
         self.list_page_size = list_page_size
 

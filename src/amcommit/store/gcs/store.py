@@ -74,7 +74,15 @@ from amcommit.errors import (
 )
 from amcommit.iostats import IOStatistics
 from amcommit.paths import ancestors, check_path
-from amcommit.store.base import Capabilities, ObjectInfo, PutMode, RenameResult, UpdateIf, WriteMode
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameResult,
+    StoreRecipe,
+    UpdateIf,
+    WriteMode,
+)
 from amcommit.store.gcs.auth import BearerAuth, TokenProvider, google_auth_provider
 from amcommit.store.gcs.client import (
     ENCODER,
@@ -204,6 +212,29 @@ class GcsStore:
     ) -> None:
         if not _bucket_ok(bucket):
             raise ConfigError(f"invalid GCS bucket name {bucket!r}")
+        self.recipe = StoreRecipe(
+            type(self),
+            (bucket,),
+            {
+                "endpoint": endpoint,
+                "token_provider": token_provider,
+                "credentials": credentials,
+                "anonymous": anonymous,
+                "max_concurrency": max_concurrency,
+                "write_rate": write_rate,
+                "bucket_warm": bucket_warm,
+                "retry": retry,
+                "use_move": use_move,
+                "verify_preconditions": verify_preconditions,
+                "preserve_metadata": preserve_metadata,
+                "multipart_threshold": multipart_threshold,
+                "chunk_size": chunk_size,
+                "request_timeout": request_timeout,
+                "shield_timeout": shield_timeout,
+                "page_size": page_size,
+                "user_project": user_project,
+            },
+        )
         if chunk_size < _CHUNK_ALIGN or chunk_size % _CHUNK_ALIGN:
             raise ConfigError(f"chunk_size must be a positive multiple of {_CHUNK_ALIGN}")
         if multipart_threshold < 0:

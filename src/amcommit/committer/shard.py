@@ -1,0 +1,645 @@
+"""A plain job commit's renames sharded over worker processes (``processes`` > 1).
+
+One process renames about 2,400 files/s on Azure (0.42 ms of client CPU per file); an
+account takes about 20,000 requests/s. So the rename stage of a big commit can use more
+than one core: the committing process (the *coordinator*) hands the rename plan out to
+worker processes, each with its own event loop and its own store client.
+
+Who owns what:
+
+* the **coordinator** owns the destination lock (it keeps renewing it), the journal,
+  directory creation, ``_SUCCESS`` and cleanup: everything before and after the rename
+  stage runs there as in a one-process commit. It reads the spool and hands the entries out
+  in *units* (the batches the one-process stage renames: at most ``rename_batch_size``
+  entries of one manifest), a few at a time per worker (:data:`WORKER_CREDIT`), so a
+  slow worker gets less; it counts what the workers report, names the first files for the
+  report and emits progress;
+* a **worker** only renames the units it is given (the same code, with the same
+  recovery and rename ids, as the one-process stage:
+  :func:`~amcommit.committer.stages.rename_files.rename_one` /
+  :func:`~amcommit.committer.stages.rename_files.rename_batch`) and reports each unit
+  done. It writes nothing else: no journal, no directory, no marker.
+
+**One rate budget per account or bucket**, shared by every process: the coordinator's
+limiters (the store's: an Azure account's 20,000 requests/s, a GCS bucket's write gate with
+its ramp; and the job's ``io_rate``) stay the only token buckets. A worker's limiter takes
+its tokens from the coordinator over the worker's pipe, in grants
+(:meth:`amcommit.store.limits.Limiter.take`: after the first token, what is available at
+once), asking again before its grant runs out, and reports its answers there (throttling
+ones at once, the others counted with its next request): the coordinator's limiter cuts,
+probes, restores and ramps the one rate exactly as in one process (the token bucket and its
+adaptation are not duplicated in shared memory, which would need the same logic
+re-implemented across processes under a lock). The cost is one pipe message per grant, not
+per request. Each worker keeps its own in-flight limit (it bounds its own client's queue).
+
+**Fence**: a worker's store is a :class:`~amcommit.coord.lease.FencedStore` whose fence is
+the coordinator's lock as last reported (its ``safe_until``, a ``CLOCK_MONOTONIC`` time,
+the same clock in every process of the host; sent with every grant and every second): no
+worker write starts after the lock could have been lost. A worker whose coordinator is gone
+(its pipe reaches end-of-file: the kernel closes it when the coordinator dies, even by
+SIGKILL) exits at once, without another request.
+
+**Failures**: a worker's error is sent to the coordinator and raised there as the same
+error type (a conflict rolls back like one in one process); a worker that dies, or fails
+with an error of no known type, is :class:`~amcommit.errors.RenameWorkerFailed`. Either way
+every worker is stopped (and waited for) before the error leaves this module, and the
+journal is kept: recovery of a killed shard is the journal's, as for a killed one-process
+commit (a resumed commit renames again and proves what was renamed; an abort rolls back).
+
+Workers are *spawned*: a fresh interpreter (``sys.executable``, the coordinator's
+``sys.path``), never a ``fork`` of a process that runs threads (Spark's ``commit()``
+worker, an event loop's thread pool). They are started directly (:mod:`subprocess`, one
+socket pair each, :class:`multiprocessing.connection.Connection` on it), not through
+:mod:`multiprocessing`'s ``spawn`` context, whose child first runs the parent's
+``__main__`` script again (a script without a ``__main__`` guard, or Spark's worker
+module, would run twice). So this works wherever the committing code runs, including
+Spark's ``commit()`` worker on the driver host (no SparkSession there, and none needed).
+A worker needs about half a second of CPU to start (interpreter and imports).
+
+What is atomic: each rename, as in one process; nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from amcommit import errors as amcommit_errors
+from amcommit.committer.config import CommitterConfig
+from amcommit.committer.context import JobContext
+from amcommit.committer.layout import JobLayout
+from amcommit.committer.spool import EntrySpool
+from amcommit.coord.lease import FencedStore, LeaseLost
+from amcommit.errors import AmcommitError, RenameWorkerFailed
+from amcommit.manifest import RenameEntry
+from amcommit.parallel import first_error
+from amcommit.store.adaptive import AdaptiveLimit
+from amcommit.store.base import Store, StoreRecipe, store_recipe
+from amcommit.store.limits import DEFAULT_ADAPTIVE, Limiter
+
+log = logging.getLogger("amcommit.shard")
+
+WORKER_CREDIT = 3
+"""Units a worker holds at once (renaming and queued): enough to keep its renames going
+while it asks for the next, few enough that the work stays balanced."""
+
+UNIT_FILES = 256
+"""Entries per unit when renaming file by file (with batches: ``rename_batch_size``)."""
+
+AUTO_MIN_FILES = 20_000
+"""With ``processes`` unset, a job of fewer files renames in one process (starting a
+worker costs about a second of CPU; below this a second process gains less)."""
+
+PROCESS_REQUESTS_PER_S = 4_800.0
+"""Requests per second one process sends while renaming at full CPU (about 2,400 files/s,
+two requests per rename on a copy-based store): the store's ceiling divided by this is
+how many processes it keeps busy."""
+
+GRANT_MAX = 512
+"""The most rate tokens a worker asks for at once."""
+
+FENCE_EVERY = 1.0
+"""Seconds between the coordinator's fence messages to its workers."""
+
+
+def available_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def unwrap(store: Store) -> Store:
+    """The store below the destination lock's fence (:class:`FencedStore` only: any
+    other wrapper is kept, and such a store has no recipe)."""
+    while isinstance(store, FencedStore):
+        store = store.inner
+    return store
+
+
+def _budgets(store: Store, job_limiter: Limiter) -> dict[str, Limiter]:
+    """The coordinator's limiters a worker's requests must share (by key)."""
+    out = {"job": job_limiter}
+    for key, attr in (("store", "limiter"), ("write", "write_limiter")):
+        lim = getattr(store, attr, None)
+        if isinstance(lim, Limiter):
+            out[key] = lim
+    return out
+
+
+def default_processes(store: Store, files: int, cores: int | None = None) -> int:
+    """How many processes rename ``files`` files on ``store`` when ``processes`` is unset
+    (pure but for reading the store's limiters):
+
+    * 1 on local files (the kernel serialises renames between directories: two processes
+      were measured slower than one) and for fewer than :data:`AUTO_MIN_FILES` files;
+    * else the cores, but no more than the store's ceilings keep busy: each of its rate
+      limits (requests/s, a GCS bucket's writes/s) divided by
+      :data:`PROCESS_REQUESTS_PER_S`, rounded up (no rate limit: the cores)."""
+    inner = unwrap(store)
+    if inner.capabilities.local_root is not None or files < AUTO_MIN_FILES:
+        return 1
+    n = cores if cores is not None else available_cores()
+    for key in ("store", "write"):
+        lim = _budgets(inner, Limiter(max_concurrency=None)).get(key)
+        if lim is not None and lim.max_rate is not None:
+            n = min(n, math.ceil(lim.max_rate / PROCESS_REQUESTS_PER_S))
+    return max(1, n)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """How the renames of a commit are sharded: ``processes`` workers opening ``recipe``."""
+
+    processes: int
+    recipe: StoreRecipe
+
+
+def plan(ctx: JobContext, files: int) -> ShardPlan | None:
+    """The sharding of ``files`` renames (None: rename in this process): ``processes``
+    (the config's, else :func:`default_processes`), if more than one and the store can be
+    opened again in a worker (it keeps a :class:`~amcommit.store.base.StoreRecipe` whose
+    arguments pickle)."""
+    n = ctx.config.processes
+    if n is None:
+        n = default_processes(ctx.store, files)
+    n = min(n, max(1, files))
+    if n <= 1:
+        return None
+    recipe = store_recipe(unwrap(ctx.store))
+    if recipe is None:
+        log.info("renaming in one process: the store %s cannot be opened in another", ctx.store.root_uri)
+        return None
+    try:
+        pickle.dumps(recipe)
+    except Exception:  # a credential object that does not pickle, ...
+        log.info("renaming in one process: the store's settings cannot be passed to another process")
+        return None
+    return ShardPlan(n, recipe)
+
+
+# -- what travels between the processes -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LimiterShape:
+    """How a worker builds its limiter for one budget: its own in-flight limit (as the
+    coordinator's: adaptive, fixed or none) and the shared rate."""
+
+    adaptive: bool
+    max_concurrency: int | None
+
+    @staticmethod
+    def of(lim: Limiter) -> _LimiterShape:
+        return _LimiterShape(lim.adaptive is not None, lim.max_concurrency)
+
+    def build(self, source: _RemoteBudget) -> Limiter:
+        if self.adaptive:
+            return Limiter(
+                max_concurrency=None, adaptive=AdaptiveLimit(**DEFAULT_ADAPTIVE), token_source=source
+            )
+        return Limiter(max_concurrency=self.max_concurrency, token_source=source)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs (pickled into the spawned process)."""
+
+    index: int
+    recipe: StoreRecipe
+    layout: JobLayout
+    config: CommitterConfig
+    roots: list[str] | None
+    budgets: dict[str, _LimiterShape]
+    fence_until: float | None
+    dest_uri: str
+    batched: bool
+
+
+# coordinator -> worker: ("unit", id, rows) ("end",) ("grant", key, n, fence) ("fence", t) ("stop",)
+# worker -> coordinator: ("more",) ("want", key, n, ok) ("thr", key, retry_after, ok)
+#                        ("done", id, recovered, moved_aside) ("error", type, module, message)
+#                        ("bye",)
+
+
+# -- the worker -------------------------------------------------------------------------
+
+
+class _Fence:
+    """The coordinator's lock as last reported (``safe_until``, monotonic; None: no lock)."""
+
+    def __init__(self, until: float | None) -> None:
+        self.until = until
+
+    def check(self, op: str, path: str) -> None:
+        if self.until is not None and time.monotonic() >= self.until:
+            raise LeaseLost(
+                f"the destination lock was not confirmed by the committing process in time; {op} {path!r} "
+                "was not started"
+            )
+
+
+class _RemoteBudget:
+    """A worker's side of one shared budget: a :class:`~amcommit.store.limits.TokenSource`
+    fed by the coordinator's grants."""
+
+    def __init__(self, key: str, send: Any) -> None:
+        self.key = key
+        self._send = send
+        self.tokens = 0
+        self.want = 32
+        self._asked = False
+        self._ok = 0
+        self._event = anyio.Event()
+
+    async def take(self) -> None:
+        while self.tokens <= 0:
+            self._ask()
+            await self._event.wait()
+        self.tokens -= 1
+        if self.tokens < self.want // 2:
+            self._ask()  # ask for the next grant before this one runs out
+
+    def _ask(self) -> None:
+        if not self._asked:
+            self._asked = True
+            ok, self._ok = self._ok, 0
+            self._send(("want", self.key, self.want, ok))
+
+    def granted(self, n: int) -> None:
+        self.tokens += n
+        self._asked = False
+        if n >= self.want:
+            self.want = min(GRANT_MAX, self.want * 2)  # the budget has room: ask for more at once
+        event, self._event = self._event, anyio.Event()
+        event.set()
+
+    def answered(self, throttled: bool, retry_after: float | None) -> None:
+        if throttled:
+            ok, self._ok = self._ok, 0
+            self._send(("thr", self.key, retry_after, ok))
+        else:
+            self._ok += 1
+
+
+_BOOT = (
+    "import sys, json; sys.path[:0] = json.loads(sys.argv[2]); "
+    "from amcommit.committer.shard import worker_main; worker_main(int(sys.argv[1]))"
+)
+"""A worker's command line (``python -c _BOOT FD PATH``): the coordinator's import path
+first, then the worker's entry point on the socket ``FD``."""
+
+
+def _blocking(fd: int) -> None:
+    """Make ``fd`` blocking again (an event loop's reader may have made it non-blocking:
+    the pipe's messages are written and read whole, as
+    :class:`~multiprocessing.connection.Connection` does)."""
+    if not os.get_blocking(fd):
+        os.set_blocking(fd, True)
+
+
+def worker_main(fd: int) -> None:
+    """Entry point of a worker process (see the module doc): its spec is the first
+    message on the socket ``fd``. Never raises: an error is reported to the coordinator;
+    the process then exits."""
+    from amcommit import loop as amcommit_loop
+
+    conn = Connection(fd)
+    try:
+        spec: WorkerSpec = pickle.loads(conn.recv_bytes())
+    except EOFError:
+        os._exit(0)
+    try:
+        amcommit_loop.run(_worker, conn, spec)
+    except BaseException as e:  # reported; the coordinator raises it
+        if isinstance(e, BaseExceptionGroup):
+            e = first_error(e)
+        if os.environ.get("AMCOMMIT_SHARD_DEBUG"):
+            import traceback
+
+            traceback.print_exception(e)
+        with contextlib.suppress(Exception):
+            conn.send(("error", type(e).__name__, type(e).__module__, str(e)))
+        os._exit(1)
+    with contextlib.suppress(Exception):
+        conn.send(("bye",))
+    conn.close()
+
+
+async def _worker(conn: Connection, spec: WorkerSpec) -> None:
+    from amcommit.committer.report import JobReport
+    from amcommit.committer.stages.rename_files import rename_batch, rename_one
+    from amcommit.parallel import run_parallel
+    from amcommit.store.base import batch_renamer
+
+    wfd = conn.fileno()
+
+    def send(msg: tuple[Any, ...]) -> None:
+        _blocking(wfd)
+        conn.send(msg)
+
+    budgets = {key: _RemoteBudget(key, send) for key in spec.budgets}
+    fence = _Fence(spec.fence_until)
+    extra: dict[str, object] = {}
+    if "store" in spec.budgets:
+        extra["limiter"] = spec.budgets["store"].build(budgets["store"])
+    if "write" in spec.budgets:
+        extra["write_limiter"] = spec.budgets["write"].build(budgets["write"])
+    inner = spec.recipe.open(**extra)
+    units_in, units_out = anyio.create_memory_object_stream[tuple[int, list[RenameEntry]]](math.inf)
+
+    async with inner, anyio.create_task_group() as tg:
+        store = FencedStore(inner, fence)
+        report = JobReport(job_id=spec.layout.job_id, dest_uri=spec.dest_uri)
+        job_limiter = spec.budgets["job"].build(budgets["job"])
+        ctx = JobContext(store, spec.layout, spec.config, report, job_limiter)
+
+        async def read() -> None:
+            fd = conn.fileno()
+            while True:
+                await anyio.wait_readable(fd)
+                _blocking(fd)
+                while conn.poll():
+                    try:
+                        msg = conn.recv()
+                    except EOFError:
+                        os._exit(0)  # the coordinator is gone: stop at once, no other request
+                    kind = msg[0]
+                    if kind == "unit":
+                        units_in.send_nowait((msg[1], msg[2]))
+                    elif kind == "end":
+                        units_in.close()
+                    elif kind == "grant":
+                        fence.until = msg[3]
+                        budgets[msg[1]].granted(msg[2])
+                    elif kind == "fence":
+                        fence.until = msg[1]
+                    elif kind == "stop":
+                        tg.cancel_scope.cancel()
+                        return
+
+        sent_aside = 0
+
+        def done(uid: int, recovered: int) -> None:
+            nonlocal sent_aside
+            aside, sent_aside = report.moved_aside - sent_aside, report.moved_aside
+            send(("done", uid, recovered, aside))
+            send(("more",))
+
+        async def rename_all() -> None:
+            for _ in range(WORKER_CREDIT):
+                send(("more",))
+            batcher = batch_renamer(store) if spec.batched else None
+            if batcher is not None:
+
+                async def batch(unit: tuple[int, list[RenameEntry]]) -> None:
+                    uid, rows = unit
+                    redone = await rename_batch(ctx, batcher, rows, spec.roots)
+                    done(uid, sum(1 for r in redone.values() if r.recovered))
+
+                await run_parallel(units_out, batch, min(spec.config.io_threads, WORKER_CREDIT))
+            else:
+                left: dict[int, list[int]] = {}  # unit -> [entries left, recovered]
+
+                async def entries() -> Any:
+                    async for uid, rows in units_out:
+                        left[uid] = [len(rows), 0]
+                        for e in rows:
+                            yield uid, e
+
+                async def one(item: tuple[int, RenameEntry]) -> None:
+                    uid, entry = item
+                    res = await rename_one(ctx, entry, spec.roots)
+                    state = left[uid]
+                    state[0] -= 1
+                    state[1] += res.recovered
+                    if state[0] == 0:
+                        del left[uid]
+                        done(uid, state[1])
+
+                await run_parallel(entries(), one, spec.config.io_threads)
+            tg.cancel_scope.cancel()  # done: stop reading
+
+        tg.start_soon(read)
+        tg.start_soon(rename_all)
+
+
+# -- the coordinator ----------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+    units: dict[int, list[RenameEntry]] = field(default_factory=dict)
+    finished: bool = False
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        with contextlib.suppress(OSError):  # a worker that died: its reader reports it
+            _blocking(self.conn.fileno())
+            self.conn.send(msg)
+
+
+def units_of(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
+    """The spool's entries in units of at most ``size``, one manifest's frame at a time."""
+    for _, rows in spool.frames():
+        for i in range(0, len(rows), size):
+            yield rows[i : i + size] if len(rows) > size else rows
+
+
+def _error_from(name: str, module: str, message: str, worker: int) -> BaseException:
+    """The worker's error as the coordinator raises it: the same amcommit error type
+    (a conflict stays a conflict), else :class:`RenameWorkerFailed`."""
+    cls = getattr(amcommit_errors, name, None) if module == amcommit_errors.__name__ else None
+    if cls is None and module == "amcommit.coord.lease" and name == "LeaseLost":
+        cls = LeaseLost
+    if isinstance(cls, type) and issubclass(cls, AmcommitError):
+        try:
+            err: BaseException = cls(message)
+            return err
+        except Exception:
+            pass
+    return RenameWorkerFailed(f"rename worker {worker} failed: {name}: {message}")
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+async def rename_sharded(
+    ctx: JobContext, spool: EntrySpool, roots: list[str] | None, shard: ShardPlan
+) -> list[str]:
+    """Rename every entry of ``spool`` with ``shard.processes`` worker processes (see the
+    module doc). Counts renamed, recovered and moved-aside files in the report and emits
+    progress; returns the first ``success_filenames`` destinations renamed."""
+    report = ctx.report
+    total = spool.count
+    limit = ctx.config.success_filenames
+    names: list[str] = []
+    inner = unwrap(ctx.store)
+    budgets = _budgets(inner, ctx.limiter)
+    lock = ctx.store.lock if isinstance(ctx.store, FencedStore) else None
+
+    def fence_until() -> float | None:
+        until = getattr(lock, "safe_until", None)
+        return until if isinstance(until, float) else None
+
+    batched = ctx.config.rename_batch_size > 1 and ctx.config.io_rate is None
+    size = ctx.config.rename_batch_size if batched else UNIT_FILES
+    units = units_of(spool, size)
+    next_id = 0
+    workers: list[_Worker] = []
+    report.job_stats.incr("committer_rename_processes", shard.processes)
+
+    def next_unit(w: _Worker) -> None:
+        nonlocal next_id
+        rows = next(units, None)
+        if rows is None:
+            w.send(("end",))
+            return
+        next_id += 1
+        w.units[next_id] = rows
+        w.send(("unit", next_id, rows))
+
+    async def grant(w: _Worker, lim: Limiter, key: str, n: int) -> None:
+        got = await lim.take(n)
+        w.send(("grant", key, got, fence_until()))
+
+    async def serve(w: _Worker, tg: anyio.abc.TaskGroup) -> None:
+        conn = w.conn
+        fd = conn.fileno()
+        while True:
+            await anyio.wait_readable(fd)
+            _blocking(fd)
+            while conn.poll():
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    if w.finished:
+                        return
+                    await _wait(w.proc, 5.0)
+                    raise RenameWorkerFailed(
+                        f"rename worker {w.index} (pid {w.proc.pid}) died ({_exit_text(w.proc.returncode)}); "
+                        "the commit stopped with its journal kept: run commit_job again to resume it, or "
+                        "abort_job to roll it back",
+                        stage="rename_files",
+                    ) from None
+                kind = msg[0]
+                if kind == "more":
+                    next_unit(w)
+                elif kind == "want":
+                    lim = budgets[msg[1]]
+                    lim.record_answers(msg[3])
+                    tg.start_soon(grant, w, lim, msg[1], msg[2])
+                elif kind == "thr":
+                    lim = budgets[msg[1]]
+                    lim.record_answers(msg[3])
+                    lim.throttled(msg[2])
+                elif kind == "done":
+                    rows = w.units.pop(msg[1], [])
+                    report.renamed += len(rows)
+                    report.recovered_renames += msg[2]
+                    report.moved_aside += msg[3]
+                    if len(names) < limit:
+                        names.extend(e.dst for e in rows[: limit - len(names)])
+                    if rows:
+                        ctx.emit("rename_files", report.renamed, total)
+                elif kind == "error":
+                    raise _error_from(msg[1], msg[2], msg[3], w.index)
+                elif kind == "bye":
+                    w.finished = True
+                    return
+
+    async def push_fence() -> None:
+        while True:
+            await anyio.sleep(FENCE_EVERY)
+            until = fence_until()
+            for w in workers:
+                if not w.finished:
+                    w.send(("fence", until))
+
+    try:
+        boot = [sys.executable, "-c", _BOOT]
+        path = json.dumps([p for p in sys.path if p])
+        for i in range(shard.processes):
+            ours, theirs = socket.socketpair()
+            with ours, theirs:
+                # (a fork+exec of a few ms; the worker's start-up runs in the worker)
+                proc = subprocess.Popen(  # noqa: ASYNC220
+                    [*boot, str(theirs.fileno()), path], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL
+                )
+                conn = Connection(ours.detach())
+            workers.append(_Worker(i, proc, conn))
+            spec = WorkerSpec(
+                index=i,
+                recipe=shard.recipe,
+                layout=ctx.layout,
+                config=ctx.config,
+                roots=roots,
+                budgets={k: _LimiterShape.of(v) for k, v in budgets.items()},
+                fence_until=fence_until(),
+                dest_uri=report.dest_uri,
+                batched=batched,
+            )
+            conn.send_bytes(pickle.dumps(spec))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(push_fence)
+            async with anyio.create_task_group() as serving:
+                for w in workers:
+                    serving.start_soon(serve, w, tg)
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as eg:
+        if len(eg.exceptions) == 1:
+            raise eg.exceptions[0] from None
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(workers)
+    return names
+
+
+async def _stop(workers: list[_Worker]) -> None:
+    """Stop every worker and wait until it is gone: asked first (it cancels what it is
+    doing, as a one-process commit does on an error), killed after a grace period."""
+    for w in workers:
+        if w.proc.poll() is None:
+            w.send(("stop",))
+    deadline = time.monotonic() + 5.0
+    for w in workers:
+        await _wait(w.proc, max(0.0, deadline - time.monotonic()))
+        if w.proc.poll() is None:
+            w.proc.kill()
+            await _wait(w.proc, 5.0)
+        with contextlib.suppress(OSError):
+            w.conn.close()
+
+
+async def _wait(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """Wait (in a thread) up to ``seconds`` for ``proc`` to exit."""
+
+    def wait() -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(seconds)
+
+    await anyio.to_thread.run_sync(wait)
