@@ -610,9 +610,7 @@ async def rename_sharded(
                     serving.start_soon(serve, w, tg)
             tg.cancel_scope.cancel()
     except BaseExceptionGroup as eg:
-        if len(eg.exceptions) == 1:
-            raise eg.exceptions[0] from None
-        raise
+        raise first_error(eg) from None
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(workers)
