@@ -83,7 +83,9 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     the committing process. The coordinating process keeps the lock, the journal,
     directories, ``_SUCCESS`` and cleanup; the workers only rename, within one rate budget
     per account or bucket. A store that cannot be opened again in another process (one
-    built with objects that do not pickle, or wrapped) renames in one process."""
+    built with objects that do not pickle, or wrapped) renames in one process; so does a
+    table's commit. A worker that dies fails the commit with
+    :class:`~amcommit.errors.RenameWorkerFailed`, its journal kept (resume or abort)."""
     load_threads: int = 16
     """Manifests loaded concurrently (bounds memory: at most this many are decoded at once)."""
     load_queue_capacity: int = 64

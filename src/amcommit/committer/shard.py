@@ -90,7 +90,7 @@ from amcommit.manifest import RenameEntry
 from amcommit.parallel import first_error
 from amcommit.store.adaptive import AdaptiveLimit
 from amcommit.store.base import Store, StoreRecipe, store_recipe
-from amcommit.store.limits import DEFAULT_ADAPTIVE, Limiter
+from amcommit.store.limits import DEFAULT_ADAPTIVE, Limiter, TokenSource
 
 log = logging.getLogger("amcommit.shard")
 
@@ -173,9 +173,12 @@ class ShardPlan:
 
 def plan(ctx: JobContext, files: int) -> ShardPlan | None:
     """The sharding of ``files`` renames (None: rename in this process): ``processes``
-    (the config's, else :func:`default_processes`), if more than one and the store can be
-    opened again in a worker (it keeps a :class:`~amcommit.store.base.StoreRecipe` whose
-    arguments pickle)."""
+    (the config's, else :func:`default_processes`), if more than one, for a plain job
+    (its directory under ``_temporary``; a table's commit renames in one process), and
+    if the store can be opened again in a worker (it keeps a
+    :class:`~amcommit.store.base.StoreRecipe` whose arguments pickle)."""
+    if ctx.layout.staging is not None:
+        return None  # a kind's own staging (a table's): its commit renames in one process
     n = ctx.config.processes
     if n is None:
         n = default_processes(ctx.store, files)
@@ -198,7 +201,7 @@ def plan(ctx: JobContext, files: int) -> ShardPlan | None:
 
 
 @dataclass(frozen=True)
-class _LimiterShape:
+class LimiterShape:
     """How a worker builds its limiter for one budget: its own in-flight limit (as the
     coordinator's: adaptive, fixed or none) and the shared rate."""
 
@@ -206,10 +209,10 @@ class _LimiterShape:
     max_concurrency: int | None
 
     @staticmethod
-    def of(lim: Limiter) -> _LimiterShape:
-        return _LimiterShape(lim.adaptive is not None, lim.max_concurrency)
+    def of(lim: Limiter) -> LimiterShape:
+        return LimiterShape(lim.adaptive is not None, lim.max_concurrency)
 
-    def build(self, source: _RemoteBudget) -> Limiter:
+    def build(self, source: TokenSource) -> Limiter:
         if self.adaptive:
             return Limiter(
                 max_concurrency=None, adaptive=AdaptiveLimit(**DEFAULT_ADAPTIVE), token_source=source
@@ -226,7 +229,7 @@ class WorkerSpec:
     layout: JobLayout
     config: CommitterConfig
     roots: list[str] | None
-    budgets: dict[str, _LimiterShape]
+    budgets: dict[str, LimiterShape]
     fence_until: float | None
     dest_uri: str
     batched: bool
@@ -238,206 +241,20 @@ class WorkerSpec:
 #                        ("bye",)
 
 
-# -- the worker -------------------------------------------------------------------------
-
-
-class _Fence:
-    """The coordinator's lock as last reported (``safe_until``, monotonic; None: no lock)."""
-
-    def __init__(self, until: float | None) -> None:
-        self.until = until
-
-    def check(self, op: str, path: str) -> None:
-        if self.until is not None and time.monotonic() >= self.until:
-            raise LeaseLost(
-                f"the destination lock was not confirmed by the committing process in time; {op} {path!r} "
-                "was not started"
-            )
-
-
-class _RemoteBudget:
-    """A worker's side of one shared budget: a :class:`~amcommit.store.limits.TokenSource`
-    fed by the coordinator's grants."""
-
-    def __init__(self, key: str, send: Any) -> None:
-        self.key = key
-        self._send = send
-        self.tokens = 0
-        self.want = 32
-        self._asked = False
-        self._ok = 0
-        self._event = anyio.Event()
-
-    async def take(self) -> None:
-        while self.tokens <= 0:
-            self._ask()
-            await self._event.wait()
-        self.tokens -= 1
-        if self.tokens < self.want // 2:
-            self._ask()  # ask for the next grant before this one runs out
-
-    def _ask(self) -> None:
-        if not self._asked:
-            self._asked = True
-            ok, self._ok = self._ok, 0
-            self._send(("want", self.key, self.want, ok))
-
-    def granted(self, n: int) -> None:
-        self.tokens += n
-        self._asked = False
-        if n >= self.want:
-            self.want = min(GRANT_MAX, self.want * 2)  # the budget has room: ask for more at once
-        event, self._event = self._event, anyio.Event()
-        event.set()
-
-    def answered(self, throttled: bool, retry_after: float | None) -> None:
-        if throttled:
-            ok, self._ok = self._ok, 0
-            self._send(("thr", self.key, retry_after, ok))
-        else:
-            self._ok += 1
-
-
 _BOOT = (
     "import sys, json; sys.path[:0] = json.loads(sys.argv[2]); "
-    "from amcommit.committer.shard import worker_main; worker_main(int(sys.argv[1]))"
+    "from amcommit.committer.shard_worker import main; main(int(sys.argv[1]))"
 )
 """A worker's command line (``python -c _BOOT FD PATH``): the coordinator's import path
 first, then the worker's entry point on the socket ``FD``."""
 
 
-def _blocking(fd: int) -> None:
+def make_blocking(fd: int) -> None:
     """Make ``fd`` blocking again (an event loop's reader may have made it non-blocking:
     the pipe's messages are written and read whole, as
     :class:`~multiprocessing.connection.Connection` does)."""
     if not os.get_blocking(fd):
         os.set_blocking(fd, True)
-
-
-def worker_main(fd: int) -> None:
-    """Entry point of a worker process (see the module doc): its spec is the first
-    message on the socket ``fd``. Never raises: an error is reported to the coordinator;
-    the process then exits."""
-    from amcommit import loop as amcommit_loop
-
-    conn = Connection(fd)
-    try:
-        spec: WorkerSpec = pickle.loads(conn.recv_bytes())
-    except EOFError:
-        os._exit(0)
-    try:
-        amcommit_loop.run(_worker, conn, spec)
-    except BaseException as e:  # reported; the coordinator raises it
-        if isinstance(e, BaseExceptionGroup):
-            e = first_error(e)
-        if os.environ.get("AMCOMMIT_SHARD_DEBUG"):
-            import traceback
-
-            traceback.print_exception(e)
-        with contextlib.suppress(Exception):
-            conn.send(("error", type(e).__name__, type(e).__module__, str(e)))
-        os._exit(1)
-    with contextlib.suppress(Exception):
-        conn.send(("bye",))
-    conn.close()
-
-
-async def _worker(conn: Connection, spec: WorkerSpec) -> None:
-    from amcommit.committer.report import JobReport
-    from amcommit.committer.stages.rename_files import rename_batch, rename_one
-    from amcommit.parallel import run_parallel
-    from amcommit.store.base import batch_renamer
-
-    wfd = conn.fileno()
-
-    def send(msg: tuple[Any, ...]) -> None:
-        _blocking(wfd)
-        conn.send(msg)
-
-    budgets = {key: _RemoteBudget(key, send) for key in spec.budgets}
-    fence = _Fence(spec.fence_until)
-    extra: dict[str, object] = {}
-    if "store" in spec.budgets:
-        extra["limiter"] = spec.budgets["store"].build(budgets["store"])
-    if "write" in spec.budgets:
-        extra["write_limiter"] = spec.budgets["write"].build(budgets["write"])
-    inner = spec.recipe.open(**extra)
-    units_in, units_out = anyio.create_memory_object_stream[tuple[int, list[RenameEntry]]](math.inf)
-
-    async with inner, anyio.create_task_group() as tg:
-        store = FencedStore(inner, fence)
-        report = JobReport(job_id=spec.layout.job_id, dest_uri=spec.dest_uri)
-        job_limiter = spec.budgets["job"].build(budgets["job"])
-        ctx = JobContext(store, spec.layout, spec.config, report, job_limiter)
-
-        async def read() -> None:
-            fd = conn.fileno()
-            while True:
-                await anyio.wait_readable(fd)
-                _blocking(fd)
-                while conn.poll():
-                    try:
-                        msg = conn.recv()
-                    except EOFError:
-                        os._exit(0)  # the coordinator is gone: stop at once, no other request
-                    kind = msg[0]
-                    if kind == "unit":
-                        units_in.send_nowait((msg[1], msg[2]))
-                    elif kind == "end":
-                        units_in.close()
-                    elif kind == "grant":
-                        fence.until = msg[3]
-                        budgets[msg[1]].granted(msg[2])
-                    elif kind == "fence":
-                        fence.until = msg[1]
-                    elif kind == "stop":
-                        tg.cancel_scope.cancel()
-                        return
-
-        sent_aside = 0
-
-        def done(uid: int, recovered: int) -> None:
-            nonlocal sent_aside
-            aside, sent_aside = report.moved_aside - sent_aside, report.moved_aside
-            send(("done", uid, recovered, aside))
-            send(("more",))
-
-        async def rename_all() -> None:
-            for _ in range(WORKER_CREDIT):
-                send(("more",))
-            batcher = batch_renamer(store) if spec.batched else None
-            if batcher is not None:
-
-                async def batch(unit: tuple[int, list[RenameEntry]]) -> None:
-                    uid, rows = unit
-                    redone = await rename_batch(ctx, batcher, rows, spec.roots)
-                    done(uid, sum(1 for r in redone.values() if r.recovered))
-
-                await run_parallel(units_out, batch, min(spec.config.io_threads, WORKER_CREDIT))
-            else:
-                left: dict[int, list[int]] = {}  # unit -> [entries left, recovered]
-
-                async def entries() -> Any:
-                    async for uid, rows in units_out:
-                        left[uid] = [len(rows), 0]
-                        for e in rows:
-                            yield uid, e
-
-                async def one(item: tuple[int, RenameEntry]) -> None:
-                    uid, entry = item
-                    res = await rename_one(ctx, entry, spec.roots)
-                    state = left[uid]
-                    state[0] -= 1
-                    state[1] += res.recovered
-                    if state[0] == 0:
-                        del left[uid]
-                        done(uid, state[1])
-
-                await run_parallel(entries(), one, spec.config.io_threads)
-            tg.cancel_scope.cancel()  # done: stop reading
-
-        tg.start_soon(read)
-        tg.start_soon(rename_all)
 
 
 # -- the coordinator ----------------------------------------------------------------------
@@ -453,7 +270,7 @@ class _Worker:
 
     def send(self, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # a worker that died: its reader reports it
-            _blocking(self.conn.fileno())
+            make_blocking(self.conn.fileno())
             self.conn.send(msg)
 
 
@@ -531,7 +348,7 @@ async def rename_sharded(
         fd = conn.fileno()
         while True:
             await anyio.wait_readable(fd)
-            _blocking(fd)
+            make_blocking(fd)
             while conn.poll():
                 try:
                     msg = conn.recv()
@@ -597,7 +414,7 @@ async def rename_sharded(
                 layout=ctx.layout,
                 config=ctx.config,
                 roots=roots,
-                budgets={k: _LimiterShape.of(v) for k, v in budgets.items()},
+                budgets={k: LimiterShape.of(v) for k, v in budgets.items()},
                 fence_until=fence_until(),
                 dest_uri=report.dest_uri,
                 batched=batched,

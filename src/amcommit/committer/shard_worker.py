@@ -1,0 +1,215 @@
+"""The worker process of a sharded job commit (:mod:`amcommit.committer.shard`, whose
+module doc says who owns what): it opens the store again from the coordinator's recipe,
+with limiters whose rate tokens come from the coordinator, behind a fence that is the
+coordinator's lock as last reported, and renames the units it is given with the
+one-process stage's code (:func:`~amcommit.committer.stages.rename_files.rename_one`,
+:func:`~amcommit.committer.stages.rename_files.rename_batch`), reporting each unit done.
+
+Started as ``python -c`` :data:`~amcommit.committer.shard._BOOT`; :func:`main` is its entry
+point. A worker whose coordinator is gone (end-of-file on its socket) refuses every later
+write (its fence closes) and stops at once. What is atomic: each rename, nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import pickle
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+import anyio
+
+from amcommit.committer.context import JobContext
+from amcommit.committer.report import JobReport
+from amcommit.committer.shard import GRANT_MAX, WORKER_CREDIT, WorkerSpec, make_blocking
+from amcommit.committer.stages.rename_files import rename_batch, rename_one
+from amcommit.coord.lease import FencedStore, LeaseLost
+from amcommit.manifest import RenameEntry
+from amcommit.parallel import first_error, run_parallel
+from amcommit.store.base import batch_renamer
+
+
+class _Fence:
+    """The coordinator's lock as last reported (``safe_until``, monotonic; None: no lock)."""
+
+    def __init__(self, until: float | None) -> None:
+        self.until = until
+
+    def check(self, op: str, path: str) -> None:
+        if self.until is not None and time.monotonic() >= self.until:
+            raise LeaseLost(
+                f"the destination lock was not confirmed by the committing process in time; {op} {path!r} "
+                "was not started"
+            )
+
+
+class _RemoteBudget:
+    """A worker's side of one shared budget: a :class:`~amcommit.store.limits.TokenSource`
+    fed by the coordinator's grants."""
+
+    def __init__(self, key: str, send: Any) -> None:
+        self.key = key
+        self._send = send
+        self.tokens = 0
+        self.want = 32
+        self._asked = False
+        self._ok = 0
+        self._event = anyio.Event()
+
+    async def take(self) -> None:
+        while self.tokens <= 0:
+            self._ask()
+            await self._event.wait()
+        self.tokens -= 1
+        if self.tokens < self.want // 2:
+            self._ask()  # ask for the next grant before this one runs out
+
+    def _ask(self) -> None:
+        if not self._asked:
+            self._asked = True
+            ok, self._ok = self._ok, 0
+            self._send(("want", self.key, self.want, ok))
+
+    def granted(self, n: int) -> None:
+        self.tokens += n
+        self._asked = False
+        if n >= self.want:
+            self.want = min(GRANT_MAX, self.want * 2)  # the budget has room: ask for more at once
+        event, self._event = self._event, anyio.Event()
+        event.set()
+
+    def answered(self, throttled: bool, retry_after: float | None) -> None:
+        if throttled:
+            ok, self._ok = self._ok, 0
+            self._send(("thr", self.key, retry_after, ok))
+        else:
+            self._ok += 1
+
+
+def main(fd: int) -> None:
+    """Entry point of a worker process (see the module doc): its spec is the first
+    message on the socket ``fd``. Never raises: an error is reported to the coordinator;
+    the process then exits."""
+    from amcommit import loop as amcommit_loop
+
+    conn = Connection(fd)
+    try:
+        spec: WorkerSpec = pickle.loads(conn.recv_bytes())
+    except EOFError:
+        return  # the coordinator is gone already
+    try:
+        if not amcommit_loop.run(_worker, conn, spec):
+            return  # the coordinator is gone: nobody to say goodbye to
+    except BaseException as e:  # reported; the coordinator raises it
+        if isinstance(e, BaseExceptionGroup):
+            e = first_error(e)
+        with contextlib.suppress(Exception):
+            conn.send(("error", type(e).__name__, type(e).__module__, str(e)))
+        sys.exit(1)
+    with contextlib.suppress(Exception):
+        conn.send(("bye",))
+    conn.close()
+
+
+async def _worker(conn: Connection, spec: WorkerSpec) -> bool:
+    """Rename what the coordinator hands out; False if the coordinator went away."""
+
+    wfd = conn.fileno()
+
+    def send(msg: tuple[Any, ...]) -> None:
+        make_blocking(wfd)
+        conn.send(msg)
+
+    gone = anyio.Event()
+    budgets = {key: _RemoteBudget(key, send) for key in spec.budgets}
+    fence = _Fence(spec.fence_until)
+    extra: dict[str, object] = {}
+    if "store" in spec.budgets:
+        extra["limiter"] = spec.budgets["store"].build(budgets["store"])
+    if "write" in spec.budgets:
+        extra["write_limiter"] = spec.budgets["write"].build(budgets["write"])
+    inner = spec.recipe.open(**extra)
+    units_in, units_out = anyio.create_memory_object_stream[tuple[int, list[RenameEntry]]](math.inf)
+
+    async with inner, anyio.create_task_group() as tg:
+        store = FencedStore(inner, fence)
+        report = JobReport(job_id=spec.layout.job_id, dest_uri=spec.dest_uri)
+        job_limiter = spec.budgets["job"].build(budgets["job"])
+        ctx = JobContext(store, spec.layout, spec.config, report, job_limiter)
+
+        async def read() -> None:
+            fd = conn.fileno()
+            while True:
+                await anyio.wait_readable(fd)
+                make_blocking(fd)
+                while conn.poll():
+                    try:
+                        msg = conn.recv()
+                    except EOFError:
+                        # the coordinator is gone: no write starts any more, stop now
+                        fence.until = 0.0
+                        gone.set()
+                        tg.cancel_scope.cancel()
+                        return
+                    kind = msg[0]
+                    if kind == "unit":
+                        units_in.send_nowait((msg[1], msg[2]))
+                    elif kind == "end":
+                        units_in.close()
+                    elif kind == "grant":
+                        fence.until = msg[3]
+                        budgets[msg[1]].granted(msg[2])
+                    elif kind == "fence":
+                        fence.until = msg[1]
+                    elif kind == "stop":
+                        tg.cancel_scope.cancel()
+                        return
+
+        sent_aside = 0
+
+        def done(uid: int, recovered: int) -> None:
+            nonlocal sent_aside
+            aside, sent_aside = report.moved_aside - sent_aside, report.moved_aside
+            send(("done", uid, recovered, aside))
+            send(("more",))
+
+        async def rename_all() -> None:
+            for _ in range(WORKER_CREDIT):
+                send(("more",))
+            batcher = batch_renamer(store) if spec.batched else None
+            if batcher is not None:
+
+                async def batch(unit: tuple[int, list[RenameEntry]]) -> None:
+                    uid, rows = unit
+                    redone = await rename_batch(ctx, batcher, rows, spec.roots)
+                    done(uid, sum(1 for r in redone.values() if r.recovered))
+
+                await run_parallel(units_out, batch, min(spec.config.io_threads, WORKER_CREDIT))
+            else:
+                left: dict[int, list[int]] = {}  # unit -> [entries left, recovered]
+
+                async def entries() -> Any:
+                    async for uid, rows in units_out:
+                        left[uid] = [len(rows), 0]
+                        for e in rows:
+                            yield uid, e
+
+                async def one(item: tuple[int, RenameEntry]) -> None:
+                    uid, entry = item
+                    res = await rename_one(ctx, entry, spec.roots)
+                    state = left[uid]
+                    state[0] -= 1
+                    state[1] += res.recovered
+                    if state[0] == 0:
+                        del left[uid]
+                        done(uid, state[1])
+
+                await run_parallel(entries(), one, spec.config.io_threads)
+            tg.cancel_scope.cancel()  # done: stop reading
+
+        tg.start_soon(read)
+        tg.start_soon(rename_all)
+    return not gone.is_set()
