@@ -339,3 +339,16 @@ def test_a_write_waiting_for_the_lock_says_so_in_the_driver_log(spark: Any, tmp_
     )
     assert success(dest)["success"] and no_temporary(dest)
     assert sorted(r.id for r in spark.read.parquet(str(dest)).collect()) == list(range(100))
+
+
+def test_commit_sharded_over_processes_inside_spark(spark: Any, tmp_path: Path) -> None:
+    """``processes=2``: Spark's ``commit()`` worker (a Python process of its own on the driver
+    host, no SparkSession) starts two rename workers; the output is every row, and
+    ``_SUCCESS`` records that two processes renamed."""
+    dest = tmp_path / "sharded"
+    df = make_df(spark, n=5_000)
+    writer(df, partitionBy="cat,day", processes="2").save(str(dest))
+    s = success(dest)
+    assert s["success"] and s["iostatistics"]["counters"]["committer_rename_processes"] == 2
+    assert rows(read(spark, dest, df.schema)) == rows(df) and no_temporary(dest)
+    assert len([f for f in data_files(dest) if f.endswith(".parquet")]) == s["metrics"]["files"] == 4 * 3 * 2
