@@ -49,7 +49,7 @@ commit (a resumed commit renames again and proves what was renamed; an abort rol
 Workers are *spawned*: a fresh interpreter (``sys.executable``, the coordinator's
 ``sys.path``), never a ``fork`` of a process that runs threads (Spark's ``commit()``
 worker, an event loop's thread pool). They are started directly (:mod:`subprocess`, one
-socket pair each, :class:`multiprocessing.connection.Connection` on it), not through
+socket pair each, :class:`Channel` on it: whole messages, never a blocking write), not through
 :mod:`multiprocessing`'s ``spawn`` context, whose child first runs the parent's
 ``__main__`` script again (a script without a ``__main__`` guard, or Spark's worker
 module, would run twice). So this works wherever the committing code runs, including
@@ -73,7 +73,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
 import anyio
@@ -249,12 +248,104 @@ _BOOT = (
 first, then the worker's entry point on the socket ``FD``."""
 
 
-def make_blocking(fd: int) -> None:
-    """Make ``fd`` blocking again (an event loop's reader may have made it non-blocking:
-    the pipe's messages are written and read whole, as
-    :class:`~multiprocessing.connection.Connection` does)."""
-    if not os.get_blocking(fd):
-        os.set_blocking(fd, True)
+_HEADER = 4
+
+
+class Channel:
+    """One end of a worker's socket pair: whole pickled messages (a 4-byte length, then
+    the pickle), sent without ever blocking (what the socket does not take now waits in an
+    outgoing buffer that :meth:`pump` writes when the socket can take it), received as
+    they arrive. Neither side can then stall the other: a coordinator writing units to a
+    worker that is writing its reports back does not wait for it, nor the reverse."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self._out = bytearray()
+        self._in = bytearray()
+        self._pending = anyio.Event()
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        """Queue ``msg`` and write what the socket takes now (never blocks)."""
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        self._out += len(data).to_bytes(_HEADER, "little") + data
+        self._write()
+        if self._out:
+            self._pending.set()
+
+    def _write(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while self._out:
+                n = self.sock.send(self._out)
+                del self._out[:n]
+
+    async def pump(self) -> None:
+        """Write the outgoing buffer whenever the socket can take more (run as a task)."""
+        while True:
+            if not self._out:
+                await self._pending.wait()
+                self._pending = anyio.Event()
+                continue
+            await anyio.wait_writable(self.sock)
+            self._write()
+
+    async def receive(self) -> list[Any]:
+        """The messages that arrived (waits for at least some bytes). EOFError once the
+        other end is closed (its process gone)."""
+        while True:
+            await anyio.wait_readable(self.sock)
+            try:
+                data = self.sock.recv(1 << 20)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                raise EOFError
+            buf = self._in
+            buf += data
+            out: list[Any] = []
+            pos = 0
+            while len(buf) - pos >= _HEADER:
+                n = int.from_bytes(buf[pos : pos + _HEADER], "little")
+                if len(buf) - pos - _HEADER < n:
+                    break
+                out.append(pickle.loads(buf[pos + _HEADER : pos + _HEADER + n]))
+                pos += _HEADER + n
+            del buf[:pos]
+            if out:
+                return out
+
+    def send_now(self, msg: tuple[Any, ...]) -> None:
+        """Send ``msg`` after what is queued, blocking until written (outside an event
+        loop: a worker's last words)."""
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        self.sock.setblocking(True)
+        self.sock.sendall(bytes(self._out) + len(data).to_bytes(_HEADER, "little") + data)
+        self._out.clear()
+
+    def receive_now(self) -> Any:
+        """One message, blocking (outside an event loop: a worker's spec). EOFError if
+        the other end is closed."""
+        self.sock.setblocking(True)
+        try:
+            header = self._read_exactly(_HEADER)
+            msg = pickle.loads(self._read_exactly(int.from_bytes(header, "little")))
+        finally:
+            self.sock.setblocking(False)
+        return msg
+
+    def _read_exactly(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 # -- the coordinator ----------------------------------------------------------------------
@@ -264,14 +355,13 @@ def make_blocking(fd: int) -> None:
 class _Worker:
     index: int
     proc: subprocess.Popen[bytes]
-    conn: Connection
+    chan: Channel
     units: dict[int, list[RenameEntry]] = field(default_factory=dict)
     finished: bool = False
 
     def send(self, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # a worker that died: its reader reports it
-            make_blocking(self.conn.fileno())
-            self.conn.send(msg)
+            self.chan.send(msg)
 
 
 def units_of(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
@@ -344,24 +434,20 @@ async def rename_sharded(
         w.send(("grant", key, got, fence_until()))
 
     async def serve(w: _Worker, tg: anyio.abc.TaskGroup) -> None:
-        conn = w.conn
-        fd = conn.fileno()
         while True:
-            await anyio.wait_readable(fd)
-            make_blocking(fd)
-            while conn.poll():
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    if w.finished:
-                        return
-                    await _wait(w.proc, 5.0)
-                    raise RenameWorkerFailed(
-                        f"rename worker {w.index} (pid {w.proc.pid}) died ({_exit_text(w.proc.returncode)}); "
-                        "the commit stopped with its journal kept: run commit_job again to resume it, or "
-                        "abort_job to roll it back",
-                        stage="rename_files",
-                    ) from None
+            try:
+                msgs = await w.chan.receive()
+            except (EOFError, OSError):
+                if w.finished:
+                    return
+                await _wait(w.proc, 5.0)
+                raise RenameWorkerFailed(
+                    f"rename worker {w.index} (pid {w.proc.pid}) died ({_exit_text(w.proc.returncode)}); "
+                    "the commit stopped with its journal kept: run commit_job again to resume it, or "
+                    "abort_job to roll it back",
+                    stage="rename_files",
+                ) from None
+            for msg in msgs:
                 kind = msg[0]
                 if kind == "more":
                     next_unit(w)
@@ -398,7 +484,7 @@ async def rename_sharded(
 
     try:
         boot = [sys.executable, "-c", _BOOT]
-        path = json.dumps([p for p in sys.path if p])
+        path = json.dumps(sys.path)  # "" (the working directory) too: the worker inherits it
         for i in range(shard.processes):
             ours, theirs = socket.socketpair()
             with ours, theirs:
@@ -406,8 +492,8 @@ async def rename_sharded(
                 proc = subprocess.Popen(  # noqa: ASYNC220
                     [*boot, str(theirs.fileno()), path], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL
                 )
-                conn = Connection(ours.detach())
-            workers.append(_Worker(i, proc, conn))
+                chan = Channel(socket.socket(fileno=ours.detach()))
+            workers.append(_Worker(i, proc, chan))
             spec = WorkerSpec(
                 index=i,
                 recipe=shard.recipe,
@@ -419,9 +505,11 @@ async def rename_sharded(
                 dest_uri=report.dest_uri,
                 batched=batched,
             )
-            conn.send_bytes(pickle.dumps(spec))
+            chan.send(("spec", spec))
         async with anyio.create_task_group() as tg:
             tg.start_soon(push_fence)
+            for w in workers:
+                tg.start_soon(w.chan.pump)
             async with anyio.create_task_group() as serving:
                 for w in workers:
                     serving.start_soon(serve, w, tg)
@@ -447,7 +535,7 @@ async def _stop(workers: list[_Worker]) -> None:
             w.proc.kill()
             await _wait(w.proc, 5.0)
         with contextlib.suppress(OSError):
-            w.conn.close()
+            w.chan.close()
 
 
 async def _wait(proc: subprocess.Popen[bytes], seconds: float) -> None:

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import math
-import pickle
+import socket
 import sys
 import time
-from multiprocessing.connection import Connection
 from typing import Any
 
 import anyio
 
 from amcommit.committer.context import JobContext
 from amcommit.committer.report import JobReport
-from amcommit.committer.shard import GRANT_MAX, WORKER_CREDIT, WorkerSpec, make_blocking
+from amcommit.committer.shard import GRANT_MAX, WORKER_CREDIT, Channel, WorkerSpec
 from amcommit.committer.stages.rename_files import rename_batch, rename_one
 from amcommit.coord.lease import FencedStore, LeaseLost
 from amcommit.manifest import RenameEntry
@@ -95,33 +94,29 @@ def main(fd: int) -> None:
     the process then exits."""
     from amcommit import loop as amcommit_loop
 
-    conn = Connection(fd)
+    chan = Channel(socket.socket(fileno=fd))
     try:
-        spec: WorkerSpec = pickle.loads(conn.recv_bytes())
-    except EOFError:
-        return  # the coordinator is gone already
-    try:
-        if not amcommit_loop.run(_worker, conn, spec):
+        try:
+            _, spec = chan.receive_now()
+        except EOFError:
+            return  # the coordinator is gone already
+        if not amcommit_loop.run(_worker, chan, spec):
             return  # the coordinator is gone: nobody to say goodbye to
     except BaseException as e:  # reported; the coordinator raises it
         if isinstance(e, BaseExceptionGroup):
             e = first_error(e)
         with contextlib.suppress(Exception):
-            conn.send(("error", type(e).__name__, type(e).__module__, str(e)))
+            chan.send_now(("error", type(e).__name__, type(e).__module__, str(e)))
         sys.exit(1)
     with contextlib.suppress(Exception):
-        conn.send(("bye",))
-    conn.close()
+        chan.send_now(("bye",))
+    chan.close()
 
 
-async def _worker(conn: Connection, spec: WorkerSpec) -> bool:
+async def _worker(chan: Channel, spec: WorkerSpec) -> bool:
     """Rename what the coordinator hands out; False if the coordinator went away."""
 
-    wfd = conn.fileno()
-
-    def send(msg: tuple[Any, ...]) -> None:
-        make_blocking(wfd)
-        conn.send(msg)
+    send = chan.send
 
     gone = anyio.Event()
     budgets = {key: _RemoteBudget(key, send) for key in spec.budgets}
@@ -141,19 +136,16 @@ async def _worker(conn: Connection, spec: WorkerSpec) -> bool:
         ctx = JobContext(store, spec.layout, spec.config, report, job_limiter)
 
         async def read() -> None:
-            fd = conn.fileno()
             while True:
-                await anyio.wait_readable(fd)
-                make_blocking(fd)
-                while conn.poll():
-                    try:
-                        msg = conn.recv()
-                    except EOFError:
-                        # the coordinator is gone: no write starts any more, stop now
-                        fence.until = 0.0
-                        gone.set()
-                        tg.cancel_scope.cancel()
-                        return
+                try:
+                    msgs = await chan.receive()
+                except (EOFError, OSError):
+                    # the coordinator is gone: no write starts any more, stop now
+                    fence.until = 0.0
+                    gone.set()
+                    tg.cancel_scope.cancel()
+                    return
+                for msg in msgs:
                     kind = msg[0]
                     if kind == "unit":
                         units_in.send_nowait((msg[1], msg[2]))
@@ -210,6 +202,7 @@ async def _worker(conn: Connection, spec: WorkerSpec) -> bool:
                 await run_parallel(entries(), one, spec.config.io_threads)
             tg.cancel_scope.cancel()  # done: stop reading
 
+        tg.start_soon(chan.pump)
         tg.start_soon(read)
         tg.start_soon(rename_all)
     return not gone.is_set()
