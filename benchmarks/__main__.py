@@ -17,7 +17,10 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
 * ``local`` (benchmarks/local_commit.py): local job commit of 20,000 files vs a sequential
   ``os.rename`` loop;
 * ``loop`` (benchmarks/event_loop.py): the same job commit with amcommit on asyncio's own
-  event loop and on uvloop, alternating rounds, local files and the emulators.
+  event loop and on uvloop, alternating rounds, local files and the emulators;
+* ``shard`` (benchmarks/shard_commit.py): a job commit renaming in one process against two
+  (``processes``), on a store with simulated latency (20 ms per request) and no server
+  CPU, 40,000 files, alternating rounds.
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
@@ -38,7 +41,7 @@ from typing import Any
 
 from benchmarks.common import machine, run_info, run_isolated, table
 
-SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "local", "loop")
+SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "local", "loop", "shard")
 RESULTS = Path(__file__).parent / "results"
 
 FULL: dict[str, dict[str, Any]] = {
@@ -81,6 +84,8 @@ FULL: dict[str, dict[str, Any]] = {
         "conc": 32,
         "rounds": 3,
     },
+    # issue 27 item 2: renames in one process against two (benchmarks/shard_commit.py)
+    "shard": {"files": 40_000, "manifests": 200, "rounds": 2},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs", "azurite", "gcsmove"], "sizes": [400], "concurrency": [32]},
@@ -89,6 +94,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "spark": {"tasks": 200, "files_per_task": 10, "rounds": 1, "rows": 0},
     "local": {"tasks": 20, "files": 100, "rounds": 1},
     "loop": {"backends": ["local", "gcs"], "files": 400, "local_files": 2000, "conc": 32, "rounds": 1},
+    "shard": {"files": 8_000, "manifests": 40, "rounds": 1},
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs"], "sizes": [200], "concurrency": [8], "contenders": ["amcommit", "raw"]},
@@ -194,6 +200,15 @@ def run_loop(cfg: dict[str, Any]) -> dict[str, Any]:
     return event_loop.run(cfg["backends"], cfg["files"], cfg["local_files"], cfg["conc"], cfg["rounds"])
 
 
+def run_shard(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import shard_commit as sh
+
+    out = sh.run(sh.DEFAULTS | cfg, [1, 2], log=log)
+    out["rows"] = out["runs"]
+    out["table"] = table(out["runs"], sh.COLUMNS) + f"\n\ntwo processes / one: {out['x2_vs_1']}x files/s"
+    return out
+
+
 RUNNERS = {
     "emulators": run_emulators,
     "latency": run_latency,
@@ -202,6 +217,7 @@ RUNNERS = {
     "spark": run_spark,
     "local": run_local,
     "loop": run_loop,
+    "shard": run_shard,
 }
 
 TITLES = {
@@ -212,6 +228,7 @@ TITLES = {
     "spark": "Local files through PySpark (Hadoop 3.5 committers vs amcommit)",
     "local": "Local job commit vs a sequential os.rename loop (FileOutputCommitter v1's way)",
     "loop": "amcommit on asyncio's event loop vs uvloop (alternating rounds)",
+    "shard": "Renames in one process against two, simulated latency, no server CPU",
 }
 
 
@@ -342,6 +359,15 @@ def targets(res: dict[str, Any]) -> list[dict[str, str]]:
                     f"{_fmt(a['job_commit_ms'])} ms vs {_fmt(other['job_commit_ms'])} ms "
                     f"({other['job_commit_ms'] / a['job_commit_ms']:.2f}x)",
                 )
+    sh = res.get("shard")
+    if sh and "x2_vs_1" in sh:
+        one, two = sh["best"][0], sh["best"][1]
+        add(
+            "two processes >= 1.7x one process's files/s (simulated latency, no server CPU)",
+            sh["x2_vs_1"] >= 1.7,
+            f"{sh['x2_vs_1']}x ({two['files_per_s']:,} vs {one['files_per_s']:,} files/s, load before "
+            f"{two['load_before']})",
+        )
     loc = res.get("local")
     if loc:
         add(

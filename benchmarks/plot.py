@@ -657,8 +657,69 @@ def plot_store_renames(results: Path, path: Path) -> Path | None:
     return _save(fig, kinds, path, {"amcommit": "amcommit store", "threadpool": "official SDK (threads)"})
 
 
+def plot_shard(results: Path, path: Path) -> Path | None:
+    """Renames in one process against two (``shard_commit.json``): files/s of every round;
+    with ``shard_commit_scale.json``, the time and peak RSS at scale."""
+    got = _load(results, "shard_commit.json")
+    if got is None:
+        return None
+    (main,) = got
+    scale = _load(results, "shard_commit_scale.json")
+    runs = [run_of(main)] + ([run_of(scale[0])] if scale else [])
+    fig, axes = _figure(
+        2 if scale else 1,
+        max(len(main["runs"]), 2),
+        runs,
+        "Renames in one process and in two, simulated latency, no server CPU",
+    )
+
+    def kind(r: dict[str, Any]) -> str:
+        return "amcommit" if r["processes"] > 1 else "before"
+
+    cfg = main["config"]
+    bars(
+        axes[0],
+        [
+            (
+                f"{r['processes']} process{'es' if r['processes'] > 1 else ''}, round {r['round']}",
+                r["files_per_s"],
+                f"{r['files_per_s']:,} files/s, {r['cpu_ms_per_file']} ms CPU/file",
+                kind(r),
+            )
+            for r in main["runs"]
+        ],
+        f"{cfg['files']:,} files, {cfg['latency_ms']:g} ms per request: rename stage files/s (higher is better)",
+        "files/s",
+    )
+    if scale:
+        rows = scale[0]["runs"]
+        bars(
+            axes[1],
+            [
+                (
+                    f"{r['files'] / 1e6:g}M files, {r['processes']} process(es)",
+                    r["total_s"],
+                    f"{r['total_s']:,.0f} s, {r['peak_rss_mb']:,.0f} MB"
+                    + (
+                        f" (+{r['worker_peak_rss_mb']:,.0f} MB a worker)"
+                        if r.get("worker_peak_rss_mb")
+                        else ""
+                    ),
+                    kind(r),
+                )
+                for r in rows
+            ],
+            "no latency, no client work per request: whole commit (lower is better), peak RSS",
+            "seconds",
+        )
+    return _save(
+        fig, {kind(r) for r in main["runs"]}, path, {"amcommit": "two processes", "before": "one process"}
+    )
+
+
 FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
+    "shard_commit": plot_shard,
     "table_commit": plot_table_commit,
     "table_changes": plot_table_changes,
     "table_upsert": plot_table_upsert,

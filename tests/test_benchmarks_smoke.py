@@ -190,3 +190,31 @@ def test_latency_proxy_rules() -> None:
     assert [(r["matched"], r["fired"]) for r in st["rules"]] == [(6, 4), (5, 2)], st
     assert st["connections"] == 1 and st["upstream_errors"] == 0, st
     assert ProxyRule.parse(rules[1].to_spec()).to_spec() == rules[1].to_spec()
+
+
+@pytest.mark.timeout(120)
+def test_shard_commit_small(tmp_path: Path) -> None:
+    """``benchmarks.shard_commit``: one process and two on the simulated store, each run in
+    a fresh process, every file renamed, the ratio, the JSON at --out and its plot. Not a
+    measurement (a tiny job: the workers' start-up dominates)."""
+    out = tmp_path / "shard_commit.json"
+    args = ["--files", "1000", "--manifests", "10", "--latency-ms", "2", "--rounds", "1", "--out", str(out)]
+    proc = run_benchmark("benchmarks.shard_commit", *args, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| processes |" in proc.stdout and "x2_vs_1" in proc.stdout
+    payload = json.loads(out.read_text())
+    assert payload["run"]["commit"] and len(payload["run"]["load_average"]) == 3
+    runs = payload["runs"]
+    assert [r["processes"] for r in runs] == [1, 2]
+    assert [r["rename_processes"] for r in runs] == [1, 2]
+    for r in runs:
+        assert r["files"] == 1000 and r["files_per_s"] > 0 and r["cpu_ms_per_file"] > 0
+        assert len(r["load_before"]) == 3 and r["peak_rss_mb"] > 0
+    # the renames' two requests each: in the committing process, or in the workers
+    assert runs[0]["requests_in_coordinator"] >= 2000 > 2 >= runs[1]["requests_in_coordinator"]
+    assert runs[1]["worker_peak_rss_mb"] and payload["x2_vs_1"] > 0
+    pytest.importorskip("matplotlib")
+    from benchmarks.plot import plot_shard
+
+    png = plot_shard(tmp_path, tmp_path / "shard.png")
+    assert png is not None and png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
