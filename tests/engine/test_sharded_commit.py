@@ -259,3 +259,38 @@ async def test_rate_budget_shared_by_processes(backend_local: StoreUnderTest) ->
     achieved = (len(times) - 1) / (times[-1] - times[0])
     assert achieved <= rate * 1.2, achieved
     assert achieved >= rate * 0.5, achieved  # and not held back far below it
+
+
+async def test_lock_lost_stops_every_worker(backend_local: StoreUnderTest) -> None:
+    """Another writer takes the destination lock over mid-shard: the coordinator's
+    heartbeat sees it and the commit stops with LockLost, its workers stopped with it (no
+    file is renamed after), the journal kept; run again, it resumes exactly."""
+    import msgspec
+
+    from amcommit.committer.lock import LockBody, lock_path
+    from amcommit.errors import LockLost
+
+    store = backend_local.store
+    dest = join(backend_local.base, "lock")
+    per_task = 100
+    await prepare(store, dest, per_task)
+    cfg = config(2, io_rate=100, lock_ttl=1.5)
+
+    async def intruder() -> None:
+        while await renamed_count(store, dest) < 20:  # noqa: ASYNC110 (polls the store)
+            await anyio.sleep(0.05)
+        foreign = LockBody(owner="job_other", token="e" * 32, ttl=0.3)
+        await store.put(lock_path(dest), msgspec.json.encode(foreign))  # a takeover
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(intruder)
+        with pytest.raises(LockLost, match="another writer took it over"):
+            await commit_job(store, dest, JOB, config=cfg)
+    stopped_at = await renamed_count(store, dest)
+    assert 20 <= stopped_at < 4 * per_task
+    await anyio.sleep(1.0)
+    assert await renamed_count(store, dest) == stopped_at  # no worker renamed anything since
+    report = await commit_job(store, dest, JOB, config=cfg)
+    assert report.success and report.resumed
+    assert await snapshot(store, dest) == committed(per_task)
+    assert await temp_files(store, dest) == []
