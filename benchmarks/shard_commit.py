@@ -23,8 +23,8 @@ Each run is a fresh process (``--worker``): wall and CPU time of the whole commi
 its rename stage, CPU of the process and its rename workers (``RUSAGE_CHILDREN``), peak
 RSS of the committing process and of each worker (``VmHWM``, sampled while it runs).
 Contenders alternate between rounds. ``--scale N`` instead measures N files with no
-latency and no client work per request (the engine's own cost and memory, with and
-without sharding).
+latency, no client work per request and no rate limit (the engine's own cost and memory,
+with and without sharding).
 
     python -m benchmarks.shard_commit                       # 40,000 files, 20 ms, 2 rounds
     python -m benchmarks.shard_commit --files 4000 --rounds 1 --out /tmp/x
@@ -176,7 +176,7 @@ async def one_run(cfg: dict[str, Any]) -> dict[str, Any]:
         latency=cfg["latency_ms"] / 1000,
         request_cpu=cfg["request_cpu_ms"] / 1000,
         concurrency=2 * cfg["io_threads"],
-        rate=AZURE_ACCOUNT_REQUESTS,
+        rate=cfg.get("rate", AZURE_ACCOUNT_REQUESTS),
     )
     config = CommitterConfig(
         io_threads=cfg["io_threads"], processes=cfg["processes"], destination_lock=False, success_filenames=10
@@ -249,6 +249,9 @@ def main() -> None:
     ap.add_argument("--request-cpu-ms", type=float, default=DEFAULTS["request_cpu_ms"])
     ap.add_argument("--io-threads", type=int, default=DEFAULTS["io_threads"])
     ap.add_argument("--rounds", type=int, default=DEFAULTS["rounds"])
+    ap.add_argument(
+        "--rate", type=float, default=AZURE_ACCOUNT_REQUESTS, help="the store's requests/s (0: no limit)"
+    )
     ap.add_argument("--processes", default="1,2", help="contenders: numbers of processes")
     ap.add_argument("--scale", type=int, help="N files, no latency, no client work per request")
     ap.add_argument("--out", help="write the JSON here (default benchmarks/results[/tmp])")
@@ -265,11 +268,12 @@ def main() -> None:
         "request_cpu_ms": a.request_cpu_ms,
         "io_threads": a.io_threads,
         "rounds": a.rounds,
+        "rate": a.rate or None,
     }
     name = "shard_commit"
     if a.scale:
         cfg |= {"files": a.scale, "manifests": a.scale // 100, "latency_ms": 0.0, "request_cpu_ms": 0.0}
-        cfg |= {"io_threads": 64, "rounds": 1}
+        cfg |= {"io_threads": 64, "rounds": 1, "rate": None}
         name = "shard_commit_scale"
     result = run(cfg, [int(x) for x in a.processes.split(",")], log=lambda m: print(m, file=sys.stderr))
     print(table(result["runs"], COLUMNS))

@@ -77,6 +77,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 
 from amcommit import errors as amcommit_errors
 from amcommit.committer.config import CommitterConfig
@@ -234,8 +235,9 @@ class WorkerSpec:
     batched: bool
 
 
-# coordinator -> worker: ("unit", id, rows) ("end",) ("grant", key, n, fence) ("fence", t) ("stop",)
+# coordinator -> worker: ("unit", id, rows as MessagePack) ("end",) ("grant", key, n, fence) ("fence", t) ("stop",)
 # worker -> coordinator: ("more",) ("want", key, n, ok) ("thr", key, retry_after, ok)
+#                        ("done", ...) also asks for the next unit
 #                        ("done", id, recovered, moved_aside) ("error", type, module, message)
 #                        ("bye",)
 
@@ -266,18 +268,21 @@ class Channel:
         self._pending = anyio.Event()
 
     def send(self, msg: tuple[Any, ...]) -> None:
-        """Queue ``msg`` and write what the socket takes now (never blocks)."""
+        """Queue ``msg`` (never blocks); :meth:`pump` writes it, with whatever else was
+        queued meanwhile (one system call for many messages)."""
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         self._out += len(data).to_bytes(_HEADER, "little") + data
-        self._write()
-        if self._out:
-            self._pending.set()
+        self._pending.set()
 
     def _write(self) -> None:
-        with contextlib.suppress(BlockingIOError, InterruptedError):
+        try:
             while self._out:
                 n = self.sock.send(self._out)
                 del self._out[:n]
+        except (BlockingIOError, InterruptedError):
+            pass  # the socket is full: pump writes the rest when it can take more
+        except OSError:
+            self._out.clear()  # the other end is gone: receive() reports it
 
     async def pump(self) -> None:
         """Write the outgoing buffer whenever the socket can take more (run as a task)."""
@@ -286,8 +291,9 @@ class Channel:
                 await self._pending.wait()
                 self._pending = anyio.Event()
                 continue
-            await anyio.wait_writable(self.sock)
             self._write()
+            if self._out:
+                await anyio.wait_writable(self.sock)
 
     async def receive(self) -> list[Any]:
         """The messages that arrived (waits for at least some bytes). EOFError once the
@@ -364,6 +370,11 @@ class _Worker:
             self.chan.send(msg)
 
 
+encode_rows = msgspec.msgpack.Encoder().encode
+"""A unit's rows as MessagePack (the spool's own encoding: one C call each way, where
+pickling builds every entry through its constructor)."""
+
+
 def units_of(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
     """The spool's entries in units of at most ``size``, one manifest's frame at a time."""
     for _, rows in spool.frames():
@@ -427,7 +438,7 @@ async def rename_sharded(
             return
         next_id += 1
         w.units[next_id] = rows
-        w.send(("unit", next_id, rows))
+        w.send(("unit", next_id, encode_rows(rows)))
 
     async def grant(w: _Worker, lim: Limiter, key: str, n: int) -> None:
         got = await lim.take(n)
@@ -459,7 +470,8 @@ async def rename_sharded(
                     lim = budgets[msg[1]]
                     lim.record_answers(msg[3])
                     lim.throttled(msg[2])
-                elif kind == "done":
+                elif kind == "done":  # and one more unit, please
+                    next_unit(w)
                     rows = w.units.pop(msg[1], [])
                     report.renamed += len(rows)
                     report.recovered_renames += msg[2]
@@ -490,7 +502,10 @@ async def rename_sharded(
             with ours, theirs:
                 # (a fork+exec of a few ms; the worker's start-up runs in the worker)
                 proc = subprocess.Popen(  # noqa: ASYNC220
-                    [*boot, str(theirs.fileno()), path], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL
+                    [*boot, str(theirs.fileno()), path],
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
                 )
                 chan = Channel(socket.socket(fileno=ours.detach()))
             workers.append(_Worker(i, proc, chan))

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import anyio
+import msgspec
 
 from amcommit.committer.context import JobContext
 from amcommit.committer.report import JobReport
@@ -29,6 +30,8 @@ from amcommit.coord.lease import FencedStore, LeaseLost
 from amcommit.manifest import RenameEntry
 from amcommit.parallel import first_error, run_parallel
 from amcommit.store.base import batch_renamer
+
+_rows = msgspec.msgpack.Decoder(list[RenameEntry])
 
 
 class _Fence:
@@ -57,6 +60,14 @@ class _RemoteBudget:
         self._asked = False
         self._ok = 0
         self._event = anyio.Event()
+
+    def take_nowait(self) -> bool:
+        if self.tokens <= 0:
+            return False
+        self.tokens -= 1
+        if self.tokens < self.want // 2:
+            self._ask()  # ask for the next grant before this one runs out
+        return True
 
     async def take(self) -> None:
         while self.tokens <= 0:
@@ -148,7 +159,7 @@ async def _worker(chan: Channel, spec: WorkerSpec) -> bool:
                 for msg in msgs:
                     kind = msg[0]
                     if kind == "unit":
-                        units_in.send_nowait((msg[1], msg[2]))
+                        units_in.send_nowait((msg[1], _rows.decode(msg[2])))
                     elif kind == "end":
                         units_in.close()
                     elif kind == "grant":
@@ -165,8 +176,7 @@ async def _worker(chan: Channel, spec: WorkerSpec) -> bool:
         def done(uid: int, recovered: int) -> None:
             nonlocal sent_aside
             aside, sent_aside = report.moved_aside - sent_aside, report.moved_aside
-            send(("done", uid, recovered, aside))
-            send(("more",))
+            send(("done", uid, recovered, aside))  # (and asks for the next unit)
 
         async def rename_all() -> None:
             for _ in range(WORKER_CREDIT):
@@ -181,25 +191,22 @@ async def _worker(chan: Channel, spec: WorkerSpec) -> bool:
 
                 await run_parallel(units_out, batch, min(spec.config.io_threads, WORKER_CREDIT))
             else:
-                left: dict[int, list[int]] = {}  # unit -> [entries left, recovered]
+                # units side by side, each renamed by its share of io_threads (a shared
+                # iterator per unit: no hand-off per file)
+                per_unit = max(1, spec.config.io_threads // WORKER_CREDIT)
 
-                async def entries() -> Any:
-                    async for uid, rows in units_out:
-                        left[uid] = [len(rows), 0]
-                        for e in rows:
-                            yield uid, e
+                async def unit(item: tuple[int, list[RenameEntry]]) -> None:
+                    uid, rows = item
+                    recovered = 0
 
-                async def one(item: tuple[int, RenameEntry]) -> None:
-                    uid, entry = item
-                    res = await rename_one(ctx, entry, spec.roots)
-                    state = left[uid]
-                    state[0] -= 1
-                    state[1] += res.recovered
-                    if state[0] == 0:
-                        del left[uid]
-                        done(uid, state[1])
+                    async def one(entry: RenameEntry) -> None:
+                        nonlocal recovered
+                        recovered += (await rename_one(ctx, entry, spec.roots)).recovered
 
-                await run_parallel(entries(), one, spec.config.io_threads)
+                    await run_parallel(rows, one, per_unit)
+                    done(uid, recovered)
+
+                await run_parallel(units_out, unit, WORKER_CREDIT)
             tg.cancel_scope.cancel()  # done: stop reading
 
         tg.start_soon(chan.pump)

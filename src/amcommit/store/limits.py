@@ -72,6 +72,10 @@ _MAX_HOLD = 60.0
 class TokenSource(Protocol):
     """Where a limiter with a shared budget gets its rate tokens (see the module doc)."""
 
+    def take_nowait(self) -> bool:
+        """Take one token if one is at hand (no wait); False otherwise."""
+        ...
+
     async def take(self) -> None:
         """Wait for one token of the shared budget."""
         ...
@@ -547,7 +551,11 @@ class _Slot:
 
     async def __aenter__(self) -> None:
         lim = self._lim
-        if lim.rate is not None or lim._paused_until or lim.token_source is not None:
+        src = lim.token_source
+        if src is not None:
+            if not src.take_nowait():
+                await src.take()
+        elif lim.rate is not None or lim._paused_until:
             await lim._take_token()
         if lim._limit is not None:
             self._busy = await lim._acquire()
