@@ -206,6 +206,8 @@ async def one_run(cfg: dict[str, Any]) -> dict[str, Any]:
         "worker_peak_rss_mb": round(max(kids.peaks.values()), 1) if kids.peaks else None,
         "requests_in_coordinator": store.requests,
         "rename_processes": report.job_stats.counters.get("committer_rename_processes", 1),
+        # from a worker's start to its first message (interpreter, imports, store), mean
+        "worker_start_s": round(report.job_stats.mean_ms("rename_worker_start") / 1000, 2) or None,
     }
 
 
@@ -237,6 +239,7 @@ COLUMNS = [
     "cpu_ms_per_file",
     "peak_rss_mb",
     "worker_peak_rss_mb",
+    "worker_start_s",
     "load_before",
 ]
 

@@ -364,6 +364,7 @@ class _Worker:
     chan: Channel
     units: dict[int, list[RenameEntry]] = field(default_factory=dict)
     finished: bool = False
+    started: float = field(default_factory=time.monotonic)
 
     def send(self, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # a worker that died: its reader reports it
@@ -445,9 +446,13 @@ async def rename_sharded(
         w.send(("grant", key, got, fence_until()))
 
     async def serve(w: _Worker, tg: anyio.abc.TaskGroup) -> None:
+        first = True
         while True:
             try:
                 msgs = await w.chan.receive()
+                if first:  # its first word: the worker is up (interpreter, imports, store)
+                    first = False
+                    report.job_stats.record("rename_worker_start", time.monotonic() - w.started)
             except (EOFError, OSError):
                 if w.finished:
                     return
