@@ -20,7 +20,7 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
   event loop and on uvloop, alternating rounds, local files and the emulators;
 * ``shard`` (benchmarks/shard_commit.py): a job commit renaming in one process against two
   (``processes``), on a store with simulated latency (20 ms per request) and no server
-  CPU, 40,000 files, alternating rounds.
+  CPU, 80,000 files, alternating rounds.
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
@@ -85,7 +85,7 @@ FULL: dict[str, dict[str, Any]] = {
         "rounds": 3,
     },
     # issue 27 item 2: renames in one process against two (benchmarks/shard_commit.py)
-    "shard": {"files": 40_000, "manifests": 200, "rounds": 2},
+    "shard": {"files": 80_000, "manifests": 400, "rounds": 2},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs", "azurite", "gcsmove"], "sizes": [400], "concurrency": [32]},

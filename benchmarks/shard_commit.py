@@ -26,7 +26,7 @@ Contenders alternate between rounds. ``--scale N`` instead measures N files with
 latency, no client work per request and no rate limit (the engine's own cost and memory,
 with and without sharding).
 
-    python -m benchmarks.shard_commit                       # 40,000 files, 20 ms, 2 rounds
+    python -m benchmarks.shard_commit                       # 80,000 files, 20 ms, 2 rounds
     python -m benchmarks.shard_commit --files 4000 --rounds 1 --out /tmp/x
     python -m benchmarks.shard_commit --scale 1000000       # time and RSS at 1M files
 """
@@ -58,8 +58,8 @@ from benchmarks.scale import JOB, SyntheticStore
 
 AZURE_ACCOUNT_REQUESTS = 20_000.0
 DEFAULTS: dict[str, Any] = {
-    "files": 40_000,
-    "manifests": 200,
+    "files": 80_000,
+    "manifests": 400,
     "latency_ms": 20.0,
     "request_cpu_ms": 0.19,
     "io_threads": 256,
