@@ -24,7 +24,7 @@ import msgspec
 
 from amcommit.committer.context import JobContext
 from amcommit.committer.report import JobReport
-from amcommit.committer.shard import GRANT_MAX, WORKER_CREDIT, Channel, WorkerSpec
+from amcommit.committer.shard import GRANT_FIRST, GRANT_MAX, WORKER_CREDIT, Channel, WorkerSpec
 from amcommit.committer.stages.rename_files import rename_batch, rename_one
 from amcommit.coord.lease import FencedStore, LeaseLost
 from amcommit.manifest import RenameEntry
@@ -56,7 +56,7 @@ class _RemoteBudget:
         self.key = key
         self._send = send
         self.tokens = 0
-        self.want = 32
+        self.want = GRANT_FIRST
         self._asked = False
         self._ok = 0
         self._event = anyio.Event()
