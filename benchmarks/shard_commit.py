@@ -130,7 +130,8 @@ class SimStore(SyntheticStore):
 
 
 class ChildRss:
-    """Peak RSS (``VmHWM``) of this process's children, sampled every 0.1 s in a thread."""
+    """Peak RSS (``VmHWM``) of this process's rename workers, sampled every 0.1 s in a
+    thread."""
 
     def __init__(self) -> None:
         self.peaks: dict[int, float] = {}
@@ -146,6 +147,10 @@ class ChildRss:
                 continue
             for k in kids:
                 try:
+                    # only once it runs the worker: between fork and exec a child still
+                    # shows its parent's memory
+                    if b"shard_worker" not in Path(f"/proc/{k}/cmdline").read_bytes():
+                        continue
                     for line in Path(f"/proc/{k}/status").read_text().splitlines():
                         if line.startswith("VmHWM:"):
                             mb = int(line.split()[1]) / 1024
@@ -200,6 +205,9 @@ async def one_run(cfg: dict[str, Any]) -> dict[str, Any]:
         "total_s": round(wall, 2),
         "commit_files_per_s": round(files / wall),
         "cpu_ms_per_file": round((own_cpu + kids_cpu) * 1000 / files, 3),
+        # cores the scheduler gave the run (its CPU over its wall time): on a shared Linux
+        # machine one session's processes share one fair share (autogroup)
+        "cores_used": round((own_cpu + kids_cpu) / wall, 2),
         "coordinator_cpu_s": round(own_cpu, 2),
         "workers_cpu_s": round(kids_cpu, 2),
         "peak_rss_mb": round(own_peak_rss_mb(), 1),
@@ -237,6 +245,7 @@ COLUMNS = [
     "total_s",
     "commit_files_per_s",
     "cpu_ms_per_file",
+    "cores_used",
     "peak_rss_mb",
     "worker_peak_rss_mb",
     "worker_start_s",
