@@ -10,9 +10,10 @@ Who owns what:
 * the **coordinator** owns the destination lock (it keeps renewing it), the journal,
   directory creation, ``_SUCCESS`` and cleanup: everything before and after the rename
   stage runs there as in a one-process commit. It reads the spool and hands the entries out
-  in *units* (the batches the one-process stage renames: at most ``rename_batch_size``
-  entries of one manifest), a few at a time per worker (:data:`WORKER_CREDIT`), so a
-  slow worker gets less; it counts what the workers report, names the first files for the
+  in *units* (at most ``rename_batch_size`` entries of one manifest where the store
+  renames in batches, else :data:`UNIT_FILES`), a few at a time per worker
+  (:data:`WORKER_CREDIT`, each renamed by its share of ``io_threads``), so a slow worker
+  gets less; it counts what the workers report, names the first files for the
   report and emits progress;
 * a **worker** only renames the units it is given (the same code, with the same
   recovery and rename ids, as the one-process stage:
@@ -23,21 +24,22 @@ Who owns what:
 **One rate budget per account or bucket**, shared by every process: the coordinator's
 limiters (the store's: an Azure account's 20,000 requests/s, a GCS bucket's write gate with
 its ramp; and the job's ``io_rate``) stay the only token buckets. A worker's limiter takes
-its tokens from the coordinator over the worker's pipe, in grants
+its tokens from the coordinator over the worker's socket, in grants
 (:meth:`amcommit.store.limits.Limiter.take`: after the first token, what is available at
 once), asking again before its grant runs out, and reports its answers there (throttling
 ones at once, the others counted with its next request): the coordinator's limiter cuts,
 probes, restores and ramps the one rate exactly as in one process (the token bucket and its
 adaptation are not duplicated in shared memory, which would need the same logic
-re-implemented across processes under a lock). The cost is one pipe message per grant, not
+re-implemented across processes under a lock). The cost is one message per grant, not
 per request. Each worker keeps its own in-flight limit (it bounds its own client's queue).
 
 **Fence**: a worker's store is a :class:`~amcommit.coord.lease.FencedStore` whose fence is
 the coordinator's lock as last reported (its ``safe_until``, a ``CLOCK_MONOTONIC`` time,
 the same clock in every process of the host; sent with every grant and every second): no
 worker write starts after the lock could have been lost. A worker whose coordinator is gone
-(its pipe reaches end-of-file: the kernel closes it when the coordinator dies, even by
-SIGKILL) exits at once, without another request.
+(its socket reaches end-of-file: the kernel closes it when the coordinator dies, even by
+SIGKILL) closes its fence (no write starts any more) and stops; a request already sent
+still lands, as when a one-process commit is killed.
 
 **Failures**: a worker's error is sent to the coordinator and raised there as the same
 error type (a conflict rolls back like one in one process); a worker that dies, or fails
