@@ -64,6 +64,7 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
+from amcommit.table.direct import is_direct, reconcile, remove_markers, sweep_instant
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
 from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
@@ -716,6 +717,8 @@ async def run_table_commit(
     if done is not None or (journal is not None and journal.state == "committed"):
         if journal is not None:
             restore_renames(journal, report)
+        # a direct write cut short after its publish: its markers (and late losers) next
+        await _remove_direct_markers(ctx, settings.writer_ttl)
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
@@ -763,7 +766,19 @@ async def run_table_commit(
         written = sorted(meta.partition_to_write_stats)
         planned = label_of(meta.extra_metadata)  # the plan's label is the one published
         report.label = None if planned is None else planned.text()
-    if journal.state == "renaming":
+    direct = is_direct(loaded.extra_data)
+    if journal.state == "renaming" and direct:
+        for stage, secs in journal.stage_seconds.items():
+            report.stage_seconds.setdefault(stage, secs)
+        # the files are in place already: delete those of attempts that did not win
+        async with ctx.stage("reconcile"):
+            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
+        async with ctx.stage("partition_meta"):
+            await write_partition_metadata(ctx, written)
+        journal.state = "renamed"
+        record_renames(journal, report)
+        await save_journal(ctx, journal, patient=True)
+    elif journal.state == "renaming":
         for stage, secs in journal.stage_seconds.items():
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
@@ -801,11 +816,27 @@ async def run_table_commit(
                 stage="publish",
             )
         await publish(ctx, op.action, data)
+    if direct:
+        async with ctx.stage("remove_markers"):
+            await remove_markers(store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, config=ctx.config)
     report.success = True
     report.finished = time.time()
     journal.state = "committed"
     await save_journal(ctx, journal, patient=True)
     await delete_beat(store, dest, instant)
+
+
+def _winners(loaded: LoadedManifests, dest: str) -> set[str]:
+    """The base files (relative to the table) the winning manifests name."""
+    return {relative_to(e.dst, dest) for e in loaded.spool.entries()}
+
+
+async def _remove_direct_markers(ctx: JobContext, grace: float) -> None:
+    """A completed write's markers left by a run cut short after its publish (or written by
+    a late attempt since): :func:`~amcommit.table.direct.sweep_instant`. Nothing for a staged
+    write (no marker)."""
+    async with ctx.stage("remove_markers"):
+        await sweep_instant(ctx.store, ctx.layout.dest, ctx.layout.job_id, grace=grace, config=ctx.config)
 
 
 async def skipped_before(

@@ -1,0 +1,451 @@
+"""Table writes that copy nothing (issue 26): base files written in place under Hudi's
+direct write markers; the job commit reconciles against the markers, then publishes.
+
+Status: a building block of a table job kind variant (``table_commit=direct``), not yet
+wired into :func:`~amcommit.table.commit.run_table_commit` nor into the Spark writer; the
+staged path (files staged in ``.hoodie/.temp/<instant>/`` and renamed at job commit) stays
+the default. See ``NOTES-26.md`` at the repository root for what is done and what is next.
+
+Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
+------------------------------------------------------------------------------------
+Markers are Hudi's *direct* markers, named as Hudi names them, so Hudi's own rollback
+(``MarkerBasedRollbackStrategy``) finds our files::
+
+    .hoodie/.temp/<instant>/<partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
+
+(``MERGE`` for a base file that rewrites a file group, i.e. upserts; ``APPEND`` is Hudi's
+log-file marker of Merge-on-Read tables and never written here.) No ``MARKERS.type`` file
+is written: Hudi reads its absence as direct markers.
+
+1. **Task** (:func:`write_in_place`): create the marker (empty; idempotent), then upload
+   the file straight to its final name ``<partition>/<fileId>_<writeToken>_<instant>.parquet``
+   (the write token names the attempt, so two attempts never share a name), then check the
+   instant (:func:`instant_state`): if it is no longer pending (completed, or rolled back)
+   the upload finished after the job was decided, so the file is no winner's: the attempt
+   deletes it (a zombie removes its own file). Readers ignore the file meanwhile: it is
+   stamped with an instant that is not completed (TABLES.md pitfall 4).
+2. **Job commit**: :func:`marked_files` lists ``.hoodie/.temp/<instant>/`` once (never the
+   table) and gives every base file an attempt may have created; :func:`reconcile` deletes
+   those not in the winning manifests (``markers - winners``, :func:`losers`); then the
+   table commit's usual steps (order check, label check, plan, partition metadata, publish);
+   then :func:`remove_markers`: one more listing of the marker folder (fresh: a zombie may
+   have added markers since the reconcile), the files of markers not among the winners
+   deleted again, then the markers, by the store's batch delete where it has one (Azure
+   Blob batch), else one delete each, in parallel.
+3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
+   without markers (the marker folder gone), the caller lists the partitions
+   (:func:`~amcommit.table.undo.remove_stamped`).
+4. **Late markers** (:func:`sweep_late_markers`, for a later commit, clean or rollback):
+   the marker folder of an instant that completed, or whose write is gone (no job marker
+   ``_job.json``), still holding markers, was written to by a zombie after the decision:
+   its non-winning files are deleted. A marker whose file was not (yet) found is kept until
+   it is older than ``grace`` seconds: its upload may still land; it is removed after that.
+
+What is atomic: nothing here is atomic as a whole; each step is one idempotent request per
+path, and every step can be repeated after a crash. The window that remains (measured in
+the next session): a zombie's upload that lands after :func:`remove_markers` listed, whose
+attempt then dies before its own check, is stamped with a completed instant and visible to
+snapshot reads (pitfall 3) until the next :func:`sweep_late_markers` (its marker stays,
+because the marker is written before the upload).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.layout import JobLayout
+from amcommit.errors import AlreadyExists, CommitError, NotFound
+from amcommit.manifest import (
+    TASK_MANIFEST_TYPE,
+    TASK_MANIFEST_VERSION,
+    FileEntry,
+    TaskManifest,
+    encode_json,
+)
+from amcommit.parallel import run_parallel
+from amcommit.paths import basename, join, path_to_uri, relative_to
+from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
+from amcommit.store.retry import policies_of, retry_call
+from amcommit.table.model import decode_commit_metadata
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant, parse_base_file_name
+from amcommit.table.timeline import completed_instant
+from amcommit.table.writestats import STATS_KEY, task_write_stats
+
+__all__ = [
+    "COMMIT_KEY",
+    "DIRECT",
+    "MARKER_INFIX",
+    "commit_direct_task",
+    "is_direct",
+    "IOType",
+    "instant_state",
+    "losers",
+    "marked_files",
+    "marker_dir",
+    "marker_name",
+    "parse_marker",
+    "reconcile",
+    "remove_markers",
+    "rollback_from_markers",
+    "sweep_instant",
+    "sweep_late_markers",
+    "write_in_place",
+]
+
+MARKER_INFIX = ".marker."
+"""Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
+
+JOB_MARKER = "_job.json"
+
+COMMIT_KEY = "amcommit.tableCommit"
+"""The manifest ``extra_data`` key naming how the task wrote its files: :data:`DIRECT`
+(written in place under markers) or absent (staged in the attempt directory)."""
+DIRECT = "direct"
+
+
+class IOType(StrEnum):
+    """Hudi's ``IOType`` of a marker: what the write did to the file it names."""
+
+    CREATE = "CREATE"
+    MERGE = "MERGE"
+    APPEND = "APPEND"
+
+
+# ---------------------------------------------------------------- pure: names and planning
+
+
+def marker_dir(dest: str, instant: str) -> str:
+    """The marker folder of ``instant``: ``.hoodie/.temp/<instant>`` (Hudi's
+    ``getMarkerFolderPath``; the staged path's job directory is the same folder)."""
+    return join(dest, TEMP_DIR, instant)
+
+
+def marker_name(rel_path: str, io_type: IOType) -> str:
+    """The marker of base file ``rel_path`` (relative to the table), relative to the marker
+    folder: ``<partition>/<file name>.marker.<IOType>``."""
+    return f"{rel_path}{MARKER_INFIX}{io_type.value}"
+
+
+def parse_marker(rel_marker: str) -> tuple[str, IOType] | None:
+    """``(base file path relative to the table, IOType)`` of a marker named relative to its
+    marker folder; None for any other file found there (the staged path's ``_job.json``,
+    journal, manifests...)."""
+    head, sep, kind = rel_marker.rpartition(MARKER_INFIX)
+    if not sep or not head or "/" in kind:
+        return None
+    try:
+        io = IOType(kind)
+    except ValueError:
+        return None
+    return head, io
+
+
+def losers(marked: Iterable[str], winners: Iterable[str]) -> list[str]:
+    """The marked base files (relative to the table) that no winning manifest names:
+    the files to delete before publishing (sorted)."""
+    return sorted(set(marked) - set(winners))
+
+
+def is_direct(extra_data: Iterable[dict[str, str]]) -> bool:
+    """True if any of the manifests (their ``extra_data``) wrote its files in place. A write
+    is direct or staged as a whole: one writer chooses for all its tasks."""
+    return any(x.get(COMMIT_KEY) == DIRECT for x in extra_data)
+
+
+def direct_manifest(
+    root_uri: str,
+    layout: JobLayout,
+    task_id: str,
+    task_attempt_id: str,
+    files: Sequence[tuple[str, int, str | None, int]],
+) -> TaskManifest:
+    """The manifest of a task attempt that wrote ``files`` in place: (path relative to the
+    table, size, etag, rows) each. Pure.
+
+    Each file is listed as today (destination = its base file, size, etag, write stats with
+    its row count); its *source* is the name it would have had in the attempt directory,
+    which never exists: the engine's manifest check requires sources there, and nothing
+    renames a direct write's files (the table commit skips the renames; a rollback never
+    undoes renames of a direct write)."""
+    work = layout.task_attempt_dir(task_attempt_id)
+    entries = [
+        FileEntry(path_to_uri(root_uri, join(work, rel)), path_to_uri(root_uri, join(layout.dest, rel)), size, etag)
+        for rel, size, etag, _ in sorted(files)
+    ]
+    stats = task_write_stats(((rel, size) for rel, size, _, _ in files), {rel: n for rel, _, _, n in files})
+    return TaskManifest(
+        type=TASK_MANIFEST_TYPE,
+        version=TASK_MANIFEST_VERSION,
+        job_id=layout.job_id,
+        job_attempt_number=layout.job_attempt,
+        task_id=task_id,
+        task_attempt_id=task_attempt_id,
+        task_attempt_dir=path_to_uri(root_uri, work),
+        files=entries,
+        directories=[],
+        extra_data={COMMIT_KEY: DIRECT, STATS_KEY: stats},
+    )
+
+
+# ---------------------------------------------------------------- I/O
+
+
+async def create_marker(
+    store: Store, dest: str, instant: str, rel_path: str, io_type: IOType, config: CommitterConfig
+) -> str:
+    """Create the marker of ``rel_path`` (an empty object; create-only, and one found there
+    already is ours: a repeated call is a no-op). Returns its store path."""
+    path = join(marker_dir(dest, instant), marker_name(rel_path, io_type))
+    try:
+        await retry_call(lambda: store.put(path, b"", mode=PutMode.CREATE), policy=policies_of(config)[0])
+    except AlreadyExists:
+        pass
+    return path
+
+
+async def instant_state(store: Store, dest: str, instant: str) -> str:
+    """``"completed"``, ``"pending"`` (the write's job marker is there, its instant not
+    completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
+    a commit completes its instant before it removes the job marker, a rollback removes the
+    job marker before the instant files."""
+    if await completed_instant(store, dest, instant) is not None:
+        return "completed"
+    try:
+        await store.stat(join(marker_dir(dest, instant), JOB_MARKER))
+    except NotFound:
+        # a commit may have completed between the two looks
+        return "completed" if await completed_instant(store, dest, instant) is not None else "gone"
+    return "pending"
+
+
+async def write_in_place(
+    store: Store,
+    dest: str,
+    instant: str,
+    rel_path: str,
+    data: bytes,
+    *,
+    io_type: IOType = IOType.CREATE,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> ObjectInfo | None:
+    """A task attempt's upload of base file ``rel_path`` (relative to the table; its name
+    carries the instant and the attempt's write token): marker first, then the file at its
+    final name, then the instant is checked. Returns the file's listing, or None if the
+    write was decided meanwhile (the file is then deleted again: a late attempt's upload
+    never stays). Not atomic: a crash between the steps leaves a marker (and maybe the
+    file) that the job commit's reconcile or a rollback removes."""
+    parsed = parse_base_file_name(basename(rel_path))
+    if parsed is None or parsed.instant != instant:
+        raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
+    policy = policies_of(config)[0]
+    await create_marker(store, dest, instant, rel_path, io_type, config)
+    path = join(dest, rel_path)
+    info = await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policy)
+    if await instant_state(store, dest, instant) != "pending":
+        await retry_call(lambda: store.delete(path), policy=policy)
+        return None
+    return info
+
+
+async def commit_direct_task(
+    store: Store,
+    layout: JobLayout,
+    task_id: str,
+    task_attempt_id: str,
+    files: Sequence[tuple[str, int, str | None, int]],
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> TaskManifest:
+    """Commit a task attempt that wrote ``files`` in place (:func:`write_in_place`; (path
+    relative to the table, size, etag, rows) each): publish its manifest
+    (:func:`direct_manifest`) at ``$taskId-manifest.json`` by one overwriting put (atomic
+    on every store: the last attempt to commit wins, as for staged tasks). Refused
+    (CommitError) once the write is no longer pending: a late attempt publishes nothing."""
+    from amcommit.table.staging import TABLE_TASKS
+
+    await TABLE_TASKS.task_started(store, layout, config)
+    for rel, _, _, _ in files:
+        parsed = parse_base_file_name(basename(rel))
+        if parsed is None or parsed.instant != layout.job_id:
+            raise CommitError(f"{rel!r} is not a base file of instant {layout.job_id}", stage="commit_task")
+    manifest = direct_manifest(store.root_uri, layout, task_id, task_attempt_id, files)
+    if await instant_state(store, layout.dest, layout.job_id) != "pending":
+        raise CommitError(
+            f"table write {layout.job_id} is no longer pending: task attempt {task_attempt_id} "
+            "publishes nothing",
+            stage="commit_task",
+        )
+    data = encode_json(manifest)
+    path = layout.manifest_path(task_id)
+    await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policies_of(config)[0])
+    return manifest
+
+
+async def _list_markers(store: Store, dest: str, instant: str) -> list[tuple[ObjectInfo, str, IOType]]:
+    folder = marker_dir(dest, instant)
+    found: list[tuple[ObjectInfo, str, IOType]] = []
+    try:
+        async for info in store.list(folder, recursive=True):
+            if info.is_dir:
+                continue
+            parsed = parse_marker(relative_to(info.path, folder))
+            if parsed is not None:
+                found.append((info, parsed[0], parsed[1]))
+    except NotFound:
+        pass
+    return found
+
+
+async def marked_files(store: Store, dest: str, instant: str) -> set[str] | None:
+    """Every base file (relative to the table) a CREATE or MERGE marker of ``instant``
+    names: what any attempt of the write may have created (one recursive listing of the
+    marker folder, never of the table). None if the folder holds no marker at all."""
+    markers = await _list_markers(store, dest, instant)
+    if not markers:
+        return None
+    return {rel for _, rel, io in markers if io is not IOType.APPEND}
+
+
+async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfig) -> None:
+    """Delete ``paths`` (absent ones are fine): the store's batch delete where it has one,
+    else one delete each, ``io_threads`` at a time."""
+    policy = policies_of(config)[0]
+    batcher = batch_deleter(store)
+    rest: list[str] = list(paths)
+    if batcher is not None and rest:
+        size = store.capabilities.delete_batch_max
+        failed: list[str] = []
+        for i in range(0, len(rest), size):
+            chunk = rest[i : i + size]
+            errors = await retry_call(lambda c=chunk: batcher.delete_batch(c), policy=policy)  # type: ignore[misc]
+            failed.extend(chunk[j] for j in errors)
+        rest = failed
+
+    async def one(p: str) -> None:
+        await retry_call(lambda: store.delete(p), policy=policy)
+
+    await run_parallel(rest, one, config.io_threads)
+
+
+async def reconcile(
+    store: Store, dest: str, instant: str, winners: Iterable[str], config: CommitterConfig = DEFAULT_CONFIG
+) -> list[str]:
+    """Delete the marked base files of ``instant`` that the winning manifests do not name
+    (``winners``: paths relative to the table). Returns them (relative). Idempotent; a
+    crash midway is repeated by the resumed commit."""
+    marked = await marked_files(store, dest, instant)
+    doomed = losers(marked or (), winners)
+    await _delete_all(store, [join(dest, r) for r in doomed], config)
+    return doomed
+
+
+async def remove_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    winners: Iterable[str],
+    *,
+    grace: float,
+    now: float | None = None,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> tuple[list[str], int]:
+    """After ``instant`` was decided (published or rolled back): one listing of its marker
+    folder; the base files of markers outside ``winners`` are deleted (a zombie's upload
+    that landed after the reconcile), then the markers. A loser's marker whose file was not
+    found is kept while it is younger than ``grace`` seconds (its upload may still land; a
+    later :func:`sweep_late_markers` removes it). Returns ``(files deleted, markers
+    kept)``."""
+    policy = policies_of(config)[0]
+    win = set(winners)
+    now = time.time() if now is None else now
+    markers = await _list_markers(store, dest, instant)
+    deleted: list[str] = []
+    kept = 0
+    remove: list[str] = []
+
+    async def judge(item: tuple[ObjectInfo, str, IOType]) -> None:
+        nonlocal kept
+        info, rel, io = item
+        if rel in win or io is IOType.APPEND:
+            remove.append(info.path)
+            return
+        found = await retry_call(lambda: store.delete(join(dest, rel)), policy=policy)
+        if found:
+            deleted.append(rel)
+        young = info.mtime is not None and now - info.mtime < grace
+        if found or not young:
+            remove.append(info.path)
+        else:
+            kept += 1
+
+    await run_parallel(markers, judge, config.io_threads)
+    await _delete_all(store, sorted(remove), config)
+    return sorted(deleted), kept
+
+
+async def rollback_from_markers(
+    store: Store, dest: str, instant: str, config: CommitterConfig = DEFAULT_CONFIG
+) -> list[str] | None:
+    """Delete every marked base file of ``instant`` (the write is being rolled back: none is
+    a winner), then the markers. None if there was no marker: the caller then lists the
+    partitions (:func:`~amcommit.table.undo.remove_stamped`). The instant must not be
+    completed (the caller checks)."""
+    marked = await marked_files(store, dest, instant)
+    if marked is None:
+        return None
+    doomed = sorted(marked)
+    await _delete_all(store, [join(dest, r) for r in doomed], config)
+    await remove_markers(store, dest, instant, (), grace=0.0, config=config)
+    return doomed
+
+
+async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
+    """The base files ``instant``'s completed commit names; None if it is not completed."""
+    done = await completed_instant(store, dest, instant)
+    if done is None:
+        return None
+    meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
+    return {s.path for s in meta.write_stats()}
+
+
+async def sweep_instant(
+    store: Store, dest: str, instant: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+) -> list[str]:
+    """:func:`remove_markers` for one decided instant (completed: its commit's files are the
+    winners; gone: none are); nothing for a pending write or a folder without markers.
+    Returns the files deleted."""
+    if await marked_files(store, dest, instant) is None:
+        return []
+    state = await instant_state(store, dest, instant)
+    if state == "pending":
+        return []
+    winners = await _winners_of(store, dest, instant) if state == "completed" else set()
+    deleted, _ = await remove_markers(store, dest, instant, winners or (), grace=grace, config=config)
+    return deleted
+
+
+async def sweep_late_markers(
+    store: Store, dest: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+) -> dict[str, list[str]]:
+    """Find markers written after their instant was decided and remove their files (module
+    doc, step 4): one listing of ``.hoodie/.temp/``, then, for each instant folder that
+    holds markers and whose write is completed or gone, :func:`remove_markers` with the
+    completed commit's files as winners (none for a write that is gone). A pending write's
+    folder is left alone. Returns the files deleted, by instant."""
+    temp = join(dest, TEMP_DIR)
+    instants: set[str] = set()
+    try:
+        async for info in store.list(temp, recursive=False):
+            if info.is_dir and is_instant(basename(info.path)):
+                instants.add(basename(info.path))
+    except NotFound:
+        return {}
+    out: dict[str, list[str]] = {}
+    for instant in sorted(instants):
+        deleted = await sweep_instant(store, dest, instant, grace=grace, config=config)
+        if deleted:
+            out[instant] = deleted
+    return out
