@@ -72,10 +72,15 @@ async def test_direct_commit_publishes_winners_and_deletes_losers(tmp_path: Path
 
 
 async def test_direct_abort_removes_every_marked_file(tmp_path: Path) -> None:
+    """An abort removes every file a marker names, winners' and losers', wherever they are."""
     store, uri, _ = await _table(tmp_path)
     before = await listing(store, "tbl")
     w = await begin(store, "tbl", config=CFG)
     await direct_tasks(store, w, SECOND, losers=1)
+    # a failed attempt that wrote into a partition no winning manifest names: only its
+    # marker says where its file is
+    stray = await direct_attempt(store, w, rows(50, 1, parts=("z",)), 0, 1, attempt=4, commit=False)
+    assert stray and stray[0].startswith("p=z/")
     report = await abort_job(store, "tbl", w.instant, config=CFG)
     assert report.rolled_back
     after = await listing(store, "tbl")
