@@ -97,8 +97,9 @@ async def test_zombie_upload_after_commit_removes_itself(tmp_path: Path) -> None
     await direct_tasks(store, w, SECOND)
     await commit_job(store, "tbl", w.instant, config=CFG)
     wrote = await direct_attempt(store, w, SECOND, 0, 2, attempt=7, commit=False)
-    assert wrote == []  # every upload was removed again by its own check
+    assert wrote == []  # every upload was removed again by its own check, and its marker
     assert hudi_rows(uri) == keys(FIRST + SECOND)
+    assert not any(".temp/" in x or "_0-0-7_" in x for x in await listing(store, "tbl"))
     with pytest.raises(Exception, match="no longer pending"):
         await direct_attempt(store, w, SECOND, 1, 2, attempt=8)
     assert hudi_rows(uri) == keys(FIRST + SECOND)

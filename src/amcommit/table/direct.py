@@ -22,7 +22,7 @@ is written: Hudi reads its absence as direct markers.
    (the write token names the attempt, so two attempts never share a name), then check the
    instant (:func:`instant_state`): if it is no longer pending (completed, or rolled back)
    the upload finished after the job was decided, so the file is no winner's: the attempt
-   deletes it (a zombie removes its own file). Readers ignore the file meanwhile: it is
+   deletes it, then its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
    stamped with an instant that is not completed (TABLES.md pitfall 4).
 2. **Job commit**: :func:`marked_files` lists ``.hoodie/.temp/<instant>/`` once (never the
    table) and gives every base file an attempt may have created; :func:`reconcile` deletes
@@ -241,11 +241,14 @@ async def write_in_place(
     if parsed is None or parsed.instant != instant:
         raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
     policy = policies_of(config)[0]
-    await create_marker(store, dest, instant, rel_path, io_type, config)
+    marker = await create_marker(store, dest, instant, rel_path, io_type, config)
     path = join(dest, rel_path)
     info = await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policy)
     if await instant_state(store, dest, instant) != "pending":
+        # the file first: a crash between the two leaves a marker without a file, which a
+        # sweep removes once it is older than its grace
         await retry_call(lambda: store.delete(path), policy=policy)
+        await retry_call(lambda: store.delete(marker), policy=policy)
         return None
     return info
 
