@@ -817,8 +817,12 @@ async def run_table_commit(
             )
         await publish(ctx, op.action, data)
     if direct:
-        async with ctx.stage("remove_markers"):
-            await remove_markers(store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, config=ctx.config)
+        # late losers (uploads landed since the reconcile); the markers go with the cleanup
+        async with ctx.stage("late_losers"):
+            await remove_markers(
+                store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, delete_markers=False,
+                config=ctx.config,
+            )
     report.success = True
     report.finished = time.time()
     journal.state = "committed"
