@@ -46,7 +46,11 @@ async def direct_attempt(
             files.append((rel, info.size, info.etag, len(mine)))
     if commit:
         await commit_direct_task(
-            store, w.layout, f"task_{w.instant}_m_{n:06d}", f"attempt_{w.instant}_m_{n:06d}_{attempt}", files,
+            store,
+            w.layout,
+            f"task_{w.instant}_m_{n:06d}",
+            f"attempt_{w.instant}_m_{n:06d}_{attempt}",
+            files,
             config=config,
         )
     return [f[0] for f in files]

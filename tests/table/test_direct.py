@@ -26,7 +26,16 @@ from amcommit.table.direct import (
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
 from tests.table.directhelpers import direct_attempt, direct_tasks
-from tests.table.writehelpers import begin, hudi_incremental, hudi_rows, keys, listing, parquet_bytes, rows, write
+from tests.table.writehelpers import (
+    begin,
+    hudi_incremental,
+    hudi_rows,
+    keys,
+    listing,
+    parquet_bytes,
+    rows,
+    write,
+)
 
 CFG = TableConfig(writer_ttl=600.0)
 FIRST = rows(0, 6)
@@ -39,7 +48,13 @@ def test_marker_names_are_hudis() -> None:
     assert parse_marker(rel + ".marker.CREATE") == (rel, IOType.CREATE)
     assert parse_marker("x.parquet.marker.MERGE") == ("x.parquet", IOType.MERGE)
     # the staged path's own files in the same folder are no markers
-    for other in ("_job.json", "journal.json", "00/manifests/t-manifest.json", "commit-plan.json", "a.marker.TXT"):
+    for other in (
+        "_job.json",
+        "journal.json",
+        "00/manifests/t-manifest.json",
+        "commit-plan.json",
+        "a.marker.TXT",
+    ):
         assert parse_marker(other) is None, other
     assert losers({"a/1", "a/2", "b/3"}, {"a/2"}) == ["a/1", "b/3"]
 
@@ -85,7 +100,9 @@ async def test_direct_abort_removes_every_marked_file(tmp_path: Path) -> None:
     assert report.rolled_back
     after = await listing(store, "tbl")
     assert not any(w.instant in x for x in after), after
-    assert [x for x in after if not x.startswith(".hoodie/")] == [x for x in before if not x.startswith(".hoodie/")]
+    assert [x for x in after if not x.startswith(".hoodie/")] == [
+        x for x in before if not x.startswith(".hoodie/")
+    ]
     assert hudi_rows(uri) == keys(FIRST)
 
 

@@ -79,7 +79,9 @@ def test_direct_write_on_emulators(backend: str, request: pytest.FixtureRequest)
             name = base_file_name(new_file_id(), write_token(0, 0, 5), second)
             rel = f"p=a/{name}"
             await store.put(f"c/tbl/.hoodie/.temp/{second}/{marker_name(rel, IOType.CREATE)}", b"")
-            await store.put(f"c/tbl/{rel}", parquet_bytes(rows(90, 1, parts=("a",)), meta=(second, "p=a", name, 0)))
+            await store.put(
+                f"c/tbl/{rel}", parquet_bytes(rows(90, 1, parts=("a",)), meta=(second, "p=a", name, 0))
+            )
             assert len(read("c/tbl")) == len(FIRST + SECOND) + 1
             assert await sweep_late_markers(store, "c/tbl", grace=600.0) == {second: [rel]}
             assert read("c/tbl") == keys(FIRST + SECOND)

@@ -820,7 +820,12 @@ async def run_table_commit(
         # late losers (uploads landed since the reconcile); the markers go with the cleanup
         async with ctx.stage("late_losers"):
             await remove_markers(
-                store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, delete_markers=False,
+                store,
+                dest,
+                instant,
+                _winners(loaded, dest),
+                grace=settings.writer_ttl,
+                delete_markers=False,
                 config=ctx.config,
             )
     report.success = True

@@ -88,10 +88,10 @@ __all__ = [
     "COMMIT_KEY",
     "DIRECT",
     "MARKER_INFIX",
-    "commit_direct_task",
-    "is_direct",
     "IOType",
+    "commit_direct_task",
     "instant_state",
+    "is_direct",
     "losers",
     "marked_files",
     "marker_dir",
@@ -182,7 +182,9 @@ def direct_manifest(
     undoes renames of a direct write)."""
     work = layout.task_attempt_dir(task_attempt_id)
     entries = [
-        FileEntry(path_to_uri(root_uri, join(work, rel)), path_to_uri(root_uri, join(layout.dest, rel)), size, etag)
+        FileEntry(
+            path_to_uri(root_uri, join(work, rel)), path_to_uri(root_uri, join(layout.dest, rel)), size, etag
+        )
         for rel, size, etag, _ in sorted(files)
     ]
     stats = task_write_stats(((rel, size) for rel, size, _, _ in files), {rel: n for rel, _, _, n in files})
