@@ -1,7 +1,7 @@
 """Table writes that copy nothing (amcommit.table.direct) on the emulators: Azurite (Blob:
 markers removed by batch deletes) and fake-gcs-server (one delete each). The commit and the
 abort, a zombie's self-removal and the sweep, and the job commit SIGKILLed (a forked child)
-at a spread of its requests then resumed or aborted: hudi-rs sees all or nothing, the SDK
+before its requests then resumed or aborted: hudi-rs sees all or nothing, the SDK
 listing holds no loser's file and no marker."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from amcommit.table.settings import TableConfig
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_attempt, direct_tasks
+from tests.table.kill_child import KillAt
 from tests.table.test_write_kills import _fork_child
 from tests.table.writehelpers import begin, hudi_rows, keys, parquet_bytes, rows, write
 
@@ -91,22 +92,62 @@ def test_direct_write_on_emulators(backend: str, request: pytest.FixtureRequest)
             await abort_job(store, "a/tbl", second, config=CFG)
             assert read("a/tbl") == keys(FIRST)
             assert not any(second in x for x in sdk("a/tbl"))
-            # the job commit killed at a spread of its requests, then resumed or aborted
-            for n in (2, 5, 8, 11):
-                for then in ("commit", "abort"):
+
+    anyio.run(go)
+
+
+def _spread(total: int, k: int = 3) -> list[int]:
+    return sorted({max(1, round(total * (i + 1) / (k + 1))) for i in range(k)} | {1, total})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["blob", "gcs-fake"])
+def test_direct_commit_killed_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+    """The job commit of a direct write (one loser attempt) SIGKILLed in a forked child
+    before its n-th mutating request (every n on Azurite, a spread on fake-gcs-server), then
+    resumed (always committed exactly) or, at a spread, aborted (rolled back exactly, or
+    completed once past the point of no return). hudi-rs sees all or nothing after each
+    kill; the SDK listing holds no loser's file and no marker at the end."""
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    sdk = request.getfixturevalue("matrix_sdk_list")(backend, info)
+
+    def read(dest: str) -> list[Any]:
+        uri, opts = _hudi(backend, info, dest)
+        return hudi_rows(uri, storage=opts)
+
+    async def go() -> None:
+        store = open_store(info)
+        async with store:
+            _, second, _ = await _fresh(store, "count/tbl")
+            counter = KillAt(store, 10**9)
+            await commit_job(counter, "count/tbl", second, config=CFG)  # type: ignore[arg-type]
+            total = counter.count
+            assert total > 10, total
+            spread = _spread(total)
+            every = range(1, total + 2) if backend == "blob" else [*spread, total + 1]
+            past = False
+            for n in every:
+                for then in ("commit", "abort") if n in spread else ("commit",):
                     dest = f"k{n}{then}/tbl"
                     _, second, lost = await _fresh(store, dest)
-                    _fork_child(SimpleNamespace(info=info, dest=dest), second, "commit", n)  # type: ignore[arg-type]
+                    done = _fork_child(SimpleNamespace(info=info, dest=dest), second, "commit", n)  # type: ignore[arg-type]
+                    assert done == (n > total), n
                     assert read(dest) in (keys(FIRST), keys(FIRST + SECOND)), n
                     op = commit_job if then == "commit" else abort_job
                     await op(store, dest, second, config=CFG)
-                    done = await completed_instant(store, dest, second) is not None
-                    assert done or then == "abort", n
-                    assert read(dest) == (keys(FIRST + SECOND) if done else keys(FIRST)), n
+                    committed = await completed_instant(store, dest, second) is not None
+                    assert committed or then == "abort", n
+                    assert committed or not past, (
+                        f"abort after request {n} rolled back a write past its point of no return"
+                    )
+                    past = past or (then == "abort" and committed)
+                    assert read(dest) == (keys(FIRST + SECOND) if committed else keys(FIRST)), n
                     names = sdk(dest)
                     assert not any("/.temp/" in x for x in names), (n, names)
                     assert not any(x.endswith(tuple(lost)) for x in names), (n, names)
-                    if not done:
+                    if not committed:
                         assert not any(second in x for x in names), (n, names)
+            assert past, "no abort ever completed the commit (the point of no return was never reached)"
+            print(f"{backend}: {total} mutating requests at job commit")
 
     anyio.run(go)
