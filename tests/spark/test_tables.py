@@ -163,7 +163,13 @@ def test_table_timeline_read_by_hudi_rs(spark: Any, tmp_path: Path) -> None:
     assert plain == sum(len(v) for v in written.values()) > len(latest)
 
 
-def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> None:
+_NO_BASE_FILE_RENAME = [
+    {"phase": "commit", "op": "rename", "path": "*.parquet", "after": 0, "error": "PermissionDenied"}
+]
+
+
+@pytest.mark.parametrize("commit", ["staged", "direct"])
+def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path, commit: str) -> None:
     """Partition 1's first attempt writes files, then fails: only the retry's files are
     published (pitfall 2: two attempts of one file group break every hudi-rs read)."""
     dest = tmp_path / "retry"
@@ -175,6 +181,9 @@ def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> N
         rowGroupRows="200",
         maxRecordsPerFile="300",
         fail_task={"partitions": [1], "attempts": [0], "after_rows": 900},
+        # direct: the job commit renames no base file (the first rename of one would fail)
+        driver_faults=None if commit == "staged" else _NO_BASE_FILE_RENAME,
+        table_commit=commit,
     ).save(str(dest))
     files = base_files(dest)
     ids = [parse_base_file_name(f.rsplit("/", 1)[-1]).file_id for f in files]  # type: ignore[union-attr]
@@ -192,7 +201,8 @@ def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> N
     assert keys == 4000
 
 
-def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("commit", ["staged", "direct"])
+def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path, commit: str) -> None:
     """Partition 0's first attempt finishes its files, then its Python worker dies (no
     cleanup): its files stay in the write's staging, never in the table."""
     dest = tmp_path / "crash"
@@ -207,6 +217,7 @@ def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> No
             "after_rows": 500,
             "how": "exit",
         },
+        table_commit=commit,
     ).save(str(dest))
     files = base_files(dest)
     tokens = {parse_base_file_name(f.rsplit("/", 1)[-1]).write_token for f in files}  # type: ignore[union-attr]
@@ -236,7 +247,8 @@ def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
         spark.read.format("amcommit").load(str(tmp_path / "nothing")).collect()
 
 
-def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("commit", ["staged", "direct"])
+def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path, commit: str) -> None:
     """A table on fake-gcs-server: amcommit's reader on the bucket, hudi-rs on a downloaded
     copy (hudi-rs's GCS client cannot be pointed at the emulator's plain-HTTP endpoint)."""
     import uuid
@@ -246,7 +258,7 @@ def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
     bucket = f"amc-table-{uuid.uuid4().hex[:10]}"
     fake_gcs.create_bucket(bucket)
     url = f"gs://{bucket}/warehouse/events"
-    opts = {"endpoint": fake_gcs.url}
+    opts = {"endpoint": fake_gcs.url, "table_commit": commit}
     writer(
         make_df(spark, n=500, parts=2), partitionBy="cat", tableFormat="hudi", recordKey="id", **opts
     ).save(url)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from amcommit.committer.job import abort_job, commit_job
+from amcommit.errors import ConfigError
 from amcommit.paths import join
 from amcommit.store.base import PutMode
 from amcommit.store.local import LocalStore
@@ -167,3 +168,10 @@ async def test_write_in_place_refuses_foreign_names(tmp_path: Path) -> None:
     other = base_file_name(new_file_id(), "0-0-0", first)
     with pytest.raises(ValueError):
         await write_in_place(store, "tbl", w.instant, f"p=a/{other}", b"x")
+
+
+def test_table_commit_setting() -> None:
+    assert TableConfig().settings().table_commit == "staged"
+    assert TableConfig.from_mapping({"table_commit": "direct"}).settings().table_commit == "direct"
+    with pytest.raises(ConfigError, match="'table_commit' must be 'staged' or 'direct'"):
+        TableConfig.from_mapping({"table_commit": "copy"})

@@ -90,6 +90,7 @@ __all__ = [
     "MARKER_INFIX",
     "IOType",
     "commit_direct_task",
+    "create_marker",
     "instant_state",
     "is_direct",
     "losers",

@@ -22,10 +22,15 @@ from amcommit.options import Options
 __all__ = ["DEFAULT_SETTINGS", "TableConfig", "TableSettings", "table_settings"]
 
 
-def _check(writer_ttl: float) -> None:
+TABLE_COMMITS = ("staged", "direct")
+
+
+def _check(writer_ttl: float, table_commit: str = "staged") -> None:
     # (no message shows the value given: it may be a secret given to the wrong option)
     if not writer_ttl > 0:
         raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
+    if table_commit not in TABLE_COMMITS:
+        raise ConfigError("committer option 'table_commit' must be 'staged' or 'direct'")
 
 
 class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -41,9 +46,16 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     clean_retain_commits: int | None = None
     """After each commit, clean file groups replaced before the latest N commits
     (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
+    table_commit: str = "staged"
+    """How the tasks of a writer that supports both (the Spark data source's batch writes)
+    write base files: ``"staged"`` (in the task attempt directory under
+    ``.hoodie/.temp/<instant>/``, renamed into the table at job commit) or ``"direct"``
+    (straight to their final names under Hudi's direct markers; the job commit renames
+    nothing: :mod:`amcommit.table.direct`). The job commit recognises either from the
+    manifests; this setting only matters to the tasks. Experimental (issue 26)."""
 
     def __post_init__(self) -> None:
-        _check(self.writer_ttl)
+        _check(self.writer_ttl, self.table_commit)
 
 
 DEFAULT_SETTINGS = TableSettings()
@@ -60,14 +72,20 @@ class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fie
     """:attr:`TableSettings.writer_ttl`."""
     clean_retain_commits: int | None = DEFAULT_SETTINGS.clean_retain_commits
     """:attr:`TableSettings.clean_retain_commits`."""
+    table_commit: str = DEFAULT_SETTINGS.table_commit
+    """:attr:`TableSettings.table_commit`."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.writer_ttl)
+        _check(self.writer_ttl, self.table_commit)
 
     def settings(self) -> TableSettings:
         """The table's part of this config."""
-        return TableSettings(writer_ttl=self.writer_ttl, clean_retain_commits=self.clean_retain_commits)
+        return TableSettings(
+            writer_ttl=self.writer_ttl,
+            clean_retain_commits=self.clean_retain_commits,
+            table_commit=self.table_commit,
+        )
 
 
 def table_settings(config: CommitterConfig) -> TableSettings:
