@@ -258,14 +258,20 @@ def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path, commit: st
     bucket = f"amc-table-{uuid.uuid4().hex[:10]}"
     fake_gcs.create_bucket(bucket)
     url = f"gs://{bucket}/warehouse/events"
-    opts = {"endpoint": fake_gcs.url, "table_commit": commit}
+    opts = {"endpoint": fake_gcs.url}
     writer(
-        make_df(spark, n=500, parts=2), partitionBy="cat", tableFormat="hudi", recordKey="id", **opts
+        make_df(spark, n=500, parts=2),
+        partitionBy="cat",
+        tableFormat="hudi",
+        recordKey="id",
+        table_commit=commit,
+        **opts,
     ).save(url)
     writer(
         make_df(spark, n=100, start=1000, cats="a", parts=2),
         "overwrite",
         partitionOverwriteMode="dynamic",
+        table_commit=commit,
         **opts,
     ).save(url)
     names = download(url, opts, tmp_path / "copy")
