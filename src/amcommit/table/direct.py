@@ -1,10 +1,15 @@
 """Table writes that copy nothing (issue 26): base files written in place under Hudi's
 direct write markers; the job commit reconciles against the markers, then publishes.
 
-Status: a building block of a table job kind variant (``table_commit=direct``), not yet
-wired into :func:`~amcommit.table.commit.run_table_commit` nor into the Spark writer; the
-staged path (files staged in ``.hoodie/.temp/<instant>/`` and renamed at job commit) stays
-the default. See ``NOTES-26.md`` at the repository root for what is done and what is next.
+Status: a variant of the table job kind, chosen by the writer's tasks
+(``table_commit=direct``, :class:`~amcommit.table.settings.TableSettings`; the Spark task
+side, :func:`amcommit.spark.task.run_task`, and engine API callers through
+:func:`write_in_place` and :func:`commit_direct_task`); the job commit
+(:func:`~amcommit.table.commit.run_table_commit`) and the rollback
+(:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write by its
+manifests. The staged path (files staged in ``.hoodie/.temp/<instant>/`` and renamed at job
+commit) stays the default. See ``NOTES-26.md`` at the repository root for what is done,
+what is next, and what Hudi's own marker code does with our job files.
 
 Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
 ------------------------------------------------------------------------------------
