@@ -202,16 +202,17 @@ def amcommit_store(t: Target, concurrency: int, lean: bool = False) -> Any:
     return GcsStore(t.container, endpoint=t.endpoint, limiter=lim, write_rate=None, **opts)
 
 
-def amcommit_default_store(t: Target) -> Any:
+def amcommit_default_store(t: Target, **opts: Any) -> Any:
     """amcommit's store for ``t`` with every option at its default (limiter, GCS write
-    gate, request mix): what a user gets without tuning."""
+    gate, request mix): what a user gets without tuning; ``opts``: store options set as a
+    user would (e.g. ``bucket_warm=True``)."""
     if t.kind == "azurite":
         from amcommit.store.azure import BlobStore
 
-        return BlobStore(t.container, endpoint=t.endpoint, account=t.account, account_key=t.key)
+        return BlobStore(t.container, endpoint=t.endpoint, account=t.account, account_key=t.key, **opts)
     from amcommit.store.gcs import GcsStore
 
-    return GcsStore(t.container, endpoint=t.endpoint)
+    return GcsStore(t.container, endpoint=t.endpoint, **opts)
 
 
 class TimedStore:

@@ -218,16 +218,27 @@ def _result(files: int, m: Measure, rename_s: float, lat: Sequence[float], **ext
     }
 
 
-def work_amcommit(t: Target, conc: int, lean: bool = False, defaults: bool = False) -> dict[str, Any]:
+def work_amcommit(
+    t: Target,
+    conc: int,
+    lean: bool = False,
+    defaults: bool = False,
+    io_threads: int = 0,
+    store_opts: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     from amcommit import loop
     from amcommit.committer import CommitterConfig, commit_job
     from benchmarks.clients import TimedStore, amcommit_default_store, amcommit_store
 
     async def main() -> dict[str, Any]:
-        # defaults: literally CommitterConfig() and the store's default options
-        inner = amcommit_default_store(t) if defaults else amcommit_store(t, conc, lean)
+        # defaults: literally CommitterConfig() and the store's default options (with
+        # ``store_opts`` / ``io_threads``: those settings changed, the rest default)
+        inner = amcommit_default_store(t, **(store_opts or {})) if defaults else amcommit_store(t, conc, lean)
         store = TimedStore(inner)
-        cfg = CommitterConfig() if defaults else CommitterConfig(io_threads=conc)
+        if defaults:
+            cfg = CommitterConfig(io_threads=io_threads) if io_threads else CommitterConfig()
+        else:
+            cfg = CommitterConfig(io_threads=conc)
         with Measure() as m:
             report = await commit_job(store, DEST, JOB, config=cfg)  # type: ignore[arg-type]
         await inner.aclose()
@@ -246,6 +257,9 @@ def work_amcommit(t: Target, conc: int, lean: bool = False, defaults: bool = Fal
             throttled=throttled,
             store_limiter=inner.limiter.describe(),
         )
+        gate = getattr(inner, "write_limiter", None)
+        if gate is not None:
+            res["write_gate"] = gate.describe()
         res["retries"] = retries
         res["recovered"] = report.recovered_renames
         res["requests_per_file"] = round(store_requests(inner) / report.files, 3) if report.files else 0.0
@@ -371,7 +385,14 @@ def worker_main(spec_path: str) -> None:
     kind, conc = spec["contender"], spec.get("concurrency", 0)
     os.environ.update(loop_env(spec.get("loop")))  # before any loop starts
     if kind == "amcommit":
-        res = work_amcommit(t, conc, bool(spec.get("lean")), bool(spec.get("defaults")))
+        res = work_amcommit(
+            t,
+            conc,
+            bool(spec.get("lean")),
+            bool(spec.get("defaults")),
+            int(spec.get("io_threads") or 0),
+            dict(spec.get("store_opts") or {}),
+        )
     elif kind == "raw":
         res = work_raw(t, conc, spec["entries"])
     elif kind == "threadpool":
@@ -395,6 +416,8 @@ class Contender:
     loop: str | None = None  # amcommit/raw: asyncio | uvloop; None: amcommit.loop's choice
     defaults: bool = False  # amcommit with CommitterConfig() and default store options
     src: str | None = None  # amcommit imported from this source tree (``--compare-src``)
+    io_threads: int = 0  # defaults: with CommitterConfig(io_threads=N) (0: the default)
+    store_opts: tuple[tuple[str, Any], ...] = ()  # defaults: with these store options
 
     @property
     def label(self) -> str:
@@ -402,7 +425,9 @@ class Contender:
         if self.src:
             on += f" [{Path(self.src).parent.name or self.src}]"
         if self.kind == "amcommit" and self.defaults:
-            return "amcommit defaults" + on
+            extra = "".join(f" {k}={str(v).lower()}" for k, v in self.store_opts)
+            extra += f" io_threads={self.io_threads}" if self.io_threads else ""
+            return "amcommit defaults" + extra + on
         if self.kind == "amcommit":
             return f"amcommit c={self.concurrency}" + (" lean (2 req)" if self.lean else "") + on
         if self.kind == "raw":
@@ -437,6 +462,8 @@ def run_one(
             "lean": c.lean,
             "defaults": c.defaults,
             "loop": c.loop,
+            "io_threads": c.io_threads,
+            "store_opts": dict(c.store_opts),
         }
         if c.kind == "raw":
             spec["entries"] = job.entries

@@ -43,18 +43,25 @@ when it gets SIGTERM.
 
 Scenarios (each contender in a fresh process, fresh emulator, output verified exact):
 
-    .venv/bin/python -m benchmarks.latency_proxy latency [--files 20000] [--backends gcs] [--save]
+    .venv/bin/python -m benchmarks.latency_proxy latency [--files 20000] [--backends gcs,azurite]
+        [--delay 0.05] [--fixed 128,256] [--lean 256] [--seq-tasks 4] [--no-threadpool]
+        [--variants] [--compare-src DIR] [--rounds 1] [--save]
     .venv/bin/python -m benchmarks.latency_proxy throttle [--files 5000] [--backends gcs] [--save]
 
 (results in ``benchmarks/results/tmp/``; ``--save``: ``benchmarks/results/``, tracked)
 
-* ``latency``: 50 ms added to every request; amcommit with its defaults
-  (``CommitterConfig()`` and the store's default options: literally what a user gets),
-  amcommit at c=128 and c=256 (io_threads and store limiter N, no GCS write gate; c=128
-  is the defaults without the write gate), amcommit lean
+* ``latency``: ``--delay`` (50 ms) added to every request; amcommit with its defaults
+  (``CommitterConfig()`` and the store's default options: literally what a user gets of
+  ``commit-job``: the adaptive in-flight limit, the GCS write gate of a cold bucket),
+  with ``--variants`` also the defaults with ``bucket_warm=true`` (GCS: no write gate)
+  and/or ``io_threads=1024`` (the committer's own bound on renames in flight), with
+  ``--compare-src`` the defaults of another source tree (before/after); amcommit at a
+  fixed c=N (``--fixed``: io_threads and a fixed store limit of N, no GCS write gate; the
+  sweep the defaults are judged against: ``x_best_fixed``), amcommit lean
   (two requests per rename, as the SDK contenders send) at c=256, the thread pool of 32
   and v1 sequential. Sequential at 50 ms per request would take hours at 20,000 files:
-  it commits a sample of the tasks and its rate is reported (marked).
+  it commits a sample of the tasks and its rate is reported (marked). ``--delay 0``: no
+  proxy (the no-latency comparison of defaults).
 * ``throttle``: 10% of requests answered 503/429 with ``Retry-After: 1``; amcommit vs the
   thread pool; throughput, retries and an exact output.
 """
@@ -76,11 +83,14 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, unquote
 
 from amcommit.emulators.procs import stop_process
 from amcommit.testing.faults import RuleMatcher
+
+if TYPE_CHECKING:
+    from benchmarks.job_commit import Contender
 
 # -- the proxy -------------------------------------------------------------------------
 
@@ -544,30 +554,49 @@ def run_latency(
     lean_conc: Sequence[int] = (256,),
     seq_sample_tasks: int = 4,
     double: bool = False,
+    threadpool: bool = True,
+    variants: Sequence[Contender] = (),
+    compare_src: str | None = None,
+    rounds: int = 1,
     log: Any = sys.stderr,
 ) -> list[dict[str, Any]]:
-    """amcommit (defaults; c=N; lean: 2 requests per rename like the SDKs) vs thread pool
-    32 vs sequential (sampled) with ``delay`` on every request; ``double``: also the
-    defaults, c=256 and the thread pool on the GCS double (``objects.move``)."""
+    """amcommit (defaults; ``variants``: defaults with some settings changed, e.g.
+    ``bucket_warm``; ``compare_src``: the defaults of another source tree, e.g. main's, for a
+    before/after; c=N: a fixed in-flight limit of N and io_threads N; lean: 2 requests per
+    rename like the SDKs) vs thread pool 32 vs sequential (sampled; 0 tasks: left out)
+    with ``delay`` on every request (0: no proxy at all); ``double``: also the defaults,
+    c=256 and the thread pool on the GCS double (``objects.move``). ``rounds``: the plan
+    that many times, the order reversed every other round."""
     from benchmarks.job_commit import SDK_THREADS, Contender, run_one
 
-    plan = [Contender("amcommit", 0, defaults=True)]
+    plan = [Contender("amcommit", 0, defaults=True), *variants]
+    if compare_src:
+        plan.append(Contender("amcommit", 0, defaults=True, src=compare_src))
     plan += [Contender("amcommit", c) for c in amcommit_conc]
     plan += [Contender("amcommit", c, lean=True) for c in lean_conc]
-    plan += [Contender("threadpool", SDK_THREADS), Contender("sequential", 0, seq_sample_tasks)]
+    if threadpool:
+        plan.append(Contender("threadpool", SDK_THREADS))
+    if seq_sample_tasks:
+        plan.append(Contender("sequential", 0, seq_sample_tasks))
+    scenario = f"latency {int(delay * 1000)} ms" if delay > 0 else "no added latency"
     rows = []
     for kind in backends:
-        for c in plan:
-            r = run_one(kind, files, c, proxy=lambda t: proxied(t, delay=delay), log=log)
-            r["scenario"] = f"latency {int(delay * 1000)} ms"
-            _proxy_cpu(r)
-            rows.append(r)
+        for rnd in range(rounds):
+            for c in plan if rnd % 2 == 0 else list(reversed(plan)):
+                if kind == "azurite" and any(k == "bucket_warm" for k, _ in c.store_opts):
+                    continue  # a GCS setting
+                proxy = (lambda t: proxied(t, delay=delay)) if delay > 0 else None
+                r = run_one(kind, files, c, proxy=proxy, log=log)
+                r["scenario"] = scenario
+                r["round"] = rnd
+                _proxy_cpu(r)
+                rows.append(r)
     if double:
         for c in [Contender("amcommit", 0, defaults=True), Contender("amcommit", 256)]:
             rows.append(run_on_double(files, c, delay=delay, log=log))
         rows.append(run_on_double(files, Contender("threadpool", SDK_THREADS), delay=delay, log=log))
         for r in rows[-3:]:
-            r["scenario"] = f"latency {int(delay * 1000)} ms"
+            r["scenario"] = scenario
             _proxy_cpu(r)
     _ratios(rows)
     return rows
@@ -689,17 +718,28 @@ def _proxy_cpu(r: dict[str, Any]) -> None:
 
 
 def _ratios(rows: list[dict[str, Any]]) -> None:
+    """Each amcommit row's files/s against the same backend's (and round's) thread pool,
+    sequential sample and best fixed concurrency (the fastest ``amcommit c=N`` row that is
+    not lean: the same requests per rename as the defaults)."""
     for r in rows:
         if r["kind"] != "amcommit":
             continue
-        for other in rows:
-            if other["backend"] != r["backend"] or not other["files_per_s"]:
+        peers = [o for o in rows if o["backend"] == r["backend"] and o.get("round", 0) == r.get("round", 0)]
+        for other in peers:
+            if not other["files_per_s"]:
                 continue
             if other["kind"] == "threadpool":
                 r["x_threadpool"] = round(r["files_per_s"] / other["files_per_s"], 2)
             elif other["kind"] == "sequential":
                 # the sample's rate: its whole-run files/s (listing + renames, no cleanup)
                 r["x_sequential"] = round(r["files_per_s"] / other["files_per_s"], 1)
+        fixed = [
+            o["files_per_s"]
+            for o in peers
+            if o["contender"].startswith("amcommit c=") and "lean" not in o["contender"]
+        ]
+        if fixed and max(fixed):
+            r["x_best_fixed"] = round(r["files_per_s"] / max(fixed), 2)
 
 
 LAT_COLUMNS = [
@@ -708,6 +748,7 @@ LAT_COLUMNS = [
     "contender",
     "files_per_s",
     "x_threadpool",
+    "x_best_fixed",
     "x_sequential",
     "requests_per_file",
     "cpu_ms_per_file",
@@ -756,6 +797,32 @@ def main(argv: list[str] | None = None) -> int:
         if name == "latency":
             p.add_argument("--double", action="store_true", help="also on the GCS double (objects.move)")
             p.add_argument("--only-double", action="store_true", help="only the GCS double's rows")
+            p.add_argument(
+                "--delay", type=float, default=0.05, help="seconds added to every request (0: no proxy)"
+            )
+            p.add_argument(
+                "--fixed", default="128,256", help="fixed in-flight limits to sweep (c=N), comma-separated"
+            )
+            p.add_argument("--lean", default="256", help="lean (2 requests per rename) c=N, comma-separated")
+            p.add_argument(
+                "--seq-tasks", type=int, default=4, help="sequential sample tasks (0: no sequential)"
+            )
+            p.add_argument("--no-threadpool", action="store_true", help="leave out the SDK thread pool")
+            p.add_argument(
+                "--variants",
+                action="store_true",
+                help="also the defaults with bucket_warm=true (GCS) and with io_threads 1024",
+            )
+            p.add_argument("--compare-src", help="also the defaults of amcommit from this src directory")
+            p.add_argument(
+                "--variant",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE[,KEY=VALUE]",
+                help="also the defaults with these store options (io_threads=N: the committer's); repeatable",
+            )
+            p.add_argument("--rounds", type=int, default=1)
+            p.add_argument("--out", default="latency", help="result file name (default latency.json)")
         add_save_arg(p)
     a = ap.parse_args(argv)
     if a.cmd == "serve":
@@ -770,9 +837,48 @@ def main(argv: list[str] | None = None) -> int:
 
     backends = a.backends.split(",")
     if a.cmd == "latency":
-        rows = run_latency([] if a.only_double else backends, a.files, double=a.double or a.only_double)
-        print(table(rows, LAT_COLUMNS, "Job commit with 50 ms added to every request"))
-        print(f"\nwrote {write_json('latency', {'benchmark': 'latency', 'rows': rows}, save=a.save)}")
+        from benchmarks.job_commit import Contender
+
+        def ints(v: str) -> list[int]:
+            return [int(x) for x in v.split(",") if x]
+
+        variants = []
+        if a.variants:
+            warm = (("bucket_warm", True),)
+            variants = [
+                Contender("amcommit", 0, defaults=True, store_opts=warm),
+                Contender("amcommit", 0, defaults=True, io_threads=1024),
+                Contender("amcommit", 0, defaults=True, io_threads=1024, store_opts=warm),
+            ]
+        for spec in a.variant:
+            opts: dict[str, Any] = {}
+            for pair in spec.split(","):
+                k, _, v = pair.partition("=")
+                opts[k] = json.loads(v) if v not in ("", "none") else None
+            io = int(opts.pop("io_threads", 0) or 0)
+            variants.append(
+                Contender("amcommit", 0, defaults=True, io_threads=io, store_opts=tuple(opts.items()))
+            )
+        rows = run_latency(
+            [] if a.only_double else backends,
+            a.files,
+            delay=a.delay,
+            amcommit_conc=ints(a.fixed),
+            lean_conc=ints(a.lean),
+            seq_sample_tasks=a.seq_tasks,
+            double=a.double or a.only_double,
+            threadpool=not a.no_threadpool,
+            variants=variants,
+            compare_src=a.compare_src,
+            rounds=a.rounds,
+        )
+        title = (
+            f"Job commit with {int(a.delay * 1000)} ms added to every request"
+            if a.delay
+            else "no added latency"
+        )
+        print(table(rows, LAT_COLUMNS, title))
+        print(f"\nwrote {write_json(a.out, {'benchmark': 'latency', 'rows': rows}, save=a.save)}")
     else:
         rows = run_throttle(backends, a.files)
         print(table(rows, THR_COLUMNS, "Job commit with 10% of requests throttled"))

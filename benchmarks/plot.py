@@ -16,7 +16,7 @@ From the suite's ``benchmarks.json`` (:data:`PLOTS`, also drawn by ``python -m b
 * ``spark_write.png``: rows per second of whole Spark writes.
 
 From the other result files next to it (:data:`FILE_PLOTS`; skipped where a file is missing):
-``scale.png``, ``table_commit.png``, ``table_changes.png``, ``stream_commit.png``,
+``scale.png``, ``table_commit.png``, ``table_changes.png``, ``table_upsert.png``, ``stream_commit.png``,
 ``event_loop.png``, ``azurite_before_after.png`` and ``store_renames.png``.
 
 Bars are horizontal, one colour per kind of contender (amcommit, the raw client ceiling, a
@@ -489,6 +489,31 @@ def plot_table_changes(results: Path, path: Path) -> Path | None:
     return _save(fig, {"amcommit", "hadoop", "raw"}, path, {"hadoop": "hudi-rs", "raw": "listing"})
 
 
+def plot_table_upsert(results: Path, path: Path) -> Path | None:
+    got = _load(results, "table_upsert.json")
+    if got is None:
+        return None
+    (d,) = got
+    panels = list(dict.fromkeys((r["backend"], r["scenario"]) for r in d["summary"]))
+    title = f"Upsert against rewriting the whole table ({d['rows_in_table']:,} rows, {d['files']} files)"
+    fig, axes = _figure(len(panels), 2, [run_of(d)], title)
+    names = {"local": "local files", "gcs": "fake-gcs-server"}
+    for ax, (be, sc) in zip(axes, panels, strict=True):
+        rows = [r for r in d["summary"] if (r["backend"], r["scenario"]) == (be, sc)]
+        bs = [
+            (
+                f"{r['contender']} ({r['files_rewritten']} files rewritten)",
+                r["seconds"],
+                f"{r['seconds']:.2f} s ({r['over_whole']:.2f}x)",
+                "amcommit" if r["contender"] == "upsert" else "raw",
+            )
+            for r in rows
+        ]
+        title = f"{names.get(be, be)}, {sc}: {rows[0]['keys']:,} keys updated (lower is better)"
+        bars(ax, bs, title, "seconds")
+    return _save(fig, {"amcommit", "raw"}, path, {"amcommit": "upsert", "raw": "whole rewrite"})
+
+
 def plot_stream(results: Path, path: Path) -> Path | None:
     got = _load(results, "stream_commit.json")
     if got is None:
@@ -636,6 +661,7 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
     "table_commit": plot_table_commit,
     "table_changes": plot_table_changes,
+    "table_upsert": plot_table_upsert,
     "stream_commit": plot_stream,
     "event_loop": plot_event_loop,
     "azurite_before_after": plot_azurite,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -33,6 +35,46 @@ async def test_read_range(sut: StoreUnderTest) -> None:
     assert await read_range(s, p, 3, 0) == b""
     with pytest.raises(NotFound):
         await read_range(s, join(sut.base, "absent.bin"), 0, 4)
+
+
+@pytest.mark.parametrize("wrapper", ["faulty", "fenced", "kill"])
+async def test_read_range_through_a_wrapper(
+    sut: StoreUnderTest, wrapper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrapped store (fault injection, the lease's fence, the kill tests' store) still
+    reads ranges with one ranged request where the store under it has them: the wrapped
+    store's whole-object ``get`` is never called for them; the same bytes either way."""
+    from amcommit.coord.lease import FencedStore
+    from amcommit.store.base import read_range
+    from tests.table.killstore import KillStore
+
+    class _Open:
+        def check(self, op: str, path: str) -> None:
+            pass
+
+    s, p = sut.store, join(sut.base, "wrapped.bin")
+    data = bytes(range(256)) * 40
+    await s.put(p, data)
+    ranged = getattr(s, "get_range", None) is not None
+    if ranged:
+
+        async def no_whole_get(path: str) -> bytes:
+            raise AssertionError(f"a whole-object get of {path} for a ranged read")
+
+        monkeypatch.setattr(s, "get", no_whole_get)
+    w: Any = {
+        "faulty": lambda: FaultyStore(s),
+        "fenced": lambda: FencedStore(s, _Open()),
+        "kill": lambda: KillStore(s, None, 10**9),
+    }[wrapper]()
+    assert await read_range(w, p, 5000, 777) == data[5000:5777]
+    assert await read_range(w, p, len(data) - 8, 100) == data[-8:]
+    with pytest.raises(NotFound):
+        await read_range(w, join(sut.base, "absent.bin"), 0, 4)
+    if wrapper == "faulty":  # a fault rule on get applies to ranged reads too
+        w.fail("get", error=Transient, count=1)
+        with pytest.raises(Transient):
+            await read_range(w, p, 0, 4)
 
 
 async def test_put_get_stat_roundtrip(sut: StoreUnderTest) -> None:

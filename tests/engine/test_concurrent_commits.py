@@ -446,7 +446,7 @@ async def test_failed_commit_keeps_the_lock_until_finished(tmp_path: Path, owner
     b = ("job_b", "append", job_files("b", "p=3"))
     await prepare(store, dest, [a, b])
     store.fail("rename", error=PermissionDenied, after=3)
-    cfg_a = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=0.5)
+    cfg_a = CommitterConfig(conflict_mode="overwrite", io_threads=1, lock_ttl=2.0)
     with pytest.raises(PermissionDenied):
         await commit_job(store, dest, "job_a", config=cfg_a)
     store.clear()
@@ -454,7 +454,7 @@ async def test_failed_commit_keeps_the_lock_until_finished(tmp_path: Path, owner
     if owner_aborts:
         await abort_job(store, dest, "job_a", config=cfg_a)
         assert not await exists(store, lock_path(dest))
-    await commit_job(store, dest, "job_b", config=CommitterConfig(lock_ttl=0.5))
+    await commit_job(store, dest, "job_b", config=CommitterConfig(lock_ttl=2.0))
     assert await snapshot(store, dest) == (OLD | b[2] if owner_aborts else serial(a, b)[0])
     assert await temp_files(store, dest) == []
 

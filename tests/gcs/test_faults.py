@@ -149,5 +149,7 @@ def test_default_write_rate_is_gcs_starting_budget() -> None:
 
     s = GcsStore("some-bucket", endpoint="http://127.0.0.1:9")
     assert s.write_limiter is not None and s.write_limiter.max_rate == 1000.0
-    assert s.limiter.max_concurrency == 128 and s.limiter.max_rate is None
+    assert s.write_limiter.ramp == 20 * 60.0  # doubling every 20 minutes of use
+    assert s.limiter.max_concurrency is None and s.limiter.adaptive is not None  # adaptive
+    assert s.limiter.max_rate is None
     assert GcsStore("some-bucket", endpoint="http://127.0.0.1:9", write_rate=None).write_limiter is None

@@ -214,7 +214,9 @@ def test_a_runs_recorded_times_never_count(tmp_path: Path, skew: float) -> None:
 
     refused, took, waited = anyio.run(main)
     assert "already running in another run (run-a" in refused and "\n" not in refused
-    assert took and ttl <= waited < ttl + 1.5, waited
+    # a lease unchanged for ttl on the restart's own clock (plus a loaded machine's delay);
+    # never the hour its recorded time says
+    assert took and ttl <= waited < ttl + 5.0, waited
 
 
 REPO = str(Path(__file__).resolve().parents[2])

@@ -11,7 +11,7 @@ import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
-from amcommit.store.base import ObjectInfo, RenameResult, Store
+from amcommit.store.base import ObjectInfo, RenameResult, Store, read_range
 
 
 class KillStore:
@@ -41,6 +41,9 @@ class KillStore:
 
     async def get(self, path: str) -> bytes:
         return await self.inner.get(path)
+
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        return await read_range(self.inner, path, start, length)
 
     async def put(self, path: str, data: bytes, **kw: Any) -> ObjectInfo:
         self._check(f"put {path}")

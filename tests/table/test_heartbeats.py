@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,7 +184,8 @@ def test_waiting_writer_says_so_then_rolls_back_a_writer_killed_meanwhile(
     lines = said()
     assert len(lines) == 1 and "\n" not in lines[0], lines
     assert f"waits for the earlier instant {result['dead']}, whose writer is alive" in lines[0]
-    assert "at most 40 s (lock_wait)" in lines[0] and "60 s old (writer_ttl" in lines[0]
+    # what is left of lock_wait (40 s) when it is said: a loaded machine takes a second or two
+    assert re.search(r"at most (3[5-9]|40) s \(lock_wait\)", lines[0]) and "60 s old (writer_ttl" in lines[0]
 
 
 class SkewedStore:

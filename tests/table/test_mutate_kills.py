@@ -8,19 +8,30 @@ unless the commit had passed its point of no return: then abort completes it).""
 
 from __future__ import annotations
 
+import json as _json
+import multiprocessing as _mp
 import os
 import re
+import signal as _signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
+import anyio
 import pyarrow as pa
+import pytest
 
 from amcommit.committer.job import abort_job, commit_job
+from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table import mutate
 from amcommit.table.settings import TableConfig
+from tests.matrix import table_runner as _tr
+from tests.matrix.conftest import matrix_blob, matrix_dfs, matrix_gcs_fake  # noqa: F401 (fixtures)
+from tests.matrix.stores import open_store
+from tests.table.kill_child import KillAt
 from tests.table.test_mutate import SCHEMA, hudi_snapshot
 from tests.table.writehelpers import listing
 
@@ -101,3 +112,117 @@ async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(tmp_pa
             break
         n += 1
     assert n > 10, n
+
+
+# -- the same on the emulators: Azure Blob (Azurite), ADLS Gen2 (the test server), GCS
+# (fake-gcs-server). The commit's requests differ per store (Blob: copy + delete, ADLS Gen2: an
+# atomic rename, GCS: rewrite + delete), so each is killed; suite budget: a spread of kill
+# points, each resumed (always committed, exactly), some also aborted. The child is forked
+# from the fork server test_write_kills uses (kill_child.run_spec: the job commit, or abort,
+# through a KillStore). hudi-rs reads Azurite and fake-gcs-server, not the ADLS test server.
+
+_FORKS = _mp.get_context("forkserver")
+_FORKS.set_forkserver_preload(["tests.table.kill_child", "tests.matrix.table_runner"])
+
+
+def _fork_child(info: dict[str, Any], dest: str, instant: str, what: str, n: int) -> bool:
+    """``what`` (commit/abort) of ``instant`` in a forked child killed before its n-th
+    mutating request; True if it completed."""
+    from tests.table import kill_child
+
+    spec = {"backend": info, "dest": dest, "instant": instant, "what": what, "n": n, "config": _CHILD_CFG}
+    proc = _FORKS.Process(target=kill_child.run_spec, args=(_json.dumps(spec),), name=f"upsert-kill-{what}")
+    proc.start()
+    proc.join(120)
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
+    assert proc.exitcode in (0, -_signal.SIGKILL), f"{what} child failed (exit {proc.exitcode})"
+    return proc.exitcode == 0
+
+
+_CHILD_CFG = {"io_threads": 1, "load_threads": 1, "retry_base_delay": 0.005, "retry_max_delay": 0.1}
+
+
+def _hudi(backend: str, info: dict[str, Any], dest: str) -> list[tuple[Any, ...]] | None:
+    where = _tr.hudi_location(cast(Any, SimpleNamespace(backend=backend, info=info, dest=dest)))
+    if where is None:
+        return None
+    uri, opts = where
+    return hudi_snapshot(uri, storage=opts)
+
+
+async def _fresh_on(store: Store, dest: str) -> tuple[str, str]:
+    """The table of _fresh at ``dest`` of ``store``: (first instant, prepared instant)."""
+    first = await mutate.upsert(store, dest, pa.Table.from_pylist(FIRST, schema=SCHEMA), **KW)
+    prepared = await mutate.prepare(
+        store, dest, pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **KW
+    )
+    return first.instant, prepared.report.instant
+
+
+async def _normal_on(store: Store, dest: str, first: str, second: str) -> list[str]:
+    return sorted(
+        _FILE_ID.sub("F_", n).replace(first, "I1").replace(second, "I2") for n in await listing(store, dest)
+    )
+
+
+def _spread(total: int, k: int) -> list[int]:
+    return sorted({max(1, round(total * (i + 1) / (k + 1))) for i in range(k)} | {1, total})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["blob", "dfs", "gcs-fake"])
+def test_upsert_commit_killed_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+    """The commit of a prepared upsert killed before its n-th mutating request (a spread of
+    n), then resumed: committed, the listing exactly the uninterrupted commit's; at some n
+    aborted instead: exactly the table before, or (past the point of no return) the
+    committed one, never rolled back again for a later n. hudi-rs sees all or nothing
+    after every kill."""
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    counter: list[int] = []
+
+    async def go() -> None:
+        store = open_store(info)
+        async with store:
+            first, second = await _fresh_on(store, "ref-commit")
+            count = KillAt(store, 10**9)
+            await commit_job(count, "ref-commit", second, config=CFG)  # type: ignore[arg-type]
+            total = count.count
+            counter.append(total)
+            committed = await _normal_on(store, "ref-commit", first, second)
+            first, second = await _fresh_on(store, "ref-abort")
+            await abort_job(store, "ref-abort", second, config=CFG)
+            aborted = await _normal_on(store, "ref-abort", first, second)
+            assert committed != aborted
+            assert total > 10, total
+            spread = _spread(total, 4)
+            aborts = set(_spread(total, 2))
+            past = False
+            for n in spread:
+                for then in ("commit", "abort") if n in aborts else ("commit",):
+                    dest = f"{then}{n}"
+                    first, second = await _fresh_on(store, dest)
+                    done = await anyio.to_thread.run_sync(_fork_child, info, dest, second, "commit", n)
+                    assert done == (n > total), n
+                    seen = await anyio.to_thread.run_sync(_hudi, backend, info, dest)
+                    assert (seen is None) == (backend == "dfs")
+                    assert seen in (None, BEFORE, AFTER), n  # the whole upsert or nothing
+                    await (commit_job if then == "commit" else abort_job)(store, dest, second, config=CFG)
+                    got = await _normal_on(store, dest, first, second)
+                    seen = await anyio.to_thread.run_sync(_hudi, backend, info, dest)
+                    if then == "commit":
+                        assert got == committed and seen in (None, AFTER), n
+                    else:
+                        assert got in (aborted, committed) and seen in (
+                            None,
+                            BEFORE if got == aborted else AFTER,
+                        ), n
+                        assert got == committed or not past, (
+                            f"abort after request {n} rolled back a committed write"
+                        )
+                        past = past or got == committed
+            assert past, "no abort completed the commit (the point of no return was never reached)"
+
+    anyio.run(go)
+    print(f"{backend}: {counter[0]} requests")

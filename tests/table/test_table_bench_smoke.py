@@ -36,3 +36,21 @@ def test_table_commit_quick() -> None:
     assert "| plain | 100 |" in proc.stdout and "| table | 100 |" in proc.stdout
     assert "local: table commit " in proc.stdout and "table requests:" in proc.stdout
     assert (results.read_bytes() if results.exists() else None) == before
+
+
+@pytest.mark.timeout(150)
+def test_table_upsert_quick(tmp_path: Path) -> None:
+    """benchmarks/table_upsert.py --quick: both contenders on both scenarios, every result
+    verified; the late-data upsert reads key columns only of the files holding the keys and
+    rewrites exactly them."""
+    proc = run_benchmark("benchmarks.table_upsert", "--quick", "--out", str(tmp_path), timeout=140)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| backend | scenario | keys | contender |" in proc.stdout
+    rows = json.loads((tmp_path / "table_upsert.json").read_text())["summary"]
+    got = {(r["scenario"], r["contender"]): r for r in rows}
+    assert set(got) == {(s, c) for s in ("late", "spread") for c in ("upsert", "whole rewrite")}
+    assert all(r["verified"] == "exact" and r["seconds"] > 0 for r in rows)
+    late = got[("late", "upsert")]
+    assert (late["footers_read"], late["key_columns_read"], late["files_rewritten"]) == (20, 10, 10)
+    assert got[("spread", "upsert")]["files_rewritten"] == 20
+    assert got[("late", "whole rewrite")]["files_rewritten"] == 20

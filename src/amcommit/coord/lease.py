@@ -84,6 +84,7 @@ from amcommit.store.base import (
     WriteMode,
     batch_deleter,
     batch_renamer,
+    read_range,
 )
 from amcommit.store.retry import RetryPolicy, retry_call
 
@@ -515,6 +516,10 @@ class FencedStore:
 
     async def get(self, path: str) -> bytes:
         return await self.inner.get(path)
+
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        """A ranged read of the wrapped store (:func:`~amcommit.store.base.read_range`)."""
+        return await read_range(self.inner, path, start, length)
 
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         self.lock.check("put", path)

@@ -14,6 +14,7 @@ The source is registered automatically (module ``pyspark_amcommit``); call
 """
 
 from amcommit.spark.foreach import write_batch
+from amcommit.spark.mutate import delete, upsert
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan
 from amcommit.spark.source import AmcommitCommitMessage, AmcommitDataSource, AmcommitWriter, register
 
@@ -27,6 +28,8 @@ __all__ = [
     "DefaultSource",
     "WritePlan",
     "build_plan",
+    "delete",
     "register",
+    "upsert",
     "write_batch",
 ]

@@ -108,6 +108,7 @@ def commit_write(
     before: Callable[[Store, str], Awaitable[None]] | None = None,
     wrap: Callable[[Store], Store] | None = None,
     keep_loop: bool = False,
+    operation: Operation | None = None,
 ) -> JobReport:
     """Commit the job (see module docstring). Blocking; returns the job report.
 
@@ -118,14 +119,18 @@ def commit_write(
     (the streaming sink's lease and dead-run rollback); ``wrap``: applied to the commit's
     store (test hooks); ``keep_loop``: run on the process's kept event loop
     (:func:`~amcommit.loop.run_kept_loop`: the streaming sink commits every batch
-    from one long-lived worker process)."""
+    from one long-lived worker process); ``operation``: the table operation to commit
+    (an upsert's or delete's, :mod:`amcommit.spark.mutate`) instead of the save mode's."""
     manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
     mode = job_conflict_mode(plan, [r for r in results if r])
     config = plan.config().with_options(conflict_mode=mode)
     # a table's operation: the overwrite mode the tasks settled; commit_job records it in the
     # write's marker before it publishes anything (the action must match the .requested one)
-    operation = None if plan.table is None else table_operation(mode).value
+    if plan.table is None:
+        op_name = None
+    else:
+        op_name = (operation if operation is not None else table_operation(mode)).value
 
     async def main() -> JobReport:
         inner, dest = _open(plan, "commit")
@@ -140,7 +145,7 @@ def commit_write(
                 config=config,
                 manifests=manifests,
                 manifest_etags=etags,
-                operation=operation,
+                operation=op_name,
                 label=label,
             )
             fixed = report.job_stats.counters.get("committer_manifests_republished", 0)
@@ -184,10 +189,18 @@ def abort_write(plan: WritePlan) -> JobReport:
 __all__ = ["abort_write", "commit_write", "decode_results", "keep_write_alive", "table_operation"]
 
 
-def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -> WritePlan:
+def begin_table_write(
+    plan: WritePlan,
+    owner: Mapping[str, str] | None = None,
+    *,
+    operation: Operation | None = None,
+    schema_json: str | None = None,
+) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
     the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it.
-    ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``)."""
+    ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``).
+    ``operation`` (an upsert's or delete's) replaces the one of the save mode;
+    ``schema_json`` (Avro) the schema of the DataFrame (a delete writes the table's)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
@@ -199,7 +212,7 @@ def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -
     assert table is not None
     # the .requested action comes from the save mode alone: both overwrites are replace
     # commits; which one it is may be settled at job commit (the session's mode)
-    operation = (
+    operation = operation or (
         Operation.INSERT
         if not plan.overwrite
         else (
@@ -208,10 +221,12 @@ def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -
             else Operation.INSERT_OVERWRITE_TABLE
         )
     )
-    arrow = to_arrow_schema(
-        StructType.fromJson(nullable_voids(json.loads(plan.data_schema_json))), timezone="UTC"
-    )
-    schema_json = avro_schema(arrow, table.name)
+    if schema_json is None:
+        arrow = to_arrow_schema(
+            StructType.fromJson(nullable_voids(json.loads(plan.data_schema_json))), timezone="UTC"
+        )
+        schema_json = avro_schema(arrow, table.name)
+    avro = schema_json
     spec = (
         TableSpec(
             name=table.name,
@@ -230,7 +245,7 @@ def begin_table_write(plan: WritePlan, owner: Mapping[str, str] | None = None) -
                 dest,
                 operation=operation,
                 spec=spec,
-                avro_schema=schema_json,
+                avro_schema=avro,
                 config=plan.config(),
                 origin="spark",
                 allow_missing_columns=table.allow_missing_columns,

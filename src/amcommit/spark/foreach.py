@@ -18,6 +18,7 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.liveness import this_process
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write
+from amcommit.spark.mutate import MutationSpec, prepare_mutation, run_mutation
 from amcommit.spark.source import AmcommitDataSource
 from amcommit.spark.stream import (
     QUERY_ID_KEY,
@@ -33,6 +34,7 @@ from amcommit.spark.stream import (
 from amcommit.spark.stream_state import checkpoint_app
 from amcommit.spark.task import TaskResult
 from amcommit.table.beater import this_process as this_watch
+from amcommit.table.model import Operation
 
 __all__ = ["write_batch"]
 
@@ -42,7 +44,10 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     ``dest`` exactly once, with the label ``(query id, batch_id)``. The query id is the
     session's ``sql.streaming.queryId`` local property (else the ``checkpointLocation``
     option's key); the options are those of ``format("amcommit")`` plus ``mode``
-    (``append``, or ``overwrite`` to replace the table).
+    (``append``, or ``overwrite`` to replace the table), or ``operation`` ``"upsert"`` /
+    ``"delete"`` (with the options of :func:`amcommit.spark.upsert`: ``precombineField``,
+    ``payload``): the batch is upserted into, or deleted from, the table
+    (:mod:`amcommit.spark.mutate`), with the same label.
 
     Runs in the caller's process (foreachBatch functions run on the driver): the instant is
     allocated here, the tasks write through ``mapInArrow`` and the commit runs here. A
@@ -61,6 +66,11 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     mode = str(opts.pop("mode", "append")).lower()
     if mode not in ("append", "overwrite"):
         raise ConfigError("write_batch: option 'mode' must be 'append' or 'overwrite'")
+    operation = str(opts.pop("operation", "insert")).strip().lower()
+    if operation not in ("insert", "upsert", "delete"):
+        raise ConfigError("write_batch: option 'operation' must be 'insert', 'upsert' or 'delete'")
+    if operation != "insert" and mode == "overwrite":
+        raise ConfigError(f"write_batch: operation {operation!r} takes no mode 'overwrite'")
     rest, checkpoint, ttl = _stream_options(opts)
     ck = checkpoint_app(checkpoint) if checkpoint else None
     app = query or ck
@@ -68,17 +78,34 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
         raise _no_query_id()
     ids = StreamIds(app, run, ck)
     rest["path"] = dest
+    op: Operation | None = None
+    spec: MutationSpec | None = None
     try:
-        plan = AmcommitDataSource(rest).build_writer(df.schema, mode == "overwrite", begin=False).plan
-        plan = begin_batch(plan, checkpoint, app=app, driver=driver_id(this_watch()), batch=int(batch_id))
+        if operation == "insert":
+            plan = AmcommitDataSource(rest).build_writer(df.schema, mode == "overwrite", begin=False).plan
+        else:
+            op = Operation.UPSERT if operation == "upsert" else Operation.DELETE
+            plan, spec = prepare_mutation(df, dest, op, rest)
+        plan = begin_batch(
+            plan,
+            checkpoint,
+            app=app,
+            driver=driver_id(this_watch()),
+            batch=int(batch_id),
+            operation=op,
+            schema_json=None if spec is None else spec.schema_json,
+        )
     except AmcommitError as e:
         raise for_user(e, dest) from None
     writer = AmcommitStreamWriter(plan, checkpoint, ttl)
     writer.driver = writer.driver or this_process()  # the Python driver, unless under a JVM
     try:
         writer._claim(ids)
-        results = _run_tasks(df, writer, ids, int(batch_id))
-        return commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver)
+        if spec is None:
+            results = _run_tasks(df, writer, ids, int(batch_id))
+        else:
+            results, _ = run_mutation(df, plan, spec)
+        return commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver, operation=op)
     except BaseException:
         with contextlib.suppress(Exception):
             abort_write(plan)

@@ -244,6 +244,32 @@ def _setup_job(plan: WritePlan) -> None:
     run_blocking(setup)
 
 
+def refuse_operation(options: dict[str, Any], *, streaming: bool) -> None:
+    """ConfigError (one line, on the driver before any task runs) for ``option("operation",
+    "upsert" | "delete")``: the Python data source API gives each write task only its own
+    rows and the job commit no Spark session, so nothing of it can join the records with
+    the table (and a merge in ``commit()`` would hold them all in one process). The line
+    names what does it: ``amcommit.spark.upsert`` / ``delete``, or ``foreachBatch`` with
+    ``write_batch(..., operation=...)`` for a stream."""
+    for k, v in options.items():
+        if str(k).lower() != "operation":
+            continue
+        op = str(v).strip().lower()
+        if op not in ("upsert", "delete"):
+            raise ConfigError(
+                f"option operation={op!r}: format('amcommit') writes inserts; "
+                "use amcommit.spark.upsert or amcommit.spark.delete"
+            )
+        if streaming:
+            raise ConfigError(
+                f"writeStream.format('amcommit') cannot {op}: use foreachBatch with "
+                f"amcommit.spark.write_batch(df, batch_id, dest, operation={op!r})"
+            )
+        raise ConfigError(
+            f"df.write.format('amcommit') cannot {op}: use amcommit.spark.{op}(df, dest, **options)"
+        )
+
+
 class AmcommitDataSource(DataSource):
     """``format("amcommit")``: Parquet through amcommit's manifest committer.
 
@@ -276,6 +302,7 @@ class AmcommitDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> AmcommitWriter:
         try:
+            refuse_operation(dict(self.options), streaming=False)
             return self.build_writer(schema, overwrite)
         except AmcommitError as e:
             raise for_user(e, self.options.get("path")) from None
@@ -285,6 +312,10 @@ class AmcommitDataSource(DataSource):
         per (query id, batch id) label (:mod:`amcommit.spark.stream`)."""
         from amcommit.spark.stream import stream_writer
 
+        try:
+            refuse_operation(dict(self.options), streaming=True)
+        except AmcommitError as e:
+            raise for_user(e, self.options.get("path")) from None
         return stream_writer(self, schema, overwrite)
 
     def build_writer(self, schema: StructType, overwrite: bool, begin: bool = True) -> AmcommitWriter:

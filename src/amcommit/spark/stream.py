@@ -77,6 +77,7 @@ from amcommit.spark.task import TaskResult
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.beater import ProcessWatch, jvm_watch
+from amcommit.table.model import Operation
 from amcommit.table.report import table_report
 
 if TYPE_CHECKING:
@@ -425,10 +426,12 @@ def commit_batch(
     batch_id: int,
     lease_ttl: float = DEFAULT_LEASE_TTL,
     driver: ProcessId | None = None,
+    operation: Operation | None = None,
 ) -> JobReport:
     """The driver side of one micro-batch (see module doc): renew the query's lease (naming
     the run's ``driver`` process), roll back its dead runs' instants, commit with the
-    batch's label; one store, one event loop. Blocking."""
+    batch's label; one store, one event loop. ``operation``: an upsert's or delete's
+    (``write_batch``), else the save mode's. Blocking."""
     hooks.current.stream_point("before_commit", batch_id)
 
     async def before(store: Store, dest: str) -> None:
@@ -448,7 +451,9 @@ def commit_batch(
 
     label = batch_label(ids.app, batch_id)
     wrap: Callable[[Store], Store] = lambda s: hooks.current.stream_store(s, batch_id)  # noqa: E731
-    report = commit_write(plan, results, label=label, before=before, wrap=wrap, keep_loop=True)
+    report = commit_write(
+        plan, results, label=label, before=before, wrap=wrap, keep_loop=True, operation=operation
+    )
     skipped = getattr(report, "skipped_label", None)
     if skipped:
         report.job_stats.incr("stream_batches_skipped")
@@ -510,14 +515,17 @@ def begin_batch(
     app: str | None = None,
     driver: str | None = None,
     batch: int | None = None,
+    operation: Operation | None = None,
+    schema_json: str | None = None,
 ) -> WritePlan:
     """Allocate a micro-batch's instant (``begin_write``) with its owner recorded in the
     claim itself (atomic with it): the query (``app``, when known here), its checkpoint
-    key (when known) and the driver process (``driver``, default: this worker's JVM)."""
+    key (when known) and the driver process (``driver``, default: this worker's JVM).
+    ``operation`` / ``schema_json``: an upsert's or delete's (``begin_table_write``)."""
     from amcommit.spark.driver import begin_table_write
 
     ck = checkpoint_app(checkpoint) if checkpoint else None
     owner = Owner(app=app, checkpoint=ck, driver=driver or driver_id())
-    plan = begin_table_write(plan, owner=owner_fields(owner))
+    plan = begin_table_write(plan, owner=owner_fields(owner), operation=operation, schema_json=schema_json)
     hooks.current.stream_begun(batch, checkpoint)
     return plan

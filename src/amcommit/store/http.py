@@ -209,7 +209,7 @@ class HttpClient:
         self.shield_timeout = shield_timeout
         self._keepalive = keepalive_timeout
         self._timeout = aiohttp.ClientTimeout(total=request_timeout, sock_connect=10.0)
-        self._connector_limit = connector_limit or max(limiter.max_concurrency or 100, 8)
+        self._connector_limit = connector_limit or max(limiter.concurrency_ceiling or 100, 8)
         self._session: aiohttp.ClientSession | None = None
 
     def session(self) -> aiohttp.ClientSession:

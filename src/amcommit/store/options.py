@@ -67,6 +67,12 @@ class AzureOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_field
     token_provider: Any = UNSET
     credential: Any = UNSET
     retry: RetryPolicy | UnsetType | None = UNSET
+    max_concurrency: int | UnsetType | None = UNSET
+    """Fix the in-flight limit to this many requests (adaptation off); default: adaptive,
+    32 to 1,024."""
+    request_rate: float | UnsetType | None = UNSET
+    """Requests per second for the account (default 20,000, a standard account's ceiling;
+    none: no rate limit until the service throttles)."""
     root_uri: str | UnsetType | None = UNSET
     api_version: str | UnsetType = UNSET
     request_timeout: float | UnsetType = UNSET
@@ -107,8 +113,15 @@ class GcsOptions(StoreOptions, frozen=True, kw_only=True, forbid_unknown_fields=
     token_provider: Any = UNSET
     credentials: Any = UNSET
     anonymous: bool | UnsetType | None = UNSET
+    max_concurrency: int | UnsetType | None = UNSET
+    """Fix the in-flight limit to this many requests (adaptation off); default: adaptive,
+    32 to 1,024."""
     write_rate: float | UnsetType | None = UNSET
+    """Object writes per second for the bucket (default 1,000, ramping like a cold bucket;
+    none: no write gate)."""
     write_limiter: Limiter | UnsetType | None = UNSET
+    bucket_warm: bool | UnsetType = UNSET
+    """The bucket takes more than a cold bucket's 1,000 writes/s: no write gate."""
     retry: RetryPolicy | UnsetType | None = UNSET
     use_move: bool | UnsetType | None = UNSET
     verify_preconditions: bool | UnsetType | None = UNSET

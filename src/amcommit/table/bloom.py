@@ -356,7 +356,7 @@ class BloomFilter:
             n = (size + 7) // 8
             if len(data) < off + n:
                 raise ValueError("truncated")
-            row = np.frombuffer(data, dtype=np.uint8, count=n, offset=off).copy()
+            row = np.frombuffer(data, dtype=np.uint8, count=n, offset=off)  # read-only view
             off += n
             return row
 
@@ -411,6 +411,8 @@ def key_range(keys: Sequence[str]) -> tuple[str, str] | None:
 
 def beyond_bmp(keys: Sequence[str]) -> list[str]:
     """The keys holding a character beyond U+FFFF (ordered differently by Hudi's writers)."""
+    if max("".join(keys), default="\0") < "\U00010000":  # one C-level scan for the usual case
+        return []
     return [k for k in keys if _NON_BMP.search(k)]
 
 
@@ -504,7 +506,10 @@ class FooterIndex:
             cand += [k for k in (beyond_bmp(keys) if odd is None else odd) if not lo <= k <= hi]
         if not cand:
             return []
-        return [k for k, m in zip(cand, self._filtered(cand, [True] * len(cand)), strict=True) if m]
+        bloom = self.bloom
+        if bloom is None:
+            return cand
+        return [k for k, m in zip(cand, bloom.might_contain(cand).tolist(), strict=True) if m]
 
 
 def _text(v: str | bytes) -> str:

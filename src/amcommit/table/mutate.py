@@ -96,6 +96,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FileRewrite",
+    "IndexReader",
     "MutateReport",
     "MutationError",
     "MutationPlan",
@@ -105,10 +106,14 @@ __all__ = [
     "delete",
     "delete_blocking",
     "merge_file",
+    "partition_paths",
     "plan_candidates",
     "plan_mutation",
     "prepare",
+    "record_key_strings",
     "reduce_batch",
+    "rewrite_group",
+    "set_file_name",
     "upsert",
     "upsert_blocking",
 ]
@@ -367,42 +372,45 @@ def merge_file(
     ``kept_stored``. ``appended``: rows inserted into the group (new keys, with their meta
     columns), after the others. Pure."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    n = stored.num_rows
     stored_keys = stored.column(KEY_COLUMN)
+    # the row of ``incoming`` of each stored record (null: not updated), by one hash lookup
+    # per stored record (vectorised); a key given twice maps to its last row, as a dict would
     pos = {k: i for i, k in enumerate(incoming_keys)}
-    take_incoming: list[int] = []
-    taken: set[int] = set()
-    keep_mask: list[bool] = []
-    kept_stored = deleted = 0
-    order_stored = (
-        stored.column(precombine_field).to_pylist()
-        if payload is Payload.DEFAULT and precombine_field and precombine_field in stored.column_names
-        else None
+    rows_in = pa.array(list(pos.values()), pa.int64())
+    if pos and n:
+        found = pc.index_in(stored_keys, value_set=pa.array(list(pos), pa.string()))
+        j = pc.take(rows_in, found)
+    else:
+        j = pa.nulls(n, pa.int64())
+    is_del = (
+        pc.is_in(stored_keys, value_set=pa.array(list(deletes), pa.string()))
+        if deletes and n
+        else pa.repeat(pa.scalar(False), n)
     )
-    order_in = incoming.column(precombine_field).to_pylist() if order_stored is not None else None
-    for i, k in enumerate(stored_keys.to_pylist()):
-        if k in deletes:
-            keep_mask.append(False)
-            deleted += 1
-            continue
-        j = pos.get(k)
-        if j is None:
-            keep_mask.append(True)
-            continue
-        if (
-            order_stored is not None
-            and order_in is not None
-            and order_stored[i] is not None
-            and (order_stored[i] > order_in[j])
-        ):
-            keep_mask.append(True)
-            kept_stored += 1
-            continue
-        keep_mask.append(False)
-        if j not in taken:  # a key held twice in the file: its copies become one record
-            taken.add(j)
-            take_incoming.append(j)
-    kept = stored.filter(pa.array(keep_mask, pa.bool_())) if stored.num_rows else stored
+    hit = pc.and_(pc.is_valid(j), pc.invert(is_del))
+    keep_stored: Any = pa.repeat(pa.scalar(False), n)
+    if payload is Payload.DEFAULT and precombine_field and precombine_field in stored.column_names and n:
+        order_stored = stored.column(precombine_field)
+        order_in = pc.take(incoming.column(precombine_field), pc.fill_null(j, 0)) if len(pos) else None
+        if order_in is not None:
+            try:
+                newer = pc.greater(order_stored, order_in)
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # types arrow cannot compare
+                a, b = order_stored.to_pylist(), order_in.to_pylist()
+                newer = pa.array(
+                    [x is not None and y is not None and x > y for x, y in zip(a, b, strict=True)]
+                )
+            keep_stored = pc.and_(hit, pc.fill_null(newer, False))
+    replaced = pc.and_(hit, pc.invert(keep_stored))
+    keep = pc.invert(pc.or_(is_del, replaced))
+    deleted = pc.sum(is_del).as_py() or 0
+    kept_stored = pc.sum(keep_stored).as_py() or 0
+    # a key held twice in the file: its copies become one record
+    take_incoming: list[int] = sorted(set(pc.filter(j, replaced).to_pylist())) if n else []
+    kept = stored.filter(keep) if n else stored
     schema = stored.schema.remove_metadata()
     for t in (incoming, appended):
         if t is None:
@@ -412,7 +420,7 @@ def merge_file(
                 schema = schema.append(f.with_nullable(True))
     parts = [_conform(kept.replace_schema_metadata(None), schema)]
     if take_incoming:
-        parts.append(_conform(incoming.take(pa.array(sorted(take_incoming), pa.int64())), schema))
+        parts.append(_conform(incoming.take(pa.array(take_incoming, pa.int64())), schema))
     if appended is not None and appended.num_rows:
         parts.append(_conform(appended, schema))
     out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -425,7 +433,7 @@ def merge_file(
     }
 
 
-def _set_file_name(t: pa.Table, name: str) -> pa.Table:
+def set_file_name(t: pa.Table, name: str) -> pa.Table:
     import pyarrow as pa
 
     i = t.schema.get_field_index(META_COLUMNS[4])
@@ -441,6 +449,50 @@ def parquet_with_index(t: pa.Table, bloom: BloomSettings = DEFAULT_SETTINGS) -> 
         w.write_table(t)
         w.add_key_value_metadata(build_footer(t.column(KEY_COLUMN).to_pylist(), bloom))
     return buf.getvalue()
+
+
+def rewrite_group(
+    version: FileVersion,
+    stored: pa.Table,
+    updates: pa.Table,
+    update_keys: Sequence[str],
+    deletes: set[str],
+    *,
+    instant: str,
+    task: int,
+    first_seq: int,
+    token: str,
+    precombine_field: str | None,
+    payload: Payload,
+    inserts: pa.Table | None = None,
+    insert_keys: Sequence[str] = (),
+    bloom: BloomSettings = DEFAULT_SETTINGS,
+) -> tuple[str, bytes, int, dict[str, int]]:
+    """The new base file of the file group ``version`` (its current rows ``stored``):
+    ``(file name, Parquet bytes with the footer index, rows, counts)``; the bytes are empty
+    when nothing changes in it (no new version). ``updates``: the data columns of the
+    incoming records of ``update_keys`` (in that order); ``deletes``: keys removed;
+    ``inserts`` (``insert_keys``): new records put into this group. The new records' seqnos
+    are ``<instant>_<task>_<first_seq + i>``; counts as :func:`merge_file`'s."""
+    name = base_file_name(version.file_id, token, instant)
+    incoming = with_meta(updates, update_keys, instant, task, first_seq, version.partition, name)
+    appended = None
+    if inserts is not None and inserts.num_rows:
+        first = first_seq + len(update_keys)
+        appended = with_meta(inserts, insert_keys, instant, task, first, version.partition, name)
+    merged, counts = merge_file(
+        stored,
+        incoming,
+        update_keys,
+        deletes,
+        precombine_field=precombine_field,
+        payload=payload,
+        appended=appended,
+    )
+    if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
+        return name, b"", 0, counts
+    merged = set_file_name(merged, name)
+    return name, parquet_with_index(merged, bloom), merged.num_rows, counts
 
 
 # -- input checks (pure) ------------------------------------------------------------------
@@ -496,11 +548,16 @@ def check_key_types(
             )
 
 
-def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
+def partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
     from amcommit.table.keys import partition_dir
 
     if not partition_by:
         return [""] * data.num_rows
+    if len(partition_by) == 1 and data.num_rows:  # one folder name per distinct value
+        enc = data.column(partition_by[0]).combine_chunks().dictionary_encode()
+        if enc.indices.null_count == 0:
+            dirs = [partition_dir(partition_by, (v,)) for v in enc.dictionary.to_pylist()]
+            return [dirs[i] for i in enc.indices.to_numpy().tolist()]
     cols = [data.column(c).to_pylist() for c in partition_by]
     cache: dict[tuple[Any, ...], str] = {}
     out = []
@@ -512,7 +569,7 @@ def _partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]
     return out
 
 
-def _keys(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
+def record_key_strings(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
     from amcommit.table.keys import RecordKeyError, record_keys
 
     try:
@@ -557,7 +614,7 @@ def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
 
 
 @dataclass
-class _Reader:
+class IndexReader:
     """Reads base files of the table. Local files: the footer, or the key column, straight
     from the file. Elsewhere: the footer by a ranged read of the file's end, the key column
     by ranged reads of its column chunks (:func:`~amcommit.store.base.read_range`; a store
@@ -568,6 +625,9 @@ class _Reader:
     config: CommitterConfig
     footers: dict[str, tuple[Any, bytes, int]] = field(default_factory=dict)
     """Path -> (FileMetaData, footer bytes with its length and magic, file size)."""
+    key_columns: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    """Path -> its key column as :meth:`key_array` read it, until :meth:`table` reads the
+    rest of the file (the key column is not decoded twice)."""
     bytes_read: int = 0
 
     def _local(self, rel: str) -> str | None:
@@ -617,6 +677,11 @@ class _Reader:
         return parse_footer(md.metadata, where=rel)
 
     async def keys(self, rel: str) -> list[str]:
+        col: list[str] = (await self.key_array(rel)).to_pylist()
+        return col
+
+    async def key_array(self, rel: str) -> pa.ChunkedArray:
+        """The file's ``_hoodie_record_key`` column (only that column is read)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -625,8 +690,8 @@ class _Reader:
             import anyio
 
             t = await anyio.to_thread.run_sync(lambda: pq.read_table(local, columns=[KEY_COLUMN]))
-            col: list[str] = t.column(0).to_pylist()
-            return col
+            self.key_columns[rel] = t.column(0)
+            return t.column(0)
         if rel not in self.footers:
             await self.footer(rel)
         md, footer, size = self.footers[rel]
@@ -636,24 +701,42 @@ class _Reader:
         sparse[size - len(footer) :] = footer
         for start, length in key_chunks(md, KEY_COLUMN):
             sparse[start : start + length] = await self._range(rel, start, length)
-        col = pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0).to_pylist()
+        col = pq.read_table(pa.BufferReader(bytes(sparse)), columns=[KEY_COLUMN]).column(0)
+        self.key_columns[rel] = col
         return col
 
     async def table(self, rel: str) -> pa.Table:
+        """The whole base file (decoded in a worker thread; its key column taken from
+        :attr:`key_columns` if :meth:`key_array` read it)."""
+        import anyio
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
+        keys = self.key_columns.pop(rel, None)
         local = self._local(rel)
         if local is not None:
-            import anyio
-
-            return await anyio.to_thread.run_sync(pq.read_table, local)
+            return await anyio.to_thread.run_sync(_read_base_file, local, keys)
         from amcommit.store.retry import policies_of, retry_call
 
         path = join(self.dest, rel)
         data = await retry_call(lambda: self.store.get(path), policy=policies_of(self.config)[0])
         self.bytes_read += len(data)
-        return pq.read_table(pa.BufferReader(data))
+        return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
+
+
+def _read_base_file(source: Any, keys: pa.ChunkedArray | None) -> pa.Table:
+    """A base file as a table; with ``keys`` (its key column, already read) the other
+    columns only are decoded and ``keys`` put in its place."""
+    import pyarrow.parquet as pq
+
+    if keys is None:
+        return pq.read_table(source)
+    f = pq.ParquetFile(source)
+    names = f.schema_arrow.names
+    if KEY_COLUMN not in names:
+        return f.read()
+    at = names.index(KEY_COLUMN)
+    t = f.read(columns=[n for n in names if n != KEY_COLUMN])
+    return t.add_column(at, f.schema_arrow.field(at), keys)
 
 
 def _default_name(dest: str) -> str:
@@ -710,8 +793,8 @@ async def _mutate(
     instants = await list_instants(store, dest) if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     check_key_types(table_schema, data, keys_f, name)
-    keys = _keys(data, keys_f)
-    partitions = _partition_paths(data, parts_f)
+    keys = record_key_strings(data, keys_f)
+    partitions = partition_paths(data, parts_f)
     order = data.column(precombine_field).to_pylist() if precombine_field else None
     batch = reduce_batch(keys, partitions, order)
     if delete_op:
@@ -734,7 +817,7 @@ async def _mutate(
             wanted: dict[str, list[str]] = {}
             for k, p in zip(batch.keys, batch.partitions, strict=True):
                 wanted.setdefault(p, []).append(k)
-            reader = _Reader(store, dest, config)
+            reader = IndexReader(store, dest, config)
             files = [f for f in snap if f.partition in wanted]
             footers: dict[str, FooterIndex] = {}
 
@@ -749,11 +832,14 @@ async def _mutate(
             located: dict[tuple[str, str], list[FileVersion]] = {}
 
             async def confirm(rel: str) -> None:
-                held = set(await reader.keys(rel))
+                import pyarrow.compute as pc
+
+                held = await reader.key_array(rel)
                 f = by_path[rel]
-                for k in cands[rel]:
-                    if k in held:
-                        located.setdefault((f.partition, k), []).append(f)
+                asked = cands[rel]
+                found = pc.is_in(pa.array(asked, pa.string()), value_set=held).to_numpy(zero_copy_only=False)
+                for i in found.nonzero()[0].tolist():
+                    located.setdefault((f.partition, asked[i]), []).append(f)
 
             await run_parallel(list(cands), confirm, config.io_threads)
             report.key_columns_read = len(cands)
@@ -784,31 +870,26 @@ async def _mutate(
                     seq += len(chunk)
 
             def rewritten(first: int, stored: pa.Table, rw: FileRewrite) -> tuple[bytes, int, dict[str, int]]:
-                f = rw.version
-                fname = base_file_name(f.file_id, token, instant)
                 up_keys = list(rw.updates)
                 rows = pa.array([rw.updates[k] for k in up_keys], pa.int64())
-                incoming = with_meta(data_cols.take(rows), up_keys, instant, task, first, f.partition, fname)
-                appended = None
-                if rw.inserts:
-                    ins_keys = [keys[i] for i in rw.inserts]
-                    chosen = data_cols.take(pa.array(rw.inserts, pa.int64()))
-                    appended = with_meta(
-                        chosen, ins_keys, instant, task, first + len(up_keys), f.partition, fname
-                    )
-                merged, counts = merge_file(
+                inserts = data_cols.take(pa.array(rw.inserts, pa.int64())) if rw.inserts else None
+                _, data, n, counts = rewrite_group(
+                    rw.version,
                     stored,
-                    incoming,
+                    data_cols.take(rows),
                     up_keys,
                     rw.deletes,
+                    instant=instant,
+                    task=task,
+                    first_seq=first,
+                    token=token,
                     precombine_field=precombine_field,
                     payload=payload,
-                    appended=appended,
+                    inserts=inserts,
+                    insert_keys=[keys[i] for i in rw.inserts],
+                    bloom=bloom,
                 )
-                if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
-                    return b"", 0, counts  # nothing changes in this group: no new version
-                merged = _set_file_name(merged, fname)
-                return parquet_with_index(merged, bloom), merged.num_rows, counts
+                return data, n, counts
 
             def created(first: int, part: str, chunk: list[int]) -> tuple[str, bytes]:
                 fname = base_file_name(new_file_id(), token, instant)

@@ -39,6 +39,7 @@ from amcommit.store.base import (
     WriteMode,
     batch_deleter,
     batch_renamer,
+    read_range,
     recovered_in,
 )
 
@@ -277,6 +278,11 @@ class FaultyStore:
 
     async def get(self, path: str) -> bytes:
         return await self._call("get", (path,), lambda: self.inner.get(path))
+
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        """A ranged read of the wrapped store (:func:`~amcommit.store.base.read_range`: one
+        ranged request where it has them), with the faults of :meth:`get` (op ``get``)."""
+        return await self._call("get", (path,), lambda: read_range(self.inner, path, start, length))
 
     async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
         return await self._call("put", (path,), lambda: self.inner.put(path, data, mode=mode))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import os
+import re
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from yarl import URL
 from amcommit.errors import AlreadyExists, ConfigError, InvalidInput, NotFound
 from amcommit.iostats import IOStatistics
 from amcommit.paths import ParsedUri
+from amcommit.store.adaptive import AdaptiveLimit
 from amcommit.store.azure.auth import (
     ConnectionInfo,
     Credential,
@@ -21,7 +23,7 @@ from amcommit.store.azure.auth import (
 )
 from amcommit.store.azure.codes import classify
 from amcommit.store.http import HttpClient, HttpResponse, quote_plain
-from amcommit.store.limits import Limiter
+from amcommit.store.limits import DEFAULT_ADAPTIVE, Limiter, default_limiter
 from amcommit.store.options import BlobOptions, DfsOptions
 from amcommit.store.retry import RetryPolicy
 
@@ -65,6 +67,25 @@ def split_authority(authority: str) -> tuple[str, str]:
     return container, host
 
 
+AZURE_ACCOUNT_REQUESTS = 20_000.0
+"""Requests per second a standard storage account takes ("Maximum request rate per storage
+account: 20,000 requests per second": Microsoft, "Scalability and performance targets for
+standard storage accounts",
+https://learn.microsoft.com/azure/storage/common/scalability-targets-standard-account).
+A Blob Batch request counts once here although the service counts its sub-requests."""
+
+_SERVICE_HOST = re.compile(r"^([a-z0-9]{3,24})\.(?:blob|dfs)\.(core\.[a-z0-9.-]+)$")
+
+
+def account_limiter_key(endpoint: URL, account: str) -> str | None:
+    """The key of an account's shared limiter (``azure:ACCOUNT.core.windows.net``) when
+    ``endpoint`` is one of the service's own hosts; None for any other endpoint."""
+    m = _SERVICE_HOST.match((endpoint.host or "").lower())
+    if m is None or m.group(1) != account.lower():
+        return None
+    return f"azure:{m.group(1)}.{m.group(2)}"
+
+
 class AzureBase:
     """Endpoint, credential, HTTP client and statistics of one container / filesystem.
 
@@ -72,9 +93,17 @@ class AzureBase:
     ``https://acct.dfs.core.windows.net`` or, path style, ``http://127.0.0.1:PORT/acct``
     (Azurite, the ADLS test server). ``account`` defaults to the endpoint's path or first
     host label. Credentials: one of ``account_key``, ``sas_token``, ``token_provider``,
-    ``credential`` (else anonymous). ``limiter`` defaults to a private
-    ``Limiter(max_concurrency=128)``; pass :func:`~amcommit.store.limits.shared_limiter` to
-    share one budget per account across stores and jobs.
+    ``credential`` (else anonymous).
+
+    ``limiter`` defaults to the adaptive in-flight limit
+    (:data:`~amcommit.store.limits.DEFAULT_ADAPTIVE`; ``max_concurrency`` fixes it instead)
+    and a rate of ``request_rate`` requests per second (default 20,000: a standard storage
+    account's request ceiling, "Scalability and performance targets for standard storage
+    accounts", :data:`AZURE_ACCOUNT_REQUESTS`; None: no rate limit until the service
+    throttles). On the service's own hosts (``ACCOUNT.blob|dfs.core.windows.net`` and the
+    other clouds' ``core.*`` domains) that limiter is shared by every store of the process
+    for the account (Blob and ADLS Gen2 alike; :func:`account_limiter_key`); on other endpoints
+    (Azurite, the ADLS test server, a proxy) each store has its own.
     """
 
     _service = ""
@@ -90,6 +119,8 @@ class AzureBase:
         sas_token: Any = None,
         token_provider: TokenProvider | None = None,
         limiter: Limiter | None = None,
+        max_concurrency: int | None = None,
+        request_rate: float | None = AZURE_ACCOUNT_REQUESTS,
         retry: RetryPolicy | None = None,
         root_uri: str | None = None,
         api_version: str = API_VERSION,
@@ -122,7 +153,21 @@ class AzureBase:
         cu = URL(self._container_url, encoded=True)  # its parts: url() builds, never parses
         self._url_scheme, self._url_authority, self._url_path = cu.scheme, cu.raw_authority, cu.raw_path
         self._root_uri = root_uri or self._default_root_uri()
-        self.limiter = limiter or Limiter(max_concurrency=128)
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if request_rate is not None and not request_rate > 0:
+            raise ConfigError(f"request_rate must be > 0 requests per second or none, got {request_rate}")
+        if limiter is None:
+            shared = account_limiter_key(ep, account)
+            if shared is not None:
+                limiter = default_limiter(shared, max_concurrency, request_rate)
+            elif max_concurrency is not None:
+                limiter = Limiter(max_concurrency=max_concurrency, rate=request_rate)
+            else:
+                limiter = Limiter(
+                    max_concurrency=None, adaptive=AdaptiveLimit(**DEFAULT_ADAPTIVE), rate=request_rate
+                )
+        self.limiter = limiter
         self.retry = retry or RetryPolicy()
         self.iostats = IOStatistics()
         self._http = HttpClient(

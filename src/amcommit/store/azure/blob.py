@@ -802,7 +802,7 @@ class BlobStore(AzureBase):
 
             # the limiter's concurrency, shared among the batches in progress (the engine
             # runs one per worker: each then copies one file at a time, no task per file)
-            budget = self.limiter.max_concurrency or BATCH_MAX
+            budget = self.limiter.concurrency_ceiling or BATCH_MAX
             workers = max(1, min(len(requests), budget // self._batches_running))
             if workers == 1:
                 await copier()

@@ -88,7 +88,7 @@ from amcommit.store.gcs.client import (
     query,
     resolve_endpoint,
 )
-from amcommit.store.limits import Limiter, shared_limiter
+from amcommit.store.limits import Limiter, default_limiter, shared_limiter
 from amcommit.store.names import GCS_LIMITS, check_storable, unreachable
 from amcommit.store.proof import Expected, Verdict, judge_rename, source_at
 from amcommit.store.retry import RetryPolicy
@@ -114,6 +114,13 @@ SOURCE_GEN_KEY = "amcommitSourceGeneration"
 """Custom metadata key: the generation of the source a rewrite-based rename copied
 (removed by a move, which copies the source's own metadata)."""
 _MAX_MOVE_ROUNDS = 8
+GCS_BUCKET_WRITES = 1000.0
+"""Object writes per second a bucket takes at first ("Buckets have an initial IO capacity
+of around 1000 object write requests per second": Google, "Request rate and access
+distribution guidelines", https://cloud.google.com/storage/docs/request-rate)."""
+GCS_RAMP_SECONDS = 20 * 60.0
+"""The same guidelines: increase the request rate "no faster than doubling over a period of
+20 minutes"."""
 
 
 def _bucket_ok(name: str) -> bool:
@@ -144,10 +151,19 @@ class GcsStore:
         endpoint: JSON API base URL (emulators); default ``STORAGE_EMULATOR_HOST`` or Google.
         token_provider / credentials / anonymous: authentication. Emulator endpoints default
             to anonymous; Google's to ``google.auth.default()`` (optional ``gcs`` extra).
-        limiter: the request limiter (default: shared per endpoint and bucket, 128 in flight).
-        write_rate: object writes per second for the write gate (default 1,000, GCS's
-            starting budget per bucket; ``None`` = no write gate). ``write_limiter`` gives
-            a limiter to use (shared between stores) instead.
+        limiter: the request limiter (default: shared by the stores of this process for
+            the endpoint and bucket, with the adaptive in-flight limit
+            :data:`~amcommit.store.limits.DEFAULT_ADAPTIVE`; see :func:`default_limiter`).
+        max_concurrency: fix the default limiter's in-flight limit to this many requests
+            (adaptation off); None: adaptive.
+        write_rate: object writes (uploads, rewrites, moves, deletes) per second for the
+            write gate, shared per bucket (default 1,000: the starting write budget of a GCS
+            bucket), ramping like the service (doubling after each 20 minutes in which at
+            least half of it was used: Google's "Request rate and access distribution
+            guidelines"); ``None`` = no write gate. ``write_limiter`` gives a limiter to use
+            (shared between stores) instead.
+        bucket_warm: the bucket already takes more than the starting budget (it has
+            served such a load recently, or Google raised it): no write gate.
         retry: retry policy for idempotent requests.
         use_move: use ``objects.move`` (True), never (False) or detect it (None).
         verify_preconditions: also check rename/upload preconditions on the client
@@ -171,8 +187,10 @@ class GcsStore:
         credentials: Any = None,
         anonymous: bool | None = None,
         limiter: Limiter | None = None,
-        write_rate: float | None = 1000.0,
+        max_concurrency: int | None = None,
+        write_rate: float | None = GCS_BUCKET_WRITES,
         write_limiter: Limiter | None = None,
+        bucket_warm: bool = False,
         retry: RetryPolicy | None = None,
         use_move: bool | None = None,
         verify_preconditions: bool | None = None,
@@ -209,10 +227,14 @@ class GcsStore:
             self._auth = BearerAuth(provider)
 
         key = f"gcs:{self.endpoint}/{bucket}"
-        self.limiter = limiter or shared_limiter(key, max_concurrency=128)
-        if write_limiter is None and write_rate is not None:
+        self.limiter = limiter or default_limiter(key, max_concurrency)
+        if write_limiter is None and write_rate is not None and not bucket_warm:
             write_limiter = shared_limiter(
-                "writes:" + key, max_concurrency=1_000_000, rate=write_rate, burst=max(1.0, write_rate / 10)
+                f"writes:{key}|{write_rate}",
+                max_concurrency=None,
+                rate=write_rate,
+                burst=max(1.0, write_rate / 10),
+                ramp=GCS_RAMP_SECONDS,
             )
         self.write_limiter = write_limiter
         self.http = gcs_http_client(

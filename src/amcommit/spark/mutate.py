@@ -1,0 +1,618 @@
+"""Upsert and delete through Spark: ``amcommit.spark.upsert(df, dest)`` and
+``amcommit.spark.delete(df, dest)`` (and ``write_batch(..., operation="upsert")``).
+
+Hudi's semantics, those of :mod:`amcommit.table.mutate` (the engine path without Spark),
+with its pure pieces (:func:`~amcommit.table.mutate.plan_candidates`,
+:func:`~amcommit.table.mutate.merge_file`, :func:`~amcommit.table.mutate.with_meta`, the footer
+index, the input checks) and its readers of base files. Where each step runs:
+
+driver (the caller's process, with the DataFrame's session)
+    options and columns checked, the key columns' types against the table's committed
+    schema, null keys and null precombine values counted by one Spark job (one line each,
+    before any instant exists); the instant begun (``begin_table_write``, operation
+    ``UPSERT`` / ``DELETE``); the snapshot's files of the batch's partitions listed and their
+    footers read (key range and bloom filter, Hudi's index); the job commit
+    (``commit_write``, the table kind: order, label and conflict checks, the instant
+    published last).
+tasks
+    rows to ``(partition path, record key)`` with Hudi's key generators; duplicates
+    reduced (``reduceByKey``: greatest precombine value, on a tie the later row of the
+    DataFrame); each key tested against the footers of its partition's files (broadcast);
+    the key column of each candidate file read by one task (only that column); the records
+    joined to the file groups holding their keys; one task per rewritten file group merges
+    it and writes its new base file (same fileId, new write token, this instant, with the
+    footer index); inserts written to new file groups by the table task writer
+    (:func:`amcommit.spark.task.run_task`). Every task commits a manifest carrying its
+    write stats (``numInserts``, ``numUpdateWrites``, ``numDeletes``, ``prevCommit``).
+
+No record goes through the driver: it holds the plan (file lists, footers, counts). Inserts
+are not put into existing small file groups here (the engine path does, Hudi's small-file
+handling): every insert goes to a new file group.
+
+What is atomic: the commit (the instant is published last). A failure before it rolls the
+write back (``abort_write``). A file group rewritten by an instant that completed after
+this write read it fails the commit with ``WriteConflict`` (Hudi's optimistic check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import pickle
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from amcommit.errors import AmcommitError
+from amcommit.messages import for_user
+from amcommit.spark.options import WritePlan
+from amcommit.spark.task import TaskResult
+from amcommit.table.labels import Label
+from amcommit.table.model import Operation
+from amcommit.table.mutate import MutateReport, MutationError, Payload
+from amcommit.table.naming import META_COLUMNS
+
+__all__ = ["MutationSpec", "delete", "prepare_mutation", "run_mutation", "upsert"]
+
+_OWN_OPTIONS = ("precombinefield", "payload", "operation")
+
+
+@dataclass(frozen=True)
+class MutationSpec:
+    """What the tasks of an upsert or delete need besides the write plan. Picklable."""
+
+    record_key: tuple[str, ...]
+    partition_by: tuple[str, ...]
+    precombine: str | None
+    payload: Payload
+    delete: bool
+    arrow_schema: pa.Schema
+    """The DataFrame's columns (meta columns left out)."""
+    schema_json: str | None = None
+    """Avro schema the instant records (a delete: the table's; None: the DataFrame's)."""
+
+
+def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
+    own = {k.lower(): opts.pop(k) for k in list(opts) if k.lower() in _OWN_OPTIONS}
+    return opts, own
+
+
+def prepare_mutation(
+    df: Any, dest: str, operation: Operation, options: dict[str, Any]
+) -> tuple[WritePlan, MutationSpec]:
+    """The checked plan of an upsert or delete (no instant yet) and its spec; MutationError /
+    ConfigError (one line) for bad options or columns. Reads the table's properties and
+    committed schema; runs one Spark job counting null keys and precombine values."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from amcommit.loop import run_blocking
+    from amcommit.spark.source import AmcommitDataSource
+    from amcommit.store.schemes import open_location
+    from amcommit.table.mutate import check_columns, check_key_types
+    from amcommit.table.write import committed_schema, latest_write, read_properties
+
+    opts, own = _split_options(options)
+    if "operation" in own and own["operation"].lower() != operation.value.lower():
+        raise MutationError(f"option operation={own['operation']!r} given to {operation.value.lower()}()")
+    try:
+        payload = Payload(own.get("payload", Payload.OVERWRITE_WITH_LATEST.value))
+    except ValueError:
+        raise MutationError(
+            f"payload {own['payload']!r}: use {Payload.OVERWRITE_WITH_LATEST.value} or {Payload.DEFAULT.value}"
+        ) from None
+    precombine = own.get("precombinefield") or None
+    delete_op = operation is Operation.DELETE
+    meta = [c for c in df.columns if c in META_COLUMNS]
+    if meta:
+        df = df.drop(*meta)
+    if not any(k.lower() == "tableformat" for k in opts):
+        opts["tableFormat"] = "hudi"
+    opts["path"] = dest
+    plan = AmcommitDataSource(opts).build_writer(df.schema, False, begin=False).plan
+    table = plan.table
+    assert table is not None
+    keys = tuple(k for k in table.record_key_fields if k not in META_COLUMNS)
+    if not keys:
+        raise MutationError(
+            f"{operation.value.lower()} needs the table's record key: option recordKey (the table "
+            "has generated keys, or none was given)"
+        )
+    if delete_op and table.new:
+        raise MutationError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties): nothing to delete")
+    if payload is Payload.DEFAULT and not precombine:
+        raise MutationError("payload DefaultHoodieRecordPayload needs option precombineField")
+    arrow = to_arrow_schema(df.schema, timezone="UTC")
+    empty = arrow.empty_table()
+    check_columns(empty, keys, plan.partition_columns, precombine)
+
+    async def schema() -> str | None:
+        from amcommit.table.timeline import list_instants
+
+        store, root = open_location(plan.url, **plan.store_options)
+        async with store:
+            if await read_properties(store, root, plan.config()) is None:
+                return None
+            instants = await list_instants(store, root)
+            return await committed_schema(store, root, latest_write(instants), plan.config())
+
+    table_schema = run_blocking(schema)
+    check_key_types(table_schema, empty, keys, table.name)
+    if delete_op and not table_schema:
+        raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
+    _check_nulls(df, keys, precombine)
+    spec = MutationSpec(
+        record_key=keys,
+        partition_by=plan.partition_columns,
+        precombine=precombine,
+        payload=payload,
+        delete=delete_op,
+        arrow_schema=arrow,
+        schema_json=table_schema if delete_op else None,
+    )
+    return plan, spec
+
+
+def _check_nulls(df: Any, keys: tuple[str, ...], precombine: str | None) -> None:
+    """One Spark job: MutationError if a key is null (or empty, for a single string key
+    column, as Hudi's key generators refuse) or a precombine value null."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    def col(c: str) -> Any:
+        return F.col("`" + c.replace("`", "``") + "`")
+
+    aggs = []
+    for c in keys:
+        bad = col(c).isNull()
+        if len(keys) == 1 and isinstance(df.schema[c].dataType, StringType):
+            bad = bad | (col(c) == F.lit(""))
+        aggs.append(F.sum(bad.cast("long")))
+    if precombine is not None:
+        aggs.append(F.sum(col(precombine).isNull().cast("long")))
+    if len(keys) > 1:  # a composite key is refused only when every part is missing
+        every = None
+        for c in keys:
+            gone = col(c).isNull() | (col(c).cast("string") == F.lit(""))
+            every = gone if every is None else (every & gone)
+        assert every is not None
+        aggs.append(F.sum(every.cast("long")))
+    row = df.agg(*aggs).collect()[0]
+    if len(keys) == 1 and row[0]:
+        raise MutationError(
+            f"record key column {keys[0]!r} is null or empty in {row[0]} row(s): every row needs a key"
+        )
+    if len(keys) > 1 and row[len(aggs) - 1]:
+        raise MutationError(
+            f"record key columns {', '.join(keys)} are all null or empty in {row[len(aggs) - 1]} row(s)"
+        )
+    if precombine is not None and row[len(keys)]:
+        raise MutationError(
+            f"precombine column {precombine!r} is null in {row[len(keys)]} row(s): every row needs a value"
+        )
+
+
+# -- the tasks -----------------------------------------------------------------------------
+
+
+def _chunks(rows: Iterable[Any], n: int = 10_000) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for r in rows:
+        chunk.append(r.asDict(recursive=True))
+        if len(chunk) >= n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _keyed(spec: MutationSpec) -> Any:
+    """Task function: rows -> ``((partition path, key), (order, count, row))`` with Hudi's
+    key generator and partition folders (the engine's own functions)."""
+    names = spec.arrow_schema.names
+    pre = spec.precombine
+
+    def fn(
+        index: int, rows: Iterable[Any]
+    ) -> Iterator[tuple[tuple[str, str], tuple[Any, int, dict[str, Any]]]]:
+        from amcommit.table.mutate import partition_paths, record_key_strings
+
+        pos = 0
+        for chunk in _chunks(rows):
+            chunk = [{k: d.get(k) for k in names} for d in chunk]
+            t = pa.Table.from_pylist(chunk, schema=spec.arrow_schema)
+            try:
+                ks = record_key_strings(t, spec.record_key)
+            except AmcommitError as e:  # pragma: no cover  (checked on the driver first)
+                raise for_user(e, None) from None
+            ps = partition_paths(t, spec.partition_by)
+            for i, d in enumerate(chunk):
+                # the later row of the DataFrame wins a tie (as reduce_batch's later row)
+                at = (index, pos + i)
+                order = (d[pre], at) if pre is not None else (at,)
+                yield (ps[i], ks[i]), (order, 1, d)
+            pos += len(chunk)
+
+    return fn
+
+
+def _greater(
+    a: tuple[Any, int, dict[str, Any]], b: tuple[Any, int, dict[str, Any]]
+) -> tuple[Any, int, dict[str, Any]]:
+    """Duplicates of one (partition, key): the greatest precombine value wins
+    (``OverwriteWithLatestAvroPayload.preCombine``), then the later row; counts add up."""
+    win = b if not a[0] > b[0] else a
+    return win[0], a[1] + b[1], win[2]
+
+
+def _in_task(plan: WritePlan, fn: Any, *args: Any) -> Any:
+    """Run ``fn(store, dest, *args)`` (async) on the worker's kept event loop."""
+    from amcommit.loop import kept_portal
+    from amcommit.store.schemes import open_location
+
+    portal = kept_portal()
+
+    async def main() -> Any:
+        store, dest = open_location(plan.url, **plan.store_options)
+        async with store:
+            return await fn(store, dest, *args)
+
+    return portal.call(main)
+
+
+def _rewrite_task(plan: WritePlan, spec: MutationSpec, versions: dict[str, Any]) -> Any:
+    """Task function: the records of one file group (partition ``index`` of the shuffle by
+    file) merged into its new base file, staged and task committed."""
+
+    def fn(index: int, items: Iterable[tuple[str, tuple[str, dict[str, Any] | None]]]) -> Iterator[bytes]:
+        from pyspark import TaskContext
+
+        got = list(items)
+        if not got:
+            return
+        rel = got[0][0]
+        ctx = TaskContext.get()
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        try:
+            out = _in_task(plan, _rewrite_one, plan, spec, versions[rel], index, attempt, got)
+        except AmcommitError as e:
+            raise for_user(e, plan.url) from None
+        yield pickle.dumps(out)
+
+    return fn
+
+
+async def _rewrite_one(
+    store: Any,
+    dest: str,
+    plan: WritePlan,
+    spec: MutationSpec,
+    version: Any,
+    task: int,
+    attempt: int,
+    items: list[tuple[str, tuple[str, dict[str, Any] | None]]],
+) -> tuple[TaskResult, dict[str, int]]:
+    import time
+
+    import anyio
+
+    from amcommit.committer.task import commit_task
+    from amcommit.paths import join
+    from amcommit.spark.task import (
+        check_job_active,
+        discard_attempt,
+        encode_manifest,
+        job_layout,
+        setup_attempt,
+        task_ids,
+    )
+    from amcommit.table.mutate import IndexReader, rewrite_group
+    from amcommit.table.naming import write_token
+    from amcommit.table.tasknames import ROWS_KEY
+    from amcommit.table.writestats import MUTATIONS_KEY
+
+    t0 = time.perf_counter()
+    config = plan.config()
+    instant = plan.job_id
+    layout = job_layout(plan, dest)
+    await check_job_active(store, layout)
+    attempt_id, work = await setup_attempt(store, layout, task, attempt, config)
+    task_id, _ = task_ids(plan.job_id, task, 0)
+    try:
+        updates = {k: d for _, (k, d) in items if d is not None}
+        deletes = {k for _, (k, d) in items if d is None}
+        token = write_token(task, 0, attempt)
+        stored = await IndexReader(store, dest, config).table(version.path)
+
+        def merge() -> tuple[str, bytes, int, dict[str, int]]:
+            up_keys = sorted(updates)
+            data = pa.Table.from_pylist([updates[k] for k in up_keys], schema=spec.arrow_schema)
+            return rewrite_group(
+                version,
+                stored,
+                data,
+                up_keys,
+                deletes,
+                instant=instant,
+                task=task,
+                first_seq=0,
+                token=token,
+                precombine_field=spec.precombine,
+                payload=spec.payload,
+            )
+
+        fname, body, n, counts = await anyio.to_thread.run_sync(merge)
+        extra: dict[str, str] = {"spark.partition": str(task)}
+        rel = ""
+        if body:
+            rel = f"{version.partition}/{fname}" if version.partition else fname
+            await store.put(join(work, rel), body)
+            extra[ROWS_KEY] = json.dumps({rel: n})
+            extra[MUTATIONS_KEY] = json.dumps(
+                {
+                    rel: {
+                        "prevCommit": version.instant,
+                        "numInserts": 0,
+                        "numUpdateWrites": counts["updated"],
+                        "numDeletes": counts["deleted"],
+                    }
+                }
+            )
+        manifest = await commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
+        info = await store.stat(layout.manifest_path(task_id))
+        await check_job_active(store, layout)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            await discard_attempt(store, layout, attempt_id)
+        raise
+    counts["files"] = 1 if body else 0
+    result = TaskResult(
+        manifest=encode_manifest(manifest),
+        manifest_etag=info.etag,
+        task_attempt_id=attempt_id,
+        rows=n,
+        files=counts["files"],
+        bytes=len(body),
+        seconds=time.perf_counter() - t0,
+    )
+    return result, counts
+
+
+def _insert_task(plan: WritePlan, spec: MutationSpec, first: int) -> Any:
+    """Task function: new records written as new file groups by the table task writer
+    (task numbers from ``first`` on: after the rewrite tasks')."""
+
+    def fn(index: int, rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+        from pyspark import TaskContext
+
+        from amcommit.spark.task import run_task
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            chunk: list[dict[str, Any]] = []
+            for d in rows:
+                chunk.append(d)
+                if len(chunk) >= 10_000:
+                    yield pa.RecordBatch.from_pylist(chunk, schema=spec.arrow_schema)
+                    chunk = []
+            if chunk:
+                yield pa.RecordBatch.from_pylist(chunk, schema=spec.arrow_schema)
+
+        ctx = TaskContext.get()
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        try:
+            result = run_task(plan, batches(), partition=first + index, attempt=attempt)
+        except AmcommitError as e:
+            raise for_user(e, plan.url) from None
+        yield pickle.dumps(result)
+
+    return fn
+
+
+def _candidates(index: Any) -> Any:
+    """Task function: keys -> ``(file path, (partition, key))`` for every file of the key's
+    partition whose footer cannot rule the key out (:func:`plan_candidates`)."""
+
+    def fn(pks: Iterable[tuple[str, str]]) -> Iterator[tuple[str, tuple[str, str]]]:
+        from amcommit.table.mutate import plan_candidates
+
+        files = index.value
+        wanted: dict[str, list[str]] = {}
+        n = 0
+        for p, k in pks:
+            wanted.setdefault(p, []).append(k)
+            n += 1
+            if n >= 100_000:
+                yield from _emit(
+                    plan_candidates(wanted, [x for p2 in wanted for x in files.get(p2, [])]), files
+                )
+                wanted, n = {}, 0
+        if wanted:
+            yield from _emit(plan_candidates(wanted, [x for p2 in wanted for x in files.get(p2, [])]), files)
+
+    return fn
+
+
+def _emit(cands: dict[str, list[str]], files: dict[str, list[Any]]) -> Iterator[tuple[str, tuple[str, str]]]:
+    part_of = {f.path: f.partition for fs in files.values() for f, _ in fs}
+    for path, ks in cands.items():
+        for k in ks:
+            yield path, (part_of[path], k)
+
+
+def _confirm(plan: WritePlan) -> Any:
+    """Task function: one candidate file's key column read (only that column); yields
+    ``((partition, key), file path)`` for the candidate keys it holds."""
+
+    def fn(items: Iterable[tuple[str, tuple[str, str]]]) -> Iterator[tuple[tuple[str, str], str]]:
+        from amcommit.table.mutate import IndexReader
+
+        by_file: dict[str, list[tuple[str, str]]] = {}
+        for path, pk in items:
+            by_file.setdefault(path, []).append(pk)
+        for path, pks in by_file.items():
+
+            async def keys(store: Any, dest: str, rel: str = path) -> list[str]:
+                return await IndexReader(store, dest, plan.config()).keys(rel)
+
+            try:
+                held = set(_in_task(plan, keys))
+            except AmcommitError as e:
+                raise for_user(e, plan.url) from None
+            for pk in pks:
+                if pk[1] in held:
+                    yield pk, path
+
+    return fn
+
+
+def run_mutation(
+    df: Any, plan: WritePlan, spec: MutationSpec
+) -> tuple[list[TaskResult | None], MutateReport]:
+    """The tasks of a begun upsert or delete (module doc): their results, in task order,
+    for ``commit_write``, and the report (without the job)."""
+    from pyspark import StorageLevel
+
+    from amcommit.loop import run_blocking
+    from amcommit.parallel import run_parallel
+    from amcommit.store.schemes import open_location
+    from amcommit.table.mutate import IndexReader
+    from amcommit.table.timeline import load_timeline, snapshot
+
+    sc = df.sparkSession.sparkContext
+    report = MutateReport(
+        instant=plan.job_id, operation=Operation.DELETE.value if spec.delete else Operation.UPSERT.value
+    )
+    meta = [c for c in df.columns if c in META_COLUMNS]
+    if meta:
+        df = df.drop(*meta)
+    keyed = df.rdd.mapPartitionsWithIndex(_keyed(spec))
+    reduced = keyed.reduceByKey(_greater).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # per partition path: (input rows, distinct keys) in one job
+        totals = (
+            reduced.map(lambda kv: (kv[0][0], (kv[1][1], 1)))
+            .reduceByKey(lambda a, b: (a[0] + b[0], a[1] + b[1]))
+            .collect()
+        )
+        parts = {p for p, _ in totals}
+        report.duplicates_dropped = sum(n - d for _, (n, d) in totals)
+
+        async def footers() -> dict[str, list[Any]]:
+            store, dest = open_location(plan.url, **plan.store_options)
+            async with store:
+                _, commits = await load_timeline(store, dest)
+                files = [f for f in snapshot(commits) if f.partition in parts]
+                reader = IndexReader(store, dest, plan.config())
+                out: dict[str, Any] = {}
+
+                async def one(f: Any) -> None:
+                    out[f.path] = await reader.footer(f.path, f.size)
+
+                await run_parallel(files, one, plan.config().io_threads)
+                by_part: dict[str, list[Any]] = {}
+                for f in files:
+                    by_part.setdefault(f.partition, []).append((f, out[f.path]))
+                return by_part
+
+        by_part = run_blocking(footers)
+        report.footers_read = sum(len(v) for v in by_part.values())
+        versions = {f.path: f for fs in by_part.values() for f, _ in fs}
+        index = sc.broadcast(by_part)
+        try:
+            cands = reduced.keys().mapPartitions(_candidates(index)).persist(StorageLevel.MEMORY_AND_DISK)
+            cand_files = sorted(cands.keys().distinct().collect())
+            report.candidates = report.key_columns_read = len(cand_files)
+            pos = {p: i for i, p in enumerate(cand_files)}
+            if cand_files:
+                located = cands.partitionBy(len(cand_files), lambda p: pos[p]).mapPartitions(_confirm(plan))
+            else:
+                located = sc.emptyRDD()
+            joined = reduced.leftOuterJoin(located).persist(StorageLevel.MEMORY_AND_DISK)
+        except BaseException:
+            index.unpersist()
+            raise
+        try:
+            changed = joined.filter(lambda kv: kv[1][1] is not None).map(
+                lambda kv: (kv[1][1], (kv[0][1], None if spec.delete else kv[1][0][2]))
+            )
+            rewrite_files = sorted(changed.keys().distinct().collect())
+            results: list[TaskResult | None] = []
+            if rewrite_files:
+                at = {p: i for i, p in enumerate(rewrite_files)}
+                rw = {p: versions[p] for p in rewrite_files}
+                got = (
+                    changed.partitionBy(len(rewrite_files), lambda p: at[p])
+                    .mapPartitionsWithIndex(_rewrite_task(plan, spec, rw))
+                    .collect()
+                )
+                for res, counts in sorted(
+                    (pickle.loads(b) for b in got), key=lambda rc: rc[0].task_attempt_id
+                ):
+                    results.append(res)
+                    report.updated += counts["updated"]
+                    report.deleted += counts["deleted"]
+                    report.kept_stored += counts["kept_stored"]
+                    report.files_rewritten += counts["files"]
+            absent = joined.filter(lambda kv: kv[1][1] is None)
+            if spec.delete:
+                report.absent_deletes = absent.count()
+            else:
+                news = absent.map(lambda kv: kv[1][0][2])
+                got = news.mapPartitionsWithIndex(_insert_task(plan, spec, len(rewrite_files))).collect()
+                for r in (pickle.loads(b) for b in got):
+                    results.append(r)
+                    report.inserted += r.rows
+                    report.files_created += r.files
+        finally:
+            joined.unpersist()
+            cands.unpersist()
+            index.unpersist()
+    finally:
+        reduced.unpersist()
+    return results, report
+
+
+# -- the user's functions ----------------------------------------------------------------
+
+
+def _run(
+    df: Any, dest: str, operation: Operation, label: Label | None, options: dict[str, Any]
+) -> MutateReport:
+    from amcommit.spark.driver import abort_write, begin_table_write, commit_write
+
+    try:
+        plan, spec = prepare_mutation(df, dest, operation, options)
+        plan = begin_table_write(plan, operation=operation, schema_json=spec.schema_json)
+    except AmcommitError as e:
+        raise for_user(e, dest) from None
+    try:
+        results, report = run_mutation(df, plan, spec)
+        report.job = commit_write(plan, results, label=label, operation=operation)
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            abort_write(plan)
+        if isinstance(e, AmcommitError):
+            raise for_user(e, dest) from None
+        raise
+    return report
+
+
+def upsert(df: Any, dest: str, *, label: Label | None = None, **options: Any) -> MutateReport:
+    """Upsert the rows of ``df`` into the Hudi table at ``dest`` (created on the first
+    write: give ``recordKey`` and ``partitionBy``), in Spark tasks with ``df``'s session.
+    Options: those of ``format("amcommit")`` (store options too), ``precombineField``,
+    ``payload`` (``OverwriteWithLatestAvroPayload``, the default, or
+    ``DefaultHoodieRecordPayload``); ``label`` commits the write once per label. Returns the
+    report: counts, index counts (``footers_read``, ``key_columns_read``,
+    ``files_rewritten``), the job report. Semantics, where each step runs and what is
+    atomic: the module doc. Blocking."""
+    return _run(df, dest, Operation.UPSERT, label, options)
+
+
+def delete(df: Any, dest: str, *, label: Label | None = None, **options: Any) -> MutateReport:
+    """Delete the records whose (partition, key) the rows of ``df`` name (at least the key
+    and partition columns) from the table at ``dest``; absent keys are counted no-ops
+    (``absent_deletes``). As :func:`upsert` otherwise. Blocking."""
+    return _run(df, dest, Operation.DELETE, label, options)

@@ -1,0 +1,246 @@
+"""Upsert and delete through Spark (``amcommit.spark.upsert`` / ``delete``, ``write_batch``
+with ``operation``), checked against a Python model: the snapshot after each step (amcommit's
+reader and hudi-rs), the incremental read of each upsert's instant (exactly the records it
+changed), the write stats and the index counts."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import amcommit.spark as amspark
+from amcommit.errors import AmcommitError
+from tests.table.test_mutate import Model, hudi_snapshot, model_delete, model_upsert, rows_of
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "id long, p string, v string, ts long"
+
+
+def _steps() -> list[tuple[str, list[dict[str, Any]]]]:
+    ins = [{"id": i, "p": "ab"[i % 2], "v": f"a{i}", "ts": 1} for i in range(40)]
+    up = [
+        {"id": 1, "p": "b", "v": "u1", "ts": 2},  # an update in b
+        {"id": 2, "p": "a", "v": "u2-old", "ts": 5},  # duplicates in the batch: ts 7 wins
+        {"id": 2, "p": "a", "v": "u2", "ts": 7},
+        {"id": 2, "p": "a", "v": "u2-older", "ts": 3},
+        {"id": 4, "p": "b", "v": "moved", "ts": 2},  # key 4 lives in a: an insert into b
+        {"id": 100, "p": "c", "v": "new-c", "ts": 1},  # a new partition
+        {"id": 101, "p": "a", "v": "new-a", "ts": 1},
+    ]
+    dele = [{"id": 3, "p": "b"}, {"id": 4, "p": "a"}, {"id": 999, "p": "a"}]  # 999: absent
+    up2 = [{"id": 5, "p": "b", "v": "u5", "ts": 9}, {"id": 3, "p": "b", "v": "back", "ts": 1}]
+    return [("upsert", ins), ("upsert", up), ("delete", dele), ("upsert", up2)]
+
+
+def _df(spark: Any, rows: list[dict[str, Any]], schema: str = SCHEMA, parts: int = 2) -> Any:
+    full = [{k: r.get(k) for k in ("id", "p", "v", "ts")} for r in rows]
+    df = spark.createDataFrame(full, schema).repartition(parts)
+    return df if "v" in schema else df.select("id", "p")
+
+
+def _snapshot(spark: Any, dest: str, **opts: str) -> list[tuple[Any, ...]]:
+    r = spark.read.format("amcommit")
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return sorted((x.id, x.p, x.v, x.ts) for x in r.load(dest).collect())
+
+
+def _stats(dest: Path, instant: str) -> list[dict[str, Any]]:
+    (name,) = [
+        n for n in (dest / ".hoodie").iterdir() if n.name.startswith(instant) and n.suffix == ".commit"
+    ]
+    meta = json.loads(name.read_text())
+    assert meta["operationType"] in ("UPSERT", "DELETE")
+    return [s for ss in meta["partitionToWriteStats"].values() for s in ss]
+
+
+def _changed(before: Model, after: Model) -> list[tuple[Any, ...]]:
+    return rows_of({k: v for k, v in after.items() if before.get(k) != v})
+
+
+def _model_checked(
+    spark: Any,
+    url: str,
+    read_uri: str,
+    storage: dict[str, str] | None,
+    options: dict[str, Any],
+    steps: int = 4,
+) -> list[Any]:
+    m: Model = {}
+    reports = []
+    for op, rows in _steps()[:steps]:
+        before = m
+        if op == "upsert":
+            rep = amspark.upsert(
+                _df(spark, rows), url, recordKey="id", partitionBy="p", precombineField="ts", **options
+            )
+            m = model_upsert(m, rows)
+        else:
+            rep = amspark.delete(_df(spark, rows, "id long, p string"), url, **options)
+            m = model_delete(m, rows)
+        reports.append(rep)
+        assert rep.job is not None and rep.job.success
+        assert hudi_snapshot(read_uri, storage=storage) == rows_of(m), op
+        if storage is None:
+            assert _snapshot(spark, url) == rows_of(m), op
+            if op == "upsert" and before:  # incremental read of this instant: what it changed
+                prev = reports[-2].instant
+                got = _snapshot(spark, url, since=prev, until=rep.instant)
+                assert got == _changed(before, m), op
+    return reports
+
+
+def test_upsert_delete_model_checked_local(spark: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "mt"
+    reps = _model_checked(spark, str(dest), str(dest), None, {})
+    ins, up, dele, up2 = reps
+    assert (ins.inserted, ins.files_rewritten, ins.footers_read) == (40, 0, 0)
+    # key 2 (a) and key 1 (b) updated: one file group per partition rewritten
+    assert (up.updated, up.inserted, up.duplicates_dropped) == (2, 3, 2)
+    assert up.files_rewritten == 2 and up.key_columns_read <= up.footers_read
+    assert (dele.deleted, dele.absent_deletes) == (2, 1)
+    assert up2.updated == 1 and up2.inserted == 1
+    stats = _stats(dest, up.instant)
+    rewritten = [s for s in stats if s["prevCommit"] not in (None, "", "null")]
+    assert sorted(s["numUpdateWrites"] for s in rewritten) == [1, 1]
+    assert all(s["prevCommit"] == ins.instant for s in rewritten)
+    assert sum(s["numInserts"] for s in stats) == 3
+    assert sum(s["numDeletes"] for s in _stats(dest, dele.instant)) == 2
+
+
+def test_upsert_delete_on_fake_gcs(spark: Any, fake_gcs: Any) -> None:
+    bucket = f"amc-mut-{uuid.uuid4().hex[:10]}"
+    fake_gcs.create_bucket(bucket)
+    url = f"gs://{bucket}/t/mt"
+    storage = {"google_base_url": fake_gcs.url, "google_skip_signature": "true", "allow_http": "true"}
+    # insert and upsert only: the Spark side is the same on every store (the local test runs
+    # the whole sequence); what differs, the store's requests, the engine's tests cover
+    reps = _model_checked(spark, url, url, storage, {"endpoint": fake_gcs.url}, steps=2)
+    assert reps[1].files_rewritten == 2 and reps[1].updated == 2
+
+
+def _listing(dest: Path) -> list[str]:
+    return sorted(
+        str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and ".heartbeat" not in str(p)
+    )
+
+
+def test_bad_input_one_line_each_before_any_task_writes(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    dest = tmp_path / "bad"
+    rows = [{"id": 1, "p": "a", "v": "x", "ts": 1}, {"id": 2, "p": "b", "v": "y", "ts": 1}]
+    amspark.upsert(_df(spark, rows), str(dest), recordKey="id", partitionBy="p", precombineField="ts")
+    before = _listing(dest)
+    kw = {"recordKey": "id", "partitionBy": "p"}
+    cases: list[tuple[Any, dict[str, Any], str]] = [
+        (
+            _df(spark, [{"id": None, "p": "a", "v": "n", "ts": 1}]),
+            kw,
+            "record key column 'id' is null or empty in 1 row",
+        ),
+        (
+            _df(spark, rows).drop("ts"),
+            kw | {"precombineField": "ts"},
+            "precombine column 'ts' is not in the data",
+        ),
+        (_df(spark, rows).drop("id"), kw, "option 'recordKey' must name columns of the DataFrame (p, v, ts)"),
+        (
+            _df(spark, [{"id": 1, "p": "a", "v": "x", "ts": None}]),
+            kw | {"precombineField": "ts"},
+            "precombine column 'ts' is null in 1 row",
+        ),
+        (
+            _df(spark, rows).withColumn("id", F.col("id").cast("string")),
+            kw,
+            "record key column 'id' is string in the data but long in the table",
+        ),
+        (_df(spark, rows), kw | {"payload": "Nope"}, "payload 'Nope'"),
+    ]
+    for df, opts, msg in cases:
+        with pytest.raises(AmcommitError) as ei:
+            amspark.upsert(df, str(dest), **opts)
+        assert msg in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
+        assert ei.value.__traceback__ is not None and ei.value.__cause__ is None
+        assert _listing(dest) == before
+    with pytest.raises(AmcommitError, match="is not a Hudi table"):
+        amspark.delete(_df(spark, rows, "id long, p string"), str(tmp_path / "none"), **kw)
+
+
+def test_format_and_write_stream_refuse_upsert_naming_the_function(spark: Any, tmp_path: Path) -> None:
+    dest = tmp_path / "r"
+    df = _df(spark, [{"id": 1, "p": "a", "v": "x", "ts": 1}])
+    for op in ("upsert", "delete"):
+        with pytest.raises(Exception) as ei:
+            df.write.format("amcommit").mode("append").option("operation", op).option("recordKey", "id").save(
+                str(dest)
+            )
+        assert f"use amcommit.spark.{op}(df, dest" in str(ei.value)
+    assert not dest.exists()
+    stream = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    with pytest.raises(Exception) as ei:
+        q = (
+            stream.writeStream.format("amcommit")
+            .option("operation", "upsert")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .start(str(dest))
+        )
+        q.processAllAvailable()
+        q.stop()
+    assert "use foreachBatch with amcommit.spark.write_batch(df, batch_id, dest, operation='upsert')" in str(
+        ei.value
+    )
+    assert not dest.exists()
+
+
+def test_write_batch_upsert_and_delete_replay_skipped(spark: Any, tmp_path: Path) -> None:
+    dest, ck = tmp_path / "wb", str(tmp_path / "ck")
+    kw: dict[str, Any] = {
+        "checkpointLocation": ck,
+        "recordKey": "id",
+        "partitionBy": "p",
+        "precombineField": "ts",
+    }
+    m: Model = {}
+    batches = _steps()
+    for n, (op, rows) in enumerate(batches):
+        df = _df(spark, rows) if op == "upsert" else _df(spark, rows, "id long, p string")
+        opts = kw if op == "upsert" else {"checkpointLocation": ck}
+        rep = amspark.write_batch(df, n, str(dest), operation=op, **opts)
+        assert rep.success and not getattr(rep, "skipped_label", None)
+        m = model_upsert(m, rows) if op == "upsert" else model_delete(m, rows)
+        assert hudi_snapshot(str(dest)) == rows_of(m)
+    # batch 1 replayed (other data, same label): skipped, its files removed
+    replay = _df(spark, [{"id": 1, "p": "b", "v": "replayed", "ts": 99}])
+    before = _listing(dest)
+    rep = amspark.write_batch(replay, 1, str(dest), operation="upsert", **kw)
+    assert getattr(rep, "skipped_label", None)
+    assert hudi_snapshot(str(dest)) == rows_of(m)
+    assert [f for f in _listing(dest) if f.endswith(".parquet")] == [
+        f for f in before if f.endswith(".parquet")
+    ]
+
+
+def test_spark_written_table_upserted_by_spark(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    from tests.spark.helpers import make_df, writer
+
+    dest = str(tmp_path / "sw")
+    df = make_df(spark, n=3_000, parts=3).select("id", "cat", "day", "amount", "name")
+    writer(df, partitionBy="cat,day", recordKey="id", tableFormat="hudi").save(dest)
+    upd = df.where("id % 100 = 0").withColumn("amount", F.lit(-1.0))
+    new = make_df(spark, n=10, start=5_000, parts=1).select("id", "cat", "day", "amount", "name")
+    rep = amspark.upsert(upd.unionByName(new), dest)
+    assert (rep.updated, rep.inserted) == (30, 10)
+    assert rep.files_rewritten <= rep.key_columns_read <= rep.footers_read
+    got = spark.read.format("amcommit").load(dest)
+    assert got.count() == 3_010
+    assert sorted(r.id for r in got.where("amount = -1.0").collect()) == list(range(0, 3_000, 100))
+    rep = amspark.delete(upd.select("id", "cat", "day"), dest)
+    assert rep.deleted == 30 and spark.read.format("amcommit").load(dest).count() == 2_980
