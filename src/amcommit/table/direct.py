@@ -67,7 +67,7 @@ the cleanup leaves a young loser's marker for the sweep): see ``NOTES-26.md``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
@@ -87,7 +87,7 @@ from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant, parse_base_file_name
 from amcommit.table.timeline import completed_instant
-from amcommit.table.writestats import STATS_KEY, task_write_stats
+from amcommit.table.writestats import STATS_KEY, MutationFields, task_write_stats
 
 __all__ = [
     "COMMIT_KEY",
@@ -177,9 +177,12 @@ def direct_manifest(
     task_id: str,
     task_attempt_id: str,
     files: Sequence[tuple[str, int, str | None, int]],
+    *,
+    mutations: Mapping[str, MutationFields] | None = None,
 ) -> TaskManifest:
     """The manifest of a task attempt that wrote ``files`` in place: (path relative to the
-    table, size, etag, rows) each. Pure.
+    table, size, etag, rows) each; ``mutations``: a record-level write's own write stat
+    fields by the same path (:data:`~amcommit.table.writestats.MUTATIONS_KEY`). Pure.
 
     Each file is listed as today (destination = its base file, size, etag, write stats with
     its row count); its *source* is the name it would have had in the attempt directory,
@@ -193,7 +196,11 @@ def direct_manifest(
         )
         for rel, size, etag, _ in sorted(files)
     ]
-    stats = task_write_stats(((rel, size) for rel, size, _, _ in files), {rel: n for rel, _, _, n in files})
+    stats = task_write_stats(
+        ((rel, size) for rel, size, _, _ in files),
+        {rel: n for rel, _, _, n in files},
+        dict(mutations) if mutations else None,
+    )
     return TaskManifest(
         type=TASK_MANIFEST_TYPE,
         version=TASK_MANIFEST_VERSION,
@@ -279,9 +286,11 @@ async def commit_direct_task(
     files: Sequence[tuple[str, int, str | None, int]],
     *,
     config: CommitterConfig = DEFAULT_CONFIG,
+    mutations: Mapping[str, MutationFields] | None = None,
 ) -> TaskManifest:
     """Commit a task attempt that wrote ``files`` in place (:func:`write_in_place`; (path
-    relative to the table, size, etag, rows) each): publish its manifest
+    relative to the table, size, etag, rows) each; ``mutations`` as for
+    :func:`direct_manifest`, an upsert's or delete's): publish its manifest
     (:func:`direct_manifest`) at ``$taskId-manifest.json`` by one overwriting put (atomic
     on every store: the last attempt to commit wins, as for staged tasks). Refused
     (CommitError) once the write is no longer pending: a late attempt publishes nothing."""
@@ -292,7 +301,7 @@ async def commit_direct_task(
         parsed = parse_base_file_name(basename(rel))
         if parsed is None or parsed.instant != layout.job_id:
             raise CommitError(f"{rel!r} is not a base file of instant {layout.job_id}", stage="commit_task")
-    manifest = direct_manifest(store.root_uri, layout, task_id, task_attempt_id, files)
+    manifest = direct_manifest(store.root_uri, layout, task_id, task_attempt_id, files, mutations=mutations)
     if await instant_state(store, layout.dest, layout.job_id) != "pending":
         raise CommitError(
             f"table write {layout.job_id} is no longer pending: task attempt {task_attempt_id} "
