@@ -69,13 +69,14 @@ def _child(root: str, instant: str, n: int) -> bool:
     return False
 
 
-async def _fresh(tmp_path: Path, name: str) -> tuple[LocalStore, str, str, str]:
+async def _fresh(tmp_path: Path, name: str, table_commit: str = "staged") -> tuple[LocalStore, str, str, str]:
     root = str(tmp_path / name)
     os.makedirs(root)
     store = LocalStore(root, fsync=False)
-    first = await mutate.upsert(store, "tbl", pa.Table.from_pylist(FIRST, schema=SCHEMA), **KW)
+    kw = KW | {"config": CFG.with_options(table_commit=table_commit)}
+    first = await mutate.upsert(store, "tbl", pa.Table.from_pylist(FIRST, schema=SCHEMA), **kw)
     prepared = await mutate.prepare(
-        store, "tbl", pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **KW
+        store, "tbl", pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **kw
     )
     assert prepared.report.updated == 2 and prepared.report.inserted == 1
     return store, os.path.join(root, "tbl"), first.instant, prepared.report.instant
@@ -87,11 +88,20 @@ async def _normal(store: LocalStore, first: str, second: str) -> list[str]:
     )
 
 
-async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(tmp_path: Path) -> None:
-    store, _, first, second = await _fresh(tmp_path, "ref-commit")
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(
+    tmp_path: Path, table_commit: str
+) -> None:
+    """(direct: the upsert's new versions and new file groups are in the table under their
+    MERGE / CREATE markers when the commit is killed; the same listings at the end.)"""
+    store, _, first, second = await _fresh(tmp_path, "ref-commit", table_commit)
+    if table_commit == "direct":
+        names = await listing(store, "tbl")
+        marks = sorted(n.rpartition(".")[2] for n in names if ".parquet.marker." in n)
+        assert marks == ["MERGE"] * 3, names  # (the insert goes into c's small file group)
     await commit_job(store, "tbl", second, config=CFG)
     committed = await _normal(store, first, second)
-    store, _, first, second = await _fresh(tmp_path, "ref-abort")
+    store, _, first, second = await _fresh(tmp_path, "ref-abort", table_commit)
     await abort_job(store, "tbl", second, config=CFG)
     aborted = await _normal(store, first, second)
     assert committed != aborted
@@ -99,7 +109,7 @@ async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(tmp_pa
     while True:
         done = False
         for then in ("commit", "abort"):
-            store, uri, first, second = await _fresh(tmp_path, f"{then}{n}")
+            store, uri, first, second = await _fresh(tmp_path, f"{then}{n}", table_commit)
             done = _child(str(Path(uri).parent), second, n)
             assert hudi_snapshot(uri) in (BEFORE, AFTER), n  # the whole upsert or nothing
             await (commit_job if then == "commit" else abort_job)(store, "tbl", second, config=CFG)

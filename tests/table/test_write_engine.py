@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import pytest
@@ -313,3 +314,79 @@ async def test_non_partitioned_table(backend_local: StoreUnderTest) -> None:
     assert hudi_rows(uri) == [(2, "x", "v")]
     assert hudi_rows(uri, as_of=instants[1]) == [(0, "x", "v"), (1, "x", "v")]
     assert hudi_incremental(uri, instants[0], instants[1]) == [(1, "x", "v")]
+
+
+async def _api_tasks(
+    store: Any, w: Any, data: list[dict[str, Any]], config: TableConfig, *, tasks: int = 2
+) -> list[str]:
+    """The write's tasks through the engine's task API (setup_table_task), one base file
+    per partition each, every task committed; before them, a failed attempt of task 0 that
+    wrote its files and never committed. Returns the failed attempt's files."""
+    from amcommit.paths import basename
+    from amcommit.table.write import setup_table_task
+    from tests.table.writehelpers import by_partition, parquet_bytes
+
+    lost: list[str] = []
+    for n, attempt, commit in [(0, 1, False), *((k, 0, True) for k in range(tasks))]:
+        base = f"{w.instant}_m_{n:06d}"
+        t = await setup_table_task(store, w, f"task_{base}", f"attempt_{base}_{attempt}", config=config)
+        for part, prow in sorted(by_partition(data).items()):
+            mine = prow[n::tasks]
+            rel = t.new_file(part)
+            await t.put(rel, parquet_bytes(mine, meta=(w.instant, part, basename(rel), n)), rows=len(mine))
+            if not commit:
+                lost.append(rel)
+        if commit:
+            await t.commit()
+    return lost
+
+
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, table_commit: str) -> None:
+    """The engine's task API (setup_table_task / TableTask) writes as table_commit says.
+    direct: every base file is at its final name under its CREATE marker before the job
+    commit, which renames nothing (a fault on any base-file rename), deletes the failed
+    attempt's files and leaves no marker; staged: the files are in the attempt directories
+    and renamed. Either way the table ends the same (names normalised), hudi-rs reads it."""
+    from amcommit.testing.faults import FaultyStore
+
+    inner = backend_local.store
+    assert isinstance(inner, LocalStore)
+    store = FaultyStore(inner)
+    renames = store.latency(0.0, "rename", path="*.parquet")  # counts base-file renames
+    if table_commit == "direct":
+        store.fail("rename", path="*.parquet")
+    cfg = FAST.with_options(table_commit=table_commit)
+    dest = join(backend_local.base, "api")
+    data = rows(0, 12)
+    w = await begin(store, dest, config=cfg)  # type: ignore[arg-type]
+    lost = await _api_tasks(store, w, data, cfg)
+    before = await listing(store, dest)  # type: ignore[arg-type]
+    placed = [n for n in before if n.startswith("p=") and n.endswith(".parquet")]
+    markers = [n for n in before if n.endswith(".marker.CREATE")]
+    if table_commit == "direct":
+        assert len(placed) == 6 and set(lost) < set(placed)
+        assert markers == sorted(f".hoodie/.temp/{w.instant}/{n}.marker.CREATE" for n in placed)
+    else:
+        assert placed == [] and markers == []
+    report = await commit_job(store, dest, w.instant, config=cfg)
+    assert report.success
+    assert renames.matched == (0 if table_commit == "direct" else 4)
+    after = await listing(store, dest)  # type: ignore[arg-type]
+    files = [n for n in after if n.endswith(".parquet")]
+    assert len(files) == 4 and not set(lost) & set(files)
+    assert hudi_rows(os.path.join(inner.root, dest)) == keys(data)
+    # the same listing either way (file ids and the instant normalised)
+    uuid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-0")
+    norm = sorted(uuid.sub("F", n).replace(w.instant, "I") for n in after)
+    assert norm == [
+        ".hoodie/I.commit",
+        ".hoodie/I.commit.requested",
+        ".hoodie/I.inflight",
+        ".hoodie/hoodie.properties",
+        *(
+            f"p={p}/{n}"
+            for p in "ab"
+            for n in (".hoodie_partition_metadata", *(f"F_attempt-I-m-00000{k}-0_I.parquet" for k in (0, 1)))
+        ),
+    ]
