@@ -29,7 +29,7 @@ KILLS = [
     (r"^delete .*/\.hoodie/\.heartbeat/\d{17}$", 1),  # batch 0 published, cleanup not done
     (r"^put .*/\.hoodie/\.temp/\d{17}/_job\.json$", 2),  # begin_write of the run's 2nd batch
     (r"^rename .* -> .*/\.hoodie/\d{17}\.commit$", 1),  # every file in place, not published
-    (r"^put .*/part-00000\.parquet$", 2),  # a task writing the run's 2nd batch
+    (r"^put .*/[^/]*_attempt-[^/]*\.parquet$", 2),  # a task writing the run's 2nd batch (its base file)
     (r"^delete .*/\.hoodie/\.heartbeat/\d{17}$", 1),  # recover's rollback of that batch
     (r"^put .*/commit-plan\.json$", 2),  # label checked, plan not saved
     (r"^delete .*/\.hoodie/\.temp/_commit\.lock$", 1),  # committed, lock not released

@@ -21,7 +21,8 @@ tasks
     the key column of each candidate file read by one task (only that column); the records
     joined to the file groups holding their keys; one task per rewritten file group merges
     it and writes its new base file (same fileId, new write token, this instant, with the
-    footer index); inserts written to new file groups by the table task writer
+    footer index; staged, or with ``table_commit=direct`` in place under a ``MERGE`` marker,
+    :mod:`amcommit.table.direct`); inserts written to new file groups by the table task writer
     (:func:`amcommit.spark.task.run_task`). Every task commits a manifest carrying its
     write stats (``numInserts``, ``numUpdateWrites``, ``numDeletes``, ``prevCommit``).
 
