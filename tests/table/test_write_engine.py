@@ -321,23 +321,30 @@ async def _api_tasks(
 ) -> list[str]:
     """The write's tasks through the engine's task API (setup_table_task), one base file
     per partition each, every task committed; before them, a failed attempt of task 0 that
-    wrote its files and never committed. Returns the failed attempt's files."""
+    wrote its files and died, and one of task 1 that aborted itself. Returns the files of
+    the one that died."""
     from amcommit.paths import basename
     from amcommit.table.write import setup_table_task
     from tests.table.writehelpers import by_partition, parquet_bytes
 
     lost: list[str] = []
-    for n, attempt, commit in [(0, 1, False), *((k, 0, True) for k in range(tasks))]:
+    for n, attempt, end in [(0, 1, "die"), (1, 2, "abort"), *((k, 0, "commit") for k in range(tasks))]:
         base = f"{w.instant}_m_{n:06d}"
         t = await setup_table_task(store, w, f"task_{base}", f"attempt_{base}_{attempt}", config=config)
+        mine_files = []
         for part, prow in sorted(by_partition(data).items()):
             mine = prow[n::tasks]
             rel = t.new_file(part)
             await t.put(rel, parquet_bytes(mine, meta=(w.instant, part, basename(rel), n)), rows=len(mine))
-            if not commit:
-                lost.append(rel)
-        if commit:
+            mine_files.append(rel)
+        if end == "commit":
             await t.commit()
+        elif end == "abort":  # its files are gone at once (staged: its attempt directory)
+            await t.abort()
+            left = await listing(store, w.dest)
+            assert not [n for n in left if any(n.endswith(f) for f in mine_files)], left
+        else:
+            lost += mine_files
     return lost
 
 
@@ -366,7 +373,14 @@ async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, t
     markers = [n for n in before if n.endswith(".marker.CREATE")]
     if table_commit == "direct":
         assert len(placed) == 6 and set(lost) < set(placed)
-        assert markers == sorted(f".hoodie/.temp/{w.instant}/{n}.marker.CREATE" for n in placed)
+        marked = [
+            m.removeprefix(f".hoodie/.temp/{w.instant}/").removesuffix(".marker.CREATE") for m in markers
+        ]
+        # every file has its marker; the aborted attempt's markers stay (its files are gone)
+        assert set(placed) < set(marked)
+        assert len(set(marked) - set(placed)) == 2 and all(
+            "-m-000001-2_" in m for m in set(marked) - set(placed)
+        )
     else:
         assert placed == [] and markers == []
     report = await commit_job(store, dest, w.instant, config=cfg)
