@@ -162,11 +162,12 @@ def _hudi(backend: str, info: dict[str, Any], dest: str) -> list[tuple[Any, ...]
     return hudi_snapshot(uri, storage=opts)
 
 
-async def _fresh_on(store: Store, dest: str) -> tuple[str, str]:
+async def _fresh_on(store: Store, dest: str, table_commit: str = "staged") -> tuple[str, str]:
     """The table of _fresh at ``dest`` of ``store``: (first instant, prepared instant)."""
-    first = await mutate.upsert(store, dest, pa.Table.from_pylist(FIRST, schema=SCHEMA), **KW)
+    kw = KW | {"config": CFG.with_options(table_commit=table_commit)}
+    first = await mutate.upsert(store, dest, pa.Table.from_pylist(FIRST, schema=SCHEMA), **kw)
     prepared = await mutate.prepare(
-        store, dest, pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **KW
+        store, dest, pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **kw
     )
     return first.instant, prepared.report.instant
 
@@ -182,26 +183,40 @@ def _spread(total: int, k: int) -> list[int]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["blob", "dfs", "gcs-fake"])
-def test_upsert_commit_killed_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize(
+    ("backend", "table_commit"),
+    [
+        ("blob", "staged"),
+        ("dfs", "staged"),
+        ("gcs-fake", "staged"),
+        ("blob", "direct"),
+        ("dfs", "direct"),
+        ("gcs-fake", "direct"),
+    ],
+)
+def test_upsert_commit_killed_on_emulators(
+    backend: str, table_commit: str, request: pytest.FixtureRequest
+) -> None:
     """The commit of a prepared upsert killed before its n-th mutating request (a spread of
     n), then resumed: committed, the listing exactly the uninterrupted commit's; at some n
     aborted instead: exactly the table before, or (past the point of no return) the
     committed one, never rolled back again for a later n. hudi-rs sees all or nothing
-    after every kill."""
+    after every kill. (direct: the new versions are in the table under MERGE markers.)"""
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     counter: list[int] = []
 
     async def go() -> None:
         store = open_store(info)
         async with store:
-            first, second = await _fresh_on(store, "ref-commit")
+            first, second = await _fresh_on(store, "ref-commit", table_commit)
+            marks = [n for n in await listing(store, "ref-commit") if n.endswith(".parquet.marker.MERGE")]
+            assert len(marks) == (3 if table_commit == "direct" else 0), marks
             count = KillAt(store, 10**9)
             await commit_job(count, "ref-commit", second, config=CFG)  # type: ignore[arg-type]
             total = count.count
             counter.append(total)
             committed = await _normal_on(store, "ref-commit", first, second)
-            first, second = await _fresh_on(store, "ref-abort")
+            first, second = await _fresh_on(store, "ref-abort", table_commit)
             await abort_job(store, "ref-abort", second, config=CFG)
             aborted = await _normal_on(store, "ref-abort", first, second)
             assert committed != aborted
@@ -212,7 +227,7 @@ def test_upsert_commit_killed_on_emulators(backend: str, request: pytest.Fixture
             for n in spread:
                 for then in ("commit", "abort") if n in aborts else ("commit",):
                     dest = f"{then}{n}"
-                    first, second = await _fresh_on(store, dest)
+                    first, second = await _fresh_on(store, dest, table_commit)
                     done = await anyio.to_thread.run_sync(_fork_child, info, dest, second, "commit", n)
                     assert done == (n > total), n
                     seen = await anyio.to_thread.run_sync(_hudi, backend, info, dest)
