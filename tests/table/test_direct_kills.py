@@ -73,7 +73,10 @@ async def test_direct_job_killed_at_every_request_then_resume_or_abort(tmp_path:
     await abort_job(store, "tbl", second, config=CFG)
     aborted = await _normal(store, first, second)
     assert committed != aborted
-    assert not any(".temp/" in x for x in committed + aborted)
+    # no staging left; of the markers only the loser's (its file gone, kept for writer_ttl)
+    assert not any(".aux/" in x for x in committed + aborted)
+    assert [x for x in committed if ".temp/" in x] == [".hoodie/.temp/I2/p=a/F_I2.parquet.marker.CREATE"]
+    assert not any(".temp/" in x for x in aborted)
     n = 1
     while True:
         done, got, new = await _after(tmp_path, f"r{n}", what, n, what)

@@ -72,7 +72,7 @@ from enum import StrEnum
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
-from amcommit.errors import AlreadyExists, CommitError, NotFound
+from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
 from amcommit.manifest import (
     TASK_MANIFEST_TYPE,
     TASK_MANIFEST_VERSION,
@@ -81,7 +81,7 @@ from amcommit.manifest import (
     encode_json,
 )
 from amcommit.parallel import run_parallel
-from amcommit.paths import basename, join, path_to_uri, relative_to
+from amcommit.paths import basename, is_within, join, parent, path_to_uri, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import decode_commit_metadata
@@ -98,6 +98,7 @@ __all__ = [
     "create_marker",
     "instant_state",
     "is_direct",
+    "judge_markers",
     "losers",
     "marked_files",
     "marker_dir",
@@ -113,8 +114,6 @@ __all__ = [
 
 MARKER_INFIX = ".marker."
 """Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
-
-JOB_MARKER = "_job.json"
 
 COMMIT_KEY = "amcommit.tableCommit"
 """The manifest ``extra_data`` key naming how the task wrote its files: :data:`DIRECT`
@@ -225,15 +224,16 @@ async def create_marker(
 
 
 async def instant_state(store: Store, dest: str, instant: str) -> str:
-    """``"completed"``, ``"pending"`` (the write's job marker is there, its instant not
+    """``"completed"``, ``"pending"`` (the write's job marker is there, in its staging
+    folder ``.hoodie/.aux/amcommit/<instant>/`` or an earlier version's, its instant not
     completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
     a commit completes its instant before it removes the job marker, a rollback removes the
     job marker before the instant files."""
+    from amcommit.table.staging import find_table_layout
+
     if await completed_instant(store, dest, instant) is not None:
         return "completed"
-    try:
-        await store.stat(join(marker_dir(dest, instant), JOB_MARKER))
-    except NotFound:
+    if await find_table_layout(store, dest, instant) is None:
         # a commit may have completed between the two looks
         return "completed" if await completed_instant(store, dest, instant) is not None else "gone"
     return "pending"
@@ -375,17 +375,48 @@ async def remove_markers(
     config: CommitterConfig = DEFAULT_CONFIG,
 ) -> tuple[list[str], int]:
     """After ``instant`` was decided (published or rolled back): one listing of its marker
-    folder; the base files of markers outside ``winners`` are deleted (a zombie's upload
-    that landed after the reconcile), then the markers (``delete_markers``; the job
-    commit leaves them to the engine's cleanup of the staging folder, which is the marker
-    folder: one recursive delete on local files and ADLS Gen2, batch deletes on Blob, one
-    delete per object on GCS). A loser's marker whose file was not found is kept while it
-    is younger than ``grace`` seconds (its upload may still land; a later
-    :func:`sweep_late_markers` removes it). Returns ``(files deleted, markers kept)``."""
+    folder, then :func:`judge_markers`. Returns ``(files deleted, markers kept)``."""
+    markers = await _list_markers(store, dest, instant)
+    return await judge_markers(
+        store,
+        dest,
+        instant,
+        markers,
+        winners,
+        grace=grace,
+        now=now,
+        delete_markers=delete_markers,
+        config=config,
+    )
+
+
+async def judge_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    markers: Sequence[tuple[ObjectInfo, str, IOType]],
+    winners: Iterable[str],
+    *,
+    grace: float,
+    now: float | None = None,
+    delete_markers: bool = True,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> tuple[list[str], int]:
+    """The listed ``markers`` of decided ``instant``: the base file of each marker outside
+    ``winners`` is deleted (an upload that landed after the reconcile), then the markers
+    (``delete_markers``) and the marker folders they emptied. A loser's marker whose file
+    was not found is kept while it is younger than ``grace`` seconds (its upload may still
+    land; a later :func:`sweep_late_markers` removes it).
+
+    Each listed marker is deleted by name (batch deletes on Azure Blob, one delete per
+    marker elsewhere), never the folder recursively: a marker a late attempt creates
+    after the listing stays for the next sweep. Then the emptied folders (stores with
+    directories: local files, ADLS Gen2), deepest first, each by a non-recursive delete
+    that fails, and is left, if anything was written into it meanwhile. Not atomic; every
+    step is idempotent. Returns ``(files deleted, markers kept)``."""
     policy = policies_of(config)[0]
     win = set(winners)
     now = time.time() if now is None else now
-    markers = await _list_markers(store, dest, instant)
     deleted: list[str] = []
     kept = 0
     remove: list[str] = []
@@ -408,7 +439,25 @@ async def remove_markers(
     await run_parallel(markers, judge, config.io_threads)
     if delete_markers:
         await _delete_all(store, sorted(remove), config)
+        if store.capabilities.directories and markers:
+            await _remove_empty_dirs(store, marker_dir(dest, instant), [m[0].path for m in markers])
     return sorted(deleted), kept
+
+
+async def _remove_empty_dirs(store: Store, folder: str, paths: Sequence[str]) -> None:
+    """The folders of ``paths`` up to and including ``folder``, deepest first, each removed
+    only if empty (a non-recursive delete; one that fails is left)."""
+    dirs: set[str] = {folder}
+    for p in paths:
+        d = parent(p)
+        while d != folder and is_within(d, folder):
+            dirs.add(d)
+            d = parent(d)
+    for d in sorted(dirs, key=lambda x: (-x.count("/"), x)):
+        try:
+            await store.delete(d)
+        except StoreError:
+            pass
 
 
 async def rollback_from_markers(
@@ -439,27 +488,38 @@ async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
 async def sweep_instant(
     store: Store, dest: str, instant: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
 ) -> list[str]:
-    """:func:`remove_markers` for one decided instant (completed: its commit's files are the
-    winners; gone: none are); nothing for a pending write or a folder without markers.
-    Returns the files deleted."""
-    if await marked_files(store, dest, instant) is None:
-        return []
+    """The markers of one decided instant (completed: its commit's files are the winners;
+    gone: none are), :func:`judge_markers`; nothing for a pending write (its instant and
+    job marker are looked at first: its marker folder is never listed) or a folder without
+    markers. Returns the files deleted."""
     state = await instant_state(store, dest, instant)
     if state == "pending":
         return []
+    markers = await _list_markers(store, dest, instant)
+    if not markers:
+        return []
     winners = await _winners_of(store, dest, instant) if state == "completed" else set()
-    deleted, _ = await remove_markers(store, dest, instant, winners or (), grace=grace, config=config)
+    deleted, _ = await judge_markers(store, dest, instant, markers, winners or (), grace=grace, config=config)
     return deleted
 
 
 async def sweep_late_markers(
-    store: Store, dest: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    first: str | None = None,
 ) -> dict[str, list[str]]:
-    """Find markers written after their instant was decided and remove their files (module
-    doc, step 4): one listing of ``.hoodie/.temp/``, then, for each instant folder that
-    holds markers and whose write is completed or gone, :func:`remove_markers` with the
-    completed commit's files as winners (none for a write that is gone). A pending write's
-    folder is left alone. Returns the files deleted, by instant."""
+    """Remove the markers of decided instants, and the files of those no winner names
+    (module doc, step 4): one listing of ``.hoodie/.temp/``, then :func:`sweep_instant` for
+    each instant folder there (``first``, if given, is swept first: the caller's own
+    write). A pending write's folder is left alone. Returns the files deleted, by instant.
+
+    Called after every table commit (outside the lock) for the committed write's own
+    markers, by every clean (:func:`amcommit.table.clean.clean`) and every rollback
+    (:func:`amcommit.table.rollback.rollback_instant`, and the rollback of dead writers by a
+    later commit), each with ``grace`` = ``writer_ttl``."""
     temp = join(dest, TEMP_DIR)
     instants: set[str] = set()
     try:
@@ -469,7 +529,7 @@ async def sweep_late_markers(
     except NotFound:
         return {}
     out: dict[str, list[str]] = {}
-    for instant in sorted(instants):
+    for instant in sorted(instants, key=lambda t: (t != first, t)):
         deleted = await sweep_instant(store, dest, instant, grace=grace, config=config)
         if deleted:
             out[instant] = deleted

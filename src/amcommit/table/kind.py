@@ -2,12 +2,15 @@
 :class:`~amcommit.committer.kind.JobKind`).
 
 The engine's frame (:mod:`amcommit.committer.job`) runs a table write's commit and abort
-through these hooks: staging in ``.hoodie/.temp/$instant/`` (the job id is the instant) with
-the table's lock there; the commit body is :func:`~amcommit.table.commit.run_table_commit`;
+through these hooks: staging in ``.hoodie/.aux/amcommit/$instant/`` (the job id is the
+instant; a write staged in ``.hoodie/.temp/$instant/`` by an earlier version is found there
+too) with the table's lock in ``.hoodie/.aux/amcommit/``; the commit body is :func:`~amcommit.table.commit.run_table_commit`;
 an abort removes every file stamped with the instant, then its instant files
 (:mod:`amcommit.table.rollback`); a write is committed when its instant is completed. Around
 the locked commit the writer's heartbeat is kept fresh and an earlier live writer is waited
-for outside the lock; after a commit the table is cleaned (``clean_retain_commits``).
+for outside the lock; after a commit (outside the lock) the markers of a direct write are removed and late
+markers swept (:func:`~amcommit.table.direct.sweep_late_markers`), then the table is cleaned
+(``clean_retain_commits``).
 """
 
 from __future__ import annotations
@@ -38,15 +41,16 @@ from amcommit.table.commit import (
     skipped_before,
     wait_for_earlier,
 )
+from amcommit.table.direct import sweep_late_markers
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
 from amcommit.table.jobs import list_table_jobs
 from amcommit.table.labelmeta import Label
 from amcommit.table.model import Action as InstantAction
 from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
+from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, is_instant
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import TableSettings, table_settings
-from amcommit.table.staging import is_table_layout, table_layout
+from amcommit.table.staging import find_table_layout, is_table_layout, legacy_table_layout, table_layout
 from amcommit.table.undo import finish_rollback, rollback_table_write
 from amcommit.table.write import is_table, set_operation
 
@@ -119,11 +123,11 @@ class TableKind:
     def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
         plain = FILES.layouts(dest, job_id, job_attempt)  # a plain job's directory in a table
         if is_instant(job_id) and job_attempt == 0:
-            return (table_layout(dest, job_id), *plain)
+            return (table_layout(dest, job_id), legacy_table_layout(dest, job_id), *plain)
         return plain
 
     def lock_staging(self, job_id: str) -> str | None:
-        return TEMP_DIR if is_instant(job_id) else None
+        return STAGING_DIR if is_instant(job_id) else None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
@@ -216,6 +220,8 @@ class TableKind:
             raise _plain_job_refused(dest, job_id, "commit_job")
         settings = self.settings_for(config)
         report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+        if report.success:
+            await _markers_after(store, dest, job_id, config, settings.writer_ttl)
         if settings.clean_retain_commits is not None and not report.already_committed:
             await _clean_after(store, dest, config, settings.clean_retain_commits)
         return report
@@ -229,11 +235,9 @@ class TableKind:
         writer_ttl: float,
         attempt: Callable[[], Awaitable[JobReport]],
     ) -> JobReport:
-        staging = table_layout(dest, instant)
         deadline = time.monotonic() + config.lock_wait
-        try:
-            await store.stat(staging.job_marker)
-        except NotFound:
+        staging = await find_table_layout(store, dest, instant)
+        if staging is None:
             if self.label is not None:
                 skipped = await skipped_before(store, dest, instant, self.label, config)
                 if skipped is not None:
@@ -261,7 +265,7 @@ class TableKind:
             # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
             with anyio.CancelScope(shield=True):
                 try:
-                    await store.stat(staging.job_marker)
+                    await store.stat(staging.job_marker)  # (its own layout, legacy or not)
                 except NotFound:
                     await delete_beat(store, dest, instant)
                 except Exception:
@@ -273,6 +277,22 @@ class TableKind:
                         except StoreError:
                             pass
         return report
+
+
+async def _markers_after(
+    store: Store, dest: str, instant: str, config: CommitterConfig, grace: float
+) -> None:
+    """After a table commit, outside its lock (as Hudi deletes its marker folder after the
+    commit): the committed write's markers are removed (the files of markers no winner
+    names deleted first: uploads of late attempts; a loser's marker whose file was not found
+    kept while younger than ``grace``), and late markers of other decided instants swept
+    (:func:`~amcommit.table.direct.sweep_late_markers`; a staged write has no markers: one
+    listing of ``.hoodie/.temp/``). A failure never fails the commit before it: it is
+    logged, and the next commit, clean or rollback sweeps what it left."""
+    try:
+        await sweep_late_markers(store, dest, grace=grace, config=config, first=instant)
+    except AmcommitError as e:
+        log.warning("removing the markers of %s in %s failed (the commit stands): %s", instant, dest, e)
 
 
 async def _clean_after(store: Store, dest: str, config: CommitterConfig, retain_commits: int) -> None:

@@ -14,8 +14,9 @@ A table write is a job whose id is its instant::
    first writers one creates it, the other continues the table if the specs agree, else
    fails with one line);
 2. allocates the instant: strictly later than every instant in ``.hoodie/`` and every
-   staging folder in ``.hoodie/.temp/``, claimed by the create-only put of the job marker
-   ``.hoodie/.temp/<instant>/_job.json``. It then lists again: if any instant later than the
+   staging folder in ``.hoodie/.aux/amcommit/`` (and every folder in ``.hoodie/.temp/``: an
+   earlier version's staging, or markers), claimed by the create-only put of the job marker
+   ``.hoodie/.aux/amcommit/<instant>/_job.json``. It then lists again: if any instant later than the
    claimed one appeared meanwhile (a concurrent writer), the claim is given up and a later
    time taken, so instants complete in allocation order without anyone waiting forever;
 3. writes the heartbeat, then ``<instant>.<action>.requested`` and the inflight file
@@ -52,9 +53,9 @@ from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import beat
 from amcommit.table.labelmeta import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
-from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, TEMP_DIR, is_instant, next_instant
+from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, STAGING_DIR, TEMP_DIR, next_instant
 from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
-from amcommit.table.staging import table_layout
+from amcommit.table.staging import instant_dirs, table_layout
 from amcommit.table.timeline import list_instants
 
 __all__ = [
@@ -103,7 +104,7 @@ class TableWrite:
 
 
 class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
-    """``.hoodie/.temp/<instant>/_job.json``: what the job commit needs to know."""
+    """``.hoodie/.aux/amcommit/<instant>/_job.json``: what the job commit needs to know."""
 
     job_id: str
     created: float
@@ -263,15 +264,12 @@ async def committed_schema(
 
 
 async def _taken_times(store: Store, dest: str) -> set[str]:
-    """Times of every instant in ``.hoodie/`` and every staging folder in ``.hoodie/.temp/``."""
+    """Times of every instant in ``.hoodie/``, every staging folder in
+    ``.hoodie/.aux/amcommit/`` and every folder in ``.hoodie/.temp/`` (an earlier version's
+    staging, or a marker folder)."""
     times = {i.time for i in await list_instants(store, dest)}
-    try:
-        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
-            name = basename(info.path)
-            if is_instant(name):
-                times.add(name)
-    except NotFound:
-        pass
+    for folder in (STAGING_DIR, TEMP_DIR):
+        times |= await instant_dirs(store, join(dest, folder))
     return times
 
 
