@@ -66,7 +66,7 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
-from amcommit.table.direct import is_direct, reconcile, sweep_instant
+from amcommit.table.direct import is_direct, reconcile, remove_markers, sweep_instant
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
 from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
@@ -650,6 +650,7 @@ async def run_table_commit(
     kind: JobKind,
     label: Label | None = None,
     settings: TableSettings = DEFAULT_SETTINGS,
+    markers_after_lock: bool = False,
 ) -> None:
     """The table commit (module doc): the commit body of
     :class:`~amcommit.table.kind.TableKind` (``kind``: to abort other writes with). Runs
@@ -659,7 +660,12 @@ async def run_table_commit(
     ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
     the plan; a label already committed skips the write (:func:`skip_labelled`).
     ``settings``: the table's (``writer_ttl`` judges other writers). Once the
-    plan is saved the label is in it, so a resume (by anyone) publishes it with the label."""
+    plan is saved the label is in it, so a resume (by anyone) publishes it with the label.
+    ``markers_after_lock``: a direct write's markers (and the files of late losers: uploads
+    landed since the reconcile) are removed by the caller after the lock is released (the
+    writer's own ``commit_job``, :meth:`~amcommit.table.kind.TableKind.guard`, as Hudi
+    removes its marker folder after the commit: they are not in the job directory); else
+    here, right after the publish (a commit completed by an abort or by another writer)."""
     from amcommit.committer.stages import load_manifests, prepare_dirs, publish_manifests, rename_files
 
     store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
@@ -801,6 +807,11 @@ async def run_table_commit(
         await save_journal(ctx, journal, patient=True)
     else:
         restore_renames(journal, report)
+        if direct:
+            # (a journal ``renamed`` before any reconcile: an abort found every file in
+            # place and completes the write) the losers go before the publish, always
+            async with ctx.stage("reconcile"):
+                await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
     async with ctx.stage("publish"):
@@ -814,9 +825,13 @@ async def run_table_commit(
                 stage="publish",
             )
         await publish(ctx, op.action, data)
-    # a direct write's markers (and the files of late losers: uploads landed since the
-    # reconcile) are removed after the lock is released (TableKind.guard), as Hudi removes
-    # its marker folder after the commit: they are not in the job directory
+    if direct and not markers_after_lock:
+        # completed for another (an abort past the point of no return, a later writer): the
+        # markers now (the files of late losers first); see ``markers_after_lock``
+        async with ctx.stage("remove_markers"):
+            await remove_markers(
+                store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, config=ctx.config
+            )
     report.success = True
     report.finished = time.time()
     journal.state = "committed"

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
+from contextvars import ContextVar
 
 import anyio
 
@@ -50,7 +52,13 @@ from amcommit.table.model import Operation, decode_commit_metadata
 from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, is_instant
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import TableSettings, table_settings
-from amcommit.table.staging import find_table_layout, is_table_layout, legacy_table_layout, table_layout
+from amcommit.table.staging import (
+    find_table_layout,
+    is_legacy_layout,
+    is_table_layout,
+    legacy_table_layout,
+    table_layout,
+)
 from amcommit.table.undo import finish_rollback, rollback_table_write
 from amcommit.table.write import is_table, set_operation
 
@@ -79,6 +87,12 @@ async def table_already_committed(store: Store, dest: str, instant: str) -> JobR
     report.already_committed = True
     report.finished = time.time()
     return report
+
+
+_GUARDED: ContextVar[str | None] = ContextVar("amcommit_table_guarded", default=None)
+"""The instant whose ``commit_job`` (:meth:`TableKind.guard`) runs in this context: its
+commit body leaves the markers to the guard, which removes them after the lock; a commit
+the engine completes otherwise (an abort, another writer) removes them itself."""
 
 
 def _plain_job_refused(dest: str, job_id: str, stage: str) -> CommitError:
@@ -156,6 +170,7 @@ class TableKind:
             kind=self.for_other_job(),
             label=self.label,
             settings=self.settings_for(ctx.config),
+            markers_after_lock=_GUARDED.get() == ctx.layout.job_id,
         )
 
     async def roll_back(
@@ -219,7 +234,11 @@ class TableKind:
         if not is_instant(job_id) or job_attempt != 0:
             raise _plain_job_refused(dest, job_id, "commit_job")
         settings = self.settings_for(config)
-        report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+        token = _GUARDED.set(job_id)  # this commit removes its markers after the lock (below)
+        try:
+            report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+        finally:
+            _GUARDED.reset(token)
         if report.success:
             await _markers_after(store, dest, job_id, config, settings.writer_ttl)
         if settings.clean_retain_commits is not None and not report.already_committed:
@@ -245,7 +264,14 @@ class TableKind:
             return await attempt()  # already committed (or never begun): no heartbeat to keep
         stopped = False  # this writer gave up on the write: its heartbeat says so
         try:
-            async with heartbeat(store, dest, instant, ttl=writer_ttl):
+            # a write an earlier version staged in .hoodie/.temp/ is finished without beats:
+            # its keeper record would create a job directory of the new layout
+            beats = (
+                nullcontext()
+                if is_legacy_layout(staging)
+                else heartbeat(store, dest, instant, ttl=writer_ttl)
+            )
+            async with beats:
                 if self.operation is not None:
                     await set_operation(store, dest, instant, Operation(self.operation), config)
                 while True:
