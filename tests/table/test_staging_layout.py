@@ -12,8 +12,11 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.kind import JobKind
+from amcommit.errors import CommitError
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
@@ -230,3 +233,31 @@ async def test_direct_commit_requests_do_not_grow_with_files(tmp_path: Path) -> 
         )
     assert counts[20][0] == counts[200][0], counts
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+async def test_marker_folder_alone_is_no_job_directory(tmp_path: Path) -> None:
+    """After a direct commit that kept its losers' young markers, ``.hoodie/.temp/<instant>/``
+    looks to the engine like an earlier version's job directory: ``commit_job`` and
+    ``abort_job`` of the write again report it committed and leave the markers (never the
+    folder deleted as a whole); ``commit_job`` of a rolled-back write with leftover markers
+    is refused in one line."""
+    store, uri, _ = await _table(tmp_path)
+    w = await begin(store, "tbl", config=CFG)
+    lost = await direct_tasks(store, w, SECOND, losers=1)
+    await commit_job(store, "tbl", w.instant, config=CFG)
+    kept = sorted(x for x in await listing(store, "tbl") if ".temp/" in x)
+    assert kept == sorted(f".hoodie/.temp/{w.instant}/{marker_name(r, IOType.CREATE)}" for r in lost)
+    again = await commit_job(store, "tbl", w.instant, config=CFG)
+    assert again.success and again.already_committed and again.files == 4
+    aborted = await abort_job(store, "tbl", w.instant, config=CFG)
+    assert aborted.success and not aborted.rolled_back
+    assert sorted(x for x in await listing(store, "tbl") if ".temp/" in x) == kept
+    assert hudi_rows(uri) == keys(FIRST + SECOND)
+    # a write rolled back, with a late marker left: no job to commit, nothing of it stays visible
+    w3 = await begin(store, "tbl", config=CFG)
+    await abort_job(store, "tbl", w3.instant, config=CFG)
+    rel = f"p=a/{base_file_name(new_file_id(), write_token(0, 0, 3), w3.instant)}"
+    await store.put(join("tbl", ".hoodie/.temp", w3.instant, marker_name(rel, IOType.CREATE)), b"")
+    with pytest.raises(CommitError, match="no job directory"):
+        await commit_job(store, "tbl", w3.instant, config=CFG)
+    assert hudi_rows(uri) == keys(FIRST + SECOND)

@@ -43,7 +43,7 @@ from amcommit.table.commit import (
     skipped_before,
     wait_for_earlier,
 )
-from amcommit.table.direct import sweep_late_markers
+from amcommit.table.direct import sweep_instant, sweep_late_markers
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
 from amcommit.table.jobs import list_table_jobs
 from amcommit.table.labelmeta import Label
@@ -87,6 +87,21 @@ async def table_already_committed(store: Store, dest: str, instant: str) -> JobR
     report.already_committed = True
     report.finished = time.time()
     return report
+
+
+async def _markers_only(ctx: JobContext) -> bool:
+    """True if the engine resolved an earlier version's layout (``.hoodie/.temp/<instant>/``)
+    only because Hudi's marker folder of the instant is there: neither a job marker nor a
+    journal in it (two stats, only for such a layout)."""
+    if not is_legacy_layout(ctx.layout):
+        return False
+    for path in (ctx.layout.job_marker, ctx.layout.journal_path):
+        try:
+            await ctx.store.stat(path)
+        except NotFound:
+            continue
+        return False
+    return True
 
 
 _GUARDED: ContextVar[str | None] = ContextVar("amcommit_table_guarded", default=None)
@@ -162,6 +177,9 @@ class TableKind:
         if not is_table_layout(ctx.layout):  # a plain job's directory in a table (never set up by us)
             await FILES.commit_body(ctx, run, manifests, etags)
             return
+        if await _markers_only(ctx):
+            await self._decided_markers(ctx)
+            return
         await run_table_commit(
             ctx,
             manifests,
@@ -178,7 +196,32 @@ class TableKind:
     ) -> bool:
         if not is_table_layout(ctx.layout):
             return await FILES.roll_back(ctx, journal, run, action)
+        if await _markers_only(ctx):
+            ctx.config = ctx.config.with_options(cleanup_skipped=True)  # markers, not a job directory
+            if await completed_instant(ctx.store, ctx.layout.dest, ctx.layout.job_id) is not None:
+                return True  # committed: the engine "completes" it (commit_body, below)
         return await rollback_table_write(ctx, journal, run=run)
+
+    async def _decided_markers(self, ctx: JobContext) -> None:
+        """``commit_job`` of a write whose staging is gone, found by the engine only through
+        its marker folder (:func:`_markers_only`): a completed write gets its report and its
+        markers judged (:func:`~amcommit.table.direct.sweep_instant`; never the folder
+        deleted as a whole: a young loser's marker stays); any other is no job to commit."""
+        ctx.config = ctx.config.with_options(cleanup_skipped=True)
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        done = await table_already_committed(store, dest, instant)
+        if done is None:
+            raise CommitError(
+                f"no job directory for table write {instant} under {dest!r} (never begun, rolled back, "
+                "or skipped)",
+                stage="commit_job",
+            )
+        report = table_report(ctx.report)
+        for name in ("instant", "label", "operation", "files", "renamed", "bytes", "already_committed"):
+            setattr(report, name, getattr(done, name))
+        await sweep_instant(
+            store, dest, instant, grace=self.settings_for(ctx.config).writer_ttl, config=ctx.config
+        )
 
     async def abort_without(
         self,
