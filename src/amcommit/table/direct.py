@@ -7,9 +7,12 @@ side, :func:`amcommit.spark.task.run_task`, and engine API callers through
 :func:`write_in_place` and :func:`commit_direct_task`); the job commit
 (:func:`~amcommit.table.commit.run_table_commit`) and the rollback
 (:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write by its
-manifests. The staged path (files staged in ``.hoodie/.temp/<instant>/`` and renamed at job
-commit) stays the default. See ``NOTES-26.md`` at the repository root for what is done,
-what is next, and what Hudi's own marker code does with our job files.
+manifests. The staged path (files staged in the write's job directory and renamed at job
+commit) stays the default. amcommit's own job directory of every table write is
+``.hoodie/.aux/amcommit/<instant>/`` (:func:`~amcommit.table.staging.table_layout`), never
+the marker folder: Hudi's ``MarkerBasedRollbackStrategy`` reads *every* file under
+``.hoodie/.temp/<instant>/`` as a marker and fails on any other. See ``NOTES-26.md`` at the
+repository root for what is done and what is next.
 
 Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
 ------------------------------------------------------------------------------------
@@ -33,35 +36,55 @@ is written: Hudi reads its absence as direct markers.
    table) and gives every base file an attempt may have created; :func:`reconcile` deletes
    those not in the winning manifests (``markers - winners``, :func:`losers`); then the
    table commit's usual steps (order check, label check, plan, partition metadata, publish);
-   then :func:`remove_markers`: one more listing of the marker folder (fresh: a zombie may
-   have added markers since the reconcile) and the files of markers not among the winners
-   deleted again. The markers themselves go with the engine's cleanup of the staging
-   folder (the marker folder is the job directory): one recursive delete on local files
-   and ADLS Gen2, batch deletes on Azure Blob, one delete per object on GCS. Requests at
-   job commit beyond the staged commit's fixed ones: the reconcile's and this listing
-   (one request per listing page of markers on object stores) and one delete per loser
-   file; measured on local files: 21 mutating requests for 20 or 200 files (staged: 49
-   and 229).
+   then the journal, heartbeat and job directory are removed and the lock released. The
+   markers are removed **after the lock is released** (as Hudi deletes its marker folder
+   after the commit), by the writer's ``commit_job``
+   (:meth:`~amcommit.table.kind.TableKind.guard`, through :func:`sweep_late_markers`):
+   one fresh listing of the marker folder (a zombie may have added markers since the
+   reconcile), the files of markers no winner names deleted (uploads landed since the
+   reconcile), then every listed marker by name (:func:`judge_markers`: batch deletes on
+   Azure Blob, one delete per marker on GCS, local files and ADLS Gen2, then the emptied
+   folders by non-recursive deletes on stores with directories), except a loser's marker
+   whose file was not found and that is younger than ``grace`` = ``writer_ttl``: its
+   upload may still land. The folder is never deleted recursively: a marker created after
+   the listing stays for the next sweep. A commit the engine completes for another (an
+   abort past the point of no return, a later writer finishing a dead one) removes the
+   markers itself right after the publish. Mutating requests on local files
+   (``tests/table/test_staging_layout.py``): the job commit 23 for 20 and for 200 files
+   (reconcile's listing and loser deletes, partition metadata, journal, publish, cleanup
+   of the job directory, lock), then the marker removal one per marker plus one per
+   partition folder and one for the instant's folder (31 and 211).
 3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
    without markers (the marker folder gone), the caller lists the partitions
    (:func:`~amcommit.table.undo.remove_stamped`).
-4. **Late markers** (:func:`sweep_late_markers`, for a later commit, clean or rollback):
+4. **Late markers** (:func:`sweep_late_markers`; after every table commit, in every
+   clean, :func:`amcommit.table.clean.clean`, and every ``amcommit rollback``,
+   :func:`amcommit.table.rollback.rollback_instant`, each with ``grace`` = ``writer_ttl``;
+   the rollback of a dead writer by a later commit is followed by that commit's sweep):
    the marker folder of an instant that completed, or whose write is gone (no job marker
-   ``_job.json``), still holding markers, was written to by a zombie after the decision:
-   its non-winning files are deleted. A marker whose file was not (yet) found is kept until
-   it is older than ``grace`` seconds: its upload may still land; it is removed after that.
+   ``_job.json``), still holding markers, was written to by a zombie after the decision
+   (or its marker removal was cut short): its non-winning files are deleted, then its
+   markers. A marker whose file was not (yet) found is kept until it is older than
+   ``grace`` seconds: its upload may still land; it is removed after that. A pending
+   write's folder is never listed (its instant and job marker are looked at first).
 
 What is atomic: nothing here is atomic as a whole; each step is one idempotent request per
 path, and every step can be repeated after a crash.
 
-The window that remains (to measure next): a zombie whose upload lands after the commit's
-:func:`reconcile` is visible to snapshot reads (pitfall 3) from the publish until
-:func:`remove_markers` (the same commit, right after the publish) or its own check deletes
-it. One whose upload lands after that listing *and* that dies before its own check stays
-visible: if its marker was written after the cleanup, until the next
-:func:`sweep_late_markers`; if before (the cleanup deleted the marker with the staging
-folder), for good. Closing that last case needs the markers out of the job directory (so
-the cleanup leaves a young loser's marker for the sweep): see ``NOTES-26.md``.
+The window that remains (measured on local files by
+``tests/table/test_staging_layout.py::test_zombie_after_commit_gone_after_next_commit_clean_or_rollback``):
+a zombie attempt (still running after the job was decided) whose upload lands after the
+commit's :func:`reconcile` is visible to hudi-rs's snapshot reads (pitfall 3; never to
+amcommit's reader, which reads the commit's file list) from the publish until its own
+check deletes it (one request after its upload), or, after the lock is released, the
+commit's marker removal does. One whose upload lands after that listing *and* that dies
+before its own check stays visible until the next commit, clean or ``amcommit rollback``
+of the table sweeps its marker (kept by the first because its file was not there yet and
+it was younger than ``writer_ttl``): the sweep itself took 8 ms (clean) to 30 ms
+(rollback) on local files; the window is the time to the next of these operations. A
+zombie that writes its marker only after that sweep is caught by the following one. What
+no sweep can catch: a zombie whose marker is older than ``writer_ttl`` when its upload
+lands (an upload that takes longer than ``writer_ttl`` after its marker).
 """
 
 from __future__ import annotations
