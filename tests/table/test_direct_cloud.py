@@ -15,7 +15,7 @@ import pytest
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.table.commit import completed_instant
-from amcommit.table.direct import IOType, marker_name, sweep_late_markers
+from amcommit.table.direct import MARKER_INFIX, IOType, marker_name, sweep_late_markers
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
@@ -72,7 +72,11 @@ def test_direct_write_on_emulators(backend: str, request: pytest.FixtureRequest)
             assert read("c/tbl") == keys(FIRST + SECOND)
             names = sdk("c/tbl")
             assert not any(x.endswith(tuple(lost)) for x in names), names
-            assert not any("/.temp/" in x or "/.aux/" in x for x in names), names
+            # no staging; of the markers only the loser's stay (file gone, younger than
+            # writer_ttl: a later sweep removes them)
+            assert not any("/.aux/" in x for x in names), names
+            young = sorted(f".hoodie/.temp/{second}/{marker_name(r, IOType.CREATE)}" for r in lost)
+            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == young, names
             # a zombie after the commit removes its own uploads
             w = SimpleNamespace(instant=second, layout=SimpleNamespace(dest="c/tbl"))
             assert await direct_attempt(store, w, SECOND, 0, 2, attempt=7, commit=False) == []  # type: ignore[arg-type]
@@ -143,7 +147,11 @@ def test_direct_commit_killed_on_emulators(backend: str, request: pytest.Fixture
                     past = past or (then == "abort" and committed)
                     assert read(dest) == (keys(FIRST + SECOND) if committed else keys(FIRST)), n
                     names = sdk(dest)
-                    assert not any("/.temp/" in x or "/.aux/" in x for x in names), (n, names)
+                    assert not any("/.aux/" in x for x in names), (n, names)
+                    kept = tuple(f"{r}{MARKER_INFIX}CREATE" for r in lost)  # the loser's, young
+                    assert all(x.endswith(kept) for x in names if "/.temp/" in x), (n, names)
+                    if not committed:
+                        assert not any("/.temp/" in x for x in names), (n, names)
                     assert not any(x.endswith(tuple(lost)) for x in names), (n, names)
                     if not committed:
                         assert not any(second in x for x in names), (n, names)
