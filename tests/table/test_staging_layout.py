@@ -16,7 +16,7 @@ import pytest
 
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.committer.kind import JobKind
-from amcommit.errors import CommitError
+from amcommit.errors import CommitError, PermissionDenied
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
@@ -261,3 +261,36 @@ async def test_marker_folder_alone_is_no_job_directory(tmp_path: Path) -> None:
     with pytest.raises(CommitError, match="no job directory"):
         await commit_job(store, "tbl", w3.instant, config=CFG)
     assert hudi_rows(uri) == keys(FIRST + SECOND)
+
+
+class _MarkersLocked(KillStore):
+    """Refuses (PermissionDenied) every delete under ``.hoodie/.temp/``."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner, None, 10**12)
+
+    def _check(self, what: str) -> None:
+        if what.startswith("delete ") and "/.hoodie/.temp/" in what:
+            raise PermissionDenied(f"refused: {what}")
+
+
+async def test_failed_marker_removal_never_fails_what_came_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Marker removal after a commit (or a clean, or a rollback) that fails leaves the
+    commit committed: one WARNING line, the markers stay, and the next sweep (a clean here)
+    removes them."""
+    store, uri, _ = await _table(tmp_path)
+    w = await begin(store, "tbl", config=CFG)
+    await direct_tasks(store, w, SECOND)
+    locked = _MarkersLocked(store)
+    with caplog.at_level("WARNING", logger="amcommit.table.direct"):
+        report = await commit_job(locked, "tbl", w.instant, config=CFG)  # type: ignore[arg-type]
+        cleaned = await clean(locked, "tbl", retain_commits=5, config=CFG)  # type: ignore[arg-type]
+    assert report.success and cleaned.late_files == {}
+    assert hudi_rows(uri) == keys(FIRST + SECOND)
+    warned = [r.getMessage() for r in caplog.records if r.name == "amcommit.table.direct"]
+    assert len(warned) == 2 and all("\n" not in m and "stands" in m for m in warned), warned
+    assert [x for x in await listing(store, "tbl") if ".temp/" in x]
+    await clean(store, "tbl", retain_commits=5, config=CFG)
+    assert not [x for x in await listing(store, "tbl") if ".temp/" in x]

@@ -55,7 +55,7 @@ from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
-from amcommit.table.direct import sweep_late_markers
+from amcommit.table.direct import sweep_after
 from amcommit.table.model import Action, Instant, State
 from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, next_instant
 from amcommit.table.reader import Listing, Timeline, table_uri
@@ -297,8 +297,8 @@ async def clean(
     if not dry_run:
         # markers of decided instants (a late attempt's upload, a commit's marker removal
         # cut short): their files and markers, grace writer_ttl (not under the lock)
-        report.late_files = await sweep_late_markers(
-            store, dest, grace=table_settings(config).writer_ttl, config=config
+        report.late_files = await sweep_after(
+            store, dest, "a clean", grace=table_settings(config).writer_ttl, config=config
         )
     return report
 

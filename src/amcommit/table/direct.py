@@ -89,13 +89,14 @@ lands (an upload that takes longer than ``writer_ttl`` after its marker).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
-from amcommit.errors import AlreadyExists, CommitError, NotFound, StoreError
+from amcommit.errors import AlreadyExists, AmcommitError, CommitError, NotFound, StoreError
 from amcommit.manifest import (
     TASK_MANIFEST_TYPE,
     TASK_MANIFEST_VERSION,
@@ -130,10 +131,13 @@ __all__ = [
     "reconcile",
     "remove_markers",
     "rollback_from_markers",
+    "sweep_after",
     "sweep_instant",
     "sweep_late_markers",
     "write_in_place",
 ]
+
+log = logging.getLogger("amcommit.table.direct")
 
 MARKER_INFIX = ".marker."
 """Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
@@ -557,3 +561,28 @@ async def sweep_late_markers(
         if deleted:
             out[instant] = deleted
     return out
+
+
+async def sweep_after(
+    store: Store,
+    dest: str,
+    what: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    first: str | None = None,
+) -> dict[str, list[str]]:
+    """:func:`sweep_late_markers` after ``what`` (a commit, clean or rollback) succeeded: a
+    failure never fails ``what``; it is logged (WARNING, one line) and the next sweep
+    completes it. Returns the files deleted, by instant ({} after a failure)."""
+    try:
+        return await sweep_late_markers(store, dest, grace=grace, config=config, first=first)
+    except AmcommitError as e:
+        log.warning(
+            "removing markers in %s after %s failed (%s stands; the next sweep retries): %s",
+            dest,
+            what,
+            what,
+            e,
+        )
+        return {}

@@ -43,7 +43,7 @@ from amcommit.table.commit import (
     skipped_before,
     wait_for_earlier,
 )
-from amcommit.table.direct import sweep_instant, sweep_late_markers
+from amcommit.table.direct import sweep_after, sweep_instant
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
 from amcommit.table.jobs import list_table_jobs
 from amcommit.table.labelmeta import Label
@@ -358,10 +358,7 @@ async def _markers_after(
     (:func:`~amcommit.table.direct.sweep_late_markers`; a staged write has no markers: one
     listing of ``.hoodie/.temp/``). A failure never fails the commit before it: it is
     logged, and the next commit, clean or rollback sweeps what it left."""
-    try:
-        await sweep_late_markers(store, dest, grace=grace, config=config, first=instant)
-    except AmcommitError as e:
-        log.warning("removing the markers of %s in %s failed (the commit stands): %s", instant, dest, e)
+    await sweep_after(store, dest, f"the commit of {instant}", grace=grace, config=config, first=instant)
 
 
 async def _clean_after(store: Store, dest: str, config: CommitterConfig, retain_commits: int) -> None:

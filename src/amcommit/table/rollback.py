@@ -12,7 +12,7 @@ from amcommit.committer.job import abort_with
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.store.base import Store
-from amcommit.table.direct import sweep_late_markers
+from amcommit.table.direct import sweep_after
 from amcommit.table.heartbeat import judge_writers, writer_alive
 from amcommit.table.kind import TableKind
 from amcommit.table.naming import check_instant
@@ -60,7 +60,7 @@ async def rollback_instant(
         await _refuse_live(store, dest, instant, ttl)
     report = await abort_with(TableKind(), store, dest, instant, config=config)
     # then (the lock released) the late markers of every decided instant, this one's too
-    await sweep_late_markers(store, dest, grace=ttl, config=config)
+    await sweep_after(store, dest, f"the rollback of {instant}", grace=ttl, config=config)
     return report
 
 
