@@ -823,14 +823,14 @@ for _k, _j in TABLE_JOBS.items():
 TABLE_TTL = 30.0
 """Lock and heartbeat ttl of the table takeovers: long enough that waiting for either would
 show (A's process is provably dead on this host: taken over at once)."""
-_MARKER_GONE = {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.temp/2*/_job.json"}
+_MARKER_GONE = {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.aux/amcommit/2*/_job.json"}
 MID_CLEANUP = {
     # flat stores delete the staging objects one by one: cut right after the job marker's
     "blob": _MARKER_GONE,
     "gcs-double": _MARKER_GONE,
     "gcs-fake": _MARKER_GONE,
     # stores with directories delete folders: cut after the first one
-    "*": {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.temp/2*"},
+    "*": {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.aux/amcommit/2*"},
 }
 SCENARIOS += [
     Scenario(
@@ -920,7 +920,12 @@ TABLE_ERRORS: list[tuple[str, str, Fault]] = [
             "error",
             rule="lock-lost",
             fail=(
-                {"error": "Transient", "op": "put", "path": "{dest}/.hoodie/.temp/_commit.lock", "after": 1},
+                {
+                    "error": "Transient",
+                    "op": "put",
+                    "path": "{dest}/.hoodie/.aux/amcommit/_commit.lock",
+                    "after": 1,
+                },
                 {"kind": "latency", "op": "rename", "path": FORWARD, "seconds": 0.6},
             ),
             raises="LockLost",
@@ -936,7 +941,7 @@ TABLE_ERRORS: list[tuple[str, str, Fault]] = [
                 {
                     "error": "NotSupported",
                     "op": ["delete", "delete_batch"],
-                    "path": "{dest}/.hoodie/.temp/2*",
+                    "path": "{dest}/.hoodie/.aux/amcommit/2*",
                 },
             ),
             raises="CommitError",

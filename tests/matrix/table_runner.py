@@ -10,7 +10,7 @@ a permanent store error, a dead writer taken over) and what follows. Checks:
   (old instant, ∞) = nothing or exactly the instant's rows, and the two agree;
 * after the resume / abort / takeover: the table's exact objects and bytes (data files,
   ``.hoodie/`` files, the completed instant's metadata, partition metadata; nothing left
-  under ``.hoodie/.temp`` or ``.hoodie/.heartbeat``), the SDK's listing (names, sizes), the
+  under ``.hoodie/.temp``, ``.hoodie/.aux/amcommit`` or ``.hoodie/.heartbeat``), the SDK's listing (names, sizes), the
   files next to the table untouched, and hudi-rs's snapshot and incremental rows.
 """
 
@@ -290,7 +290,8 @@ async def run_table_error(cell: Cell) -> None:
     """The commit fails for good (``Fault.raises``, one line; hudi-rs sees all or nothing of
     it); then, without the fault, ``commit-job`` again completes it exactly, or
     ``abort-job`` (twice) leaves exactly the old table (the committed one past the point
-    of no return): nothing under ``.hoodie/.temp`` (no lock, no staging) either way."""
+    of no return): nothing under ``.hoodie/.temp`` or ``.hoodie/.aux/amcommit`` (no lock, no staging, no
+    marker) either way."""
     f, sc = cell.sc.fault, cell.sc
     w = await begin(cell, sc.tables[0])
     faulty = failing_store(cell)

@@ -88,12 +88,12 @@ def rows(df: Any, *cols: str) -> list[tuple[Any, ...]]:
 
 def unfinished(files: Path) -> list[str]:
     """What unfinished writes left in a table folder: instant files of instants that never
-    completed, staged instants (``.temp/<instant>``) and heartbeats."""
+    completed, staged instants (``.aux/amcommit/<instant>``) and heartbeats."""
     hoodie = files / ".hoodie"
     names = os.listdir(hoodie)
     done = {n.split(".")[0] for n in names if n.endswith((".commit", ".replacecommit"))}
     out = [n for n in names if n[0].isdigit() and n.split(".")[0] not in done]
-    for sub in (".temp", ".heartbeat"):
+    for sub in (".aux/amcommit", ".heartbeat"):
         d = hoodie / sub
         out += [f"{sub}/{n}" for n in (os.listdir(d) if d.exists() else []) if n[0].isdigit()]
     return sorted(out)

@@ -246,7 +246,7 @@ def test_stream_kill_chain(spark: Any, target: Target, tmp_path: Path) -> None:
     got = labels(files)
     app = got[0].rsplit(":", 1)[0]
     assert got == [f"{app}:{b}" for b in range(4)], got
-    temp = files / ".hoodie" / ".temp"
+    temp = files / ".hoodie" / ".aux" / "amcommit"
     assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
 
 
@@ -310,7 +310,7 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
     check(spark, t, ids, exact=True)
     got = labels(dest)
     assert len(got) == 2 and got[0].endswith(":0") and got[1].endswith(":1"), got
-    temp = dest / ".hoodie" / ".temp"
+    temp = dest / ".hoodie" / ".aux" / "amcommit"
     assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
 
 
@@ -330,9 +330,9 @@ def test_no_stall_after_a_kill_at_begin_or_a_stop_mid_batch(spark: Any, tmp_path
     rc, log = run(spec, "after_begin@1")
     assert rc == -signal.SIGKILL, log
     left = unfinished(dest)
-    staged = [n.split("/")[1] for n in left if n.startswith(".temp/")]
+    staged = [n.split("/")[2] for n in left if n.startswith(".aux/amcommit/")]
     assert len(staged) == 1 and f"{staged[0]}.inflight" in left, left
-    assert not (dest / ".hoodie" / ".temp" / staged[0] / "_stream.json").exists()  # no task ran
+    assert not (dest / ".hoodie" / ".aux" / "amcommit" / staged[0] / "_stream.json").exists()  # no task ran
     # the restart: batch 1's commit rolls the dead run's instant back and commits at once;
     # then a graceful stop() in the middle of batch 2: abort() rolls its instant back
     drop(src, 100, 1)  # batch 2 (batch 1 is replayed with its recorded offsets)

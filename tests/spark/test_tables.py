@@ -223,7 +223,7 @@ def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path, commi
     tokens = {parse_base_file_name(f.rsplit("/", 1)[-1]).write_token for f in files}  # type: ignore[union-attr]
     assert not any(t.startswith("0-") and t.endswith("-0") for t in tokens), tokens
     assert sorted(i for i, _ in hudi_rows(dest)) == list(range(3000))
-    assert not (dest / ".hoodie" / ".temp" / instants(dest)[0]).exists()
+    assert not (dest / ".hoodie" / ".aux" / "amcommit" / instants(dest)[0]).exists()
 
 
 def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
@@ -275,7 +275,9 @@ def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path, commit: st
         **opts,
     ).save(url)
     names = download(url, opts, tmp_path / "copy")
-    assert not [n for n in names if "_temporary" in n or n.startswith(".hoodie/.temp/")], names
+    assert not [n for n in names if "_temporary" in n or n.startswith((".hoodie/.temp/", ".hoodie/.aux/"))], (
+        names
+    )
     expected = hudi_rows(tmp_path / "copy")
     assert sorted(i for i, _ in expected) == sorted(
         [i for i in range(500) if i % 3 != 0] + list(range(1000, 1100))

@@ -82,9 +82,16 @@ async def test_direct_commit_publishes_winners_and_deletes_losers(tmp_path: Path
     assert hudi_rows(uri) == keys(FIRST + SECOND)
     assert hudi_incremental(uri, first, w.instant) == keys(SECOND)
     names = await listing(store, "tbl")
-    assert not any(x.startswith(".hoodie/.temp/") for x in names), names
+    # staging gone; of the markers only the losers' stay (their files are gone: an upload
+    # may still land, so each is kept for writer_ttl), for a later sweep
+    assert not any(x.startswith(".hoodie/.aux/amcommit/") for x in names), names
+    temp = sorted(x for x in names if x.startswith(".hoodie/.temp/"))
+    assert temp == sorted(f".hoodie/.temp/{w.instant}/{marker_name(r, IOType.CREATE)}" for r in lost)
     assert not any(lost_one in names for lost_one in lost)
     assert len([x for x in names if w.instant in x and x.endswith(".parquet")]) == 4
+    assert await sweep_late_markers(store, "tbl", grace=0.0) == {}
+    assert not any(".temp/" in x for x in await listing(store, "tbl"))
+    assert not os.listdir(os.path.join(uri, ".hoodie", ".temp"))  # the emptied folders too
 
 
 async def test_direct_abort_removes_every_marked_file(tmp_path: Path) -> None:

@@ -15,10 +15,15 @@ import pytest
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.table.commit import completed_instant
-from amcommit.table.direct import IOType, marker_name, sweep_late_markers
+from amcommit.table.direct import MARKER_INFIX, IOType, marker_name, sweep_late_markers
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
-from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
+from tests.matrix.conftest import (  # noqa: F401 (fixtures)
+    matrix_blob,
+    matrix_dfs,
+    matrix_gcs_fake,
+    matrix_sdk_list,
+)
 from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_attempt, direct_tasks
 from tests.table.kill_child import KillAt
@@ -72,7 +77,11 @@ def test_direct_write_on_emulators(backend: str, request: pytest.FixtureRequest)
             assert read("c/tbl") == keys(FIRST + SECOND)
             names = sdk("c/tbl")
             assert not any(x.endswith(tuple(lost)) for x in names), names
-            assert not any("/.temp/" in x for x in names), names
+            # no staging; of the markers only the loser's stay (file gone, younger than
+            # writer_ttl: a later sweep removes them)
+            assert not any("/.aux/" in x for x in names), names
+            young = sorted(f".hoodie/.temp/{second}/{marker_name(r, IOType.CREATE)}" for r in lost)
+            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == young, names
             # a zombie after the commit removes its own uploads
             w = SimpleNamespace(instant=second, layout=SimpleNamespace(dest="c/tbl"))
             assert await direct_attempt(store, w, SECOND, 0, 2, attempt=7, commit=False) == []  # type: ignore[arg-type]
@@ -143,11 +152,49 @@ def test_direct_commit_killed_on_emulators(backend: str, request: pytest.Fixture
                     past = past or (then == "abort" and committed)
                     assert read(dest) == (keys(FIRST + SECOND) if committed else keys(FIRST)), n
                     names = sdk(dest)
-                    assert not any("/.temp/" in x for x in names), (n, names)
+                    assert not any("/.aux/" in x for x in names), (n, names)
+                    kept = tuple(f"{r}{MARKER_INFIX}CREATE" for r in lost)  # the loser's, young
+                    assert all(x.endswith(kept) for x in names if "/.temp/" in x), (n, names)
+                    if not committed:
+                        assert not any("/.temp/" in x for x in names), (n, names)
                     assert not any(x.endswith(tuple(lost)) for x in names), (n, names)
                     if not committed:
                         assert not any(second in x for x in names), (n, names)
             assert past, "no abort ever completed the commit (the point of no return was never reached)"
             print(f"{backend}: {total} mutating requests at job commit")
+
+    anyio.run(go)
+
+
+@pytest.mark.timeout(300)
+def test_direct_markers_on_adls(request: pytest.FixtureRequest) -> None:
+    """ADLS Gen2 (the ADLS test server; hudi-rs cannot read from it, so amcommit's reader
+    and the SDK listing judge): a direct write with a loser attempt commits its winners;
+    staging gone, only the loser's young marker stays; a sweep past its grace removes it
+    and the emptied marker folders (non-recursive deletes of real directories); an abort
+    removes every marked file and its folders."""
+    from amcommit.table.reader import Timeline
+
+    info = request.getfixturevalue("matrix_dfs")
+    sdk = request.getfixturevalue("matrix_sdk_list")("dfs", info)
+
+    async def go() -> None:
+        store = open_store(info)
+        async with store:
+            _, second, lost = await _fresh(store, "c/tbl")
+            await commit_job(store, "c/tbl", second, config=CFG)
+            snap = {f.path for f in await (await Timeline.open(store, "c/tbl")).snapshot()}
+            assert len([p for p in snap if second in p]) == 4 and not snap & set(lost)
+            names = sdk("c/tbl")
+            assert not any(x.endswith(tuple(lost)) or "/.aux/" in x for x in names), names
+            young = sorted(f".hoodie/.temp/{second}/{marker_name(r, IOType.CREATE)}" for r in lost)
+            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == young, names
+            assert await sweep_late_markers(store, "c/tbl", grace=0.0) == {}
+            assert not any("/.temp/" in x for x in sdk("c/tbl"))
+            assert [i.path async for i in store.list("c/tbl/.hoodie/.temp", recursive=False)] == []
+            _, second, _ = await _fresh(store, "a/tbl")
+            await abort_job(store, "a/tbl", second, config=CFG)
+            assert not any(second in x for x in sdk("a/tbl"))
+            assert [i.path async for i in store.list("a/tbl/.hoodie/.temp", recursive=False)] == []
 
     anyio.run(go)

@@ -19,6 +19,7 @@ import pytest
 
 from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.local import LocalStore
+from amcommit.table.direct import sweep_late_markers
 from amcommit.table.settings import TableConfig
 from tests.table.directhelpers import direct_attempt, direct_tasks
 from tests.table.test_write_kills import _child
@@ -73,7 +74,12 @@ async def test_direct_job_killed_at_every_request_then_resume_or_abort(tmp_path:
     await abort_job(store, "tbl", second, config=CFG)
     aborted = await _normal(store, first, second)
     assert committed != aborted
-    assert not any(".temp/" in x for x in committed + aborted)
+    # no staging left; of the markers only the loser's (its file gone, kept for writer_ttl)
+    assert not any(".aux/" in x for x in committed + aborted)
+    assert [x for x in committed if ".temp/" in x] == [
+        f".hoodie/.temp/I2/p={p}/F_I2.parquet.marker.CREATE" for p in ("a", "c")
+    ]
+    assert not any(".temp/" in x for x in aborted)
     n = 1
     while True:
         done, got, new = await _after(tmp_path, f"r{n}", what, n, what)
@@ -146,6 +152,14 @@ async def test_direct_task_killed_at_every_request_then_retried(tmp_path: Path) 
             if then == "commit":
                 await commit_job(store, "tbl", w.instant, config=CFG)
                 assert hudi_rows(uri) == keys(FIRST + SECOND)
+                # the dead attempt's marker whose upload never landed stays (younger than
+                # writer_ttl: the upload might still land) until a later sweep past its grace
+                got = await _normal(store, w1.instant, w.instant)
+                extra = list(got)
+                for name in committed:
+                    extra.remove(name)
+                assert all(x.startswith(".hoodie/.temp/I2/") for x in extra), (k, extra)
+                await sweep_late_markers(store, "tbl", grace=0.0)
                 assert await _normal(store, w1.instant, w.instant) == committed, k
             else:
                 await abort_job(store, "tbl", w.instant, config=CFG)

@@ -160,7 +160,7 @@ async def test_next_writer_finishes_or_rolls_back_a_killed_writer(tmp_path: Path
     assert seen in (with_second, without), seen
     assert inc(uri, second, None) == keys(third)
     names = await listing(store, "tbl")
-    assert not any(".temp/" in x or ".heartbeat/" in x for x in names), names
+    assert not any(".temp/" in x or ".aux/" in x or ".heartbeat/" in x for x in names), names
     if seen == without:
         assert not any(second in x for x in names)
     elif not published:  # the dead writer's half-done commit was completed by this one

@@ -104,7 +104,7 @@ class TaskResult:
 
 
 def job_layout(plan: WritePlan, dest: str) -> JobLayout:
-    """The job's layout: a table write stages under ``.hoodie/.temp/<instant>/``."""
+    """The job's layout: a table write stages under ``.hoodie/.aux/amcommit/<instant>/``."""
     if plan.table is not None:
         return table_layout(dest, plan.job_id)
     return JobLayout(dest, plan.job_id)

@@ -7,9 +7,12 @@ side, :func:`amcommit.spark.task.run_task`, and engine API callers through
 :func:`write_in_place` and :func:`commit_direct_task`); the job commit
 (:func:`~amcommit.table.commit.run_table_commit`) and the rollback
 (:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write by its
-manifests. The staged path (files staged in ``.hoodie/.temp/<instant>/`` and renamed at job
-commit) stays the default. See ``NOTES-26.md`` at the repository root for what is done,
-what is next, and what Hudi's own marker code does with our job files.
+manifests. The staged path (files staged in the write's job directory and renamed at job
+commit) stays the default. amcommit's own job directory of every table write is
+``.hoodie/.aux/amcommit/<instant>/`` (:func:`~amcommit.table.staging.table_layout`), never
+the marker folder: Hudi's ``MarkerBasedRollbackStrategy`` reads *every* file under
+``.hoodie/.temp/<instant>/`` as a marker and fails on any other. See ``NOTES-26.md`` at the
+repository root for what is done and what is next.
 
 Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
 ------------------------------------------------------------------------------------
@@ -33,46 +36,67 @@ is written: Hudi reads its absence as direct markers.
    table) and gives every base file an attempt may have created; :func:`reconcile` deletes
    those not in the winning manifests (``markers - winners``, :func:`losers`); then the
    table commit's usual steps (order check, label check, plan, partition metadata, publish);
-   then :func:`remove_markers`: one more listing of the marker folder (fresh: a zombie may
-   have added markers since the reconcile) and the files of markers not among the winners
-   deleted again. The markers themselves go with the engine's cleanup of the staging
-   folder (the marker folder is the job directory): one recursive delete on local files
-   and ADLS Gen2, batch deletes on Azure Blob, one delete per object on GCS. Requests at
-   job commit beyond the staged commit's fixed ones: the reconcile's and this listing
-   (one request per listing page of markers on object stores) and one delete per loser
-   file; measured on local files: 21 mutating requests for 20 or 200 files (staged: 49
-   and 229).
+   then the journal, heartbeat and job directory are removed and the lock released. The
+   markers are removed **after the lock is released** (as Hudi deletes its marker folder
+   after the commit), by the writer's ``commit_job``
+   (:meth:`~amcommit.table.kind.TableKind.guard`, through :func:`sweep_late_markers`):
+   one fresh listing of the marker folder (a zombie may have added markers since the
+   reconcile), the files of markers no winner names deleted (uploads landed since the
+   reconcile), then every listed marker by name (:func:`judge_markers`: batch deletes on
+   Azure Blob, one delete per marker on GCS, local files and ADLS Gen2, then the emptied
+   folders by non-recursive deletes on stores with directories), except a loser's marker
+   whose file was not found and that is younger than ``grace`` = ``writer_ttl``: its
+   upload may still land. The folder is never deleted recursively: a marker created after
+   the listing stays for the next sweep. A commit the engine completes for another (an
+   abort past the point of no return, a later writer finishing a dead one) removes the
+   markers itself right after the publish. Mutating requests on local files
+   (``tests/table/test_staging_layout.py``): the job commit 23 for 20 and for 200 files
+   (reconcile's listing and loser deletes, partition metadata, journal, publish, cleanup
+   of the job directory, lock), then the marker removal one per marker plus one per
+   partition folder and one for the instant's folder (31 and 211).
 3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
    without markers (the marker folder gone), the caller lists the partitions
    (:func:`~amcommit.table.undo.remove_stamped`).
-4. **Late markers** (:func:`sweep_late_markers`, for a later commit, clean or rollback):
+4. **Late markers** (:func:`sweep_late_markers`; after every table commit, in every
+   clean, :func:`amcommit.table.clean.clean`, and every ``amcommit rollback``,
+   :func:`amcommit.table.rollback.rollback_instant`, each with ``grace`` = ``writer_ttl``;
+   the rollback of a dead writer by a later commit is followed by that commit's sweep):
    the marker folder of an instant that completed, or whose write is gone (no job marker
-   ``_job.json``), still holding markers, was written to by a zombie after the decision:
-   its non-winning files are deleted. A marker whose file was not (yet) found is kept until
-   it is older than ``grace`` seconds: its upload may still land; it is removed after that.
+   ``_job.json``), still holding markers, was written to by a zombie after the decision
+   (or its marker removal was cut short): its non-winning files are deleted, then its
+   markers. A marker whose file was not (yet) found is kept until it is older than
+   ``grace`` seconds: its upload may still land; it is removed after that. A pending
+   write's folder is never listed (its instant and job marker are looked at first).
 
 What is atomic: nothing here is atomic as a whole; each step is one idempotent request per
 path, and every step can be repeated after a crash.
 
-The window that remains (to measure next): a zombie whose upload lands after the commit's
-:func:`reconcile` is visible to snapshot reads (pitfall 3) from the publish until
-:func:`remove_markers` (the same commit, right after the publish) or its own check deletes
-it. One whose upload lands after that listing *and* that dies before its own check stays
-visible: if its marker was written after the cleanup, until the next
-:func:`sweep_late_markers`; if before (the cleanup deleted the marker with the staging
-folder), for good. Closing that last case needs the markers out of the job directory (so
-the cleanup leaves a young loser's marker for the sweep): see ``NOTES-26.md``.
+The window that remains (measured on local files by
+``tests/table/test_staging_layout.py::test_zombie_after_commit_gone_after_next_commit_clean_or_rollback``):
+a zombie attempt (still running after the job was decided) whose upload lands after the
+commit's :func:`reconcile` is visible to hudi-rs's snapshot reads (pitfall 3; never to
+amcommit's reader, which reads the commit's file list) from the publish until its own
+check deletes it (one request after its upload), or, after the lock is released, the
+commit's marker removal does. One whose upload lands after that listing *and* that dies
+before its own check stays visible until the next commit, clean or ``amcommit rollback``
+of the table sweeps its marker (kept by the first because its file was not there yet and
+it was younger than ``writer_ttl``): the sweep itself took 8 ms (clean) to 30 ms
+(rollback) on local files; the window is the time to the next of these operations. A
+zombie that writes its marker only after that sweep is caught by the following one. What
+no sweep can catch: a zombie whose marker is older than ``writer_ttl`` when its upload
+lands (an upload that takes longer than ``writer_ttl`` after its marker).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
-from amcommit.errors import AlreadyExists, CommitError, NotFound
+from amcommit.errors import AlreadyExists, AmcommitError, CommitError, NotFound, StoreError
 from amcommit.manifest import (
     TASK_MANIFEST_TYPE,
     TASK_MANIFEST_VERSION,
@@ -81,7 +105,7 @@ from amcommit.manifest import (
     encode_json,
 )
 from amcommit.parallel import run_parallel
-from amcommit.paths import basename, join, path_to_uri, relative_to
+from amcommit.paths import basename, is_within, join, parent, path_to_uri, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import decode_commit_metadata
@@ -98,6 +122,7 @@ __all__ = [
     "create_marker",
     "instant_state",
     "is_direct",
+    "judge_markers",
     "losers",
     "marked_files",
     "marker_dir",
@@ -106,15 +131,16 @@ __all__ = [
     "reconcile",
     "remove_markers",
     "rollback_from_markers",
+    "sweep_after",
     "sweep_instant",
     "sweep_late_markers",
     "write_in_place",
 ]
 
+log = logging.getLogger("amcommit.table.direct")
+
 MARKER_INFIX = ".marker."
 """Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
-
-JOB_MARKER = "_job.json"
 
 COMMIT_KEY = "amcommit.tableCommit"
 """The manifest ``extra_data`` key naming how the task wrote its files: :data:`DIRECT`
@@ -232,15 +258,16 @@ async def create_marker(
 
 
 async def instant_state(store: Store, dest: str, instant: str) -> str:
-    """``"completed"``, ``"pending"`` (the write's job marker is there, its instant not
+    """``"completed"``, ``"pending"`` (the write's job marker is there, in its staging
+    folder ``.hoodie/.aux/amcommit/<instant>/`` or an earlier version's, its instant not
     completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
     a commit completes its instant before it removes the job marker, a rollback removes the
     job marker before the instant files."""
+    from amcommit.table.staging import find_table_layout
+
     if await completed_instant(store, dest, instant) is not None:
         return "completed"
-    try:
-        await store.stat(join(marker_dir(dest, instant), JOB_MARKER))
-    except NotFound:
+    if await find_table_layout(store, dest, instant) is None:
         # a commit may have completed between the two looks
         return "completed" if await completed_instant(store, dest, instant) is not None else "gone"
     return "pending"
@@ -384,17 +411,48 @@ async def remove_markers(
     config: CommitterConfig = DEFAULT_CONFIG,
 ) -> tuple[list[str], int]:
     """After ``instant`` was decided (published or rolled back): one listing of its marker
-    folder; the base files of markers outside ``winners`` are deleted (a zombie's upload
-    that landed after the reconcile), then the markers (``delete_markers``; the job
-    commit leaves them to the engine's cleanup of the staging folder, which is the marker
-    folder: one recursive delete on local files and ADLS Gen2, batch deletes on Blob, one
-    delete per object on GCS). A loser's marker whose file was not found is kept while it
-    is younger than ``grace`` seconds (its upload may still land; a later
-    :func:`sweep_late_markers` removes it). Returns ``(files deleted, markers kept)``."""
+    folder, then :func:`judge_markers`. Returns ``(files deleted, markers kept)``."""
+    markers = await _list_markers(store, dest, instant)
+    return await judge_markers(
+        store,
+        dest,
+        instant,
+        markers,
+        winners,
+        grace=grace,
+        now=now,
+        delete_markers=delete_markers,
+        config=config,
+    )
+
+
+async def judge_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    markers: Sequence[tuple[ObjectInfo, str, IOType]],
+    winners: Iterable[str],
+    *,
+    grace: float,
+    now: float | None = None,
+    delete_markers: bool = True,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> tuple[list[str], int]:
+    """The listed ``markers`` of decided ``instant``: the base file of each marker outside
+    ``winners`` is deleted (an upload that landed after the reconcile), then the markers
+    (``delete_markers``) and the marker folders they emptied. A loser's marker whose file
+    was not found is kept while it is younger than ``grace`` seconds (its upload may still
+    land; a later :func:`sweep_late_markers` removes it).
+
+    Each listed marker is deleted by name (batch deletes on Azure Blob, one delete per
+    marker elsewhere), never the folder recursively: a marker a late attempt creates
+    after the listing stays for the next sweep. Then the emptied folders (stores with
+    directories: local files, ADLS Gen2), deepest first, each by a non-recursive delete
+    that fails, and is left, if anything was written into it meanwhile. Not atomic; every
+    step is idempotent. Returns ``(files deleted, markers kept)``."""
     policy = policies_of(config)[0]
     win = set(winners)
     now = time.time() if now is None else now
-    markers = await _list_markers(store, dest, instant)
     deleted: list[str] = []
     kept = 0
     remove: list[str] = []
@@ -417,7 +475,25 @@ async def remove_markers(
     await run_parallel(markers, judge, config.io_threads)
     if delete_markers:
         await _delete_all(store, sorted(remove), config)
+        if store.capabilities.directories and markers:
+            await _remove_empty_dirs(store, marker_dir(dest, instant), [m[0].path for m in markers])
     return sorted(deleted), kept
+
+
+async def _remove_empty_dirs(store: Store, folder: str, paths: Sequence[str]) -> None:
+    """The folders of ``paths`` up to and including ``folder``, deepest first, each removed
+    only if empty (a non-recursive delete; one that fails is left)."""
+    dirs: set[str] = {folder}
+    for p in paths:
+        d = parent(p)
+        while d != folder and is_within(d, folder):
+            dirs.add(d)
+            d = parent(d)
+    for d in sorted(dirs, key=lambda x: (-x.count("/"), x)):
+        try:
+            await store.delete(d)
+        except StoreError:
+            pass
 
 
 async def rollback_from_markers(
@@ -448,27 +524,38 @@ async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
 async def sweep_instant(
     store: Store, dest: str, instant: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
 ) -> list[str]:
-    """:func:`remove_markers` for one decided instant (completed: its commit's files are the
-    winners; gone: none are); nothing for a pending write or a folder without markers.
-    Returns the files deleted."""
-    if await marked_files(store, dest, instant) is None:
-        return []
+    """The markers of one decided instant (completed: its commit's files are the winners;
+    gone: none are), :func:`judge_markers`; nothing for a pending write (its instant and
+    job marker are looked at first: its marker folder is never listed) or a folder without
+    markers. Returns the files deleted."""
     state = await instant_state(store, dest, instant)
     if state == "pending":
         return []
+    markers = await _list_markers(store, dest, instant)
+    if not markers:
+        return []
     winners = await _winners_of(store, dest, instant) if state == "completed" else set()
-    deleted, _ = await remove_markers(store, dest, instant, winners or (), grace=grace, config=config)
+    deleted, _ = await judge_markers(store, dest, instant, markers, winners or (), grace=grace, config=config)
     return deleted
 
 
 async def sweep_late_markers(
-    store: Store, dest: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    first: str | None = None,
 ) -> dict[str, list[str]]:
-    """Find markers written after their instant was decided and remove their files (module
-    doc, step 4): one listing of ``.hoodie/.temp/``, then, for each instant folder that
-    holds markers and whose write is completed or gone, :func:`remove_markers` with the
-    completed commit's files as winners (none for a write that is gone). A pending write's
-    folder is left alone. Returns the files deleted, by instant."""
+    """Remove the markers of decided instants, and the files of those no winner names
+    (module doc, step 4): one listing of ``.hoodie/.temp/``, then :func:`sweep_instant` for
+    each instant folder there (``first``, if given, is swept first: the caller's own
+    write). A pending write's folder is left alone. Returns the files deleted, by instant.
+
+    Called after every table commit (outside the lock) for the committed write's own
+    markers, by every clean (:func:`amcommit.table.clean.clean`) and every rollback
+    (:func:`amcommit.table.rollback.rollback_instant`, and the rollback of dead writers by a
+    later commit), each with ``grace`` = ``writer_ttl``."""
     temp = join(dest, TEMP_DIR)
     instants: set[str] = set()
     try:
@@ -478,8 +565,33 @@ async def sweep_late_markers(
     except NotFound:
         return {}
     out: dict[str, list[str]] = {}
-    for instant in sorted(instants):
+    for instant in sorted(instants, key=lambda t: (t != first, t)):
         deleted = await sweep_instant(store, dest, instant, grace=grace, config=config)
         if deleted:
             out[instant] = deleted
     return out
+
+
+async def sweep_after(
+    store: Store,
+    dest: str,
+    what: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    first: str | None = None,
+) -> dict[str, list[str]]:
+    """:func:`sweep_late_markers` after ``what`` (a commit, clean or rollback) succeeded: a
+    failure never fails ``what``; it is logged (WARNING, one line) and the next sweep
+    completes it. Returns the files deleted, by instant ({} after a failure)."""
+    try:
+        return await sweep_late_markers(store, dest, grace=grace, config=config, first=first)
+    except AmcommitError as e:
+        log.warning(
+            "removing markers in %s after %s failed (%s stands; the next sweep retries): %s",
+            dest,
+            what,
+            what,
+            e,
+        )
+        return {}

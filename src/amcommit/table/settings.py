@@ -49,7 +49,7 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     table_commit: str = "staged"
     """How the tasks of a writer that supports both (the Spark data source's batch writes)
     write base files: ``"staged"`` (in the task attempt directory under
-    ``.hoodie/.temp/<instant>/``, renamed into the table at job commit) or ``"direct"``
+    ``.hoodie/.aux/amcommit/<instant>/``, renamed into the table at job commit) or ``"direct"``
     (straight to their final names under Hudi's direct markers; the job commit renames
     nothing: :mod:`amcommit.table.direct`). The job commit recognises either from the
     manifests; this setting only matters to the tasks. Experimental (issue 26)."""

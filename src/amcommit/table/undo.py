@@ -12,7 +12,8 @@ rollback finishes, because the instant files go last):
 2. any other base file stamped with the instant, and ``.hoodie_partition_metadata`` files
    that name it, in the partitions the write touched (the whole table when they are not
    known: the staging folder is gone); emptied partition folders;
-3. the staging folder ``.hoodie/.temp/<instant>/`` (its journal last);
+3. the staging folder ``.hoodie/.aux/amcommit/<instant>/`` (or an earlier version's
+   ``.hoodie/.temp/<instant>/``; its journal last);
 4. the heartbeat ``.hoodie/.heartbeat/<instant>``;
 5. the inflight file, then the ``.requested`` file.
 

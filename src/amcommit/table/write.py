@@ -23,8 +23,9 @@ above, or ``direct``: straight to their final names under Hudi's direct markers,
    first writers one creates it, the other continues the table if the specs agree, else
    fails with one line);
 2. allocates the instant: strictly later than every instant in ``.hoodie/`` and every
-   staging folder in ``.hoodie/.temp/``, claimed by the create-only put of the job marker
-   ``.hoodie/.temp/<instant>/_job.json``. It then lists again: if any instant later than the
+   staging folder in ``.hoodie/.aux/amcommit/`` (and every folder in ``.hoodie/.temp/``: an
+   earlier version's staging, or markers), claimed by the create-only put of the job marker
+   ``.hoodie/.aux/amcommit/<instant>/_job.json``. It then lists again: if any instant later than the
    claimed one appeared meanwhile (a concurrent writer), the claim is given up and a later
    time taken, so instants complete in allocation order without anyone waiting forever;
 3. writes the heartbeat, then ``<instant>.<action>.requested`` and the inflight file
@@ -65,16 +66,16 @@ from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, Stat
 from amcommit.table.naming import (
     HOODIE_DIR,
     PROPERTIES_FILE,
+    STAGING_DIR,
     TEMP_DIR,
     base_file_name,
-    is_instant,
     new_file_id,
     next_instant,
     parse_base_file_name,
 )
 from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
 from amcommit.table.settings import table_settings
-from amcommit.table.staging import table_layout
+from amcommit.table.staging import instant_dirs, table_layout
 from amcommit.table.tasknames import ROWS_KEY, task_write_token
 from amcommit.table.timeline import list_instants
 from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
@@ -128,7 +129,7 @@ class TableWrite:
 
 
 class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
-    """``.hoodie/.temp/<instant>/_job.json``: what the job commit needs to know."""
+    """``.hoodie/.aux/amcommit/<instant>/_job.json``: what the job commit needs to know."""
 
     job_id: str
     created: float
@@ -288,15 +289,12 @@ async def committed_schema(
 
 
 async def _taken_times(store: Store, dest: str) -> set[str]:
-    """Times of every instant in ``.hoodie/`` and every staging folder in ``.hoodie/.temp/``."""
+    """Times of every instant in ``.hoodie/``, every staging folder in
+    ``.hoodie/.aux/amcommit/`` and every folder in ``.hoodie/.temp/`` (an earlier version's
+    staging, or a marker folder)."""
     times = {i.time for i in await list_instants(store, dest)}
-    try:
-        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
-            name = basename(info.path)
-            if is_instant(name):
-                times.add(name)
-    except NotFound:
-        pass
+    for folder in (STAGING_DIR, TEMP_DIR):
+        times |= await instant_dirs(store, join(dest, folder))
     return times
 
 
