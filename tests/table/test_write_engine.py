@@ -414,3 +414,36 @@ async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, t
             for n in (".hoodie_partition_metadata", *(f"F_attempt-I-m-00000{k}-0_I.parquet" for k in (0, 1)))
         ),
     ]
+
+
+async def test_a_write_mixing_staged_and_direct_tasks_is_refused(backend_local: StoreUnderTest) -> None:
+    """A write whose tasks disagree on table_commit (one staged, one in place) is refused at
+    job commit in one line before anything is published (taking it as either would publish
+    an instant naming files that are not there); the abort then leaves the table as it was."""
+    from amcommit.paths import basename
+    from amcommit.table.write import setup_table_task
+    from tests.table.writehelpers import by_partition, parquet_bytes
+
+    store = backend_local.store
+    dest = join(backend_local.base, "mixed")
+    data = rows(0, 8)
+    w = await begin(store, dest, config=FAST)
+    for n, mode in enumerate(("staged", "direct")):
+        base = f"{w.instant}_m_{n:06d}"
+        t = await setup_table_task(
+            store, w, f"task_{base}", f"attempt_{base}_0", config=FAST.with_options(table_commit=mode)
+        )
+        for part, prow in sorted(by_partition(data).items()):
+            rel = t.new_file(part)
+            mine = prow[n::2]
+            await t.put(rel, parquet_bytes(mine, meta=(w.instant, part, basename(rel), n)), rows=len(mine))
+        await t.commit()
+    with pytest.raises(CommitError, match=r"mixes tasks that wrote their files in place") as e:
+        await commit_job(store, dest, w.instant, config=FAST)
+    assert "\n" not in str(e.value)
+    assert f".hoodie/{w.instant}.commit" not in await listing(store, dest)
+    await abort_job(store, dest, w.instant, config=FAST)
+    after = await listing(store, dest)
+    assert not [n for n in after if n.endswith(".parquet")], after
+    assert not [n for n in after if ".hoodie/.aux/" in n or ".marker." in n], after
+    assert after == [".hoodie/hoodie.properties"]

@@ -66,7 +66,7 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
-from amcommit.table.direct import is_direct, reconcile, remove_markers, sweep_instant
+from amcommit.table.direct import check_one_mode, is_direct, reconcile, remove_markers, sweep_instant
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
 from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
@@ -737,6 +737,7 @@ async def run_table_commit(
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
     loaded = run.loaded
     assert loaded is not None
+    check_one_mode(loaded.extra_data, instant)
     if journal is None:
         if in_order is not None:
             instants = in_order

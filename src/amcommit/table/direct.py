@@ -197,6 +197,22 @@ def is_direct(extra_data: Iterable[dict[str, str]]) -> bool:
     return any(x.get(COMMIT_KEY) == DIRECT for x in extra_data)
 
 
+def check_one_mode(extra_data: Sequence[dict[str, str]], instant: str) -> None:
+    """CommitError (one line) if some of a write's manifests wrote their files in place and
+    others staged them: the job commit would rename the staged ones only if it took the
+    write as staged, and reconcile the others only if it took it as direct; either way
+    files named by the published instant would be missing. Nothing is changed; the write
+    stays pending for an abort."""
+    modes = {x.get(COMMIT_KEY) == DIRECT for x in extra_data}
+    if len(modes) > 1:
+        raise CommitError(
+            f"write {instant} mixes tasks that wrote their files in place (table_commit=direct) "
+            "with tasks that staged them: one writer's tasks must use one table_commit; abort it "
+            "(`amcommit abort-job`) and run it again",
+            stage="load_manifests",
+        )
+
+
 def direct_manifest(
     root_uri: str,
     layout: JobLayout,
