@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_SETTINGS", "TableConfig", "TableSettings", "table_settings"]
 TABLE_COMMITS = ("staged", "direct")
 
 
-def _check(writer_ttl: float, table_commit: str = "staged") -> None:
+def _check(writer_ttl: float, table_commit: str = "direct") -> None:
     # (no message shows the value given: it may be a secret given to the wrong option)
     if not writer_ttl > 0:
         raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
@@ -46,13 +46,25 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     clean_retain_commits: int | None = None
     """After each commit, clean file groups replaced before the latest N commits
     (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
-    table_commit: str = "staged"
-    """How the tasks of a writer that supports both (the Spark data source's batch writes)
-    write base files: ``"staged"`` (in the task attempt directory under
-    ``.hoodie/.temp/<instant>/``, renamed into the table at job commit) or ``"direct"``
-    (straight to their final names under Hudi's direct markers; the job commit renames
-    nothing: :mod:`amcommit.table.direct`). The job commit recognises either from the
-    manifests; this setting only matters to the tasks. Experimental (issue 26)."""
+    table_commit: str = "direct"
+    """How the tasks of the Spark data source's table writes (batch writes, the streaming
+    sink, ``foreachBatch``/``write_batch``) write base files: ``"direct"`` (the default:
+    straight to their final names under Hudi's direct markers
+    ``.hoodie/.temp/<instant>/<partition>/<file>.marker.CREATE``; the job commit renames
+    nothing, it deletes the files of attempts that did not win, then publishes:
+    :mod:`amcommit.table.direct`) or ``"staged"`` (in the task attempt directory under
+    ``.hoodie/.temp/<instant>/``, each renamed into the table at job commit: the behaviour
+    before issue 26). The job commit and a rollback recognise either from the manifests;
+    this setting only matters to the tasks.
+
+    No store or situation needs ``staged``: direct writes keep every guarantee of staged
+    ones (the kill matrix, concurrent writers, labels and replays) on local files, Azure
+    Blob, ADLS Gen2 and GCS. ``staged`` stays to compare with and to go back to the old
+    behaviour. What differs: a direct write's files sit at their final names (stamped with
+    an instant that is not completed, which readers ignore) from the task's upload on,
+    where a staged write's sit under ``.hoodie/.temp``; and an attempt's upload that lands
+    after its write was decided (a zombie) is removed by the attempt itself, the job
+    commit, or a later sweep (:mod:`amcommit.table.direct`)."""
 
     def __post_init__(self) -> None:
         _check(self.writer_ttl, self.table_commit)
