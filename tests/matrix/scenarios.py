@@ -802,6 +802,19 @@ TABLE_POINTS = [
     ("late_losers:end", True),
     ("cleanup:start", True),
 ]
+RENAMING = {"reconcile:start", "reconcile:end", "partition_meta:end"}
+"""The points where a direct write's journal says ``renaming`` (saved after the plan, before
+``renamed``)."""
+ABORT_RENAMING = on(
+    "an abort of a direct write whose journal says renaming rolls it back on object stores "
+    "(the engine's renames_done judges a file in place by the rename-id mark or etag a rename "
+    "leaves, which a file written in place lacks) and completes it on local files and ADLS "
+    "Gen2: all or nothing either way, but the outcome must not depend on the store (issue 26: "
+    "the table kind must decide, table/undo.py)",
+    "blob",
+    "gcs-double",
+    "gcs-fake",
+)
 TABLE_SAMPLE = {"plan_commit:end", "reconcile:end"}
 """The stages at which append and the whole-table overwrite are killed: either side of the
 point of no return (dynamic overwrite, the replacecommit with the most requests, is killed at
@@ -826,6 +839,7 @@ for _k, _j in TABLE_JOBS.items():
                     Fault("kill", P(_point), past_no_return=_past),
                     _then,
                     tables=(_j,),
+                    xfail=ABORT_RENAMING if _then == "abort" and _point in RENAMING else {},
                 )
             )
 # The staged table commit (table_commit=staged: files renamed into the table at job commit)
@@ -976,6 +990,7 @@ SCENARIOS += [
         _then,
         tables=(TABLE_JOBS["overwrite-dyn"],),
         backends=frozenset({"local", "blob", "dfs", _GCS[_i % 2]}),
+        xfail=ABORT_RENAMING if _then == "abort" and _name in ("throttled", "lock-lost") else {},
     )
     for _i, (_name, _what, _fault) in enumerate(TABLE_ERRORS)
     for _then in ("resume", "abort")

@@ -190,7 +190,7 @@ async def amcommit_view(cell: Cell, since: str) -> tuple[list[to.Row], list[to.R
             ]
         return sorted(out)
 
-    return await rows(await timeline.snapshot()), await rows((await timeline.changes(since)).added, since)
+    return await rows(await timeline.snapshot()), await rows((await timeline.changes(since)).visible(), since)
 
 
 async def table_view(cell: Cell, since: str) -> tuple[list[to.Row], list[to.Row]]:
