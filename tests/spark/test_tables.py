@@ -523,3 +523,69 @@ def test_table_written_by_spark_upserted_by_the_engine(spark: Any, tmp_path: Pat
     )
     assert rows == want
     assert len(hudi_rows(dest)) == 301
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("commit", ["direct"])
+def test_two_spark_writers_into_one_table(spark: Any, tmp_path: Path, commit: str) -> None:
+    """Two Spark applications (the child's driver process and this session) write into one
+    table at once: the child begins its write, whose upstream stage then sleeps; this
+    session's write runs all its tasks meanwhile (with direct writes both writes' files lie
+    in the same partitions while both are inflight), then waits for the child's earlier
+    instant and commits after it. Neither loses a file: both instants complete, every file
+    their metadata names exists, hudi-rs reads both writes' rows exactly, and no data file
+    is left that no completed instant names."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from tests.spark.helpers import stray_files
+
+    dest = tmp_path / "two"
+    opts = {"tableFormat": "hudi", "partitionBy": "cat", "table_commit": commit}
+    spark.range(0, 30, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat").write.format(
+        "amcommit"
+    ).mode("append").options(**opts).save(str(dest))
+    base = instants(dest)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root), *sys.path]))
+    spec = json.dumps({"partitionBy": "cat", "table_commit": commit, "sleep_ms": 15000})
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.spark.write_child", str(dest), "300", "1000", spec],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not pending(dest):  # the child's write is begun (its upstream stage sleeps)
+            assert child.poll() is None, child.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the child never began its write"
+            time.sleep(0.2)
+        theirs = pending(dest)[0]
+        spark.range(2000, 2300, numPartitions=2).selectExpr(
+            "id", "cast(id % 3 as string) as cat"
+        ).write.format("amcommit").mode("append").options(partitionBy="cat", table_commit=commit).save(
+            str(dest)
+        )
+        out, err = child.communicate(timeout=240)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0 and out.strip() == "done", err[-3000:]
+    done = instants(dest)
+    assert len(done) == 3 and done[:1] == base and done[1] == theirs, done
+    for t in done:
+        name = next(n for n in os.listdir(dest / ".hoodie") if n.startswith(t) and n.endswith(".commit"))
+        meta = json.loads((dest / ".hoodie" / name).read_text())
+        for stats in meta["partitionToWriteStats"].values():
+            for s in stats:
+                assert (dest / s["path"]).exists(), f"{s['path']} of {t} is lost"
+    got = hudi_rows(dest)
+    assert sorted(i for i, _ in got) == [*range(30), *range(1000, 1300), *range(2000, 2300)]
+    assert {t for _, t in got} == set(done)
+    assert stray_files(dest) == []
+    assert pending(dest) == []
