@@ -57,14 +57,15 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     before issue 26). The job commit and a rollback recognise either from the manifests;
     this setting only matters to the tasks.
 
-    No store or situation needs ``staged``: direct writes keep every guarantee of staged
-    ones (the kill matrix, concurrent writers, labels and replays) on local files, Azure
-    Blob, ADLS Gen2 and GCS. ``staged`` stays to compare with and to go back to the old
-    behaviour. What differs: a direct write's files sit at their final names (stamped with
-    an instant that is not completed, which readers ignore) from the task's upload on,
-    where a staged write's sit under ``.hoodie/.temp``; and an attempt's upload that lands
-    after its write was decided (a zombie) is removed by the attempt itself, the job
-    commit, or a later sweep (:mod:`amcommit.table.direct`)."""
+    No store needs ``staged``: direct writes keep the guarantees of staged ones (the kill
+    matrix on local files, Azure Blob, ADLS Gen2 and GCS; concurrent writers; labels and
+    replays). ``staged`` stays to compare with and to go back to the old behaviour. What
+    differs: a direct write's files sit at their final names from the task's upload on
+    (stamped with an instant that is not completed, which table readers ignore; plain
+    Parquet readers of the folder see them); and a task attempt still running after its
+    write was decided (a zombie) removes its own late upload, and the job commit deletes
+    late uploads it finds after publishing (:mod:`amcommit.table.direct`: the window that
+    remains), where a staged zombie's files never leave its attempt directory."""
 
     def __post_init__(self) -> None:
         _check(self.writer_ttl, self.table_commit)
