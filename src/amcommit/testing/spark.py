@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import tempfile
 import time
@@ -203,7 +202,19 @@ def kill_driver() -> None:
     time.sleep(60)  # pragma: no cover  (never reached)
 
 
-_COMPLETED = re.compile(r"/\.hoodie/\d{17}\.(commit|replacecommit)$")
+def _completed_instant_file(path: str) -> bool:
+    """``path`` is a completed write instant's file ``.hoodie/<instant>.commit`` /
+    ``.replacecommit``."""
+    from amcommit.table.model import parse_instant_file
+
+    folder, _, name = path.rpartition("/")
+    i = parse_instant_file(name)
+    return (
+        folder.endswith(".hoodie")
+        and i is not None
+        and i.completed
+        and i.action in ("commit", "replacecommit")
+    )
 
 
 class KillOnRename:
@@ -219,12 +230,12 @@ class KillOnRename:
         return getattr(self._inner, name)
 
     async def put(self, path: str, data: bytes, **kw: Any) -> Any:
-        if _COMPLETED.search(path):
+        if _completed_instant_file(path):
             kill_driver()
         return await self._inner.put(path, data, **kw)
 
     async def rename(self, src: str, dst: str, **kw: Any) -> RenameResult:
-        if _COMPLETED.search(dst):
+        if _completed_instant_file(dst):
             kill_driver()
         if dst.endswith(".parquet"):
             self._seen += 1
