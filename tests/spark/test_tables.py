@@ -550,7 +550,7 @@ def test_two_spark_writers_into_one_table(spark: Any, tmp_path: Path, commit: st
     base = instants(dest)
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root), *sys.path]))
-    spec = json.dumps({"partitionBy": "cat", "table_commit": commit, "sleep_ms": 15000})
+    spec = json.dumps({"partitionBy": "cat", "table_commit": commit, "sleep_ms": 10000})
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.spark.write_child", str(dest), "300", "1000", spec],
         stdout=subprocess.PIPE,
