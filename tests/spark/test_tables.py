@@ -525,57 +525,71 @@ def test_table_written_by_spark_upserted_by_the_engine(spark: Any, tmp_path: Pat
     assert len(hudi_rows(dest)) == 301
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("commit", ["direct"])
-def test_two_spark_writers_into_one_table(spark: Any, tmp_path: Path, commit: str) -> None:
-    """Two Spark applications (the child's driver process and this session) write into one
-    table at once: the child begins its write, whose upstream stage then sleeps; this
-    session's write runs all its tasks meanwhile (with direct writes both writes' files lie
-    in the same partitions while both are inflight), then waits for the child's earlier
-    instant and commits after it. Neither loses a file: both instants complete, every file
-    their metadata names exists, hudi-rs reads both writes' rows exactly, and no data file
-    is left that no completed instant names."""
+def test_two_writers_into_one_table(spark: Any, tmp_path: Path, commit: str) -> None:
+    """Two processes write into one table at once, both direct: a child (the engine's direct
+    writes: ``tests/spark/direct_child.py``) begins its write and puts its files in place,
+    then this session's Spark write runs its tasks (both writes' files lie in the same
+    partitions, both inflight) and waits at its commit for the child's earlier instant;
+    released once this write's tasks have written, the child commits, then this write.
+    Neither loses a file: both instants complete, every file their metadata names exists,
+    hudi-rs reads both writes' rows exactly, and no data file is left that no completed
+    instant names."""
+    import glob
     import json
     import subprocess
     import sys
+    import threading
     import time
 
     from tests.spark.helpers import stray_files
 
     dest = tmp_path / "two"
-    opts = {"tableFormat": "hudi", "partitionBy": "cat", "table_commit": commit}
-    spark.range(0, 30, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat").write.format(
-        "amcommit"
-    ).mode("append").options(**opts).save(str(dest))
+    opts = {"partitionBy": "cat", "table_commit": commit}
+    df = spark.range(0, 30, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat")
+    df.write.format("amcommit").mode("append").options(tableFormat="hudi", **opts).save(str(dest))
     base = instants(dest)
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root), *sys.path]))
-    spec = json.dumps({"partitionBy": "cat", "table_commit": commit, "sleep_ms": 10000})
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    argv = [sys.executable, "-m", "tests.spark.direct_child", str(tmp_path), "two", "1000"]
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.write_child", str(dest), "300", "1000", spec],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
+        [*argv, str(ready), str(release)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
+    error: list[BaseException] = []
+
+    def spark_write() -> None:
+        try:
+            more = spark.range(2000, 2300, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat")
+            more.write.format("amcommit").mode("append").options(**opts).save(str(dest))
+        except BaseException as e:  # reported below
+            error.append(e)
+
+    writer_thread = threading.Thread(target=spark_write)
     try:
-        deadline = time.monotonic() + 180
-        while not pending(dest):  # the child's write is begun (its upstream stage sleeps)
+        deadline = time.monotonic() + 120
+        while not ready.exists():
             assert child.poll() is None, child.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the child never began its write"
-            time.sleep(0.2)
-        theirs = pending(dest)[0]
-        spark.range(2000, 2300, numPartitions=2).selectExpr(
-            "id", "cast(id % 3 as string) as cat"
-        ).write.format("amcommit").mode("append").options(partitionBy="cat", table_commit=commit).save(
-            str(dest)
-        )
-        out, err = child.communicate(timeout=240)
+            assert time.monotonic() < deadline, "the child never wrote its files"
+            time.sleep(0.05)
+        theirs = ready.read_text()
+        writer_thread.start()
+        # this write's tasks wrote their six files (two tasks, three partitions) in place
+        while len(glob.glob(str(dest / ".hoodie" / ".temp" / "2*" / "cat=*" / "*.marker.CREATE"))) < 3 + 6:
+            assert writer_thread.is_alive(), error
+            assert time.monotonic() < deadline, "this write's tasks never wrote"
+            time.sleep(0.05)
+        assert pending(dest) and pending(dest)[0] == theirs
+        release.touch()
+        out, err = child.communicate(timeout=120)
+        writer_thread.join(120)
     finally:
+        release.touch()
         if child.poll() is None:
             child.kill()
     assert child.returncode == 0 and out.strip() == "done", err[-3000:]
+    assert not error, error
     done = instants(dest)
     assert len(done) == 3 and done[:1] == base and done[1] == theirs, done
     for t in done:
