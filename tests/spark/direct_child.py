@@ -21,6 +21,7 @@ from amcommit.store.local import LocalStore
 from amcommit.table.direct import commit_direct_task, write_in_place
 from amcommit.table.model import Operation
 from amcommit.table.naming import base_file_name, new_file_id, write_token
+from amcommit.table.schema import avro_schema
 from amcommit.table.write import begin_write
 from tests.table.writehelpers import parquet_bytes
 
@@ -31,7 +32,8 @@ async def begin_and_write(root: str, dest: str, start: int) -> str:
     """Begin the write and commit its three tasks; its instant."""
     store = LocalStore(root)
     async with store:
-        w = await begin_write(store, dest, operation=Operation.INSERT)
+        # (with its schema: a direct write's commit cannot yet derive it from a written file)
+        w = await begin_write(store, dest, operation=Operation.INSERT, avro_schema=avro_schema(SCHEMA, "two"))
         for k in range(3):
             ids = [i for i in range(start, start + 300) if i % 3 == k]
             part = f"cat={k}"
