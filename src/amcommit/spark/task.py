@@ -10,10 +10,11 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    local destination, or to local temporary files uploaded with ``store.put`` (a few at
    once, overlapping with encoding; each file is read into memory for its upload, as the
    store has no streaming upload yet, hence ``maxFileBytes``) for a cloud one;
-   A table write with ``table_commit=direct`` (:mod:`amcommit.table.direct`) writes its
-   base files to their final names in the table instead, each after its Hudi marker, and
-   checks the instant after each file (a write decided meanwhile fails the attempt, its
-   file removed);
+   a table write with ``table_commit=direct`` (the default; :mod:`amcommit.table.direct`)
+   writes its base files to their final names in the table instead, each after its Hudi
+   marker, and checks the instant after each file (a write decided meanwhile fails the
+   attempt, its file removed); the inserts of an upsert or delete still stage theirs
+   (``staged``), as that write's rewrite tasks do (:mod:`amcommit.spark.mutate`);
 3. commit the task: the manifest is built, saved and published (an atomic rename where the
    store has one); the manifest travels to the driver inside the commit message, with the
    published manifest's etag so the driver can tell whether the store holds this attempt's
