@@ -525,3 +525,88 @@ def test_table_written_by_spark_upserted_by_the_engine(spark: Any, tmp_path: Pat
     )
     assert rows == want
     assert len(hudi_rows(dest)) == 301
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("commit", ["direct"])
+def test_two_writers_into_one_table(spark: Any, tmp_path: Path, commit: str) -> None:
+    """Two processes write into one table at once, both direct: a child (the engine's direct
+    writes: ``tests/spark/direct_child.py``) begins its write and puts its files in place,
+    then this session's Spark write runs its tasks (both writes' files lie in the same
+    partitions, both inflight) and waits at its commit for the child's earlier instant;
+    released once this write's tasks have written, the child commits, then this write.
+    Neither loses a file: both instants complete, every file their metadata names exists,
+    hudi-rs reads both writes' rows exactly, and no data file is left that no completed
+    instant names."""
+    import glob
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.spark.helpers import stray_files
+
+    dest = tmp_path / "two"
+    opts = {"partitionBy": "cat", "table_commit": commit}
+    df = spark.range(0, 30, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat")
+    df.write.format("amcommit").mode("append").options(tableFormat="hudi", **opts).save(str(dest))
+    base = instants(dest)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root), *sys.path]))
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    argv = [sys.executable, "-m", "tests.spark.direct_child", str(tmp_path), "two", "1000"]
+    child = subprocess.Popen(
+        [*argv, str(ready), str(release)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    seen: list[str] = []  # what the releasing thread saw; its errors
+
+    def release_when_written() -> None:
+        try:
+            # this write's tasks wrote their six files (two tasks, three partitions) in place
+            deadline = time.monotonic() + 120
+            while (
+                len(glob.glob(str(dest / ".hoodie" / ".temp" / "2*" / "cat=*" / "*.marker.CREATE"))) < 3 + 6
+            ):
+                assert time.monotonic() < deadline, "this write's tasks never wrote"
+                time.sleep(0.05)
+            seen.extend(pending(dest))
+        except BaseException as e:  # reported below
+            seen.append(f"error: {e}")
+        finally:
+            release.touch()
+
+    releaser = threading.Thread(target=release_when_written)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert child.poll() is None, child.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the child never wrote its files"
+            time.sleep(0.05)
+        theirs = ready.read_text()
+        releaser.start()
+        # (Spark's write runs here: the data source is found from the session's own thread)
+        more = spark.range(2000, 2300, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat")
+        more.write.format("amcommit").mode("append").options(**opts).save(str(dest))
+        out, err = child.communicate(timeout=120)
+        releaser.join(60)
+    finally:
+        release.touch()
+        if child.poll() is None:
+            child.kill()
+    # both writes were inflight at once when the child was released, the child's first
+    assert len(seen) == 2 and seen[0] == theirs, seen
+    assert child.returncode == 0 and out.strip() == "done", err[-3000:]
+    done = instants(dest)
+    assert len(done) == 3 and done[:1] == base and done[1] == theirs, done
+    for t in done:
+        name = next(n for n in os.listdir(dest / ".hoodie") if n.startswith(t) and n.endswith(".commit"))
+        meta = json.loads((dest / ".hoodie" / name).read_text())
+        for stats in meta["partitionToWriteStats"].values():
+            for s in stats:
+                assert (dest / s["path"]).exists(), f"{s['path']} of {t} is lost"
+    got = hudi_rows(dest)
+    assert sorted(i for i, _ in got) == [*range(30), *range(1000, 1300), *range(2000, 2300)]
+    assert {t for _, t in got} == set(done)
+    assert stray_files(dest) == []
+    assert pending(dest) == []

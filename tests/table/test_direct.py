@@ -178,7 +178,7 @@ async def test_write_in_place_refuses_foreign_names(tmp_path: Path) -> None:
 
 
 def test_table_commit_setting() -> None:
-    assert TableConfig().settings().table_commit == "staged"
+    assert TableConfig().settings().table_commit == "direct"
     assert TableConfig.from_mapping({"table_commit": "direct"}).settings().table_commit == "direct"
     with pytest.raises(ConfigError, match="'table_commit' must be 'staged' or 'direct'"):
         TableConfig.from_mapping({"table_commit": "copy"})

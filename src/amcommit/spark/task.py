@@ -10,10 +10,11 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    local destination, or to local temporary files uploaded with ``store.put`` (a few at
    once, overlapping with encoding; each file is read into memory for its upload, as the
    store has no streaming upload yet, hence ``maxFileBytes``) for a cloud one;
-   A table write with ``table_commit=direct`` (:mod:`amcommit.table.direct`) writes its
-   base files to their final names in the table instead, each after its Hudi marker, and
-   checks the instant after each file (a write decided meanwhile fails the attempt, its
-   file removed);
+   a table write with ``table_commit=direct`` (the default; :mod:`amcommit.table.direct`)
+   writes its base files to their final names in the table instead, each after its Hudi
+   marker, and checks the instant after each file (a write decided meanwhile fails the
+   attempt, its file removed); the inserts of an upsert or delete still stage theirs
+   (``staged``), as that write's rewrite tasks do (:mod:`amcommit.spark.mutate`);
 3. commit the task: the manifest is built, saved and published (an atomic rename where the
    store has one); the manifest travels to the driver inside the commit message, with the
    published manifest's etag so the driver can tell whether the store holds this attempt's
@@ -63,6 +64,7 @@ from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
 from amcommit.table.direct import IOType, commit_direct_task, create_marker, instant_state, write_in_place
+from amcommit.table.model import Operation
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import table_settings
 from amcommit.table.staging import table_layout
@@ -288,8 +290,14 @@ def run_task(
             tmp: str | None = None
             uploads: _Uploads | None = None
             # table_commit=direct: base files go straight to their final names under Hudi's
-            # direct markers (amcommit.table.direct); the manifest lists them as before
-            direct = plan.table is not None and table_settings(config).table_commit == "direct"
+            # direct markers (amcommit.table.direct); the manifest lists them as before. Not
+            # (yet) the inserts of an upsert or delete: their write's rewrite tasks
+            # (spark/mutate.py) stage their files, and a write is direct or staged as a whole
+            direct = (
+                plan.table is not None
+                and table_settings(config).table_commit == "direct"
+                and plan.table_operation() not in (Operation.UPSERT, Operation.DELETE)
+            )
             placed: dict[str, tuple[int, str | None]] = {}  # direct: rel -> (size, etag)
 
             async def put_in_place(rel: str, data: bytes) -> None:

@@ -164,6 +164,12 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run:
             relative_to(parent(e.dst), dest) if parent(e.dst) != dest else "" for e in run.spool.entries()
         }
     direct = run.loaded is not None and is_direct(run.loaded.extra_data)
+    if direct and journal is not None:
+        # a direct write's journal is saved after its plan, with every winning file in place
+        # already: past its point of no return, as a staged write whose renames all happened
+        # (the engine's "every file in place" check cannot tell on object stores: a file
+        # written in place lacks the mark a rename leaves). The caller completes it.
+        return True
     async with ctx.stage("rollback_markers"):
         # files written in place (amcommit.table.direct): every marked one, winner or not
         marked = await rollback_from_markers(store, dest, instant, ctx.config)
