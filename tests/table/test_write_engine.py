@@ -447,3 +447,30 @@ async def test_a_write_mixing_staged_and_direct_tasks_is_refused(backend_local: 
     assert not [n for n in after if n.endswith(".parquet")], after
     assert not [n for n in after if ".hoodie/.aux/" in n or ".marker." in n], after
     assert after == [".hoodie/hoodie.properties"]
+
+
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_a_write_without_a_declared_schema_takes_a_written_files(
+    backend_local: StoreUnderTest, table_commit: str
+) -> None:
+    """begin_write without avro_schema: the commit records the schema of a written file,
+    read where the file is (staged: the attempt directory; direct: its final name)."""
+    from amcommit.paths import basename
+    from amcommit.table.write import setup_table_task
+    from tests.table.writehelpers import by_partition, parquet_bytes
+
+    store = backend_local.store
+    dest = join(backend_local.base, "noschema")
+    cfg = FAST.with_options(table_commit=table_commit)
+    w = await begin_write(store, dest, operation=Operation.INSERT, spec=SPEC, config=cfg)
+    data = rows(0, 4)
+    t = await setup_table_task(
+        store, w, f"task_{w.instant}_m_000000", f"attempt_{w.instant}_m_000000_0", config=cfg
+    )
+    for part, prow in sorted(by_partition(data).items()):
+        rel = t.new_file(part)
+        await t.put(rel, parquet_bytes(prow, meta=(w.instant, part, basename(rel), 0)), rows=len(prow))
+    await t.commit()
+    assert (await commit_job(store, dest, w.instant, config=cfg)).success
+    meta = decode_commit_metadata(await store.get(join(dest, f".hoodie/{w.instant}.commit")))
+    assert '"name": "v"' in meta.extra_metadata["schema"] or '"name":"v"' in meta.extra_metadata["schema"]

@@ -64,7 +64,6 @@ from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
 from amcommit.table.direct import IOType, commit_direct_task, create_marker, instant_state, write_in_place
-from amcommit.table.model import Operation
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import table_settings
 from amcommit.table.staging import table_layout
@@ -290,14 +289,10 @@ def run_task(
             tmp: str | None = None
             uploads: _Uploads | None = None
             # table_commit=direct: base files go straight to their final names under Hudi's
-            # direct markers (amcommit.table.direct); the manifest lists them as before. Not
-            # (yet) the inserts of an upsert or delete: their write's rewrite tasks
-            # (spark/mutate.py) stage their files, and a write is direct or staged as a whole
-            direct = (
-                plan.table is not None
-                and table_settings(config).table_commit == "direct"
-                and plan.table_operation() not in (Operation.UPSERT, Operation.DELETE)
-            )
+            # direct markers (amcommit.table.direct); the manifest lists them as before. The
+            # inserts of an upsert or delete too: its rewrite tasks (spark/mutate.py) follow
+            # the same setting, and a write is direct or staged as a whole
+            direct = plan.table is not None and table_settings(config).table_commit == "direct"
             placed: dict[str, tuple[int, str | None]] = {}  # direct: rel -> (size, etag)
 
             async def put_in_place(rel: str, data: bytes) -> None:

@@ -348,8 +348,10 @@ async def _schema_of(
     if not write_schema:
         import pyarrow.parquet as pq
 
+        in_place = is_direct(loaded.extra_data)  # a direct write's files are at their names
         for e in loaded.spool.entries():
-            data = await ctx.call(lambda e=e: ctx.store.get(e.src))  # type: ignore[misc]
+            path = e.dst if in_place else e.src
+            data = await ctx.call(lambda p=path: ctx.store.get(p))  # type: ignore[misc]
             write_schema = avro_schema(pq.ParquetFile(io.BytesIO(data)).schema_arrow, table)
             break
     if write_schema:
