@@ -1,18 +1,20 @@
 """Table writes that copy nothing (issue 26): base files written in place under Hudi's
 direct write markers; the job commit reconciles against the markers, then publishes.
 
-Status: a variant of the table job kind, chosen by the writer's tasks
-(``table_commit=direct``, :class:`~amcommit.table.settings.TableSettings`; the Spark task
-side, :func:`amcommit.spark.task.run_task`, and engine API callers through
-:func:`write_in_place` and :func:`commit_direct_task`); the job commit
-(:func:`~amcommit.table.commit.run_table_commit`) and the rollback
-(:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write by its
-manifests. The staged path (files staged in the write's job directory and renamed at job
-commit) stays the default. amcommit's own job directory of every table write is
-``.hoodie/.aux/amcommit/<instant>/`` (:func:`~amcommit.table.staging.table_layout`), never
-the marker folder: Hudi's ``MarkerBasedRollbackStrategy`` reads *every* file under
-``.hoodie/.temp/<instant>/`` as a marker and fails on any other. See ``NOTES-26.md`` at the
-repository root for what is done and what is next.
+Status: the default of every table write (``table_commit=direct``,
+:class:`~amcommit.table.settings.TableSettings`): the Spark task side
+(:func:`amcommit.spark.task.run_task`: batch writes, the streaming sink, ``foreachBatch``),
+the engine's table tasks (:func:`amcommit.table.write.setup_table_task`) and upserts and
+deletes (engine and Spark) write through :func:`write_in_place` and commit their tasks with
+:func:`commit_direct_task`; the job commit (:func:`~amcommit.table.commit.run_table_commit`)
+and the rollback (:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write
+by its manifests (a write mixing both ways is refused: :func:`check_one_mode`). The staged
+path (files staged in the write's job directory and renamed at job commit) stays as
+``table_commit=staged``, for readers that list files without the timeline. amcommit's own
+job directory of every table write is ``.hoodie/.aux/amcommit/<instant>/``
+(:func:`~amcommit.table.staging.table_layout`), never the marker folder: Hudi's
+``MarkerBasedRollbackStrategy`` reads *every* file under ``.hoodie/.temp/<instant>/`` as a
+marker and fails on any other.
 
 Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
 ------------------------------------------------------------------------------------
