@@ -227,7 +227,7 @@ async def _kill_then(cell: Cell, what: str, n: int, then: str) -> tuple[bool, bo
     await _tr.setup_table(cell)
     w = await _tr.begin(cell, cell.sc.tables[0])
     done = _fork_child(cell, w.instant, what, n)
-    _tr.check_all_or_nothing(cell, _to.OLD_ROWS, w)
+    await _tr.check_all_or_nothing(cell, _to.OLD_ROWS, w)
     op = commit_job if then == "commit" else abort_job
     await op(cell.store, cell.dest, w.instant, config=_tr.config())
     committed = await completed_instant(cell.store, cell.dest, w.instant) is not None
