@@ -29,14 +29,12 @@ import pyarrow.parquet as pq
 
 from amcommit import loop as amcommit_loop
 from amcommit.api import commit_job
-from amcommit.committer.task import commit_task, setup_task
-from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.labels import Label, last_committed, recover
 from amcommit.table.model import Operation
 from amcommit.table.report import table_report
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.write import TableSpec, begin_write, setup_table_task
 
 SPEC = TableSpec("events", meta_fields=False)  # unpartitioned; plain Parquet files
 
@@ -62,11 +60,12 @@ async def commit_batch(store: Store, dest: str, label: Label, inbox: Path, files
     buf = io.BytesIO()
     pq.write_table(rows, buf)
     write = await begin_write(store, dest, operation=Operation.INSERT, spec=SPEC, label=label)
-    attempt = f"attempt_{write.instant}_m_000000_0"
-    work = await setup_task(store, write.layout, attempt)
-    await store.put(join(work, "part-00000.parquet"), buf.getvalue())
-    counts = {"hudi.rows": json.dumps({"part-00000.parquet": rows.num_rows})}
-    await commit_task(store, write.layout, f"task_{write.instant}_m_000000", attempt, extra_data=counts)
+    # one task; its file staged, or written in place, as the config's table_commit says
+    task = await setup_table_task(
+        store, write, f"task_{write.instant}_m_000000", f"attempt_{write.instant}_m_000000_0"
+    )
+    await task.put(task.new_file(""), buf.getvalue(), rows=rows.num_rows)
+    await task.commit()
     report = table_report(await commit_job(store, dest, write.instant))  # a TableReport
     if report.skipped_label:
         return f"batch {label.version} was already committed by {report.skipped_label}: skipped"

@@ -477,7 +477,7 @@ def _fast_prefixes_for(
 def _sane_prefix(p: str) -> bool:
     """A store path that maps to itself as a URI path: :func:`~amcommit.paths.is_plain_path`, or
     one whose only oddity is segments starting with a dot that are not ``.``/``..`` (a table's
-    staging folder, ``.hoodie/.temp/...``)."""
+    staging folder, ``.hoodie/.aux/amcommit/...``)."""
     if is_plain_path(p):
         return True
     return (

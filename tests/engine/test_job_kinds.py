@@ -454,7 +454,14 @@ async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
     kind.calls.clear()
     aborted = await abort_with(as_kind, store, dest, "notes_3")
     assert isinstance(aborted, NotesReport) and not aborted.success
-    assert kind.calls == ["layouts", "new_report", "layouts", "new_report", "roll_back:delete_job"]
+    assert kind.calls == [
+        "layouts",
+        "lock_staging",  # an abort locks where the kind's commits lock
+        "new_report",
+        "layouts",
+        "new_report",
+        "roll_back:delete_job",
+    ]
     assert [p for p in await _listing(store, dest) if p.startswith(("d/", ".notes/notes_3"))] == []
 
     # an abort of a job that never was: the kind finishes what is left (nothing)

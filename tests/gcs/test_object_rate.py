@@ -35,7 +35,7 @@ from amcommit.store.gcs.errors import OBJECT_WRITE_WINDOW, classify
 from amcommit.store.http import HttpResponse
 from amcommit.store.limits import Limiter
 from amcommit.table.heartbeat import _fresh
-from amcommit.table.naming import HEARTBEAT_DIR, TEMP_DIR, heartbeat_path
+from amcommit.table.naming import HEARTBEAT_DIR, STAGING_DIR, heartbeat_path
 from amcommit.table.reader import Timeline
 from amcommit.table.timeline import instants_of
 from amcommit.testing.gcs_double import OBJECT_BURST, OBJECT_RATE, GcsDouble
@@ -253,8 +253,10 @@ async def test_back_to_back_table_commits_under_the_gcs_limit() -> None:
         assert sorted(ids) == list(range(10 * n)) and len(files) == 4 * n  # 2 tasks x 2 partitions
         completed = [i for i in instants_of(_timeline_names(d)) if i.completed]
         assert len(completed) == n and len({i.time for i in completed}) == n
-        assert not [p for p in left if p.startswith((".hoodie/.temp/", ".hoodie/.heartbeat/"))], left
-        assert set(d.rate_limited) <= {f"bkt/{lock_path('tbl', staging=TEMP_DIR)}"}, d.rate_limited
+        assert not [
+            p for p in left if p.startswith((".hoodie/.temp/", ".hoodie/.aux/", ".hoodie/.heartbeat/"))
+        ], left
+        assert set(d.rate_limited) <= {f"bkt/{lock_path('tbl', staging=STAGING_DIR)}"}, d.rate_limited
         assert store.limiter.rate_decreases == 0 and store.limiter.throttle_events == 0
         steady, late = statistics.median(seconds[3:10]), statistics.median(seconds[-7:])
         assert late <= 1.3 * steady + 0.5, seconds  # no growing delay

@@ -114,6 +114,10 @@ class Scenario:
     (a permanent store error, then ``amcommit rollback``)."""
     backends: frozenset[str] | None = None
     """The backends the scenario runs on (None: every one); the others show as ``–``."""
+    table_commit: str = "direct"
+    """A table scenario's ``table_commit`` (:mod:`amcommit.table.direct`): ``direct``
+    (the default; base files written in place under markers, one loser attempt besides the
+    winners) or ``staged`` (staged in the attempt directories, renamed at job commit)."""
 
 
 def P(point: str) -> dict[str, Any]:
@@ -771,33 +775,36 @@ SCENARIOS += [
     for _then in ("resume", "abort")
 ]
 
-# -- Hudi table commits (issue 13): killed at every stage of the table commit ----------------------
-# The write: two tasks, four base files in p=a (an old partition) and p=c (a new one).
+# -- Hudi table commits (issues 13, 26): killed at every stage of the table commit ------------------
+# The write: two tasks, four base files in p=a (an old partition) and p=c (a new one). Table
+# writes are direct (issue 26, the default): each task writes its files in place under Hudi's
+# markers and one loser attempt wrote a file it never committed (the reconcile deletes it).
 T_ROWS = (((10, "a", "n10"), (11, "c", "n11")), ((12, "a", "n12"), (13, "c", "n13"), (14, "a", "n14")))
 TABLE_JOBS = {
     "append": TableJob(INSERT, T_ROWS),
     "overwrite-dyn": TableJob(OVERWRITE, T_ROWS),
     "overwrite-all": TableJob(OVERWRITE_TABLE, T_ROWS),
 }
-# (kill point, past the point of no return): the table commit's stages (table/commit.py).
-# Once every file is renamed, abort_job completes the commit (as for plain commits); the
-# journal says "renamed" after partition_meta; publish writes the completed instant.
+# (kill point, past the point of no return): the direct table commit's stages
+# (table/commit.py). The journal is saved ("renaming") right after plan_commit; from then on
+# every winning file is in place, so abort_job completes the commit (the table kind says so:
+# table/undo.py; as for a staged commit whose renames all happened); publish writes the
+# completed instant; the markers go after the lock is released (cleanup is the last point).
 TABLE_POINTS = [
     ("load_manifests:end", False),
     ("check_order:end", False),
     ("plan_commit:end", False),
-    ("prepare_dirs:end", False),
-    ("rename_files:progress:2", False),
-    ("rename_files:end", True),
+    ("reconcile:start", True),
+    ("reconcile:end", True),
     ("partition_meta:end", True),
     ("publish:start", True),
     ("publish:end", True),
     ("cleanup:start", True),
 ]
-TABLE_SAMPLE = {"rename_files:progress:2", "publish:end"}
-"""The stages at which append and the whole-table overwrite are killed: before and after the
+TABLE_SAMPLE = {"plan_commit:end", "reconcile:end"}
+"""The stages at which append and the whole-table overwrite are killed: either side of the
 point of no return (dynamic overwrite, the replacecommit with the most requests, is killed at
-all of them; tests/table/test_write_kills.py kills it before every request): suite budget."""
+all of them; tests/table/test_direct_kills.py kills it before every request): suite budget."""
 
 SCENARIOS += [
     Scenario(f"table-{k}", f"table: {j.operation}, no fault", {}, (), tables=(j,))
@@ -820,17 +827,33 @@ for _k, _j in TABLE_JOBS.items():
                     tables=(_j,),
                 )
             )
+# The staged table commit (table_commit=staged: files renamed into the table at job commit)
+# keeps one representative: killed mid-renames, then aborted (the renamed files moved back),
+# on local files and on Blob (a rename is a copy and a delete there).
+SCENARIOS.append(
+    Scenario(
+        "table-staged-overwrite-dyn-kill-rename-files-2-abort",
+        "table, staged: insert_overwrite, killed at rename_files:progress:2, abort",
+        {},
+        (),
+        Fault("kill", P("rename_files:progress:2")),
+        "abort",
+        tables=(TABLE_JOBS["overwrite-dyn"],),
+        backends=frozenset({"local", "blob"}),
+        table_commit="staged",
+    )
+)
 TABLE_TTL = 30.0
 """Lock and heartbeat ttl of the table takeovers: long enough that waiting for either would
 show (A's process is provably dead on this host: taken over at once)."""
-_MARKER_GONE = {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.temp/2*/_job.json"}
+_MARKER_GONE = {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.aux/amcommit/2*/_job.json"}
 MID_CLEANUP = {
     # flat stores delete the staging objects one by one: cut right after the job marker's
     "blob": _MARKER_GONE,
     "gcs-double": _MARKER_GONE,
     "gcs-fake": _MARKER_GONE,
     # stores with directories delete folders: cut after the first one
-    "*": {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.temp/2*"},
+    "*": {"type": "store", "op": "delete", "path": "{dest}/.hoodie/.aux/amcommit/2*"},
 }
 SCENARIOS += [
     Scenario(
@@ -846,23 +869,26 @@ SCENARIOS += [
     for _then in ("resume", "abort")
 ]
 T_B = TableJob(OVERWRITE, (((20, "a", "b20"), (21, "d", "b21")),))
+LOSER = "{dest}/p=*"
+"""The loser attempt's base file (the only base file a direct table commit deletes)."""
 SCENARIOS += [
     Scenario(
         "table-failed-rollback",
-        "table: overwrite fails for good at its 2nd rename; amcommit rollback: the old table",
+        "table: overwrite fails for good saving its plan (permission denied); amcommit rollback: "
+        "the old table (the loser's file gone too)",
         {},
         (),
         Fault("store", rule="fail"),
         tables=(TABLE_JOBS["overwrite-dyn"],),
     ),
     Scenario(
-        "table-takeover-mid-rename",
-        f"table: writer A killed mid-rename holding the lock (ttl {TABLE_TTL:g} s); writer B "
-        "takes the lock over, completes A's commit (its journal), commits: A then B",
+        "table-takeover-mid-commit",
+        f"table: writer A killed after its reconcile holding the lock (ttl {TABLE_TTL:g} s); "
+        "writer B takes the lock over, completes A's commit (its journal), commits: A then B",
         {},
         (),
         # past_no_return here: the takeover completes A's commit (as for plain destinations)
-        Fault("takeover", P("rename_files:progress:2"), lock_ttl=TABLE_TTL, past_no_return=True),
+        Fault("takeover", P("reconcile:end"), lock_ttl=TABLE_TTL, past_no_return=True),
         tables=(TABLE_JOBS["append"], T_B),
     ),
     Scenario(
@@ -877,24 +903,18 @@ SCENARIOS += [
 ]
 
 # -- a table commit that fails for good, then commit-job again / abort-job (issue 23 item 4): the
-# dynamic overwrite (a replacecommit), one representative per kind of failure point
+# dynamic overwrite (a replacecommit), one representative per kind of failure point. (A direct
+# commit renames no base file: the staged commit's "a rename's source changed" has no
+# counterpart; the deletion of the loser's file takes the renames' place.)
 TABLE_ERRORS: list[tuple[str, str, Fault]] = [
     (
         "throttled",
-        "a throttling storm that never ends, from the 3rd rename into the table",
+        "a throttling storm that never ends on the loser's file's deletion",
         Fault(
             "error",
-            fail=({"kind": "throttle", "op": "rename", "path": FORWARD, "after": 2},),
+            fail=({"kind": "throttle", "op": "delete", "path": LOSER},),
             raises="Throttled",
-        ),
-    ),
-    (
-        "precondition",
-        "the 3rd rename's source changed (PreconditionFailed): refused, rolled back",
-        Fault(
-            "error",
-            fail=({"error": "PreconditionFailed", "op": "rename", "path": FORWARD, "after": 2, "count": 1},),
-            raises="CommitError",
+            past_no_return=True,  # the journal was saved before the reconcile
         ),
     ),
     (
@@ -915,16 +935,22 @@ TABLE_ERRORS: list[tuple[str, str, Fault]] = [
     ),
     (
         "lock-lost",
-        "every heartbeat of the table's lock fails: the lock is lost mid-rename (LockLost)",
+        "every heartbeat of the table's lock fails: the lock is lost mid-reconcile (LockLost)",
         Fault(
             "error",
             rule="lock-lost",
             fail=(
-                {"error": "Transient", "op": "put", "path": "{dest}/.hoodie/.temp/_commit.lock", "after": 1},
-                {"kind": "latency", "op": "rename", "path": FORWARD, "seconds": 0.6},
+                {
+                    "error": "Transient",
+                    "op": "put",
+                    "path": "{dest}/.hoodie/.aux/amcommit/_commit.lock",
+                    "after": 1,
+                },
+                {"kind": "latency", "op": "delete", "path": LOSER, "seconds": 2.5},
             ),
             raises="LockLost",
             lock_ttl=2.0,  # what follows renews a 2 s lease: a loaded CI machine kept 1 s badly
+            past_no_return=True,  # the journal was saved before the reconcile
         ),
     ),
     (
@@ -936,7 +962,7 @@ TABLE_ERRORS: list[tuple[str, str, Fault]] = [
                 {
                     "error": "NotSupported",
                     "op": ["delete", "delete_batch"],
-                    "path": "{dest}/.hoodie/.temp/2*",
+                    "path": "{dest}/.hoodie/.aux/amcommit/2*",
                 },
             ),
             raises="CommitError",

@@ -12,7 +12,7 @@ Expected results (paths relative to the table):
 * committed: the old objects unchanged (overwrites keep replaced files on disk until a
   clean), the new base files, ``.hoodie/<I>.<action>.requested``, the inflight file, the
   completed instant (its JSON: :func:`expected_metadata`), a ``.hoodie_partition_metadata``
-  naming ``I`` in each partition the write created; nothing under ``.hoodie/.temp`` or
+  naming ``I`` in each partition the write created; nothing under ``.hoodie/.temp``, ``.hoodie/.aux/amcommit`` or
   ``.hoodie/.heartbeat``;
 * rolled back: exactly the old objects;
 * rows (what hudi-rs must see): :func:`rows_after` / :data:`OLD_ROWS`.
@@ -42,7 +42,7 @@ OLD_INSTANT = "20200101000000000"
 INSERT, OVERWRITE, OVERWRITE_TABLE = "insert", "insert_overwrite", "insert_overwrite_table"
 ACTION = {INSERT: "commit", OVERWRITE: "replacecommit", OVERWRITE_TABLE: "replacecommit"}
 OPERATION_TYPE = {INSERT: "INSERT", OVERWRITE: "INSERT_OVERWRITE", OVERWRITE_TABLE: "INSERT_OVERWRITE_TABLE"}
-TEMP, HEARTBEAT = ".hoodie/.temp/", ".hoodie/.heartbeat/"
+TEMP, STAGING, HEARTBEAT = ".hoodie/.temp/", ".hoodie/.aux/amcommit/", ".hoodie/.heartbeat/"
 
 
 @dataclass(frozen=True)

@@ -88,12 +88,31 @@ def rows(df: Any, *cols: str) -> list[tuple[Any, ...]]:
 
 def unfinished(files: Path) -> list[str]:
     """What unfinished writes left in a table folder: instant files of instants that never
-    completed, staged instants (``.temp/<instant>``) and heartbeats."""
+    completed, staged instants (``.aux/amcommit/<instant>``) and heartbeats."""
     hoodie = files / ".hoodie"
     names = os.listdir(hoodie)
     done = {n.split(".")[0] for n in names if n.endswith((".commit", ".replacecommit"))}
     out = [n for n in names if n[0].isdigit() and n.split(".")[0] not in done]
-    for sub in (".temp", ".heartbeat"):
+    for sub in (".aux/amcommit", ".heartbeat"):
         d = hoodie / sub
         out += [f"{sub}/{n}" for n in (os.listdir(d) if d.exists() else []) if n[0].isdigit()]
     return sorted(out)
+
+
+def stray_files(files: Path) -> list[str]:
+    """Data files in a table folder that no completed instant's commit metadata names (a
+    file of an aborted, skipped or rolled-back write left behind; with direct writes such a
+    file sits in its partition, where plain Parquet readers and Hudi snapshot reads of a
+    completed instant's stamp would see it)."""
+    hoodie = files / ".hoodie"
+    named: set[str] = set()
+    for n in os.listdir(hoodie):
+        if n.endswith((".commit", ".replacecommit")) and n.split(".")[0].isdigit():
+            meta = json.loads((hoodie / n).read_text())
+            for stats in meta["partitionToWriteStats"].values():
+                named.update(s["path"] for s in stats)
+    found = []
+    for d, dirs, names in os.walk(files):
+        dirs[:] = [x for x in dirs if x != ".hoodie"]
+        found += [os.path.relpath(os.path.join(d, n), files) for n in names if n.endswith(".parquet")]
+    return sorted(set(found) - named)

@@ -95,9 +95,22 @@ def _model_checked(
     return reports
 
 
-def test_upsert_delete_model_checked_local(spark: Any, tmp_path: Path) -> None:
+_NO_BASE_FILE_RENAME = [
+    {"phase": "commit", "op": "rename", "path": "*.parquet", "after": 0, "error": "PermissionDenied"}
+]
+
+
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+def test_upsert_delete_model_checked_local(spark: Any, tmp_path: Path, table_commit: str) -> None:
+    """(direct: the rewrite tasks write each file group's new version in place under a
+    MERGE marker, the insert tasks new groups under CREATE markers; the job commits rename
+    no base file (a driver fault on the first such rename) and leave no marker.)"""
+    from amcommit.testing.spark import armed
+
     dest = tmp_path / "mt"
-    reps = _model_checked(spark, str(dest), str(dest), None, {})
+    with armed(driver_faults=_NO_BASE_FILE_RENAME if table_commit == "direct" else None):
+        reps = _model_checked(spark, str(dest), str(dest), None, {"table_commit": table_commit})
+    assert not (dest / ".hoodie" / ".temp").exists() or not any((dest / ".hoodie" / ".temp").rglob("*.*"))
     ins, up, dele, up2 = reps
     assert (ins.inserted, ins.files_rewritten, ins.footers_read) == (40, 0, 0)
     # key 2 (a) and key 1 (b) updated: one file group per partition rewritten

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from amcommit.committer.lock import lock_path
-from amcommit.table.naming import TEMP_DIR
+from amcommit.table.naming import STAGING_DIR
 from amcommit.testing.gcs_double import OBJECT_RATE, GcsDouble
 from tests.spark.test_stream import drop
 
@@ -68,11 +68,13 @@ def test_stream_as_fast_as_it_goes_under_the_gcs_limit(spark: Any, tmp_path: Pat
         ]
         app = labels[0].rsplit(":", 1)[0]
         assert labels == [f"{app}:{b}" for b in range(BATCHES)], labels
-        left = [n for n in objects if n.startswith((prefix + ".temp/", prefix + ".heartbeat/"))]
+        left = [
+            n for n in objects if n.startswith((prefix + ".temp/", prefix + ".aux/", prefix + ".heartbeat/"))
+        ]
         assert not left, left
         # only the commit lock, created and deleted by every batch, may be refused: every
         # other name a batch writes is written once, or within its burst
-        assert set(d.rate_limited) <= {f"{bucket}/{lock_path('warehouse/t', staging=TEMP_DIR)}"}, (
+        assert set(d.rate_limited) <= {f"{bucket}/{lock_path('warehouse/t', staging=STAGING_DIR)}"}, (
             d.rate_limited
         )
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in batches]

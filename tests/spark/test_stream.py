@@ -26,7 +26,7 @@ import pytest
 from amcommit.spark.stream import TIMINGS_ENV
 from amcommit.testing.spark import DIR_ENV, RELEASE_ENV, SIGNAL_ENV
 from amcommit.testing.spark import STREAM_ENV as ENV
-from tests.spark.helpers import unfinished
+from tests.spark.helpers import stray_files, unfinished
 
 pytestmark = pytest.mark.spark
 
@@ -158,8 +158,10 @@ class Target:
 
 def check(spark: Any, t: Target, input_ids: list[int], exact: bool, parquet: bool = True) -> list[int]:
     """No duplicate, nothing foreign; ``exact``: all the input. Three readers agree
-    (``parquet=False``: a kill mid renames left a file of an inflight instant that only
-    Hudi readers skip, until the restart rolls it back)."""
+    (``parquet=False``: a kill left files of an inflight instant in their partitions, as
+    a direct write's tasks write them, or mid renames, that only Hudi readers skip, until
+    the restart rolls it back); with ``parquet``, no data file that no completed instant
+    names either (a replay or rollback left no stray file)."""
     reader = spark.read.format("amcommit")
     for k, v in t.options.items():
         reader = reader.option(k, v)
@@ -170,6 +172,7 @@ def check(spark: Any, t: Target, input_ids: list[int], exact: bool, parquet: boo
     if parquet:
         par = sorted(r.id for r in spark.read.parquet(str(files)).select("id").collect())
         assert par == amc, (par, amc)
+        assert stray_files(files) == []
     assert len(set(amc)) == len(amc), f"duplicates: {amc}"
     assert set(amc) <= set(input_ids)
     if exact:
@@ -213,15 +216,18 @@ def test_stream_kill_chain(spark: Any, target: Target, tmp_path: Path) -> None:
     src, cp = tmp_path / "in", tmp_path / "cp"
     spec = query_spec(tmp_path, target)
     ids = drop(src, 0, 2)  # batches 0 and 1
-    # 1. killed during the task writes of batch 1 (batch 0 committed)
+    # 1. killed during the task writes of batch 1 (batch 0 committed; batch 1's tasks wrote
+    # their files in place: only Hudi readers skip them)
     rc, log = run(spec, "task_write@1")
     assert rc == -signal.SIGKILL, log
-    assert len(check(spark, target, ids, exact=False)) == 5  # one file: which one is Spark's choice
+    # one file: which one is Spark's choice
+    assert len(check(spark, target, ids, exact=False, parquet=False)) == 5
     # 2. restarted: batch 1 re-run, killed after its writes, before commit()
     rc, log = run(spec, "before_commit@1")
     assert rc == -signal.SIGKILL, log
-    assert len(check(spark, target, ids, exact=False)) == 5
-    # 3. killed inside the job commit's renames (the dead runs' instants rolled back first)
+    assert len(check(spark, target, ids, exact=False, parquet=False)) == 5
+    # 3. killed inside the job commit, before it publishes (the dead runs' instants rolled
+    # back first)
     rc, log = run(spec, "in_renames@1")
     assert rc == -signal.SIGKILL, log
     check(spark, target, ids, exact=False, parquet=False)
@@ -246,7 +252,7 @@ def test_stream_kill_chain(spark: Any, target: Target, tmp_path: Path) -> None:
     got = labels(files)
     app = got[0].rsplit(":", 1)[0]
     assert got == [f"{app}:{b}" for b in range(4)], got
-    temp = files / ".hoodie" / ".temp"
+    temp = files / ".hoodie" / ".aux" / "amcommit"
     assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
 
 
@@ -310,7 +316,7 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
     check(spark, t, ids, exact=True)
     got = labels(dest)
     assert len(got) == 2 and got[0].endswith(":0") and got[1].endswith(":1"), got
-    temp = dest / ".hoodie" / ".temp"
+    temp = dest / ".hoodie" / ".aux" / "amcommit"
     assert not [n for n in (os.listdir(temp) if temp.exists() else []) if n[0].isdigit()]
 
 
@@ -330,9 +336,9 @@ def test_no_stall_after_a_kill_at_begin_or_a_stop_mid_batch(spark: Any, tmp_path
     rc, log = run(spec, "after_begin@1")
     assert rc == -signal.SIGKILL, log
     left = unfinished(dest)
-    staged = [n.split("/")[1] for n in left if n.startswith(".temp/")]
+    staged = [n.split("/")[2] for n in left if n.startswith(".aux/amcommit/")]
     assert len(staged) == 1 and f"{staged[0]}.inflight" in left, left
-    assert not (dest / ".hoodie" / ".temp" / staged[0] / "_stream.json").exists()  # no task ran
+    assert not (dest / ".hoodie" / ".aux" / "amcommit" / staged[0] / "_stream.json").exists()  # no task ran
     # the restart: batch 1's commit rolls the dead run's instant back and commits at once;
     # then a graceful stop() in the middle of batch 2: abort() rolls its instant back
     drop(src, 100, 1)  # batch 2 (batch 1 is replayed with its recorded offsets)

@@ -98,7 +98,7 @@ def test_owner_files_round_trip(tmp_path: Path) -> None:
         store = LocalStore(str(tmp_path))
         async with store:
             await write_owner(store, "t", "20261101000000000", Owner("q", "r", None))
-            await store.put("t/.hoodie/.temp/notaninstant/_stream.json", b"{}")
+            await store.put("t/.hoodie/.aux/amcommit/notaninstant/_stream.json", b"{}")
             return await read_owners(store, "t")
 
     assert anyio.run(main) == {"20261101000000000": Owner("q", "r", None)}
@@ -363,6 +363,6 @@ def test_abort_without_reports_rolls_back_the_batch_and_late_tasks_leave_nothing
     with pytest.raises(AmcommitError, match="not active"):
         tasks.write(iter([rows]))
     assert left() == {theirs}
-    assert not (dest / ".hoodie" / ".temp" / mine).exists()
+    assert not (dest / ".hoodie" / ".aux" / "amcommit" / mine).exists()
     writer(str(tmp_path / "cp-other")).abort([None], 0)
     assert unfinished(dest) == []

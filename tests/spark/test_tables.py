@@ -163,7 +163,13 @@ def test_table_timeline_read_by_hudi_rs(spark: Any, tmp_path: Path) -> None:
     assert plain == sum(len(v) for v in written.values()) > len(latest)
 
 
-def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> None:
+_NO_BASE_FILE_RENAME = [
+    {"phase": "commit", "op": "rename", "path": "*.parquet", "after": 0, "error": "PermissionDenied"}
+]
+
+
+@pytest.mark.parametrize("commit", ["staged", "direct"])
+def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path, commit: str) -> None:
     """Partition 1's first attempt writes files, then fails: only the retry's files are
     published (pitfall 2: two attempts of one file group break every hudi-rs read)."""
     dest = tmp_path / "retry"
@@ -175,6 +181,9 @@ def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> N
         rowGroupRows="200",
         maxRecordsPerFile="300",
         fail_task={"partitions": [1], "attempts": [0], "after_rows": 900},
+        # direct: the job commit renames no base file (the first rename of one would fail)
+        driver_faults=None if commit == "staged" else _NO_BASE_FILE_RENAME,
+        table_commit=commit,
     ).save(str(dest))
     files = base_files(dest)
     ids = [parse_base_file_name(f.rsplit("/", 1)[-1]).file_id for f in files]  # type: ignore[union-attr]
@@ -192,7 +201,8 @@ def test_table_task_retry_publishes_one_attempt(spark: Any, tmp_path: Path) -> N
     assert keys == 4000
 
 
-def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("commit", ["staged", "direct"])
+def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path, commit: str) -> None:
     """Partition 0's first attempt finishes its files, then its Python worker dies (no
     cleanup): its files stay in the write's staging, never in the table."""
     dest = tmp_path / "crash"
@@ -207,12 +217,13 @@ def test_table_crashed_attempt_never_published(spark: Any, tmp_path: Path) -> No
             "after_rows": 500,
             "how": "exit",
         },
+        table_commit=commit,
     ).save(str(dest))
     files = base_files(dest)
     tokens = {parse_base_file_name(f.rsplit("/", 1)[-1]).write_token for f in files}  # type: ignore[union-attr]
     assert not any(t.startswith("0-") and t.endswith("-0") for t in tokens), tokens
     assert sorted(i for i, _ in hudi_rows(dest)) == list(range(3000))
-    assert not (dest / ".hoodie" / ".temp" / instants(dest)[0]).exists()
+    assert not (dest / ".hoodie" / ".aux" / "amcommit" / instants(dest)[0]).exists()
 
 
 def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
@@ -236,7 +247,8 @@ def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
         spark.read.format("amcommit").load(str(tmp_path / "nothing")).collect()
 
 
-def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("commit", ["staged", "direct"])
+def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path, commit: str) -> None:
     """A table on fake-gcs-server: amcommit's reader on the bucket, hudi-rs on a downloaded
     copy (hudi-rs's GCS client cannot be pointed at the emulator's plain-HTTP endpoint)."""
     import uuid
@@ -248,16 +260,24 @@ def test_table_on_fake_gcs(spark: Any, fake_gcs: Any, tmp_path: Path) -> None:
     url = f"gs://{bucket}/warehouse/events"
     opts = {"endpoint": fake_gcs.url}
     writer(
-        make_df(spark, n=500, parts=2), partitionBy="cat", tableFormat="hudi", recordKey="id", **opts
+        make_df(spark, n=500, parts=2),
+        partitionBy="cat",
+        tableFormat="hudi",
+        recordKey="id",
+        table_commit=commit,
+        **opts,
     ).save(url)
     writer(
         make_df(spark, n=100, start=1000, cats="a", parts=2),
         "overwrite",
         partitionOverwriteMode="dynamic",
+        table_commit=commit,
         **opts,
     ).save(url)
     names = download(url, opts, tmp_path / "copy")
-    assert not [n for n in names if "_temporary" in n or n.startswith(".hoodie/.temp/")], names
+    assert not [n for n in names if "_temporary" in n or n.startswith((".hoodie/.temp/", ".hoodie/.aux/"))], (
+        names
+    )
     expected = hudi_rows(tmp_path / "copy")
     assert sorted(i for i, _ in expected) == sorted(
         [i for i in range(500) if i % 3 != 0] + list(range(1000, 1100))
@@ -505,3 +525,88 @@ def test_table_written_by_spark_upserted_by_the_engine(spark: Any, tmp_path: Pat
     )
     assert rows == want
     assert len(hudi_rows(dest)) == 301
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("commit", ["direct"])
+def test_two_writers_into_one_table(spark: Any, tmp_path: Path, commit: str) -> None:
+    """Two processes write into one table at once, both direct: a child (the engine's direct
+    writes: ``tests/spark/direct_child.py``) begins its write and puts its files in place,
+    then this session's Spark write runs its tasks (both writes' files lie in the same
+    partitions, both inflight) and waits at its commit for the child's earlier instant;
+    released once this write's tasks have written, the child commits, then this write.
+    Neither loses a file: both instants complete, every file their metadata names exists,
+    hudi-rs reads both writes' rows exactly, and no data file is left that no completed
+    instant names."""
+    import glob
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.spark.helpers import stray_files
+
+    dest = tmp_path / "two"
+    opts = {"partitionBy": "cat", "table_commit": commit}
+    df = spark.range(0, 30, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat")
+    df.write.format("amcommit").mode("append").options(tableFormat="hudi", **opts).save(str(dest))
+    base = instants(dest)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root), *sys.path]))
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    argv = [sys.executable, "-m", "tests.spark.direct_child", str(tmp_path), "two", "1000"]
+    child = subprocess.Popen(
+        [*argv, str(ready), str(release)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    seen: list[str] = []  # what the releasing thread saw; its errors
+
+    def release_when_written() -> None:
+        try:
+            # this write's tasks wrote their six files (two tasks, three partitions) in place
+            deadline = time.monotonic() + 120
+            while (
+                len(glob.glob(str(dest / ".hoodie" / ".temp" / "2*" / "cat=*" / "*.marker.CREATE"))) < 3 + 6
+            ):
+                assert time.monotonic() < deadline, "this write's tasks never wrote"
+                time.sleep(0.05)
+            seen.extend(pending(dest))
+        except BaseException as e:  # reported below
+            seen.append(f"error: {e}")
+        finally:
+            release.touch()
+
+    releaser = threading.Thread(target=release_when_written)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert child.poll() is None, child.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the child never wrote its files"
+            time.sleep(0.05)
+        theirs = ready.read_text()
+        releaser.start()
+        # (Spark's write runs here: the data source is found from the session's own thread)
+        more = spark.range(2000, 2300, numPartitions=2).selectExpr("id", "cast(id % 3 as string) as cat")
+        more.write.format("amcommit").mode("append").options(**opts).save(str(dest))
+        out, err = child.communicate(timeout=120)
+        releaser.join(60)
+    finally:
+        release.touch()
+        if child.poll() is None:
+            child.kill()
+    # both writes were inflight at once when the child was released, the child's first
+    assert len(seen) == 2 and seen[0] == theirs, seen
+    assert child.returncode == 0 and out.strip() == "done", err[-3000:]
+    done = instants(dest)
+    assert len(done) == 3 and done[:1] == base and done[1] == theirs, done
+    for t in done:
+        name = next(n for n in os.listdir(dest / ".hoodie") if n.startswith(t) and n.endswith(".commit"))
+        meta = json.loads((dest / ".hoodie" / name).read_text())
+        for stats in meta["partitionToWriteStats"].values():
+            for s in stats:
+                assert (dest / s["path"]).exists(), f"{s['path']} of {t} is lost"
+    got = hudi_rows(dest)
+    assert sorted(i for i, _ in got) == [*range(30), *range(1000, 1300), *range(2000, 2300)]
+    assert {t for _, t in got} == set(done)
+    assert stray_files(dest) == []
+    assert pending(dest) == []

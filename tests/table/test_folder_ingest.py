@@ -27,12 +27,12 @@ REPO = str(Path(__file__).resolve().parents[2])
 # (regex on "<op> <path>", nth match): each run is killed there, then restarted
 KILLS = [
     (r"^delete .*/\.hoodie/\.heartbeat/\d{17}$", 1),  # batch 0 published, cleanup not done
-    (r"^put .*/\.hoodie/\.temp/\d{17}/_job\.json$", 2),  # begin_write of the run's 2nd batch
+    (r"^put .*/\.hoodie/\.aux/amcommit/\d{17}/_job\.json$", 2),  # begin_write of the run's 2nd batch
     (r"^rename .* -> .*/\.hoodie/\d{17}\.commit$", 1),  # every file in place, not published
-    (r"^put .*/part-00000\.parquet$", 2),  # a task writing the run's 2nd batch
+    (r"^put .*/[^/]*_attempt-[^/]*\.parquet$", 2),  # a task writing the run's 2nd batch (its base file)
     (r"^delete .*/\.hoodie/\.heartbeat/\d{17}$", 1),  # recover's rollback of that batch
     (r"^put .*/commit-plan\.json$", 2),  # label checked, plan not saved
-    (r"^delete .*/\.hoodie/\.temp/_commit\.lock$", 1),  # committed, lock not released
+    (r"^delete .*/\.hoodie/\.aux/amcommit/_commit\.lock$", 1),  # committed, lock not released
 ]
 SLOW = 30.0
 """No run takes this long: none waits for a dead run's lock (lock_ttl, 60 s)."""
@@ -100,6 +100,10 @@ async def test_folder_ingest_survives_kill_9(tmp_path: Path) -> None:
     names = await listing(store, "tbl")
     assert sorted(n for n in names if n.endswith(".parquet")) == sorted(f.path for f in snapshot(commits))
     done = {c.instant.time for c in commits}
-    assert [n for n in names if n.startswith((".hoodie/.temp/2", ".hoodie/.heartbeat/"))] == []
+    assert [
+        n
+        for n in names
+        if n.startswith((".hoodie/.aux/amcommit/2", ".hoodie/.temp/2", ".hoodie/.heartbeat/"))
+    ] == []
     assert [n for n in names if n.startswith(".hoodie/2") and n.split("/")[1][:17] not in done] == []
     await store.aclose()

@@ -68,7 +68,7 @@ async def test_long_write_kept_alive_is_not_rolled_back(backend_local: StoreUnde
     assert order[0] == early.instant
     done = await _completed(store, dest)
     assert done[-2:] == order
-    assert not [n for n in await listing(store, dest) if ".heartbeat/" in n or ".temp/" in n]
+    assert not [n for n in await listing(store, dest) if ".heartbeat/" in n or ".temp/" in n or ".aux/" in n]
 
 
 async def move_keeper_to_another_host(store: Store, dest: str, instant: str) -> None:

@@ -62,7 +62,7 @@ async def _check_exactly_once(
     leftovers = [
         n
         for n in names
-        if n.startswith((".hoodie/.temp/2", ".hoodie/.heartbeat/"))
+        if n.startswith((".hoodie/.aux/amcommit/2", ".hoodie/.temp/2", ".hoodie/.heartbeat/"))
         or (n.startswith(".hoodie/2") and n.split("/")[1][:17] not in completed)
     ]
     assert leftovers == []
@@ -176,10 +176,10 @@ def test_recover_releases_the_lock_of_a_commit_killed_before_releasing_it(
 
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     dest = f"lbl-{uuid.uuid4().hex[:8]}/tbl"
-    lock = f"{dest}/.hoodie/.temp/_commit.lock"
+    lock = f"{dest}/.hoodie/.aux/amcommit/_commit.lock"
     cfg = TableConfig(writer_ttl=60.0, lock_ttl=60.0, lock_wait=60.0)
     spec = {"backend": info, "dest": dest, "app": "app", "version": 1, "first": 10, "n": 6}
-    spec |= {"kill": r"^delete .*/\.hoodie/\.temp/_commit\.lock$", "ttl": 60.0}
+    spec |= {"kill": r"^delete .*/\.hoodie/\.aux/amcommit/_commit\.lock$", "ttl": 60.0}
     argv = [sys.executable, "-m", "tests.table.label_child", "--spec", json.dumps(spec)]
 
     def kill_run() -> None:

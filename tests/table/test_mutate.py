@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from amcommit.errors import NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
@@ -20,6 +21,7 @@ from amcommit.table.reader import Timeline
 from amcommit.table.report import table_report
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import load_timeline, snapshot
+from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 
 FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=3.0)
@@ -133,20 +135,41 @@ def _steps() -> list[tuple[str, list[dict[str, Any]]]]:
     return [("upsert", ins), ("upsert", up), ("delete", dele), ("upsert", up2)]
 
 
-async def _model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
+async def _temp_left(store: Store, dest: str) -> list[str]:
+    """What is left under ``.hoodie/.temp/`` (markers, staging)."""
+    try:
+        return [i.path async for i in store.list(join(dest, ".hoodie/.temp")) if not i.is_dir]
+    except NotFound:
+        return []
+
+
+async def _model_checked(sut: StoreUnderTest, hudi_uri: Any, table_commit: str = "staged") -> None:
+    """The sequence of _steps, checked after each step against the model (amcommit's reader
+    and hudi-rs: snapshot, time travel, incremental), then cleaned. ``table_commit``: how the
+    writes' files are written (staged and renamed, or direct: in place under markers, and
+    then no rename at all and no marker left)."""
     store, dest = sut.store, join(sut.base, "mt")
+    kw = KW | {"config": FAST.with_options(table_commit=table_commit)}
+    faulty = FaultyStore(store)
+    no_rename = faulty.fail("rename", path="*.parquet")  # a direct write renames no base file
+    merged = faulty.latency(0.0, "put", path="*.parquet.marker.MERGE")  # counts the markers put
+    created = faulty.latency(0.0, "put", path="*.parquet.marker.CREATE")
+    if table_commit == "direct":
+        store = faulty  # type: ignore[assignment]
     m: Model = {}
     history: list[tuple[str, Model]] = []
     changed: dict[tuple[str, int], str] = {}  # each record's latest change: its commit time
     changed_at: list[dict[tuple[str, int], str]] = []
     for op, rows in _steps():
         if op == "upsert":
-            rep = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **KW)
+            rep = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **kw)
             m = model_upsert(m, rows)
             changed = {**changed, **{(r["p"], r["id"]): rep.instant for r in rows}}
         else:
-            rep = await mutate.delete(store, dest, _t(rows), **KW)
+            rep = await mutate.delete(store, dest, _t(rows), **kw)
             m = model_delete(m, rows)
+        assert rep.job is not None and rep.job.success
+        assert await _temp_left(store, dest) == []  # no marker, no staging
         history.append((rep.instant, m))
         changed_at.append(changed)
         assert await amcommit_snapshot(store, dest) == rows_of(m), op
@@ -174,22 +197,29 @@ async def _model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
     assert done.files and not set(done.files) & live
     assert await amcommit_snapshot(store, dest) == rows_of(m)
     assert hudi_snapshot(uri, storage=storage) == rows_of(m)
+    if table_commit == "direct":
+        # new file groups under CREATE markers, new versions of file groups under MERGE
+        assert (no_rename.matched, merged.matched > 0, created.matched > 0) == (0, True, True)
     for t, snap in history[-2:]:
         assert await amcommit_snapshot(store, dest, t) == rows_of(snap)
         assert hudi_snapshot(uri, as_of=t, storage=storage) == rows_of(snap)
 
 
-async def test_model_checked_sequence_local(backend_local: StoreUnderTest) -> None:
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_model_checked_sequence_local(backend_local: StoreUnderTest, table_commit: str) -> None:
     store = backend_local.store
     assert isinstance(store, LocalStore)
-    await _model_checked(backend_local, lambda dest: (os.path.join(store.root, dest), None))
+    await _model_checked(backend_local, lambda dest: (os.path.join(store.root, dest), None), table_commit)
 
 
-async def test_model_checked_sequence_fake_gcs(backend_gcs_fake: StoreUnderTest) -> None:
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_model_checked_sequence_fake_gcs(backend_gcs_fake: StoreUnderTest, table_commit: str) -> None:
     srv: Any = backend_gcs_fake.extras["server"]
     opts = {"google_base_url": srv.url, "google_skip_signature": "true", "allow_http": "true"}
     await _model_checked(
-        backend_gcs_fake, lambda dest: (f"gs://{backend_gcs_fake.extras['bucket']}/{dest}", opts)
+        backend_gcs_fake,
+        lambda dest: (f"gs://{backend_gcs_fake.extras['bucket']}/{dest}", opts),
+        table_commit,
     )
 
 
@@ -340,30 +370,37 @@ def test_small_bloom_settings_are_used(tmp_path: Any) -> None:
     assert md[b"hoodie_min_record_key"] == b"1" and len(md[b"org.apache.hudi.bloomfilter"]) < 400
 
 
-async def test_conflicting_writers_one_fails_cleanly(backend_local: StoreUnderTest) -> None:
-    await _conflicting_writers(backend_local)
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_conflicting_writers_one_fails_cleanly(
+    backend_local: StoreUnderTest, table_commit: str
+) -> None:
+    await _conflicting_writers(backend_local, table_commit)
 
 
 async def test_conflicting_writers_one_fails_cleanly_fake_gcs(backend_gcs_fake: StoreUnderTest) -> None:
     await _conflicting_writers(backend_gcs_fake)
 
 
-async def _conflicting_writers(sut: StoreUnderTest) -> None:
+async def _conflicting_writers(sut: StoreUnderTest, table_commit: str = "staged") -> None:
     """B begins, A begins and reads the table, B commits a rewrite of file group F, A's
     commit (rewriting F too) fails with WriteConflict: one line, A rolled back, B's update
-    kept. A writer rewriting another file group meanwhile commits."""
+    kept. A writer rewriting another file group meanwhile commits. ``direct``: A's new
+    version of F is in the table (under its MERGE marker) until the rollback removes it
+    from its markers; the listing is then exactly B's, without anything of A."""
     from amcommit.table.errors import WriteConflict
+    from tests.table.writehelpers import listing
 
     store, dest = sut.store, join(sut.base, "cc")
+    kw = KW | {"config": FAST.with_options(table_commit=table_commit)}
     base = [{"id": i, "p": "ab"[i % 2], "v": "0", "ts": 1} for i in range(10)]
-    await mutate.upsert(store, dest, _t(base), precombine_field="ts", **KW)
+    await mutate.upsert(store, dest, _t(base), precombine_field="ts", **kw)
     b = await mutate.prepare(
         store,
         dest,
         _t([{"id": 0, "p": "a", "v": "B", "ts": 2}]),
         operation="UPSERT",
         precombine_field="ts",
-        **KW,
+        **kw,
     )
     a = await mutate.prepare(
         store,
@@ -371,7 +408,7 @@ async def _conflicting_writers(sut: StoreUnderTest) -> None:
         _t([{"id": 2, "p": "a", "v": "A", "ts": 2}]),
         operation="UPSERT",
         precombine_field="ts",
-        **KW,
+        **kw,
     )
     other = await mutate.prepare(
         store,
@@ -379,12 +416,23 @@ async def _conflicting_writers(sut: StoreUnderTest) -> None:
         _t([{"id": 1, "p": "b", "v": "O", "ts": 2}]),
         operation="UPSERT",
         precombine_field="ts",
-        **KW,
+        **kw,
     )
     assert b.report.instant < a.report.instant < other.report.instant
+    mine = [n for n in await listing(store, dest) if a.report.instant in n]
+    in_place = [n for n in mine if n.startswith("p=a/") and n.endswith(f"_{a.report.instant}.parquet")]
+    markers = [n for n in mine if n.endswith(".parquet.marker.MERGE")]
+    if table_commit == "direct":  # written in place: A's new version of F, its marker
+        assert len(in_place) == 1 and markers == [
+            f".hoodie/.temp/{a.report.instant}/{in_place[0]}.marker.MERGE"
+        ]
+    else:
+        assert in_place == [] and markers == []
     await b.commit()
+    before = await listing(store, dest)
     with pytest.raises(WriteConflict) as e:
         await a.commit()
+    assert await listing(store, dest) == [n for n in before if a.report.instant not in n]
     msg = str(e.value)
     assert "\n" not in msg and f"conflicts with instant {b.report.instant}" in msg and "rolled back" in msg
     await other.commit()  # file group in p=b: no conflict
@@ -395,7 +443,7 @@ async def _conflicting_writers(sut: StoreUnderTest) -> None:
     names = [i.path async for i in store.list(dest)]
     assert not [n for n in names if a.report.instant in n]  # nothing of A left: files, instant files
     again = await mutate.upsert(
-        store, dest, _t([{"id": 2, "p": "a", "v": "A", "ts": 2}]), precombine_field="ts", **KW
+        store, dest, _t([{"id": 2, "p": "a", "v": "A", "ts": 2}]), precombine_field="ts", **kw
     )
     assert again.updated == 1  # run again: it applies
 

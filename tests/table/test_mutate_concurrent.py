@@ -110,7 +110,7 @@ def test_two_processes_upserting_overlapping_keys_lose_no_update(
             names = [i.path async for i in store.list("tbl", recursive=True)]
             for c in conflicts:  # a failed write left nothing: no file, instant or staging
                 assert not [n for n in names if c in n], c
-            assert not [n for n in names if "/.temp/" in n or "/.heartbeat/" in n], names
+            assert not [n for n in names if "/.temp/" in n or "/.aux/" in n or "/.heartbeat/" in n], names
 
     anyio.run(check)
     print(f"{backend}: {len(committed)} committed, {len(conflicts)} conflicts retried")

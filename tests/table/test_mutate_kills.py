@@ -69,13 +69,14 @@ def _child(root: str, instant: str, n: int) -> bool:
     return False
 
 
-async def _fresh(tmp_path: Path, name: str) -> tuple[LocalStore, str, str, str]:
+async def _fresh(tmp_path: Path, name: str, table_commit: str = "staged") -> tuple[LocalStore, str, str, str]:
     root = str(tmp_path / name)
     os.makedirs(root)
     store = LocalStore(root, fsync=False)
-    first = await mutate.upsert(store, "tbl", pa.Table.from_pylist(FIRST, schema=SCHEMA), **KW)
+    kw = KW | {"config": CFG.with_options(table_commit=table_commit)}
+    first = await mutate.upsert(store, "tbl", pa.Table.from_pylist(FIRST, schema=SCHEMA), **kw)
     prepared = await mutate.prepare(
-        store, "tbl", pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **KW
+        store, "tbl", pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **kw
     )
     assert prepared.report.updated == 2 and prepared.report.inserted == 1
     return store, os.path.join(root, "tbl"), first.instant, prepared.report.instant
@@ -87,11 +88,20 @@ async def _normal(store: LocalStore, first: str, second: str) -> list[str]:
     )
 
 
-async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(tmp_path: Path) -> None:
-    store, _, first, second = await _fresh(tmp_path, "ref-commit")
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(
+    tmp_path: Path, table_commit: str
+) -> None:
+    """(direct: the upsert's new versions and new file groups are in the table under their
+    MERGE / CREATE markers when the commit is killed; the same listings at the end.)"""
+    store, _, first, second = await _fresh(tmp_path, "ref-commit", table_commit)
+    if table_commit == "direct":
+        names = await listing(store, "tbl")
+        marks = sorted(n.rpartition(".")[2] for n in names if ".parquet.marker." in n)
+        assert marks == ["MERGE"] * 3, names  # (the insert goes into c's small file group)
     await commit_job(store, "tbl", second, config=CFG)
     committed = await _normal(store, first, second)
-    store, _, first, second = await _fresh(tmp_path, "ref-abort")
+    store, _, first, second = await _fresh(tmp_path, "ref-abort", table_commit)
     await abort_job(store, "tbl", second, config=CFG)
     aborted = await _normal(store, first, second)
     assert committed != aborted
@@ -99,7 +109,7 @@ async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(tmp_pa
     while True:
         done = False
         for then in ("commit", "abort"):
-            store, uri, first, second = await _fresh(tmp_path, f"{then}{n}")
+            store, uri, first, second = await _fresh(tmp_path, f"{then}{n}", table_commit)
             done = _child(str(Path(uri).parent), second, n)
             assert hudi_snapshot(uri) in (BEFORE, AFTER), n  # the whole upsert or nothing
             await (commit_job if then == "commit" else abort_job)(store, "tbl", second, config=CFG)
@@ -152,11 +162,12 @@ def _hudi(backend: str, info: dict[str, Any], dest: str) -> list[tuple[Any, ...]
     return hudi_snapshot(uri, storage=opts)
 
 
-async def _fresh_on(store: Store, dest: str) -> tuple[str, str]:
+async def _fresh_on(store: Store, dest: str, table_commit: str = "staged") -> tuple[str, str]:
     """The table of _fresh at ``dest`` of ``store``: (first instant, prepared instant)."""
-    first = await mutate.upsert(store, dest, pa.Table.from_pylist(FIRST, schema=SCHEMA), **KW)
+    kw = KW | {"config": CFG.with_options(table_commit=table_commit)}
+    first = await mutate.upsert(store, dest, pa.Table.from_pylist(FIRST, schema=SCHEMA), **kw)
     prepared = await mutate.prepare(
-        store, dest, pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **KW
+        store, dest, pa.Table.from_pylist(UPSERT, schema=SCHEMA), operation="UPSERT", **kw
     )
     return first.instant, prepared.report.instant
 
@@ -172,26 +183,40 @@ def _spread(total: int, k: int) -> list[int]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["blob", "dfs", "gcs-fake"])
-def test_upsert_commit_killed_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize(
+    ("backend", "table_commit"),
+    [
+        ("blob", "staged"),
+        ("dfs", "staged"),
+        ("gcs-fake", "staged"),
+        ("blob", "direct"),
+        ("dfs", "direct"),
+        ("gcs-fake", "direct"),
+    ],
+)
+def test_upsert_commit_killed_on_emulators(
+    backend: str, table_commit: str, request: pytest.FixtureRequest
+) -> None:
     """The commit of a prepared upsert killed before its n-th mutating request (a spread of
     n), then resumed: committed, the listing exactly the uninterrupted commit's; at some n
     aborted instead: exactly the table before, or (past the point of no return) the
     committed one, never rolled back again for a later n. hudi-rs sees all or nothing
-    after every kill."""
+    after every kill. (direct: the new versions are in the table under MERGE markers.)"""
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     counter: list[int] = []
 
     async def go() -> None:
         store = open_store(info)
         async with store:
-            first, second = await _fresh_on(store, "ref-commit")
+            first, second = await _fresh_on(store, "ref-commit", table_commit)
+            marks = [n for n in await listing(store, "ref-commit") if n.endswith(".parquet.marker.MERGE")]
+            assert len(marks) == (3 if table_commit == "direct" else 0), marks
             count = KillAt(store, 10**9)
             await commit_job(count, "ref-commit", second, config=CFG)  # type: ignore[arg-type]
             total = count.count
             counter.append(total)
             committed = await _normal_on(store, "ref-commit", first, second)
-            first, second = await _fresh_on(store, "ref-abort")
+            first, second = await _fresh_on(store, "ref-abort", table_commit)
             await abort_job(store, "ref-abort", second, config=CFG)
             aborted = await _normal_on(store, "ref-abort", first, second)
             assert committed != aborted
@@ -202,7 +227,7 @@ def test_upsert_commit_killed_on_emulators(backend: str, request: pytest.Fixture
             for n in spread:
                 for then in ("commit", "abort") if n in aborts else ("commit",):
                     dest = f"{then}{n}"
-                    first, second = await _fresh_on(store, dest)
+                    first, second = await _fresh_on(store, dest, table_commit)
                     done = await anyio.to_thread.run_sync(_fork_child, info, dest, second, "commit", n)
                     assert done == (n > total), n
                     seen = await anyio.to_thread.run_sync(_hudi, backend, info, dest)

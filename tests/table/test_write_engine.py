@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import pytest
@@ -313,3 +314,163 @@ async def test_non_partitioned_table(backend_local: StoreUnderTest) -> None:
     assert hudi_rows(uri) == [(2, "x", "v")]
     assert hudi_rows(uri, as_of=instants[1]) == [(0, "x", "v"), (1, "x", "v")]
     assert hudi_incremental(uri, instants[0], instants[1]) == [(1, "x", "v")]
+
+
+async def _api_tasks(
+    store: Any, w: Any, data: list[dict[str, Any]], config: TableConfig, *, tasks: int = 2
+) -> list[str]:
+    """The write's tasks through the engine's task API (setup_table_task), one base file
+    per partition each, every task committed; before them, a failed attempt of task 0 that
+    wrote its files and died, and one of task 1 that aborted itself. Returns the files of
+    the one that died."""
+    from amcommit.paths import basename
+    from amcommit.table.write import setup_table_task
+    from tests.table.writehelpers import by_partition, parquet_bytes
+
+    lost: list[str] = []
+    for n, attempt, end in [(0, 1, "die"), (1, 2, "abort"), *((k, 0, "commit") for k in range(tasks))]:
+        base = f"{w.instant}_m_{n:06d}"
+        t = await setup_table_task(store, w, f"task_{base}", f"attempt_{base}_{attempt}", config=config)
+        mine_files = []
+        for part, prow in sorted(by_partition(data).items()):
+            mine = prow[n::tasks]
+            rel = t.new_file(part)
+            await t.put(rel, parquet_bytes(mine, meta=(w.instant, part, basename(rel), n)), rows=len(mine))
+            mine_files.append(rel)
+        if end == "commit":
+            await t.commit()
+        elif end == "abort":  # its files are gone at once (staged: its attempt directory)
+            await t.abort()
+            left = await listing(store, w.dest)
+            assert not [n for n in left if any(n.endswith(f) for f in mine_files)], left
+        else:
+            lost += mine_files
+    return lost
+
+
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, table_commit: str) -> None:
+    """The engine's task API (setup_table_task / TableTask) writes as table_commit says.
+    direct: every base file is at its final name under its CREATE marker before the job
+    commit, which renames nothing (a fault on any base-file rename), deletes the failed
+    attempt's files and leaves no marker; staged: the files are in the attempt directories
+    and renamed. Either way the table ends the same (names normalised), hudi-rs reads it."""
+    from amcommit.testing.faults import FaultyStore
+
+    inner = backend_local.store
+    assert isinstance(inner, LocalStore)
+    store = FaultyStore(inner)
+    renames = store.latency(0.0, "rename", path="*.parquet")  # counts base-file renames
+    if table_commit == "direct":
+        store.fail("rename", path="*.parquet")
+    cfg = FAST.with_options(table_commit=table_commit)
+    dest = join(backend_local.base, "api")
+    data = rows(0, 12)
+    w = await begin(store, dest, config=cfg)  # type: ignore[arg-type]
+    lost = await _api_tasks(store, w, data, cfg)
+    before = await listing(store, dest)  # type: ignore[arg-type]
+    placed = [n for n in before if n.startswith("p=") and n.endswith(".parquet")]
+    markers = [n for n in before if n.endswith(".marker.CREATE")]
+    if table_commit == "direct":
+        assert len(placed) == 6 and set(lost) < set(placed)
+        marked = [
+            m.removeprefix(f".hoodie/.temp/{w.instant}/").removesuffix(".marker.CREATE") for m in markers
+        ]
+        # every file has its marker; the aborted attempt's markers stay (its files are gone)
+        assert set(placed) < set(marked)
+        assert len(set(marked) - set(placed)) == 2 and all(
+            "-m-000001-2_" in m for m in set(marked) - set(placed)
+        )
+    else:
+        assert placed == [] and markers == []
+    report = await commit_job(store, dest, w.instant, config=cfg)
+    assert report.success
+    assert renames.matched == (0 if table_commit == "direct" else 4)
+    after = await listing(store, dest)  # type: ignore[arg-type]
+    files = [n for n in after if n.endswith(".parquet")]
+    assert len(files) == 4 and not set(lost) & set(files)
+    assert hudi_rows(os.path.join(inner.root, dest)) == keys(data)
+    # the same listing either way (file ids and the instant normalised)
+    uuid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-0")
+    # a direct write keeps only the markers of losers whose files are gone (young: a sweep
+    # past writer_ttl removes them); never a winner's
+    kept = [n for n in after if ".marker." in n]
+    if table_commit == "direct":
+        kept_files = {
+            m.removeprefix(f".hoodie/.temp/{w.instant}/").removesuffix(".marker.CREATE") for m in kept
+        }
+        assert kept_files and not kept_files & set(files) and kept_files <= set(marked) - set(files)
+    else:
+        assert kept == []
+    norm = sorted(uuid.sub("F", n).replace(w.instant, "I") for n in after if n not in kept)
+    assert norm == [
+        ".hoodie/I.commit",
+        ".hoodie/I.commit.requested",
+        ".hoodie/I.inflight",
+        ".hoodie/hoodie.properties",
+        *(
+            f"p={p}/{n}"
+            for p in "ab"
+            for n in (".hoodie_partition_metadata", *(f"F_attempt-I-m-00000{k}-0_I.parquet" for k in (0, 1)))
+        ),
+    ]
+
+
+async def test_a_write_mixing_staged_and_direct_tasks_is_refused(backend_local: StoreUnderTest) -> None:
+    """A write whose tasks disagree on table_commit (one staged, one in place) is refused at
+    job commit in one line before anything is published (taking it as either would publish
+    an instant naming files that are not there); the abort then leaves the table as it was."""
+    from amcommit.paths import basename
+    from amcommit.table.write import setup_table_task
+    from tests.table.writehelpers import by_partition, parquet_bytes
+
+    store = backend_local.store
+    dest = join(backend_local.base, "mixed")
+    data = rows(0, 8)
+    w = await begin(store, dest, config=FAST)
+    for n, mode in enumerate(("staged", "direct")):
+        base = f"{w.instant}_m_{n:06d}"
+        t = await setup_table_task(
+            store, w, f"task_{base}", f"attempt_{base}_0", config=FAST.with_options(table_commit=mode)
+        )
+        for part, prow in sorted(by_partition(data).items()):
+            rel = t.new_file(part)
+            mine = prow[n::2]
+            await t.put(rel, parquet_bytes(mine, meta=(w.instant, part, basename(rel), n)), rows=len(mine))
+        await t.commit()
+    with pytest.raises(CommitError, match=r"mixes tasks that wrote their files in place") as e:
+        await commit_job(store, dest, w.instant, config=FAST)
+    assert "\n" not in str(e.value)
+    assert f".hoodie/{w.instant}.commit" not in await listing(store, dest)
+    await abort_job(store, dest, w.instant, config=FAST)
+    after = await listing(store, dest)
+    assert not [n for n in after if n.endswith(".parquet")], after
+    assert not [n for n in after if ".hoodie/.aux/" in n or ".marker." in n], after
+    assert after == [".hoodie/hoodie.properties"]
+
+
+@pytest.mark.parametrize("table_commit", ["staged", "direct"])
+async def test_a_write_without_a_declared_schema_takes_a_written_files(
+    backend_local: StoreUnderTest, table_commit: str
+) -> None:
+    """begin_write without avro_schema: the commit records the schema of a written file,
+    read where the file is (staged: the attempt directory; direct: its final name)."""
+    from amcommit.paths import basename
+    from amcommit.table.write import setup_table_task
+    from tests.table.writehelpers import by_partition, parquet_bytes
+
+    store = backend_local.store
+    dest = join(backend_local.base, "noschema")
+    cfg = FAST.with_options(table_commit=table_commit)
+    w = await begin_write(store, dest, operation=Operation.INSERT, spec=SPEC, config=cfg)
+    data = rows(0, 4)
+    t = await setup_table_task(
+        store, w, f"task_{w.instant}_m_000000", f"attempt_{w.instant}_m_000000_0", config=cfg
+    )
+    for part, prow in sorted(by_partition(data).items()):
+        rel = t.new_file(part)
+        await t.put(rel, parquet_bytes(prow, meta=(w.instant, part, basename(rel), 0)), rows=len(prow))
+    await t.commit()
+    assert (await commit_job(store, dest, w.instant, config=cfg)).success
+    meta = decode_commit_metadata(await store.get(join(dest, f".hoodie/{w.instant}.commit")))
+    assert '"name": "v"' in meta.extra_metadata["schema"] or '"name":"v"' in meta.extra_metadata["schema"]

@@ -160,7 +160,7 @@ async def test_next_writer_finishes_or_rolls_back_a_killed_writer(tmp_path: Path
     assert seen in (with_second, without), seen
     assert inc(uri, second, None) == keys(third)
     names = await listing(store, "tbl")
-    assert not any(".temp/" in x or ".heartbeat/" in x for x in names), names
+    assert not any(".temp/" in x or ".aux/" in x or ".heartbeat/" in x for x in names), names
     if seen == without:
         assert not any(second in x for x in names)
     elif not published:  # the dead writer's half-done commit was completed by this one
@@ -227,7 +227,7 @@ async def _kill_then(cell: Cell, what: str, n: int, then: str) -> tuple[bool, bo
     await _tr.setup_table(cell)
     w = await _tr.begin(cell, cell.sc.tables[0])
     done = _fork_child(cell, w.instant, what, n)
-    _tr.check_all_or_nothing(cell, _to.OLD_ROWS, w)
+    await _tr.check_all_or_nothing(cell, _to.OLD_ROWS, w)
     op = commit_job if then == "commit" else abort_job
     await op(cell.store, cell.dest, w.instant, config=_tr.config())
     committed = await completed_instant(cell.store, cell.dest, w.instant) is not None

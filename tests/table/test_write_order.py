@@ -93,7 +93,7 @@ async def test_out_of_order_commit_rolls_back(backend_local: StoreUnderTest) -> 
         n: await store.get(join(hoodie, n))
         for n in (f"{a.instant}.commit.requested", f"{a.instant}.inflight")
     }
-    staging = join(dest, ".hoodie/.temp", a.instant)
+    staging = join(dest, ".hoodie/.aux/amcommit", a.instant)
     moved = join(dest, "_moved_staging")
     await store.rename(join(staging, "_job.json"), join(moved, "_job.json"))
     for n in saved:

@@ -367,7 +367,7 @@ def _table_with_pending_writes(tmp_path: Path) -> tuple[Path, list[str]]:
 
     from amcommit.committer.lock import LockBody, lock_path
     from amcommit.table.heartbeat import stop_beat
-    from amcommit.table.naming import TEMP_DIR, heartbeat_path
+    from amcommit.table.naming import STAGING_DIR, heartbeat_path
     from tests.table.writehelpers import begin, rows, write, write_tasks
 
     dest = tmp_path / "tbl"
@@ -387,7 +387,7 @@ def _table_with_pending_writes(tmp_path: Path) -> tuple[Path, list[str]]:
         lock = LockBody(
             owner=alive.instant, host="h1", pid=42, acquired=time.time(), heartbeat=time.time(), token="t"
         )
-        await store.put(lock_path(d, staging=TEMP_DIR), msgspec.json.encode(lock))
+        await store.put(lock_path(d, staging=STAGING_DIR), msgspec.json.encode(lock))
         instants.extend([w1.instant, alive.instant, stopped.instant, expired.instant])
 
     anyio.run(go)

@@ -461,7 +461,10 @@ async def abort_with(
     destination lock is held while the destination is rolled back or the commit completed;
     otherwise only the job directory is deleted, without waiting for the lock."""
     layout = await resolve_layout(store, dest, job_id, job_attempt, config=config, kind=kind)
-    staging = layout.staging if layout is not None else kind.lock_staging(job_id)
+    # the kind's lock (not the staging folder the job was found in: a kind may find jobs of
+    # an earlier layout, e.g. a table write staged in .hoodie/.temp/, whose commits now lock
+    # where the kind's other jobs do)
+    staging = kind.lock_staging(job_id) if layout is None or layout.staging is not None else None
     journal = (
         None
         if layout is None

@@ -109,7 +109,7 @@ class JobKind(Protocol):
 
     def lock_staging(self, job_id: str) -> str | None:
         """The kind's own staging folder (relative to the destination; e.g. a table's
-        ``.hoodie/.temp``) holding the destination lock of job ``job_id``; None: the lock
+        ``.hoodie/.aux/amcommit``) holding the destination lock of job ``job_id``; None: the lock
         lives in ``_temporary/``. Pure."""
         ...
 

@@ -17,7 +17,7 @@ directory name, ``_temporary/$jobId`` instead of ``_temporary/manifest_$jobId``)
     $dest/_SUCCESS                             JSON report, written last
 
 A job kind (:mod:`amcommit.committer.kind`) may stage its jobs in a folder of its own
-(``staging``, relative to the destination; e.g. a Hudi table's ``.hoodie/.temp``, where no
+(``staging``, relative to the destination; e.g. a Hudi table's ``.hoodie/.aux/amcommit``, where no
 ``_temporary`` folder may appear): the same tree then sits under ``$dest/$staging/$jobId/``
 and the destination lock is ``$dest/$staging/_commit.lock``. The kind builds such layouts
 (and checks its job ids); the engine only follows them.

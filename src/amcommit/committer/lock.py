@@ -136,7 +136,7 @@ _dec = msgspec.json.Decoder(LockBody)
 def lock_path(dest: str, *, staging: str | None = None) -> str:
     """Store path of the lock object of destination ``dest``: in ``_temporary/``, or in the
     staging folder of the job's kind (``staging``, relative to ``dest``; e.g. a Hudi table's
-    ``.hoodie/.temp/``, where no ``_temporary`` folder may appear)."""
+    ``.hoodie/.aux/amcommit/``, where no ``_temporary`` folder may appear)."""
     return join(dest, staging or TEMP_DIR_NAME, LOCK_NAME)
 
 

@@ -197,7 +197,7 @@ def begin_table_write(
     schema_json: str | None = None,
 ) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
-    the timeline, staging under ``.hoodie/.temp/<instant>/``); the plan then carries it.
+    the timeline, staging under ``.hoodie/.aux/amcommit/<instant>/``); the plan then carries it.
     ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``).
     ``operation`` (an upsert's or delete's) replaces the one of the save mode;
     ``schema_json`` (Avro) the schema of the DataFrame (a delete writes the table's)."""

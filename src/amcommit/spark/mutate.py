@@ -21,7 +21,8 @@ tasks
     the key column of each candidate file read by one task (only that column); the records
     joined to the file groups holding their keys; one task per rewritten file group merges
     it and writes its new base file (same fileId, new write token, this instant, with the
-    footer index); inserts written to new file groups by the table task writer
+    footer index; staged, or with ``table_commit=direct`` in place under a ``MERGE`` marker,
+    :mod:`amcommit.table.direct`); inserts written to new file groups by the table task writer
     (:func:`amcommit.spark.task.run_task`). Every task commits a manifest carrying its
     write stats (``numInserts``, ``numUpdateWrites``, ``numDeletes``, ``prevCommit``).
 
@@ -43,6 +44,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from amcommit.errors import AmcommitError
@@ -299,6 +301,7 @@ async def _rewrite_one(
     import anyio
 
     from amcommit.committer.task import commit_task
+    from amcommit.errors import CommitError
     from amcommit.paths import join
     from amcommit.spark.task import (
         check_job_active,
@@ -308,10 +311,12 @@ async def _rewrite_one(
         setup_attempt,
         task_ids,
     )
+    from amcommit.table.direct import IOType, commit_direct_task, write_in_place
     from amcommit.table.mutate import IndexReader, rewrite_group
     from amcommit.table.naming import write_token
+    from amcommit.table.settings import table_settings
     from amcommit.table.tasknames import ROWS_KEY
-    from amcommit.table.writestats import MUTATIONS_KEY
+    from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
 
     t0 = time.perf_counter()
     config = plan.config()
@@ -320,10 +325,15 @@ async def _rewrite_one(
     await check_job_active(store, layout)
     attempt_id, work = await setup_attempt(store, layout, task, attempt, config)
     task_id, _ = task_ids(plan.job_id, task, 0)
+    # table_commit=direct: the new version goes straight to its final name under a MERGE
+    # marker (amcommit.table.direct); the write token then names this attempt alone (a
+    # retried stage's attempt numbers start at 0 again: setup_attempt's n tells them apart)
+    direct = table_settings(config).table_commit == "direct"
+    n_attempt = int(attempt_id.rpartition("_")[2])
     try:
         updates = {k: d for _, (k, d) in items if d is not None}
         deletes = {k for _, (k, d) in items if d is None}
-        token = write_token(task, 0, attempt)
+        token = write_token(task, n_attempt >> 16, n_attempt & 0xFFFF)
         stored = await IndexReader(store, dest, config).table(version.path)
 
         def merge() -> tuple[str, bytes, int, dict[str, int]]:
@@ -346,21 +356,42 @@ async def _rewrite_one(
         fname, body, n, counts = await anyio.to_thread.run_sync(merge)
         extra: dict[str, str] = {"spark.partition": str(task)}
         rel = ""
+        placed: list[tuple[str, int, str | None, int]] = []
+        fields = MutationFields(
+            prev_commit=version.instant,
+            num_inserts=0,
+            num_update_writes=counts["updated"],
+            num_deletes=counts["deleted"],
+        )
         if body:
             rel = f"{version.partition}/{fname}" if version.partition else fname
-            await store.put(join(work, rel), body)
+            if direct:
+                got = await write_in_place(
+                    store, dest, instant, rel, body, io_type=IOType.MERGE, config=config
+                )
+                if got is None:
+                    raise CommitError(
+                        f"table write {instant} was committed or rolled back while task attempt "
+                        f"{attempt_id} was still writing: its files were removed",
+                        stage="commit_task",
+                    )
+                placed.append((rel, got.size, got.etag, n))
+            else:
+                await store.put(join(work, rel), body)
             extra[ROWS_KEY] = json.dumps({rel: n})
-            extra[MUTATIONS_KEY] = json.dumps(
-                {
-                    rel: {
-                        "prevCommit": version.instant,
-                        "numInserts": 0,
-                        "numUpdateWrites": counts["updated"],
-                        "numDeletes": counts["deleted"],
-                    }
-                }
+            extra[MUTATIONS_KEY] = msgspec.json.encode({rel: fields}).decode()
+        if direct:
+            manifest = await commit_direct_task(
+                store,
+                layout,
+                task_id,
+                attempt_id,
+                placed,
+                config=config,
+                mutations={rel: fields} if rel else None,
             )
-        manifest = await commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
+        else:
+            manifest = await commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
         info = await store.stat(layout.manifest_path(task_id))
         await check_job_active(store, layout)
     except BaseException:

@@ -3,7 +3,7 @@
 Two small JSON objects, both whole-object puts (atomic each; nothing here is atomic across
 objects):
 
-``.hoodie/.temp/<instant>/_stream.json`` (the *owner* of a micro-batch's instant)
+``.hoodie/.aux/amcommit/<instant>/_stream.json`` (the *owner* of a micro-batch's instant)
     ``{"app": <query id or null>, "run": <run id or null>, "checkpoint": <key or null>}``.
     Written by every task (query id and run id, which only tasks see). What the driver
     knows (the checkpoint key, when the option ``checkpointLocation`` was given, and the
@@ -62,7 +62,7 @@ from amcommit.errors import ConflictError, NotFound
 from amcommit.liveness import ProcessId
 from amcommit.paths import basename, join
 from amcommit.store.base import PutMode, Store
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
+from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, is_instant
 from amcommit.table.staging import table_layout
 
 log = logging.getLogger("amcommit.spark.stream")
@@ -134,7 +134,7 @@ def lease_path(dest: str, app: str) -> str:
 
 
 def owner_path(dest: str, instant: str) -> str:
-    return join(dest, TEMP_DIR, instant, OWNER_FILE)
+    return join(dest, STAGING_DIR, instant, OWNER_FILE)
 
 
 async def write_owner(store: Store, dest: str, instant: str, owner: Owner) -> None:
@@ -175,7 +175,7 @@ async def read_owners(store: Store, dest: str, *, below: str | None = None) -> d
     out: dict[str, Owner] = {}
     try:
         names = [
-            basename(i.path.rstrip("/")) async for i in store.list(join(dest, TEMP_DIR), recursive=False)
+            basename(i.path.rstrip("/")) async for i in store.list(join(dest, STAGING_DIR), recursive=False)
         ]
     except NotFound:
         return out

@@ -10,6 +10,11 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    local destination, or to local temporary files uploaded with ``store.put`` (a few at
    once, overlapping with encoding; each file is read into memory for its upload, as the
    store has no streaming upload yet, hence ``maxFileBytes``) for a cloud one;
+   a table write with ``table_commit=direct`` (the default; :mod:`amcommit.table.direct`)
+   writes its base files to their final names in the table instead, each after its Hudi
+   marker, and checks the instant after each file (a write decided meanwhile fails the
+   attempt, its file removed); the inserts of an upsert or delete still stage theirs
+   (``staged``), as that write's rewrite tasks do (:mod:`amcommit.spark.mutate`);
 3. commit the task: the manifest is built, saved and published (an atomic rename where the
    store has one); the manifest travels to the driver inside the commit message, with the
    published manifest's etag so the driver can tell whether the store holds this attempt's
@@ -34,7 +39,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +63,7 @@ from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWri
 from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
+from amcommit.table.direct import IOType, commit_direct_task, create_marker, instant_state, write_in_place
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import table_settings
 from amcommit.table.staging import table_layout
@@ -99,7 +105,7 @@ class TaskResult:
 
 
 def job_layout(plan: WritePlan, dest: str) -> JobLayout:
-    """The job's layout: a table write stages under ``.hoodie/.temp/<instant>/``."""
+    """The job's layout: a table write stages under ``.hoodie/.aux/amcommit/<instant>/``."""
     if plan.table is not None:
         return table_layout(dest, plan.job_id)
     return JobLayout(dest, plan.job_id)
@@ -191,8 +197,15 @@ class _Uploads:
     at most :data:`UPLOADS_IN_FLIGHT` files and :data:`UPLOAD_BYTES_IN_FLIGHT` bytes (one
     file always) are held in memory at once."""
 
-    def __init__(self, portal: BlockingPortal, store: Store, work: str) -> None:
+    def __init__(
+        self,
+        portal: BlockingPortal,
+        store: Store,
+        work: str,
+        put: Callable[[str, bytes], Awaitable[Any]] | None = None,
+    ) -> None:
         self.portal, self.store, self.work = portal, store, work
+        self.put = put  # None: into the attempt directory (``work``)
         self.pending: deque[tuple[Future[Any], int]] = deque()
         self.in_flight = 0
 
@@ -210,7 +223,11 @@ class _Uploads:
         with open(local, "rb") as f:
             data = f.read()
         os.unlink(local)
-        self.pending.append((self.portal.start_task_soon(self.store.put, join(self.work, rel), data), size))
+        if self.put is not None:
+            fut = self.portal.start_task_soon(self.put, rel, data)
+        else:
+            fut = self.portal.start_task_soon(self.store.put, join(self.work, rel), data)
+        self.pending.append((fut, size))
         self.in_flight += size
 
     def wait(self) -> None:
@@ -271,15 +288,44 @@ def run_task(
             )
             tmp: str | None = None
             uploads: _Uploads | None = None
+            # table_commit=direct: base files go straight to their final names under Hudi's
+            # direct markers (amcommit.table.direct); the manifest lists them as before. The
+            # inserts of an upsert or delete too: its rewrite tasks (spark/mutate.py) follow
+            # the same setting, and a write is direct or staged as a whole
+            direct = plan.table is not None and table_settings(config).table_commit == "direct"
+            placed: dict[str, tuple[int, str | None]] = {}  # direct: rel -> (size, etag)
+
+            async def put_in_place(rel: str, data: bytes) -> None:
+                assert plan.table is not None
+                got = await write_in_place(store, dest, plan.table.instant, rel, data, config=config)
+                if got is None:
+                    raise _decided(plan.table.instant, attempt_id)
+                placed[rel] = (got.size, got.etag)
+
             if plan.remote or local_os_path(store, work) is None:
                 tmp = tempfile.mkdtemp(prefix=f"amcommit-{attempt_id}-")
                 tmp_dir = tmp
-                uploads = _Uploads(portal, store, work)
+                uploads = _Uploads(portal, store, work, put_in_place if direct else None)
 
                 def local_path(rel: str) -> str:
                     return os.path.join(tmp_dir, rel)
 
                 on_closed: Any = uploads
+            elif direct:
+                assert plan.table is not None
+                instant = plan.table.instant
+
+                def local_path(rel: str) -> str:
+                    portal.call(lambda: create_marker(store, dest, instant, rel, IOType.CREATE, config))
+                    os_path = local_os_path(store, join(dest, rel))
+                    assert os_path is not None
+                    return os_path
+
+                def on_closed(rel: str, local: str) -> None:
+                    if portal.call(instant_state, store, dest, instant) != "pending":
+                        os.unlink(local)
+                        raise _decided(instant, attempt_id)
+                    placed[rel] = (os.path.getsize(local), None)
             else:
 
                 def local_path(rel: str) -> str:
@@ -341,9 +387,21 @@ def run_task(
                 }
                 if table is not None:
                     extra["hudi.rows"] = json.dumps(stats.file_rows, separators=(",", ":"))
-                manifest: TaskManifest = portal.call(
-                    lambda: commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
-                )
+                manifest: TaskManifest
+                if direct:
+                    files = [
+                        (rel, size, etag, stats.file_rows[rel])
+                        for rel, (size, etag) in sorted(placed.items())
+                    ]
+                    manifest = portal.call(
+                        lambda: commit_direct_task(store, layout, task_id, attempt_id, files, config=config)
+                    )
+                else:
+                    manifest = portal.call(
+                        lambda: commit_task(
+                            store, layout, task_id, attempt_id, config=config, extra_data=extra
+                        )
+                    )
                 info = portal.call(store.stat, layout.manifest_path(task_id))
                 portal.call(check_job_active, store, layout)  # not a zombie of a finished job
             except BaseException:
@@ -370,6 +428,15 @@ def run_task(
         bytes=stats.bytes,
         seconds=time.perf_counter() - t0,
         overwrite_mode=settings.overwrite_mode,
+    )
+
+
+def _decided(instant: str, attempt_id: str) -> CommitError:
+    """A direct write's attempt that finished an upload after its write was decided."""
+    return CommitError(
+        f"table write {instant} was committed or rolled back while task attempt {attempt_id} "
+        "was still writing: its files were removed",
+        stage="commit_task",
     )
 
 

@@ -22,7 +22,7 @@ never plans a file an earlier one deleted, and a clean with nothing to delete wr
 instant.
 
 Execution (:func:`clean`), under the destination lock (the one table commits take,
-``.hoodie/.temp/_commit.lock``):
+``.hoodie/.aux/amcommit/_commit.lock``):
 
 1. ``<t>.clean.requested`` -- the plan (Avro ``HoodieCleanerPlan``), created create-only:
    this claims the instant time ``t``, later than every instant on the timeline;
@@ -55,8 +55,9 @@ from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
+from amcommit.table.direct import sweep_after
 from amcommit.table.model import Action, Instant, State
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, next_instant
+from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, next_instant
 from amcommit.table.reader import Listing, Timeline, table_uri
 from amcommit.table.settings import table_settings
 from amcommit.table.timeline import LoadedCommit
@@ -83,6 +84,9 @@ class CleanReport:
     resumed: list[str] = field(default_factory=list)
     """Pending clean instants found and completed first."""
     dry_run: bool = False
+    late_files: dict[str, list[str]] = field(default_factory=dict)
+    """Files of late attempts deleted by the marker sweep, by instant
+    (:func:`~amcommit.table.direct.sweep_late_markers`; not in a dry run)."""
 
 
 def plan_clean(
@@ -272,21 +276,31 @@ async def clean(
     take_lock: bool = True,
 ) -> CleanReport:
     """Clean the table at ``dest`` keeping the latest ``retain_commits`` write instants
-    readable (see the module doc). Pending cleans are completed first. Holds the
-    destination lock (as owner :data:`CLEAN_LOCK_OWNER`) unless ``take_lock`` is False (a
+    readable (see the module doc). Pending cleans are completed first. Then (not in a dry
+    run, after the lock is released) the late markers of decided instants are swept
+    (:func:`~amcommit.table.direct.sweep_late_markers`, grace ``writer_ttl``: files of late
+    attempts deleted, ``report.late_files``). Holds the destination lock (as owner :data:`CLEAN_LOCK_OWNER`) unless ``take_lock`` is False (a
     caller that already holds it) or ``dry_run`` (which only reads)."""
     if isinstance(retain_commits, bool) or not isinstance(retain_commits, int) or retain_commits < 1:
         raise ConfigError(f"--retain-commits must be an integer >= 1, got {retain_commits!r}")
     if dry_run or not take_lock:
-        return await _clean_unlocked(store, dest, retain_commits, config, dry_run, progress)
-    return await run_locked(
-        store,
-        dest,
-        CLEAN_LOCK_OWNER,
-        config,
-        lambda s: _clean_unlocked(s, dest, retain_commits, config, False, progress),
-        staging=TEMP_DIR,
-    )
+        report = await _clean_unlocked(store, dest, retain_commits, config, dry_run, progress)
+    else:
+        report = await run_locked(
+            store,
+            dest,
+            CLEAN_LOCK_OWNER,
+            config,
+            lambda s: _clean_unlocked(s, dest, retain_commits, config, False, progress),
+            staging=STAGING_DIR,
+        )
+    if not dry_run:
+        # markers of decided instants (a late attempt's upload, a commit's marker removal
+        # cut short): their files and markers, grace writer_ttl (not under the lock)
+        report.late_files = await sweep_after(
+            store, dest, "a clean", grace=table_settings(config).writer_ttl, config=config
+        )
+    return report
 
 
 async def clean_after_commit(

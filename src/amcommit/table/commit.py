@@ -28,7 +28,9 @@ rollback, retries) under the table's destination lock, with these table stages
                     commit.
 ==================  =================================================================
 
-Then the heartbeat and the staging folder are removed (the journal last). Overwrites never
+Then the heartbeat and the staging folder (``.hoodie/.aux/amcommit/<instant>/``) are removed
+(the journal last); a direct write's markers after the lock is released
+(:meth:`~amcommit.table.kind.TableKind.guard`). Overwrites never
 delete or move old files: replaced file groups stay until a clean. The ``.requested`` and
 inflight files stay next to the completed instant, as Hudi leaves them.
 """
@@ -61,9 +63,10 @@ from amcommit.errors import (
 )
 from amcommit.manifest import CheckedManifest, TaskManifest
 from amcommit.parallel import run_parallel
-from amcommit.paths import basename, join, path_to_uri, relative_to
+from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
+from amcommit.table.direct import check_one_mode, is_direct, reconcile, remove_markers, sweep_instant
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
 from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
@@ -81,13 +84,12 @@ from amcommit.table.naming import (
     BASE_FILE_EXTENSION,
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
-    TEMP_DIR,
     foreign_file,
-    is_instant,
 )
 from amcommit.table.properties import TableProperties
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
+from amcommit.table.staging import find_table_layout, staged_instants, table_layout
 from amcommit.table.tasknames import ROWS_KEY
 from amcommit.table.timeline import LoadedCommit, completed_instant, list_instants, snapshot
 from amcommit.table.undo import rollback_table_write
@@ -169,14 +171,9 @@ def plan_order(
 
 
 async def staged_times(store: Store, dest: str) -> set[str]:
-    out: set[str] = set()
-    try:
-        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
-            if info.is_dir and is_instant(basename(info.path)):
-                out.add(basename(info.path))
-    except NotFound:
-        pass
-    return out
+    """Instants with a staging folder (:func:`~amcommit.table.staging.staged_instants`)."""
+    staged, legacy = await staged_instants(store, dest)
+    return staged | legacy
 
 
 async def _order_inputs(store: Store, dest: str) -> tuple[list[Instant], set[str]]:
@@ -255,7 +252,9 @@ async def check_order(ctx: JobContext, kind: JobKind, writer_ttl: float) -> list
         if plan.wait_for is not None:
             raise WaitForEarlier(plan.wait_for)
         for t in plan.leftovers:  # committed by a writer that died before its cleanup
-            await ctx.call(lambda t=t: store.delete(join(dest, TEMP_DIR, t), recursive=True))  # type: ignore[misc]
+            left = await find_table_layout(store, dest, t)
+            staging = table_layout(dest, t) if left is None else left
+            await ctx.call(lambda j=staging.job_dir: store.delete(j, recursive=True))  # type: ignore[misc]
             await delete_beat(store, dest, t)
         return instants
     raise CommitError(f"instant {mine}: the timeline keeps changing", stage="check_order")
@@ -349,8 +348,10 @@ async def _schema_of(
     if not write_schema:
         import pyarrow.parquet as pq
 
+        in_place = is_direct(loaded.extra_data)  # a direct write's files are at their names
         for e in loaded.spool.entries():
-            data = await ctx.call(lambda e=e: ctx.store.get(e.src))  # type: ignore[misc]
+            path = e.dst if in_place else e.src
+            data = await ctx.call(lambda p=path: ctx.store.get(p))  # type: ignore[misc]
             write_schema = avro_schema(pq.ParquetFile(io.BytesIO(data)).schema_arrow, table)
             break
     if write_schema:
@@ -651,6 +652,7 @@ async def run_table_commit(
     kind: JobKind,
     label: Label | None = None,
     settings: TableSettings = DEFAULT_SETTINGS,
+    markers_after_lock: bool = False,
 ) -> None:
     """The table commit (module doc): the commit body of
     :class:`~amcommit.table.kind.TableKind` (``kind``: to abort other writes with). Runs
@@ -660,7 +662,12 @@ async def run_table_commit(
     ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
     the plan; a label already committed skips the write (:func:`skip_labelled`).
     ``settings``: the table's (``writer_ttl`` judges other writers). Once the
-    plan is saved the label is in it, so a resume (by anyone) publishes it with the label."""
+    plan is saved the label is in it, so a resume (by anyone) publishes it with the label.
+    ``markers_after_lock``: a direct write's markers (and the files of late losers: uploads
+    landed since the reconcile) are removed by the caller after the lock is released (the
+    writer's own ``commit_job``, :meth:`~amcommit.table.kind.TableKind.guard`, as Hudi
+    removes its marker folder after the commit: they are not in the job directory); else
+    here, right after the publish (a commit completed by an abort or by another writer)."""
     from amcommit.committer.stages import load_manifests, prepare_dirs, publish_manifests, rename_files
 
     store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
@@ -716,6 +723,8 @@ async def run_table_commit(
     if done is not None or (journal is not None and journal.state == "committed"):
         if journal is not None:
             restore_renames(journal, report)
+        # a direct write cut short after its publish: its markers (and late losers) next
+        await _remove_direct_markers(ctx, settings.writer_ttl)
         await delete_beat(store, dest, instant)
         return
     plan_path = join(layout.job_dir, PLAN_NAME)
@@ -730,6 +739,7 @@ async def run_table_commit(
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
     loaded = run.loaded
     assert loaded is not None
+    check_one_mode(loaded.extra_data, instant)
     if journal is None:
         if in_order is not None:
             instants = in_order
@@ -763,7 +773,19 @@ async def run_table_commit(
         written = sorted(meta.partition_to_write_stats)
         planned = label_of(meta.extra_metadata)  # the plan's label is the one published
         report.label = None if planned is None else planned.text()
-    if journal.state == "renaming":
+    direct = is_direct(loaded.extra_data)
+    if journal.state == "renaming" and direct:
+        for stage, secs in journal.stage_seconds.items():
+            report.stage_seconds.setdefault(stage, secs)
+        # the files are in place already: delete those of attempts that did not win
+        async with ctx.stage("reconcile"):
+            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
+        async with ctx.stage("partition_meta"):
+            await write_partition_metadata(ctx, written)
+        journal.state = "renamed"
+        record_renames(journal, report)
+        await save_journal(ctx, journal, patient=True)
+    elif journal.state == "renaming":
         for stage, secs in journal.stage_seconds.items():
             report.stage_seconds.setdefault(stage, secs)
         async with ctx.stage("prepare_dirs"):
@@ -788,6 +810,11 @@ async def run_table_commit(
         await save_journal(ctx, journal, patient=True)
     else:
         restore_renames(journal, report)
+        if direct:
+            # (a journal ``renamed`` before any reconcile: an abort found every file in
+            # place and completes the write) the losers go before the publish, always
+            async with ctx.stage("reconcile"):
+                await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
     async with ctx.stage("publish"):
@@ -801,11 +828,31 @@ async def run_table_commit(
                 stage="publish",
             )
         await publish(ctx, op.action, data)
+    if direct and not markers_after_lock:
+        # completed for another (an abort past the point of no return, a later writer): the
+        # markers now (the files of late losers first); see ``markers_after_lock``
+        async with ctx.stage("remove_markers"):
+            await remove_markers(
+                store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, config=ctx.config
+            )
     report.success = True
     report.finished = time.time()
     journal.state = "committed"
     await save_journal(ctx, journal, patient=True)
     await delete_beat(store, dest, instant)
+
+
+def _winners(loaded: LoadedManifests, dest: str) -> set[str]:
+    """The base files (relative to the table) the winning manifests name."""
+    return {relative_to(e.dst, dest) for e in loaded.spool.entries()}
+
+
+async def _remove_direct_markers(ctx: JobContext, grace: float) -> None:
+    """A completed write's markers left by a run cut short after its publish (or written by
+    a late attempt since): :func:`~amcommit.table.direct.sweep_instant`. Nothing for a staged
+    write (no marker)."""
+    async with ctx.stage("remove_markers"):
+        await sweep_instant(ctx.store, ctx.layout.dest, ctx.layout.job_id, grace=grace, config=ctx.config)
 
 
 async def skipped_before(

@@ -34,7 +34,7 @@ may judge the live write dead and roll it back, deleting its files.
 **Dead keepers.** The process that keeps a write alive for a stretch of its life
 (:func:`heartbeat`, which a running ``commit_job`` uses too; the Spark driver's keep-alive
 process, on behalf of the driver's JVM) records itself, when it starts, as the write's
-*keeper*: ``.hoodie/.temp/<instant>/_keeper.json`` (a :class:`~amcommit.liveness.ProcessId`;
+*keeper*: ``.hoodie/.aux/amcommit/<instant>/_keeper.json`` (a :class:`~amcommit.liveness.ProcessId`;
 one put, atomic; it goes away with the staging folder). :func:`heartbeat` withdraws its
 record when its block ends, so only a keeper that died (killed, crashed) leaves it. A judge
 on the keeper's host that can prove it dead (:func:`~amcommit.liveness.proven_dead`) judges
@@ -79,7 +79,8 @@ from amcommit.store.base import PutMode, Store
 from amcommit.table.naming import (
     HEARTBEAT_DIR,
     HOODIE_DIR,
-    TEMP_DIR,
+    LEGACY_STAGING_DIR,
+    STAGING_DIR,
     check_instant,
     heartbeat_path,
     is_instant,
@@ -193,7 +194,7 @@ KEEPER_FILE = "_keeper.json"
 
 def keeper_path(dest: str, instant: str) -> str:
     """Where the keeper of ``instant``'s write is recorded (module doc)."""
-    return join(dest, TEMP_DIR, check_instant(instant), KEEPER_FILE)
+    return join(dest, STAGING_DIR, check_instant(instant), KEEPER_FILE)
 
 
 async def claim_keeper(store: Store, dest: str, instant: str, keeper: ProcessId) -> None:
@@ -282,7 +283,8 @@ async def _first_sign(store: Store, dest: str, instant: str) -> float | None:
     from amcommit.committer.layout import JobLayout
 
     paths = [
-        JobLayout(dest, instant, staging=TEMP_DIR).job_marker,
+        JobLayout(dest, instant, staging=STAGING_DIR).job_marker,
+        JobLayout(dest, instant, staging=LEGACY_STAGING_DIR).job_marker,  # an earlier version's
         join(dest, HOODIE_DIR, f"{instant}.commit.requested"),
         join(dest, HOODIE_DIR, f"{instant}.replacecommit.requested"),
     ]
@@ -342,13 +344,15 @@ async def _write_active(store: Store, dest: str, instant: str) -> bool:
     """False once the write's job marker is gone (committed or aborted); True on doubt."""
     from amcommit.committer.layout import JobLayout
 
-    try:
-        await store.stat(JobLayout(dest, instant, staging=TEMP_DIR).job_marker)
-    except NotFound:
-        return False
-    except StoreError:
+    for staging in (STAGING_DIR, LEGACY_STAGING_DIR):  # (an earlier version's staging last)
+        try:
+            await store.stat(JobLayout(dest, instant, staging=staging).job_marker)
+        except NotFound:
+            continue
+        except StoreError:
+            return True
         return True
-    return True
+    return False
 
 
 async def keep_beating(

@@ -2,10 +2,11 @@
 :meth:`~amcommit.table.kind.TableKind.list_jobs`).
 
 A table (``.hoodie/hoodie.properties``) is read as one: every instant that is not completed
-(requested or inflight, or only claimed by a staging folder in ``.hoodie/.temp``), with its
+(requested or inflight, or only claimed by a staging folder in ``.hoodie/.aux/amcommit``, or
+an earlier version's in ``.hoodie/.temp``), with its
 write's staging (marker, journal, manifests: :func:`amcommit.committer.jobs.job_info`), its
 writer's heartbeat (``.hoodie/.heartbeat/<instant>``: alive, stopped, expired or none) and the
-table's lock (``.hoodie/.temp/_commit.lock``); the last commit is the latest completed
+table's lock (``.hoodie/.aux/amcommit/_commit.lock``); the last commit is the latest completed
 instant. Every read is separate (a best-effort snapshot, not an atomic one); nothing is
 written. The interpretation of a heartbeat is pure (:func:`beat_state`).
 """
@@ -19,13 +20,13 @@ from typing import Literal
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.jobs import DestinationJobs, JobInfo, check_exists, job_info, lock_info, read_optional
 from amcommit.committer.lock import LockBody, decode_lock, lock_path
-from amcommit.paths import basename, join, path_to_uri
+from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
-from amcommit.store.retry import RetryPolicy, policies_of, retry_call, retry_list
+from amcommit.store.retry import RetryPolicy, policies_of, retry_call
 from amcommit.table.heartbeat import STOPPED, last_beats
 from amcommit.table.model import State
-from amcommit.table.naming import PROPERTIES_FILE, TEMP_DIR, heartbeat_path, is_instant
-from amcommit.table.staging import table_layout
+from amcommit.table.naming import PROPERTIES_FILE, STAGING_DIR, heartbeat_path
+from amcommit.table.staging import legacy_table_layout, staged_instants, table_layout
 from amcommit.table.timeline import list_instants
 
 BeatState = Literal["alive", "stopped", "expired", "none"]
@@ -49,7 +50,8 @@ class TableWriteInfo:
     heartbeat_age: float | None = None
     """Seconds since the last beat (store modification time against this host's clock)."""
     staging: JobInfo | None = None
-    """The write's staging folder (``.hoodie/.temp/<instant>``), if any."""
+    """The write's staging folder (``.hoodie/.aux/amcommit/<instant>``, or an earlier
+    version's ``.hoodie/.temp/<instant>``), if any."""
     holds_lock: bool = False
 
 
@@ -95,11 +97,8 @@ async def _table_writes(
         cur = best.get(i.time)
         if cur is None or rank[i.state] > rank[cur[1]]:
             best[i.time] = (i.action, i.state)
-    staged: set[str] = set()
-    async for entry in retry_list(store, join(dest, TEMP_DIR), recursive=False, policy=policy):
-        name = basename(entry.path)
-        if entry.is_dir and is_instant(name):
-            staged.add(name)
+    staged, legacy = await retry_call(lambda: staged_instants(store, dest), policy=policy)
+    staged = staged | legacy
     beats = await last_beats(store, dest)
     now = time.time()
     out: list[TableWriteInfo] = []
@@ -114,7 +113,8 @@ async def _table_writes(
         )
         staging = None
         if t in staged:
-            staging = await job_info(store, table_layout(dest, t), lock, policy)
+            layout = legacy_table_layout(dest, t) if t in legacy else table_layout(dest, t)
+            staging = await job_info(store, layout, lock, policy)
         out.append(
             TableWriteInfo(
                 instant=t,
@@ -141,7 +141,7 @@ async def list_table_jobs(
     await check_exists(store, dest, policy)
     if await read_optional(store, join(dest, PROPERTIES_FILE), policy) is None:
         return None
-    lock_data = await read_optional(store, lock_path(dest, staging=TEMP_DIR), policy)
+    lock_data = await read_optional(store, lock_path(dest, staging=STAGING_DIR), policy)
     table_lock = decode_lock(lock_data) if lock_data is not None else None
     writes, last_instant = await _table_writes(store, dest, table_lock, writer_ttl, policy)
     return TableJobs(

@@ -2,12 +2,15 @@
 :class:`~amcommit.committer.kind.JobKind`).
 
 The engine's frame (:mod:`amcommit.committer.job`) runs a table write's commit and abort
-through these hooks: staging in ``.hoodie/.temp/$instant/`` (the job id is the instant) with
-the table's lock there; the commit body is :func:`~amcommit.table.commit.run_table_commit`;
+through these hooks: staging in ``.hoodie/.aux/amcommit/$instant/`` (the job id is the
+instant; a write staged in ``.hoodie/.temp/$instant/`` by an earlier version is found there
+too) with the table's lock in ``.hoodie/.aux/amcommit/``; the commit body is :func:`~amcommit.table.commit.run_table_commit`;
 an abort removes every file stamped with the instant, then its instant files
 (:mod:`amcommit.table.rollback`); a write is committed when its instant is completed. Around
 the locked commit the writer's heartbeat is kept fresh and an earlier live writer is waited
-for outside the lock; after a commit the table is cleaned (``clean_retain_commits``).
+for outside the lock; after a commit (outside the lock) the markers of a direct write are removed and late
+markers swept (:func:`~amcommit.table.direct.sweep_late_markers`), then the table is cleaned
+(``clean_retain_commits``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
+from contextvars import ContextVar
 
 import anyio
 
@@ -38,15 +43,22 @@ from amcommit.table.commit import (
     skipped_before,
     wait_for_earlier,
 )
+from amcommit.table.direct import sweep_after, sweep_instant
 from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
 from amcommit.table.jobs import list_table_jobs
 from amcommit.table.labelmeta import Label
 from amcommit.table.model import Action as InstantAction
 from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
+from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, is_instant
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import TableSettings, table_settings
-from amcommit.table.staging import is_table_layout, table_layout
+from amcommit.table.staging import (
+    find_table_layout,
+    is_legacy_layout,
+    is_table_layout,
+    legacy_table_layout,
+    table_layout,
+)
 from amcommit.table.undo import finish_rollback, rollback_table_write
 from amcommit.table.write import is_table, set_operation
 
@@ -75,6 +87,27 @@ async def table_already_committed(store: Store, dest: str, instant: str) -> JobR
     report.already_committed = True
     report.finished = time.time()
     return report
+
+
+async def _markers_only(ctx: JobContext) -> bool:
+    """True if the engine resolved an earlier version's layout (``.hoodie/.temp/<instant>/``)
+    only because Hudi's marker folder of the instant is there: neither a job marker nor a
+    journal in it (two stats, only for such a layout)."""
+    if not is_legacy_layout(ctx.layout):
+        return False
+    for path in (ctx.layout.job_marker, ctx.layout.journal_path):
+        try:
+            await ctx.store.stat(path)
+        except NotFound:
+            continue
+        return False
+    return True
+
+
+_GUARDED: ContextVar[str | None] = ContextVar("amcommit_table_guarded", default=None)
+"""The instant whose ``commit_job`` (:meth:`TableKind.guard`) runs in this context: its
+commit body leaves the markers to the guard, which removes them after the lock; a commit
+the engine completes otherwise (an abort, another writer) removes them itself."""
 
 
 def _plain_job_refused(dest: str, job_id: str, stage: str) -> CommitError:
@@ -119,11 +152,11 @@ class TableKind:
     def layouts(self, dest: str, job_id: str, job_attempt: int) -> Sequence[JobLayout]:
         plain = FILES.layouts(dest, job_id, job_attempt)  # a plain job's directory in a table
         if is_instant(job_id) and job_attempt == 0:
-            return (table_layout(dest, job_id), *plain)
+            return (table_layout(dest, job_id), legacy_table_layout(dest, job_id), *plain)
         return plain
 
     def lock_staging(self, job_id: str) -> str | None:
-        return TEMP_DIR if is_instant(job_id) else None
+        return STAGING_DIR if is_instant(job_id) else None
 
     async def committed_without(
         self, store: Store, dest: str, job_id: str, job_attempt: int, config: CommitterConfig
@@ -144,6 +177,9 @@ class TableKind:
         if not is_table_layout(ctx.layout):  # a plain job's directory in a table (never set up by us)
             await FILES.commit_body(ctx, run, manifests, etags)
             return
+        if await _markers_only(ctx):
+            await self._decided_markers(ctx)
+            return
         await run_table_commit(
             ctx,
             manifests,
@@ -152,6 +188,7 @@ class TableKind:
             kind=self.for_other_job(),
             label=self.label,
             settings=self.settings_for(ctx.config),
+            markers_after_lock=_GUARDED.get() == ctx.layout.job_id,
         )
 
     async def roll_back(
@@ -159,7 +196,32 @@ class TableKind:
     ) -> bool:
         if not is_table_layout(ctx.layout):
             return await FILES.roll_back(ctx, journal, run, action)
+        if await _markers_only(ctx):
+            ctx.config = ctx.config.with_options(cleanup_skipped=True)  # markers, not a job directory
+            if await completed_instant(ctx.store, ctx.layout.dest, ctx.layout.job_id) is not None:
+                return True  # committed: the engine "completes" it (commit_body, below)
         return await rollback_table_write(ctx, journal, run=run)
+
+    async def _decided_markers(self, ctx: JobContext) -> None:
+        """``commit_job`` of a write whose staging is gone, found by the engine only through
+        its marker folder (:func:`_markers_only`): a completed write gets its report and its
+        markers judged (:func:`~amcommit.table.direct.sweep_instant`; never the folder
+        deleted as a whole: a young loser's marker stays); any other is no job to commit."""
+        ctx.config = ctx.config.with_options(cleanup_skipped=True)
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        done = await table_already_committed(store, dest, instant)
+        if done is None:
+            raise CommitError(
+                f"no job directory for table write {instant} under {dest!r} (never begun, rolled back, "
+                "or skipped)",
+                stage="commit_job",
+            )
+        report = table_report(ctx.report)
+        for name in ("instant", "label", "operation", "files", "renamed", "bytes", "already_committed"):
+            setattr(report, name, getattr(done, name))
+        await sweep_instant(
+            store, dest, instant, grace=self.settings_for(ctx.config).writer_ttl, config=ctx.config
+        )
 
     async def abort_without(
         self,
@@ -215,7 +277,13 @@ class TableKind:
         if not is_instant(job_id) or job_attempt != 0:
             raise _plain_job_refused(dest, job_id, "commit_job")
         settings = self.settings_for(config)
-        report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+        token = _GUARDED.set(job_id)  # this commit removes its markers after the lock (below)
+        try:
+            report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+        finally:
+            _GUARDED.reset(token)
+        if report.success:
+            await _markers_after(store, dest, job_id, config, settings.writer_ttl)
         if settings.clean_retain_commits is not None and not report.already_committed:
             await _clean_after(store, dest, config, settings.clean_retain_commits)
         return report
@@ -229,11 +297,9 @@ class TableKind:
         writer_ttl: float,
         attempt: Callable[[], Awaitable[JobReport]],
     ) -> JobReport:
-        staging = table_layout(dest, instant)
         deadline = time.monotonic() + config.lock_wait
-        try:
-            await store.stat(staging.job_marker)
-        except NotFound:
+        staging = await find_table_layout(store, dest, instant)
+        if staging is None:
             if self.label is not None:
                 skipped = await skipped_before(store, dest, instant, self.label, config)
                 if skipped is not None:
@@ -241,7 +307,14 @@ class TableKind:
             return await attempt()  # already committed (or never begun): no heartbeat to keep
         stopped = False  # this writer gave up on the write: its heartbeat says so
         try:
-            async with heartbeat(store, dest, instant, ttl=writer_ttl):
+            # a write an earlier version staged in .hoodie/.temp/ is finished without beats:
+            # its keeper record would create a job directory of the new layout
+            beats = (
+                nullcontext()
+                if is_legacy_layout(staging)
+                else heartbeat(store, dest, instant, ttl=writer_ttl)
+            )
+            async with beats:
                 if self.operation is not None:
                     await set_operation(store, dest, instant, Operation(self.operation), config)
                 while True:
@@ -261,7 +334,7 @@ class TableKind:
             # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
             with anyio.CancelScope(shield=True):
                 try:
-                    await store.stat(staging.job_marker)
+                    await store.stat(staging.job_marker)  # (its own layout, legacy or not)
                 except NotFound:
                     await delete_beat(store, dest, instant)
                 except Exception:
@@ -273,6 +346,19 @@ class TableKind:
                         except StoreError:
                             pass
         return report
+
+
+async def _markers_after(
+    store: Store, dest: str, instant: str, config: CommitterConfig, grace: float
+) -> None:
+    """After a table commit, outside its lock (as Hudi deletes its marker folder after the
+    commit): the committed write's markers are removed (the files of markers no winner
+    names deleted first: uploads of late attempts; a loser's marker whose file was not found
+    kept while younger than ``grace``), and late markers of other decided instants swept
+    (:func:`~amcommit.table.direct.sweep_late_markers`; a staged write has no markers: one
+    listing of ``.hoodie/.temp/``). A failure never fails the commit before it: it is
+    logged, and the next commit, clean or rollback sweeps what it left."""
+    await sweep_after(store, dest, f"the commit of {instant}", grace=grace, config=config, first=instant)
 
 
 async def _clean_after(store: Store, dest: str, config: CommitterConfig, retain_commits: int) -> None:

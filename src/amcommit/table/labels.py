@@ -16,7 +16,7 @@ from amcommit.committer.job import abort_with, finish_previous_job
 from amcommit.committer.lock import decode_lock, lock_path, run_locked
 from amcommit.errors import ManifestError, NotFound
 from amcommit.liveness import proven_dead
-from amcommit.paths import basename, join
+from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.commit import PLAN_NAME
@@ -37,8 +37,8 @@ from amcommit.table.labelmeta import (
     newest_first,
 )
 from amcommit.table.model import WRITE_ACTIONS
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant
-from amcommit.table.staging import table_layout
+from amcommit.table.naming import HOODIE_DIR, STAGING_DIR
+from amcommit.table.staging import legacy_table_layout, staged_instants, table_layout
 from amcommit.table.timeline import list_instants
 from amcommit.table.write import read_marker
 
@@ -64,20 +64,16 @@ async def pending_of(
     store: Store, dest: str, app_id: str, *, config: CommitterConfig = DEFAULT_CONFIG
 ) -> list[str]:
     """Unfinished writes a dead run of ``app_id`` may have left, sorted: instants with a
-    staging folder (``.hoodie/.temp/<instant>/``) whose write carries a label of ``app_id``
+    staging folder (``.hoodie/.aux/amcommit/<instant>/``, or an earlier version's in
+    ``.hoodie/.temp/``) whose write carries a label of ``app_id``
     (in its job marker, ``begin_write(label=)``, or in its saved commit plan, a label given
     to ``commit_job`` only), and pending write instants with no staging folder at all (a
     rollback killed after removing the staging folder; no live writer is ever in that
     state: ``begin_write`` creates the staging folder first, a commit removes it only after
     publishing). Reads only."""
     policy = policies_of(config)[0]
-    staged: list[str] = []
-    try:
-        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
-            if is_instant(basename(info.path)):
-                staged.append(basename(info.path))
-    except NotFound:
-        return []
+    new, legacy = await retry_call(lambda: staged_instants(store, dest), policy=policy)
+    staged = sorted(new | legacy)
     try:
         instants = await retry_call(lambda: list_instants(store, dest), policy=policy)
     except NotFound:
@@ -85,7 +81,7 @@ async def pending_of(
     done = {i.time for i in instants if i.completed}
     out = {i.time for i in instants if i.action in WRITE_ACTIONS and i.time not in done} - set(staged)
     for t in staged:
-        layout = table_layout(dest, t)
+        layout = legacy_table_layout(dest, t) if t in legacy else table_layout(dest, t)
         try:
             marker = await retry_call(partial(read_marker, store, layout), policy=policy)
         except (NotFound, ManifestError):
@@ -138,7 +134,7 @@ async def recover(
 async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -> None:
     """Take over and release the table's lock if its holder is provably dead (see
     :func:`recover`). Atomic: the takeover is the lock's conditional write."""
-    path = lock_path(dest, staging=TEMP_DIR)
+    path = lock_path(dest, staging=STAGING_DIR)
     try:
         body = decode_lock(await retry_call(partial(store.get, path), policy=policies_of(config)[0]))
     except NotFound:
@@ -157,5 +153,5 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
         nothing,
         operation="abort",
         finish_previous=lambda prev, s: finish_previous_job(TableKind(), s, dest, prev, config, None),
-        staging=TEMP_DIR,
+        staging=STAGING_DIR,
     )

@@ -45,8 +45,12 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   upsert or delete of it acts on every copy).
 
 What is atomic: the commit (the completed instant, published last by the job commit,
-:mod:`amcommit.table.commit`). Before it, nothing a reader sees changes: files are staged
-under ``.hoodie/.temp/<instant>/`` and stamped with the inflight instant. Bad input (missing
+:mod:`amcommit.table.commit`). Before it, nothing a reader sees changes: the new base files
+are stamped with the inflight instant and are either staged under ``.hoodie/.temp/<instant>/``
+(``table_commit=staged``: the job commit renames them) or written in place under Hudi's
+direct markers (``direct``, :class:`~amcommit.table.write.TableTask`: ``MERGE`` for a file
+group's new version, ``CREATE`` for a new group; the job commit renames nothing, a rollback
+removes every marked file). Bad input (missing
 key, partition or precombine column; null keys; a key column of another type than the
 table's) is refused with one line before anything is written. Any failure after the write
 began rolls it back (``abort_job``).
@@ -87,9 +91,7 @@ from amcommit.table.naming import (
 )
 from amcommit.table.report import table_report
 from amcommit.table.settings import table_settings
-from amcommit.table.tasknames import ROWS_KEY
 from amcommit.table.timeline import FileVersion, list_instants, load_timeline, snapshot
-from amcommit.table.writestats import MUTATIONS_KEY
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -765,10 +767,17 @@ async def _mutate(
 ) -> MutateReport:
     import pyarrow as pa
 
-    from amcommit.committer.task import commit_task, setup_task
     from amcommit.table.heartbeat import heartbeat
     from amcommit.table.schema import avro_schema
-    from amcommit.table.write import TableSpec, begin_write, committed_schema, latest_write, read_properties
+    from amcommit.table.write import (
+        TableSpec,
+        begin_write,
+        committed_schema,
+        latest_write,
+        read_properties,
+        setup_table_task,
+    )
+    from amcommit.table.writestats import MutationFields
 
     if not isinstance(data, pa.Table):
         raise MutationError(f"data must be a pyarrow.Table, got {type(data).__name__}")
@@ -850,11 +859,11 @@ async def _mutate(
             # -- write the task's files --------------------------------------------------------
             task = 0
             attempt = f"attempt_{instant}_m_{task:06d}_0"
-            work = await setup_task(store, w.layout, attempt, config=config)
+            # staged (in the attempt directory) or direct (in place, under Hudi's markers:
+            # MERGE for a file group's new version, CREATE for a new group), as table_commit says
+            tt = await setup_table_task(store, w, f"task_{instant}_m_{task:06d}", attempt, config=config)
             token = write_token(task, 0, 0)
             seq = 0
-            rows_of: dict[str, int] = {}
-            fields: dict[str, dict[str, Any]] = {}
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
 
             # each new base file gets its own range of seqnos, fixed before any is written
@@ -910,16 +919,14 @@ async def _mutate(
                     report.kept_stored += counts["kept_stored"]
                     if not body:
                         return
-                    fname = base_file_name(f.file_id, token, instant)
-                    new_rel = f"{f.partition}/{fname}" if f.partition else fname
-                    await store.put(join(work, new_rel), body)
-                    rows_of[new_rel] = n
-                    fields[new_rel] = {
-                        "prevCommit": f.instant,
-                        "numInserts": counts["inserted"],
-                        "numUpdateWrites": counts["updated"],
-                        "numDeletes": counts["deleted"],
-                    }
+                    new_rel = tt.new_file(f.partition, f.file_id, token)
+                    mutation = MutationFields(
+                        prev_commit=f.instant,
+                        num_inserts=counts["inserted"],
+                        num_update_writes=counts["updated"],
+                        num_deletes=counts["deleted"],
+                    )
+                    await tt.put(new_rel, body, rows=n, new_version=True, mutation=mutation)
                     report.updated += counts["updated"]
                     report.deleted += counts["deleted"]
                     report.inserted += counts["inserted"]
@@ -927,22 +934,15 @@ async def _mutate(
                 else:  # a new file group
                     fname, body = await anyio.to_thread.run_sync(created, first, where, chunk)
                     new_rel = f"{where}/{fname}" if where else fname
-                    await store.put(join(work, new_rel), body)
-                    rows_of[new_rel] = len(chunk)
-                    fields[new_rel] = {"numInserts": len(chunk)}
+                    await tt.put(
+                        new_rel, body, rows=len(chunk), mutation=MutationFields(num_inserts=len(chunk))
+                    )
                     report.inserted += len(chunk)
                     report.files_created += 1
 
             # a few at a time: each holds a file group's rows in memory while it is rewritten
             await run_parallel(jobs, one, max(1, min(config.io_threads, 8)))
-            await commit_task(
-                store,
-                w.layout,
-                f"task_{instant}_m_{task:06d}",
-                attempt,
-                config=config,
-                extra_data={ROWS_KEY: json.dumps(rows_of), MUTATIONS_KEY: json.dumps(fields)},
-            )
+            await tt.commit()
         if commit:
             report.job = await _commit(store, dest, instant, config)
     except BaseException:

@@ -25,7 +25,19 @@ from amcommit.errors import CommitError, ConfigError
 HOODIE_DIR = ".hoodie"
 """Timeline folder, relative to the table root."""
 TEMP_DIR = ".hoodie/.temp"
-"""Staging root: a write's staging lives in ``.hoodie/.temp/<instant>/`` (never ``_temporary``)."""
+"""Hudi's temp folder: the marker folder of instant ``I`` is ``.hoodie/.temp/I/`` (Hudi's
+``getMarkerFolderPath``; only markers go there, :mod:`amcommit.table.direct`). It was
+amcommit's staging root before :data:`STAGING_DIR` (:data:`LEGACY_STAGING_DIR`): writes
+staged there by an earlier version are still found, resumed and rolled back."""
+STAGING_DIR = ".hoodie/.aux/amcommit"
+"""Staging root of every table write: a write's job directory (job marker, journal, plan,
+manifests, staged files) is ``.hoodie/.aux/amcommit/<instant>/``, the table's commit lock
+``.hoodie/.aux/amcommit/_commit.lock`` (never ``_temporary``). ``.hoodie/.aux`` is Hudi's
+auxiliary folder: Hudi keeps compaction plans and its bootstrap index there and lists it only
+for instant files directly inside it; no reader lists below ``.hoodie``."""
+LEGACY_STAGING_DIR = TEMP_DIR
+"""Where earlier versions staged table writes (``.hoodie/.temp/<instant>/``, the lock
+``.hoodie/.temp/_commit.lock``): looked at for pending writes of that layout only."""
 HEARTBEAT_DIR = ".hoodie/.heartbeat"
 """Writer heartbeats, ``.hoodie/.heartbeat/<instant>`` (Hudi's own place for them)."""
 PROPERTIES_FILE = ".hoodie/hoodie.properties"
@@ -256,4 +268,4 @@ def heartbeat_path(instant: str) -> str:
 
 def staging_dir(instant: str) -> str:
     """Relative path of the staging folder of the write of ``instant``."""
-    return f"{TEMP_DIR}/{check_instant(instant)}"
+    return f"{STAGING_DIR}/{check_instant(instant)}"

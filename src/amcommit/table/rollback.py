@@ -12,6 +12,7 @@ from amcommit.committer.job import abort_with
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.store.base import Store
+from amcommit.table.direct import sweep_after
 from amcommit.table.heartbeat import judge_writers, writer_alive
 from amcommit.table.kind import TableKind
 from amcommit.table.naming import check_instant
@@ -39,7 +40,13 @@ async def rollback_instant(
     An instant whose writer is alive (a sign of life younger than ``config.writer_ttl``, by
     the store's clock: :mod:`amcommit.table.heartbeat`) is refused with ConflictError before
     anything changes, unless ``force`` (that deletes the files of a running write: its
-    commit then fails)."""
+    commit then fails).
+
+    After the rollback (outside the lock) the late markers of every decided instant are
+    swept (:func:`~amcommit.table.direct.sweep_late_markers`, grace ``writer_ttl``): a
+    zombie attempt's upload stamped with a completed instant is deleted here too. The
+    rollback of a dead writer by a later commit is followed by that commit's own sweep
+    (:meth:`~amcommit.table.kind.TableKind.guard`)."""
     check_instant(instant)
     if not await is_table(store, dest, config):
         raise ConfigError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties)")
@@ -48,9 +55,13 @@ async def rollback_instant(
             f"instant {instant} of {dest!r} is completed: rollback removes only inflight instants",
             stage="rollback",
         )
+    ttl = table_settings(config).writer_ttl
     if not force:
-        await _refuse_live(store, dest, instant, table_settings(config).writer_ttl)
-    return await abort_with(TableKind(), store, dest, instant, config=config)
+        await _refuse_live(store, dest, instant, ttl)
+    report = await abort_with(TableKind(), store, dest, instant, config=config)
+    # then (the lock released) the late markers of every decided instant, this one's too
+    await sweep_after(store, dest, f"the rollback of {instant}", grace=ttl, config=config)
+    return report
 
 
 async def _refuse_live(store: Store, dest: str, instant: str, ttl: float) -> None:

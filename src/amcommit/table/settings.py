@@ -22,10 +22,15 @@ from amcommit.options import Options
 __all__ = ["DEFAULT_SETTINGS", "TableConfig", "TableSettings", "table_settings"]
 
 
-def _check(writer_ttl: float) -> None:
+TABLE_COMMITS = ("staged", "direct")
+
+
+def _check(writer_ttl: float, table_commit: str = "direct") -> None:
     # (no message shows the value given: it may be a secret given to the wrong option)
     if not writer_ttl > 0:
         raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
+    if table_commit not in TABLE_COMMITS:
+        raise ConfigError("committer option 'table_commit' must be 'staged' or 'direct'")
 
 
 class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -41,9 +46,31 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     clean_retain_commits: int | None = None
     """After each commit, clean file groups replaced before the latest N commits
     (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
+    table_commit: str = "direct"
+    """How a table write's tasks write base files (the Spark data source's batch writes,
+    streaming sink and ``foreachBatch``/``write_batch``; the engine's table tasks,
+    :func:`amcommit.table.write.setup_table_task`; upserts and deletes): ``"direct"`` (the
+    default: straight to their final names under Hudi's direct markers
+    ``.hoodie/.temp/<instant>/<partition>/<file>.marker.CREATE``; the job commit renames
+    nothing, it deletes the files of attempts that did not win, then publishes:
+    :mod:`amcommit.table.direct`) or ``"staged"`` (in the task attempt directory under
+    ``.hoodie/.aux/amcommit/<instant>/``, each renamed into the table at job commit: the
+    behaviour before issue 26). The job commit and a rollback recognise either from the
+    manifests (a write mixing both is refused); this setting only matters to the tasks.
+
+    Direct writes keep the guarantees of staged ones (the kill matrix on local files,
+    Azure Blob, ADLS Gen2 and GCS; concurrent writers; labels and replays). What differs,
+    and the case ``staged`` serves: a direct write's files sit at their final names from
+    the task's upload on, stamped with an instant that is not completed. Table readers
+    ignore them; readers that list files without the timeline see them while the write is
+    in flight and until a failed write is rolled back (plain Parquet readers of the folder;
+    Daft 0.7.26, measured). A task attempt still running after its write was decided (a
+    zombie) removes its own late upload, and a later commit, clean or rollback removes
+    what it left (:mod:`amcommit.table.direct`: the window that remains), where a staged
+    zombie's files never leave its attempt directory."""
 
     def __post_init__(self) -> None:
-        _check(self.writer_ttl)
+        _check(self.writer_ttl, self.table_commit)
 
 
 DEFAULT_SETTINGS = TableSettings()
@@ -60,14 +87,20 @@ class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fie
     """:attr:`TableSettings.writer_ttl`."""
     clean_retain_commits: int | None = DEFAULT_SETTINGS.clean_retain_commits
     """:attr:`TableSettings.clean_retain_commits`."""
+    table_commit: str = DEFAULT_SETTINGS.table_commit
+    """:attr:`TableSettings.table_commit`."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.writer_ttl)
+        _check(self.writer_ttl, self.table_commit)
 
     def settings(self) -> TableSettings:
         """The table's part of this config."""
-        return TableSettings(writer_ttl=self.writer_ttl, clean_retain_commits=self.clean_retain_commits)
+        return TableSettings(
+            writer_ttl=self.writer_ttl,
+            clean_retain_commits=self.clean_retain_commits,
+            table_commit=self.table_commit,
+        )
 
 
 def table_settings(config: CommitterConfig) -> TableSettings:

@@ -1,8 +1,12 @@
 """A table write's staging and its task side (the table kind's
 :class:`~amcommit.committer.kind.TaskKind`).
 
-A write stages in ``.hoodie/.temp/$instant/`` (:func:`table_layout`; the job id is the
-instant). Its task side (:data:`TABLE_TASKS`, carried by that layout):
+A write stages in ``.hoodie/.aux/amcommit/$instant/`` (:func:`table_layout`; the job id is
+the instant), with the table's commit lock in ``.hoodie/.aux/amcommit/``: never in Hudi's
+marker folder ``.hoodie/.temp/$instant/``, where Hudi's marker-based rollback takes every file
+for a marker (and fails on any other). Writes staged in ``.hoodie/.temp/$instant/`` by an
+earlier version (:func:`legacy_table_layout`) are still found (:func:`find_table_layout`) and
+resumed or rolled back from there. Its task side (:data:`TABLE_TASKS`, carried by that layout):
 
 - a task setup and the start of a task commit beat the writer's heartbeat, unless it is
   fresh (:func:`~amcommit.table.heartbeat.try_beat`);
@@ -23,16 +27,27 @@ from collections.abc import Sequence
 
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.layout import JobLayout
-from amcommit.errors import CommitError
+from amcommit.errors import CommitError, NotFound
+from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
-from amcommit.table.naming import TEMP_DIR, check_instant
+from amcommit.table.naming import LEGACY_STAGING_DIR, STAGING_DIR, check_instant, is_instant
 from amcommit.table.settings import table_settings
 from amcommit.table.tasknames import ROWS_KEY, plan_names
 from amcommit.table.writestats import MUTATIONS_KEY, STATS_KEY, mutation_fields, task_write_stats
 
-__all__ = ["TABLE_TASKS", "TableTasks", "is_table_layout", "table_layout"]
+__all__ = [
+    "TABLE_TASKS",
+    "TableTasks",
+    "find_table_layout",
+    "instant_dirs",
+    "is_legacy_layout",
+    "is_table_layout",
+    "legacy_table_layout",
+    "staged_instants",
+    "table_layout",
+]
 
 
 async def _footer_rows(store: Store, path: str, config: CommitterConfig) -> int:
@@ -88,13 +103,71 @@ TABLE_TASKS = TableTasks()
 
 def table_layout(dest: str, instant: str, job_attempt: int = 0) -> JobLayout:
     """The layout of table write ``instant`` into the table at ``dest``: staging in
-    ``.hoodie/.temp/$instant/``, the table's task side (:data:`TABLE_TASKS`). ConfigError
-    if ``instant`` is not an instant time."""
+    ``.hoodie/.aux/amcommit/$instant/``, the table's task side (:data:`TABLE_TASKS`).
+    ConfigError if ``instant`` is not an instant time."""
     check_instant(instant)
-    return JobLayout(dest, instant, job_attempt, staging=TEMP_DIR, tasks=TABLE_TASKS)
+    return JobLayout(dest, instant, job_attempt, staging=STAGING_DIR, tasks=TABLE_TASKS)
+
+
+def legacy_table_layout(dest: str, instant: str, job_attempt: int = 0) -> JobLayout:
+    """The layout earlier versions staged table write ``instant`` in
+    (``.hoodie/.temp/$instant/``): only to resume or roll back such a write."""
+    check_instant(instant)
+    return JobLayout(dest, instant, job_attempt, staging=LEGACY_STAGING_DIR, tasks=TABLE_TASKS)
 
 
 def is_table_layout(layout: JobLayout) -> bool:
-    """True if ``layout`` is a table write's (staged in ``.hoodie/.temp/``), not a plain
-    job's directory found in a table."""
-    return layout.staging == TEMP_DIR
+    """True if ``layout`` is a table write's (staged in ``.hoodie/.aux/amcommit/``, or in
+    ``.hoodie/.temp/`` by an earlier version), not a plain job's directory found in a
+    table."""
+    return layout.staging in (STAGING_DIR, LEGACY_STAGING_DIR)
+
+
+def is_legacy_layout(layout: JobLayout) -> bool:
+    """True if ``layout`` is a table write staged by an earlier version (``.hoodie/.temp/``)."""
+    return layout.staging == LEGACY_STAGING_DIR
+
+
+async def instant_dirs(store: Store, folder: str) -> set[str]:
+    """The names of the instant folders directly in ``folder`` (one listing; none if it
+    does not exist)."""
+    out: set[str] = set()
+    try:
+        async for info in store.list(folder, recursive=False):
+            if info.is_dir and is_instant(basename(info.path)):
+                out.add(basename(info.path))
+    except NotFound:
+        pass
+    return out
+
+
+async def staged_instants(store: Store, dest: str) -> tuple[set[str], set[str]]:
+    """``(staged, legacy)``: the instants with a staging folder in ``.hoodie/.aux/amcommit/``,
+    and those without one there that an earlier version staged in ``.hoodie/.temp/`` (a
+    folder there holding a job marker; the others are marker folders of direct writes).
+    Two listings, and one stat per ``.hoodie/.temp/`` folder without a staging folder of
+    its own (normally none: markers of a decided write that are not removed yet). Reads
+    only; not retried."""
+    staged = await instant_dirs(store, join(dest, STAGING_DIR))
+    temp = await instant_dirs(store, join(dest, LEGACY_STAGING_DIR))
+    legacy: set[str] = set()
+    for t in sorted(temp - staged):
+        try:
+            await store.stat(legacy_table_layout(dest, t).job_marker)
+        except NotFound:
+            continue
+        legacy.add(t)
+    return staged, legacy
+
+
+async def find_table_layout(store: Store, dest: str, instant: str) -> JobLayout | None:
+    """The layout whose job marker of write ``instant`` exists: :func:`table_layout`'s, else
+    :func:`legacy_table_layout`'s (looked at only when the first is not there); None if
+    neither is. One or two stats, not retried (callers judge a StoreError)."""
+    for layout in (table_layout(dest, instant), legacy_table_layout(dest, instant)):
+        try:
+            await store.stat(layout.job_marker)
+        except NotFound:
+            continue
+        return layout
+    return None

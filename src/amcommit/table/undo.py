@@ -5,12 +5,15 @@ instant, then the instant. The user's command, :func:`amcommit.table.rollback.ro
 Order (each step idempotent; a crash at any point leaves an inflight instant that a later
 rollback finishes, because the instant files go last):
 
+0. a write whose files were written in place (:mod:`amcommit.table.direct`): every base
+   file its markers name, then the markers (its manifests' files are never "renamed");
 1. the files the commit renamed into the table (from the journal and the task manifests,
    judged as for plain rollbacks: only provably this job's files);
 2. any other base file stamped with the instant, and ``.hoodie_partition_metadata`` files
    that name it, in the partitions the write touched (the whole table when they are not
    known: the staging folder is gone); emptied partition folders;
-3. the staging folder ``.hoodie/.temp/<instant>/`` (its journal last);
+3. the staging folder ``.hoodie/.aux/amcommit/<instant>/`` (or an earlier version's
+   ``.hoodie/.temp/<instant>/``; its journal last);
 4. the heartbeat ``.hoodie/.heartbeat/<instant>``;
 5. the inflight file, then the ``.requested`` file.
 
@@ -27,6 +30,7 @@ from amcommit.errors import ManifestError, NotFound, StoreError
 from amcommit.paths import basename, is_within, join, parent, relative_to
 from amcommit.store.base import Store
 from amcommit.store.retry import policies_of, retry_call
+from amcommit.table.direct import is_direct, rollback_from_markers
 from amcommit.table.heartbeat import delete_beat
 from amcommit.table.naming import (
     HOODIE_DIR,
@@ -159,10 +163,22 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run:
         partitions = {
             relative_to(parent(e.dst), dest) if parent(e.dst) != dest else "" for e in run.spool.entries()
         }
-    if journal is not None and run.loaded is not None:
+    direct = run.loaded is not None and is_direct(run.loaded.extra_data)
+    if direct and journal is not None:
+        # a direct write's journal is saved after its plan, with every winning file in place
+        # already: past its point of no return, as a staged write whose renames all happened
+        # (the engine's "every file in place" check cannot tell on object stores: a file
+        # written in place lacks the mark a rename leaves). The caller completes it.
+        return True
+    async with ctx.stage("rollback_markers"):
+        # files written in place (amcommit.table.direct): every marked one, winner or not
+        marked = await rollback_from_markers(store, dest, instant, ctx.config)
+    if marked is not None:
+        partitions |= {parent(r) if "/" in r else "" for r in marked}
+    if journal is not None and run.loaded is not None and not direct:  # a direct write renamed nothing
         async with ctx.stage("rollback"):
             await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
-    if journal is not None and run.loaded is None:
+    if journal is not None and run.loaded is None and marked is None:
         partitions_arg: set[str] | None = None  # renamed files of unknown partitions: look everywhere
     else:
         partitions_arg = partitions

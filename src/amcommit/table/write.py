@@ -8,14 +8,24 @@ A table write is a job whose id is its instant::
     await commit_task(store, write.layout, task_id, attempt_id, extra_data={"hudi.rows": ...})
     report = await commit_job(store, dest, write.instant)           # or abort_job(...)
 
+or, with the base files written where the ``table_commit`` setting says (the staged way as
+above, or ``direct``: straight to their final names under Hudi's direct markers,
+:mod:`amcommit.table.direct`, and the job commit renames nothing)::
+
+    task = await setup_table_task(store, write, task_id, attempt_id, config=config)
+    rel = task.new_file("p=a")                                      # a base file name
+    await task.put(rel, parquet_bytes, rows=n)
+    await task.commit()                                             # or task.abort()
+
 :func:`begin_write` (not atomic as a whole; each step is one atomic create-only put):
 
 1. reads ``.hoodie/hoodie.properties``; on a first write creates it (create-only: of two
    first writers one creates it, the other continues the table if the specs agree, else
    fails with one line);
 2. allocates the instant: strictly later than every instant in ``.hoodie/`` and every
-   staging folder in ``.hoodie/.temp/``, claimed by the create-only put of the job marker
-   ``.hoodie/.temp/<instant>/_job.json``. It then lists again: if any instant later than the
+   staging folder in ``.hoodie/.aux/amcommit/`` (and every folder in ``.hoodie/.temp/``: an
+   earlier version's staging, or markers), claimed by the create-only put of the job marker
+   ``.hoodie/.aux/amcommit/<instant>/_job.json``. It then lists again: if any instant later than the
    claimed one appeared meanwhile (a concurrent writer), the claim is given up and a later
    time taken, so instants complete in allocation order without anyone waiting forever;
 3. writes the heartbeat, then ``<instant>.<action>.requested`` and the inflight file
@@ -36,7 +46,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
@@ -46,19 +56,34 @@ from amcommit.committer.completeness import marker_fields
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestError, NotFound
+from amcommit.manifest import TaskManifest
 from amcommit.paths import basename, check_path, join
-from amcommit.store.base import PutMode, Store
+from amcommit.store.base import ObjectInfo, PutMode, Store
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.heartbeat import beat
 from amcommit.table.labelmeta import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
-from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE, TEMP_DIR, is_instant, next_instant
+from amcommit.table.naming import (
+    HOODIE_DIR,
+    PROPERTIES_FILE,
+    STAGING_DIR,
+    TEMP_DIR,
+    base_file_name,
+    new_file_id,
+    next_instant,
+    parse_base_file_name,
+)
 from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
-from amcommit.table.staging import table_layout
+from amcommit.table.settings import table_settings
+from amcommit.table.staging import instant_dirs, table_layout
+from amcommit.table.tasknames import ROWS_KEY, task_write_token
 from amcommit.table.timeline import list_instants
+from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
 
 __all__ = [
+    "MutationFields",
     "TableSpec",
+    "TableTask",
     "TableWrite",
     "WriteMarker",
     "begin_write",
@@ -70,6 +95,7 @@ __all__ = [
     "read_properties",
     "requested_instant",
     "set_operation",
+    "setup_table_task",
 ]
 
 MARKER_LAYOUT = "amcommit-table/1"
@@ -103,7 +129,7 @@ class TableWrite:
 
 
 class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
-    """``.hoodie/.temp/<instant>/_job.json``: what the job commit needs to know."""
+    """``.hoodie/.aux/amcommit/<instant>/_job.json``: what the job commit needs to know."""
 
     job_id: str
     created: float
@@ -263,15 +289,12 @@ async def committed_schema(
 
 
 async def _taken_times(store: Store, dest: str) -> set[str]:
-    """Times of every instant in ``.hoodie/`` and every staging folder in ``.hoodie/.temp/``."""
+    """Times of every instant in ``.hoodie/``, every staging folder in
+    ``.hoodie/.aux/amcommit/`` and every folder in ``.hoodie/.temp/`` (an earlier version's
+    staging, or a marker folder)."""
     times = {i.time for i in await list_instants(store, dest)}
-    try:
-        async for info in store.list(join(dest, TEMP_DIR), recursive=False):
-            name = basename(info.path)
-            if is_instant(name):
-                times.add(name)
-    except NotFound:
-        pass
+    for folder in (STAGING_DIR, TEMP_DIR):
+        times |= await instant_dirs(store, join(dest, folder))
     return times
 
 
@@ -427,3 +450,172 @@ async def set_operation(
     data = json.dumps(body).encode()
     await retry_call(partial(store.put, layout.job_marker, data, mode=PutMode.OVERWRITE), policy=policy)
     return True
+
+
+@dataclass
+class TableTask:
+    """One task attempt of a table write through the engine API (:func:`setup_table_task`).
+
+    Its base files go where the ``table_commit`` setting of the task's config says
+    (:attr:`~amcommit.table.settings.TableSettings.table_commit`):
+
+    - ``staged``: into the task attempt directory under ``.hoodie/.temp/<instant>/``; the
+      task commit (:func:`~amcommit.committer.task.commit_task`) names them, the job commit
+      renames them into the table;
+    - ``direct``: straight to their final names in the table, each after its Hudi marker
+      (:func:`~amcommit.table.direct.write_in_place`: ``CREATE`` for a new file group,
+      ``MERGE`` for a new version of one); the task commit publishes a manifest that says so
+      (:func:`~amcommit.table.direct.commit_direct_task`), and the job commit renames
+      nothing: it deletes the files of attempts that did not win, then publishes.
+
+    Files must then be named as base files of this write (:meth:`new_file`); a staged task
+    may also use other ``*.parquet`` names (its task commit names them).
+
+    What is atomic: each :meth:`put` is one upload (a direct one follows its marker, and a
+    crash between them leaves a marker that the job commit or a rollback acts on);
+    :meth:`commit` publishes the manifest by one atomic step; nothing a reader sees changes
+    before the job commit publishes the instant (files of a direct write are stamped with an
+    instant that is not completed)."""
+
+    store: Store
+    write: TableWrite
+    task_id: str
+    task_attempt_id: str
+    work: str
+    """The task attempt directory (where a staged task writes)."""
+    direct: bool
+    config: CommitterConfig = DEFAULT_CONFIG
+    files: dict[str, tuple[int, str | None, int]] = field(default_factory=dict)
+    """Path relative to the table (staged: to the attempt directory) -> (size, etag, rows)."""
+    mutations: dict[str, MutationFields] = field(default_factory=dict)
+    """A record-level write's own write stat fields by the same path."""
+
+    @property
+    def token(self) -> str:
+        """The write token of this attempt's files (from its attempt id: two attempts never
+        share one)."""
+        return task_write_token(self.task_attempt_id)
+
+    def new_file(self, partition: str, file_id: str | None = None, token: str | None = None) -> str:
+        """The path (relative to the table) of a base file of this write in ``partition``
+        ("" for an unpartitioned table): ``file_id`` (default: a new file group) and this
+        attempt's :attr:`token` unless given. Pure."""
+        name = base_file_name(file_id or new_file_id(), token or self.token, self.write.instant)
+        return f"{partition}/{name}" if partition else name
+
+    async def put(
+        self,
+        rel: str,
+        data: bytes,
+        *,
+        rows: int,
+        new_version: bool = False,
+        mutation: MutationFields | None = None,
+    ) -> ObjectInfo:
+        """Write base file ``rel`` (path relative to the table) holding ``rows`` rows.
+        ``new_version``: it is a new version of an existing file group (an upsert's or
+        delete's rewrite: a ``MERGE`` marker when direct), else a new file group
+        (``CREATE``). ``mutation``: its write stat fields (``prevCommit``, counts). A direct
+        write decided meanwhile (committed or rolled back) fails with CommitError, its file
+        removed again."""
+        from amcommit.table.direct import IOType, write_in_place
+
+        if self.direct:
+            parsed = parse_base_file_name(basename(rel))
+            if parsed is None or parsed.instant != self.write.instant:
+                raise CommitError(
+                    f"{rel!r} is not a base file name of instant {self.write.instant} (a direct "
+                    "table write names its files itself: TableTask.new_file)",
+                    stage="write_task",
+                )
+            io_type = IOType.MERGE if new_version else IOType.CREATE
+            got = await write_in_place(
+                self.store,
+                self.write.dest,
+                self.write.instant,
+                rel,
+                data,
+                io_type=io_type,
+                config=self.config,
+            )
+            if got is None:
+                raise CommitError(
+                    f"table write {self.write.instant} was committed or rolled back while task "
+                    f"attempt {self.task_attempt_id} was still writing: its file {rel!r} was removed",
+                    stage="write_task",
+                )
+            info = got
+        else:
+            path = join(self.work, rel)
+            info = await retry_call(
+                lambda: self.store.put(path, data, mode=PutMode.OVERWRITE), policy=policies_of(self.config)[0]
+            )
+        self.files[rel] = (info.size, info.etag, rows)
+        if mutation is not None:
+            self.mutations[rel] = mutation
+        return info
+
+    async def commit(self, extra_data: Mapping[str, str] | None = None) -> TaskManifest:
+        """Commit the task attempt: publish its manifest (one atomic step; the last attempt
+        of a task to commit wins). ``extra_data``: more entries for a staged task's
+        manifest (a direct one carries only its write stats)."""
+        from amcommit.committer.task import commit_task
+        from amcommit.table.direct import commit_direct_task
+
+        if self.direct:
+            files = [(rel, size, etag, rows) for rel, (size, etag, rows) in sorted(self.files.items())]
+            return await commit_direct_task(
+                self.store,
+                self.write.layout,
+                self.task_id,
+                self.task_attempt_id,
+                files,
+                config=self.config,
+                mutations=self.mutations,
+            )
+        extra = dict(extra_data or {})
+        extra[ROWS_KEY] = json.dumps({rel: rows for rel, (_, _, rows) in self.files.items()})
+        if self.mutations:
+            extra[MUTATIONS_KEY] = msgspec.json.encode(self.mutations).decode()
+        return await commit_task(
+            self.store,
+            self.write.layout,
+            self.task_id,
+            self.task_attempt_id,
+            config=self.config,
+            extra_data=extra,
+        )
+
+    async def abort(self) -> None:
+        """Give the attempt up: a staged attempt's directory is deleted; a direct attempt's
+        files are deleted (their markers stay: the job commit or a rollback removes them)."""
+        from amcommit.committer.task import abort_task
+
+        policy = policies_of(self.config)[0]
+        if self.direct:
+            for rel in sorted(self.files):
+                path = join(self.write.dest, rel)
+                await retry_call(lambda p=path: self.store.delete(p), policy=policy)  # type: ignore[misc]
+            self.files.clear()
+            return
+        await abort_task(self.store, self.write.layout, self.task_attempt_id, config=self.config)
+
+
+async def setup_table_task(
+    store: Store,
+    write: TableWrite,
+    task_id: str,
+    task_attempt_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> TableTask:
+    """Set up task attempt ``task_attempt_id`` of ``task_id`` of the begun ``write``
+    (:func:`~amcommit.committer.task.setup_task`: single-use attempt ids, the writer's
+    heartbeat beaten) and return its :class:`TableTask`, staged or direct as
+    ``table_settings(config).table_commit`` says (every task of one write must use the same
+    setting)."""
+    from amcommit.committer.task import setup_task
+
+    work = await setup_task(store, write.layout, task_attempt_id, config=config)
+    direct = table_settings(config).table_commit == "direct"
+    return TableTask(store, write, task_id, task_attempt_id, work, direct, config)

@@ -40,7 +40,10 @@ What a test can switch on:
                       newest one of the checkpoint's offsets log (a local checkpoint)
     ``task_write``    a task is killed after it wrote its first rows
     ``before_commit`` ``commit()`` is entered and killed
-    ``in_renames``    killed inside the job commit, before its second rename of a data file
+    ``in_renames``    killed inside the job commit, before its second rename of a data file;
+                      a direct write (``table_commit=direct``), which renames none, is
+                      killed before it publishes its completed instant (its files in place,
+                      its losers deleted)
     ``after_commit``  killed after the batch committed, before Spark records it
     ``slow_task``     tasks sleep ``seconds`` after their first rows; they first create the
                       file named by :data:`SIGNAL_ENV` if set, and stop sleeping early once
@@ -199,8 +202,26 @@ def kill_driver() -> None:
     time.sleep(60)  # pragma: no cover  (never reached)
 
 
+def _completed_instant_file(path: str) -> bool:
+    """``path`` is a completed write instant's file ``.hoodie/<instant>.commit`` /
+    ``.replacecommit``."""
+    from amcommit.table.model import parse_instant_file
+
+    folder, _, name = path.rpartition("/")
+    i = parse_instant_file(name)
+    return (
+        folder.endswith(".hoodie")
+        and i is not None
+        and i.completed
+        and i.action in ("commit", "replacecommit")
+    )
+
+
 class KillOnRename:
-    """Store proxy that kills the driver before its ``n``-th rename of a ``.parquet`` file."""
+    """Store proxy that kills the driver before its ``n``-th rename of a ``.parquet`` file,
+    or before it publishes a completed instant (a rename or put onto
+    ``.hoodie/<instant>.commit``/``.replacecommit``), whichever comes first: a direct table
+    write renames no data file."""
 
     def __init__(self, inner: Store, n: int) -> None:
         self._inner, self._n, self._seen = inner, n, 0
@@ -208,7 +229,14 @@ class KillOnRename:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    async def put(self, path: str, data: bytes, **kw: Any) -> Any:
+        if _completed_instant_file(path):
+            kill_driver()
+        return await self._inner.put(path, data, **kw)
+
     async def rename(self, src: str, dst: str, **kw: Any) -> RenameResult:
+        if _completed_instant_file(dst):
+            kill_driver()
         if dst.endswith(".parquet"):
             self._seen += 1
             if self._seen >= self._n:

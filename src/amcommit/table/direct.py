@@ -1,0 +1,615 @@
+"""Table writes that copy nothing (issue 26): base files written in place under Hudi's
+direct write markers; the job commit reconciles against the markers, then publishes.
+
+Status: the default of every table write (``table_commit=direct``,
+:class:`~amcommit.table.settings.TableSettings`): the Spark task side
+(:func:`amcommit.spark.task.run_task`: batch writes, the streaming sink, ``foreachBatch``),
+the engine's table tasks (:func:`amcommit.table.write.setup_table_task`) and upserts and
+deletes (engine and Spark) write through :func:`write_in_place` and commit their tasks with
+:func:`commit_direct_task`; the job commit (:func:`~amcommit.table.commit.run_table_commit`)
+and the rollback (:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write
+by its manifests (a write mixing both ways is refused: :func:`check_one_mode`). The staged
+path (files staged in the write's job directory and renamed at job commit) stays as
+``table_commit=staged``, for readers that list files without the timeline. amcommit's own
+job directory of every table write is ``.hoodie/.aux/amcommit/<instant>/``
+(:func:`~amcommit.table.staging.table_layout`), never the marker folder: Hudi's
+``MarkerBasedRollbackStrategy`` reads *every* file under ``.hoodie/.temp/<instant>/`` as a
+marker and fails on any other.
+
+Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
+------------------------------------------------------------------------------------
+Markers are Hudi's *direct* markers, named as Hudi names them, so Hudi's own rollback
+(``MarkerBasedRollbackStrategy``) finds our files::
+
+    .hoodie/.temp/<instant>/<partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
+
+(``MERGE`` for a base file that rewrites a file group, i.e. upserts; ``APPEND`` is Hudi's
+log-file marker of Merge-on-Read tables and never written here.) No ``MARKERS.type`` file
+is written: Hudi reads its absence as direct markers.
+
+1. **Task** (:func:`write_in_place`): create the marker (empty; idempotent), then upload
+   the file straight to its final name ``<partition>/<fileId>_<writeToken>_<instant>.parquet``
+   (the write token names the attempt, so two attempts never share a name), then check the
+   instant (:func:`instant_state`): if it is no longer pending (completed, or rolled back)
+   the upload finished after the job was decided, so the file is no winner's: the attempt
+   deletes it, then its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
+   stamped with an instant that is not completed (TABLES.md pitfall 4).
+2. **Job commit**: :func:`marked_files` lists ``.hoodie/.temp/<instant>/`` once (never the
+   table) and gives every base file an attempt may have created; :func:`reconcile` deletes
+   those not in the winning manifests (``markers - winners``, :func:`losers`); then the
+   table commit's usual steps (order check, label check, plan, partition metadata, publish);
+   then the journal, heartbeat and job directory are removed and the lock released. The
+   markers are removed **after the lock is released** (as Hudi deletes its marker folder
+   after the commit), by the writer's ``commit_job``
+   (:meth:`~amcommit.table.kind.TableKind.guard`, through :func:`sweep_late_markers`):
+   one fresh listing of the marker folder (a zombie may have added markers since the
+   reconcile), the files of markers no winner names deleted (uploads landed since the
+   reconcile), then every listed marker by name (:func:`judge_markers`: batch deletes on
+   Azure Blob, one delete per marker on GCS, local files and ADLS Gen2, then the emptied
+   folders by non-recursive deletes on stores with directories), except a loser's marker
+   whose file was not found and that is younger than ``grace`` = ``writer_ttl``: its
+   upload may still land. The folder is never deleted recursively: a marker created after
+   the listing stays for the next sweep. A commit the engine completes for another (an
+   abort past the point of no return, a later writer finishing a dead one) removes the
+   markers itself right after the publish. Mutating requests on local files
+   (``tests/table/test_staging_layout.py``): the job commit 23 for 20 and for 200 files
+   (reconcile's listing and loser deletes, partition metadata, journal, publish, cleanup
+   of the job directory, lock), then the marker removal one per marker plus one per
+   partition folder and one for the instant's folder (31 and 211).
+3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
+   without markers (the marker folder gone), the caller lists the partitions
+   (:func:`~amcommit.table.undo.remove_stamped`).
+4. **Late markers** (:func:`sweep_late_markers`; after every table commit, in every
+   clean, :func:`amcommit.table.clean.clean`, and every ``amcommit rollback``,
+   :func:`amcommit.table.rollback.rollback_instant`, each with ``grace`` = ``writer_ttl``;
+   the rollback of a dead writer by a later commit is followed by that commit's sweep):
+   the marker folder of an instant that completed, or whose write is gone (no job marker
+   ``_job.json``), still holding markers, was written to by a zombie after the decision
+   (or its marker removal was cut short): its non-winning files are deleted, then its
+   markers. A marker whose file was not (yet) found is kept until it is older than
+   ``grace`` seconds: its upload may still land; it is removed after that. A pending
+   write's folder is never listed (its instant and job marker are looked at first).
+
+What is atomic: nothing here is atomic as a whole; each step is one idempotent request per
+path, and every step can be repeated after a crash.
+
+The window that remains (measured on local files by
+``tests/table/test_staging_layout.py::test_zombie_after_commit_gone_after_next_commit_clean_or_rollback``):
+a zombie attempt (still running after the job was decided) whose upload lands after the
+commit's :func:`reconcile` is visible to hudi-rs's snapshot reads (pitfall 3; never to
+amcommit's reader, which reads the commit's file list) from the publish until its own
+check deletes it (one request after its upload), or, after the lock is released, the
+commit's marker removal does. One whose upload lands after that listing *and* that dies
+before its own check stays visible until the next commit, clean or ``amcommit rollback``
+of the table sweeps its marker (kept by the first because its file was not there yet and
+it was younger than ``writer_ttl``): the sweep itself took 8 ms (clean) to 30 ms
+(rollback) on local files; the window is the time to the next of these operations. A
+zombie that writes its marker only after that sweep is caught by the following one. What
+no sweep can catch: a zombie whose marker is older than ``writer_ttl`` when its upload
+lands (an upload that takes longer than ``writer_ttl`` after its marker).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+
+from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.committer.layout import JobLayout
+from amcommit.errors import AlreadyExists, AmcommitError, CommitError, NotFound, StoreError
+from amcommit.manifest import (
+    TASK_MANIFEST_TYPE,
+    TASK_MANIFEST_VERSION,
+    FileEntry,
+    TaskManifest,
+    encode_json,
+)
+from amcommit.parallel import run_parallel
+from amcommit.paths import basename, is_within, join, parent, path_to_uri, relative_to
+from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
+from amcommit.store.retry import policies_of, retry_call
+from amcommit.table.model import decode_commit_metadata
+from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant, parse_base_file_name
+from amcommit.table.timeline import completed_instant
+from amcommit.table.writestats import STATS_KEY, MutationFields, task_write_stats
+
+__all__ = [
+    "COMMIT_KEY",
+    "DIRECT",
+    "MARKER_INFIX",
+    "IOType",
+    "commit_direct_task",
+    "create_marker",
+    "instant_state",
+    "is_direct",
+    "judge_markers",
+    "losers",
+    "marked_files",
+    "marker_dir",
+    "marker_name",
+    "parse_marker",
+    "reconcile",
+    "remove_markers",
+    "rollback_from_markers",
+    "sweep_after",
+    "sweep_instant",
+    "sweep_late_markers",
+    "write_in_place",
+]
+
+log = logging.getLogger("amcommit.table.direct")
+
+MARKER_INFIX = ".marker."
+"""Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
+
+COMMIT_KEY = "amcommit.tableCommit"
+"""The manifest ``extra_data`` key naming how the task wrote its files: :data:`DIRECT`
+(written in place under markers) or absent (staged in the attempt directory)."""
+DIRECT = "direct"
+
+
+class IOType(StrEnum):
+    """Hudi's ``IOType`` of a marker: what the write did to the file it names."""
+
+    CREATE = "CREATE"
+    MERGE = "MERGE"
+    APPEND = "APPEND"
+
+
+# ---------------------------------------------------------------- pure: names and planning
+
+
+def marker_dir(dest: str, instant: str) -> str:
+    """The marker folder of ``instant``: ``.hoodie/.temp/<instant>`` (Hudi's
+    ``getMarkerFolderPath``; the staged path's job directory is the same folder)."""
+    return join(dest, TEMP_DIR, instant)
+
+
+def marker_name(rel_path: str, io_type: IOType) -> str:
+    """The marker of base file ``rel_path`` (relative to the table), relative to the marker
+    folder: ``<partition>/<file name>.marker.<IOType>``."""
+    return f"{rel_path}{MARKER_INFIX}{io_type.value}"
+
+
+def parse_marker(rel_marker: str) -> tuple[str, IOType] | None:
+    """``(base file path relative to the table, IOType)`` of a marker named relative to its
+    marker folder; None for any other file found there (the staged path's ``_job.json``,
+    journal, manifests...)."""
+    head, sep, kind = rel_marker.rpartition(MARKER_INFIX)
+    if not sep or not head or "/" in kind:
+        return None
+    try:
+        io = IOType(kind)
+    except ValueError:
+        return None
+    return head, io
+
+
+def losers(marked: Iterable[str], winners: Iterable[str]) -> list[str]:
+    """The marked base files (relative to the table) that no winning manifest names:
+    the files to delete before publishing (sorted)."""
+    return sorted(set(marked) - set(winners))
+
+
+def is_direct(extra_data: Iterable[dict[str, str]]) -> bool:
+    """True if any of the manifests (their ``extra_data``) wrote its files in place. A write
+    is direct or staged as a whole: one writer chooses for all its tasks."""
+    return any(x.get(COMMIT_KEY) == DIRECT for x in extra_data)
+
+
+def check_one_mode(extra_data: Sequence[dict[str, str]], instant: str) -> None:
+    """CommitError (one line) if some of a write's manifests wrote their files in place and
+    others staged them: the job commit would rename the staged ones only if it took the
+    write as staged, and reconcile the others only if it took it as direct; either way
+    files named by the published instant would be missing. Nothing is changed; the write
+    stays pending for an abort."""
+    modes = {x.get(COMMIT_KEY) == DIRECT for x in extra_data}
+    if len(modes) > 1:
+        raise CommitError(
+            f"write {instant} mixes tasks that wrote their files in place (table_commit=direct) "
+            "with tasks that staged them: one writer's tasks must use one table_commit; abort it "
+            "(`amcommit abort-job`) and run it again",
+            stage="load_manifests",
+        )
+
+
+def direct_manifest(
+    root_uri: str,
+    layout: JobLayout,
+    task_id: str,
+    task_attempt_id: str,
+    files: Sequence[tuple[str, int, str | None, int]],
+    *,
+    mutations: Mapping[str, MutationFields] | None = None,
+) -> TaskManifest:
+    """The manifest of a task attempt that wrote ``files`` in place: (path relative to the
+    table, size, etag, rows) each; ``mutations``: a record-level write's own write stat
+    fields by the same path (:data:`~amcommit.table.writestats.MUTATIONS_KEY`). Pure.
+
+    Each file is listed as today (destination = its base file, size, etag, write stats with
+    its row count); its *source* is the name it would have had in the attempt directory,
+    which never exists: the engine's manifest check requires sources there, and nothing
+    renames a direct write's files (the table commit skips the renames; a rollback never
+    undoes renames of a direct write)."""
+    work = layout.task_attempt_dir(task_attempt_id)
+    entries = [
+        FileEntry(
+            path_to_uri(root_uri, join(work, rel)), path_to_uri(root_uri, join(layout.dest, rel)), size, etag
+        )
+        for rel, size, etag, _ in sorted(files)
+    ]
+    stats = task_write_stats(
+        ((rel, size) for rel, size, _, _ in files),
+        {rel: n for rel, _, _, n in files},
+        dict(mutations) if mutations else None,
+    )
+    return TaskManifest(
+        type=TASK_MANIFEST_TYPE,
+        version=TASK_MANIFEST_VERSION,
+        job_id=layout.job_id,
+        job_attempt_number=layout.job_attempt,
+        task_id=task_id,
+        task_attempt_id=task_attempt_id,
+        task_attempt_dir=path_to_uri(root_uri, work),
+        files=entries,
+        directories=[],
+        extra_data={COMMIT_KEY: DIRECT, STATS_KEY: stats},
+    )
+
+
+# ---------------------------------------------------------------- I/O
+
+
+async def create_marker(
+    store: Store, dest: str, instant: str, rel_path: str, io_type: IOType, config: CommitterConfig
+) -> str:
+    """Create the marker of ``rel_path`` (an empty object; create-only, and one found there
+    already is ours: a repeated call is a no-op). Returns its store path."""
+    path = join(marker_dir(dest, instant), marker_name(rel_path, io_type))
+    try:
+        await retry_call(lambda: store.put(path, b"", mode=PutMode.CREATE), policy=policies_of(config)[0])
+    except AlreadyExists:
+        pass
+    return path
+
+
+async def instant_state(store: Store, dest: str, instant: str) -> str:
+    """``"completed"``, ``"pending"`` (the write's job marker is there, in its staging
+    folder ``.hoodie/.aux/amcommit/<instant>/`` or an earlier version's, its instant not
+    completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
+    a commit completes its instant before it removes the job marker, a rollback removes the
+    job marker before the instant files."""
+    from amcommit.table.staging import find_table_layout
+
+    if await completed_instant(store, dest, instant) is not None:
+        return "completed"
+    if await find_table_layout(store, dest, instant) is None:
+        # a commit may have completed between the two looks
+        return "completed" if await completed_instant(store, dest, instant) is not None else "gone"
+    return "pending"
+
+
+async def write_in_place(
+    store: Store,
+    dest: str,
+    instant: str,
+    rel_path: str,
+    data: bytes,
+    *,
+    io_type: IOType = IOType.CREATE,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> ObjectInfo | None:
+    """A task attempt's upload of base file ``rel_path`` (relative to the table; its name
+    carries the instant and the attempt's write token): marker first, then the file at its
+    final name, then the instant is checked. Returns the file's listing, or None if the
+    write was decided meanwhile (the file is then deleted again: a late attempt's upload
+    never stays). Not atomic: a crash between the steps leaves a marker (and maybe the
+    file) that the job commit's reconcile or a rollback removes."""
+    parsed = parse_base_file_name(basename(rel_path))
+    if parsed is None or parsed.instant != instant:
+        raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
+    policy = policies_of(config)[0]
+    marker = await create_marker(store, dest, instant, rel_path, io_type, config)
+    path = join(dest, rel_path)
+    info = await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policy)
+    if await instant_state(store, dest, instant) != "pending":
+        # the file first: a crash between the two leaves a marker without a file, which a
+        # sweep removes once it is older than its grace
+        await retry_call(lambda: store.delete(path), policy=policy)
+        await retry_call(lambda: store.delete(marker), policy=policy)
+        return None
+    return info
+
+
+async def commit_direct_task(
+    store: Store,
+    layout: JobLayout,
+    task_id: str,
+    task_attempt_id: str,
+    files: Sequence[tuple[str, int, str | None, int]],
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    mutations: Mapping[str, MutationFields] | None = None,
+) -> TaskManifest:
+    """Commit a task attempt that wrote ``files`` in place (:func:`write_in_place`; (path
+    relative to the table, size, etag, rows) each; ``mutations`` as for
+    :func:`direct_manifest`, an upsert's or delete's): publish its manifest
+    (:func:`direct_manifest`) at ``$taskId-manifest.json`` by one overwriting put (atomic
+    on every store: the last attempt to commit wins, as for staged tasks). Refused
+    (CommitError) once the write is no longer pending: a late attempt publishes nothing."""
+    from amcommit.table.staging import TABLE_TASKS
+
+    await TABLE_TASKS.task_started(store, layout, config)
+    for rel, _, _, _ in files:
+        parsed = parse_base_file_name(basename(rel))
+        if parsed is None or parsed.instant != layout.job_id:
+            raise CommitError(f"{rel!r} is not a base file of instant {layout.job_id}", stage="commit_task")
+    manifest = direct_manifest(store.root_uri, layout, task_id, task_attempt_id, files, mutations=mutations)
+    if await instant_state(store, layout.dest, layout.job_id) != "pending":
+        raise CommitError(
+            f"table write {layout.job_id} is no longer pending: task attempt {task_attempt_id} "
+            "publishes nothing",
+            stage="commit_task",
+        )
+    data = encode_json(manifest)
+    path = layout.manifest_path(task_id)
+    await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policies_of(config)[0])
+    return manifest
+
+
+async def _list_markers(store: Store, dest: str, instant: str) -> list[tuple[ObjectInfo, str, IOType]]:
+    folder = marker_dir(dest, instant)
+    found: list[tuple[ObjectInfo, str, IOType]] = []
+    try:
+        async for info in store.list(folder, recursive=True):
+            if info.is_dir:
+                continue
+            parsed = parse_marker(relative_to(info.path, folder))
+            if parsed is not None:
+                found.append((info, parsed[0], parsed[1]))
+    except NotFound:
+        pass
+    return found
+
+
+async def marked_files(store: Store, dest: str, instant: str) -> set[str] | None:
+    """Every base file (relative to the table) a CREATE or MERGE marker of ``instant``
+    names: what any attempt of the write may have created (one recursive listing of the
+    marker folder, never of the table). None if the folder holds no marker at all."""
+    markers = await _list_markers(store, dest, instant)
+    if not markers:
+        return None
+    return {rel for _, rel, io in markers if io is not IOType.APPEND}
+
+
+async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfig) -> None:
+    """Delete ``paths`` (absent ones are fine): the store's batch delete where it has one,
+    else one delete each, ``io_threads`` at a time."""
+    policy = policies_of(config)[0]
+    batcher = batch_deleter(store)
+    rest: list[str] = list(paths)
+    if batcher is not None and rest:
+        size = store.capabilities.delete_batch_max
+        failed: list[str] = []
+        for i in range(0, len(rest), size):
+            chunk = rest[i : i + size]
+            errors = await retry_call(lambda c=chunk: batcher.delete_batch(c), policy=policy)  # type: ignore[misc]
+            failed.extend(chunk[j] for j in errors)
+        rest = failed
+
+    async def one(p: str) -> None:
+        await retry_call(lambda: store.delete(p), policy=policy)
+
+    await run_parallel(rest, one, config.io_threads)
+
+
+async def reconcile(
+    store: Store, dest: str, instant: str, winners: Iterable[str], config: CommitterConfig = DEFAULT_CONFIG
+) -> list[str]:
+    """Delete the marked base files of ``instant`` that the winning manifests do not name
+    (``winners``: paths relative to the table). Returns them (relative). Idempotent; a
+    crash midway is repeated by the resumed commit."""
+    marked = await marked_files(store, dest, instant)
+    doomed = losers(marked or (), winners)
+    await _delete_all(store, [join(dest, r) for r in doomed], config)
+    return doomed
+
+
+async def remove_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    winners: Iterable[str],
+    *,
+    grace: float,
+    now: float | None = None,
+    delete_markers: bool = True,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> tuple[list[str], int]:
+    """After ``instant`` was decided (published or rolled back): one listing of its marker
+    folder, then :func:`judge_markers`. Returns ``(files deleted, markers kept)``."""
+    markers = await _list_markers(store, dest, instant)
+    return await judge_markers(
+        store,
+        dest,
+        instant,
+        markers,
+        winners,
+        grace=grace,
+        now=now,
+        delete_markers=delete_markers,
+        config=config,
+    )
+
+
+async def judge_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    markers: Sequence[tuple[ObjectInfo, str, IOType]],
+    winners: Iterable[str],
+    *,
+    grace: float,
+    now: float | None = None,
+    delete_markers: bool = True,
+    config: CommitterConfig = DEFAULT_CONFIG,
+) -> tuple[list[str], int]:
+    """The listed ``markers`` of decided ``instant``: the base file of each marker outside
+    ``winners`` is deleted (an upload that landed after the reconcile), then the markers
+    (``delete_markers``) and the marker folders they emptied. A loser's marker whose file
+    was not found is kept while it is younger than ``grace`` seconds (its upload may still
+    land; a later :func:`sweep_late_markers` removes it).
+
+    Each listed marker is deleted by name (batch deletes on Azure Blob, one delete per
+    marker elsewhere), never the folder recursively: a marker a late attempt creates
+    after the listing stays for the next sweep. Then the emptied folders (stores with
+    directories: local files, ADLS Gen2), deepest first, each by a non-recursive delete
+    that fails, and is left, if anything was written into it meanwhile. Not atomic; every
+    step is idempotent. Returns ``(files deleted, markers kept)``."""
+    policy = policies_of(config)[0]
+    win = set(winners)
+    now = time.time() if now is None else now
+    deleted: list[str] = []
+    kept = 0
+    remove: list[str] = []
+
+    async def judge(item: tuple[ObjectInfo, str, IOType]) -> None:
+        nonlocal kept
+        info, rel, io = item
+        if rel in win or io is IOType.APPEND:
+            remove.append(info.path)
+            return
+        found = await retry_call(lambda: store.delete(join(dest, rel)), policy=policy)
+        if found:
+            deleted.append(rel)
+        young = info.mtime is not None and now - info.mtime < grace
+        if found or not young:
+            remove.append(info.path)
+        else:
+            kept += 1
+
+    await run_parallel(markers, judge, config.io_threads)
+    if delete_markers:
+        await _delete_all(store, sorted(remove), config)
+        if store.capabilities.directories and markers:
+            await _remove_empty_dirs(store, marker_dir(dest, instant), [m[0].path for m in markers])
+    return sorted(deleted), kept
+
+
+async def _remove_empty_dirs(store: Store, folder: str, paths: Sequence[str]) -> None:
+    """The folders of ``paths`` up to and including ``folder``, deepest first, each removed
+    only if empty (a non-recursive delete; one that fails is left)."""
+    dirs: set[str] = {folder}
+    for p in paths:
+        d = parent(p)
+        while d != folder and is_within(d, folder):
+            dirs.add(d)
+            d = parent(d)
+    for d in sorted(dirs, key=lambda x: (-x.count("/"), x)):
+        try:
+            await store.delete(d)
+        except StoreError:
+            pass
+
+
+async def rollback_from_markers(
+    store: Store, dest: str, instant: str, config: CommitterConfig = DEFAULT_CONFIG
+) -> list[str] | None:
+    """Delete every marked base file of ``instant`` (the write is being rolled back: none is
+    a winner), then the markers. None if there was no marker: the caller then lists the
+    partitions (:func:`~amcommit.table.undo.remove_stamped`). The instant must not be
+    completed (the caller checks)."""
+    marked = await marked_files(store, dest, instant)
+    if marked is None:
+        return None
+    doomed = sorted(marked)
+    await _delete_all(store, [join(dest, r) for r in doomed], config)
+    await remove_markers(store, dest, instant, (), grace=0.0, config=config)
+    return doomed
+
+
+async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
+    """The base files ``instant``'s completed commit names; None if it is not completed."""
+    done = await completed_instant(store, dest, instant)
+    if done is None:
+        return None
+    meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, done.file_name)))
+    return {s.path for s in meta.write_stats()}
+
+
+async def sweep_instant(
+    store: Store, dest: str, instant: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+) -> list[str]:
+    """The markers of one decided instant (completed: its commit's files are the winners;
+    gone: none are), :func:`judge_markers`; nothing for a pending write (its instant and
+    job marker are looked at first: its marker folder is never listed) or a folder without
+    markers. Returns the files deleted."""
+    state = await instant_state(store, dest, instant)
+    if state == "pending":
+        return []
+    markers = await _list_markers(store, dest, instant)
+    if not markers:
+        return []
+    winners = await _winners_of(store, dest, instant) if state == "completed" else set()
+    deleted, _ = await judge_markers(store, dest, instant, markers, winners or (), grace=grace, config=config)
+    return deleted
+
+
+async def sweep_late_markers(
+    store: Store,
+    dest: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    first: str | None = None,
+) -> dict[str, list[str]]:
+    """Remove the markers of decided instants, and the files of those no winner names
+    (module doc, step 4): one listing of ``.hoodie/.temp/``, then :func:`sweep_instant` for
+    each instant folder there (``first``, if given, is swept first: the caller's own
+    write). A pending write's folder is left alone. Returns the files deleted, by instant.
+
+    Called after every table commit (outside the lock) for the committed write's own
+    markers, by every clean (:func:`amcommit.table.clean.clean`) and every rollback
+    (:func:`amcommit.table.rollback.rollback_instant`, and the rollback of dead writers by a
+    later commit), each with ``grace`` = ``writer_ttl``."""
+    temp = join(dest, TEMP_DIR)
+    instants: set[str] = set()
+    try:
+        async for info in store.list(temp, recursive=False):
+            if info.is_dir and is_instant(basename(info.path)):
+                instants.add(basename(info.path))
+    except NotFound:
+        return {}
+    out: dict[str, list[str]] = {}
+    for instant in sorted(instants, key=lambda t: (t != first, t)):
+        deleted = await sweep_instant(store, dest, instant, grace=grace, config=config)
+        if deleted:
+            out[instant] = deleted
+    return out
+
+
+async def sweep_after(
+    store: Store,
+    dest: str,
+    what: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    first: str | None = None,
+) -> dict[str, list[str]]:
+    """:func:`sweep_late_markers` after ``what`` (a commit, clean or rollback) succeeded: a
+    failure never fails ``what``; it is logged (WARNING, one line) and the next sweep
+    completes it. Returns the files deleted, by instant ({} after a failure)."""
+    try:
+        return await sweep_late_markers(store, dest, grace=grace, config=config, first=first)
+    except AmcommitError as e:
+        log.warning(
+            "removing markers in %s after %s failed (%s stands; the next sweep retries): %s",
+            dest,
+            what,
+            what,
+            e,
+        )
+        return {}
