@@ -63,7 +63,7 @@ from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWri
 from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
-from amcommit.table.direct import IOType, commit_direct_task, create_marker, instant_state, write_in_place
+from amcommit.table.direct import IOType, commit_direct_task, create_marker, upload_stays, write_in_place
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import table_settings
 from amcommit.table.staging import table_layout
@@ -322,7 +322,7 @@ def run_task(
                     return os_path
 
                 def on_closed(rel: str, local: str) -> None:
-                    if portal.call(instant_state, store, dest, instant) != "pending":
+                    if not portal.call(upload_stays, store, dest, instant):
                         os.unlink(local)
                         raise _decided(instant, attempt_id)
                     placed[rel] = (os.path.getsize(local), None)

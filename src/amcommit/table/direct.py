@@ -291,6 +291,21 @@ async def instant_state(store: Store, dest: str, instant: str) -> str:
     return "pending"
 
 
+async def upload_stays(store: Store, dest: str, instant: str) -> bool:
+    """The check a task attempt makes after each upload (:func:`write_in_place`; the Spark
+    task side): True while the write's job marker is there (one request that finds an
+    object: the common case; :func:`instant_state` makes two more, of objects that do not
+    exist yet, which on GCS cost a listing each). False once the write was decided and its
+    job directory removed: the attempt deletes its upload. An upload that lands between the
+    publish and the removal of the job marker stays; the writer's commit lists the markers
+    after that removal (:func:`sweep_instant` after the lock) and deletes it there, and a
+    later commit, clean or rollback does when the write was completed by another (module
+    doc: the window that remains)."""
+    from amcommit.table.staging import find_table_layout
+
+    return await find_table_layout(store, dest, instant) is not None
+
+
 async def write_in_place(
     store: Store,
     dest: str,
@@ -314,7 +329,7 @@ async def write_in_place(
     marker = await create_marker(store, dest, instant, rel_path, io_type, config)
     path = join(dest, rel_path)
     info = await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policy)
-    if await instant_state(store, dest, instant) != "pending":
+    if not await upload_stays(store, dest, instant):
         # the file first: a crash between the two leaves a marker without a file, which a
         # sweep removes once it is older than its grace
         await retry_call(lambda: store.delete(path), policy=policy)
