@@ -115,8 +115,17 @@ FULL: dict[str, dict[str, Any]] = {
         "count_files": 10,
         "rounds": 3,
     },
-    "direct_latency": {"files": 20000, "staged_files": [2000, 5000], "tasks": 20, "delay": 0.05, "rounds": 3},
-    "direct_spark": {"backends": ["local", "gcs"], "rows": 200_000, "tasks": 20, "days": 100, "rounds": 3},
+    "direct_latency": {"files": 20000, "staged_files": [1000, 4000], "tasks": 20, "delay": 0.05, "rounds": 3},
+    # fake-gcs-server: 200 files (its direct task side looks up 3 missing objects per file,
+    # each a GET and a prefix listing, slower as the bucket fills)
+    "direct_spark": {
+        "backends": ["local", "gcs"],
+        "rows": 200_000,
+        "tasks": 20,
+        "days": 100,
+        "rounds": 3,
+        "gcs_size": [20_000, 10],
+    },
     "direct_stream": {"sizes": [100], "rounds": 3},
 }
 QUICK: dict[str, dict[str, Any]] = {
@@ -263,7 +272,8 @@ def run_direct_latency(cfg: dict[str, Any]) -> dict[str, Any]:
 def run_direct_spark(cfg: dict[str, Any]) -> dict[str, Any]:
     from benchmarks import direct_commit as dc
 
-    res = dc.run_spark(cfg["backends"], cfg["rows"], cfg["tasks"], cfg["days"], cfg["rounds"])
+    sizes = {"gcs": tuple(cfg["gcs_size"])} if cfg.get("gcs_size") else None
+    res = dc.run_spark(cfg["backends"], cfg["rows"], cfg["tasks"], cfg["days"], cfg["rounds"], sizes)  # type: ignore[arg-type]
     _write_direct("direct_spark", res, Path(cfg["out"]))
     return res
 

@@ -3,7 +3,7 @@ and against the plain commit of the same files, same run.
 
     python -m benchmarks.direct_commit commit [--backends local,azurite,gcs] [--tasks 20]
         [--files 100] [--count-files 10] [--rounds 3] [--save]
-    python -m benchmarks.direct_commit latency [--files 20000] [--staged-files 2000,5000]
+    python -m benchmarks.direct_commit latency [--files 20000] [--staged-files 1000,4000]
         [--delay 0.05] [--rounds 3] [--save]
     python -m benchmarks.direct_commit spark [--tasks 20] [--days 100] [--rows 200000]
         [--backends local,gcs] [--rounds 3] [--save]
@@ -647,8 +647,16 @@ def run_latency_scenario(
 # -- item 2: whole Spark writes --------------------------------------------------------
 
 
-def run_spark(backends: Sequence[str], rows_n: int, tasks: int, days: int, rounds: int) -> dict[str, Any]:
-    """Item 2: ``save()`` of the same DataFrame into a new table, staged vs direct."""
+def run_spark(
+    backends: Sequence[str],
+    rows_n: int,
+    tasks: int,
+    days: int,
+    rounds: int,
+    sizes: dict[str, tuple[int, int]] | None = None,
+) -> dict[str, Any]:
+    """Item 2: ``save()`` of the same DataFrame into a new table, staged vs direct;
+    ``sizes``: (rows, days) of a backend other than ``rows_n`` and ``days``."""
     import tempfile
     import uuid
     from pathlib import Path
@@ -661,9 +669,10 @@ def run_spark(backends: Sequence[str], rows_n: int, tasks: int, days: int, round
     runs: list[dict[str, Any]] = []
     work = Path(tempfile.mkdtemp(prefix="amcommit-bench-direct-"))
     try:
-        df = dataset(spark, rows_n, tasks, days).cache()
-        df.count()
         for backend in backends:
+            b_rows, b_days = (sizes or {}).get(backend, (rows_n, days))
+            df = dataset(spark, b_rows, tasks, b_days).cache()
+            df.count()
             with contextlib.ExitStack() as stack:
                 opts: dict[str, str] = {}
                 if backend == "gcs":
@@ -688,7 +697,7 @@ def run_spark(backends: Sequence[str], rows_n: int, tasks: int, days: int, round
                     end = last_job_end(spark)
                     return wall, (time.time() - end) * 1000, end
 
-                warm = dataset(spark, 2_000, tasks, days)
+                warm = dataset(spark, 2_000, tasks, b_days)
                 for commit in ("staged", "direct"):
                     save(commit, url(f"warm-{commit}-{uuid.uuid4().hex[:6]}"), warm)
                 for r, commit in alternate(rounds, ("staged", "direct")):
@@ -706,6 +715,7 @@ def run_spark(backends: Sequence[str], rows_n: int, tasks: int, days: int, round
                             "wall_s": wall,
                             "job_commit_ms": commit_ms,
                             "files": files,
+                            "rows": b_rows,
                             # local: base files whose inode changed after the tasks ended
                             # (a staged commit renames every one; a direct commit none)
                             "moved_by_commit": moved,
@@ -718,7 +728,7 @@ def run_spark(backends: Sequence[str], rows_n: int, tasks: int, days: int, round
                         file=sys.stderr,
                         flush=True,
                     )
-        df.unpersist()
+            df.unpersist()
     finally:
         spark.stop()
         import shutil
@@ -733,7 +743,7 @@ def run_spark(backends: Sequence[str], rows_n: int, tasks: int, days: int, round
                     "backend": backend,
                     "contender": commit,
                     "files": rs[0]["files"],
-                    "rows": rows_n,
+                    "rows": rs[0]["rows"],
                     "runs": len(rs),
                     "wall_s": statistics.median(x["wall_s"] for x in rs),
                     "min_s": min(x["wall_s"] for x in rs),
@@ -817,10 +827,15 @@ def main(argv: list[str] | None = None) -> int:
         "--files", type=int, default=None, help="commit: files per task (100); latency: files (20000)"
     )
     ap.add_argument("--count-files", type=int, default=10, help="commit: files per task of the second count")
-    ap.add_argument("--staged-files", default="2000,5000", help="latency: sizes the staged commit runs at")
+    ap.add_argument("--staged-files", default="1000,4000", help="latency: sizes the staged commit runs at")
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--days", type=int, default=100)
+    ap.add_argument(
+        "--gcs-size",
+        default=None,
+        help="spark: ROWS,DAYS on fake-gcs-server when they differ (its direct task side is slow there)",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None, help="write the JSON into this directory instead")
     add_save_arg(ap)
@@ -838,7 +853,11 @@ def main(argv: list[str] | None = None) -> int:
         staged = [int(x) for x in a.staged_files.split(",") if x]
         res = run_latency_scenario(a.files or 20_000, staged, a.tasks, a.delay, a.rounds)
     else:
-        res = run_spark((a.backends or "local").split(","), a.rows, a.tasks, a.days, a.rounds)
+        sizes = None
+        if a.gcs_size:
+            g_rows, g_days = (int(x) for x in a.gcs_size.split(","))
+            sizes = {"gcs": (g_rows, g_days)}
+        res = run_spark((a.backends or "local").split(","), a.rows, a.tasks, a.days, a.rounds, sizes)
     print(res["table"])
     name = NAMES[a.scenario]
     if a.out:
