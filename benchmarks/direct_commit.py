@@ -403,15 +403,28 @@ def one_round(
             if proxy is not None:
                 via, stats = stack.enter_context(proxy(Target.from_json(json.loads(where))))
                 commit_where = json.dumps(via.to_json())
-            row = run_isolated(
-                "benchmarks.direct_commit", ["--worker", kind, backend, commit_where, dest, job], timeout=7200
-            )
+            try:
+                row = run_isolated(
+                    "benchmarks.direct_commit",
+                    ["--worker", kind, backend, commit_where, dest, job],
+                    timeout=7200,
+                )
+            except Exception as e:  # a failed commit is a finding: record it, keep going
+                lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+                row = {"contender": kind, "backend": backend, "error": lines[-1][:400] if lines else repr(e)}
             if stats is not None:
                 row["proxy"] = stats()
-        row["verified"] = anyio.run(verify, backend, where, dest, kind, 5 + tasks * files)
+        row["verified"] = (
+            anyio.run(verify, backend, where, dest, kind, 5 + tasks * files)
+            if "error" not in row
+            else f"FAILED: {row['error']}"
+        )
         if backend != "local":
             anyio.run(remove_prefix, backend, where, dest.partition("/")[0])
     row.update(round=r, setup_s=round(setup_s, 1), job_files=tasks * files, load_average=load_average())
+    if "error" in row:
+        print(f"  {backend} {tasks * files:>6} files round {r} {kind:<7} {row['verified']}", file=sys.stderr)
+        return row
     print(
         f"  {backend} {tasks * files:>6} files round {r} {kind:<7} {row['seconds']:8.3f} s "
         f"(visible {row['to_visible_s'] or 0:.3f} s) mutating {row['mutating_requests']} "
@@ -426,7 +439,11 @@ def median_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (backend, files, contender): medians of time and CPU, the spread, the
     request counts of the median run (identical in every run of a contender)."""
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    failed: dict[tuple[str, int, str], list[str]] = {}
     for r in rows:
+        if "error" in r:  # counted as failed runs of the contender, kept out of the medians
+            failed.setdefault((r["backend"], r["job_files"], r["contender"]), []).append(r["verified"])
+            continue
         groups.setdefault((r["backend"], r["job_files"], r["contender"]), []).append(r)
     out = []
     for (backend, files, kind), rs in groups.items():
@@ -460,6 +477,7 @@ def median_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     )
                 },
                 "verified": "exact" if all(x["verified"] == "exact" for x in rs) else med["verified"],
+                "failed_runs": failed.get((backend, files, kind), []),
             }
         )
     order = {b: i for i, b in enumerate(BACKENDS)}
