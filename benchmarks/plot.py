@@ -686,14 +686,21 @@ def plot_direct_commit(results: Path, path: Path) -> Path | None:
     backends = list(dict.fromkeys(r["backend"] for r in d["rows"]))
     fig, axes = _figure(len(backends) + 1, 4, [run_of(d)], "Table commits that copy nothing: the job commit")
     for ax, be in zip(axes, backends, strict=False):
-        rows = [r for r in d["rows"] if r["backend"] == be and r["files"] == big]
+        rows = [r for r in d["rows"] if r["backend"] == be and r["files"] == big and r.get("seconds")]
         bs, spread = _seconds_bars(rows, lambda r: r["contender"])
+        failed = [
+            r["contender"]
+            for r in d["rows"]
+            if r["backend"] == be and r["files"] == big and not r.get("seconds")
+        ]
+        bs += [(f"{k}: every run failed", 0.0, "failed", DIRECT_KINDS[k]) for k in failed]
+        spread += [(0.0, 0.0) for _ in failed]
         name = "local files" if be == "local" else BACKENDS.get(be, be)
         title = f"{name}, {big:,} files in {d['tasks']} tasks: job commit, median and range of {d['rounds']} (lower is better)"
         bars(ax, bs, title, "seconds", spread=spread)
     req: Stacks = []
     for r in d["rows"]:
-        if r["contender"] == "plain":
+        if r["contender"] == "plain" or not r.get("seconds"):
             continue
         name = "local" if r["backend"] == "local" else BACKENDS.get(r["backend"], r["backend"])
         segs = [
