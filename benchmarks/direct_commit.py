@@ -480,6 +480,11 @@ def median_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "failed_runs": failed.get((backend, files, kind), []),
             }
         )
+    for (backend, files, kind), fails in failed.items():
+        if (backend, files, kind) not in groups:  # every run failed: no figures, the failures
+            out.append(
+                {"backend": backend, "files": files, "contender": kind, "runs": 0, "failed_runs": fails}
+            )
     order = {b: i for i, b in enumerate(BACKENDS)}
     out.sort(key=lambda r: (order.get(r["backend"], 9), r["files"], CONTENDERS.index(r["contender"])))
     return out
@@ -488,7 +493,7 @@ def median_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (backend, files): direct / staged and direct / plain of the median times."""
     out = []
-    by = {(r["backend"], r["files"], r["contender"]): r for r in rows}
+    by = {(r["backend"], r["files"], r["contender"]): r for r in rows if r.get("seconds")}
     for backend, files in dict.fromkeys((r["backend"], r["files"]) for r in rows):
         d, s, p = (by.get((backend, files, k)) for k in ("direct", "staged", "plain"))
         if d is None:
