@@ -21,6 +21,13 @@ Scenarios (see each module's docstring for what exactly runs and is measured):
 * ``shard`` (benchmarks/shard_commit.py): a job commit renaming in one process against two
   (``processes``), on a store with simulated latency (20 ms per request) and no server
   CPU, 80,000 files, alternating rounds.
+* issue 26, table commits that copy nothing (benchmarks/direct_commit.py,
+  benchmarks/stream_commit.py; each also writes its own result file and plot,
+  ``direct_commit.json`` ..., into the results directory): ``direct`` (job commit of 2,000
+  files in 20 tasks, direct vs staged vs plain, mutating requests counted, local / Azurite /
+  fake-gcs-server), ``direct_latency`` (20,000 files on fake-gcs-server, 50 ms per request),
+  ``direct_spark`` (whole Spark writes, staged vs direct), ``direct_stream`` (streaming
+  micro-batches of 100 files, direct table sink vs Spark's file sink).
 
 ``--quick`` runs every scenario small (under 3 minutes on an idle 2-core machine) and
 writes to ``benchmarks/results/quick/``; the full run writes ``benchmarks/results/``:
@@ -41,7 +48,27 @@ from typing import Any
 
 from benchmarks.common import machine, run_info, run_isolated, table
 
-SCENARIOS = ("emulators", "latency", "throttle", "scale", "spark", "local", "loop", "shard")
+SCENARIOS = (
+    "emulators",
+    "latency",
+    "throttle",
+    "scale",
+    "spark",
+    "local",
+    "loop",
+    "direct",
+    "direct_latency",
+    "direct_spark",
+    "direct_stream",
+    "shard",
+)
+DIRECT_FILES = {
+    "direct": "direct_commit",
+    "direct_latency": "direct_latency",
+    "direct_spark": "direct_spark",
+    "direct_stream": "stream_direct",
+}
+"""Issue 26's scenarios: the result file (and plot) each writes into the results directory."""
 RESULTS = Path(__file__).parent / "results"
 
 FULL: dict[str, dict[str, Any]] = {
@@ -86,6 +113,26 @@ FULL: dict[str, dict[str, Any]] = {
     },
     # issue 27 item 2: renames in one process against two (benchmarks/shard_commit.py)
     "shard": {"files": 80_000, "manifests": 400, "rounds": 2},
+    # issue 26: one run of each at full size (see benchmarks/README.md for the sizes' reasons)
+    "direct": {
+        "backends": ["local", "azurite", "gcs"],
+        "tasks": 20,
+        "files": 100,
+        "count_files": 10,
+        "rounds": 3,
+    },
+    "direct_latency": {"files": 20000, "staged_files": [1000, 4000], "tasks": 20, "delay": 0.05, "rounds": 3},
+    # fake-gcs-server: 200 files (its direct task side looks up 3 missing objects per file,
+    # each a GET and a prefix listing, slower as the bucket fills)
+    "direct_spark": {
+        "backends": ["local", "gcs"],
+        "rows": 200_000,
+        "tasks": 20,
+        "days": 100,
+        "rounds": 3,
+        "gcs_size": [20_000, 10],
+    },
+    "direct_stream": {"sizes": [100], "rounds": 3},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs", "azurite", "gcsmove"], "sizes": [400], "concurrency": [32]},
@@ -95,10 +142,15 @@ QUICK: dict[str, dict[str, Any]] = {
     "local": {"tasks": 20, "files": 100, "rounds": 1},
     "loop": {"backends": ["local", "gcs"], "files": 400, "local_files": 2000, "conc": 32, "rounds": 1},
     "shard": {"files": 8_000, "manifests": 40, "rounds": 1},
+    "direct": {"backends": ["local", "gcs"], "tasks": 4, "files": 20, "count_files": 10, "rounds": 1},
+    "direct_latency": {"files": 400, "staged_files": [200, 400], "tasks": 4, "delay": 0.05, "rounds": 1},
+    "direct_spark": {"backends": ["local"], "rows": 20_000, "tasks": 4, "days": 10, "rounds": 1},
+    "direct_stream": {"sizes": [10], "rounds": 1, "quick": True},
 }
 SMOKE: dict[str, dict[str, Any]] = {
     "emulators": {"backends": ["gcs"], "sizes": [200], "concurrency": [8], "contenders": ["amcommit", "raw"]},
     "local": {"tasks": 5, "files": 20, "rounds": 1},
+    "direct": {"backends": ["local"], "tasks": 2, "files": 20, "count_files": 10, "rounds": 1},
 }
 
 
@@ -209,6 +261,60 @@ def run_shard(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _write_direct(name: str, res: dict[str, Any], out: Path) -> None:
+    """An issue 26 scenario's own result file in the results directory (its plot's source)."""
+    payload = {"run": run_info(), **res}
+    (out / f"{DIRECT_FILES[name]}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def run_direct(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import direct_commit as dc
+
+    res = dc.run_commit(cfg["backends"], cfg["tasks"], cfg["files"], cfg["count_files"], cfg["rounds"])
+    _write_direct("direct", res, Path(cfg["out"]))
+    return res
+
+
+def run_direct_latency(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import direct_commit as dc
+
+    res = dc.run_latency_scenario(
+        cfg["files"], cfg["staged_files"], cfg["tasks"], cfg["delay"], cfg["rounds"]
+    )
+    _write_direct("direct_latency", res, Path(cfg["out"]))
+    return res
+
+
+def run_direct_spark(cfg: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks import direct_commit as dc
+
+    sizes = {"gcs": tuple(cfg["gcs_size"])} if cfg.get("gcs_size") else None
+    res = dc.run_spark(cfg["backends"], cfg["rows"], cfg["tasks"], cfg["days"], cfg["rounds"], sizes)  # type: ignore[arg-type]
+    _write_direct("direct_spark", res, Path(cfg["out"]))
+    return res
+
+
+def run_direct_stream(cfg: dict[str, Any]) -> dict[str, Any]:
+    """benchmarks/stream_commit.py with the direct sink, in a fresh process (its own Spark
+    session): it writes ``stream_direct.json`` into the results directory itself."""
+    import subprocess
+
+    args = ["--direct", "--sizes", ",".join(str(n) for n in cfg["sizes"]), "--rounds", str(cfg["rounds"])]
+    args += ["--out", cfg["out"]] + (["--quick"] if cfg.get("quick") else [])
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.stream_commit", *args],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=str(Path(__file__).parent.parent),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"stream_commit failed:\n{proc.stderr[-3000:]}")
+    res = json.loads((Path(cfg["out"]) / "stream_direct.json").read_text())
+    text = proc.stdout[proc.stdout.index("| files/batch") :] if "| files/batch" in proc.stdout else ""
+    return {"rows": res["rows"], "table": text.strip()}
+
+
 RUNNERS = {
     "emulators": run_emulators,
     "latency": run_latency,
@@ -218,6 +324,10 @@ RUNNERS = {
     "local": run_local,
     "loop": run_loop,
     "shard": run_shard,
+    "direct": run_direct,
+    "direct_latency": run_direct_latency,
+    "direct_spark": run_direct_spark,
+    "direct_stream": run_direct_stream,
 }
 
 TITLES = {
@@ -229,6 +339,10 @@ TITLES = {
     "local": "Local job commit vs a sequential os.rename loop (FileOutputCommitter v1's way)",
     "loop": "amcommit on asyncio's event loop vs uvloop (alternating rounds)",
     "shard": "Renames in one process against two, simulated latency, no server CPU",
+    "direct": "Table commits that copy nothing: job commit, direct vs staged vs plain (issue 26)",
+    "direct_latency": "Table commits that copy nothing: 50 ms per request, fake-gcs-server (issue 26)",
+    "direct_spark": "Table commits that copy nothing: whole Spark writes, staged vs direct (issue 26)",
+    "direct_stream": "Table commits that copy nothing: streaming micro-batches (issue 26)",
 }
 
 
@@ -375,6 +489,56 @@ def targets(res: dict[str, Any]) -> list[dict[str, str]]:
             loc["speedup_vs_sequential"] >= 1.0,
             f"{loc['speedup_vs_sequential']:.2f}x (renaming one by one: {loc['one_by_one_vs_sequential']:.2f}x)",
         )
+    out.extend(direct_targets(res))
+    return out
+
+
+def direct_targets(res: dict[str, Any]) -> list[dict[str, str]]:
+    """Issue 26's targets (table commits that copy nothing) against the measured figures."""
+    out: list[dict[str, str]] = []
+
+    def add(name: str, ok: bool, figure: str) -> None:
+        out.append({"target": name, "status": "met" if ok else "NOT met", "measured": figure})
+
+    rows = res.get("direct", {}).get("rows", [])
+    big = max((r["files"] for r in rows), default=0)
+    for r in res.get("direct", {}).get("ratios", []):
+        if r["files"] != big:
+            continue
+        if "direct_vs_staged" in r:
+            add(
+                f"direct table commit <= 0.3x staged ({r['backend']}, {big:,} files)",
+                r["direct_vs_staged"] <= 0.3,
+                f"{r['direct_vs_staged']:.2f}x",
+            )
+        if "direct_vs_plain" in r:
+            add(
+                f"direct table commit <= 0.5x plain ({r['backend']}, {big:,} files)",
+                r["direct_vs_plain"] <= 0.5,
+                f"{r['direct_vs_plain']:.2f}x",
+            )
+    for r in res.get("direct_spark", {}).get("ratios", []):
+        add(
+            f"whole Spark write, direct no slower than staged ({r['backend']})",
+            r["wall_direct_vs_staged"] <= 1.0,
+            f"{r['wall_direct_vs_staged']:.2f}x the staged write's wall time",
+        )
+    lat = res.get("direct_latency", {}).get("result", {})
+    if lat.get("speedup"):
+        how = "measured" if lat.get("staged_measured") else "staged extrapolated"
+        add(
+            f"{lat['files']:,} files, 50 ms per request: direct >= 10x faster than staged",
+            lat["speedup"] >= 10,
+            f"{lat['speedup']:.1f}x ({how})",
+        )
+    for r in res.get("direct_stream", {}).get("rows", []):
+        v = r.get("direct_enter_to_visible_vs_parquet_after_tasks")
+        if v is not None:
+            add(
+                f"streaming, {r['files_per_batch']} files per batch: commit() to visible <= file sink's after-tasks interval",
+                v <= 1.0,
+                f"{r['amcommit_direct_enter_to_visible_ms']:.1f} vs {r['parquet_after_tasks_ms']:.1f} ms ({v:.2f}x)",
+            )
     return out
 
 
@@ -469,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             elif name == "emulators":
                 res[name] = run_emulators(plan[name], out / "emulator-runs.jsonl")
+            elif name in DIRECT_FILES:
+                res[name] = RUNNERS[name]({**plan[name], "out": str(out)})
             else:
                 res[name] = RUNNERS[name](plan[name])
         except Exception as e:  # one scenario failing must not lose the others
@@ -506,6 +672,12 @@ def main(argv: list[str] | None = None) -> int:
 
         for png in plot_all(payload, out):
             log(f"[bench] plot: {png}")
+        from benchmarks.plot import FILE_PLOTS
+
+        for name in only:
+            if name in DIRECT_FILES and name in res:
+                png = FILE_PLOTS[DIRECT_FILES[name]](out, out / f"{DIRECT_FILES[name]}.png")
+                log(f"[bench] plot: {png}")
     except Exception as e:
         log(f"[bench] plot failed: {type(e).__name__}: {e}")
     log(f"[bench] wrote {out / 'benchmarks.json'} and {out / 'benchmarks.md'} in {meta['seconds']:.0f} s")

@@ -17,7 +17,8 @@ From the suite's ``benchmarks.json`` (:data:`PLOTS`, also drawn by ``python -m b
 
 From the other result files next to it (:data:`FILE_PLOTS`; skipped where a file is missing):
 ``scale.png``, ``table_commit.png``, ``table_changes.png``, ``table_upsert.png``, ``stream_commit.png``,
-``event_loop.png``, ``azurite_before_after.png`` and ``store_renames.png``.
+``event_loop.png``, ``azurite_before_after.png``, ``store_renames.png``, and issue 26's
+``direct_commit.png``, ``direct_latency.png``, ``direct_spark.png``, ``stream_direct.png``.
 
 Bars are horizontal, one colour per kind of contender (amcommit, the raw client ceiling, a
 thread pool, the sequential v1-style loop, Hadoop / Spark / hudi-rs), the value printed at
@@ -717,6 +718,151 @@ def plot_shard(results: Path, path: Path) -> Path | None:
     )
 
 
+# -- issue 26: table commits that copy nothing -----------------------------------------
+
+DIRECT_KINDS = {"direct": "amcommit", "staged": "before", "plain": "raw"}
+DIRECT_LEGEND = {
+    "amcommit": "table, direct (files written in place)",
+    "before": "table, staged (renamed at commit)",
+    "raw": "plain commit (renamed at commit)",
+}
+
+
+def _seconds_bars(
+    rows: list[dict[str, Any]], label: Callable[[dict[str, Any]], str]
+) -> tuple[list[Bar], Any]:
+    bs: list[Bar] = [
+        (label(r), r["seconds"], f"{r['seconds']:.2f} s", DIRECT_KINDS[r["contender"]]) for r in rows
+    ]
+    return bs, [(r["min_s"], r["max_s"]) for r in rows]
+
+
+def plot_direct_commit(results: Path, path: Path) -> Path | None:
+    got = _load(results, "direct_commit.json")
+    if got is None:
+        return None
+    (d,) = got
+    big = max(r["files"] for r in d["rows"])
+    backends = list(dict.fromkeys(r["backend"] for r in d["rows"]))
+    fig, axes = _figure(len(backends) + 1, 4, [run_of(d)], "Table commits that copy nothing: the job commit")
+    for ax, be in zip(axes, backends, strict=False):
+        rows = [r for r in d["rows"] if r["backend"] == be and r["files"] == big and r.get("seconds")]
+        bs, spread = _seconds_bars(rows, lambda r: r["contender"])
+        failed = [
+            r["contender"]
+            for r in d["rows"]
+            if r["backend"] == be and r["files"] == big and not r.get("seconds")
+        ]
+        bs += [(f"{k}: every run failed", 0.0, "failed", DIRECT_KINDS[k]) for k in failed]
+        spread += [(0.0, 0.0) for _ in failed]
+        name = "local files" if be == "local" else BACKENDS.get(be, be)
+        title = f"{name}, {big:,} files in {d['tasks']} tasks: job commit, median and range of {d['rounds']} (lower is better)"
+        bars(ax, bs, title, "seconds", spread=spread)
+    req: Stacks = []
+    for r in d["rows"]:
+        if r["contender"] == "plain" or not r.get("seconds"):
+            continue
+        name = "local" if r["backend"] == "local" else BACKENDS.get(r["backend"], r["backend"])
+        segs = [
+            ("other mutating requests", float(r["other_requests"])),
+            ("marker removal", float(r["marker_requests"])),
+        ]
+        req.append((f"{name} {r['contender']} {r['files']:,}", segs))
+    colors = segment_colors(req)
+    stacked(
+        axes[-1],
+        req,
+        colors,
+        "mutating requests of the job commit, a batch call = 1: other (blue) + marker removal (orange)",
+        "requests",
+    )
+    return _save(fig, {"amcommit", "before", "raw"}, path, DIRECT_LEGEND)
+
+
+def plot_direct_latency(results: Path, path: Path) -> Path | None:
+    got = _load(results, "direct_latency.json")
+    if got is None:
+        return None
+    (d,) = got
+    rows = sorted(d["rows"], key=lambda r: (r["files"], r["contender"]))
+    bs, spread = _seconds_bars(rows, lambda r: f"{r['contender']}, {r['files']:,} files")
+    res = d.get("result", {})
+    if res.get("staged_s") and not res.get("staged_measured"):
+        bs.append(
+            (
+                f"staged, {res['files']:,} files (extrapolated)",
+                res["staged_s"],
+                f"{res['staged_s']:.1f} s (extrapolated)",
+                "before",
+            )
+        )
+        spread.append((res["staged_s"], res["staged_s"]))
+    fig, axes = _figure(
+        1, len(bs), [run_of(d)], "Table commits that copy nothing: 50 ms added to every request"
+    )
+    title = f"fake-gcs-server, {int(d['delay_s'] * 1000)} ms per request: job commit, median and range (lower is better)"
+    bars(axes[0], bs, title, "seconds", spread=spread)
+    return _save(fig, {"amcommit", "before"}, path, DIRECT_LEGEND)
+
+
+def plot_direct_spark(results: Path, path: Path) -> Path | None:
+    got = _load(results, "direct_spark.json")
+    if got is None:
+        return None
+    (d,) = got
+    backends = list(dict.fromkeys(r["backend"] for r in d["rows"]))
+    fig, axes = _figure(len(backends), 2, [run_of(d)], "Table commits that copy nothing: whole Spark writes")
+    for ax, be in zip(axes, backends, strict=True):
+        rows = [r for r in d["rows"] if r["backend"] == be]
+        bs: list[Bar] = [
+            (
+                f"table_commit={r['contender']}",
+                r["wall_s"],
+                f"{r['wall_s']:.2f} s",
+                DIRECT_KINDS[r["contender"]],
+            )
+            for r in rows
+        ]
+        name = "local files" if be == "local" else BACKENDS.get(be, be)
+        title = f"{name}: save() of {rows[0]['rows']:,} rows into {rows[0]['files']:,} files, median and range (lower is better)"
+        bars(ax, bs, title, "seconds", spread=[(r["min_s"], r["max_s"]) for r in rows])
+    return _save(fig, {"amcommit", "before"}, path, DIRECT_LEGEND)
+
+
+def plot_stream_direct(results: Path, path: Path) -> Path | None:
+    got = _load(results, "stream_direct.json")
+    if got is None:
+        return None
+    (d,) = got
+    panels: list[Stacks] = []
+    for r in d["rows"]:
+        panels.append(
+            [
+                (
+                    f"amcommit sink, {label}",
+                    [
+                        ("Spark hands the batch to the Python worker", r[f"{key}_handoff_ms"]),
+                        ("amcommit: commit() entered to batch visible", r[f"{key}_enter_to_visible_ms"]),
+                    ],
+                )
+                for key, label in (("amcommit_direct", "direct"), ("amcommit", "staged"))
+            ]
+            + [
+                (
+                    "Spark file sink",
+                    [("file sink: its commit in the driver's JVM", r["parquet_after_tasks_ms"])],
+                )
+            ]
+        )
+    colors = segment_colors(*panels)
+    title = "Streaming micro-batches, direct table sink: last task finished to batch visible"
+    fig, axes = _figure(len(panels), 3, [run_of(d)], title)
+    for ax, r, rows in zip(axes, d["rows"], panels, strict=True):
+        what = f"{r['files_per_batch']} files per batch: medians (lower is better)"
+        stacked(ax, rows, colors, what, "milliseconds", " ms")
+    return _save(fig, set(), path, segments=colors)
+
+
 FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
     "shard_commit": plot_shard,
@@ -727,6 +873,10 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "event_loop": plot_event_loop,
     "azurite_before_after": plot_azurite,
     "store_renames": plot_store_renames,
+    "direct_commit": plot_direct_commit,
+    "direct_latency": plot_direct_latency,
+    "direct_spark": plot_direct_spark,
+    "stream_direct": plot_stream_direct,
 }
 """Plot name -> drawing function over a results directory (None when its files are missing)."""
 

@@ -1,6 +1,6 @@
 """Streaming micro-batches: amcommit's exactly-once sink vs Spark's file sink, same run.
 
-    python -m benchmarks.stream_commit [--quick] [--rounds N] [--out DIR | --save]
+    python -m benchmarks.stream_commit [--quick] [--rounds N] [--sizes 10,100] [--direct] [--out DIR | --save]
 
 For micro-batches of 10 and 100 files (``maxFilesPerTrigger`` JSON input files per batch,
 repartitioned so that each batch also *writes* that many Parquet files), one Spark session
@@ -23,6 +23,11 @@ sinks (fresh output and checkpoint each run). Per batch:
   up to the completed instant. The same interval for both sinks;
 * ``addBatch`` (the batch's tasks plus the sink's commit, from ``query.recentProgress``) and
   ``triggerExecution`` (the whole batch, end to end).
+
+With ``--direct`` (issue 26) a third sink runs in the same rounds: the amcommit sink with
+``table_commit=direct`` (base files written in place by the tasks under Hudi's markers; the
+commit reconciles against the markers and publishes, no renames), reported as
+``amcommit_direct_*``; the results then go to ``stream_direct.json``.
 
 Medians over the batches after the first (warm-up) of every run, pooled over the rounds.
 Writes ``stream_commit.json`` to ``--out`` (default ``benchmarks/results/tmp``; ``--save``:
@@ -70,11 +75,13 @@ def run_query(
         .repartition(per_batch)  # one task, hence one Parquet file, per input file
     )
     w = (
-        stream.writeStream.format(sink)
+        stream.writeStream.format("amcommit" if sink.startswith("amcommit") else sink)
         .option("checkpointLocation", str(out / "cp"))
         .trigger(availableNow=True)
     )
-    if sink == "amcommit":
+    if sink.startswith("amcommit"):  # the staged sink says so: direct is the default since issue 26
+        w = w.option("table_commit", "direct" if sink == "amcommit_direct" else "staged")
+    if sink.startswith("amcommit"):
         q = w.option("partitionBy", "day").start(str(out / "table"))
     else:
         q = w.partitionBy("day").option("path", str(out / "table")).start()
@@ -130,7 +137,7 @@ def commit_latencies(sink: str, table: Path) -> list[tuple[float, float, str]]:
     makes the batch visible (see the module doc), that file's modification time, the
     batch's instant (amcommit) or log entry name)."""
     out: list[tuple[float, float, str]] = []
-    if sink == "amcommit":
+    if sink.startswith("amcommit"):
         by_instant: dict[str, float] = {}
         for f in _data_files(table):
             instant = f.stem.rsplit("_", 1)[-1]  # <fileId>_<writeToken>_<instant>.parquet
@@ -151,6 +158,19 @@ def commit_latencies(sink: str, table: Path) -> list[tuple[float, float, str]]:
     return out
 
 
+def changed_after_commit(table: Path, timings: dict[str, tuple[float, float]]) -> tuple[int, int]:
+    """(data files whose inode changed after their batch's ``commit()`` was entered, data
+    files of batches with timings): a staged commit renames every file then (a rename sets
+    its ctime), a direct one none (the tasks wrote them in place before)."""
+    changed = total = 0
+    for f in _data_files(table):
+        instant = f.stem.rsplit("_", 1)[-1]
+        if instant in timings:
+            total += 1
+            changed += f.stat().st_ctime > timings[instant][0]
+    return changed, total
+
+
 def read_timings(path: Path) -> dict[str, tuple[float, float]]:
     """instant -> (when ``commit()`` was entered, when it returned), from the sink's timings
     file (``AMCOMMIT_STREAM_TIMINGS``)."""
@@ -167,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="10-file batches only, 3 batches, 1 round")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each sink per size, orders alternating")
+    ap.add_argument("--sizes", default=None, help="files per batch, comma-separated (default 10,100)")
+    ap.add_argument("--direct", action="store_true", help="also the amcommit sink with table_commit=direct")
     ap.add_argument("--out", type=Path, default=None)
     add_save_arg(ap)
     args = ap.parse_args(argv)
@@ -196,18 +218,20 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    sizes = [10] if args.quick else [10, 100]
+    sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else [10] if args.quick else [10, 100]
+    sinks = ("parquet", "amcommit", "amcommit_direct") if args.direct else ("parquet", "amcommit")
     batches = 3 if args.quick else 6
     rounds = 1 if args.quick else max(1, args.rounds)
     results: list[dict[str, Any]] = []
     runs: list[tuple[int, str, str, list[dict[str, float]]]] = []  # (size, sink, query id, rows)
+    renamed: dict[str, int] = {}  # sink -> data files moved after commit() was entered
     try:
         for n in sizes:
             src = scratch / f"in{n}"
             make_input(src, n * batches, 200)
-            pooled: dict[str, list[dict[str, float]]] = {"amcommit": [], "parquet": []}
+            pooled: dict[str, list[dict[str, float]]] = {sink: [] for sink in sinks}
             for r in range(rounds):
-                order = ("parquet", "amcommit") if r % 2 == 0 else ("amcommit", "parquet")
+                order = sinks if r % 2 == 0 else tuple(reversed(sinks))
                 for sink in order:
                     out = scratch / f"{sink}{n}-{r}"
                     t0 = time.perf_counter()
@@ -218,11 +242,16 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError(f"{sink}: {len(rows)} batches but {len(lat)} commits found")
                     for row, (ms, seen, key) in zip(rows, lat, strict=True):
                         row["commit_ms"], row["visible_at"] = ms, seen
-                        if sink == "amcommit" and key in timings:
+                        if sink.startswith("amcommit") and key in timings:
                             entered, returned = timings[key]
                             row["entered_at"] = entered
                             row["enter_to_visible_ms"] = (seen - entered) * 1000.0
                             row["visible_to_return_ms"] = (returned - seen) * 1000.0
+                    if sink.startswith("amcommit"):
+                        changed, total = changed_after_commit(out / "table", timings)
+                        renamed[sink] = renamed.get(sink, 0) + changed
+                        if sink == "amcommit_direct" and changed:
+                            raise RuntimeError(f"{sink}: {changed} of {total} files were moved by the commit")
                     kept = rows[1:] or rows  # first batch of a run: warm-up
                     pooled[sink].extend(kept)
                     runs.append((n, sink, qid, kept))
@@ -249,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in results:
         pooled = row.pop("pooled")
         for sink, rows in pooled.items():
-            for key in keys + (split if sink == "amcommit" else ()):
+            for key in keys + (split if sink.startswith("amcommit") else ()):
                 vals = [x[key] for x in rows if key in x]
                 row[f"{sink}_{key}"] = statistics.median(vals) if vals else float("nan")
                 if key in ("commit_ms", "after_tasks_ms", *split):
@@ -259,6 +288,17 @@ def main(argv: list[str] | None = None) -> int:
         row["enter_to_visible_vs_parquet_after_tasks"] = row["amcommit_enter_to_visible_ms"] / max(
             row["parquet_after_tasks_ms"], 1.0
         )
+        if args.direct:
+            for key in keys:
+                row[f"direct_{key.removesuffix('_ms')}_ratio"] = row[f"amcommit_direct_{key}"] / max(
+                    row[f"parquet_{key}"], 1.0
+                )
+            row["direct_enter_to_visible_vs_parquet_after_tasks"] = row[
+                "amcommit_direct_enter_to_visible_ms"
+            ] / max(row["parquet_after_tasks_ms"], 1.0)
+            row["direct_vs_staged_enter_to_visible"] = row["amcommit_direct_enter_to_visible_ms"] / max(
+                row["amcommit_enter_to_visible_ms"], 1.0
+            )
     print()
     print(
         "| files/batch | commit latency ms amcommit / parquet | ratio | after tasks ms amcommit / parquet | ratio "
@@ -289,13 +329,26 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['files_per_batch']} | {r['amcommit_handoff_ms']:.1f} | {r['amcommit_enter_to_visible_ms']:.1f} | "
             f"{r['parquet_after_tasks_ms']:.1f} | {r['amcommit_visible_to_return_ms']:.1f} |"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "stream_commit.json").write_text(
-        json.dumps(
-            {"run": run_info(), "benchmark": "stream_commit", "quick": args.quick, "rows": results}, indent=2
+    if args.direct:
+        print()
+        print(
+            "| files/batch | commit() to visible ms: direct / staged | direct hand-off ms | "
+            "file sink after tasks ms | direct commit() to visible / file sink after tasks |"
         )
-        + "\n"
-    )
+        print("|---|---|---|---|---|")
+        for r in results:
+            print(
+                f"| {r['files_per_batch']} | {r['amcommit_direct_enter_to_visible_ms']:.1f} / "
+                f"{r['amcommit_enter_to_visible_ms']:.1f} | {r['amcommit_direct_handoff_ms']:.1f} | "
+                f"{r['parquet_after_tasks_ms']:.1f} | {r['direct_enter_to_visible_vs_parquet_after_tasks']:.2f}x |"
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = "stream_direct" if args.direct else "stream_commit"
+    payload = {"run": run_info(), "benchmark": name, "quick": args.quick, "rows": results}
+    if args.direct:
+        payload["sinks"] = list(sinks)
+        payload["files_moved_by_commit"] = renamed
+    (out_dir / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 
 

@@ -218,3 +218,74 @@ def test_shard_commit_small(tmp_path: Path) -> None:
 
     png = plot_shard(tmp_path, tmp_path / "shard.png")
     assert png is not None and png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_direct_commit_scenario_smoke(tmp_path: Path) -> None:
+    """Issue 26's ``direct`` scenario through ``python -m benchmarks`` (local files, tiny):
+    plain, staged and direct commits of the same job at two file counts, each output exact;
+    the mutating requests counted (the direct commit's do not grow with the files on local
+    files: no rename per file, the markers go with one recursive delete); its own result
+    file and plot; its targets evaluated."""
+    proc = run_benchmark("benchmarks", "--smoke", "--only", "direct", "--out", str(tmp_path), timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads((tmp_path / "direct_commit.json").read_text())
+    assert payload["run"]["commit"] and len(payload["run"]["load_average"]) == 3
+    rows = {(r["files"], r["contender"]): r for r in payload["rows"]}
+    assert set(rows) == {(n, k) for n in (20, 40) for k in ("plain", "staged", "direct")}
+    for r in rows.values():
+        assert r["verified"] == "exact", r
+        assert r["seconds"] > 0 and r["to_visible_s"] is not None and 0 < r["to_visible_s"] <= r["seconds"]
+    # staged and plain rename every file (local: batch renames, one sub-request per file)
+    for kind in ("plain", "staged"):
+        assert rows[(40, kind)]["mutating_sub_requests"] - rows[(20, kind)]["mutating_sub_requests"] == 20
+    # direct: no rename, the same requests at both counts
+    assert "rename_batch" not in rows[(40, "direct")]["sub_requests_by_op"]
+    assert rows[(40, "direct")]["other_requests"] == rows[(20, "direct")]["other_requests"]
+    assert {r["files"] for r in payload["ratios"]} == {20, 40}
+    suite = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert any(t["target"].startswith("direct table commit <= 0.3x staged (local") for t in suite["targets"])
+    assert (tmp_path / "direct_commit.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not _fake_gcs_available(), reason="fake-gcs-server is not installed")
+def test_direct_commit_counts_on_fake_gcs(tmp_path: Path) -> None:
+    """``benchmarks.direct_commit commit`` on fake-gcs-server (tiny): outside marker
+    removal the direct commit sends the same mutating requests at both file counts; marker
+    removal is one delete per file there (GCS has no batch delete in amcommit's store)."""
+    args = ["commit", "--backends", "gcs", "--tasks", "2", "--files", "20", "--count-files", "10"]
+    proc = run_benchmark(
+        "benchmarks.direct_commit", *args, "--rounds", "1", "--out", str(tmp_path), timeout=110
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {
+        (r["files"], r["contender"]): r
+        for r in json.loads((tmp_path / "direct_commit.json").read_text())["rows"]
+    }
+    assert all(r["verified"] == "exact" for r in rows.values())
+    small, big = rows[(20, "direct")], rows[(40, "direct")]
+    assert small["other_requests"] == big["other_requests"]
+    assert (small["marker_requests"], big["marker_requests"]) == (20, 40)
+    assert big["http_mutating"] >= big["mutating_requests"] and big["all_requests"] > big["http_mutating"]
+
+
+@pytest.mark.timeout(240)
+def test_stream_commit_direct_quick(tmp_path: Path) -> None:
+    """``benchmarks.stream_commit --quick --direct``: the amcommit sink with
+    ``table_commit=direct`` runs beside the staged sink and the file sink; its commit moved
+    no file (every data file's inode unchanged since before ``commit()``), the staged
+    one's moved them all."""
+    pytest.importorskip("pyspark")
+    proc = run_benchmark(
+        "benchmarks.stream_commit", "--quick", "--direct", "--out", str(tmp_path), timeout=230
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads((tmp_path / "stream_direct.json").read_text())
+    assert payload["sinks"] == ["parquet", "amcommit", "amcommit_direct"]
+    assert payload["files_moved_by_commit"]["amcommit_direct"] == 0
+    assert payload["files_moved_by_commit"]["amcommit"] > 0
+    row = payload["rows"][0]
+    assert (
+        row["amcommit_direct_enter_to_visible_ms_all"]
+        and row["direct_enter_to_visible_vs_parquet_after_tasks"] > 0
+    )
