@@ -34,7 +34,7 @@ def spark() -> Iterator[Any]:
         configure(local_builder("local[2,3]", "amcommit-tests"))  # test faults reach the workers
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
+        .config("spark.driver.memory", "2g")  # one session serves every Spark test of a worker
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
         .getOrCreate()
     )
