@@ -72,6 +72,20 @@ def parse_marker(data: bytes | None, *, hadoop: bool = False) -> JobMarker:
     )
 
 
+PARTIAL_ALLOWED = "PARTIAL (allowed): "
+"""How :func:`check_completeness`'s note starts for a job with another number of task
+manifests than expected, committed with ``allow_partial``."""
+UNCHECKED_ALLOWED = "not checked (allowed partial): "
+"""How it starts for a Spark job whose driver never began the commit, committed with
+``allow_partial``."""
+
+
+def partial_allowed(note: str | None) -> bool:
+    """Whether ``note`` (a report's ``completeness``) says the job was committed only
+    because ``allow_partial`` overrode a refusal (pure)."""
+    return note is not None and note.startswith((PARTIAL_ALLOWED, UNCHECKED_ALLOWED))
+
+
 def check_completeness(marker: JobMarker, n_manifests: int, allow_partial: bool) -> str:
     """Decide whether a job found on the store may be committed from its ``n_manifests``
     task manifests. Returns a one-line note for the report; raises
@@ -83,7 +97,7 @@ def check_completeness(marker: JobMarker, n_manifests: int, allow_partial: bool)
             return f"complete: {found} of {marker.expected_tasks} expected"
         problem = f"{found} found, {marker.expected_tasks} expected"
         if allow_partial:
-            return f"PARTIAL (allowed): {problem}"
+            return f"{PARTIAL_ALLOWED}{problem}"
         raise IncompleteJob(
             f"the job is incomplete: {problem}; committing it would publish partial output "
             "(use --allow-partial / allow_partial=True to commit it anyway, or abort-job)",
@@ -95,7 +109,7 @@ def check_completeness(marker: JobMarker, n_manifests: int, allow_partial: bool)
             "but only Spark's driver knows how many tasks make the job complete"
         )
         if allow_partial:
-            return f"not checked (allowed partial): {problem}"
+            return f"{UNCHECKED_ALLOWED}{problem}"
         raise IncompleteJob(
             f"{problem} (use --allow-partial / allow_partial=True to commit what is there anyway, "
             "or abort-job)",
@@ -133,4 +147,13 @@ async def job_completeness(
     return check_completeness(parse_marker(data, hadoop=layout.hadoop), n, allow_partial)
 
 
-__all__ = ["JobMarker", "check_completeness", "job_completeness", "marker_fields", "parse_marker"]
+__all__ = [
+    "PARTIAL_ALLOWED",
+    "UNCHECKED_ALLOWED",
+    "JobMarker",
+    "check_completeness",
+    "job_completeness",
+    "marker_fields",
+    "parse_marker",
+    "partial_allowed",
+]

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import anyio
 import msgspec
 
+from amcommit.committer.completeness import partial_allowed
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.job import abort_held
@@ -58,6 +59,7 @@ from amcommit.errors import (
     AlreadyExists,
     CommitError,
     ConflictError,
+    IncompleteJob,
     ManifestError,
     NotFound,
 )
@@ -660,7 +662,10 @@ async def run_table_commit(
     loaded manifests (the caller closes it and rolls back from it on failure).
 
     ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
-    the plan; a label already committed skips the write (:func:`skip_labelled`).
+    the plan; a label already committed skips the write (:func:`skip_labelled`). A labelled
+    write committed from the store with ``allow_partial`` overriding its completeness check
+    is refused (IncompleteJob) before anything changes: a label is never published without
+    all of its write's tasks.
     ``settings``: the table's (``writer_ttl`` judges other writers). Once the
     plan is saved the label is in it, so a resume (by anyone) publishes it with the label.
     ``markers_after_lock``: a direct write's markers (and the files of late losers: uploads
@@ -686,6 +691,15 @@ async def run_table_commit(
     if label is None and marker is not None:
         label = marker.label()
     report.label = None if label is None else label.text()
+    if label is not None and partial_allowed(report.completeness):
+        # a label is published only with its data: a partial commit would use it up, and
+        # the replay of the batch would then be skipped (the missing rows lost for good)
+        raise IncompleteJob(
+            f"table write {instant} carries label {label.text()}: committing it partially "
+            f"({report.completeness}) would use up the label without all of its data; nothing "
+            "was published (abort-job it, then replay the batch)",
+            stage="commit_job",
+        )
     report.conflict_mode = "append"
     ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
     journal: Journal | None = None

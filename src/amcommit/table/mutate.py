@@ -121,6 +121,10 @@ __all__ = [
 ]
 
 KEY_COLUMN = META_COLUMNS[2]
+MUTATION_TASKS = 1
+"""The tasks of an upsert or delete through this module (one, task 0): the count recorded
+in its job marker (``expectedTasks``), which a commit from the store alone checks
+(:mod:`amcommit.committer.completeness`)."""
 
 
 class Payload(enum.StrEnum):
@@ -813,8 +817,18 @@ async def _mutate(
     else:
         schema_json = avro_schema(data.schema, name)
     spec = TableSpec(name, partition_fields=parts_f, record_key_fields=keys_f)
+    # the write's one task completes it (task 0 below): recorded, so that a commit from the
+    # store alone (``amcommit commit-job`` after this process died) refuses the write until
+    # its task committed, instead of publishing an empty instant (and using up its label)
     w = await begin_write(
-        store, dest, operation=operation, spec=spec, avro_schema=schema_json, config=config, label=label
+        store,
+        dest,
+        operation=operation,
+        spec=spec,
+        avro_schema=schema_json,
+        config=config,
+        label=label,
+        expected_tasks=MUTATION_TASKS,
     )
     instant = w.instant
     report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)

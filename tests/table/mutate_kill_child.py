@@ -1,0 +1,67 @@
+"""Child process of test_mutate_resume: an upsert or delete through the engine API
+(:func:`amcommit.table.mutate.upsert` / ``delete``) SIGKILLed just before its first mutating
+store request matching a regex (tests.table.killstore), e.g. its task commit (the task
+manifest's put): the instant is allocated and the files written, nothing committed.
+
+    python -m tests.table.mutate_kill_child '{"root": R, "dest": D, "op": "upsert" | "delete",
+        "rows": [...], "label": [APP, VERSION] | null, "kill": REGEX, "ttl": 600}'
+
+Prints ``completed <instant>`` if it was not killed."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import anyio
+import pyarrow as pa
+
+from amcommit.store.local import LocalStore
+from amcommit.table import mutate
+from amcommit.table.labels import Label
+from amcommit.table.settings import TableConfig
+from tests.table.killstore import KillStore
+from tests.table.test_mutate import SCHEMA
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    label = None if spec.get("label") is None else Label(spec["label"][0], int(spec["label"][1]))
+    ttl = float(spec.get("ttl", 600.0))
+    cfg = TableConfig(io_threads=2, writer_ttl=ttl, lock_ttl=60.0)
+
+    async def run() -> str:
+        async with LocalStore(spec["root"], fsync=False) as inner:
+            store = KillStore(inner, spec["kill"], 1)
+            if spec["op"] == "upsert":
+                data = pa.Table.from_pylist(spec["rows"], schema=SCHEMA)
+                rep = await mutate.upsert(
+                    store,  # type: ignore[arg-type]
+                    spec["dest"],
+                    data,
+                    record_key="id",
+                    partition_by="p",
+                    precombine_field="ts",
+                    label=label,
+                    config=cfg,
+                )
+            else:
+                data = pa.Table.from_pylist(
+                    spec["rows"], schema=pa.schema([("id", pa.int64()), ("p", pa.string())])
+                )
+                rep = await mutate.delete(
+                    store,  # type: ignore[arg-type]
+                    spec["dest"],
+                    data,
+                    record_key="id",
+                    partition_by="p",
+                    label=label,
+                    config=cfg,
+                )
+            return rep.instant
+
+    print(f"completed {anyio.run(run)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
