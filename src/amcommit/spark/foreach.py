@@ -54,6 +54,9 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     replayed batch whose label is committed is skipped by the commit (its files removed);
     ``report.skipped_label`` then names the instant that had committed it.
 
+    The query's lease (``leaseTtl``) is renewed every ``leaseTtl / 4`` seconds while the
+    batch's tasks run: by each task of an insert, by this driver for an upsert or delete.
+
     Atomic: the batch's instant is published at once or not at all. Blocking.
     """
     import json
@@ -104,7 +107,10 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
         if spec is None:
             results = _run_tasks(df, writer, ids, int(batch_id))
         else:
-            results, _ = run_mutation(df, plan, spec)
+            # the mutation's Spark jobs run from here: this driver renews the query's lease
+            # while they run (the insert's tasks renew it themselves, _run_tasks)
+            with writer._renewing(ids):
+                results, _ = run_mutation(df, plan, spec)
         return commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver, operation=op)
     except BaseException:
         with contextlib.suppress(Exception):
