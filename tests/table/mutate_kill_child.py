@@ -6,6 +6,8 @@ manifest's put): the instant is allocated and the files written, nothing committ
     python -m tests.table.mutate_kill_child '{"root": R, "dest": D, "op": "upsert" | "delete",
         "rows": [...], "label": [APP, VERSION] | null, "kill": REGEX, "ttl": 600}'
 
+(``"backend": INFO`` of tests.matrix.stores in place of ``"root"``: any backend.)
+
 Prints ``completed <instant>`` if it was not killed."""
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ def main() -> None:
     cfg = TableConfig(io_threads=2, writer_ttl=ttl, lock_ttl=60.0)
 
     async def run() -> str:
-        async with LocalStore(spec["root"], fsync=False) as inner:
+        if "backend" in spec:
+            from tests.matrix.stores import open_store
+
+            opened = open_store(spec["backend"])
+        else:
+            opened = LocalStore(spec["root"], fsync=False)
+        async with opened as inner:
             store = KillStore(inner, spec["kill"], 1)
             if spec["op"] == "upsert":
                 data = pa.Table.from_pylist(spec["rows"], schema=SCHEMA)

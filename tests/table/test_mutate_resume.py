@@ -2,9 +2,11 @@
 instant was allocated and its files written, before its task commit: nothing completes it.
 
 ``amcommit commit-job`` of it is refused in one line (nonzero exit, nothing published, its
-label not used up); ``abort-job`` then rolls it back. ``recover()`` of its application rolls
-it back too; an unlabelled one is rolled back by the next writer on this host. Either way the
-replayed batch is then visible exactly once (hudi-rs, the label on one completed instant)."""
+label not used up; also with ``--allow-partial`` when it has a label); ``abort-job`` then
+rolls it back. ``recover()`` of its application rolls it back too; an unlabelled one is
+rolled back by the next writer on this host. Either way the replayed batch is then visible
+exactly once (hudi-rs, the label on one completed instant). On local files (every case) and
+on Azurite and fake-gcs-server (a labelled upsert: commit refused, then ``recover``)."""
 
 from __future__ import annotations
 
@@ -12,19 +14,25 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pytest
 
 from amcommit.committer.job import commit_job
 from amcommit.errors import IncompleteJob
+from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table import mutate
 from amcommit.table.labels import Label, committed_by, label_of, recover
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants, load_timeline
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake  # noqa: F401 (fixtures)
 from tests.table.test_mutate import SCHEMA, hudi_snapshot
 from tests.table.writehelpers import listing
 
@@ -54,18 +62,42 @@ AFTER = {
 }
 
 
-def _kill_child(root: Path, op: str, label: Label | None) -> None:
-    spec = {
-        "root": str(root),
-        "dest": "tbl",
-        "op": op,
-        "rows": UPSERT if op == "upsert" else DELETE,
-        "label": None if label is None else [label.app_id, label.version],
-        "kill": TASK_COMMIT,
-    }
-    argv = [sys.executable, "-m", "tests.table.mutate_kill_child", json.dumps(spec)]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ})
-    assert r.returncode == -9, (r.returncode, r.stdout, r.stderr[-2000:])
+class Table:
+    """A table under test: its store and folder, how hudi-rs reads it, where the child
+    writes it (``where``: {"root": R} or {"backend": INFO})."""
+
+    def __init__(
+        self, store: Store, dest: str, read: Callable[[], list[tuple[Any, ...]]], where: dict[str, Any]
+    ) -> None:
+        self.store, self.dest, self.read, self.where = store, dest, read, where
+
+    def kill_child(self, op: str, label: Label | None) -> None:
+        spec = self.where | {
+            "dest": self.dest,
+            "op": op,
+            "rows": UPSERT if op == "upsert" else DELETE,
+            "label": None if label is None else [label.app_id, label.version],
+            "kill": TASK_COMMIT,
+        }
+        argv = [sys.executable, "-m", "tests.table.mutate_kill_child", json.dumps(spec)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ})
+        assert r.returncode == -9, (r.returncode, r.stdout, r.stderr[-2000:])
+
+    async def names(self) -> list[str]:
+        return await listing(self.store, self.dest)
+
+    async def pending(self) -> list[str]:
+        """The times of the table's instants that are not completed."""
+        instants = await list_instants(self.store, self.dest)
+        done = {i.time for i in instants if i.completed}
+        return sorted({i.time for i in instants} - done)
+
+    async def replay(self, op: str, label: Label | None) -> mutate.MutateReport:
+        if op == "upsert":
+            data = pa.Table.from_pylist(UPSERT, schema=SCHEMA)
+            return await mutate.upsert(self.store, self.dest, data, precombine_field="ts", label=label, **KW)
+        keys = pa.Table.from_pylist(DELETE, schema=KEYS)
+        return await mutate.delete(self.store, self.dest, keys, label=label, **KW)
 
 
 def _refused(names: list[str], instant: str) -> list[str]:
@@ -75,135 +107,154 @@ def _refused(names: list[str], instant: str) -> list[str]:
     return [n for n in names if n != f".hoodie/.aux/amcommit/{instant}/_keeper.json"]
 
 
-async def _pending(store: LocalStore) -> list[str]:
-    """The times of the table's instants that are not completed."""
-    instants = await list_instants(store, "tbl")
-    done = {i.time for i in instants if i.completed}
-    return sorted({i.time for i in instants} - done)
-
-
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "amcommit.cli", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ})
 
 
-async def _replay(store: LocalStore, op: str, label: Label | None) -> mutate.MutateReport:
-    if op == "upsert":
-        data = pa.Table.from_pylist(UPSERT, schema=SCHEMA)
-        return await mutate.upsert(store, "tbl", data, precombine_field="ts", label=label, **KW)
-    return await mutate.delete(store, "tbl", pa.Table.from_pylist(DELETE, schema=KEYS), label=label, **KW)
-
-
-async def _setup(tmp_path: Path, op: str, label: bool) -> tuple[LocalStore, Path, str, list[str]]:
+async def _setup(t: Table, op: str, label: bool) -> str:
     """The table (one committed upsert, label app:0 if ``label``), then the killed write of
-    batch app:1: (store, root, its instant, the listing before it began)."""
+    batch app:1: its instant."""
+    first = Label("app", 0) if label else None
+    await mutate.upsert(t.store, t.dest, pa.Table.from_pylist(FIRST, schema=SCHEMA), label=first, **KW)
+    t.kill_child(op, Label("app", 1) if label else None)
+    instants = await t.pending()
+    assert len(instants) == 1, instants
+    names = await t.names()
+    assert [n for n in names if n.endswith(".parquet") and instants[0] in n], names  # its files
+    return instants[0]
+
+
+async def _nothing_published(t: Table, killed: str, left: list[str], label: bool) -> None:
+    """The same files (but the keeper record), the instant pending, the label not used up."""
+    assert await t.names() == _refused(left, killed)
+    assert await t.pending() == [killed]
+    assert t.read() == BEFORE
+    if label:
+        assert await committed_by(t.store, t.dest, Label("app", 1), config=CFG) is None
+
+
+async def _check_once(t: Table, op: str, label: bool, killed: str) -> None:
+    """The replayed batch is visible exactly once; the killed instant left nothing."""
+    rep = await t.replay(op, Label("app", 1) if label else None)
+    assert rep.skipped_label is None and rep.instant != killed
+    assert t.read() == AFTER[op]
+    if label:  # replayed once more: skipped, nothing changes
+        again = await t.replay(op, Label("app", 1))
+        assert again.skipped_label == rep.instant
+        assert t.read() == AFTER[op]
+    _, commits = await load_timeline(t.store, t.dest)
+    labels = [label_of(c.metadata.extra_metadata) for c in commits]
+    assert labels == ([Label("app", 0), Label("app", 1)] if label else [None, None]), labels
+    assert commits[1].instant.time == rep.instant
+    assert [n for n in await t.names() if killed in n] == []  # none of its files, instants, markers
+    assert await t.pending() == []
+
+
+def _local(tmp_path: Path) -> Table:
     root = tmp_path / "root"
     root.mkdir()
-    store = LocalStore(str(root), fsync=False)
-    first = Label("app", 0) if label else None
-    await mutate.upsert(store, "tbl", pa.Table.from_pylist(FIRST, schema=SCHEMA), label=first, **KW)
-    before = await listing(store, "tbl")
-    _kill_child(root, op, Label("app", 1) if label else None)
-    instants = await _pending(store)
-    assert len(instants) == 1, instants
-    names = await listing(store, "tbl")
-    written = [n for n in names if n.endswith(".parquet") and instants[0] in n]
-    assert written, names  # its files are written (in place under markers, or staged)
-    return store, root, instants[0], before
+    return Table(
+        LocalStore(str(root), fsync=False),
+        "tbl",
+        lambda: hudi_snapshot(str(root / "tbl")),
+        {"root": str(root)},
+    )
 
 
-async def _check_once(store: LocalStore, root: Path, op: str, label: bool, killed: str) -> None:
-    """The replayed batch is visible exactly once; the killed instant left nothing."""
-    rep = await _replay(store, op, Label("app", 1) if label else None)
-    assert rep.skipped_label is None and rep.instant != killed
-    assert hudi_snapshot(str(root / "tbl")) == AFTER[op]
-    if label:  # replayed once more: skipped, nothing changes
-        again = await _replay(store, op, Label("app", 1))
-        assert again.skipped_label == rep.instant
-        assert hudi_snapshot(str(root / "tbl")) == AFTER[op]
-    _, commits = await load_timeline(store, "tbl")
-    labels = [label_of(c.metadata.extra_metadata) for c in commits]
-    expected = [Label("app", 0), Label("app", 1)] if label else [None, None]
-    assert labels == expected, labels
-    assert [c.instant.time for c in commits][1] == rep.instant
-    names = await listing(store, "tbl")
-    assert [n for n in names if killed in n and not n.startswith(".hoodie/")] == []  # none of its files
-    assert await _pending(store) == []
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("op", ["upsert", "delete"])
-@pytest.mark.parametrize("label", [True, False], ids=["label", "nolabel"])
+# (each path with and without a label, both operations across them: each case runs three
+# processes, a few seconds each)
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("op", "label"), [("upsert", True), ("delete", False)], ids=["upsert-label", "delete"]
+)
 async def test_killed_mutation_refused_by_commit_job_then_aborted(
     tmp_path: Path, op: str, label: bool
 ) -> None:
-    store, root, killed, before = await _setup(tmp_path, op, label)
-    uri = str(root / "tbl")
-    left = await listing(store, "tbl")
+    t = _local(tmp_path)
+    killed = await _setup(t, op, label)
+    uri = str(tmp_path / "root" / "tbl")
+    left = await t.names()
     r = _cli("commit-job", uri, "--job-id", killed, "-q")
     assert r.returncode != 0, r.stdout
     err = r.stderr.strip()
     assert "\n" not in err and "Traceback" not in err, err
     assert "incomplete" in err and "0 task manifests found, 1 expected" in err and "abort-job" in err, err
-    # nothing published: the same files, the instant pending, the label not used up
-    assert await listing(store, "tbl") == _refused(left, killed)
-    assert await _pending(store) == [killed]
-    assert killed not in {i.time for i in await list_instants(store, "tbl") if i.completed}
-    assert hudi_snapshot(uri) == BEFORE
-    if label:
-        assert await committed_by(store, "tbl", Label("app", 1), config=CFG) is None
+    await _nothing_published(t, killed, left, label)
     r = _cli("abort-job", uri, "--job-id", killed, "-q")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert hudi_snapshot(uri) == BEFORE
-    assert [n for n in await listing(store, "tbl") if killed in n] == []
-    assert [n for n in await listing(store, "tbl") if not n.startswith(".hoodie/")] == [
-        n for n in before if not n.startswith(".hoodie/")
-    ]
-    await _check_once(store, root, op, label, killed)
+    assert t.read() == BEFORE
+    assert [n for n in await t.names() if killed in n] == []
+    assert await t.pending() == []
+    await _check_once(t, op, label, killed)
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("op", ["upsert", "delete"])
-@pytest.mark.parametrize("label", [True, False], ids=["label", "nolabel"])
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("op", "label"), [("upsert", False), ("delete", True)], ids=["upsert", "delete-label"]
+)
 async def test_killed_mutation_refused_by_commit_job_then_recovered(
     tmp_path: Path, op: str, label: bool
 ) -> None:
     """A tool that tries ``commit_job`` first (refused: IncompleteJob, nothing published),
     then ``recover("app")``: the labelled write of the app's dead run is rolled back;
     an unlabelled one (not the application's) is left, and the replay's own commit rolls it
-    back (its writer's keeper process is dead on this host)."""
-    store, root, killed, _ = await _setup(tmp_path, op, label)
-    uri = str(root / "tbl")
-    left = await listing(store, "tbl")
+    back (its writer is dead and its heartbeat says *stopped*)."""
+    t = _local(tmp_path)
+    await _refused_then_recovered(t, op, label)
+
+
+async def _refused_then_recovered(t: Table, op: str, label: bool) -> None:
+    killed = await _setup(t, op, label)
+    left = await t.names()
     with pytest.raises(IncompleteJob, match="0 task manifests found, 1 expected"):
-        await commit_job(store, "tbl", killed, config=CFG)
-    assert await listing(store, "tbl") == _refused(left, killed)
-    assert await _pending(store) == [killed]
-    assert await recover(store, "tbl", "app", config=CFG) == ([killed] if label else [])
-    assert hudi_snapshot(uri) == BEFORE
+        await commit_job(t.store, t.dest, killed, config=CFG)
+    await _nothing_published(t, killed, left, label)
+    assert await recover(t.store, t.dest, "app", config=CFG) == ([killed] if label else [])
+    assert t.read() == BEFORE
     if label:
-        assert [n for n in await listing(store, "tbl") if killed in n] == []
-        assert await _pending(store) == []
+        assert [n for n in await t.names() if killed in n] == []
+        assert await t.pending() == []
     else:
-        assert await _pending(store) == [killed]
-    await _check_once(store, root, op, label, killed)
+        assert await t.pending() == [killed]
+    await _check_once(t, op, label, killed)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 async def test_killed_labelled_mutation_refused_even_with_allow_partial(tmp_path: Path) -> None:
     """``--allow-partial`` overrides the task count, never a label: publishing it without
     the batch's data would make the replay skip the batch for good."""
-    store, root, killed, _ = await _setup(tmp_path, "upsert", True)
-    uri = str(root / "tbl")
-    left = await listing(store, "tbl")
+    t = _local(tmp_path)
+    killed = await _setup(t, "upsert", True)
+    uri = str(tmp_path / "root" / "tbl")
+    left = await t.names()
     r = _cli("commit-job", uri, "--job-id", killed, "--allow-partial", "-q")
     assert r.returncode != 0, r.stdout
     err = r.stderr.strip()
     assert "\n" not in err and "Traceback" not in err, err
     assert f"table write {killed} carries label app:1" in err and "nothing was published" in err, err
-    assert await listing(store, "tbl") == _refused(left, killed)
-    assert await _pending(store) == [killed]
-    assert await committed_by(store, "tbl", Label("app", 1), config=CFG) is None
-    assert hudi_snapshot(uri) == BEFORE
-    assert await recover(store, "tbl", "app", config=CFG) == [killed]
-    await _check_once(store, root, "upsert", True, killed)
+    await _nothing_published(t, killed, left, True)
+    assert await recover(t.store, t.dest, "app", config=CFG) == [killed]
+    await _check_once(t, "upsert", True, killed)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["blob", "gcs-fake"])
+def test_killed_labelled_upsert_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+    """The same on Azurite (Blob API) and fake-gcs-server: the killed child writes the
+    emulator; ``commit_job`` refused, nothing published; ``recover``; the replay once."""
+    from tests.matrix.stores import open_store
+    from tests.matrix.table_runner import hudi_location
+
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    dest = f"mut-{uuid.uuid4().hex[:8]}/tbl"
+    where = hudi_location(SimpleNamespace(info=info, backend=backend, dest=dest))  # type: ignore[arg-type]
+    assert where is not None
+    uri, storage = where
+
+    async def go() -> None:
+        async with open_store(info) as store:
+            t = Table(store, dest, lambda: hudi_snapshot(uri, storage=storage), {"backend": info})
+            await _refused_then_recovered(t, "upsert", True)
+
+    anyio.run(go)

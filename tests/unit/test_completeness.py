@@ -147,3 +147,23 @@ def test_completeness_reads_are_retried(tmp_path: Path) -> None:
     report = anyio.run(lambda: commit_job(faulty, str(dest).lstrip("/"), JOB))
     assert report.success and report.completeness == "complete: 2 task manifests of 2 expected"
     assert (stat.fired, get.fired, listing.fired) == (1, 1, 1)
+
+
+def test_partial_allowed_knows_only_the_overridden_notes() -> None:
+    """``partial_allowed`` (the table commit refuses a labelled write committed so) is true
+    exactly for the notes of a refusal that ``allow_partial`` overrode."""
+    from amcommit.committer.completeness import partial_allowed
+
+    overridden = [
+        check_completeness(JobMarker(expected_tasks=1), 0, True),
+        check_completeness(JobMarker(origin="spark"), 2, True),
+    ]
+    fine = [
+        check_completeness(JobMarker(expected_tasks=1), 1, True),
+        check_completeness(JobMarker(origin="api"), 0, True),
+        check_completeness(JobMarker(hadoop=True), 3, True),
+        "resumed: the commit was begun with its authorised manifests",
+        None,
+    ]
+    assert [partial_allowed(n) for n in overridden] == [True, True], overridden
+    assert [partial_allowed(n) for n in fine] == [False] * len(fine), fine
