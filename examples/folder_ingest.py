@@ -59,8 +59,12 @@ async def commit_batch(store: Store, dest: str, label: Label, inbox: Path, files
     rows = pa.concat_tables([pj.read_json(inbox / f) for f in files])
     buf = io.BytesIO()
     pq.write_table(rows, buf)
-    write = await begin_write(store, dest, operation=Operation.INSERT, spec=SPEC, label=label)
-    # one task; its file staged, or written in place, as the config's table_commit says
+    # one task (recorded: `amcommit commit-job` of a batch killed before its task commit is
+    # refused, never published without its rows); its file staged, or written in place, as
+    # the config's table_commit says
+    write = await begin_write(
+        store, dest, operation=Operation.INSERT, spec=SPEC, label=label, expected_tasks=1
+    )
     task = await setup_table_task(
         store, write, f"task_{write.instant}_m_000000", f"attempt_{write.instant}_m_000000_0"
     )

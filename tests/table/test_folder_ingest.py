@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
@@ -76,6 +77,23 @@ def _hudi(uri: str) -> list[tuple[Any, ...]]:
     return sorted(out)
 
 
+async def _commit_refused(root: Path) -> None:
+    """``commit_job`` of the batch a run left pending (killed before its task commit) is
+    refused (its task count is recorded); nothing is published, the label not used up."""
+    from amcommit.committer.job import commit_job
+    from amcommit.errors import IncompleteJob
+    from amcommit.table.timeline import list_instants
+
+    async with LocalStore(str(root), fsync=False) as store:
+        instants = await list_instants(store, "tbl")
+        done = {i.time for i in instants if i.completed}
+        pending = sorted({i.time for i in instants} - done)
+        assert len(pending) == 1, instants
+        with pytest.raises(IncompleteJob, match="0 task manifests found, 1 expected"):
+            await commit_job(store, "tbl", pending[0])
+        assert {i.time for i in await list_instants(store, "tbl") if i.completed} == done
+
+
 async def test_folder_ingest_survives_kill_9(tmp_path: Path) -> None:
     root, inbox, cp = tmp_path / "root", tmp_path / "inbox", tmp_path / "checkpoint"
     root.mkdir()
@@ -83,6 +101,8 @@ async def test_folder_ingest_survives_kill_9(tmp_path: Path) -> None:
     expected = _drop(inbox, 0, 5)
     for n, (kill, nth) in enumerate(KILLS):
         assert _run(root, inbox, cp, kill, nth) == -9, (kill, nth)  # each point was reached
+        if "_attempt-" in kill:  # killed before its task commit: a commit from the store refuses it
+            await _commit_refused(root)
         expected += _drop(inbox, 5 + 2 * n, 2)  # more files arrive meanwhile
     assert _run(root, inbox, cp, "-", 1) == 0
     assert _run(root, inbox, cp, "-", 1) == 0  # nothing new: nothing committed
