@@ -46,8 +46,8 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
 
 What is atomic: the commit (the completed instant, published last by the job commit,
 :mod:`amcommit.table.commit`). Before it, nothing a reader sees changes: the new base files
-are stamped with the inflight instant and are either staged under ``.hoodie/.temp/<instant>/``
-(``table_commit=staged``: the job commit renames them) or written in place under Hudi's
+are stamped with the inflight instant and are either staged under
+``.hoodie/.aux/amcommit/<instant>/`` (``table_commit=staged``: the job commit renames them) or written in place under Hudi's
 direct markers (``direct``, :class:`~amcommit.table.write.TableTask`: ``MERGE`` for a file
 group's new version, ``CREATE`` for a new group; the job commit renames nothing, a rollback
 removes every marked file). Bad input (missing

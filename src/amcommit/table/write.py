@@ -459,7 +459,7 @@ class TableTask:
     Its base files go where the ``table_commit`` setting of the task's config says
     (:attr:`~amcommit.table.settings.TableSettings.table_commit`):
 
-    - ``staged``: into the task attempt directory under ``.hoodie/.temp/<instant>/``; the
+    - ``staged``: into the task attempt directory under ``.hoodie/.aux/amcommit/<instant>/``; the
       task commit (:func:`~amcommit.committer.task.commit_task`) names them, the job commit
       renames them into the table;
     - ``direct``: straight to their final names in the table, each after its Hudi marker
