@@ -60,9 +60,9 @@ FROM_START = frozenset({"0", "00", "000"})
 
 __all__ = [
     "COUNT_COLUMNS",
+    "FROM_START",
     "LABEL_KEYS",
     "BlockingTimeline",
-    "FROM_START",
     "CleanMark",
     "InstantInfo",
     "Listing",
