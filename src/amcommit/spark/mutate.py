@@ -315,8 +315,10 @@ async def _rewrite_one(
     from amcommit.table.direct import IOType, commit_direct_task, write_in_place
     from amcommit.table.mutate import IndexReader, rewrite_group
     from amcommit.table.naming import write_token
+    from amcommit.table.schema import check_footer
     from amcommit.table.settings import table_settings
     from amcommit.table.tasknames import ROWS_KEY
+    from amcommit.table.write import read_marker, write_schema
     from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
 
     t0 = time.perf_counter()
@@ -366,6 +368,8 @@ async def _rewrite_one(
         )
         if body:
             rel = f"{version.partition}/{fname}" if version.partition else fname
+            # the new version's footer against the write's schema, before it is uploaded
+            check_footer(rel, body, write_schema(await read_marker(store, layout)))
             if direct:
                 got = await write_in_place(
                     store, dest, instant, rel, body, io_type=IOType.MERGE, config=config
