@@ -257,3 +257,43 @@ def test_spark_written_table_upserted_by_spark(spark: Any, tmp_path: Path) -> No
     assert sorted(r.id for r in got.where("amount = -1.0").collect()) == list(range(0, 3_000, 100))
     rep = amspark.delete(upd.select("id", "cat", "day"), dest)
     assert rep.deleted == 30 and spark.read.format("amcommit").load(dest).count() == 2_980
+
+
+def test_double_and_nan_precombine_as_hudi_orders_them(spark: Any, tmp_path: Path) -> None:
+    """Issue 32 items 6 and 7 through Spark (the engine's tests: tests/table/test_precombine.py):
+    a ``double`` precombine batch into a ``long`` table widens the column (no pyarrow error);
+    NaN wins over every value and ``0.0`` over ``-0.0``, in the batch (whatever the rows'
+    order after the shuffle) and against the stored record (ordering-aware payload)."""
+    import math
+
+    from tests.table.test_precombine import _norm
+
+    url = str(tmp_path / "t")
+    kw: dict[str, Any] = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts"}
+    first = [{"id": i, "p": "a", "v": f"v{i}", "ts": 5} for i in (1, 2, 3)]
+    amspark.upsert(_df(spark, first), url, **kw)
+    nan = float("nan")
+    second = [
+        {"id": 1, "p": "a", "v": "nan", "ts": nan},
+        {"id": 1, "p": "a", "v": "huge", "ts": 1e308},
+        {"id": 1, "p": "a", "v": "inf", "ts": math.inf},
+        {"id": 2, "p": "a", "v": "plus", "ts": 0.0},
+        {"id": 2, "p": "a", "v": "minus", "ts": -0.0},
+        {"id": 3, "p": "a", "v": "half", "ts": 6.5},
+    ]
+    double = "id long, p string, v string, ts double"
+    rep = amspark.upsert(_df(spark, second, double, parts=3), url, **kw)
+    assert (rep.updated, rep.duplicates_dropped) == (3, 3)
+    want = [(1, "a", "nan", "nan"), (2, "a", "plus", (0.0, 1.0)), (3, "a", "half", (6.5, 1.0))]
+    assert _norm(_snapshot(spark, url)) == _norm(hudi_snapshot(url)) == want
+    # against the stored record: a stored NaN stays against 1e308, a stored 0.0 against
+    # -0.0; a stored 6.5 loses to an incoming NaN
+    third = [
+        {"id": 1, "p": "a", "v": "huge", "ts": 1e308},
+        {"id": 2, "p": "a", "v": "minus", "ts": -0.0},
+        {"id": 3, "p": "a", "v": "nan3", "ts": nan},
+    ]
+    rep = amspark.upsert(_df(spark, third, double), url, **kw, payload="DefaultHoodieRecordPayload")
+    assert (rep.updated, rep.kept_stored) == (1, 2)
+    want[2] = (3, "a", "nan3", "nan")
+    assert _norm(_snapshot(spark, url)) == _norm(hudi_snapshot(url)) == want

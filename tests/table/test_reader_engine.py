@@ -93,3 +93,38 @@ def test_engine_written_table_reader_clean_and_hudi_rs(tmp_path: Path) -> None:
             await store.aclose()
 
     anyio.run(main)
+
+
+def test_changes_since_000_is_from_the_start(tmp_path: Path) -> None:
+    """Issue 32 item 12: ``Timeline.changes("000")`` (and "0", "00") reads from the start, as
+    the CLI's ``--since 000`` and the Spark reader do; other non-instants stay refused."""
+    from amcommit.errors import ConfigError
+    from amcommit.table.reader import open_timeline
+
+    url = str(tmp_path / "t")
+
+    async def main() -> None:
+        store, dest = open_location(url)
+        try:
+            w1, _ = await write(store, dest, rows(0, 3))
+            w2, _ = await write(store, dest, rows(3, 2))
+            tl = await Timeline.open(store, dest)
+            whole = await tl.changes(None)
+            assert [i.time for i in whole.instants] == [w1.instant, w2.instant]
+            for start in ("000", "0", "00"):
+                got = await tl.changes(start)
+                assert got.since is None
+                assert got.instants == whole.instants and got.added == whole.added
+                assert sum(f.rows for f in got.visible()) == 5
+            upto = await tl.changes("000", w1.instant)
+            assert [f.rows for f in upto.visible()] == [
+                f.rows for f in (await tl.changes(None, w1.instant)).visible()
+            ]
+            with pytest.raises(ConfigError, match="invalid instant time '0000'"):
+                await tl.changes("0000")
+        finally:
+            await store.aclose()
+
+    anyio.run(main)
+    blocking = open_timeline(url).changes("000")
+    assert sum(f.rows for f in blocking.visible()) == 5

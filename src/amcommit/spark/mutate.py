@@ -16,8 +16,8 @@ driver (the caller's process, with the DataFrame's session)
     published last).
 tasks
     rows to ``(partition path, record key)`` with Hudi's key generators; duplicates
-    reduced (``reduceByKey``: greatest precombine value, on a tie the later row of the
-    DataFrame); each key tested against the footers of its partition's files (broadcast);
+    reduced (``reduceByKey``: greatest precombine value, floats ordered as Hudi's
+    ``Double.compareTo`` with NaN greatest, on a tie the later row of the DataFrame); each key tested against the footers of its partition's files (broadcast);
     the key column of each candidate file read by one task (only that column); the records
     joined to the file groups holding their keys; one task per rewritten file group merges
     it and writes its new base file (same fileId, new write token, this instant, with the
@@ -219,7 +219,7 @@ def _keyed(spec: MutationSpec) -> Any:
     def fn(
         index: int, rows: Iterable[Any]
     ) -> Iterator[tuple[tuple[str, str], tuple[Any, int, dict[str, Any]]]]:
-        from amcommit.table.mutate import partition_paths, record_key_strings
+        from amcommit.table.mutate import partition_paths, precombine_key, record_key_strings
 
         pos = 0
         for chunk in _chunks(rows):
@@ -233,7 +233,8 @@ def _keyed(spec: MutationSpec) -> Any:
             for i, d in enumerate(chunk):
                 # the later row of the DataFrame wins a tie (as reduce_batch's later row)
                 at = (index, pos + i)
-                order = (d[pre], at) if pre is not None else (at,)
+                # floats as Hudi's Double.compareTo orders them (NaN greatest, -0.0 < 0.0)
+                order = (precombine_key(d[pre]), at) if pre is not None else (at,)
                 yield (ps[i], ks[i]), (order, 1, d)
             pos += len(chunk)
 
@@ -314,8 +315,10 @@ async def _rewrite_one(
     from amcommit.table.direct import IOType, commit_direct_task, write_in_place
     from amcommit.table.mutate import IndexReader, rewrite_group
     from amcommit.table.naming import write_token
+    from amcommit.table.schema import check_footer
     from amcommit.table.settings import table_settings
     from amcommit.table.tasknames import ROWS_KEY
+    from amcommit.table.write import read_marker, write_schema
     from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
 
     t0 = time.perf_counter()
@@ -365,6 +368,8 @@ async def _rewrite_one(
         )
         if body:
             rel = f"{version.partition}/{fname}" if version.partition else fname
+            # the new version's footer against the write's schema, before it is uploaded
+            check_footer(rel, body, write_schema(await read_marker(store, layout)))
             if direct:
                 got = await write_in_place(
                     store, dest, instant, rel, body, io_type=IOType.MERGE, config=config

@@ -15,6 +15,9 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    marker, and checks the instant after each file (a write decided meanwhile fails the
    attempt, its file removed); the inserts of an upsert or delete still stage theirs
    (``staged``), as that write's rewrite tasks do (:mod:`amcommit.spark.mutate`);
+   each table file's Parquet footer is checked against the write's schema (its job
+   marker's, read once per attempt) before it is uploaded or kept: a file whose own schema
+   differs fails the attempt with SchemaMismatch naming the file and the column;
 3. commit the task: the manifest is built, saved and published (an atomic rename where the
    store has one); the manifest travels to the driver inside the commit message, with the
    published manifest's etag so the driver can tell whether the store holds this attempt's
@@ -67,6 +70,7 @@ from amcommit.table.direct import IOType, commit_direct_task, create_marker, upl
 from amcommit.table.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import table_settings
 from amcommit.table.staging import table_layout
+from amcommit.table.write import read_marker, write_schema
 
 UPLOADS_IN_FLIGHT = 4
 """Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
@@ -336,6 +340,12 @@ def run_task(
                 def on_closed(rel: str, local: str) -> None:
                     pass
 
+            if plan.table is not None:  # each file's footer against the write's schema
+                marker = portal.call(read_marker, store, layout)
+                on_closed = _schema_checked(
+                    on_closed, write_schema(marker), unlink=direct and uploads is None
+                )
+
             table = plan.table
             meta = None if table is None else HudiMeta(table.instant, partition, table.record_key_fields)
             token = write_token(partition, stage, attempt)
@@ -429,6 +439,29 @@ def run_task(
         seconds=time.perf_counter() - t0,
         overwrite_mode=settings.overwrite_mode,
     )
+
+
+def _schema_checked(
+    on_closed: Callable[[str, str], None], schema: str | None, *, unlink: bool
+) -> Callable[[str, str], None]:
+    """``on_closed`` preceded by the check of the closed file's Parquet footer (only the
+    footer is read) against the write's Avro ``schema``
+    (:func:`~amcommit.table.schema.check_footer`): a file whose own schema differs fails the
+    attempt with SchemaMismatch naming the file and the column before it is uploaded or
+    kept; ``unlink``: the file was written in place (direct, local) and is deleted first."""
+    from amcommit.table.schema import check_footer
+
+    def closed(rel: str, local: str) -> None:
+        try:
+            check_footer(rel, local, schema)
+        except BaseException:
+            if unlink:
+                with contextlib.suppress(OSError):
+                    os.unlink(local)
+            raise
+        on_closed(rel, local)
+
+    return closed
 
 
 def _decided(instant: str, attempt_id: str) -> CommitError:

@@ -33,7 +33,8 @@ is written: Hudi reads its absence as direct markers.
    instant (:func:`instant_state`): if it is no longer pending (completed, or rolled back)
    the upload finished after the job was decided, so the file is no winner's: the attempt
    deletes it, then its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
-   stamped with an instant that is not completed (TABLES.md pitfall 4).
+   stamped with an instant that is not completed (measured with hudi-rs: uncommitted files
+   stamped at or after the first active instant are hidden; before it they would show).
 2. **Job commit**: :func:`marked_files` lists ``.hoodie/.temp/<instant>/`` once (never the
    table) and gives every base file an attempt may have created; :func:`reconcile` deletes
    those not in the winning manifests (``markers - winners``, :func:`losers`); then the

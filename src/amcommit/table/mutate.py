@@ -46,8 +46,8 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
 
 What is atomic: the commit (the completed instant, published last by the job commit,
 :mod:`amcommit.table.commit`). Before it, nothing a reader sees changes: the new base files
-are stamped with the inflight instant and are either staged under ``.hoodie/.temp/<instant>/``
-(``table_commit=staged``: the job commit renames them) or written in place under Hudi's
+are stamped with the inflight instant and are either staged under
+``.hoodie/.aux/amcommit/<instant>/`` (``table_commit=staged``: the job commit renames them) or written in place under Hudi's
 direct markers (``direct``, :class:`~amcommit.table.write.TableTask`: ``MERGE`` for a file
 group's new version, ``CREATE`` for a new group; the job commit renames nothing, a rollback
 removes every marked file). Bad input (missing
@@ -61,6 +61,7 @@ from __future__ import annotations
 import enum
 import io
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -187,14 +188,27 @@ class Batch:
     dropped: int
 
 
+def precombine_key(value: Any) -> Any:
+    """A precombine value as it orders (pure): itself, except a float, which orders as
+    Java's ``Double.compareTo`` orders it (Hudi compares precombine values with
+    ``compareTo``): NaN above every value (+inf included), ``-0.0`` below ``0.0``."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return (1, 0.0, 0.0)
+        return (0, value, math.copysign(1.0, value))
+    return value
+
+
 def reduce_batch(keys: Sequence[str], partitions: Sequence[str], order: Sequence[Any] | None) -> Batch:
     """One row per (partition, key): the greatest ``order`` (precombine) value wins, the
-    later row on a tie; without ``order`` the later row wins. Pure."""
+    later row on a tie; without ``order`` the later row wins. Floats order as
+    :func:`precombine_key` says (NaN greatest, ``-0.0 < 0.0``). Pure."""
     best: dict[tuple[str, str], int] = {}
+    key = None if order is None else [precombine_key(v) for v in order]
     for i, k in enumerate(keys):
         pk = (partitions[i], k)
         j = best.get(pk)
-        if j is None or order is None or not order[j] > order[i]:
+        if j is None or key is None or not key[j] > key[i]:
             best[pk] = i
     rows = sorted(best.values())
     return Batch([keys[i] for i in rows], [partitions[i] for i in rows], rows, len(keys) - len(rows))
@@ -329,6 +343,22 @@ def _meta_columns(
     }
 
 
+def _widens(stored: pa.DataType, incoming: pa.DataType) -> bool:
+    """True if ``incoming`` is a widening of ``stored`` that Hudi's schema-on-write rules
+    accept (:data:`amcommit.table.schema.PROMOTIONS`, e.g. a ``double`` precombine column
+    written into a ``long`` one): the new file version then holds the wider type (its stored
+    rows cast up), as the commit's recorded schema does. Pure."""
+    from amcommit.table.schema import PROMOTIONS, _type
+
+    if stored.equals(incoming):
+        return False
+    try:
+        a, b = _type(stored, False, "c", ""), _type(incoming, False, "c", "")
+    except AmcommitError:
+        return False
+    return isinstance(a, str) and isinstance(b, str) and b in PROMOTIONS.get(a, frozenset())
+
+
 def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
     """``t`` with ``schema``'s columns in its order (absent ones null), cast to its types."""
     import pyarrow as pa
@@ -402,13 +432,7 @@ def merge_file(
         order_stored = stored.column(precombine_field)
         order_in = pc.take(incoming.column(precombine_field), pc.fill_null(j, 0)) if len(pos) else None
         if order_in is not None:
-            try:
-                newer = pc.greater(order_stored, order_in)
-            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # types arrow cannot compare
-                a, b = order_stored.to_pylist(), order_in.to_pylist()
-                newer = pa.array(
-                    [x is not None and y is not None and x > y for x, y in zip(a, b, strict=True)]
-                )
+            newer = precombine_greater(order_stored, order_in)
             keep_stored = pc.and_(hit, pc.fill_null(newer, False))
     replaced = pc.and_(hit, pc.invert(keep_stored))
     keep = pc.invert(pc.or_(is_del, replaced))
@@ -422,8 +446,11 @@ def merge_file(
         if t is None:
             continue
         for f in t.schema:
-            if schema.get_field_index(f.name) < 0:
+            at = schema.get_field_index(f.name)
+            if at < 0:
                 schema = schema.append(f.with_nullable(True))
+            elif _widens(schema.field(at).type, f.type):  # the table's column becomes wider
+                schema = schema.set(at, schema.field(at).with_type(f.type))
     parts = [_conform(kept.replace_schema_metadata(None), schema)]
     if take_incoming:
         parts.append(_conform(incoming.take(pa.array(take_incoming, pa.int64())), schema))
@@ -437,6 +464,30 @@ def merge_file(
         "kept_stored": kept_stored,
         "inserted": 0 if appended is None else appended.num_rows,
     }
+
+
+def precombine_greater(a: Any, b: Any) -> Any:
+    """Element-wise ``a > b`` of two precombine columns (Arrow arrays of equal length) as
+    Hudi's ``compareTo`` orders them (:func:`precombine_key`: a float NaN above every value,
+    ``-0.0 < 0.0``); null where either is null. Pure."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_floating(a.type) or pa.types.is_floating(b.type):
+        x, y = pc.cast(a, pa.float64(), safe=False), pc.cast(b, pa.float64(), safe=False)
+        nan_x, nan_y = pc.is_nan(x), pc.is_nan(y)
+        # -0.0 against 0.0: equal for IEEE comparison, ordered by the sign for compareTo
+        zeros = pc.and_(pc.equal(x, 0.0), pc.equal(y, 0.0))
+        sign_gt = pc.greater(pc.divide(1.0, x), pc.divide(1.0, y))  # +inf > -inf
+        ieee = pc.if_else(zeros, sign_gt, pc.greater(x, y))
+        return pc.if_else(pc.or_(nan_x, nan_y), pc.and_(nan_x, pc.invert(nan_y)), ieee)
+    try:
+        return pc.greater(a, b)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # types arrow cannot compare
+        xs, ys = a.to_pylist(), b.to_pylist()
+        return pa.array(
+            [None if u is None or v is None else u > v for u, v in zip(xs, ys, strict=True)], pa.bool_()
+        )
 
 
 def set_file_name(t: pa.Table, name: str) -> pa.Table:

@@ -1,6 +1,6 @@
 """Names of things in a Hudi table (version 6, timeline layout 1): pure functions, no I/O.
 
-Facts relied on (measured with hudi-rs 0.5.0, see TABLES.md):
+Facts relied on (measured with hudi-rs 0.5.0):
 
 - instant times are 17 digits ``yyyyMMddHHmmssSSS`` in UTC (14-digit times are read too);
 - a base file is ``<partition path>/<fileId>_<writeToken>_<instant>.parquet``; the file id

@@ -24,8 +24,8 @@ completed instant file is published last).
 Refusals (typed, one line each): :class:`~amcommit.table.errors.NotATable`,
 :class:`~amcommit.table.errors.UnknownInstant`, :class:`~amcommit.table.errors.RangeReversed`,
 and :class:`~amcommit.table.errors.CleanedPast` for a time travel or incremental query that
-reaches before the earliest instant a clean kept whole (hudi-rs silently returns fewer rows
-there; TABLES.md pitfall 6).
+reaches before the earliest instant a clean kept whole (hudi-rs ignores clean instants and,
+measured, silently returns fewer rows there: the files the clean deleted are missing).
 """
 
 from __future__ import annotations
@@ -55,8 +55,12 @@ from amcommit.table.model import (
 from amcommit.table.naming import HOODIE_DIR, check_instant, parse_instant
 from amcommit.table.timeline import Changes, FileVersion, LoadedCommit, changes, snapshot
 
+FROM_START = frozenset({"0", "00", "000"})
+"""Values of ``since`` meaning "from the start of the timeline" (Hudi's ``000``)."""
+
 __all__ = [
     "COUNT_COLUMNS",
+    "FROM_START",
     "LABEL_KEYS",
     "BlockingTimeline",
     "CleanMark",
@@ -270,9 +274,13 @@ class Timeline:
         newest version in the range (:func:`amcommit.table.timeline.changes`; an incremental
         read reads ``.visible()`` and keeps the rows whose ``_hoodie_commit_time`` is in range).
 
-        Both bounds must be completed instants of the table (UnknownInstant).
+        Both bounds must be completed instants of the table (UnknownInstant); ``since`` may
+        also be ``"000"`` (or ``"0"``, ``"00"``): from the start, as None and as the CLI's
+        ``--since 000`` and the Spark reader's begin instant take it (Hudi's idiom).
         CleanedPast if a write instant in the range is older than the earliest instant the
         latest clean kept whole (some of its files may be gone)."""
+        if isinstance(since, str) and since.strip() in FROM_START:
+            since = None
         for t in (since, until):
             if t is not None:
                 check_instant(t)

@@ -55,7 +55,15 @@ from amcommit.errors import ConfigError
 from amcommit.table.errors import SchemaMismatch
 from amcommit.table.naming import META_COLUMNS
 
-__all__ = ["PROMOTIONS", "avro_schema", "evolve_schema", "record_name", "type_name"]
+__all__ = [
+    "PROMOTIONS",
+    "avro_schema",
+    "check_file_schema",
+    "check_footer",
+    "evolve_schema",
+    "record_name",
+    "type_name",
+]
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -365,3 +373,113 @@ def evolve_schema(table_schema: str | None, write_schema: str, *, allow_missing:
     if merged == t:
         return table_schema
     return json.dumps(merged, separators=(",", ":"))
+
+
+_TIMESTAMPS = frozenset(
+    {"timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros"}
+)
+
+
+def _bare(t: Any) -> Any:
+    """An Avro type without nullability, defaults, names and namespaces (for comparing a
+    file's column with the write's): a timestamp of any unit or zone is one kind (the
+    footer of a file written with INT96 timestamps reads back without its zone)."""
+    base, _ = _split_null(t)
+    if isinstance(base, list):
+        return ["union", *[_bare(b) for b in base]]
+    if not isinstance(base, dict):
+        return base
+    kind = _kind(base)
+    if kind == "record":
+        return ["record", *[[f["name"], _bare(f["type"])] for f in base.get("fields", [])]]
+    if kind == "array":
+        return ["array", _bare(base.get("items"))]
+    if kind == "map":
+        return ["map", _bare(base.get("values"))]
+    if _logical(base) in _TIMESTAMPS:
+        return "timestamp"
+    return {k: v for k, v in base.items() if k not in ("name", "namespace", "default", "doc")}
+
+
+def _at(t: Any, path: str) -> Any:
+    """The type of nested field ``path`` (dotted, first part the column itself) in ``t``
+    (``element``/``value`` step into arrays and maps); None if there is none. Pure."""
+    for part in path.split(".")[1:]:
+        base, _ = _split_null(t)
+        kind = _kind(base)
+        if kind == "array" and part == "element":
+            t = base.get("items")
+        elif kind == "map" and part == "value":
+            t = base.get("values")
+        elif kind == "record":
+            t = next((f["type"] for f in base.get("fields", []) if f["name"] == part), None)
+        else:
+            return None
+    return t
+
+
+def _file_mismatch(where: str, column: str, why: str) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"base file {where!r}: column {column!r} {why}; refused before it is published (a base file "
+        "must hold the write's schema, or a narrower type Hudi's readers cast up)",
+        column=column,
+    )
+
+
+def check_file_schema(where: str, file_schema: pa.Schema, write_schema: str) -> None:
+    """Check a base file's own schema (``file_schema``, from its Parquet footer) against the
+    Avro schema its write records (``write_schema``, JSON). Pure.
+
+    Each data column of the file (meta columns aside) must be a column of the write's schema
+    with the same type, or one narrower by the widenings of :data:`PROMOTIONS` (readers cast
+    it up; nested fields alike; nullability and timestamp units are not compared); a
+    non-nullable column of the write's schema must be in the file. Anything else raises
+    :class:`~amcommit.table.errors.SchemaMismatch`, one line naming the file and the column."""
+    try:
+        mine = json.loads(avro_schema(file_schema, "file"))
+    except ConfigError as e:
+        raise SchemaMismatch(f"base file {where!r}: {e}") from None
+    try:
+        theirs = json.loads(write_schema)
+    except ValueError:
+        raise ConfigError("the write's schema is not JSON (an Avro schema)") from None
+    wanted = {f["name"]: f["type"] for f in theirs.get("fields", [])}
+    present = set()
+    for g in mine.get("fields", []):
+        name = g["name"]
+        present.add(name)
+        t = wanted.get(name)
+        if t is None:
+            raise _file_mismatch(where, name, "is not in the write's schema")
+        why = f"is {type_name(g['type'])} in the file but {type_name(t)} in the write's schema"
+        if _bare(t) == _bare(g["type"]):
+            continue
+        try:
+            merged = _merge_type(t, g["type"], name, True)
+        except SchemaMismatch as e:
+            col = e.column or name
+            if col != name:  # a nested field: name its own types
+                inner_t, inner_g = _at(t, col), _at(g["type"], col)
+                why = f"is {type_name(inner_g)} in the file but {type_name(inner_t)} in the write's schema"
+            raise _file_mismatch(where, col, why) from None
+        if _bare(merged) != _bare(t):  # the file's type is wider than the write's
+            raise _file_mismatch(where, name, why)
+    for name, t in wanted.items():
+        if name not in present and name not in META_COLUMNS and not _split_null(t)[1]:
+            raise _file_mismatch(where, name, f"({type_name(t)}, not nullable) is missing from the file")
+
+
+def check_footer(where: str, source: bytes | str, write_schema: str | None) -> None:
+    """:func:`check_file_schema` of a base file given as its bytes or a local path: only its
+    Parquet footer is read. Nothing is checked when ``write_schema`` is None (a write that
+    declared no schema: its commit derives one from a file). SchemaMismatch naming the file
+    when its bytes are not Parquet."""
+    if not write_schema:
+        return
+    import pyarrow.parquet as pq
+
+    try:
+        file_schema = pq.read_schema(pa.BufferReader(source) if isinstance(source, bytes) else source)
+    except (pa.ArrowException, OSError) as e:
+        raise SchemaMismatch(f"base file {where!r}: not a Parquet file ({e})") from None
+    check_file_schema(where, file_schema, write_schema)

@@ -96,6 +96,7 @@ __all__ = [
     "requested_instant",
     "set_operation",
     "setup_table_task",
+    "write_schema",
 ]
 
 MARKER_LAYOUT = "amcommit-table/1"
@@ -459,7 +460,7 @@ class TableTask:
     Its base files go where the ``table_commit`` setting of the task's config says
     (:attr:`~amcommit.table.settings.TableSettings.table_commit`):
 
-    - ``staged``: into the task attempt directory under ``.hoodie/.temp/<instant>/``; the
+    - ``staged``: into the task attempt directory under ``.hoodie/.aux/amcommit/<instant>/``; the
       task commit (:func:`~amcommit.committer.task.commit_task`) names them, the job commit
       renames them into the table;
     - ``direct``: straight to their final names in the table, each after its Hudi marker
@@ -489,6 +490,10 @@ class TableTask:
     """Path relative to the table (staged: to the attempt directory) -> (size, etag, rows)."""
     mutations: dict[str, MutationFields] = field(default_factory=dict)
     """A record-level write's own write stat fields by the same path."""
+    schema: str | None = None
+    """The Avro schema (JSON) the write records (:func:`write_schema`), against which
+    :meth:`put` checks each file's footer; None: not checked (a write without a declared
+    schema)."""
 
     @property
     def token(self) -> str:
@@ -517,8 +522,17 @@ class TableTask:
         delete's rewrite: a ``MERGE`` marker when direct), else a new file group
         (``CREATE``). ``mutation``: its write stat fields (``prevCommit``, counts). A direct
         write decided meanwhile (committed or rolled back) fails with CommitError, its file
-        removed again."""
+        removed again.
+
+        Before anything is uploaded, the file's Parquet footer (only the footer) is checked
+        against the write's :attr:`schema` (:func:`~amcommit.table.schema.check_footer`): a
+        file whose own schema differs (a column the schema lacks, a type other than the
+        schema's or narrower) fails with SchemaMismatch naming the file and the column, and
+        nothing of it is written."""
         from amcommit.table.direct import IOType, write_in_place
+        from amcommit.table.schema import check_footer
+
+        check_footer(rel, data, self.schema)
 
         if self.direct:
             parsed = parse_base_file_name(basename(rel))
@@ -613,9 +627,21 @@ async def setup_table_task(
     (:func:`~amcommit.committer.task.setup_task`: single-use attempt ids, the writer's
     heartbeat beaten) and return its :class:`TableTask`, staged or direct as
     ``table_settings(config).table_commit`` says (every task of one write must use the same
-    setting)."""
+    setting). Reads the write's job marker once, for the schema its files must hold
+    (:func:`write_schema`)."""
     from amcommit.committer.task import setup_task
 
     work = await setup_task(store, write.layout, task_attempt_id, config=config)
     direct = table_settings(config).table_commit == "direct"
-    return TableTask(store, write, task_id, task_attempt_id, work, direct, config)
+    marker = await retry_call(lambda: read_marker(store, write.layout), policy=policies_of(config)[0])
+    return TableTask(
+        store, write, task_id, task_attempt_id, work, direct, config, schema=write_schema(marker)
+    )
+
+
+def write_schema(marker: WriteMarker) -> str | None:
+    """The Avro schema (JSON) a write's base files must hold (pure): the one
+    :func:`begin_write` checked and the commit records (``recorded_schema``: the table's
+    columns and the write's, widened), else the declared one, None if the write declared
+    none."""
+    return marker.recorded_schema or marker.avro_schema or None
