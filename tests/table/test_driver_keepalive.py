@@ -53,7 +53,7 @@ def _state(pid: int) -> str | None:
     [("shell", "this host"), ("shell", "another host"), ("no reaper", "this host")],
 )
 def test_killed_python_driver_write_is_rolled_back(tmp_path: Path, parent: str, where: str) -> None:
-    ttl = 4.0 if where == "another host" else 20.0  # beats every ttl/4: 1 s, 5 s
+    ttl = 6.0 if where == "another host" else 24.0  # beats every ttl/4: 1.5 s, 6 s
     cfg = TableConfig(lock_ttl=10.0, lock_wait=60.0, writer_ttl=ttl)
 
     def on_store(fn: Callable[[LocalStore], Awaitable[T]]) -> T:
