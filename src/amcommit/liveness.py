@@ -30,9 +30,12 @@ import msgspec
 __all__ = [
     "ProcessId",
     "java_ancestor",
+    "java_children",
+    "local_process",
     "pid_exists",
     "pid_namespace",
     "proc_stat",
+    "process_gone",
     "process_id",
     "proven_dead",
     "this_process",
@@ -127,6 +130,43 @@ def java_ancestor() -> ProcessId | None:
             return process_id(pid)
         pid = st[2]
     return None
+
+
+def java_children() -> tuple[ProcessId, ...]:
+    """The ``java`` child processes of this process (a Python driver's JVM: PySpark
+    launches it as its child), from one scan of ``/proc/<pid>/stat`` (a few ms for a few
+    hundred processes); empty where ``/proc`` cannot tell."""
+    me = os.getpid()
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return ()
+    out = []
+    for pid in sorted(pids):
+        st = proc_stat(pid)
+        if st is not None and st[2] == me and st[0] == "java" and (p := process_id(pid)) is not None:
+            out.append(p)
+    return tuple(out)
+
+
+def local_process(pid: int) -> ProcessId:
+    """Process ``pid`` of this host, to be watched from this host (:func:`process_gone`):
+    its :class:`ProcessId`, else (no ``/proc``: macOS, the BSDs) a record of the pid and
+    host name alone."""
+    found = process_id(pid)
+    return found if found is not None else ProcessId(host=socket.gethostname(), pid=pid)
+
+
+def process_gone(process: ProcessId) -> bool:
+    """Whether ``process``, a process of *this* host (:func:`local_process`: a watcher
+    that named the process itself), has ended: :func:`proven_dead` for a record with the
+    ``/proc`` fields (gone, its pid reused, or a zombie: killed and not reaped, as under a
+    PID 1 that does not reap); for a record without them (no ``/proc``) no process has its
+    pid any more (:func:`pid_exists`: a zombie cannot be told there and counts as running).
+    False on doubt. Sends no signal."""
+    if process.host and process.boot and process.pidns and process.start:
+        return proven_dead(process)
+    return pid_exists(process.pid) is False
 
 
 def pid_exists(pid: int) -> bool | None:

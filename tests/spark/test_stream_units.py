@@ -22,6 +22,7 @@ import msgspec
 import pytest
 
 from amcommit.errors import ConfigError, ConflictError
+from amcommit.liveness import ProcessId, local_process, proc_stat
 from amcommit.spark.stream import _stream_options, driver_gone, driver_id
 from amcommit.spark.stream_state import (
     Lease,
@@ -37,7 +38,6 @@ from amcommit.spark.stream_state import (
     write_owner,
 )
 from amcommit.store.local import LocalStore
-from amcommit.table.beater import ProcessWatch, this_process
 from amcommit.table.model import Operation
 from amcommit.table.write import TableSpec, begin_write
 from amcommit.testing.spark import fault_at
@@ -83,14 +83,33 @@ def test_merge_owner() -> None:
 
 
 def test_driver_gone() -> None:
-    assert not driver_gone(driver_id(this_process()))
+    assert not driver_gone(driver_id(local_process(os.getpid())))
     done = subprocess.Popen(["true"])
     done.wait()
-    assert driver_gone(driver_id(ProcessWatch(done.pid, None)))
-    host, ns, pid, start = driver_id(ProcessWatch(done.pid, None)).split("/")
+    assert driver_gone(driver_id(ProcessId(pid=done.pid)))
+    host, ns, pid, start = driver_id(ProcessId(pid=done.pid)).split("/")
     assert not driver_gone(f"another-host/{ns}/{pid}/{start}")
     assert not driver_gone(f"{host}/pid:[1]/{pid}/{start}")  # another pid namespace (a container)
     assert not driver_gone("garbage") and not driver_gone(f"{host}/{ns}/x/y")
+
+
+def test_zombie_driver_is_gone() -> None:
+    """Issue 32 item 11: a driver killed and not reaped (a zombie, as under a PID 1 that
+    does not reap) is gone: its instants are a dead run's."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        driver = driver_id(local_process(child.pid))
+        assert driver.split("/")[3] and not driver_gone(driver)
+        os.kill(child.pid, signal.SIGKILL)  # not reaped until the end: a zombie meanwhile
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not driver_gone(driver):
+            time.sleep(0.02)
+        assert driver_gone(driver)
+        st = proc_stat(child.pid)
+        assert st is not None and st[1] == "Z"
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_owner_files_round_trip(tmp_path: Path) -> None:

@@ -279,8 +279,9 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
     is active; stops when the driver is gone (the beat then ages, and the write is judged
     dead at once: the driver is its recorded keeper), and when the write is over (its beat
     removed)."""
+    from amcommit.liveness import local_process
     from amcommit.store.schemes import open_location
-    from amcommit.table.beater import ProcessWatch, start
+    from amcommit.table.beater import start
     from amcommit.table.naming import heartbeat_path
     from amcommit.table.write import TableSpec, begin_write
 
@@ -315,7 +316,7 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
     beat = tmp_path / "t" / heartbeat_path(instant)
     driver = subprocess.Popen(["sleep", "60"])
     try:
-        proc = start(url, {}, instant, 0.4, watch=ProcessWatch(driver.pid))
+        proc = start(url, {}, instant, 0.4, watch=local_process(driver.pid))
         first = beat.stat().st_mtime_ns
         time.sleep(0.5)
         assert beat.stat().st_mtime_ns > first and proc.poll() is None
@@ -330,7 +331,7 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
     assert beat.stat().st_mtime_ns == last
     # the write is committed or aborted (its marker gone): the process ends, no beat left
     instant, marker = anyio.run(begin)
-    proc = start(url, {}, instant, 0.4, watch=ProcessWatch(os.getpid()))
+    proc = start(url, {}, instant, 0.4, watch=local_process(os.getpid()))
     os.unlink("/" + marker.lstrip("/"))
     wait_exit(proc)
     assert not (tmp_path / "t" / heartbeat_path(instant)).exists()
@@ -376,8 +377,9 @@ def test_beater_writes_nothing_once_the_write_is_over(tmp_path: Path) -> None:
     brought ``.hoodie/.heartbeat/`` back into the deleted folder)."""
     import shutil
 
+    from amcommit.liveness import local_process
     from amcommit.store.schemes import open_location
-    from amcommit.table.beater import ProcessWatch, start
+    from amcommit.table.beater import start
     from amcommit.table.write import TableSpec, begin_write
 
     url = str(tmp_path / "t")
@@ -390,7 +392,7 @@ def test_beater_writes_nothing_once_the_write_is_over(tmp_path: Path) -> None:
             await store.aclose()
 
     instant = anyio.run(begin)
-    proc = start(url, {}, instant, 0.8, watch=ProcessWatch(os.getpid()))  # beats every 0.2 s
+    proc = start(url, {}, instant, 0.8, watch=local_process(os.getpid()))  # beats every 0.2 s
     shutil.rmtree(tmp_path / "t")
     deadline = time.monotonic() + 5
     while proc.poll() is None and time.monotonic() < deadline:

@@ -13,8 +13,15 @@ import time
 import msgspec
 import pytest
 
-from amcommit.liveness import ProcessId, pid_exists, process_id, proven_dead, this_process
-from amcommit.table.beater import ProcessWatch
+from amcommit.liveness import (
+    ProcessId,
+    local_process,
+    pid_exists,
+    process_gone,
+    process_id,
+    proven_dead,
+    this_process,
+)
 
 pytestmark = pytest.mark.skipif(this_process() is None, reason="needs Linux /proc")
 
@@ -97,9 +104,12 @@ def test_probes_send_no_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether a pid exists is asked without ``kill`` (no signal, not even 0): with every
     way to signal a process made to fail, a live child, a zombie and a reaped child are
     told apart by :func:`pid_exists`, :func:`proven_dead` and the table keep-alive's
-    :class:`ProcessWatch` (the one without a start time, as on a system without /proc)."""
+    :func:`process_gone` (also for a record without the /proc fields, as on a system
+    without /proc: there a zombie cannot be told from a live process)."""
+    me = this_process()
+    assert me is not None
     live, zombie, reaped = _child(), _child(), _child()
-    ids = {c: process_id(c.pid) for c in (live, zombie, reaped)}
+    ids = {c: local_process(c.pid) for c in (live, zombie, reaped)}
     for c in (zombie, reaped):
         c.kill()
     reaped.wait()
@@ -119,9 +129,12 @@ def test_probes_send_no_signal(monkeypatch: pytest.MonkeyPatch) -> None:
             assert pid_exists(reaped.pid) is False
             assert pid_exists(0) is None and pid_exists(-1) is None
             assert not proven_dead(ids[live]) and proven_dead(ids[zombie]) and proven_dead(ids[reaped])
-            assert ProcessWatch(live.pid).alive() and not ProcessWatch(reaped.pid).alive()
-            assert ProcessWatch(live.pid, ids[live].start if ids[live] else None).alive()
-            assert not ProcessWatch(reaped.pid, ids[reaped].start if ids[reaped] else None).alive()
+            pid_only = {c: ProcessId(host=me.host, pid=c.pid) for c in (live, zombie, reaped)}
+            assert not process_gone(pid_only[live]) and not process_gone(pid_only[zombie])
+            assert process_gone(pid_only[reaped])
+            assert local_process(live.pid) == ids[live]
+            assert not process_gone(local_process(live.pid))
+            assert process_gone(ids[zombie]) and process_gone(ids[reaped])
     finally:
         live.kill()
         for c in (live, zombie):

@@ -13,13 +13,21 @@ million digests, 8 bytes per entry in all); otherwise the digests go into a Pyth
 sealing (about 70 bytes per entry: fine for millions of files, not for tens of millions). Digest collisions are
 resolved exactly in a second pass over the spool (:meth:`EntrySpool.find_duplicates`), so
 the duplicate check is exact either way.
+
+Task attempts that write local files before uploading them (a Spark task into a cloud
+store) spool them in a folder of their own, ``amcommit-<attempt id>-<random>`` in the temp
+directory (:func:`attempt_spool_dir`), removed when the attempt ends. An attempt killed
+(SIGKILL, OOM) leaves its folder; :func:`remove_stale_spools`, run when a task starts,
+removes those whose owner, recorded in the folder, is provably dead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
+import shutil
 import struct
 import tempfile
 from array import array
@@ -28,6 +36,7 @@ from typing import IO, Any
 
 import msgspec
 
+from amcommit.liveness import ProcessId, proven_dead, this_process
 from amcommit.manifest import RenameEntry
 
 
@@ -236,3 +245,63 @@ class EntrySpool:
 
     def close(self) -> None:
         self._file.close()
+
+
+ATTEMPT_SPOOL_PREFIX = "amcommit-attempt_"
+"""Name prefix of the spool folders of task attempts (attempt ids start ``attempt_``)."""
+SPOOL_OWNER_FILE = ".owner.json"
+"""The owner record in an attempt's spool folder: the :class:`~amcommit.liveness.ProcessId`
+of the process that created it."""
+
+
+def attempt_spool_dir(attempt_id: str, directory: str | None = None) -> str:
+    """Create the local spool folder of task attempt ``attempt_id``
+    (``amcommit-<attempt_id>-<random>`` in ``directory``, default the system temp dir;
+    ``tempfile.mkdtemp``: private, a fresh name) and record this process as its owner in it
+    (:data:`SPOOL_OWNER_FILE`, written whole then renamed into place: atomic). Returns its
+    path. The caller removes the folder when the attempt ends; a folder left by a killed
+    owner is removed by a later :func:`remove_stale_spools`."""
+    path = tempfile.mkdtemp(prefix=f"amcommit-{attempt_id}-", dir=directory)
+    me = this_process()
+    if me is not None:  # no /proc: no record, the folder is never judged stale
+        tmp = os.path.join(path, SPOOL_OWNER_FILE + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(msgspec.json.encode(me))
+        os.replace(tmp, os.path.join(path, SPOOL_OWNER_FILE))
+    return path
+
+
+def remove_stale_spools(directory: str | None = None) -> list[str]:
+    """Remove the attempt spool folders (:func:`attempt_spool_dir`) in ``directory``
+    (default the system temp dir) whose owner is provably dead
+    (:func:`~amcommit.liveness.proven_dead`: on this host, boot and PID namespace, its
+    process gone, its pid reused, or a zombie). Kept: folders of live owners, of owners
+    that cannot be proven dead (another host or container sharing the directory), without
+    a readable owner record (an earlier version's, or one whose owner was killed before it
+    wrote the record), and folders not owned by this user. One listing of the directory;
+    never raises (a folder that cannot be removed is left). Returns the removed paths."""
+    base = os.path.expanduser(directory) if directory is not None else tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return removed
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for entry in entries:
+        if not entry.name.startswith(ATTEMPT_SPOOL_PREFIX):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            with open(os.path.join(entry.path, SPOOL_OWNER_FILE), "rb") as f:
+                owner = msgspec.json.decode(f.read(), type=ProcessId)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if proven_dead(owner):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(entry.path)
+            if not os.path.lexists(entry.path):
+                removed.append(entry.path)
+    return removed

@@ -81,8 +81,9 @@ def table_operation(mode: ConflictMode) -> Operation:
 
 def keep_write_alive(plan: WritePlan) -> None:
     """Start the driver's keep-alive process of the table write ``plan.job_id`` (its
-    instant): it beats until the write is committed or aborted, or the Spark driver's JVM
-    is gone (:mod:`amcommit.table.beater`). If it cannot start, the begun write is aborted
+    instant): it beats until the write is committed or aborted, or the process that runs
+    the write is gone (:func:`amcommit.table.beater.write_processes`: the Spark driver's
+    JVM, or the Python driver that began the write). If it cannot start, the begun write is aborted
     (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run."""
     from amcommit.table import beater
 
@@ -92,7 +93,7 @@ def keep_write_alive(plan: WritePlan) -> None:
             dict(plan.store_options),
             plan.job_id,
             plan.config().writer_ttl,
-            watch=beater.jvm_watch(),
+            watch=beater.write_processes(),
         )
     except CommitError:
         with contextlib.suppress(Exception):

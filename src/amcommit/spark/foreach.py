@@ -8,6 +8,7 @@ source (:mod:`amcommit.spark.source`, which builds the write's plan) do not impo
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pyarrow as pa
 
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.liveness import this_process
+from amcommit.liveness import local_process, this_process
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write
 from amcommit.spark.mutate import MutationSpec, prepare_mutation, run_mutation
@@ -33,7 +34,6 @@ from amcommit.spark.stream import (
 )
 from amcommit.spark.stream_state import checkpoint_app
 from amcommit.spark.task import TaskResult
-from amcommit.table.beater import this_process as this_watch
 from amcommit.table.model import Operation
 
 __all__ = ["write_batch"]
@@ -93,7 +93,7 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
             plan,
             checkpoint,
             app=app,
-            driver=driver_id(this_watch()),
+            driver=driver_id(local_process(os.getpid())),
             batch=int(batch_id),
             operation=op,
             schema_json=None if spec is None else spec.schema_json,

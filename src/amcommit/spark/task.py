@@ -39,7 +39,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -54,6 +53,7 @@ from anyio.from_thread import BlockingPortal
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.spool import attempt_spool_dir, remove_stale_spools
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError, NotFound
 from amcommit.loop import kept_portal
@@ -275,6 +275,7 @@ def run_task(
     installed and not turned off: :mod:`amcommit.loop`).
     """
     t0 = time.perf_counter()
+    remove_stale_spools()  # of attempts killed earlier (their owner provably dead)
     settings = task_settings(plan, session or {})
     config = plan.config()
     # the worker process's kept loop: Spark reuses Python workers task after task
@@ -307,7 +308,7 @@ def run_task(
                 placed[rel] = (got.size, got.etag)
 
             if plan.remote or local_os_path(store, work) is None:
-                tmp = tempfile.mkdtemp(prefix=f"amcommit-{attempt_id}-")
+                tmp = attempt_spool_dir(attempt_id)
                 tmp_dir = tmp
                 uploads = _Uploads(portal, store, work, put_in_place if direct else None)
 

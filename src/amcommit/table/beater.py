@@ -15,9 +15,12 @@ process of its own, started by :func:`start` right after the instant is allocate
   by Spark after a failure). The marker is checked before each beat, so the process writes
   nothing once the write ended (not even into a table folder deleted meanwhile), and again
   after it, removing a beat that raced the end;
-- it stops when the Spark driver is gone: the JVM that ran ``writer()`` (the nearest
-  ``java`` ancestor; else the worker's parent) no longer exists (checked before each beat).
-  It records that process as the write's keeper (:func:`~amcommit.table.heartbeat.claim_keeper`),
+- it stops when the process that runs the write is gone (:func:`write_processes`: the
+  Spark driver's JVM that ran ``writer()``, the nearest ``java`` ancestor; else the Python
+  driver that began the write, and its JVM), checked before each beat; a zombie (killed,
+  not reaped, as under a PID 1 that does not reap) counts as gone
+  (:func:`~amcommit.liveness.process_gone`). It records that process (the first one) as
+  the write's keeper (:func:`~amcommit.table.heartbeat.claim_keeper`),
   so a judge on the driver's host finds a killed driver's instant dead at once; elsewhere
   it is judged dead ``writer_ttl`` after its last beat.
 
@@ -38,49 +41,37 @@ from dataclasses import dataclass
 from typing import Any
 
 from amcommit.errors import CommitError
-from amcommit.liveness import java_ancestor, pid_exists, proc_stat
+from amcommit.liveness import ProcessId, java_ancestor, java_children, local_process, process_gone
 
-__all__ = ["ProcessWatch", "jvm_watch", "main", "start", "this_process"]
+__all__ = ["main", "start", "write_processes"]
 
 START_TIMEOUT = 60.0
 
 
-@dataclass(frozen=True)
-class ProcessWatch:
-    """A process identified by pid and, where /proc tells it, its start time (pid reuse)."""
+def write_processes() -> tuple[ProcessId, ...]:
+    """The processes that run a write begun in this process, for the keep-alive to watch
+    (the first is the write's keeper). In a Python worker of Spark (a data source's
+    ``writer()``, a streaming sink's): the nearest ``java`` ancestor, the driver's JVM.
+    Anywhere else this process itself (a Python driver: ``amcommit.spark.upsert``,
+    ``foreachBatch`` with ``write_batch``, an engine user's), with its JVM children
+    (PySpark starts the driver's JVM as its child): never the parent or an ancestor of a
+    driver, which may outlive it (the shell or IDE that started ``python job.py``).
 
-    pid: int
-    start_time: str | None = None
-
-    def alive(self) -> bool:
-        """True while the process exists (and is the same one: same start time, where
-        ``/proc`` tells it). Without a start time (no ``/proc``: macOS, the BSDs) only the
-        pid is checked (:func:`~amcommit.liveness.pid_exists`, no signal sent); where even
-        that cannot be told the process counts as alive."""
-        if self.start_time is not None:
-            return _start_time(self.pid) == self.start_time
-        return pid_exists(self.pid) is not False
-
-
-def _start_time(pid: int) -> str | None:
-    st = proc_stat(pid)
-    return None if st is None else st[3]
+    A Python worker is a process with a ``java`` ancestor and no SparkContext of its own
+    (a Python driver has one once it runs Spark, also one started by ``spark-submit``)."""
+    if not _spark_driver():
+        jvm = java_ancestor()
+        if jvm is not None:
+            return (jvm,)
+    return (local_process(os.getpid()), *java_children())
 
 
-def this_process() -> ProcessWatch:
-    """This process, as :class:`ProcessWatch` (a driver that commits in its own process)."""
-    pid = os.getpid()
-    return ProcessWatch(pid, _start_time(pid))
-
-
-def jvm_watch() -> ProcessWatch:
-    """The Spark driver to watch from a Python worker: its nearest ``java`` ancestor, else
-    its parent process (the PySpark daemon or the JVM)."""
-    jvm = java_ancestor()
-    if jvm is not None:
-        return ProcessWatch(jvm.pid, jvm.start)
-    parent = os.getppid()
-    return ProcessWatch(parent, _start_time(parent))
+def _spark_driver() -> bool:
+    """Whether this process runs an active SparkContext (a PySpark driver); pyspark is not
+    imported for the question."""
+    pyspark = sys.modules.get("pyspark")
+    context = getattr(pyspark, "SparkContext", None)
+    return getattr(context, "_active_spark_context", None) is not None
 
 
 @dataclass(frozen=True)
@@ -89,7 +80,7 @@ class _Job:
     store_options: dict[str, Any]
     instant: str
     ttl: float
-    watch: ProcessWatch | None
+    watch: tuple[ProcessId, ...]
 
 
 def start(
@@ -98,10 +89,14 @@ def start(
     instant: str,
     ttl: float,
     *,
-    watch: ProcessWatch | None = None,
+    watch: ProcessId | tuple[ProcessId, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """Start the keep-alive process of the write ``instant`` of the table at ``url`` and
-    wait for its first beat (module doc). ``watch``: stop when that process is gone."""
+    wait for its first beat (module doc). ``watch``: processes of this host
+    (:func:`~amcommit.liveness.local_process`; default none); the keep-alive stops when any
+    of them is gone (:func:`~amcommit.liveness.process_gone`: a zombie is gone), and the
+    first is recorded as the write's keeper."""
+    watched = (watch,) if isinstance(watch, ProcessId) else tuple(watch)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     proc = subprocess.Popen(
@@ -115,7 +110,7 @@ def start(
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(pickle.dumps(_Job(url, dict(store_options), instant, ttl, watch)))
+        proc.stdin.write(pickle.dumps(_Job(url, dict(store_options), instant, ttl, watched)))
         proc.stdin.close()
         ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT)
         line = proc.stdout.readline().decode("utf-8", "replace").strip() if ready else ""
@@ -146,15 +141,17 @@ def _describe(e: Exception) -> str:
 def main() -> None:
     """The keep-alive process: read the job from stdin, beat, say ``ok``, keep beating."""
     from amcommit import loop as amcommit_loop
-    from amcommit.liveness import process_id
     from amcommit.store.schemes import open_location
     from amcommit.table.heartbeat import beat, claim_keeper, keep_beating
 
     job: _Job = pickle.loads(sys.stdin.buffer.read())
     out = sys.stdout
-    keeper = None if job.watch is None else process_id(job.watch.pid)
-    if keeper is not None and job.watch is not None and job.watch.start_time not in (None, keeper.start):
-        keeper = None  # the watched process is already gone (its pid reused)
+    first = job.watch[0] if job.watch else None
+    # the keeper record serves a judge only if it can prove the keeper dead: full /proc fields
+    keeper = first if first is not None and first.start and not process_gone(first) else None
+
+    def still_running() -> bool:
+        return not any(process_gone(p) for p in job.watch)
 
     async def run() -> None:
         try:
@@ -175,13 +172,8 @@ def main() -> None:
             out.write("ok\n")
             out.flush()
             out.close()
-            watch = job.watch
             await keep_beating(
-                store,
-                dest,
-                job.instant,
-                ttl=job.ttl,
-                still_running=None if watch is None else watch.alive,
+                store, dest, job.instant, ttl=job.ttl, still_running=still_running if job.watch else None
             )
 
     amcommit_loop.run(run)

@@ -18,8 +18,9 @@ may judge the live write dead and roll it back, deleting its files.
   removed), not once per task.
 - The Spark writer: each write task beats while it runs, and the driver starts a keep-alive
   process when it begins the write (:mod:`amcommit.table.beater`) that beats until the write
-  is committed or aborted, or the Spark driver's JVM is gone (a slow upstream stage, queued
-  tasks, the wait before ``commit()``).
+  is committed or aborted, or the process running the write (the Spark driver's JVM, or the
+  Python driver that began it) is gone (a slow upstream stage, queued tasks, the wait before
+  ``commit()``).
 - **Engine users** must keep the write alive between ``begin_write`` and ``commit_job`` /
   ``abort_job`` themselves, e.g.::
 
