@@ -202,3 +202,34 @@ def test_orphan_scan_cost(backend: str, request: pytest.FixtureRequest) -> None:
             assert zombie  # kept: younger than writer_ttl
 
     anyio.run(go)
+
+
+async def test_clean_command_lists_then_removes_orphans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``amcommit clean --dry-run`` names an old orphan and keeps it; ``amcommit clean``
+    removes it and says so."""
+    from amcommit.cli import main
+    from amcommit.store.local import LocalStore
+
+    root = tmp_path / "root"
+    root.mkdir()
+    store = LocalStore(str(root), fsync=False)
+    w, _ = await write(store, "tbl", FIRST, config=CFG)
+    await write(store, "tbl", SECOND, config=CFG)
+    zombie = await _zombie(store, "tbl", w.instant)
+    old = time.time() - 3600
+    os.utime(root / "tbl" / zombie, (old, old))
+    uri = str(root / "tbl")
+    assert await anyio.to_thread.run_sync(main, ["clean", uri, "--retain-commits", "5", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [
+        "would remove 1 orphan files (stamped with a decided instant that does not name them):",
+        f"  {zombie}",
+    ], out
+    assert (root / "tbl" / zombie).exists()
+    assert await anyio.to_thread.run_sync(main, ["clean", uri, "--retain-commits", "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "removed 1 orphan files (stamped with a decided instant that does not name them):", out
+    assert not (root / "tbl" / zombie).exists()
+    assert hudi_rows(uri) == keys(FIRST + SECOND)
