@@ -31,6 +31,11 @@ Execution (:func:`clean`), under the destination lock (the one table commits tak
    counts as deleted);
 4. ``<t>.clean`` -- the completed instant (Avro ``HoodieCleanMetadata``), written last.
 
+Before it plans, under the same lock, a clean rolls back other writers' pending instants
+whose heartbeat expired (Hudi's clean rolls back failed writes so too; live ones are left
+alone) and removes orphans: base files of decided instants that no commit names, older
+than ``writer_ttl``, in the partitions the recent instants touched (:mod:`amcommit.table.orphans`).
+
 Nothing here is atomic as a whole; each step is idempotent. A clean killed at any point is
 completed by the next clean (or the next commit with ``clean_retain_commits``): a pending
 ``.clean.requested`` / ``.clean.inflight`` is resumed from its stored plan before a new plan is

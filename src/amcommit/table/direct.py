@@ -68,7 +68,19 @@ is written: Hudi reads its absence as direct markers.
    (or its marker removal was cut short): its non-winning files are deleted, then its
    markers. A marker whose file was not (yet) found is kept until it is older than
    ``grace`` seconds: its upload may still land; it is removed after that. A pending
-   write's folder is never listed (its instant and job marker are looked at first).
+   write's folder is never listed (its instant and job marker are looked at first), nor
+   that of another writer's instant still requested or inflight on the timeline
+   (:func:`pending_on_timeline`: Hudi's writer, or a write whose staging was lost; only a
+   rollback of it deletes its files, :mod:`amcommit.table.orphans`).
+
+**Markers are input** (:func:`marker_problem`), judged as task manifests are: a CREATE or
+MERGE marker may name only a base file stamped with its folder's instant, in a partition
+folder exactly as deep as the table's partition fields, none hidden or starting with
+``_``. The commit refuses a write with any other marker before anything is planned,
+deleted or published (:func:`check_markers`, CommitError, one line; the write stays
+pending for its abort). Every other step (reconcile, the marker removal, the sweeps, a
+rollback) leaves such a marker's file alone, removes the marker itself, and says so in one
+WARNING line: no step deletes a file outside the write's own.
 
 What is atomic: nothing here is atomic as a whole; each step is one idempotent request per
 path, and every step can be repeated after a crash.
@@ -81,12 +93,14 @@ amcommit's reader, which reads the commit's file list) from the publish until it
 check deletes it (one request after its upload), or, after the lock is released, the
 commit's marker removal does. One whose upload lands after that listing *and* that dies
 before its own check stays visible until the next commit, clean or ``amcommit rollback``
-of the table sweeps its marker (kept by the first because its file was not there yet and
+(of another, pending instant) sweeps its marker (kept by the first because its file was not there yet and
 it was younger than ``writer_ttl``): the sweep itself took 8 ms (clean) to 30 ms
 (rollback) on local files; the window is the time to the next of these operations. A
 zombie that writes its marker only after that sweep is caught by the following one. What
 no sweep can catch: a zombie whose marker is older than ``writer_ttl`` when its upload
-lands (an upload that takes longer than ``writer_ttl`` after its marker).
+lands (an upload that takes longer than ``writer_ttl`` after its marker): that file is an
+orphan, which the next ``clean`` removes once it is older than ``writer_ttl``
+(:mod:`amcommit.table.orphans`).
 """
 
 from __future__ import annotations
