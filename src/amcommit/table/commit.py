@@ -766,7 +766,7 @@ async def run_table_commit(
         # markers are input too: one naming a file this write may not delete refuses the
         # commit here, before anything is planned, reconciled or published
         async with ctx.stage("check_markers"):
-            await check_markers(store, dest, instant, ctx.config)
+            await check_markers(store, dest, instant, ctx.config, depth=_depth_of(props))
     if journal is None:
         if in_order is not None:
             instants = in_order
@@ -806,7 +806,7 @@ async def run_table_commit(
             report.stage_seconds.setdefault(stage, secs)
         # the files are in place already: delete those of attempts that did not win
         async with ctx.stage("reconcile"):
-            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
+            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(props))
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
         journal.state = "renamed"
@@ -841,7 +841,9 @@ async def run_table_commit(
             # (a journal ``renamed`` before any reconcile: an abort found every file in
             # place and completes the write) the losers go before the publish, always
             async with ctx.stage("reconcile"):
-                await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
+                await reconcile(
+                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(props)
+                )
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
     async with ctx.stage("publish"):
@@ -867,6 +869,11 @@ async def run_table_commit(
     journal.state = "committed"
     await save_journal(ctx, journal, patient=True)
     await delete_beat(store, dest, instant)
+
+
+def _depth_of(props: TableProperties | None) -> int | None:
+    """The table's partition field count, None when its properties were not read."""
+    return None if props is None else len(props.partition_fields)
 
 
 def _winners(loaded: LoadedManifests, dest: str) -> set[str]:

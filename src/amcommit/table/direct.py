@@ -467,15 +467,23 @@ async def _table_depth(store: Store, dest: str, config: CommitterConfig) -> int 
 
 
 async def _judged_markers(
-    store: Store, dest: str, instant: str, config: CommitterConfig, *, what: str | None
+    store: Store,
+    dest: str,
+    instant: str,
+    config: CommitterConfig,
+    *,
+    what: str | None,
+    depth: int | None = None,
 ) -> tuple[list[Marker], list[Untrusted]]:
     """The markers of ``instant`` (one listing), split into trusted and untrusted
-    (:func:`marker_problem`; one read of ``hoodie.properties`` if there are any). Untrusted
-    ones are logged (WARNING, one line) as left alone by ``what``, unless it is None."""
+    (:func:`marker_problem`; ``depth``: the table's partition field count, else one read
+    of ``hoodie.properties`` if there are markers). Untrusted ones are logged (WARNING, one
+    line) as left alone by ``what``, unless it is None."""
     markers = await _list_markers(store, dest, instant)
     if not markers:
         return [], []
-    depth = await _table_depth(store, dest, config) if any(m[2] is not IOType.APPEND for m in markers) else 0
+    if depth is None and any(m[2] is not IOType.APPEND for m in markers):
+        depth = await _table_depth(store, dest, config)
     good, bad = split_markers(markers, instant, depth)
     if bad and what is not None:
         log.warning("%s left its file alone: %s", what, untrusted_line(dest, instant, bad))
@@ -483,14 +491,19 @@ async def _judged_markers(
 
 
 async def check_markers(
-    store: Store, dest: str, instant: str, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: str,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    *,
+    depth: int | None = None,
 ) -> None:
     """CommitError (one line naming the first bad marker) if a marker of ``instant`` names
     a file the write may not delete (:func:`marker_problem`): the commit of a direct write
     checks its markers so before anything is planned, reconciled or published (one
     listing of the marker folder). Nothing is changed; the write stays pending, and its
     abort (``amcommit abort-job``) removes the write's own files only."""
-    _, bad = await _judged_markers(store, dest, instant, config, what=None)
+    _, bad = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
     if bad:
         raise CommitError(
             f"table write {instant} refused: {untrusted_line(dest, instant, bad)}; nothing was deleted "
@@ -537,14 +550,22 @@ async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfi
 
 
 async def reconcile(
-    store: Store, dest: str, instant: str, winners: Iterable[str], config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: str,
+    winners: Iterable[str],
+    config: CommitterConfig = DEFAULT_CONFIG,
+    *,
+    depth: int | None = None,
 ) -> list[str]:
     """Delete the marked base files of ``instant`` that the winning manifests do not name
     (``winners``: paths relative to the table). Returns them (relative). Idempotent; a
     crash midway is repeated by the resumed commit. Untrusted markers
     (:func:`marker_problem`, checked before the plan by :func:`check_markers`; one written
     since) get nothing deleted (logged, one line)."""
-    good, _ = await _judged_markers(store, dest, instant, config, what=f"the commit of {instant}")
+    good, _ = await _judged_markers(
+        store, dest, instant, config, what=f"the commit of {instant}", depth=depth
+    )
     doomed = losers({rel for _, rel, io in good if io is not IOType.APPEND}, winners)
     await _delete_all(store, [join(dest, r) for r in doomed], config)
     return doomed
