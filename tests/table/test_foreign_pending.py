@@ -124,3 +124,19 @@ async def test_expired_foreign_instant_is_rolled_back(tmp_path: Path, heartbeat:
     assert t not in {i.time for i in await list_instants(store, "tbl")}
     temp = [i.path async for i in store.list("tbl/.hoodie/.temp", recursive=False)]
     assert join("tbl", marker_dir("", t)) not in temp, temp
+
+
+async def test_scheduled_replacecommit_is_not_rolled_back(tmp_path: Path) -> None:
+    """A replacecommit only requested, however old (a scheduled plan: Hudi's clustering),
+    is left alone by clean, as Hudi's own rollback of failed writes leaves it."""
+    store, _ = await _table(tmp_path)
+    latest = (await list_instants(store, "tbl"))[-1].time
+    t = next_instant(datetime.now(UTC), after=latest)
+    plan = join("tbl", ".hoodie", f"{t}.replacecommit.requested")
+    await store.put(plan, b"plan", mode=PutMode.OVERWRITE)
+    when = time.time() - OLD
+    os.utime(os.path.join(store.root, plan), (when, when))
+    names = await listing(store, "tbl")
+    report = await clean(store, "tbl", retain_commits=1, config=CFG)
+    assert report.pending_alive == [t] and report.rolled_back == []
+    assert await listing(store, "tbl") == names

@@ -97,7 +97,8 @@ class CleanReport:
     """Other writers' pending instants whose heartbeat expired, rolled back first
     (:func:`~amcommit.table.orphans.roll_back_failed_writes`; not in a dry run)."""
     pending_alive: list[str] = field(default_factory=list)
-    """Other writers' pending instants with a live heartbeat: left alone."""
+    """Other writers' pending instants left alone: a live heartbeat, or a replacecommit only
+    requested (a scheduled plan)."""
     orphans: list[str] = field(default_factory=list)
     """Orphan base files removed (or, in a dry run, found): table-relative paths
     (:func:`~amcommit.table.orphans.remove_orphans`)."""

@@ -11,7 +11,9 @@ its last sign of life is the store's modification time of ``.hoodie/.heartbeat/<
 ``hoodie.client.heartbeat.interval_in_ms``, 60 s, and Hudi takes it for expired after
 ``tolerable.misses``, 2, intervals: ``writer_ttl``'s default, 120 s, is that). Without a
 heartbeat file the age of its ``.requested`` file counts instead (Hudi would take the
-instant for expired at once: amcommit waits ``writer_ttl`` from the instant's start).
+instant for expired at once: amcommit waits ``writer_ttl`` from the instant's start). A
+replacecommit that is only requested is a scheduled plan (Hudi's clustering): never rolled
+back here.
 A live one is left alone (no file of it is deleted, not even by the marker sweep:
 :func:`~amcommit.table.direct.sweep_instant`); an expired one is rolled back, as Hudi's
 clean rolls back failed writes (``rollbackFailedWrites``, lazy policy), under the clean's
@@ -55,7 +57,7 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join, relative_to
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
-from amcommit.table.model import WRITE_ACTIONS, Instant
+from amcommit.table.model import WRITE_ACTIONS, Action, Instant, State
 from amcommit.table.naming import parse_base_file_name
 from amcommit.table.timeline import LoadedCommit
 
@@ -82,7 +84,8 @@ class FailedWrites:
     rolled_back: list[str] = field(default_factory=list)
     """Expired: rolled back."""
     alive: list[str] = field(default_factory=list)
-    """Live or recent heartbeat: left alone."""
+    """Left alone: a live or recent heartbeat, or a replacecommit only requested (a
+    scheduled plan, e.g. Hudi's clustering, which Hudi does not roll back either)."""
 
 
 def foreign_pending(instants: Sequence[Instant], staged: Iterable[str]) -> list[str]:
@@ -110,9 +113,12 @@ async def roll_back_failed_writes(
     pending = foreign_pending(instants, await staged_times(store, dest))
     if not pending:
         return out
+    scheduled = {
+        i.time for i in instants if i.action == Action.REPLACE_COMMIT.value and i.state is State.REQUESTED
+    }
     beats, now = await judge_writers(store, dest, pending)
     for t in pending:
-        if writer_alive(t, beats.get(t), now, ttl):
+        if t in scheduled or writer_alive(t, beats.get(t), now, ttl):
             out.alive.append(t)
             continue
         await abort_held(TableKind(), store, dest, t, config=config)
