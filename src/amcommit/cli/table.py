@@ -137,8 +137,6 @@ def _clean_text(r: CleanReport) -> str:
         out.append(f"completed interrupted clean {', '.join(r.resumed)}")
     if r.rolled_back:
         out.append(f"rolled back other writers' expired pending instants: {', '.join(r.rolled_back)}")
-    if r.pending_alive:
-        out.append(f"left alone (live heartbeat): pending instants {', '.join(r.pending_alive)}")
     out.extend(_orphans_text(r))
     if r.instant is None:
         out.append(f"nothing to clean (keeping the latest {r.retain_commits} commits)")

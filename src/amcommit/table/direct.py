@@ -126,7 +126,14 @@ from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.names import shorten
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, foreign_file, is_instant, parse_base_file_name
+from amcommit.table.naming import (
+    HOODIE_DIR,
+    PROPERTIES_FILE,
+    TEMP_DIR,
+    foreign_file,
+    is_instant,
+    parse_base_file_name,
+)
 from amcommit.table.timeline import completed_instant
 from amcommit.table.writestats import STATS_KEY, MutationFields, task_write_stats
 
@@ -457,13 +464,14 @@ async def _list_markers(store: Store, dest: str, instant: str) -> list[Marker]:
 async def _table_depth(store: Store, dest: str, config: CommitterConfig) -> int | None:
     """The number of the table's partition fields (one read of ``hoodie.properties``);
     None if it cannot be read (then no marker is trusted)."""
-    from amcommit.table.write import read_properties
+    from amcommit.table.properties import decode_properties
 
+    path = join(dest, PROPERTIES_FILE)
     try:
-        props = await read_properties(store, dest, config)
+        data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+        return len(decode_properties(data, where=path).partition_fields)
     except (StoreError, ValueError):
         return None
-    return None if props is None else len(props.partition_fields)
 
 
 async def _judged_markers(

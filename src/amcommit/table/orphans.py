@@ -102,15 +102,12 @@ async def roll_back_failed_writes(
     """Roll back the other writers' pending instants whose writers are dead by Hudi's
     heartbeat rules (module doc), leave the live ones alone. The caller holds the table's
     lock (a clean). ``instants``: the timeline the caller listed under that lock."""
-    from amcommit.committer.job import abort_held
-    from amcommit.table.commit import staged_times
     from amcommit.table.heartbeat import judge_writers, writer_alive
-    from amcommit.table.kind import TableKind
 
     out = FailedWrites()
     if not any(not i.completed and i.action in WRITE_ACTIONS for i in instants):
         return out  # the common case: no extra request
-    pending = foreign_pending(instants, await staged_times(store, dest))
+    pending = foreign_pending(instants, await _staged(store, dest))
     if not pending:
         return out
     scheduled = {
@@ -121,12 +118,36 @@ async def roll_back_failed_writes(
         if t in scheduled or writer_alive(t, beats.get(t), now, ttl):
             out.alive.append(t)
             continue
-        await abort_held(TableKind(), store, dest, t, config=config)
+        await roll_back_foreign(store, dest, t, config)
         out.rolled_back.append(t)
         log.info(
             "rolled back instant %s of %s: another writer's pending write, its heartbeat expired", t, dest
         )
     return out
+
+
+async def _staged(store: Store, dest: str) -> set[str]:
+    """Instants with a staging folder of amcommit's (either layout): two listings."""
+    from amcommit.table.staging import staged_instants
+
+    staged, legacy = await staged_instants(store, dest)
+    return staged | legacy
+
+
+async def roll_back_foreign(store: Store, dest: str, instant: str, config: CommitterConfig) -> bool:
+    """Roll back another writer's pending ``instant`` (no staging folder of ours), as the
+    table's abort does for such a write (:mod:`amcommit.table.undo`): every base file its
+    trusted markers name, then its markers; every file stamped with it in the partitions
+    they name (in the whole table when it has no marker at all); its heartbeat; its
+    inflight, then its requested file. Never a completed instant (False). Each step
+    idempotent; a crash leaves a pending instant the next judge rolls back again."""
+    from amcommit.paths import parent
+    from amcommit.table.direct import rollback_from_markers
+    from amcommit.table.undo import finish_rollback
+
+    marked = await rollback_from_markers(store, dest, instant, config)
+    parts = None if marked is None else {parent(r) if "/" in r else "" for r in marked}
+    return await finish_rollback(store, dest, instant, partitions=parts, config=config)
 
 
 # ---------------------------------------------------------------- orphans
@@ -201,7 +222,6 @@ async def remove_orphans(
     """Find and (unless ``dry_run``) delete the orphans of the recent partitions (module
     doc). ``instants`` and ``commits``: the timeline and every completed write's metadata,
     as the caller (a clean, under the table's lock) loaded them."""
-    from amcommit.table.commit import staged_times
     from amcommit.table.heartbeat import store_now
 
     started = time.monotonic()
@@ -237,7 +257,7 @@ async def remove_orphans(
             elif verdict is None:
                 undecided.append((rel, info))
     if undecided:
-        staged = await staged_times(store, dest)
+        staged = await _staged(store, dest)
         scan.requests += 2
         candidates += [(r, i) for r, i in undecided if is_orphan(r, ordered, named, staged)]
     if candidates:
