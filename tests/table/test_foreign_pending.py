@@ -15,19 +15,23 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
 import pytest
 
 from amcommit.committer.job import commit_job
 from amcommit.errors import ConflictError
 from amcommit.paths import join
-from amcommit.store.base import PutMode
+from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
 from amcommit.table.clean import clean
 from amcommit.table.direct import marker_dir, sweep_late_markers
 from amcommit.table.naming import base_file_name, heartbeat_path, new_file_id, next_instant, write_token
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants
+from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
+from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_tasks
+from tests.table.test_direct_cloud import _hudi
 from tests.table.writehelpers import begin, hudi_rows, keys, listing, parquet_bytes, rows, write
 
 CFG = TableConfig(writer_ttl=120.0, lock_wait=1.0)
@@ -45,7 +49,7 @@ async def _table(tmp_path: Path) -> tuple[LocalStore, Path]:
     return store, root / "tbl"
 
 
-async def _foreign(store: LocalStore, dest: str, *, heartbeat: bool, age: float) -> tuple[str, list[str]]:
+async def _foreign(store: Store, dest: str, *, heartbeat: bool, age: float) -> tuple[str, list[str]]:
     """A Hudi writer's pending commit: requested, inflight, a direct marker and its base
     file, and (``heartbeat``) a Hudi heartbeat file; every one of them ``age`` seconds old.
     Returns the instant and its objects (relative to the table)."""
@@ -66,6 +70,7 @@ async def _foreign(store: LocalStore, dest: str, *, heartbeat: bool, age: float)
     if age:
         when = time.time() - age
         for path in objs:
+            assert isinstance(store, LocalStore)
             os.utime(os.path.join(store.root, dest, path), (when, when))
     return t, sorted(objs)
 
@@ -140,3 +145,40 @@ async def test_scheduled_replacecommit_is_not_rolled_back(tmp_path: Path) -> Non
     report = await clean(store, "tbl", retain_commits=1, config=CFG)
     assert report.pending_alive == [t] and report.rolled_back == []
     assert await listing(store, "tbl") == names
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["blob", "gcs-fake"])
+def test_foreign_instant_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+    """On Azurite and fake-gcs-server (the store's own clock): a Hudi writer's pending
+    commit with a fresh heartbeat survives a commit's sweep and a clean; once its heartbeat
+    is older than writer_ttl (1 s here, after 2.5 s) a clean rolls it back: the objects
+    (SDK listing, sizes) are exactly those before it, hudi-rs reads the same rows."""
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    sdk_list = request.getfixturevalue("matrix_sdk_list")(backend, info)
+    dest = "f/tbl"
+    uri, opts = _hudi(backend, info, dest)
+
+    def sdk() -> dict[str, int]:
+        return {k[k.index(dest + "/") + len(dest) + 1 :]: v for k, v in sdk_list(dest).items()}
+
+    async def go() -> None:
+        store = open_store(info)
+        async with store:
+            await write(store, dest, FIRST, config=CFG)
+            w = await begin(store, dest, config=CFG)
+            await direct_tasks(store, w, SECOND)
+            t, objs = await _foreign(store, dest, heartbeat=True, age=0.0)
+            await commit_job(store, dest, w.instant, config=CFG)  # its sweep runs after it
+            live = sdk()
+            assert set(objs) <= set(live)
+            report = await clean(store, dest, retain_commits=5, config=CFG)
+            assert report.pending_alive == [t] and sdk() == live
+            await anyio.sleep(2.5)
+            report = await clean(store, dest, retain_commits=5, config=TableConfig(writer_ttl=1.0))
+            assert report.rolled_back == [t]
+            after = sdk()
+            assert after == {k: v for k, v in live.items() if k not in objs}
+            assert hudi_rows(uri, storage=opts) == keys(FIRST + SECOND)
+
+    anyio.run(go)
