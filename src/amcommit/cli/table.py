@@ -115,15 +115,29 @@ def cmd_changes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _orphans_text(r: CleanReport) -> list[str]:
+    if not r.orphans:
+        return []
+    verb = "would remove" if r.dry_run else "removed"
+    return [
+        f"{verb} {len(r.orphans)} orphan files (stamped with a decided instant that does not name them):"
+    ] + [f"  {f}" for f in r.orphans]
+
+
 def _clean_text(r: CleanReport) -> str:
     if r.dry_run:
         if not r.files:
-            return f"nothing to clean (keeping the latest {r.retain_commits} commits)"
+            return "\n".join(
+                [f"nothing to clean (keeping the latest {r.retain_commits} commits)", *_orphans_text(r)]
+            )
         lines = [f"would delete {len(r.files)} files (keeping from instant {r.earliest_retained} on):"]
-        return "\n".join(lines + [f"  {f}" for f in r.files])
+        return "\n".join(lines + [f"  {f}" for f in r.files] + _orphans_text(r))
     out = []
     if r.resumed:
         out.append(f"completed interrupted clean {', '.join(r.resumed)}")
+    if r.rolled_back:
+        out.append(f"rolled back other writers' expired pending instants: {', '.join(r.rolled_back)}")
+    out.extend(_orphans_text(r))
     if r.instant is None:
         out.append(f"nothing to clean (keeping the latest {r.retain_commits} commits)")
     else:

@@ -31,6 +31,11 @@ Execution (:func:`clean`), under the destination lock (the one table commits tak
    counts as deleted);
 4. ``<t>.clean`` -- the completed instant (Avro ``HoodieCleanMetadata``), written last.
 
+Before it plans, under the same lock, a clean rolls back other writers' pending instants
+whose heartbeat expired (Hudi's clean rolls back failed writes so too; live ones are left
+alone) and removes orphans: base files of decided instants that no commit names, older
+than ``writer_ttl``, in the partitions the recent instants touched (:mod:`amcommit.table.orphans`).
+
 Nothing here is atomic as a whole; each step is idempotent. A clean killed at any point is
 completed by the next clean (or the next commit with ``clean_retain_commits``): a pending
 ``.clean.requested`` / ``.clean.inflight`` is resumed from its stored plan before a new plan is
@@ -58,6 +63,7 @@ from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.direct import sweep_after
 from amcommit.table.model import Action, Instant, State
 from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, next_instant
+from amcommit.table.orphans import OrphanScan, remove_orphans, roll_back_failed_writes
 from amcommit.table.reader import Listing, Timeline, table_uri
 from amcommit.table.settings import table_settings
 from amcommit.table.timeline import LoadedCommit
@@ -87,6 +93,17 @@ class CleanReport:
     late_files: dict[str, list[str]] = field(default_factory=dict)
     """Files of late attempts deleted by the marker sweep, by instant
     (:func:`~amcommit.table.direct.sweep_late_markers`; not in a dry run)."""
+    rolled_back: list[str] = field(default_factory=list)
+    """Other writers' pending instants whose heartbeat expired, rolled back first
+    (:func:`~amcommit.table.orphans.roll_back_failed_writes`; not in a dry run)."""
+    pending_alive: list[str] = field(default_factory=list)
+    """Other writers' pending instants left alone: a live heartbeat, or a replacecommit only
+    requested (a scheduled plan)."""
+    orphans: list[str] = field(default_factory=list)
+    """Orphan base files removed (or, in a dry run, found): table-relative paths
+    (:func:`~amcommit.table.orphans.remove_orphans`)."""
+    orphan_scan: OrphanScan | None = None
+    """What the orphan scan listed and cost."""
 
 
 def plan_clean(
@@ -232,12 +249,24 @@ async def _clean_unlocked(
     progress: ProgressCallback | None,
 ) -> CleanReport:
     report = CleanReport(dest=dest, retain_commits=retain_commits, dry_run=dry_run)
+    ttl = table_settings(config).writer_ttl
     tl = await Timeline.open(store, dest, config=config)
     lst = await tl.listing()
     if not dry_run and await _resume_pending(store, dest, tl, lst, config, report, progress):
         lst = await tl.listing()
+    if not dry_run:
+        # other writers' failed writes first, as Hudi's clean rolls them back (lazy policy)
+        failed = await roll_back_failed_writes(store, dest, lst.instants, ttl=ttl, config=config)
+        report.rolled_back, report.pending_alive = failed.rolled_back, failed.alive
+        if failed.rolled_back:
+            lst = await tl.listing()
     commits = await tl.load([i for i in lst.instants if i.time in set(lst.writes)])
-    plan = plan_clean(commits, retain_commits, await _previous_earliest(tl, lst))
+    previous = await _previous_earliest(tl, lst)
+    scan = await remove_orphans(
+        store, dest, lst.instants, commits, previous, ttl=ttl, config=config, dry_run=dry_run
+    )
+    report.orphan_scan, report.orphans = scan, scan.orphans
+    plan = plan_clean(commits, retain_commits, previous)
     if plan is None:
         return report
     report.earliest_retained = plan.earliest_retained

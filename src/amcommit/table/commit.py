@@ -68,7 +68,14 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
-from amcommit.table.direct import check_one_mode, is_direct, reconcile, remove_markers, sweep_instant
+from amcommit.table.direct import (
+    check_markers,
+    check_one_mode,
+    is_direct,
+    reconcile,
+    remove_markers,
+    sweep_instant,
+)
 from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
 from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.model import (
@@ -87,6 +94,7 @@ from amcommit.table.naming import (
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
     foreign_file,
+    heartbeat_path,
 )
 from amcommit.table.properties import TableProperties
 from amcommit.table.report import TableReport, table_report
@@ -276,25 +284,39 @@ async def wait_for_earlier(
             return
         if not told:
             told = True
+            sign = await _sign_of_life(store, dest, other)
             log.warning(
-                "instant %s of %s waits for the earlier instant %s, whose writer is alive (fresh "
-                "heartbeat): at most %.0f s (lock_wait), less once that write ends or its heartbeat "
-                "is %g s old (writer_ttl; at once if its process dies on this host)",
+                "instant %s of %s waits for the earlier instant %s, whose writer is alive (%s): at "
+                "most %.0f s (lock_wait), less once that write ends or that is %g s old (writer_ttl; "
+                "at once if its process dies on this host)",
                 mine,
                 path_to_uri(store.root_uri, dest),
                 other,
+                sign,
                 max(0.0, deadline - time.monotonic()),
                 ttl,
             )
         if time.monotonic() >= deadline:
+            sign = await _sign_of_life(store, dest, other)
             raise ConflictError(
                 f"instant {mine} must complete after the earlier instant {other}, whose writer is "
-                "still running (fresh heartbeat); gave up waiting (lock_wait). Run the commit again "
+                f"still running ({sign}); gave up waiting (lock_wait). Run the commit again "
                 "once that write finished, or roll it back (`amcommit rollback DEST --instant "
                 f"{other}`) if its writer is gone"
             )
         await anyio.sleep(delay)
         delay = min(delay * 2, 1.0, ttl / 8)
+
+
+async def _sign_of_life(store: Store, dest: str, instant: str) -> str:
+    """What the writer of pending ``instant`` was judged alive by, for a message: its fresh
+    heartbeat, or (none there: another writer's instant, or one whose first beat is still
+    to come) its young ``.requested`` file or job marker (:func:`~amcommit.table.heartbeat.judge_writers`)."""
+    try:
+        await store.stat(join(dest, heartbeat_path(instant)))
+    except NotFound:
+        return "no heartbeat file; its write began less than writer_ttl ago"
+    return "fresh heartbeat"
 
 
 def _rows_by_path(loaded: LoadedManifests) -> dict[str, int]:
@@ -754,6 +776,11 @@ async def run_table_commit(
     loaded = run.loaded
     assert loaded is not None
     check_one_mode(loaded.extra_data, instant)
+    if journal is None and is_direct(loaded.extra_data):
+        # markers are input too: one naming a file this write may not delete refuses the
+        # commit here, before anything is planned, reconciled or published
+        async with ctx.stage("check_markers"):
+            await check_markers(store, dest, instant, ctx.config, depth=_depth_of(props))
     if journal is None:
         if in_order is not None:
             instants = in_order
@@ -793,7 +820,7 @@ async def run_table_commit(
             report.stage_seconds.setdefault(stage, secs)
         # the files are in place already: delete those of attempts that did not win
         async with ctx.stage("reconcile"):
-            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
+            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(props))
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
         journal.state = "renamed"
@@ -828,7 +855,9 @@ async def run_table_commit(
             # (a journal ``renamed`` before any reconcile: an abort found every file in
             # place and completes the write) the losers go before the publish, always
             async with ctx.stage("reconcile"):
-                await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config)
+                await reconcile(
+                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(props)
+                )
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
     async with ctx.stage("publish"):
@@ -854,6 +883,11 @@ async def run_table_commit(
     journal.state = "committed"
     await save_journal(ctx, journal, patient=True)
     await delete_beat(store, dest, instant)
+
+
+def _depth_of(props: TableProperties | None) -> int | None:
+    """The table's partition field count, None when its properties were not read."""
+    return None if props is None else len(props.partition_fields)
 
 
 def _winners(loaded: LoadedManifests, dest: str) -> set[str]:

@@ -69,7 +69,19 @@ is written: Hudi reads its absence as direct markers.
    (or its marker removal was cut short): its non-winning files are deleted, then its
    markers. A marker whose file was not (yet) found is kept until it is older than
    ``grace`` seconds: its upload may still land; it is removed after that. A pending
-   write's folder is never listed (its instant and job marker are looked at first).
+   write's folder is never listed (its instant and job marker are looked at first), nor
+   that of another writer's instant still requested or inflight on the timeline
+   (:func:`pending_on_timeline`: Hudi's writer, or a write whose staging was lost; only a
+   rollback of it deletes its files, :mod:`amcommit.table.orphans`).
+
+**Markers are input** (:func:`marker_problem`), judged as task manifests are: a CREATE or
+MERGE marker may name only a base file stamped with its folder's instant, in a partition
+folder exactly as deep as the table's partition fields, none hidden or starting with
+``_``. The commit refuses a write with any other marker before anything is planned,
+deleted or published (:func:`check_markers`, CommitError, one line; the write stays
+pending for its abort). Every other step (reconcile, the marker removal, the sweeps, a
+rollback) leaves such a marker's file alone, removes the marker itself, and says so in one
+WARNING line: no step deletes a file outside the write's own.
 
 What is atomic: nothing here is atomic as a whole; each step is one idempotent request per
 path, and every step can be repeated after a crash.
@@ -82,12 +94,14 @@ amcommit's reader, which reads the commit's file list) from the publish until it
 check deletes it (one request after its upload), or, after the lock is released, the
 commit's marker removal does. One whose upload lands after that listing *and* that dies
 before its own check stays visible until the next commit, clean or ``amcommit rollback``
-of the table sweeps its marker (kept by the first because its file was not there yet and
+(of another, pending instant) sweeps its marker (kept by the first because its file was not there yet and
 it was younger than ``writer_ttl``): the sweep itself took 8 ms (clean) to 30 ms
 (rollback) on local files; the window is the time to the next of these operations. A
 zombie that writes its marker only after that sweep is caught by the following one. What
 no sweep can catch: a zombie whose marker is older than ``writer_ttl`` when its upload
-lands (an upload that takes longer than ``writer_ttl`` after its marker).
+lands (an upload that takes longer than ``writer_ttl`` after its marker): that file is an
+orphan, which the next ``clean`` removes once it is older than ``writer_ttl``
+(:mod:`amcommit.table.orphans`).
 """
 
 from __future__ import annotations
@@ -110,9 +124,17 @@ from amcommit.manifest import (
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, is_within, join, parent, path_to_uri, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
+from amcommit.store.names import shorten
 from amcommit.store.retry import policies_of, retry_call
 from amcommit.table.model import decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, TEMP_DIR, is_instant, parse_base_file_name
+from amcommit.table.naming import (
+    HOODIE_DIR,
+    PROPERTIES_FILE,
+    TEMP_DIR,
+    foreign_file,
+    is_instant,
+    parse_base_file_name,
+)
 from amcommit.table.timeline import completed_instant
 from amcommit.table.writestats import STATS_KEY, MutationFields, task_write_stats
 
@@ -121,6 +143,7 @@ __all__ = [
     "DIRECT",
     "MARKER_INFIX",
     "IOType",
+    "check_markers",
     "commit_direct_task",
     "create_marker",
     "instant_state",
@@ -130,7 +153,9 @@ __all__ = [
     "marked_files",
     "marker_dir",
     "marker_name",
+    "marker_problem",
     "parse_marker",
+    "pending_on_timeline",
     "reconcile",
     "remove_markers",
     "rollback_from_markers",
@@ -186,6 +211,53 @@ def parse_marker(rel_marker: str) -> tuple[str, IOType] | None:
     except ValueError:
         return None
     return head, io
+
+
+def marker_problem(rel: str, io: IOType, instant: str, depth: int | None) -> str | None:
+    """Why the marker of ``instant`` naming ``rel`` (relative to the table) must not get
+    that file deleted; None if it may. Markers are input (anyone who can write the table
+    can write one), judged as task manifests are (:func:`~amcommit.table.naming.foreign_file`):
+    a CREATE or MERGE marker may name only a base file stamped with its own folder's
+    ``instant``, in a partition folder exactly ``depth`` deep (the table's partition
+    fields; None: unknown, then none may), no folder hidden or starting with ``_`` (so
+    nothing in ``.hoodie/``, nothing above the table). An APPEND marker deletes nothing
+    (Merge-on-Read log files; never written here): always None. Pure."""
+    if io is IOType.APPEND:
+        return None
+    if depth is None:
+        return "the table's partition fields are unknown (no readable hoodie.properties)"
+    bad = foreign_file([rel], (), instant, depth)
+    return None if bad is None else bad[1]
+
+
+Marker = tuple[ObjectInfo, str, IOType]
+"""A listed marker: its listing, the base file it names (relative to the table), its IOType."""
+
+Untrusted = tuple[ObjectInfo, str, str]
+"""A marker whose file must not be deleted: its listing, what it names, why not."""
+
+
+def split_markers(
+    markers: Sequence[Marker], instant: str, depth: int | None
+) -> tuple[list[Marker], list[Untrusted]]:
+    """``(trusted, untrusted)`` markers of ``instant`` (:func:`marker_problem`). Pure."""
+    good: list[Marker] = []
+    bad: list[Untrusted] = []
+    for m in markers:
+        why = marker_problem(m[1], m[2], instant, depth)
+        if why is None:
+            good.append(m)
+        else:
+            bad.append((m[0], m[1], why))
+    return good, bad
+
+
+def untrusted_line(dest: str, instant: str, bad: Sequence[Untrusted]) -> str:
+    """One line naming the first untrusted marker of ``instant`` (and how many there are)."""
+    info, rel, why = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    where = relative_to(info.path, dest) if is_within(info.path, dest) else info.path
+    return f"marker {shorten(where)} names {shorten(rel)}, not a file write {instant} may delete: {why}{more}"
 
 
 def losers(marked: Iterable[str], winners: Iterable[str]) -> list[str]:
@@ -375,9 +447,9 @@ async def commit_direct_task(
     return manifest
 
 
-async def _list_markers(store: Store, dest: str, instant: str) -> list[tuple[ObjectInfo, str, IOType]]:
+async def _list_markers(store: Store, dest: str, instant: str) -> list[Marker]:
     folder = marker_dir(dest, instant)
-    found: list[tuple[ObjectInfo, str, IOType]] = []
+    found: list[Marker] = []
     try:
         async for info in store.list(folder, recursive=True):
             if info.is_dir:
@@ -390,14 +462,79 @@ async def _list_markers(store: Store, dest: str, instant: str) -> list[tuple[Obj
     return found
 
 
-async def marked_files(store: Store, dest: str, instant: str) -> set[str] | None:
-    """Every base file (relative to the table) a CREATE or MERGE marker of ``instant``
-    names: what any attempt of the write may have created (one recursive listing of the
-    marker folder, never of the table). None if the folder holds no marker at all."""
+async def _table_depth(store: Store, dest: str, config: CommitterConfig) -> int | None:
+    """The number of the table's partition fields (one read of ``hoodie.properties``);
+    None if it cannot be read (then no marker is trusted)."""
+    from amcommit.table.properties import decode_properties
+
+    path = join(dest, PROPERTIES_FILE)
+    try:
+        data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+        return len(decode_properties(data, where=path).partition_fields)
+    except (StoreError, ValueError):
+        return None
+
+
+async def _judged_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    config: CommitterConfig,
+    *,
+    what: str | None,
+    depth: int | None = None,
+) -> tuple[list[Marker], list[Untrusted]]:
+    """The markers of ``instant`` (one listing), split into trusted and untrusted
+    (:func:`marker_problem`; ``depth``: the table's partition field count, else one read
+    of ``hoodie.properties`` if there are markers). Untrusted ones are logged (WARNING, one
+    line) as left alone by ``what``, unless it is None."""
+    markers = await _list_markers(store, dest, instant)
+    if not markers:
+        return [], []
+    if depth is None and any(m[2] is not IOType.APPEND for m in markers):
+        depth = await _table_depth(store, dest, config)
+    good, bad = split_markers(markers, instant, depth)
+    if bad and what is not None:
+        log.warning("%s left its file alone: %s", what, untrusted_line(dest, instant, bad))
+    return good, bad
+
+
+async def check_markers(
+    store: Store,
+    dest: str,
+    instant: str,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    *,
+    depth: int | None = None,
+) -> None:
+    """CommitError (one line naming the first bad marker) if a marker of ``instant`` names
+    a file the write may not delete (:func:`marker_problem`): the commit of a direct write
+    checks its markers so before anything is planned, reconciled or published (one
+    listing of the marker folder). Nothing is changed; the write stays pending, and its
+    abort (``amcommit abort-job``) removes the write's own files only."""
+    _, bad = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
+    if bad:
+        raise CommitError(
+            f"table write {instant} refused: {untrusted_line(dest, instant, bad)}; nothing was deleted "
+            "or published (abort it with `amcommit abort-job`: that removes the write's own files only)",
+            stage="check_markers",
+        )
+
+
+async def marked_files(
+    store: Store, dest: str, instant: str, config: CommitterConfig = DEFAULT_CONFIG
+) -> set[str] | None:
+    """Every base file (relative to the table) a trusted CREATE or MERGE marker of
+    ``instant`` names (:func:`marker_problem`; untrusted ones are logged and left out):
+    what any attempt of the write may have created (one recursive listing of the marker
+    folder, never of the table). None if the folder holds no marker at all."""
     markers = await _list_markers(store, dest, instant)
     if not markers:
         return None
-    return {rel for _, rel, io in markers if io is not IOType.APPEND}
+    good, bad = split_markers(markers, instant, await _table_depth(store, dest, config))
+    if bad:
+        log.warning("markers of %s: %s (left alone)", dest, untrusted_line(dest, instant, bad))
+    return {rel for _, rel, io in good if io is not IOType.APPEND}
 
 
 async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfig) -> None:
@@ -422,13 +559,23 @@ async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfi
 
 
 async def reconcile(
-    store: Store, dest: str, instant: str, winners: Iterable[str], config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: str,
+    winners: Iterable[str],
+    config: CommitterConfig = DEFAULT_CONFIG,
+    *,
+    depth: int | None = None,
 ) -> list[str]:
     """Delete the marked base files of ``instant`` that the winning manifests do not name
     (``winners``: paths relative to the table). Returns them (relative). Idempotent; a
-    crash midway is repeated by the resumed commit."""
-    marked = await marked_files(store, dest, instant)
-    doomed = losers(marked or (), winners)
+    crash midway is repeated by the resumed commit. Untrusted markers
+    (:func:`marker_problem`, checked before the plan by :func:`check_markers`; one written
+    since) get nothing deleted (logged, one line)."""
+    good, _ = await _judged_markers(
+        store, dest, instant, config, what=f"the commit of {instant}", depth=depth
+    )
+    doomed = losers({rel for _, rel, io in good if io is not IOType.APPEND}, winners)
     await _delete_all(store, [join(dest, r) for r in doomed], config)
     return doomed
 
@@ -445,8 +592,11 @@ async def remove_markers(
     config: CommitterConfig = DEFAULT_CONFIG,
 ) -> tuple[list[str], int]:
     """After ``instant`` was decided (published or rolled back): one listing of its marker
-    folder, then :func:`judge_markers`. Returns ``(files deleted, markers kept)``."""
-    markers = await _list_markers(store, dest, instant)
+    folder, then :func:`judge_markers` (untrusted markers: removed, their files left alone,
+    logged). Returns ``(files deleted, markers kept)``."""
+    markers, bad = await _judged_markers(
+        store, dest, instant, config, what=f"removing the markers of {instant}"
+    )
     return await judge_markers(
         store,
         dest,
@@ -457,6 +607,7 @@ async def remove_markers(
         now=now,
         delete_markers=delete_markers,
         config=config,
+        untrusted=bad,
     )
 
 
@@ -464,15 +615,18 @@ async def judge_markers(
     store: Store,
     dest: str,
     instant: str,
-    markers: Sequence[tuple[ObjectInfo, str, IOType]],
+    markers: Sequence[Marker],
     winners: Iterable[str],
     *,
     grace: float,
     now: float | None = None,
     delete_markers: bool = True,
     config: CommitterConfig = DEFAULT_CONFIG,
+    untrusted: Sequence[Untrusted] = (),
 ) -> tuple[list[str], int]:
-    """The listed ``markers`` of decided ``instant``: the base file of each marker outside
+    """The listed ``markers`` of decided ``instant`` (trusted ones:
+    :func:`marker_problem`; the ``untrusted`` ones are only removed, never their files):
+    the base file of each marker outside
     ``winners`` is deleted (an upload that landed after the reconcile), then the markers
     (``delete_markers``) and the marker folders they emptied. A loser's marker whose file
     was not found is kept while it is younger than ``grace`` seconds (its upload may still
@@ -491,7 +645,7 @@ async def judge_markers(
     kept = 0
     remove: list[str] = []
 
-    async def judge(item: tuple[ObjectInfo, str, IOType]) -> None:
+    async def judge(item: Marker) -> None:
         nonlocal kept
         info, rel, io = item
         if rel in win or io is IOType.APPEND:
@@ -508,9 +662,11 @@ async def judge_markers(
 
     await run_parallel(markers, judge, config.io_threads)
     if delete_markers:
+        remove.extend(b[0].path for b in untrusted)
         await _delete_all(store, sorted(remove), config)
-        if store.capabilities.directories and markers:
-            await _remove_empty_dirs(store, marker_dir(dest, instant), [m[0].path for m in markers])
+        listed = [m[0].path for m in markers] + [b[0].path for b in untrusted]
+        if store.capabilities.directories and listed:
+            await _remove_empty_dirs(store, marker_dir(dest, instant), listed)
     return sorted(deleted), kept
 
 
@@ -536,14 +692,47 @@ async def rollback_from_markers(
     """Delete every marked base file of ``instant`` (the write is being rolled back: none is
     a winner), then the markers. None if there was no marker: the caller then lists the
     partitions (:func:`~amcommit.table.undo.remove_stamped`). The instant must not be
-    completed (the caller checks)."""
-    marked = await marked_files(store, dest, instant)
-    if marked is None:
+    completed (the caller checks). An untrusted marker (:func:`marker_problem`: naming a file
+    this write may not delete) gets nothing deleted but itself (logged, one line): the
+    rollback goes on, never outside the write's own files."""
+    good, bad = await _judged_markers(store, dest, instant, config, what=f"the rollback of {instant}")
+    if not good and not bad:
         return None
-    doomed = sorted(marked)
+    doomed = sorted({rel for _, rel, io in good if io is not IOType.APPEND})
     await _delete_all(store, [join(dest, r) for r in doomed], config)
-    await remove_markers(store, dest, instant, (), grace=0.0, config=config)
+    await judge_markers(store, dest, instant, good, (), grace=0.0, config=config, untrusted=bad)
     return doomed
+
+
+PENDING_NAMES = (
+    "{t}.commit.requested",
+    "{t}.inflight",
+    "{t}.commit.inflight",
+    "{t}.replacecommit.requested",
+    "{t}.replacecommit.inflight",
+    "{t}.deltacommit.requested",
+    "{t}.deltacommit.inflight",
+)
+"""The files of a write instant that is requested or inflight (Hudi: a commit's inflight
+file is ``<t>.inflight``; the others ``<t>.<action>.<state>``)."""
+
+
+async def pending_on_timeline(store: Store, dest: str, instant: str) -> bool:
+    """True if ``instant`` is a requested or inflight write instant on the table's timeline
+    (:data:`PENDING_NAMES`, looked up at the same time: one round trip) and not completed.
+    An instant found so without a staging folder of ours is another writer's pending
+    work."""
+    found: list[str] = []
+
+    async def look(name: str) -> None:
+        try:
+            await store.stat(join(dest, HOODIE_DIR, name.format(t=instant)))
+            found.append(name)
+        except NotFound:
+            pass
+
+    await run_parallel(PENDING_NAMES, look, len(PENDING_NAMES))
+    return bool(found) and await completed_instant(store, dest, instant) is None
 
 
 async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
@@ -565,11 +754,18 @@ async def sweep_instant(
     state = await instant_state(store, dest, instant)
     if state == "pending":
         return []
-    markers = await _list_markers(store, dest, instant)
-    if not markers:
+    if state == "gone" and await pending_on_timeline(store, dest, instant):
+        # another writer's pending instant (Hudi's own, or a write whose staging was lost):
+        # its files are deleted only by a rollback of it (a clean's or a commit's, once its
+        # writer is judged dead: amcommit.table.heartbeat), never by a sweep
+        return []
+    markers, bad = await _judged_markers(store, dest, instant, config, what=f"the marker sweep of {instant}")
+    if not markers and not bad:
         return []
     winners = await _winners_of(store, dest, instant) if state == "completed" else set()
-    deleted, _ = await judge_markers(store, dest, instant, markers, winners or (), grace=grace, config=config)
+    deleted, _ = await judge_markers(
+        store, dest, instant, markers, winners or (), grace=grace, config=config, untrusted=bad
+    )
     return deleted
 
 

@@ -2,7 +2,9 @@
 (:func:`rollback_instant`), as ``abort_job`` of its write through the table's job kind. What
 is removed, in which order, is :mod:`amcommit.table.undo` (re-exported here): every file
 stamped with the instant, the staging folder and heartbeat, the instant files last. A
-completed instant is never rolled back (refused).
+completed instant is never rolled back: refused before anything changes (no sweep either);
+files of its late attempts are removed by the next commit's marker sweep or by ``clean``
+(late markers, and orphans: :mod:`amcommit.table.orphans`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ async def rollback_instant(
 ) -> JobReport:
     """Roll back the inflight instant ``instant`` of the table at ``dest`` (``abort_job`` of
     its write: under the table's lock if its commit had begun). CommitError if the instant
-    is completed, ConfigError if ``dest`` is not a table; an instant with nothing left is a
-    no-op (``report.rolled_back`` False).
+    is completed (refused before anything changes, the marker sweep too), ConfigError if
+    ``dest`` is not a table; an instant with nothing left is a no-op (``report.rolled_back``
+    False).
 
     An instant whose writer is alive (a sign of life younger than ``config.writer_ttl``, by
     the store's clock: :mod:`amcommit.table.heartbeat`) is refused with ConflictError before
@@ -52,7 +55,8 @@ async def rollback_instant(
         raise ConfigError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties)")
     if await completed_instant(store, dest, instant) is not None:
         raise CommitError(
-            f"instant {instant} of {dest!r} is completed: rollback removes only inflight instants",
+            f"instant {instant} of {dest!r} is completed: rollback removes only inflight instants "
+            "(nothing was changed; `amcommit clean` removes files of late attempts stamped with it)",
             stage="rollback",
         )
     ttl = table_settings(config).writer_ttl
