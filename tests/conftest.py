@@ -63,5 +63,45 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {amcommit_loop.choice(): amcommit_loop.loop_factory()}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# ``./run test --fast``: the developer's inner loop (lint, types, then this selection): unit
+# tests and every test on local files, nothing that needs an emulator, Spark, Daft or the
+# benchmarks. The whole suite (``./run test``, CI) runs everything.
+_FAST_FIXTURES = frozenset(
+    {"azurite", "adls_server", "fake_gcs", "gcs_double", "fake_gcs_sdk", "gcs_double_sdk", "spark"}
+)
+_FAST_FOLDERS = ("tests/spark/", "tests/azure/", "tests/gcs/", "tests/interop/", "tests/crash/")
+_FAST_FILES = ("test_benchmarks_smoke.py", "test_table_bench_smoke.py", "test_daft_reader.py", "test_emulator_cli.py")
+_REMOTE_IDS = ("azurite", "blob", "dfs", "gcs", "double", "cloud", "another host")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        default=False,
+        help="the developer's inner loop: unit tests and local files only (no emulators, Spark, benchmarks)",
+    )
+
+
+def _fast_keeps(item: pytest.Item) -> bool:
+    nodeid = item.nodeid
+    if nodeid.startswith(_FAST_FOLDERS) or nodeid.split("::", 1)[0].endswith(_FAST_FILES):
+        return False
+    if _FAST_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return False
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        ident = callspec.id.lower()
+        if any(word in ident for word in _REMOTE_IDS):
+            return False
+    return True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--fast"):
+        kept = [item for item in items if _fast_keeps(item)]
+        dropped = [item for item in items if not _fast_keeps(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     items.sort(key=lambda item: 0 if item.nodeid.startswith(_FIRST) else 1)
