@@ -79,7 +79,15 @@ def test_zombie_killed_after_abort_leaves_nothing_on_local_files(tmp_path: Path)
     wrote, aborted, reached = tmp_path / "wrote", tmp_path / "aborted", tmp_path / "reached"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), *sys.path]))
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.zombie_child", str(plan_file), str(wrote), str(aborted), str(reached)],
+        [
+            sys.executable,
+            "-m",
+            "tests.spark.zombie_child",
+            str(plan_file),
+            str(wrote),
+            str(aborted),
+            str(reached),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -24,7 +24,9 @@ from amcommit.spark.task import run_task
 
 
 def batch(start: int, cat: str) -> pa.RecordBatch:
-    return pa.record_batch({"id": pa.array(range(start, start + 50), pa.int64()), "cat": pa.array([cat] * 50)})
+    return pa.record_batch(
+        {"id": pa.array(range(start, start + 50), pa.int64()), "cat": pa.array([cat] * 50)}
+    )
 
 
 def main(plan_path: str, wrote: str, aborted: str, reached: str) -> None:
