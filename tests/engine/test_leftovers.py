@@ -183,3 +183,34 @@ def test_cli_jobs_shows_and_removes_leftovers(tmp_path: Path, capsys: pytest.Cap
     after = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
     assert after == {p for p in before if not p.startswith("_temporary/manifest_gone/")}
     assert not (dest / "_temporary" / "manifest_gone").exists()
+
+
+class _MarkerAppears:
+    """``store`` whose first read of the destination lock first creates ``marker``: a job
+    set up (its marker put) while the sweep looks at its directory."""
+
+    def __init__(self, store: Store, marker: str) -> None:
+        self.inner, self.marker, self.done = store, marker, False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def get(self, path: str) -> bytes:
+        if path.endswith("/_commit.lock") and not self.done:
+            self.done = True
+            await self.inner.put(self.marker, b"{}")
+        return await self.inner.get(path)
+
+
+async def test_marker_created_during_the_sweep_keeps_the_directory(two: StoreUnderTest) -> None:
+    """The marker is looked at again right before anything is deleted: a job directory whose
+    marker appeared after the first look is kept whole."""
+    store, dest = two.store, join(two.base, "dest")
+    await zombie_after_abort(store, dest)
+    marker = JobLayout(dest, "gone").job_marker
+    appearing = _MarkerAppears(store, marker)
+    before = await snapshot(store, dest, include_temp=True)
+    sweep = await remove_leftovers(appearing, dest)  # type: ignore[arg-type]
+    assert appearing.done and sweep.removed == [] and sweep.kept == ["gone"]
+    after = await snapshot(store, dest, include_temp=True)
+    assert after == {**before, "_temporary/manifest_gone/_job.json": b"{}"}

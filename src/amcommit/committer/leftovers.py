@@ -22,7 +22,10 @@ A leftover is a directory of **our** layout (``manifest_$jobId``; never Hadoop's
    whose marker is being created (local files: the put's temporary file) has none yet;
 4. is not named by the destination lock (a commit under the lock may publish the manifests
    Spark handed it into a job directory that has no marker: ``commit_held``). The lock is
-   read after 1-3 were seen, so a commit that took it earlier is seen.
+   read after 1-3 were seen, so a commit that took it earlier is seen;
+5. still has no job marker when its deletion begins (checked again): a job directory listed
+   while its marker was being created (local files) has its marker before its ``NN/``
+   folders, so ``NN/`` folders seen before a marker that is still missing are a zombie's.
 
 Only the job attempt directories are deleted (each recursively), then the job directory
 if it is empty (stores with directories, a non-recursive delete), then ``_temporary`` if
@@ -30,8 +33,8 @@ empty: a marker created meanwhile (a job id reused after an abort) is never dele
 
 Requests: one listing of ``_temporary`` (none found: nothing more), then per job
 directory one stat of its marker (a live job: nothing more); per leftover one stat of the
-journal, one listing of the job directory, one read of the lock (once per sweep), one
-recursive delete per attempt directory and the folder deletes. Not atomic; every step is
+journal, one listing of the job directory, one read of the lock (once per sweep), the
+marker's second stat, one recursive delete per attempt directory and the folder deletes. Not atomic; every step is
 idempotent, and a sweep cut short is finished by the next one.
 """
 
@@ -65,7 +68,7 @@ class LeftoverSweep:
     """Job ids whose leftover attempt directories were deleted."""
     kept: list[str] = field(default_factory=list)
     """Job ids of directories without a marker kept because a journal or the lock names
-    them (their commit or rollback is not finished)."""
+    them (their commit or rollback is not finished), or whose marker appeared meanwhile."""
 
 
 async def _exists(store: Store, path: str, policy: RetryPolicy) -> bool:
@@ -143,6 +146,12 @@ async def remove_leftovers(
     found, kept = await find_leftovers(store, dest, config=config)
     sweep = LeftoverSweep(kept=kept)
     for layout, attempts in found:
+        if await _exists(store, layout.job_marker, policy):
+            # a job set up meanwhile (its directory was listed while its marker was being
+            # created): the attempt directories seen before its marker are not its own only
+            # if its id is reused; keep it all the same
+            sweep.kept.append(layout.job_id)
+            continue
         for path in attempts:
             await _delete_tree(store, path, policy)
         if store.capabilities.directories:
