@@ -179,7 +179,8 @@ def test_cli_jobs_shows_and_removes_leftovers(tmp_path: Path, capsys: pytest.Cap
     assert main(["jobs", str(dest), "--remove-leftovers"]) == 0
     out = capsys.readouterr().out
     assert "removed what task attempts left after job gone was over" in out
-    assert "leftover" not in out.split("removed what", 1)[0]
+    listed = out.split("was over\n", 1)[1]  # the listing after the removal
+    assert "gone" not in listed and "leftover" not in listed and "live" in listed
     after = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
     assert after == {p for p in before if not p.startswith("_temporary/manifest_gone/")}
     assert not (dest / "_temporary" / "manifest_gone").exists()
