@@ -107,6 +107,13 @@ def test_crashed_attempt_files_never_visible(spark: Any, tmp_path: Path) -> None
 def test_all_tasks_fail_destination_as_before(
     spark: Any, tmp_path: Path, mode: str, options: dict[str, str]
 ) -> None:
+    """Every attempt of the write's task fails: the job is aborted and the destination holds
+    exactly what it held. One task (``parts=1``): its attempts run one after the other, each
+    removes what it wrote before Spark learns that it failed, and the abort comes after the
+    last one, so nothing runs when ``save()`` raises. (With two tasks, an attempt of the
+    other task may still run after the abort, for as long as Spark takes to kill it: such
+    zombies are tested where the test drives them, ``test_zombie_attempts.py`` and
+    ``tests/engine/test_leftovers.py``.)"""
     dest = tmp_path / "allfail"
     old = make_df(spark, n=3_000)
     writer(old, partitionBy="cat").save(str(dest))
@@ -114,7 +121,7 @@ def test_all_tasks_fail_destination_as_before(
     fail = {"partitions": None, "attempts": [0, 1, 2, 3], "after_rows": 100}
     with pytest.raises(Exception, match="injected task failure"):
         writer(
-            make_df(spark, n=6_000, start=10_000, cats="bd", parts=2),
+            make_df(spark, n=6_000, start=10_000, cats="bd", parts=1),
             mode,
             partitionBy="cat",
             rowGroupRows="100",

@@ -7,6 +7,7 @@ destinations; table commands are in :mod:`amcommit.cli.table`, shared parts in
     amcommit commit-job DEST --job-id ID     run or resume a job commit, with a progress bar
     amcommit abort-job DEST --job-id ID      abort a job (roll back, or finish past the point of no return)
     amcommit jobs DEST [--json]              the jobs under DEST/_temporary (a table's pending instants), the lock
+    amcommit jobs DEST --remove-leftovers    first delete what zombie task attempts left after their job was over
     amcommit demo [--target gcs|azurite|local] [--no-spark]   a Spark job committed on an embedded default
     amcommit emulator start gcs|azurite      run an emulator with a bucket, print how to use it
     amcommit --version
@@ -133,12 +134,24 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     opts = store_options(args)
     config = committer_config(args)
 
+    removed: list[str] = []
+
     async def main() -> DestinationJobs:
         store, dest = open_location(args.dest, **opts)
         async with store:
+            if args.remove_leftovers:
+                from amcommit.committer.jobs import check_exists
+                from amcommit.committer.leftovers import remove_leftovers
+                from amcommit.store.retry import policies_of
+
+                await check_exists(store, dest, policies_of(config)[0])
+                removed.extend((await remove_leftovers(store, dest, config=config)).removed)
             return await list_jobs(store, dest, config=config)
 
     result = run_blocking(main)
+    if args.remove_leftovers and not args.json:
+        for job_id in removed:
+            print(f"removed what task attempts left after job {job_id} was over")
     if args.json:
         out(dumps_json(jobs_json(result)))
     else:
@@ -234,11 +247,19 @@ def register_jobs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "'renamed' (past the point of no return; abort completes it), 'committed' (only cleanup "
         "pending); the destination lock's holder and the last commit from _SUCCESS. For a Hudi "
         "table: its instants that are not completed, with their write's staging and commit state, "
-        "their writer's heartbeat (alive, stopped, expired, none) and the table's lock. Reads only; "
+        "their writer's heartbeat (alive, stopped, expired, none) and the table's lock. 'leftover': "
+        "a job directory without job marker or journal, written by task attempts still running "
+        "after their job was committed or aborted. Reads only (unless --remove-leftovers); "
         "a destination where nothing exists is an error.",
     )
     sp.add_argument("dest", help="destination directory: " + URL_FORMS)
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.add_argument(
+        "--remove-leftovers",
+        action="store_true",
+        help="first delete the 'leftover' job directories (never a job with a marker, a journal or "
+        "the lock; never Hadoop's layout)",
+    )
     sp.add_argument(
         "--conf",
         action="append",

@@ -37,12 +37,15 @@ from amcommit.store.retry import RetryPolicy, policies_of, retry_call, retry_lis
 if TYPE_CHECKING:
     from amcommit.committer.kind import JobKind
 
-JobState = Literal["set up", "renaming", "renamed", "committed", "unreadable"]
+JobState = Literal["set up", "renaming", "renamed", "committed", "unreadable", "leftover"]
 """``set up``: no journal yet (tasks may be running, the commit has not begun);
 ``renaming``: the commit is under way (or stopped) before its point of no return;
 ``renamed``: every file is in place (past the point of no return: an abort completes it);
 ``committed``: ``_SUCCESS`` written, only the cleanup is pending; ``unreadable``: the
-journal exists but cannot be decoded."""
+journal exists but cannot be decoded; ``leftover``: a directory of ours with neither job
+marker nor journal, holding a job attempt directory, not named by the lock: the job is over
+and task attempts still running then (zombies) wrote it (:mod:`amcommit.committer.leftovers`; ``amcommit jobs
+--remove-leftovers``, the next commit or abort deletes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,15 +147,18 @@ async def read_optional(store: Store, path: str, policy: RetryPolicy) -> bytes |
         return None
 
 
-async def _count_manifests(store: Store, layout: JobLayout, policy: RetryPolicy) -> int:
+async def _count_manifests(store: Store, layout: JobLayout, policy: RetryPolicy) -> tuple[int, bool]:
+    """``(task manifests, whether any job attempt directory NN/ exists)``."""
     n = 0
+    attempts = False
     async for attempt in retry_list(store, layout.job_dir, recursive=False, policy=policy):
         if not attempt.is_dir or not basename(attempt.path).isdigit():
             continue
+        attempts = True
         async for info in retry_list(store, join(attempt.path, "manifests"), recursive=False, policy=policy):
             if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
                 n += 1
-    return n
+    return n, attempts
 
 
 async def job_info(store: Store, layout: JobLayout, lock: LockBody | None, policy: RetryPolicy) -> JobInfo:
@@ -178,15 +184,26 @@ async def job_info(store: Store, layout: JobLayout, lock: LockBody | None, polic
         except (msgspec.DecodeError, msgspec.ValidationError):
             state = "unreadable"
     operation = value.get("operation") if isinstance(value, dict) else None
+    holds_lock = lock is not None and lock.owner == layout.job_id
+    manifests, attempts = await _count_manifests(store, layout, policy)
+    if (  # the rules of amcommit.committer.leftovers (its marker's second look aside)
+        marker_data is None
+        and journal_data is None
+        and attempts
+        and not layout.hadoop
+        and layout.staging is None
+        and not holds_lock
+    ):
+        state = "leftover"
     return JobInfo(
         job_id=layout.job_id,
         layout="hadoop" if layout.hadoop else "amcommit",
         state=state,
-        manifests=await _count_manifests(store, layout, policy),
+        manifests=manifests,
         created=created,
         origin=marker.origin,
         updated=journal.updated if journal is not None else None,
-        holds_lock=lock is not None and lock.owner == layout.job_id,
+        holds_lock=holds_lock,
         operation=operation if isinstance(operation, str) else None,
     )
 

@@ -47,6 +47,7 @@ from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.jobs import DestinationJobs, list_plain_jobs
 from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.leftovers import sweep_quietly
 from amcommit.committer.report import JobReport
 from amcommit.committer.stages import (
     check_conflicts,
@@ -296,6 +297,8 @@ async def _roll_back_files(ctx: JobContext, run: CommitRun, action: Action) -> N
             await rollback.run(ctx, rollback.RollbackInputs(run.loaded))
     async with ctx.stage("cleanup"):
         await cleanup.run(ctx, cleanup.CleanupInputs())
+    # what zombie attempts of finished jobs (this one's too) left (committer/leftovers.py)
+    await sweep_quietly(ctx.store, ctx.layout.dest, ctx.config)
 
 
 class FilesKind:
@@ -343,6 +346,9 @@ class FilesKind:
         config: CommitterConfig,
         report: JobReport,
     ) -> JobReport:
+        # the job directory is gone (or was never there): what its zombie attempts, or
+        # those of other finished jobs, left is all an abort can still remove
+        await sweep_quietly(store, dest, config)
         return report
 
     async def guard(
@@ -354,7 +360,10 @@ class FilesKind:
         config: CommitterConfig,
         locked: Callable[[], Awaitable[JobReport]],
     ) -> JobReport:
-        return await locked()
+        report = await locked()
+        if not config.cleanup_skipped:  # after the lock is released (committer/leftovers.py)
+            await sweep_quietly(store, dest, config)
+        return report
 
     def for_other_job(self) -> JobKind:
         return self

@@ -27,10 +27,15 @@ On any error the attempt deletes everything it created (``abort_task`` and its a
 marker) before the error goes back to Spark: Spark has no per-task abort hook for Python
 data sources. Spark calls the job's ``abort()`` as soon as one task has failed for good,
 while other attempts may still run until they are killed: such a zombie finds the job
-marker gone when it fails or finishes and then removes what is left of the job directory.
+marker gone (one stat before each file it creates on local files, after each upload
+elsewhere, :func:`check_before_file` / :func:`put_in_attempt`; and after its task commit)
+and then removes what it wrote and what is left of the job directory.
 Files of attempts that die without cleaning up (killed executors) or are denied the commit
 by Spark stay in their own attempt directory, are never renamed (only manifests Spark hands
-to the driver are committed) and are deleted by the job commit's cleanup.
+to the driver are committed) and are deleted by the job commit's cleanup; a zombie killed
+after the job's directory was removed leaves a *leftover* job directory without a marker,
+which the next commit or abort into the destination (or ``amcommit jobs --remove-leftovers``)
+deletes (:mod:`amcommit.committer.leftovers`).
 """
 
 from __future__ import annotations
@@ -151,6 +156,40 @@ async def check_job_active(store: Store, layout: JobLayout) -> None:
             "is a leftover and writes nothing",
             stage="setup_task",
         )
+
+
+def job_over(layout: JobLayout, attempt_id: str) -> CommitError:
+    """A plain attempt that found its job over (its marker gone) while it was writing."""
+    return CommitError(
+        f"job {layout.job_id} was committed or aborted while task attempt {attempt_id} was "
+        "still writing: its files were removed",
+        stage="commit_task",
+    )
+
+
+async def put_in_attempt(store: Store, layout: JobLayout, attempt_id: str, rel: str, data: bytes) -> None:
+    """A plain attempt's upload of one finished file into its attempt directory, then one
+    stat of the job marker (as a direct table attempt checks its instant after each upload,
+    :func:`~amcommit.table.direct.upload_stays`): if the job is over meanwhile (a zombie
+    attempt; the abort or commit removed the job directory, which this upload recreated),
+    the upload is deleted again and :func:`job_over` raised (the attempt then discards the
+    rest). Cost: one metadata request per uploaded file. Not atomic: an attempt killed
+    between the upload and its removal leaves the file, which the next commit, abort or
+    ``amcommit jobs --remove-leftovers`` of the destination removes
+    (:mod:`amcommit.committer.leftovers`)."""
+    path = join(layout.task_attempt_dir(attempt_id), rel)
+    await store.put(path, data)
+    if not await job_active(store, layout):
+        await store.delete(path)
+        raise job_over(layout, attempt_id)
+
+
+async def check_before_file(store: Store, layout: JobLayout, attempt_id: str) -> None:
+    """A plain attempt writing straight into its attempt directory (local files) checks the
+    job marker before it creates each file (one stat): a zombie attempt never recreates
+    the job directory with a new file; it fails with :func:`job_over` instead."""
+    if not await job_active(store, layout):
+        raise job_over(layout, attempt_id)
 
 
 async def keep_alive(store: Store, layout: JobLayout, ttl: float) -> None:
@@ -307,10 +346,13 @@ def run_task(
                     raise _decided(plan.table.instant, attempt_id)
                 placed[rel] = (got.size, got.etag)
 
+            async def put_in_work(rel: str, data: bytes) -> None:
+                await put_in_attempt(store, layout, attempt_id, rel, data)
+
             if plan.remote or local_os_path(store, work) is None:
                 tmp = attempt_spool_dir(attempt_id)
                 tmp_dir = tmp
-                uploads = _Uploads(portal, store, work, put_in_place if direct else None)
+                uploads = _Uploads(portal, store, work, put_in_place if direct else put_in_work)
 
                 def local_path(rel: str) -> str:
                     return os.path.join(tmp_dir, rel)
@@ -334,6 +376,7 @@ def run_task(
             else:
 
                 def local_path(rel: str) -> str:
+                    portal.call(check_before_file, store, layout, attempt_id)  # not a zombie
                     os_path = local_os_path(store, join(work, rel))
                     assert os_path is not None
                     return os_path
@@ -488,10 +531,13 @@ def _finisher(writer: PartitionedParquetWriter, uploads: _Uploads | None) -> Cal
 
 __all__ = [
     "TaskResult",
+    "check_before_file",
     "decode_manifest",
     "encode_manifest",
     "footer_schema_json",
     "job_layout",
+    "job_over",
+    "put_in_attempt",
     "run_task",
     "setup_attempt",
     "task_ids",
