@@ -70,7 +70,12 @@ _FAST_FIXTURES = frozenset(
     {"azurite", "adls_server", "fake_gcs", "gcs_double", "fake_gcs_sdk", "gcs_double_sdk", "spark"}
 )
 _FAST_FOLDERS = ("tests/spark/", "tests/azure/", "tests/gcs/", "tests/interop/", "tests/crash/")
-_FAST_FILES = ("test_benchmarks_smoke.py", "test_table_bench_smoke.py", "test_daft_reader.py", "test_emulator_cli.py")
+_FAST_FILES = (
+    "test_benchmarks_smoke.py",
+    "test_table_bench_smoke.py",
+    "test_daft_reader.py",
+    "test_emulator_cli.py",
+)
 _REMOTE_IDS = ("azurite", "blob", "dfs", "gcs", "double", "cloud", "another host")
 
 
