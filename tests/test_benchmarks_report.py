@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from benchmarks import common
-from tests.test_benchmarks_smoke import run_benchmark
+from benchmarks.smoke import run_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

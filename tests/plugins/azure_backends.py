@@ -38,6 +38,10 @@ CONFORMANCE: list[str] = [
 ]
 ENGINE: list[str] = list(CONFORMANCE)
 
+REQUEST_TIMEOUT = 20.0
+"""Seconds one request of a test's store may take on loopback before it is retried: a hung
+emulator request fails (or retries) in seconds instead of stalling a worker for minutes."""
+
 SDK_BLOB_API_VERSION = "2026-06-06"
 """Newest x-ms-version Azurite 3.37 accepts (the SDK's default is newer)."""
 
@@ -130,7 +134,7 @@ async def _blob_backend(az: Azurite, faulty: bool) -> AsyncIterator[StoreUnderTe
     from tests.backends import StoreUnderTest
 
     container = unique_name()
-    store = BlobStore(container, **az.store_options())
+    store = BlobStore(container, **az.store_options(), request_timeout=REQUEST_TIMEOUT)
     await store.create_container()
     extras: dict[str, object] = {"emulator": az, "container": container, "inner": store}
     extras.update(_blob_oracle(az, container))
@@ -152,7 +156,7 @@ async def _dfs_backend(srv: AdlsTestServer, faulty: bool) -> AsyncIterator[Store
     from tests.backends import StoreUnderTest
 
     fs = unique_name()
-    store = DfsStore(fs, **srv.store_options())
+    store = DfsStore(fs, **srv.store_options(), request_timeout=REQUEST_TIMEOUT)
     await store.create_filesystem()
     extras: dict[str, object] = {"emulator": srv, "container": fs, "inner": store}
     extras.update(_dfs_oracle(srv, fs))

@@ -109,6 +109,7 @@ def make_store(endpoint: str, bucket: str, **options: Any) -> GcsStore:
         "limiter": Limiter(max_concurrency=32),
         "write_rate": None,
         "retry": FAST_RETRY,
+        "request_timeout": 20.0,  # a hung emulator request is retried in seconds, not after 60 s
     }
     opts.update(options)
     return GcsStore(bucket, **opts)

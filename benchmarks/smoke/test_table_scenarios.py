@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_benchmarks_smoke import run_benchmark
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.smoke import ROOT, run_benchmark
 
 
 @pytest.mark.timeout(120)

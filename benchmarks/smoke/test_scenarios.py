@@ -5,21 +5,12 @@ verification, tables, JSON and plot. Not a measurement: the figures are not chec
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_benchmark(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``python -m <argv>`` from the repository root, output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+from benchmarks.smoke import ROOT, run_benchmark
 
 
 def _fake_gcs_available() -> bool:
