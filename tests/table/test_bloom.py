@@ -30,7 +30,18 @@ def test_hudi_footer_decodes_and_encodes_identically(vec: dict[str, Any]) -> Non
     assert idx.bloom is not None and idx.bloom.type_code == "DYNAMIC_V0"
     assert (idx.bloom.vector_size, idx.bloom.nb_hash, idx.bloom.nr) == (2_587_966, 30, 60_000)
     assert idx.may_hold(keys) == [True] * len(keys)
-    assert build_footer(keys) == footer  # byte for byte, every entry
+    # Hudi's writers' fixed size: byte for byte, every entry
+    assert build_footer(keys, BloomSettings(sized=False)) == footer
+    # amcommit's filter sized to the file's keys: the same entries but a smaller filter,
+    # in the same format (read by the parser that reads Hudi's)
+    sized = build_footer(keys)
+    assert {k: v for k, v in sized.items() if k != bloom.BLOOM_FILTER_KEY} == {
+        k: v for k, v in footer.items() if k != bloom.BLOOM_FILTER_KEY
+    }
+    mine = parse_footer(sized).bloom
+    assert mine is not None and mine.type_code == "DYNAMIC_V0" and (mine.nr, mine.current) == (len(keys),) * 2
+    assert len(sized[bloom.BLOOM_FILTER_KEY]) < len(footer[bloom.BLOOM_FILTER_KEY]) // 10
+    assert mine.might_contain(keys).all()
 
 
 def test_filter_rules_out_absent_keys() -> None:

@@ -16,6 +16,20 @@ metadata (``HoodieBloomFilterWriteSupport.finalizeMetadata``; all values are str
 
 Every record written adds its key to the filter and range (duplicates too).
 
+Sizing (amcommit's, :attr:`BloomSettings.sized`, on by default): Hudi's writers create every
+file's filter for ``num_entries`` keys before they know how many the file will hold, so a
+1-row file carries the same ~431 KB filter as a 60,000-row one. amcommit knows a file's keys
+when it writes the footer, so it builds the filter Hudi's writer would build with
+``num_entries`` = the file's key count (at least 1, at most the configured ``num_entries``):
+same format, same fpp for the file's keys, a size proportional to them (~5.4 bytes a key at
+fpp 1e-9). A file with more keys than ``num_entries`` gets today's filter byte for byte (rows
+of ``num_entries`` keys, growing to ``max_entries``, then round robin). The format records
+its own size (``nr``, the vector size and the row count are serialized; ``max_entries`` is
+not), so Hudi's readers (``InternalDynamicBloomFilter.readFields``, which reads whatever
+sizes the header states, and ``membershipTest``, which asks every row) read it as they read
+their own; a Hudi writer that rewrites the file group builds a new filter from its own
+settings. ``sized=False`` gives Hudi's fixed-size filter.
+
 Defaults (Hudi's ``HoodieIndexConfig``, unchanged in 0.14 / 0.15 / 1.x):
 ``hoodie.index.bloom.num_entries`` = 60000, ``hoodie.index.bloom.fpp`` = 1e-9,
 ``hoodie.bloom.index.filter.type`` = ``DYNAMIC_V0``,
@@ -57,7 +71,7 @@ import math
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -107,12 +121,23 @@ class BloomSettings:
     """``hoodie.bloom.index.filter.dynamic.max.entries``."""
     type_code: str = DYNAMIC_V0
     """``hoodie.bloom.index.filter.type``: ``DYNAMIC_V0`` or ``SIMPLE``."""
+    sized: bool = True
+    """amcommit's (no Hudi name): size each file's filter to its key count (module doc);
+    False: every filter is built for ``num_entries`` keys, as Hudi's writers build it."""
 
     def __post_init__(self) -> None:
         if self.type_code not in (SIMPLE, DYNAMIC_V0):
             raise ValueError(f"bloom filter type {self.type_code!r}: expected SIMPLE or DYNAMIC_V0")
         if self.num_entries <= 0 or not 0.0 < self.fpp < 1.0:
             raise ValueError("bloom filter: num_entries must be > 0 and fpp within (0, 1)")
+
+    def for_keys(self, n: int) -> BloomSettings:
+        """The settings of the filter of a file of ``n`` keys: with :attr:`sized`,
+        ``num_entries`` = ``n`` clamped to [1, num_entries] (the rest unchanged); else self."""
+        if not self.sized:
+            return self
+        want = max(1, min(n, self.num_entries))
+        return self if want == self.num_entries else replace(self, num_entries=want)
 
     @property
     def vector_size(self) -> int:
@@ -272,7 +297,9 @@ class BloomFilter:
         *,
         max_entries: int | None = None,
     ) -> BloomFilter:
-        """The filter Hudi's writer builds after adding ``keys`` in this order."""
+        """The filter Hudi's writer builds after adding ``keys`` in this order, with
+        ``settings`` as :meth:`BloomSettings.for_keys` sizes them for ``keys``."""
+        settings = settings.for_keys(len(keys))
         size, nb = settings.vector_size, settings.num_hashes
         nbytes = (size + 7) // 8
         pos = _positions([k.encode("utf-8") for k in keys], nb, size)

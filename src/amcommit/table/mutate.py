@@ -643,10 +643,13 @@ def record_key_strings(data: pa.Table, record_key: tuple[str, ...]) -> list[str]
 # -- I/O --------------------------------------------------------------------------------
 
 
-TAIL_GUESS = 576 * 1024
-"""Bytes read from a base file's end to get its footer in one request (Hudi's footers are
-~432 KB with the default bloom filter, plus the column statistics); a longer footer costs
-one more read."""
+TAIL_GUESS = 64 * 1024
+"""Bytes first read from a base file's end to get its footer in one request: amcommit's
+footers hold a bloom filter sized to the file's keys (~5.4 bytes a key at fpp 1e-9, so up to
+~10,000 keys fit). A longer footer (Hudi's writers' and amcommit's before it sized filters:
+~432 KB with the default filter) costs one more read, of exactly the footer, and raises
+:attr:`IndexReader.tail_guess` for the files read after it (a table of such files costs one
+read a footer after the first)."""
 
 
 def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
@@ -686,6 +689,9 @@ class IndexReader:
     """Path -> its key column as :meth:`key_array` read it, until :meth:`table` reads the
     rest of the file (the key column is not decoded twice)."""
     bytes_read: int = 0
+    tail_guess: int = TAIL_GUESS
+    """Bytes read from a file's end for its footer: :data:`TAIL_GUESS`, raised to the
+    longest footer met so far (a table's files tend to have footers of one size)."""
 
     def _local(self, rel: str) -> str | None:
         return local_os_path(self.store, join(self.dest, rel))
@@ -722,12 +728,14 @@ class IndexReader:
             md = await anyio.to_thread.run_sync(pq.read_metadata, local)
             return parse_footer(md.metadata, where=rel)
         size = await self._size(rel, size)
-        tail = await self._range(rel, max(0, size - TAIL_GUESS), min(size, TAIL_GUESS))
+        guess = self.tail_guess
+        tail = await self._range(rel, max(0, size - guess), min(size, guess))
         if len(tail) < 8 or tail[-4:] != b"PAR1":
             raise ManifestError(f"{rel}: not a Parquet file (no footer)")
         n = int.from_bytes(tail[-8:-4], "little") + 8
         if n > len(tail):
             tail = await self._range(rel, size - n, n)
+            self.tail_guess = max(self.tail_guess, n)
         footer = tail[-n:]
         md = pq.read_metadata(pa.BufferReader(footer))
         self.footers[rel] = (md, footer, size)
