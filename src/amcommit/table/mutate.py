@@ -33,7 +33,8 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
 - **Index** (:mod:`amcommit.table.bloom`): the files of the latest snapshot in the
   partitions of the incoming keys are candidates for a key when their footer's key range
   holds it and their bloom filter says maybe (only footers are read: on local files just
-  the footer, elsewhere the object; :attr:`MutateReport.footers_read`); a candidate is
+  the footer, elsewhere a ranged read of the object's end, :data:`TAIL_GUESS`;
+  :attr:`MutateReport.footers_read`); a candidate is
   confirmed by reading only its ``_hoodie_record_key`` column
   (:attr:`MutateReport.key_columns_read`).
 - **Concurrency** (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``): the
