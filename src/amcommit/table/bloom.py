@@ -21,9 +21,10 @@ file's filter for ``num_entries`` keys before they know how many the file will h
 1-row file carries the same ~431 KB filter as a 60,000-row one. amcommit knows a file's keys
 when it writes the footer, so it builds the filter Hudi's writer would build with
 ``num_entries`` = the file's key count (at least 1, at most the configured ``num_entries``):
-same format, same fpp for the file's keys, a size proportional to them (~5.4 bytes a key at
-fpp 1e-9). A file with more keys than ``num_entries`` gets today's filter byte for byte (rows
-of ``num_entries`` keys, growing to ``max_entries``, then round robin). The format records
+same format, same fpp for the file's keys, a size proportional to them (43.1 bits a key at
+fpp 1e-9: ~5.4 bytes, ~7.2 in the footer's Base64). A file with more keys than
+``num_entries`` gets the fixed filter byte for byte (rows of ``num_entries`` keys, growing
+to ``max_entries``, then round robin). The format records
 its own size (``nr``, the vector size and the row count are serialized; ``max_entries`` is
 not), so Hudi's readers (``InternalDynamicBloomFilter.readFields``, which reads whatever
 sizes the header states, and ``membershipTest``, which asks every row) read it as they read

@@ -646,8 +646,8 @@ def record_key_strings(data: pa.Table, record_key: tuple[str, ...]) -> list[str]
 
 TAIL_GUESS = 64 * 1024
 """Bytes first read from a base file's end to get its footer in one request: amcommit's
-footers hold a bloom filter sized to the file's keys (~5.4 bytes a key at fpp 1e-9, so up to
-~10,000 keys fit). A longer footer (Hudi's writers' and amcommit's before it sized filters:
+footers hold a bloom filter sized to the file's keys (~7.2 Base64 bytes a key at fpp 1e-9:
+a file of up to ~8,000 keys). A longer footer (Hudi's writers' and amcommit's before it sized filters:
 ~432 KB with the default filter) costs one more read, of exactly the footer, and raises
 :attr:`IndexReader.tail_guess` for the files read after it (a table of such files costs one
 read a footer after the first)."""
