@@ -16,8 +16,8 @@ From the suite's ``benchmarks.json`` (:data:`PLOTS`, also drawn by ``python -m b
 * ``spark_write.png``: rows per second of whole Spark writes.
 
 From the other result files next to it (:data:`FILE_PLOTS`; skipped where a file is missing):
-``scale.png``, ``table_commit.png``, ``table_changes.png``, ``table_upsert.png``, ``stream_commit.png``,
-``event_loop.png``, ``azurite_before_after.png``, ``store_renames.png``, and issue 26's
+``scale.png``, ``table_commit.png``, ``table_changes.png``, ``table_upsert.png``, ``table_footers.png``,
+``stream_commit.png``, ``event_loop.png``, ``azurite_before_after.png``, ``store_renames.png``, and issue 26's
 ``direct_commit.png``, ``direct_latency.png``, ``direct_spark.png``, ``stream_direct.png``.
 
 Bars are horizontal, one colour per kind of contender (amcommit, the raw client ceiling, a
@@ -515,6 +515,58 @@ def plot_table_upsert(results: Path, path: Path) -> Path | None:
     return _save(fig, {"amcommit", "raw"}, path, {"amcommit": "upsert", "raw": "whole rewrite"})
 
 
+def plot_table_footers(results: Path, path: Path) -> Path | None:
+    """Issue 36: file sizes, then per backend the footer pass's and the upsert's time, of
+    sized bloom filters against the fixed 60,000-entry filter."""
+    got = _load(results, "table_footers.json")
+    if got is None:
+        return None
+    (d,) = got
+    backends = list(dict.fromkeys(r["backend"] for r in d["summary"]))
+    title = f"Bloom filters sized to each file's keys ({d['rows_in_table']:,} rows, {d['files']} files)"
+    fig, axes = _figure(1 + len(backends), 6, [run_of(d)], title)
+    kind = {"sized": "amcommit", "fixed": "raw"}
+    sizes = [
+        (
+            f"{r['contender']}, {r['rows']:,} row{'s' if r['rows'] > 1 else ''} in {r['files']} file{'s' if r['files'] > 1 else ''}",
+            r["file_bytes"] / 1000,
+            f"{r['file_bytes'] / 1000:,.1f} KB (filter {r['filter_bytes'] / 1000:,.1f} KB)",
+            kind[r["contender"]],
+        )
+        for r in sorted(d["sizes"], key=lambda r: (r["rows"], r["contender"] != "fixed"))
+    ]
+    bars(axes[0], sizes, "File sizes (lower is better)", "KB (log scale)", log=True)
+    names = {"local": "local files", "gcs": "fake-gcs-server"}
+    for ax, be in zip(axes[1:], backends, strict=True):
+        rows = [r for r in d["summary"] if r["backend"] == be]
+        bs = [
+            (
+                f"footer pass, {r['contender']}",
+                r["index_ms"],
+                f"{r['index_ms']:,.0f} ms, {r['footer_bytes'] / 1e6:.2f} MB read",
+                kind.get(r["contender"], "before"),
+            )
+            for r in rows
+        ]
+        bs += [
+            (
+                f"upsert, {r['contender']}",
+                1000 * r["upsert_s"],
+                f"{r['upsert_s']:.2f} s",
+                kind[r["contender"]],
+            )
+            for r in rows
+            if r.get("upsert_s") is not None
+        ]
+        bars(ax, bs, f"{names.get(be, be)}: late batch, medians (lower is better)", "milliseconds")
+    return _save(
+        fig,
+        {"amcommit", "raw", "before"},
+        path,
+        {"amcommit": "sized", "raw": "fixed 60,000 entries", "before": "fixed, the reader before"},
+    )
+
+
 def plot_stream(results: Path, path: Path) -> Path | None:
     got = _load(results, "stream_commit.json")
     if got is None:
@@ -869,6 +921,7 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "table_commit": plot_table_commit,
     "table_changes": plot_table_changes,
     "table_upsert": plot_table_upsert,
+    "table_footers": plot_table_footers,
     "stream_commit": plot_stream,
     "event_loop": plot_event_loop,
     "azurite_before_after": plot_azurite,
