@@ -24,12 +24,12 @@ when it writes the footer, so it builds the filter Hudi's writer would build wit
 same format, same fpp for the file's keys, a size proportional to them (43.1 bits a key at
 fpp 1e-9: ~5.4 bytes, ~7.2 in the footer's Base64). A file with more keys than
 ``num_entries`` gets the fixed filter byte for byte (rows of ``num_entries`` keys, growing
-to ``max_entries``, then round robin). The format records
-its own size (``nr``, the vector size and the row count are serialized; ``max_entries`` is
-not), so Hudi's readers (``InternalDynamicBloomFilter.readFields``, which reads whatever
-sizes the header states, and ``membershipTest``, which asks every row) read it as they read
-their own; a Hudi writer that rewrites the file group builds a new filter from its own
-settings. ``sized=False`` gives Hudi's fixed-size filter.
+to ``max_entries``, then round robin). The format records its own size (``nr``, the
+vector size and the row count are serialized; ``max_entries`` is not), so Hudi's readers
+(``InternalDynamicBloomFilter.readFields``, which reads whatever sizes the header states,
+and ``membershipTest``, which asks every row) read it as they read their own; a Hudi writer
+that rewrites the file group builds a new filter from its own settings. ``sized=False``
+gives Hudi's fixed-size filter.
 
 Defaults (Hudi's ``HoodieIndexConfig``, unchanged in 0.14 / 0.15 / 1.x):
 ``hoodie.index.bloom.num_entries`` = 60000, ``hoodie.index.bloom.fpp`` = 1e-9,

@@ -647,10 +647,10 @@ def record_key_strings(data: pa.Table, record_key: tuple[str, ...]) -> list[str]
 TAIL_GUESS = 64 * 1024
 """Bytes first read from a base file's end to get its footer in one request: amcommit's
 footers hold a bloom filter sized to the file's keys (~7.2 Base64 bytes a key at fpp 1e-9:
-a file of up to ~8,000 keys). A longer footer (Hudi's writers' and amcommit's before it sized filters:
-~432 KB with the default filter) costs one more read, of exactly the footer, and raises
-:attr:`IndexReader.tail_guess` for the files read after it (a table of such files costs one
-read a footer after the first)."""
+a file of up to ~8,000 keys). A longer footer (Hudi's writers', and amcommit's before it
+sized filters: ~432 KB with the default filter) costs one more read, of exactly the footer,
+and raises :attr:`IndexReader.tail_guess` for the files read after it (a table of such files
+costs one read a footer after the first)."""
 
 
 def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
@@ -736,9 +736,9 @@ class IndexReader:
         n = int.from_bytes(tail[-8:-4], "little") + 8
         if n > len(tail):
             tail = await self._range(rel, size - n, n)
-            self.tail_guess = max(self.tail_guess, n)
         footer = tail[-n:]
         md = pq.read_metadata(pa.BufferReader(footer))
+        self.tail_guess = max(self.tail_guess, n)  # a footer that parsed: its length is real
         self.footers[rel] = (md, footer, size)
         return parse_footer(md.metadata, where=rel)
 
