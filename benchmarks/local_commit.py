@@ -53,23 +53,26 @@ from benchmarks.common import (
 
 JOB = "202611220200_0001"
 ONE_BY_ONE = "amcommit one by one"
-CONTENDERS = ("amcommit", ONE_BY_ONE, "sequential")
+DURABLE = "amcommit fsync"
+DURABLE_EACH = "amcommit fsync each"
+CONTENDERS = ("amcommit", ONE_BY_ONE, "sequential", DURABLE, DURABLE_EACH)
+DEFAULT_CONTENDERS = ("amcommit", ONE_BY_ONE, "sequential")
 
 
-def write_task_files(root: str, layout: JobLayout, tasks: int, files: int) -> None:
+def write_task_files(root: str, layout: JobLayout, tasks: int, files: int, dirs: int = 10) -> None:
     for t in range(tasks):
         work = os.path.join(root, layout.task_attempt_dir(f"attempt_{JOB}_m_{t:06d}_0"))
         for i in range(files):
-            d = os.path.join(work, f"day={i % 10}")
+            d = os.path.join(work, f"day={i % dirs}")
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, f"part-{t:05d}-{i:04d}.parquet"), "wb") as f:
                 f.write(b"x" * 1024)
 
 
-async def prepare(root: str, tasks: int, files: int) -> None:
+async def prepare(root: str, tasks: int, files: int, dirs: int = 10) -> None:
     store = LocalStore(root, fsync=False)
     layout = await setup_job(store, "dest", JOB)
-    write_task_files(root, layout, tasks, files)
+    write_task_files(root, layout, tasks, files, dirs)
     async with anyio.create_task_group() as tg:
         for t in range(tasks):
             tg.start_soon(commit_task, store, layout, f"task_{JOB}_m_{t:06d}", f"attempt_{JOB}_m_{t:06d}_0")
@@ -84,9 +87,17 @@ def contender(name: str, root: str) -> dict[str, Any]:
         if name.startswith("amcommit"):
             config = CommitterConfig(rename_batch_size=1) if name == ONE_BY_ONE else CommitterConfig()
 
+            if name == DURABLE_EACH:  # the rule before issue 35: both parents of every rename
+                import amcommit.store.local as local_mod
+
+                local_mod.dir_sync_rule = lambda path: "each"  # type: ignore[assignment,unused-ignore]
+
             async def run() -> tuple[Any, str]:
-                store = LocalStore(root, fsync=False)
-                return await commit_job(store, "dest", JOB, config=config), running_loop()
+                # fsync: the store's default (durable renames), else off
+                store = LocalStore(root, fsync=name in (DURABLE, DURABLE_EACH))
+                async with store:
+                    report = await commit_job(store, "dest", JOB, config=config)
+                return report, running_loop()
 
             report, ran_on = amcommit_loop.run(run)
             files = report.files
@@ -99,7 +110,7 @@ def contender(name: str, root: str) -> dict[str, Any]:
                 for dirpath, _, names in os.walk(base):
                     for n in names:
                         src = os.path.join(dirpath, n)
-                        os.renames(src, os.path.join(dest, os.path.relpath(src, base)))
+                        os.renames(src, os.path.join(dest, os.path.relpath(src, base)))  # no fsync
                         files += 1
             with open(os.path.join(dest, "_SUCCESS"), "wb"):
                 pass
@@ -135,15 +146,17 @@ def run(
     files: int,
     rounds: int,
     log: Any = sys.stderr,
-    contenders: tuple[str, ...] = CONTENDERS,
+    contenders: tuple[str, ...] = DEFAULT_CONTENDERS,
+    dirs: int = 10,
+    where: str | None = None,
 ) -> dict[str, Any]:
     """Every contender ``rounds`` times, alternating, each on a freshly prepared job;
     returns the rows, each contender's best, the ratios to the sequential loop (of the
     best rounds, and per round with median and range) and amcommit's median stage times."""
     rows = []
     for r, name in alternate(rounds, contenders):
-        with scratch_dir("amc-local-") as root:
-            anyio.run(prepare, root, tasks, files)
+        with scratch_dir("amc-local-", where) as root:
+            anyio.run(prepare, root, tasks, files, dirs)
             load = os.getloadavg()[0]
             row = run_isolated("benchmarks.local_commit", ["--worker", name, root])
             verify(root, tasks * files)
@@ -154,14 +167,22 @@ def run(
     seconds = {n: [x["seconds"] for x in rows if x["contender"] == n] for n in contenders}
     for x in summary:
         x["median_s"] = statistics.median(seconds[x["contender"]])
-    out: dict[str, Any] = {"rows": summary, "runs": rows, "files": tasks * files}
+    out: dict[str, Any] = {"rows": summary, "runs": rows, "files": tasks * files, "dirs": dirs}
+    if where is not None:
+        out["where"] = where
+        out["dir_sync_rule"] = run_isolated("benchmarks.local_commit", ["--rule", where])["rule"]
     columns = [*COLUMNS, "median_s"]
     if "sequential" in best:
         seq = best["sequential"]["seconds"]
         for x in summary:
             x["x_sequential"] = round(seq / x["seconds"], 2)
         columns.append("x_sequential")
-        for name, key in (("amcommit", "speedup_vs_sequential"), (ONE_BY_ONE, "one_by_one_vs_sequential")):
+        for name, key in (
+            ("amcommit", "speedup_vs_sequential"),
+            (ONE_BY_ONE, "one_by_one_vs_sequential"),
+            (DURABLE, "fsync_vs_sequential"),
+            (DURABLE_EACH, "fsync_each_vs_sequential"),
+        ):
             if name in best:
                 out[key] = seq / best[name]["seconds"]
                 per_round = [s / a for s, a in zip(seconds["sequential"], seconds[name], strict=True)]
@@ -170,7 +191,7 @@ def run(
     if amc:
         out["amcommit_stage_ms_median"] = {k: statistics.median(a.get(k, 0.0) for a in amc) for k in amc[0]}
     out["load_before"] = _spread([x["load_before"] for x in rows])
-    title = f"Local job commit, {tasks * files:,} files in {tasks} manifests (best of {rounds})"
+    title = f"Local job commit, {tasks * files:,} files in {tasks} manifests, {dirs} directories (best of {rounds})"
     out["table"] = table(summary, columns, title)
     return out
 
@@ -180,20 +201,30 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=200)
     p.add_argument("--files", type=int, default=100)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dirs", type=int, default=10, help="partition directories (each task writes into all)")
+    p.add_argument("--where", default=None, help="directory for the scratch trees (default: /dev/shm)")
     p.add_argument(
-        "--contenders", default=",".join(CONTENDERS), help="comma-separated, of: " + ", ".join(CONTENDERS)
+        "--contenders",
+        default=",".join(DEFAULT_CONTENDERS),
+        help="comma-separated, of: " + ", ".join(CONTENDERS),
     )
     p.add_argument("--worker", nargs=2, metavar=("CONTENDER", "ROOT"), help=argparse.SUPPRESS)
+    p.add_argument("--rule", metavar="DIR", help=argparse.SUPPRESS)
     add_save_arg(p)
     a = p.parse_args()
     if a.worker:
         print(json.dumps(contender(*a.worker)))
         return
+    if a.rule:
+        from amcommit.store.local import dir_sync_rule
+
+        print(json.dumps({"rule": dir_sync_rule(a.rule)}))
+        return
     chosen = tuple(c.strip() for c in a.contenders.split(",") if c.strip())
     unknown = set(chosen) - set(CONTENDERS)
     if unknown:
         p.error(f"unknown contenders: {', '.join(sorted(unknown))}")
-    res = run(a.tasks, a.files, a.rounds, contenders=chosen)
+    res = run(a.tasks, a.files, a.rounds, contenders=chosen, dirs=a.dirs, where=a.where)
     print(res["table"])
     if "speedup_vs_sequential" in res:
         pr = res["speedup_vs_sequential_per_round"]
@@ -203,6 +234,15 @@ def main() -> None:
         )
     if "one_by_one_vs_sequential" in res:
         print(f"renaming one by one: {res['one_by_one_vs_sequential']:.2f}x (best rounds)")
+    for key, what in (("fsync_vs_sequential", DURABLE), ("fsync_each_vs_sequential", DURABLE_EACH)):
+        if key in res:
+            pr = res[key + "_per_round"]
+            print(
+                f"{what}: {res[key]:.2f}x (best rounds); per round median {pr['median']:.2f}x, "
+                f"range {pr['min']:.2f}-{pr['max']:.2f}x"
+            )
+    if "dir_sync_rule" in res:
+        print(f"directory sync rule of {res['where']}: {res['dir_sync_rule']}")
     if "amcommit_stage_ms_median" in res:
         print("amcommit median stage ms:", res["amcommit_stage_ms_median"])
     ld = res["load_before"]
