@@ -1,6 +1,8 @@
 """Renames in flight follow the store's limiter (issue 35 item 3): with ``io_threads`` at its
-default, a job commit renames as many files at once as the store's in-flight ceiling allows
-(not a fixed 128 below it); an ``io_threads`` set to anything else bounds them.
+default, a job commit renames as many files at once as the store limiter's in-flight limit
+allows now, plus a headroom (:class:`~amcommit.committer.stages.rename_files.FollowGate`),
+never more than its ceiling (not a fixed 128); an ``io_threads`` set to anything else
+bounds them.
 
 Real parts: a local store under a limiter with an in-flight limit, wrapped in the
 :class:`~amcommit.testing.FaultyStore` of the test kit, whose latency rule holds each rename
@@ -15,6 +17,7 @@ import pytest
 
 from amcommit.committer.config import DEFAULT_IO_THREADS, CommitterConfig
 from amcommit.committer.job import commit_job, setup_job
+from amcommit.committer.stages.rename_files import HEADROOM_MIN
 from amcommit.store.adaptive import AdaptiveLimit
 from amcommit.store.base import RenameResult, Store
 from amcommit.store.limits import Limiter
@@ -61,13 +64,23 @@ async def _commit(root: Path, limiter: Limiter, config: CommitterConfig) -> int:
 
 @pytest.mark.parametrize("ceiling", [256, 200])
 async def test_renames_in_flight_follow_the_store_ceiling(tmp_path: Path, ceiling: int) -> None:
-    """Default ``io_threads``: up to the limiter's adaptive ceiling of renames at once, more
-    than the default's 128, never more than the ceiling."""
+    """Default ``io_threads``: with the adaptive limit at its ceiling (pinned there: floor =
+    ceiling), as many renames at once as the ceiling, more than the default's 128, never
+    more (the headroom stops at the ceiling)."""
     limiter = Limiter(
-        max_concurrency=None, adaptive=AdaptiveLimit(initial=ceiling, floor=32, ceiling=ceiling)
+        max_concurrency=None, adaptive=AdaptiveLimit(initial=ceiling, floor=ceiling, ceiling=ceiling)
     )
     peak = await _commit(tmp_path, limiter, CommitterConfig(rename_batch_size=1))
     assert peak == ceiling > DEFAULT_IO_THREADS
+
+
+async def test_renames_in_flight_follow_the_adaptive_limit_now(tmp_path: Path) -> None:
+    """An adaptive limit at 40 (its floor; the local store's round trips never reach it, so
+    it does not grow) with a ceiling of 512: 40 renames plus the headroom (a quarter, at
+    least 8) at once, not the ceiling's 512 (nor the old fixed 128)."""
+    limiter = Limiter(max_concurrency=None, adaptive=AdaptiveLimit(initial=40, floor=40, ceiling=512))
+    peak = await _commit(tmp_path, limiter, CommitterConfig(rename_batch_size=1))
+    assert peak == 40 + HEADROOM_MIN + 2
 
 
 async def test_fixed_store_limit_and_explicit_io_threads_bound_the_renames(tmp_path: Path) -> None:
