@@ -75,12 +75,15 @@ async def test_renames_in_flight_follow_the_store_ceiling(tmp_path: Path, ceilin
 
 
 async def test_renames_in_flight_follow_the_adaptive_limit_now(tmp_path: Path) -> None:
-    """An adaptive limit at 40 (its floor; the local store's round trips never reach it, so
-    it does not grow) with a ceiling of 512: 40 renames plus the headroom (a quarter, at
-    least 8) at once, not the ceiling's 512 (nor the old fixed 128)."""
+    """An adaptive limit at 200 (its floor; the local store's round trips never reach it,
+    so it does not grow) with a ceiling of 512: 200 renames plus the headroom (a quarter,
+    at least 8) at once, not the ceiling's 512 (nor the old fixed 128). A limit at 40: the
+    default's 128 (never fewer)."""
+    limiter = Limiter(max_concurrency=None, adaptive=AdaptiveLimit(initial=200, floor=200, ceiling=512))
+    peak = await _commit(tmp_path / "a", limiter, CommitterConfig(rename_batch_size=1))
+    assert peak == 200 + max(HEADROOM_MIN, 200 // 4) == 250
     limiter = Limiter(max_concurrency=None, adaptive=AdaptiveLimit(initial=40, floor=40, ceiling=512))
-    peak = await _commit(tmp_path, limiter, CommitterConfig(rename_batch_size=1))
-    assert peak == 40 + HEADROOM_MIN + 2
+    assert await _commit(tmp_path / "b", limiter, CommitterConfig(rename_batch_size=1)) == DEFAULT_IO_THREADS
 
 
 async def test_fixed_store_limit_and_explicit_io_threads_bound_the_renames(tmp_path: Path) -> None:
