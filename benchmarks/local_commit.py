@@ -9,7 +9,13 @@ time and peak RSS are its own):
 * ``amcommit one by one``: the same with ``rename_batch_size=1`` (one coroutine per
   rename, the path every remote store takes), to show what batching is worth;
 * ``sequential``: the FileOutputCommitter v1 way: one thread renames every file of every
-  committed attempt into place, one at a time (``os.renames``), then writes ``_SUCCESS``.
+  committed attempt into place, one at a time (``os.renames``), then writes ``_SUCCESS``;
+* ``rename loop``: the same with a bare ``os.rename`` per file (each destination directory
+  made once, no ``os.renames`` bookkeeping);
+* ``amcommit fsync``: ``commit_job`` on the store's default ``fsync=True`` (renames made
+  durable before the journal records them, as ``dir_sync_rule`` says for the file system
+  of ``--where``); ``amcommit fsync each``: the same with the rule before issue 35 (both
+  directories of every rename fsynced), the baseline of the same run.
 
 Rounds alternate between contenders. The destination is verified after every round.
 Besides each contender's best round, the result gives medians and ranges over the rounds,
@@ -18,6 +24,8 @@ round), amcommit's stage times and the load average before every round.
 
     python -m benchmarks.local_commit --tasks 200 --files 100 --rounds 2
     python -m benchmarks.local_commit --rounds 7 --contenders amcommit,sequential
+    python -m benchmarks.local_commit --dirs 100 --where /var/tmp \
+        --contenders "rename loop,amcommit fsync,amcommit fsync each,amcommit"
 
 Results: ``benchmarks/results/tmp/local_commit.json`` (``--save``: ``benchmarks/results/``).
 """
@@ -55,7 +63,8 @@ JOB = "202611220200_0001"
 ONE_BY_ONE = "amcommit one by one"
 DURABLE = "amcommit fsync"
 DURABLE_EACH = "amcommit fsync each"
-CONTENDERS = ("amcommit", ONE_BY_ONE, "sequential", DURABLE, DURABLE_EACH)
+RENAME_LOOP = "rename loop"
+CONTENDERS = ("amcommit", ONE_BY_ONE, "sequential", DURABLE, DURABLE_EACH, RENAME_LOOP)
 DEFAULT_CONTENDERS = ("amcommit", ONE_BY_ONE, "sequential")
 
 
@@ -107,10 +116,19 @@ def contender(name: str, root: str) -> dict[str, Any]:
             tasks_dir = os.path.join(root, layout.tasks_dir)
             for attempt in sorted(os.listdir(tasks_dir)):
                 base = os.path.join(tasks_dir, attempt)
+                made: set[str] = set()
                 for dirpath, _, names in os.walk(base):
                     for n in names:
                         src = os.path.join(dirpath, n)
-                        os.renames(src, os.path.join(dest, os.path.relpath(src, base)))  # no fsync
+                        dst = os.path.join(dest, os.path.relpath(src, base))
+                        if name == "sequential":
+                            os.renames(src, dst)  # no fsync
+                        else:  # RENAME_LOOP: each directory made once, then os.rename only
+                            d = os.path.dirname(dst)
+                            if d not in made:
+                                os.makedirs(d, exist_ok=True)
+                                made.add(d)
+                            os.rename(src, dst)
                         files += 1
             with open(os.path.join(dest, "_SUCCESS"), "wb"):
                 pass
@@ -157,6 +175,8 @@ def run(
     for r, name in alternate(rounds, contenders):
         with scratch_dir("amc-local-", where) as root:
             anyio.run(prepare, root, tasks, files, dirs)
+            if where is not None:  # a disk: the tasks' output on it first (the round measures the commit)
+                os.sync()
             load = os.getloadavg()[0]
             row = run_isolated("benchmarks.local_commit", ["--worker", name, root])
             verify(root, tasks * files)
@@ -187,6 +207,17 @@ def run(
                 out[key] = seq / best[name]["seconds"]
                 per_round = [s / a for s, a in zip(seconds["sequential"], seconds[name], strict=True)]
                 out[key + "_per_round"] = _spread(per_round) | {"rounds": per_round}
+    if RENAME_LOOP in best:  # the same ratios to the bare os.rename loop
+        loop = best[RENAME_LOOP]["seconds"]
+        for x in summary:
+            x["x_rename_loop"] = round(loop / x["seconds"], 2)
+        columns.append("x_rename_loop")
+        for name in (DURABLE, DURABLE_EACH, "amcommit"):
+            if name in best:
+                per_round = [s / a for s, a in zip(seconds[RENAME_LOOP], seconds[name], strict=True)]
+                out.setdefault("vs_rename_loop", {})[name] = (
+                    {"best": loop / best[name]["seconds"]} | _spread(per_round) | {"rounds": per_round}
+                )
     amc = [x["stage_ms"] for x in rows if x["contender"] == "amcommit"]
     if amc:
         out["amcommit_stage_ms_median"] = {k: statistics.median(a.get(k, 0.0) for a in amc) for k in amc[0]}
@@ -241,6 +272,11 @@ def main() -> None:
                 f"{what}: {res[key]:.2f}x (best rounds); per round median {pr['median']:.2f}x, "
                 f"range {pr['min']:.2f}-{pr['max']:.2f}x"
             )
+    for name, r in res.get("vs_rename_loop", {}).items():
+        print(
+            f"{name} vs the bare rename loop: {r['best']:.2f}x (best rounds); per round median "
+            f"{r['median']:.2f}x, range {r['min']:.2f}-{r['max']:.2f}x"
+        )
     if "dir_sync_rule" in res:
         print(f"directory sync rule of {res['where']}: {res['dir_sync_rule']}")
     if "amcommit_stage_ms_median" in res:
