@@ -66,9 +66,9 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     io_threads: int = DEFAULT_IO_THREADS
     """Concurrent file operations (renames, deletes, mkdirs) during job commit. At the
     default (:data:`DEFAULT_IO_THREADS`), the renames made path by path follow the store's
-    limiter instead: as many in flight as its in-flight ceiling (an HTTP store's adaptive
-    limit, at most 1,024 requests), so that limit bounds them (see
-    :func:`~amcommit.committer.stages.rename_files.rename_workers`); any other value bounds
+    limiter instead: its in-flight limit now plus a headroom, never fewer than the default,
+    never more than its ceiling (an HTTP store's adaptive limit: 1,024 requests; see
+    :class:`~amcommit.committer.stages.rename_files.FollowGate`); any other value bounds
     the renames too."""
     io_rate: float | None = None
     """Upper bound on file operations started per second by one job commit (None: none);
