@@ -242,9 +242,10 @@ def best_of(
 
 
 @contextmanager
-def scratch_dir(prefix: str) -> Iterator[str]:
-    """A fresh temporary directory (in ``/dev/shm`` where writable), removed afterwards."""
-    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+def scratch_dir(prefix: str, where: str | None = None) -> Iterator[str]:
+    """A fresh temporary directory (in ``where``, else in ``/dev/shm`` where writable),
+    removed afterwards."""
+    base = where if where is not None else "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     root = tempfile.mkdtemp(prefix=prefix, dir=base)
     try:
         yield root

@@ -1,14 +1,20 @@
-"""Local durability (issue 23 item 13): with ``fsync`` on, the directories a rename changed
-(its source's and its destination's parent) are fsynced before the journal records the
-rename; with ``fsync`` off nothing is fsynced.
+"""Local durability (issue 23 item 13, issue 35 item 4): with ``fsync`` on, every rename is
+made durable before the journal records it, as :func:`~amcommit.store.local.dir_sync_rule`
+says for the file system: both directories of every rename fsynced (``each``), the
+destination directories only (``dest``: journaling file systems), one ``syncfs``
+(``syncfs``: ext4 without a journal), nothing (``none``: tmpfs); with ``fsync`` off nothing
+is fsynced.
 
 The system calls are observed from the test by wrapping ``renameat2`` (every rename of the
-local store), ``os.fsync`` and ``os.replace`` (the journal's whole-file write lands with it),
-in the order they happen, across the store's worker threads.
+local store), ``os.fsync``, ``syncfs`` and ``os.replace`` (the journal's whole-file write
+lands with it), in the order they happen, across the store's worker threads. The rule is
+forced per test (the store's choice of what to sync is tested on any file system); the
+detection itself is compared with ``/proc/mounts``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import stat
@@ -31,7 +37,7 @@ JOB = "202611270001_0001"
 
 class Calls:
     """The recorded calls, in order: ``("rename", src dir, dst dir)``, ``("fsync", path,
-    is_dir)``, ``("journal", state)``."""
+    is_dir)``, ``("syncfs", path)``, ``("journal", state)``."""
 
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
@@ -60,6 +66,13 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
         real_fsync(fd)
         rec.add("fsync", os.readlink(f"/proc/self/fd/{fd}"), stat.S_ISDIR(os.fstat(fd).st_mode))
 
+    real_syncfs = getattr(local_mod, "_syncfs", None)
+
+    def syncfs(fd: int) -> None:
+        assert real_syncfs is not None
+        real_syncfs(fd)
+        rec.add("syncfs", os.readlink(f"/proc/self/fd/{fd}"))
+
     def replace(src: Any, dst: Any, **kw: Any) -> None:
         state = None
         if str(dst).endswith("/journal.json"):
@@ -71,7 +84,14 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     monkeypatch.setattr(local_mod, "_renameat2", mv)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    if real_syncfs is not None:
+        monkeypatch.setattr(local_mod, "_syncfs", syncfs)
     return rec
+
+
+def _force_rule(monkeypatch: pytest.MonkeyPatch, rule: str) -> None:
+    """Make the store treat every file system as ``rule`` says."""
+    monkeypatch.setattr(local_mod, "dir_sync_rule", lambda path: rule, raising=False)
 
 
 async def _commit(root: Path, *, fsync: bool, batch: int, calls: Calls) -> dict[str, bytes]:
@@ -110,10 +130,27 @@ def _check_order(events: list[tuple[Any, ...]], journal_state: str) -> set[str]:
     return set(last_change)
 
 
+def _renames_before(events: list[tuple[Any, ...]], journal_state: str) -> tuple[int, dict[str, int]]:
+    """The index of the journal write of ``journal_state`` and the index of the last rename
+    into each destination directory before it."""
+    at = events.index(("journal", journal_state))
+    last_into: dict[str, int] = {}
+    for i, e in enumerate(events[:at]):
+        if e[0] == "rename":
+            last_into[e[2]] = i
+    assert last_into, "no rename before the journal write"
+    return at, last_into
+
+
+def _expected_files() -> list[str]:
+    return sorted(f"p={p}/part-{n}-{k}.bin" for n in range(2) for p in range(2) for k in range(3))
+
+
 @pytest.mark.parametrize("batch", [256, 1], ids=["rename-batches", "rename-one-by-one"])
 async def test_renames_fsync_their_directories_before_the_journal(
-    tmp_path: Path, calls: Calls, batch: int
+    tmp_path: Path, calls: Calls, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _force_rule(monkeypatch, "each")
     files = await _commit(tmp_path, fsync=True, batch=batch, calls=calls)
     assert sorted(files) == sorted(
         f"p={p}/part-{n}-{k}.bin" for n in range(2) for p in range(2) for k in range(3)
@@ -132,7 +169,117 @@ async def test_renames_fsync_their_directories_before_the_journal(
     assert len(dir_syncs) == len({e[1] for e in dir_syncs}) <= len(dirs) + 2
 
 
+@pytest.mark.parametrize("batch", [256, 1], ids=["rename-batches", "rename-one-by-one"])
+async def test_journaling_file_system_fsyncs_destination_directories_only(
+    tmp_path: Path, calls: Calls, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dest`` (ext4 with its journal, xfs): every directory a rename went into is fsynced
+    after its last rename and before the journal records the renames; no directory that
+    only lost files is fsynced (its change is in the same journal transaction)."""
+    _force_rule(monkeypatch, "dest")
+    files = await _commit(tmp_path, fsync=True, batch=batch, calls=calls)
+    assert sorted(files) == _expected_files()
+    assert files["p=0/part-0-0.bin"] == b"000"
+    events = calls.events
+    at, last_into = _renames_before(events, "renamed")
+    for d, i in last_into.items():
+        assert [j for j in range(i + 1, at) if events[j][:3] == ("fsync", d, True)], (
+            f"destination directory {d} was not fsynced before the journal said renamed"
+        )
+    root = str(tmp_path)
+    assert {f"{root}/dest/p=0", f"{root}/dest/p=1"} <= set(last_into)
+    dir_syncs = [e[1] for e in events if e[0] == "fsync" and e[2]]
+    assert dir_syncs and len(dir_syncs) == len(set(dir_syncs))  # each directory once
+    destinations = {e[2] for e in events if e[0] == "rename"}
+    assert set(dir_syncs) <= destinations, "a directory that only lost files was fsynced"
+    sources_only = {e[1] for e in events if e[0] == "rename"} - destinations
+    assert any(d.startswith(f"{root}/{JobLayout('dest', JOB).job_dir}/00/tasks/") for d in sources_only)
+    assert not [e for e in events if e[0] == "syncfs"]
+
+
+async def test_ext4_without_journal_syncs_the_file_system_once(
+    tmp_path: Path, calls: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``syncfs`` (ext4 without a journal): one ``syncfs`` after the last rename and before
+    the journal records the renames, no directory fsynced one by one; below
+    :data:`~amcommit.store.local.SYNCFS_MIN_DIRS` directories, each is fsynced instead."""
+    if not hasattr(ctypes.CDLL(None), "syncfs"):
+        pytest.skip("no syncfs in this libc")
+    _force_rule(monkeypatch, "syncfs")
+    monkeypatch.setattr(local_mod, "SYNCFS_MIN_DIRS", 1, raising=False)
+    files = await _commit(tmp_path, fsync=True, batch=256, calls=calls)
+    assert sorted(files) == _expected_files()
+    events = calls.events
+    at, last_into = _renames_before(events, "renamed")
+    last = max(last_into.values())
+    assert [e for e in events[last + 1 : at] if e[0] == "syncfs"], (
+        "no syncfs between the renames and the journal"
+    )
+    assert not [e for e in events[:at] if e[0] == "fsync" and e[2]]
+    # few directories: fsynced one by one, as under "each"
+    calls.events.clear()
+    monkeypatch.setattr(local_mod, "SYNCFS_MIN_DIRS", 10_000)
+    await _commit(tmp_path / "small", fsync=True, batch=256, calls=calls)
+    assert not [e for e in calls.events if e[0] == "syncfs"]
+    _check_order(calls.events, "renamed")
+
+
+async def test_memory_file_system_syncs_no_directory(
+    tmp_path: Path, calls: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``none`` (tmpfs, ramfs): no directory fsync, no ``syncfs``; files are still fsynced
+    before they are published (the journal's)."""
+    _force_rule(monkeypatch, "none")
+    files = await _commit(tmp_path, fsync=True, batch=256, calls=calls)
+    assert sorted(files) == _expected_files()
+    assert [e for e in calls.events if e[0] == "rename"]
+    assert not [e for e in calls.events if (e[0] == "fsync" and e[2]) or e[0] == "syncfs"]
+    assert [e for e in calls.events if e[0] == "fsync" and not e[2]]
+
+
+def _mount_of(path: str) -> tuple[str, str]:
+    """The file system type and device of the mount holding ``path``, from ``/proc/mounts``
+    (the longest mount point above it; the last one mounted there)."""
+    real = os.path.realpath(path)
+    best: tuple[int, str, str] = (-1, "", "")
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            mnt = mnt.replace("\\040", " ")
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= best[0]:
+                best = (len(mnt), fstype, dev)
+    return best[1], best[2]
+
+
+def test_dir_sync_rule_follows_the_file_system(tmp_path: Path) -> None:
+    """The rule detected by ``statfs`` agrees with ``/proc/mounts``'s file system type (and,
+    for ext4, with whether the kernel lists its jbd2 journal)."""
+    if not os.path.exists("/proc/mounts"):
+        pytest.skip("no /proc/mounts")
+    checked = 0
+    for path in (str(tmp_path), "/dev/shm"):
+        if not os.path.isdir(path):
+            continue
+        fstype, dev = _mount_of(path)
+        if fstype in ("tmpfs", "ramfs"):
+            want = "none"
+        elif fstype == "xfs":
+            want = "dest"
+        elif fstype in ("ext4", "ext3", "ext2"):
+            name = os.path.basename(os.path.realpath(dev))
+            want = "dest" if os.path.isdir(f"/proc/fs/jbd2/{name}-8") else "syncfs"
+        elif fstype in ("btrfs", "nfs", "nfs4", "overlay", "f2fs", "zfs"):
+            want = "each"
+        else:
+            continue
+        assert local_mod.dir_sync_rule(path) == want, (path, fstype, dev)
+        assert local_mod.dir_sync_rule(os.fsencode(path)) == want
+        checked += 1
+    assert checked, "no file system of a known type to check"
+    assert local_mod.dir_sync_rule("/no/such/dir") == "each"  # unknown: the safe rule
+
+
 async def test_without_fsync_nothing_is_fsynced(tmp_path: Path, calls: Calls) -> None:
     await _commit(tmp_path, fsync=False, batch=256, calls=calls)
     assert [e for e in calls.events if e[0] == "rename"]
-    assert not [e for e in calls.events if e[0] == "fsync"]
+    assert not [e for e in calls.events if e[0] in ("fsync", "syncfs")]

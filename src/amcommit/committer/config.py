@@ -33,6 +33,9 @@ after, under the job-commit journal: the destination is never empty or missing.
 
 HADOOP_PREFIX = "mapreduce.manifest.committer."
 
+DEFAULT_IO_THREADS = 128
+"""``io_threads``' default; at this value renames follow the store's limiter (see there)."""
+
 # Hadoop key (without prefix, or full) -> our field
 HADOOP_KEYS: dict[str, str] = {
     "mapreduce.manifest.committer.io.threads": "io_threads",
@@ -60,8 +63,13 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
 
     kind = "committer"
 
-    io_threads: int = 128
-    """Concurrent file operations (renames, deletes, mkdirs) during job commit."""
+    io_threads: int = DEFAULT_IO_THREADS
+    """Concurrent file operations (renames, deletes, mkdirs) during job commit. At the
+    default (:data:`DEFAULT_IO_THREADS`), the renames made path by path follow the store's
+    limiter instead: its in-flight limit now plus a headroom, never fewer than the default,
+    never more than its ceiling (an HTTP store's adaptive limit: 1,024 requests; see
+    :class:`~amcommit.committer.stages.rename_files.FollowGate`); any other value bounds
+    the renames too."""
     io_rate: float | None = None
     """Upper bound on file operations started per second by one job commit (None: none);
     the store's own limiter adapts further to throttling."""

@@ -27,6 +27,7 @@ What happens when a rename does not simply succeed:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -35,6 +36,7 @@ from operator import itemgetter
 
 import anyio
 
+from amcommit.committer.config import DEFAULT_IO_THREADS
 from amcommit.committer.context import FAILED_IN_BATCH_CONCURRENCY, JobContext
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages.load_manifests import LoadedManifests
@@ -62,6 +64,7 @@ from amcommit.manifest import RenameEntry
 from amcommit.parallel import run_parallel
 from amcommit.paths import path_to_uri
 from amcommit.store.base import BatchRenamer, RenameRequest, RenameResult, batch_renamer, recovered_in
+from amcommit.store.limits import Limiter
 from amcommit.store.proof import Expected, Verdict
 
 
@@ -168,8 +171,14 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
         report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
         return
 
+    gate = _follow_gate(ctx)
+
     async def one(entry: RenameEntry) -> None:
-        res = await rename_one(ctx, entry, roots)
+        if gate is None:
+            res = await rename_one(ctx, entry, roots)
+        else:
+            async with gate:
+                res = await rename_one(ctx, entry, roots)
         report.renamed += 1
         if res.recovered:
             report.recovered_renames += 1
@@ -192,8 +201,116 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
         workers = min(ctx.config.io_threads, BATCH_WORKERS)
         await run_parallel(_batches(spool, size), batch, workers)
     else:
-        await run_parallel(spool.entries(), one, max(1, min(ctx.config.io_threads, total)))
+        await run_parallel(spool.entries(), one, max(1, min(rename_workers(ctx), total)))
     report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
+
+
+def store_limiter(store: object, *, depth: int = 8) -> Limiter | None:
+    """The limiter of ``store`` (or of the store it wraps, following ``inner``); None if
+    there is none."""
+    for _ in range(depth):
+        lim = getattr(store, "limiter", None)
+        if isinstance(lim, Limiter):
+            return lim
+        store = getattr(store, "inner", None)
+        if store is None:
+            return None
+    return None
+
+
+def _following(ctx: JobContext) -> Limiter | None:
+    """The store's limiter when the renames follow it: ``io_threads`` at its default
+    (:data:`~amcommit.committer.config.DEFAULT_IO_THREADS`) and a limiter whose in-flight
+    ceiling is above it; else None (``io_threads`` bounds the renames, as Hadoop's
+    ``io.threads`` does)."""
+    if ctx.config.io_threads != DEFAULT_IO_THREADS:
+        return None
+    lim = store_limiter(ctx.store)
+    if lim is None:
+        return None
+    ceiling = lim.concurrency_ceiling
+    return lim if ceiling is not None and ceiling > DEFAULT_IO_THREADS else None
+
+
+def rename_workers(ctx: JobContext) -> int:
+    """Rename workers (one coroutine each, path by path): ``io_threads``, or, when the
+    renames follow the store's limiter (:func:`_following`), its in-flight ceiling (an HTTP
+    store's adaptive limit: 1,024 requests, :data:`~amcommit.store.limits.DEFAULT_ADAPTIVE`);
+    how many of them rename at once is then the :class:`FollowGate`'s to say."""
+    lim = _following(ctx)
+    if lim is None:
+        return ctx.config.io_threads
+    return lim.concurrency_ceiling or ctx.config.io_threads
+
+
+HEADROOM_MIN = 8
+"""Renames admitted above the store's in-flight limit: at least this many, or a quarter of
+the limit (see :class:`FollowGate`)."""
+
+
+class FollowGate:
+    """Admits renames while fewer than the store limiter's in-flight limit *now*, plus a
+    headroom, are renaming; never more than its ceiling, never fewer than
+    :data:`~amcommit.committer.config.DEFAULT_IO_THREADS` (below that the limiter's own gate
+    holds the requests back, as before: on a machine whose CPU is saturated the adaptive
+    limit shrinks with the client's own latency, and fewer renames offered than 128 were
+    measured slower, 154 against 239 files/s on fake-gcs-server at 50 ms, 2026-11-29, load
+    8-10). The adaptive limit grows while
+    the service's latency holds and its limit is reached, and shrinks when latency rises;
+    renames follow it, instead of a fixed ``io_threads`` below it (issue 35: 128 renames of
+    about 4 requests each bound fake-gcs-server's commit at 50 ms per request to 2.0-2.3x
+    the SDK committer). The headroom keeps the limiter's gate reached (a rename sends its
+    requests one after another, with client work between them: exactly as many renames
+    as the limit would leave it short, and it would never grow). Not thread-safe (one
+    event loop)."""
+
+    def __init__(self, limiter: Limiter) -> None:
+        self.limiter = limiter
+        self.ceiling = limiter.concurrency_ceiling or DEFAULT_IO_THREADS
+        self.active = 0
+        self.peak = 0
+        self._waiters: deque[anyio.Event] = deque()
+
+    def allowed(self) -> int:
+        """Renames admitted at once now."""
+        limit = self.limiter.concurrency_limit or self.ceiling
+        return min(self.ceiling, max(DEFAULT_IO_THREADS, limit + max(HEADROOM_MIN, limit // 4)))
+
+    async def __aenter__(self) -> None:
+        if self.active < self.allowed() and not self._waiters:
+            self._admit()  # fast path: a turn is free and nobody is in line
+            return
+        ev = anyio.Event()
+        self._waiters.append(ev)
+        try:
+            await ev.wait()  # the turn is counted for us by _wake
+        except BaseException:
+            if ev.is_set():
+                self.active -= 1  # handed a turn while being cancelled: pass it on
+                self._wake()
+            else:
+                self._waiters.remove(ev)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.active -= 1
+        self._wake()
+
+    def _admit(self) -> None:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+
+    def _wake(self) -> None:
+        """Hand the free turns (the limit may have grown) to waiters, in order."""
+        waiters = self._waiters
+        while waiters and self.active < self.allowed():
+            self._admit()
+            waiters.popleft().set()
+
+
+def _follow_gate(ctx: JobContext) -> FollowGate | None:
+    lim = _following(ctx)
+    return FollowGate(lim) if lim is not None else None
 
 
 BATCH_WORKERS = 2
