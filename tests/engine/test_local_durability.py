@@ -267,7 +267,7 @@ def test_dir_sync_rule_follows_the_file_system(tmp_path: Path) -> None:
             want = "dest"
         elif fstype in ("ext4", "ext3", "ext2"):
             name = os.path.basename(os.path.realpath(dev))
-            want = "dest" if os.path.isdir(f"/proc/fs/jbd2/{name}-8") else "syncfs"
+            want = "dest" if os.path.isdir(f"/proc/fs/jbd2/{name}-8") else "each"
         elif fstype in ("btrfs", "nfs", "nfs4", "overlay", "f2fs", "zfs"):
             want = "each"
         else:
