@@ -59,6 +59,7 @@ from amcommit.table.naming import META_COLUMNS
 __all__ = ["MutationSpec", "delete", "prepare_mutation", "run_mutation", "upsert"]
 
 _OWN_OPTIONS = ("precombinefield", "payload", "operation")
+_OWN_NAMES = {"precombinefield": "precombineField", "payload": "payload", "operation": "operation"}
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,15 @@ class MutationSpec:
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    from amcommit.table.hudi_names import resolve
+
     opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
+    opts = {k: str(v) for k, v in resolve(opts, "spark").items()}
+    for k in opts:  # the engine's spellings of our own options
+        if k.lower() not in _OWN_OPTIONS and k.lower().replace("_", "") in _OWN_OPTIONS:
+            raise MutationError(
+                f"unknown option {k!r}; did you mean {_OWN_NAMES[k.lower().replace('_', '')]!r}?"
+            )
     own = {k.lower(): opts.pop(k) for k in list(opts) if k.lower() in _OWN_OPTIONS}
     return opts, own
 
@@ -141,7 +150,10 @@ def prepare_mutation(
             return await committed_schema(store, root, latest_write(instants), plan.config())
 
     table_schema = run_blocking(schema)
-    check_key_types(table_schema, empty, keys, table.name)
+    for c in check_key_types(table_schema, empty, keys, table.name):  # (the engine promotes it)
+        raise MutationError(
+            f"record key column {c!r} is int in the data but long in the table: cast it to long"
+        )
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
     _check_nulls(df, keys, precombine)

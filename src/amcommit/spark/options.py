@@ -274,7 +274,16 @@ def build_plan(
     option (never its value if it is a store option) on any problem.
     """
     merged: dict[str, Any] = dict(session_defaults(session_conf or {}))
-    explicit = {str(k).lower(): v for k, v in options.items()}
+    from amcommit.table.hudi_names import resolve
+
+    explicit = {
+        str(k).lower(): v for k, v in resolve({str(k): v for k, v in options.items()}, "spark").items()
+    }
+    if "operation" in explicit:
+        raise ConfigError(
+            "option 'hoodie.datasource.write.operation' of df.write: amcommit takes the operation from the "
+            "save mode (append: insert, overwrite: insert_overwrite); upserts and deletes: amcommit.spark.upsert/delete"
+        )
     merged.update(explicit)
 
     url = str(merged.get("path") or "").strip()
