@@ -103,6 +103,7 @@ def prepare_mutation(
     from amcommit.spark.source import AmcommitDataSource
     from amcommit.store.schemes import open_location
     from amcommit.table.mutate import check_columns, check_key_types
+    from amcommit.table.schema import avro_schema
     from amcommit.table.write import committed_schema, latest_write, read_properties
 
     opts, own = _split_options(options)
@@ -150,10 +151,12 @@ def prepare_mutation(
             return await committed_schema(store, root, latest_write(instants), plan.config())
 
     table_schema = run_blocking(schema)
-    for c in check_key_types(table_schema, empty, keys, table.name):  # (the engine promotes it)
-        raise MutationError(
-            f"record key column {c!r} is int in the data but long in the table: cast it to long"
-        )
+    widened = None
+    for c in check_key_types(table_schema, empty, keys, table.name):
+        # an int key column into a long-keyed table: promoted, as Hudi does (the tasks build
+        # their rows with this schema; the instant records the promoted type)
+        arrow = arrow.set(arrow.get_field_index(c), arrow.field(c).with_type(pa.int64()))
+        widened = avro_schema(arrow, table.name)
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
     _check_nulls(df, keys, precombine)
@@ -164,7 +167,7 @@ def prepare_mutation(
         payload=payload,
         delete=delete_op,
         arrow_schema=arrow,
-        schema_json=table_schema if delete_op else None,
+        schema_json=table_schema if delete_op else widened,
     )
     return plan, spec
 
