@@ -10,6 +10,7 @@ from typing import Any
 
 import hudi
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from amcommit.errors import ConfigError
@@ -56,18 +57,30 @@ async def test_hudi_names_in_the_engine(tmp_path: Path) -> None:
         "hoodie.datasource.write.operation": "upsert",
         "hoodie.clean.commits.retained": "1",
         "hoodie.parquet.max.file.size": str(64 * 1024 * 1024),
+        "hoodie.index.bloom.num_entries": "1000",
+        "hoodie.index.bloom.fpp": "0.001",
+        "hoodie.bloom.index.filter.type": "SIMPLE",
     }
     async with store:
         await upsert(store, "t", _rows([1, 2, 3], 5), **hudi)
         await upsert(store, "t", _rows([1, 2], 4), **hudi)  # older ts: DefaultHoodieRecordPayload keeps 5
         await upsert(store, "t", _rows([3], 9), **hudi)
+        await upsert(store, "t", _rows([3], 10), **hudi)  # the group of 3 again: its older versions go
+        # every file written so far has the SIMPLE filter (no type code) sized for 1000 keys
+        for f in (tmp_path / "t").rglob("*.parquet"):
+            meta = pq.ParquetFile(f).metadata.metadata
+            assert b"hoodie_bloom_filter_type_code" not in meta, f
+            assert len(meta[b"org.apache.hudi.bloomfilter"]) < 4000, f  # default: ~431 KB
         await delete(store, "t", _rows([2], 0), **{k: hudi[k] for k in list(hudi)[:2]})
+    assert [
+        n.name for n in (tmp_path / "t" / ".hoodie").iterdir() if n.name.endswith(".clean")
+    ]  # retained: 1
     props = _props(tmp_path / "t")
     assert props["hoodie.table.name"] == "hudi_named"
     assert props["hoodie.table.recordkey.fields"] == "id"
     assert props["hoodie.table.partition.fields"] == "day"
     rows = _read(tmp_path / "t")
-    assert rows == [{"id": 1, "ts": 5}, {"id": 3, "ts": 9}]
+    assert rows == [{"id": 1, "ts": 5}, {"id": 3, "ts": 10}]
 
 
 async def test_record_key_a_comma_b_is_two_columns(tmp_path: Path) -> None:
@@ -148,3 +161,25 @@ def test_resolve_spark_names() -> None:
     ):
         resolve({"hoodie.write.set.null.for.missing.columns": "true"}, "engine")
     assert json.dumps(resolve({"a": 1}, "engine")) == '{"a": 1}'
+
+
+def test_engine_file_sizes_by_hudi_names() -> None:
+    """``hoodie.parquet.small.file.limit`` / ``max.file.size`` set the engine's arguments."""
+    from amcommit.committer.config import DEFAULT_CONFIG
+    from amcommit.table.bloom import DEFAULT_SETTINGS
+    from amcommit.table.mutate import MAX_FILE_SIZE, SMALL_FILE_LIMIT, _with_hudi
+
+    kw: dict[str, Any] = {
+        "operation": "UPSERT",
+        "record_key": "id",
+        "small_file_limit": SMALL_FILE_LIMIT,
+        "max_file_size": MAX_FILE_SIZE,
+        "bloom": DEFAULT_SETTINGS,
+        "config": DEFAULT_CONFIG,
+    }
+    got = _with_hudi({"hoodie.parquet.small.file.limit": "300", "hoodie.parquet.max.file.size": "4000"}, kw)
+    assert (got["small_file_limit"], got["max_file_size"]) == (300, 4000)
+    with pytest.raises(
+        ConfigError, match=r"^options 'small_file_limit' and 'hoodie\.parquet\.small\.file\.limit' "
+    ):
+        _with_hudi({"hoodie.parquet.small.file.limit": "300"}, {**kw, "small_file_limit": 5})

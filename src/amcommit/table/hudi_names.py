@@ -44,13 +44,18 @@ HUDI_WRITE_NAMES: dict[str, tuple[str | None, str | None]] = {
     "hoodie.datasource.write.table.type": (_TABLE_TYPE, _TABLE_TYPE),
     "hoodie.table.type": (_TABLE_TYPE, _TABLE_TYPE),
     "hoodie.write.set.null.for.missing.columns": (None, "allowMissingColumns"),
+    "hoodie.index.bloom.num_entries": ("bloom.num_entries", None),
+    "hoodie.index.bloom.fpp": ("bloom.fpp", None),
+    "hoodie.bloom.index.filter.dynamic.max.entries": ("bloom.max_entries", None),
+    "hoodie.bloom.index.filter.type": ("bloom.type_code", None),
     "hoodie.clean.commits.retained": ("clean_retain_commits", "clean_retain_commits"),
     "hoodie.cleaner.commits.retained": ("clean_retain_commits", "clean_retain_commits"),
     "hoodie.parquet.small.file.limit": ("small_file_limit", None),
     "hoodie.parquet.max.file.size": ("max_file_size", "maxFileBytes"),
 }
 """Hudi's name (lowercase) -> (amcommit's name in the engine, in Spark); None: not on that
-side."""
+side. ``bloom.<field>``: a field of :class:`~amcommit.table.bloom.BloomSettings` (Spark
+writes use Hudi's defaults: refused there)."""
 
 _WHERE = {"engine": "the engine's upsert/delete", "spark": "Spark writes"}
 
