@@ -1145,30 +1145,26 @@ async def prepare(
     op = Operation(operation)
     if op not in (Operation.UPSERT, Operation.DELETE):
         raise MutationError(f"operation {op.value}: prepare takes UPSERT or DELETE")
-    report = await _mutate(
-        store,
-        dest,
-        data,
-        **_with_hudi(
-            hudi_options,
-            dict(
-                operation=op,
-                record_key=record_key,
-                partition_by=partition_by,
-                precombine_field=precombine_field,
-                payload=payload if op is Operation.UPSERT else Payload.OVERWRITE_WITH_LATEST,
-                label=label,
-                config=config,
-                table_name=table_name,
-                bloom=bloom,
-                max_file_rows=max_file_rows,
-                small_file_limit=small_file_limit,
-                max_file_size=max_file_size,
-                commit=False,
-            ),
+    kw = _with_hudi(
+        hudi_options,
+        dict(
+            operation=op,
+            record_key=record_key,
+            partition_by=partition_by,
+            precombine_field=precombine_field,
+            payload=payload if op is Operation.UPSERT else Payload.OVERWRITE_WITH_LATEST,
+            label=label,
+            config=config,
+            table_name=table_name,
+            bloom=bloom,
+            max_file_rows=max_file_rows,
+            small_file_limit=small_file_limit,
+            max_file_size=max_file_size,
+            commit=False,
         ),
     )
-    return PreparedMutation(store, dest, report, config)
+    report = await _mutate(store, dest, data, **kw)
+    return PreparedMutation(store, dest, report, kw["config"])
 
 
 async def upsert(
@@ -1190,8 +1186,11 @@ async def upsert(
     **hudi_options: Any,
 ) -> MutateReport:
     """Upsert the rows of ``data`` into the table at ``dest`` (created on the first write,
-    named ``table_name`` or after ``dest``'s last folder). See the module doc for the
-    semantics, what is atomic, and the errors."""
+    named ``table_name`` or after ``dest``'s last folder). ``record_key`` / ``partition_by``:
+    column names, or one string of comma-separated names. ``hudi_options``: Hudi's write
+    option names for these arguments (``**{"hoodie.datasource.write.recordkey.field": "id"}``,
+    :mod:`amcommit.table.hudi_names`). See the module doc for the semantics, what is atomic,
+    and the errors."""
     return await _mutate(
         store,
         dest,
