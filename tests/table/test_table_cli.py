@@ -129,7 +129,13 @@ def test_clean_dry_run_then_clean(table: tuple[Path, list[str]], capsys: pytest.
             "unknown instant {t3} in table '{root}': the commit is inflight",
         ),
         (["changes", "{root}", "--since", "20991231000000000"], "unknown instant 20991231000000000"),
-        (["timeline", "{root}/a"], "'{root}/a' is not a table: no .hoodie/hoodie.properties"),
+        (["timeline", "{root}/a"], "'{root}/a' does not exist (nothing is stored there)"),
+        (["timeline", "{root}/.hoodie"], "'{root}/.hoodie' is not a table: no .hoodie/hoodie.properties"),
+        (
+            ["rollback", "{root}", "--instant", "20991231000000000"],
+            "instant 20991231000000000 is no pending instant of '{root}': nothing of it was found "
+            "(a mistyped time, or rolled back already; `amcommit timeline` lists the instants)",
+        ),
         (["clean", "{root}", "--retain-commits", "0"], "--retain-commits must be an integer >= 1, got 0"),
     ],
 )

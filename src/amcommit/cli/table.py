@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from amcommit.cli.common import URL_FORMS, committer_config, int_arg, store_args, store_options
+from amcommit.errors import ConfigError
 from amcommit.table.clean import CleanReport
 from amcommit.table.reader import COUNT_COLUMNS, InstantInfo
 from amcommit.table.timeline import Changes
@@ -187,9 +188,11 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     report = run_blocking(main)
     if report.rolled_back:
         print(f"instant {args.instant} rolled back: its files, staging, heartbeat and instant files removed")
-    else:
-        print(f"instant {args.instant}: nothing to roll back")
-    return 0
+        return 0
+    raise ConfigError(
+        f"instant {args.instant} is no pending instant of {args.dest!r}: nothing of it was found "
+        "(a mistyped time, or rolled back already; `amcommit timeline` lists the instants)"
+    )
 
 
 def add_rollback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -59,6 +59,7 @@ from amcommit.table.naming import META_COLUMNS
 __all__ = ["MutationSpec", "delete", "prepare_mutation", "run_mutation", "upsert"]
 
 _OWN_OPTIONS = ("precombinefield", "payload", "operation")
+_OWN_NAMES = {"precombinefield": "precombineField", "payload": "payload", "operation": "operation"}
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,15 @@ class MutationSpec:
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    from amcommit.table.hudi_names import resolve
+
     opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
+    opts = {k: str(v) for k, v in resolve(opts, "spark").items()}
+    for k in opts:  # the engine's spellings of our own options
+        if k.lower() not in _OWN_OPTIONS and k.lower().replace("_", "") in _OWN_OPTIONS:
+            raise MutationError(
+                f"unknown option {k!r}; did you mean {_OWN_NAMES[k.lower().replace('_', '')]!r}?"
+            )
     own = {k.lower(): opts.pop(k) for k in list(opts) if k.lower() in _OWN_OPTIONS}
     return opts, own
 
@@ -94,6 +103,7 @@ def prepare_mutation(
     from amcommit.spark.source import AmcommitDataSource
     from amcommit.store.schemes import open_location
     from amcommit.table.mutate import check_columns, check_key_types
+    from amcommit.table.schema import avro_schema
     from amcommit.table.write import committed_schema, latest_write, read_properties
 
     opts, own = _split_options(options)
@@ -141,7 +151,12 @@ def prepare_mutation(
             return await committed_schema(store, root, latest_write(instants), plan.config())
 
     table_schema = run_blocking(schema)
-    check_key_types(table_schema, empty, keys, table.name)
+    widened = None
+    for c in check_key_types(table_schema, empty, keys, table.name):
+        # an int key column into a long-keyed table: promoted, as Hudi does (the tasks build
+        # their rows with this schema; the instant records the promoted type)
+        arrow = arrow.set(arrow.get_field_index(c), arrow.field(c).with_type(pa.int64()))
+        widened = avro_schema(arrow, table.name)
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
     _check_nulls(df, keys, precombine)
@@ -152,7 +167,7 @@ def prepare_mutation(
         payload=payload,
         delete=delete_op,
         arrow_schema=arrow,
-        schema_json=table_schema if delete_op else None,
+        schema_json=table_schema if delete_op else widened,
     )
     return plan, spec
 

@@ -39,7 +39,7 @@ from msgspec import Meta
 
 from amcommit.committer.config import HADOOP_KEYS, ConflictMode, normalise_key
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.options import Options, convert_options, show_key, suggest
+from amcommit.options import _NAME_LIKE, Options, convert_options, show_key, suggest
 from amcommit.redact import redact_url
 from amcommit.store.options import ALL_STORE_OPTIONS
 from amcommit.store.schemes import (
@@ -274,7 +274,19 @@ def build_plan(
     option (never its value if it is a store option) on any problem.
     """
     merged: dict[str, Any] = dict(session_defaults(session_conf or {}))
-    explicit = {str(k).lower(): v for k, v in options.items()}
+    from amcommit.table.hudi_names import resolve
+
+    explicit = {
+        str(k).lower(): v for k, v in resolve({str(k): v for k, v in options.items()}, "spark").items()
+    }
+    if any(str(k).lower().startswith("hoodie.") for k in options):
+        explicit.setdefault("tableformat", "hudi")  # Hudi's names: a Hudi table write
+    op = explicit.pop("operation", None)  # Hudi's insert / bulk_insert: what format("amcommit") writes
+    if op is not None and str(op).strip().lower() not in ("insert", "bulk_insert"):
+        raise ConfigError(
+            f"option operation={str(op).strip().lower()!r}: format('amcommit') writes inserts; "
+            "use amcommit.spark.upsert or amcommit.spark.delete"
+        )
     merged.update(explicit)
 
     url = str(merged.get("path") or "").strip()
@@ -345,7 +357,7 @@ def build_plan(
         if f is None:  # (the value given is not shown: it may be anything, a secret too)
             raise ConfigError(
                 f"option 'partitionBy' must name columns of the DataFrame "
-                f"({', '.join(x.name for x in all_fields)}): its {_ordinal(len(given) + 1)} is none of them"
+                f"({', '.join(x.name for x in all_fields)}): its {_ordinal(len(given) + 1)}{_named(name)} is none of them"
                 f"{_suggest(name, [x.name for x in all_fields])}"
             )
         if f.name in parts:
@@ -470,7 +482,7 @@ def _table_plan(
             names = [x.name for x in fields]
             raise ConfigError(
                 f"option 'recordKey' must name columns of the DataFrame ({', '.join(names)}): its "
-                f"{_ordinal(len(keys) + 1)} is none of them{suggest(key, names)}"
+                f"{_ordinal(len(keys) + 1)}{_named(key)} is none of them{suggest(key, names)}"
             )
         if f.name in keys:
             raise ConfigError(f"recordKey column {f.name!r} is listed twice")
@@ -486,6 +498,12 @@ def _table_plan(
         new=not existing,
         allow_missing_columns=w.allowmissingcolumns,
     )
+
+
+def _named(name: str) -> str:
+    """`` 'name'`` for a message if ``name`` looks like a column name, else ``""`` (a value
+    given to the wrong option may be a secret: it is not shown)."""
+    return f" {name!r}" if _NAME_LIKE.fullmatch(name) else ""
 
 
 def _ordinal(n: int) -> str:

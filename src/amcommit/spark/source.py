@@ -213,6 +213,13 @@ def _continue_table(
             f"partitionBy {','.join(given)!r} differs from the table's partition fields {','.join(fields) or '(none)'!r}"
         )
     opts = {k: v for k, v in options.items() if k.lower() != "partitionby"}
+    columns = {c.lower() for c in (*plan.data_columns, *plan.partition_columns)}
+    for f in fields if not given else ():
+        if f.lower() not in columns:
+            raise ConfigError(
+                f"the table's partition column {f!r} is not in the DataFrame (columns: "
+                f"{', '.join((*plan.data_columns, *plan.partition_columns))})"
+            )
     if fields:
         opts["partitionBy"] = ",".join(fields)
     key = str(options.get("recordKey", options.get("recordkey", ""))).strip()
@@ -252,9 +259,11 @@ def refuse_operation(options: dict[str, Any], *, streaming: bool) -> None:
     names what does it: ``amcommit.spark.upsert`` / ``delete``, or ``foreachBatch`` with
     ``write_batch(..., operation=...)`` for a stream."""
     for k, v in options.items():
-        if str(k).lower() != "operation":
-            continue
         op = str(v).strip().lower()
+        if str(k).lower() == "hoodie.datasource.write.operation" and op in ("insert", "bulk_insert"):
+            continue  # Hudi's name of what format("amcommit") writes
+        if str(k).lower() not in ("operation", "hoodie.datasource.write.operation"):
+            continue
         if op not in ("upsert", "delete"):
             raise ConfigError(
                 f"option operation={op!r}: format('amcommit') writes inserts; "

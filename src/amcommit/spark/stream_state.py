@@ -17,7 +17,7 @@ objects):
     It goes away with the staging folder.
 
 ``.hoodie/.amcommit/streams/<sha256(app)>.json`` (the query's *lease*)
-    ``{"app", "run", "beat", "driver"}``: which run of the query writes, when it last said
+    ``{"app", "run", "beat", "driver", "replaced"}``: which run of the query writes, when it last said
     so (the writer's wall clock: for people, and to pace the run's own renewals), and the
     run's driver process when known (:class:`~amcommit.liveness.ProcessId`: the Spark
     driver's JVM). It is a :class:`amcommit.coord.lease.Lease` held by a *run*: every
@@ -29,7 +29,17 @@ objects):
     fails with one line (:class:`~amcommit.errors.ConflictError`); if it stays unchanged
     (the same etag) for ``lease_ttl`` on the newcomer's monotonic clock, the holder is dead
     (a restart after a crash) and the lease is taken over. A lease whose driver is provably
-    dead on this host (:func:`~amcommit.liveness.proven_dead`) is taken over at once. The
+    dead on this host (:func:`~amcommit.liveness.proven_dead`) is taken over at once. So is
+    a lease of another run *of the same driver process* (a restart in the same Spark
+    application, e.g. after an ``availableNow`` run ended): Spark runs at most one run of a
+    query (one checkpoint, one query id) per driver JVM (it stops the active run, or refuses
+    the start, before a new run begins), so that run has stopped. Python streaming sinks get
+    no call when a query stops (PySpark 4: ``write``, ``commit``, ``abort`` only), so the
+    ended run cannot release the lease itself; the same-driver takeover does what a release
+    would. The taker records the run it replaced (``replaced``: the last 16 runs of this
+    driver taken over so), and a run named there never takes the lease back: a late task
+    or commit of the stopped run fails in one line instead of taking the lease from the
+    run that replaced it. The
     recorded ``beat`` is never compared with the newcomer's clock (the lease's one clock
     rule), so a restart waits ``lease_ttl`` also for a lease that looks hours old, and a
     dead run whose clock ran ahead is taken over all the same.
@@ -122,6 +132,27 @@ class Lease(msgspec.Struct, frozen=True):
     beat: float
     driver: ProcessId | None = None
     """The run's driver process, when known (module doc)."""
+    replaced: list[str] = msgspec.field(default_factory=list)
+    """Earlier runs of the same driver whose lease this run (or one before it) took over at
+    once (module doc): none of them may take it back."""
+
+
+REPLACED_KEPT = 16
+"""How many replaced runs a lease remembers."""
+
+
+def _same_driver(lease: Lease | None, run: str, driver: ProcessId | None) -> bool:
+    """Pure: ``lease`` is another run's, of the same (fully identified) driver process
+    ``driver``, and ``run`` is not one it replaced: Spark has stopped that run (module doc)."""
+    return (
+        lease is not None
+        and driver is not None
+        and driver.pid > 0
+        and bool(driver.host and driver.boot and driver.pidns and driver.start)
+        and lease.driver == driver
+        and lease.run != run
+        and run not in lease.replaced
+    )
 
 
 def checkpoint_app(checkpoint: str) -> str:
@@ -250,17 +281,19 @@ async def acquire_lease(
     renewing it, or took it first. Atomic: the one conditional write that takes or renews
     the lease (:class:`amcommit.coord.lease.Lease`)."""
     path = lease_path(dest, app)
+    carried: list[str] = []  # the replaced runs this write of the lease records
+
+    def encode(_beats: int) -> bytes:
+        return msgspec.json.encode(Lease(app=app, run=run, beat=time.time(), driver=driver, replaced=carried))
+
     lease: CoordLease[Lease] = CoordLease(
-        store,
-        path,
-        ttl=ttl,
-        token=run,
-        decode=_decode_lease,
-        view=_holding,
-        encode=lambda _beats: msgspec.json.encode(Lease(app=app, run=run, beat=time.time(), driver=driver)),
+        store, path, ttl=ttl, token=run, decode=_decode_lease, view=_holding, encode=encode
     )
     first = await lease.observe_or_absent()
+    if first.body is not None and run in first.body.replaced:
+        raise ConflictError(_replaced(app, run, first.body))
     if first.body is not None and first.body.run == run:
+        carried[:] = first.body.replaced
         if abs(time.time() - first.body.beat) < ttl * RENEW_AFTER:
             return False  # ours, renewed moments ago (by another task of this run): not rewritten
         if await lease.take_over(first):
@@ -279,9 +312,23 @@ async def acquire_lease(
         body = seen.body if seen is not None else None
         return ConflictError(_running(app, body, time.time()) if body is not None else _unreadable(app, path))
 
+    def reclaim(body: Lease | None) -> bool:
+        if body is not None and body.run == run:
+            carried[:] = body.replaced  # ours (renewed by another process of this run)
+            return False  # (the lease adopts it as ours)
+        if not _same_driver(body, run, driver):
+            return False
+        assert body is not None
+        carried[:] = [*body.replaced, body.run][-REPLACED_KEPT:]
+        log.info(
+            "streaming query %s: run %s takes over the lease of run %s of the same driver", app, run, body.run
+        )
+        return True
+
     replaced = await lease.acquire(
         wait=ttl + 1.0,
         gave_up=gave_up,
+        reclaim=reclaim,
         on_wait=on_wait,
         on_change=on_change,
         first=first,
@@ -297,6 +344,13 @@ def _waiting(app: str, run: str, lease: Lease, now: float, ttl: float) -> str:
         f"{max(0.0, now - lease.beat):.0f}s ago{driver}): at most {ttl + 1:g} s; taken over once "
         f"not renewed for {ttl:g} s (leaseTtl), or at once if that driver is dead on this host; "
         "if it is renewed meanwhile, this run fails (two runs of one query at once)"
+    )
+
+
+def _replaced(app: str, run: str, lease: Lease) -> str:
+    return (
+        f"streaming query {app}: run {run} has stopped: run {lease.run} of the same driver "
+        "took its lease over (a restart); this late task or commit of the stopped run does nothing"
     )
 
 

@@ -59,6 +59,7 @@ began rolls it back (``abort_job``).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import json
@@ -557,7 +558,11 @@ def rewrite_group(
 
 
 def _names(v: str | Sequence[str]) -> tuple[str, ...]:
-    return (v,) if isinstance(v, str) else tuple(v)
+    """Column names: a sequence, or one string of comma-separated names (``"a,b"``: two
+    columns, as the Spark source's ``recordKey`` / ``partitionBy`` and Hudi's
+    ``hoodie.datasource.write.recordkey.field`` read it)."""
+    names = [c.strip() for c in v.split(",")] if isinstance(v, str) else list(v)
+    return tuple(c for c in names if c)
 
 
 def check_columns(
@@ -585,10 +590,12 @@ def check_columns(
 
 def check_key_types(
     table_schema: str | None, data: pa.Table, record_key: tuple[str, ...], table: str
-) -> None:
-    """MutationError if a key column's type differs from the table's (its committed schema)."""
+) -> tuple[str, ...]:
+    """MutationError if a key column's type differs from the table's (its committed schema),
+    except an ``int`` column of a ``long`` key (Hudi promotes it: the key strings are the
+    same). Returns the key columns to cast to ``long`` (pure)."""
     if not table_schema:
-        return
+        return ()
     from amcommit.table.schema import _split_null, avro_schema, type_name
 
     stored = {f["name"]: f["type"] for f in json.loads(table_schema).get("fields", [])}
@@ -596,14 +603,18 @@ def check_key_types(
         f["name"]: f["type"]
         for f in json.loads(avro_schema(data.select(list(record_key)).schema, table))["fields"]
     }
+    widen: list[str] = []
     for c in record_key:
         if c not in stored:
             continue
         a, b = _split_null(stored[c])[0], _split_null(mine[c])[0]
-        if type_name(a) != type_name(b):
+        if (type_name(a), type_name(b)) == ("long", "int"):
+            widen.append(c)
+        elif type_name(a) != type_name(b):
             raise MutationError(
                 f"record key column {c!r} is {type_name(b)} in the data but {type_name(a)} in the table"
             )
+    return tuple(widen)
 
 
 def partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
@@ -865,7 +876,8 @@ async def _mutate(
         raise MutationError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties): nothing to delete")
     instants = await list_instants(store, dest) if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
-    check_key_types(table_schema, data, keys_f, name)
+    for c in check_key_types(table_schema, data, keys_f, name):
+        data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
     keys = record_key_strings(data, keys_f)
     partitions = partition_paths(data, parts_f)
     order = data.column(precombine_field).to_pylist() if precombine_field else None
@@ -1069,13 +1081,60 @@ class PreparedMutation:
         await _abort(self.store, self.dest, self.report.instant, self.config)
 
 
+_DEFAULTS: dict[str, Any] = {
+    "record_key": (),
+    "partition_by": (),
+    "precombine_field": None,
+    "payload": Payload.OVERWRITE_WITH_LATEST,
+    "table_name": None,
+    "small_file_limit": SMALL_FILE_LIMIT,
+    "max_file_size": MAX_FILE_SIZE,
+}
+
+
+def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """``kw`` (the keyword arguments of :func:`upsert` / :func:`delete` / :func:`prepare`)
+    with the options given by Hudi's names (:mod:`amcommit.table.hudi_names`); MutationError
+    for any other unknown keyword (with "did you mean"). Pure."""
+    if not hudi_options:
+        return kw
+    from amcommit.options import suggest
+    from amcommit.table.hudi_names import resolve
+    from amcommit.table.settings import TableConfig
+
+    for k in hudi_options:
+        if not k.lower().startswith("hoodie."):
+            raise MutationError(f"unknown option {k!r}{suggest(k, [*_DEFAULTS, 'label', 'config', 'bloom'])}")
+    op = Operation(kw["operation"])
+    given = {k: v for k, v in kw.items() if k in _DEFAULTS and v != _DEFAULTS[k]}
+    given["operation"] = op.value.lower()
+    out = dict(kw)
+    for k, v in resolve({**given, **hudi_options}, "engine").items():
+        if k == "operation":
+            if str(v).lower() != op.value.lower():
+                raise MutationError(f"option operation={v!r} given to {op.value.lower()}()")
+        elif k.startswith("bloom."):
+            field = k[len("bloom.") :]
+            typed = float(v) if field == "fpp" else (str(v) if field == "type_code" else int(v))
+            out["bloom"] = dataclasses.replace(out["bloom"], **{field: typed})
+        elif k == "clean_retain_commits":
+            base = kw["config"]
+            mapping = {**base.given(), "clean_retain_commits": v} if isinstance(base, TableConfig) else None
+            out["config"] = TableConfig.from_mapping(mapping or {"clean_retain_commits": v})
+        elif k in ("small_file_limit", "max_file_size"):
+            out[k] = int(v)
+        else:
+            out[k] = v
+    return out
+
+
 async def prepare(
     store: Store,
     dest: str,
     data: pa.Table,
     *,
     operation: Operation | str,
-    record_key: str | Sequence[str],
+    record_key: str | Sequence[str] = (),
     partition_by: str | Sequence[str] = (),
     precombine_field: str | None = None,
     payload: Payload | str = Payload.OVERWRITE_WITH_LATEST,
@@ -1086,6 +1145,7 @@ async def prepare(
     max_file_rows: int = 1_000_000,
     small_file_limit: int = SMALL_FILE_LIMIT,
     max_file_size: int = MAX_FILE_SIZE,
+    **hudi_options: Any,
 ) -> PreparedMutation:
     """:func:`upsert` (``operation`` UPSERT) or :func:`delete` (DELETE) up to, not including,
     the job commit: the instant is begun, the files written and the task committed. The
@@ -1094,25 +1154,26 @@ async def prepare(
     op = Operation(operation)
     if op not in (Operation.UPSERT, Operation.DELETE):
         raise MutationError(f"operation {op.value}: prepare takes UPSERT or DELETE")
-    report = await _mutate(
-        store,
-        dest,
-        data,
-        operation=op,
-        record_key=record_key,
-        partition_by=partition_by,
-        precombine_field=precombine_field,
-        payload=payload if op is Operation.UPSERT else Payload.OVERWRITE_WITH_LATEST,
-        label=label,
-        config=config,
-        table_name=table_name,
-        bloom=bloom,
-        max_file_rows=max_file_rows,
-        small_file_limit=small_file_limit,
-        max_file_size=max_file_size,
-        commit=False,
+    kw = _with_hudi(
+        hudi_options,
+        dict(
+            operation=op,
+            record_key=record_key,
+            partition_by=partition_by,
+            precombine_field=precombine_field,
+            payload=payload if op is Operation.UPSERT else Payload.OVERWRITE_WITH_LATEST,
+            label=label,
+            config=config,
+            table_name=table_name,
+            bloom=bloom,
+            max_file_rows=max_file_rows,
+            small_file_limit=small_file_limit,
+            max_file_size=max_file_size,
+            commit=False,
+        ),
     )
-    return PreparedMutation(store, dest, report, config)
+    report = await _mutate(store, dest, data, **kw)
+    return PreparedMutation(store, dest, report, kw["config"])
 
 
 async def upsert(
@@ -1120,7 +1181,7 @@ async def upsert(
     dest: str,
     data: pa.Table,
     *,
-    record_key: str | Sequence[str],
+    record_key: str | Sequence[str] = (),
     partition_by: str | Sequence[str] = (),
     precombine_field: str | None = None,
     payload: Payload | str = Payload.OVERWRITE_WITH_LATEST,
@@ -1131,26 +1192,35 @@ async def upsert(
     max_file_rows: int = 1_000_000,
     small_file_limit: int = SMALL_FILE_LIMIT,
     max_file_size: int = MAX_FILE_SIZE,
+    **hudi_options: Any,
 ) -> MutateReport:
     """Upsert the rows of ``data`` into the table at ``dest`` (created on the first write,
-    named ``table_name`` or after ``dest``'s last folder). See the module doc for the
-    semantics, what is atomic, and the errors."""
+    named ``table_name`` or after ``dest``'s last folder). ``record_key`` / ``partition_by``:
+    column names, or one string of comma-separated names. ``hudi_options``: Hudi's write
+    option names for these arguments (``**{"hoodie.datasource.write.recordkey.field": "id"}``,
+    :mod:`amcommit.table.hudi_names`). See the module doc for the semantics, what is atomic,
+    and the errors."""
     return await _mutate(
         store,
         dest,
         data,
-        operation=Operation.UPSERT,
-        record_key=record_key,
-        partition_by=partition_by,
-        precombine_field=precombine_field,
-        payload=payload,
-        label=label,
-        config=config,
-        table_name=table_name,
-        bloom=bloom,
-        max_file_rows=max_file_rows,
-        small_file_limit=small_file_limit,
-        max_file_size=max_file_size,
+        **_with_hudi(
+            hudi_options,
+            dict(
+                operation=Operation.UPSERT,
+                record_key=record_key,
+                partition_by=partition_by,
+                precombine_field=precombine_field,
+                payload=payload,
+                label=label,
+                config=config,
+                table_name=table_name,
+                bloom=bloom,
+                max_file_rows=max_file_rows,
+                small_file_limit=small_file_limit,
+                max_file_size=max_file_size,
+            ),
+        ),
     )
 
 
@@ -1159,12 +1229,13 @@ async def delete(
     dest: str,
     data: pa.Table,
     *,
-    record_key: str | Sequence[str],
+    record_key: str | Sequence[str] = (),
     partition_by: str | Sequence[str] = (),
     precombine_field: str | None = None,
     label: Label | None = None,
     config: CommitterConfig = DEFAULT_CONFIG,
     bloom: BloomSettings = DEFAULT_SETTINGS,
+    **hudi_options: Any,
 ) -> MutateReport:
     """Delete the records whose (partition, key) the rows of ``data`` name (``data`` holds
     at least the key and partition columns); absent keys are counted no-ops. See the module
@@ -1173,16 +1244,21 @@ async def delete(
         store,
         dest,
         data,
-        operation=Operation.DELETE,
-        record_key=record_key,
-        partition_by=partition_by,
-        precombine_field=precombine_field,
-        payload=Payload.OVERWRITE_WITH_LATEST,
-        label=label,
-        config=config,
-        table_name=None,
-        bloom=bloom,
-        max_file_rows=1_000_000,
+        **_with_hudi(
+            hudi_options,
+            dict(
+                operation=Operation.DELETE,
+                record_key=record_key,
+                partition_by=partition_by,
+                precombine_field=precombine_field,
+                payload=Payload.OVERWRITE_WITH_LATEST,
+                label=label,
+                config=config,
+                table_name=None,
+                bloom=bloom,
+                max_file_rows=1_000_000,
+            ),
+        ),
     )
 
 

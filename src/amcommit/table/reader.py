@@ -170,6 +170,15 @@ async def list_timeline(store: Store, dest: str, *, policy: RetryPolicy | None =
 
     objects = {basename(o.path): o for o in await retry_call(listing, policy=policy) if not o.is_dir}
     if "hoodie.properties" not in objects:
+        if not objects:  # nothing under .hoodie/: does the destination exist at all?
+
+            async def anything() -> bool:
+                async for _ in store.list(dest, recursive=False):
+                    return True
+                return False
+
+            if not await retry_call(anything, policy=policy):
+                raise NotATable(f"{dest!r} does not exist (nothing is stored there)", dest=dest)
         raise NotATable.make(dest)
     best: dict[str, Instant] = {}
     for name in objects:
