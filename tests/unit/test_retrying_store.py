@@ -108,7 +108,7 @@ async def test_gives_up_after_the_policy(
 async def test_an_error_an_inner_layer_gave_up_on_is_not_retried_again(
     stores: tuple[LocalStore, FaultyStore, RetryingStore],
 ) -> None:
-    local, faulty, rs = stores
+    _, faulty, rs = stores
     outer = RetryingStore(rs, FAST)  # two layers: the outer must not multiply the attempts
     rule = faulty.fail("get")
     with pytest.raises(Transient):
