@@ -312,6 +312,7 @@ async def begin_write(
     label: Label | None = None,
     allow_missing_columns: bool = False,
     owner: Mapping[str, str] | None = None,
+    properties: TableProperties | None = None,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -329,13 +330,16 @@ async def begin_write(
     may ask :func:`~amcommit.table.labels.committed_by` first to skip the work).
     ``owner``: who runs the write (short strings; :attr:`WriteMarker.owner`), in the job
     marker from the moment the instant is claimed.
+    ``properties``: the table's ``hoodie.properties``, when the caller read them for this
+    very write (the Spark driver's destination check): not read again (a table's
+    properties are written once, create-only). None: read here (one read).
     """
     check_path(dest)
     operation = Operation(operation)
     if label is not None and not isinstance(label, Label):
         raise ConfigError(f"label must be an amcommit.table.labels.Label, got {type(label).__name__}")
     rs = RetryingStore.of(store, config)
-    props = await read_properties(store, dest, config)
+    props = properties if properties is not None else await read_properties(store, dest, config)
     if props is None:
         if spec is None:
             raise ConfigError(
