@@ -106,7 +106,8 @@ class Job:
 async def _setup(t: Target, files: int) -> Job:
     import anyio
 
-    from amcommit.committer import commit_task, setup_job, setup_task
+    from amcommit.api import setup_job
+    from amcommit.committer import commit_task, setup_task
     from benchmarks.clients import amcommit_store
 
     store = amcommit_store(t, 64)
@@ -227,7 +228,8 @@ def work_amcommit(
     store_opts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from amcommit import loop
-    from amcommit.committer import CommitterConfig, commit_job
+    from amcommit.api import commit_job
+    from amcommit.committer import CommitterConfig
     from benchmarks.clients import TimedStore, amcommit_default_store, amcommit_store
 
     async def main() -> dict[str, Any]:

@@ -43,7 +43,8 @@ from typing import Any
 import anyio
 
 from amcommit import loop as amcommit_loop
-from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job
+from amcommit.api import commit_job, setup_job
+from amcommit.committer import CommitterConfig, commit_task
 from amcommit.committer.layout import JobLayout
 from amcommit.store.local import LocalStore
 from benchmarks.common import (

@@ -42,7 +42,8 @@ import anyio
 import anyio.lowlevel
 
 from amcommit import loop as amcommit_loop
-from amcommit.committer import CommitterConfig, commit_job
+from amcommit.api import commit_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer import spool as spool_module
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import Progress

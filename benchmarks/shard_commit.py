@@ -48,7 +48,8 @@ import anyio
 import anyio.lowlevel
 
 from amcommit import loop as amcommit_loop
-from amcommit.committer import CommitterConfig, commit_job
+from amcommit.api import commit_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.store.base import RenameResult, StoreRecipe
 from amcommit.store.limits import Limiter

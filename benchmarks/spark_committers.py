@@ -115,7 +115,8 @@ def hadoop_job(spark: Any, committer: str, dest: str, tasks: int, files: int) ->
 
 async def _amcommit_prepare(root: str, tasks: int, files: int) -> float:
     """amcommit's task side for the same job; returns the summed task commit time."""
-    from amcommit.committer import commit_task, setup_job, setup_task
+    from amcommit.api import setup_job
+    from amcommit.committer import commit_task, setup_task
     from amcommit.store.local import LocalStore
 
     store = LocalStore(root)
@@ -134,7 +135,7 @@ async def _amcommit_prepare(root: str, tasks: int, files: int) -> float:
 def amcommit_worker(root: str) -> dict[str, Any]:
     """The job commit alone, in this (fresh) process."""
     from amcommit import loop as amcommit_loop
-    from amcommit.committer import commit_job
+    from amcommit.api import commit_job
     from amcommit.store.local import LocalStore
 
     async def main() -> dict[str, Any]:

@@ -36,7 +36,8 @@ from typing import Any
 import anyio
 
 from amcommit import loop as amcommit_loop
-from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_job, setup_task
+from amcommit.api import commit_job, setup_job
+from amcommit.committer import CommitterConfig, commit_task, setup_task
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore

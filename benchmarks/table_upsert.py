@@ -215,7 +215,7 @@ async def run_whole_rewrite(store: Any, dest: str, batch: pa.Table) -> dict[str,
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from amcommit.committer.job import commit_job
+    from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.paths import join
     from amcommit.store.base import local_os_path

@@ -13,7 +13,8 @@ import anyio
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.errors import (
     CommitError,
     InvalidInput,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer import CommitterConfig, commit_job, setup_job
+from amcommit.api import commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import CommitError

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.emulators.azurite import Azurite
 from amcommit.errors import CommitError
 from amcommit.paths import join

@@ -32,7 +32,8 @@ from typing import Any
 
 import anyio
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job
+from amcommit.api import abort_job, commit_job
+from amcommit.committer import CommitterConfig
 from amcommit.errors import AmcommitError
 from amcommit.store.base import Store
 from tests.crash.kill import install_request_killer, progress_killer

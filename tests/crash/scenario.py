@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amcommit.committer import setup_job
+from amcommit.api import setup_job
 from amcommit.paths import join
 from amcommit.store.base import Store
 from tests.engine.helpers import run_task, snapshot, temp_files

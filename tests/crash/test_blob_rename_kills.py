@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job
+from amcommit.api import abort_job, commit_job
+from amcommit.committer import CommitterConfig
 from amcommit.errors import CommitError
 from tests.backends import StoreUnderTest
 from tests.crash import scenario as sc

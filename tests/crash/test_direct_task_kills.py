@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.table.settings import TableConfig
 from amcommit.table.write import TableWrite
 from tests.matrix.conftest import matrix_blob, matrix_sdk_list  # noqa: F401 (fixtures)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.errors import ConflictError
 from amcommit.paths import join
 from amcommit.store.base import Store

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import anyio
 
 import amcommit.store.local as local_store
-from amcommit.committer import CommitterConfig, Progress, commit_job
+from amcommit.api import commit_job
+from amcommit.committer import CommitterConfig, Progress
 from amcommit.store.base import TMP_PREFIX
 from amcommit.store.local import LocalStore
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 
-from amcommit.committer import CommitterConfig, Progress, commit_job
+from amcommit.api import commit_job
+from amcommit.committer import CommitterConfig, Progress
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 

@@ -23,7 +23,8 @@ import anyio
 import msgspec
 import pytest
 
-from amcommit.committer import CommitterConfig, Progress, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig, Progress
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import DestinationLock, LockBody, lock_path
 from amcommit.committer.report import JobReport

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import Throttled, Transient
 from amcommit.paths import join, path_to_uri

@@ -11,8 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from amcommit.api import commit_job, setup_job
 from amcommit.cli import main
-from amcommit.committer import CommitterConfig, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
 from amcommit.committer.stages import load_manifests
 from amcommit.committer.task import commit_task, setup_task

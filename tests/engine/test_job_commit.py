@@ -10,12 +10,8 @@ import json
 import anyio
 import pytest
 
-from amcommit.committer import (
-    CommitterConfig,
-    abort_job,
-    commit_job,
-    setup_job,
-)
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import CommitError, ConflictError, ManifestError, PermissionDenied, Transient

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task, snapshot, temp_files

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from amcommit.committer import abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
 from amcommit.committer.journal import Journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.leftovers import remove_leftovers

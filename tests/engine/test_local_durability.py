@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 import amcommit.store.local as local_mod
+from amcommit.api import commit_job, setup_job
 from amcommit.committer.config import CommitterConfig
-from amcommit.committer.job import commit_job, setup_job
 from amcommit.committer.layout import JobLayout
 from amcommit.store.base import TMP_PREFIX
 from amcommit.store.local import LocalStore

@@ -11,7 +11,7 @@ import anyio
 import msgspec
 import pytest
 
-from amcommit.committer import commit_job
+from amcommit.api import commit_job
 from amcommit.committer.lock import DestinationLock, LockBody, decode_lock, lock_path
 from amcommit.errors import LockLost, Transient
 from amcommit.store.base import ObjectInfo, PutMode, UpdateIf, WriteMode

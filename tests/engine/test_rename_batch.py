@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer import CommitterConfig, commit_job, setup_job
+from amcommit.api import commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.lock import DestinationLock, FencedStore
 from amcommit.errors import AlreadyExists, LockLost, NotFound, PreconditionFailed, Transient
 from amcommit.paths import join

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job
+from amcommit.api import abort_job, commit_job
+from amcommit.committer import CommitterConfig
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import snapshot, temp_files

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import pytest
 
-from amcommit.committer import CommitterConfig, commit_job
-from amcommit.committer.job import abort_job
+from amcommit.api import abort_job, commit_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.layout import TEMP_DIR_NAME
 from amcommit.committer.stages import load_manifests
 from amcommit.errors import InvalidInput, ManifestError, NotFound, StoreError
@@ -111,7 +111,7 @@ async def _job_gone(s: Store, dest: str) -> None:
     next job into it commits."""
     assert await listing(s, dest) == BEFORE
     assert [i.path async for i in s.list(join(dest, TEMP_DIR_NAME), recursive=True)] == []
-    from amcommit.committer import setup_job
+    from amcommit.api import setup_job
 
     layout = await setup_job(s, dest, "202611220011_0002")
     await run_task(s, layout, 0, {"next.txt": b"n"})

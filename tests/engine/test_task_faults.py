@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer import CommitterConfig, commit_job, setup_job
+from amcommit.api import commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import CommitError
 from amcommit.paths import join

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from amcommit.committer import CommitterConfig, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.errors import PermissionDenied
 from amcommit.paths import join
 from amcommit.store.local import LocalStore

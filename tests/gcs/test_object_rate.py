@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from amcommit.api import commit_job
 from amcommit.committer.config import CommitterConfig
-from amcommit.committer.job import commit_job
 from amcommit.committer.lock import lock_path
 from amcommit.errors import ObjectRateLimited, Throttled
 from amcommit.paths import join

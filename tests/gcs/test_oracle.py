@@ -9,7 +9,7 @@ import json
 
 import anyio
 
-from amcommit.committer import commit_job, setup_job
+from amcommit.api import commit_job, setup_job
 from amcommit.paths import join
 from amcommit.store.gcs import RENAME_ID_KEY
 from amcommit.store.gcs.store import SOURCE_GEN_KEY

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer import commit_job, resolve_layout
+from amcommit.api import commit_job
+from amcommit.committer import resolve_layout
 from amcommit.manifest import Scope, check_manifest, decode_manifest, decode_success
 from amcommit.paths import encode_path
 from amcommit.store.local import LocalStore

@@ -16,7 +16,7 @@ import time
 import anyio
 import pyarrow as pa
 
-from amcommit.committer.job import commit_job
+from amcommit.api import commit_job
 from amcommit.store.local import LocalStore
 from amcommit.table.direct import commit_direct_task, write_in_place
 from amcommit.table.model import Operation

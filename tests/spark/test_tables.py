@@ -422,7 +422,7 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
     import anyio
     import pyarrow as pa
 
-    from amcommit.committer.job import commit_job
+    from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.store.local import LocalStore
     from amcommit.table.model import Operation

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from amcommit.committer.job import abort_job
+from amcommit.api import abort_job
 from amcommit.paths import relative_to
 from amcommit.spark.options import WritePlan, build_plan
 from amcommit.spark.task import run_task

@@ -15,8 +15,8 @@ import sys
 
 import anyio
 
+from amcommit.api import abort_job, commit_job
 from amcommit.committer import CommitterConfig
-from amcommit.committer.job import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.settings import TableConfig

@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 
+from amcommit.api import commit_job
 from amcommit.committer import CommitterConfig
-from amcommit.committer.job import commit_job
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.labels import Label, committed_by

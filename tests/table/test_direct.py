@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.errors import ConfigError
 from amcommit.paths import join
 from amcommit.store.base import PutMode

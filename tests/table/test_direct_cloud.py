@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.table.commit import completed_instant
 from amcommit.table.direct import MARKER_INFIX, IOType, marker_name, sweep_late_markers

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.store.local import LocalStore
 from amcommit.table.direct import sweep_late_markers
 from amcommit.table.settings import TableConfig

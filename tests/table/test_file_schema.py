@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.paths import basename, join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore

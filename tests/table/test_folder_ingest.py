@@ -80,7 +80,7 @@ def _hudi(uri: str) -> list[tuple[Any, ...]]:
 async def _commit_refused(root: Path) -> None:
     """``commit_job`` of the batch a run left pending (killed before its task commit) is
     refused (its task count is recorded); nothing is published, the label not used up."""
-    from amcommit.committer.job import commit_job
+    from amcommit.api import commit_job
     from amcommit.errors import IncompleteJob
     from amcommit.table.timeline import list_instants
 

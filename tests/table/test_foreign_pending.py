@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from amcommit.committer.job import commit_job
+from amcommit.api import commit_job
 from amcommit.errors import ConflictError
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store

@@ -22,7 +22,7 @@ import anyio
 import msgspec
 import pytest
 
-from amcommit.committer.job import commit_job
+from amcommit.api import commit_job
 from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.paths import join
 from amcommit.store.base import ObjectInfo, Store

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.errors import CommitError, ManifestError
 from amcommit.manifest import decode_manifest, encode_json
 from amcommit.paths import basename, join, parent

@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
+from amcommit.api import commit_job, setup_job
 from amcommit.committer.config import CommitterConfig
-from amcommit.committer.job import commit_job, setup_job
 from amcommit.committer.report import JobReport
 from amcommit.errors import ConfigError
 from amcommit.paths import join

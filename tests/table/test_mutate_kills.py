@@ -23,7 +23,7 @@ import anyio
 import pyarrow as pa
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table import mutate

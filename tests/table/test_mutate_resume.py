@@ -24,7 +24,7 @@ import anyio
 import pyarrow as pa
 import pytest
 
-from amcommit.committer.job import commit_job
+from amcommit.api import commit_job
 from amcommit.errors import IncompleteJob
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore

@@ -19,7 +19,7 @@ import anyio
 import pyarrow.parquet as pq
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.errors import CommitError
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from amcommit.committer.job import abort_job
+from amcommit.api import abort_job
 from amcommit.store.schemes import open_location
 from amcommit.table.clean import clean, clean_after_commit
 from amcommit.table.errors import CleanedPast

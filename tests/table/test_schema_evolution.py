@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.paths import join
 from amcommit.store.base import Store

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.committer.kind import JobKind
 from amcommit.errors import CommitError, PermissionDenied
 from amcommit.paths import join

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
 from amcommit.errors import CommitError, ConfigError
 from amcommit.paths import join
 from amcommit.store.base import PutMode

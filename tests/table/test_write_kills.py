@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from amcommit.committer.job import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.store.local import LocalStore
 from amcommit.table.commit import completed_instant
 from amcommit.table.settings import TableConfig

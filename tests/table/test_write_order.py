@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from amcommit.committer.job import commit_job
+from amcommit.api import commit_job
 from amcommit.errors import CommitError, ConflictError
 from amcommit.paths import join
 from amcommit.table.commit import plan_order

@@ -10,7 +10,8 @@ import anyio
 import msgspec
 import pytest
 
-from amcommit.committer import CommitterConfig, commit_job, commit_task, setup_task
+from amcommit.api import commit_job
+from amcommit.committer import CommitterConfig, commit_task, setup_task
 from amcommit.errors import ManifestError
 from amcommit.paths import join
 from amcommit.store.local import LocalStore

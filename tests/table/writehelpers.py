@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from amcommit.api import commit_job
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.committer.job import commit_job
 from amcommit.committer.report import JobReport
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.paths import join, relative_to

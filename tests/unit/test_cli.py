@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from amcommit.api import setup_job
 from amcommit.cli import main
-from amcommit.committer import setup_job
 from amcommit.loop import uvloop_available
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task
@@ -279,7 +279,7 @@ def _several_jobs(tmp_path: Path) -> tuple[Path, float]:
 
     import msgspec
 
-    from amcommit.committer import commit_job
+    from amcommit.api import commit_job
     from amcommit.committer.journal import Journal
     from amcommit.committer.lock import LockBody, lock_path
 

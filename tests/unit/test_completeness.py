@@ -11,10 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from amcommit.api import commit_job, setup_job
 from amcommit.cli import main
-from amcommit.committer import setup_job
 from amcommit.committer.completeness import JobMarker, check_completeness, parse_marker
-from amcommit.committer.job import commit_job
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import IncompleteJob, PermissionDenied
 from amcommit.manifest import TaskManifest

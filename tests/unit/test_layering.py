@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import amcommit
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.report import JobReport
@@ -21,11 +23,10 @@ from amcommit.table.settings import TableConfig, TableSettings
 
 SRC = Path(amcommit.__file__).parent
 
-ALLOWED_EDGES = {
-    ("amcommit.committer.job", "amcommit.api"): "the old committer.commit_job/abort_job/setup_job "
-    "(compatibility shims: they call the front door, lazily)",
-}
-"""Imports left out of the cycle check, each with why."""
+ALLOWED_EDGES: dict[tuple[str, str], str] = {}
+"""Imports left out of the cycle check, each with why: none (the engine's compatibility
+shims that called the front door are gone; ``amcommit.committer.commit_job`` & co. resolve
+to :mod:`amcommit.api`'s own functions)."""
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -140,6 +141,21 @@ def test_no_import_cycles() -> None:
     graph = {m: {t for t in ts if (m, t) not in ALLOWED_EDGES} for m, ts in GRAPH.items()}
     found = [sorted(c) for c in cycles(graph)]
     assert found == []
+
+
+def test_no_edge_is_allowed_and_the_engine_has_no_front_door_shims() -> None:
+    import amcommit.api
+    import amcommit.committer
+    import amcommit.committer.job
+
+    assert ALLOWED_EDGES == {}
+    assert "amcommit.api" not in GRAPH["amcommit.committer.job"]
+    for name in ("setup_job", "commit_job", "abort_job"):
+        assert not hasattr(amcommit.committer.job, name)
+        # the README's old path, kept for one release: the front door's function itself
+        assert getattr(amcommit.committer, name) is getattr(amcommit.api, name)
+    with pytest.raises(AttributeError, match="no attribute 'commit_jobs'"):
+        _ = amcommit.committer.commit_jobs  # type: ignore[attr-defined]
 
 
 def _imports_from(prefix: str) -> dict[str, set[str]]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from amcommit.api import setup_job
 from amcommit.cli import main
-from amcommit.committer import setup_job
 from amcommit.errors import BucketNotFound, CommitError, ConflictError, NotFound
 from amcommit.messages import bucket_name, for_user, rewrite, shown_paths
 from amcommit.store.local import LocalStore

@@ -9,9 +9,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from amcommit.api import setup_job
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import JobContext
-from amcommit.committer.job import _new_context, setup_job
+from amcommit.committer.job import _new_context
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.spool import EntrySpool
 from amcommit.committer.stages import (

@@ -41,7 +41,6 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from amcommit import loop as amcommit_loop
 from amcommit.committer.actions import Action as Action
@@ -81,23 +80,6 @@ from amcommit.store.limits import Limiter
 from amcommit.store.retry import policies_of, retry_list
 
 log = logging.getLogger("amcommit.job")
-
-
-async def setup_job(
-    store: Store,
-    dest: str,
-    job_id: str,
-    *,
-    job_attempt: int = 0,
-    expected_tasks: int | None = None,
-    origin: str = "api",
-) -> JobLayout:
-    """Compatibility: :func:`amcommit.api.setup_job` (the front door; it picks the kind)."""
-    from amcommit import api  # the front door sits above the engine (compatibility shim)
-
-    return await api.setup_job(
-        store, dest, job_id, job_attempt=job_attempt, expected_tasks=expected_tasks, origin=origin
-    )
 
 
 async def setup_with(
@@ -172,41 +154,6 @@ def _new_context(
     # rate limit and throttling feedback. A caller's (shared) limiter is used as given.
     lim = limiter or Limiter(max_concurrency=None, rate=config.io_rate)
     return JobContext(store, layout, config, report, lim, progress)
-
-
-async def commit_job(
-    store: Store,
-    dest: str,
-    job_id: str,
-    *,
-    config: CommitterConfig = DEFAULT_CONFIG,
-    manifests: Sequence[TaskManifest] | None = None,
-    manifest_etags: Sequence[str | None] | None = None,
-    progress: ProgressCallback | None = None,
-    job_attempt: int = 0,
-    limiter: Limiter | None = None,
-    allow_partial: bool = False,
-    label: Any = None,
-    operation: str | None = None,
-) -> JobReport:
-    """Compatibility: :func:`amcommit.api.commit_job` (the front door; it picks the kind).
-    ``label`` and ``operation``: a table write's (see there)."""
-    from amcommit import api  # the front door sits above the engine (compatibility shim)
-
-    return await api.commit_job(
-        store,
-        dest,
-        job_id,
-        config=config,
-        manifests=manifests,
-        manifest_etags=manifest_etags,
-        progress=progress,
-        job_attempt=job_attempt,
-        limiter=limiter,
-        allow_partial=allow_partial,
-        label=label,
-        operation=operation,
-    )
 
 
 async def commit_with(
@@ -425,24 +372,6 @@ async def _after_failure(ctx: JobContext, run: CommitRun, e: BaseException) -> E
     except Exception as we:
         ctx.report.error = f"{ctx.report.error}; summary report not written: {_describe(we)}"
     return undo_failed
-
-
-async def abort_job(
-    store: Store,
-    dest: str,
-    job_id: str,
-    *,
-    config: CommitterConfig = DEFAULT_CONFIG,
-    progress: ProgressCallback | None = None,
-    job_attempt: int = 0,
-    limiter: Limiter | None = None,
-) -> JobReport:
-    """Compatibility: :func:`amcommit.api.abort_job` (the front door; it picks the kind)."""
-    from amcommit import api  # the front door sits above the engine (compatibility shim)
-
-    return await api.abort_job(
-        store, dest, job_id, config=config, progress=progress, job_attempt=job_attempt, limiter=limiter
-    )
 
 
 async def abort_with(

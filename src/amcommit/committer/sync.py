@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from amcommit.committer import job as _job
+from amcommit import api  # the front door picks the destination's kind
 from amcommit.committer import task as _task
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
@@ -68,7 +68,7 @@ class BlockingCommitter:
 
     def setup_job(self, expected_tasks: int | None = None) -> None:
         self._run(
-            lambda s, d: _job.setup_job(
+            lambda s, d: api.setup_job(
                 s, d, self.job_id, job_attempt=self.job_attempt, expected_tasks=expected_tasks
             )
         )
@@ -97,7 +97,7 @@ class BlockingCommitter:
         allow_partial: bool = False,
     ) -> JobReport:
         return self._run(
-            lambda s, d: _job.commit_job(
+            lambda s, d: api.commit_job(
                 s,
                 d,
                 self.job_id,
@@ -111,7 +111,7 @@ class BlockingCommitter:
 
     def abort_job(self, progress: ProgressCallback | None = None) -> JobReport:
         return self._run(
-            lambda s, d: _job.abort_job(
+            lambda s, d: api.abort_job(
                 s, d, self.job_id, config=self.config, progress=progress, job_attempt=self.job_attempt
             )
         )

@@ -11,7 +11,8 @@ import uuid
 import anyio
 
 from amcommit import loop as amcommit_loop
-from amcommit.committer import CommitterConfig, commit_job, setup_job
+from amcommit.api import commit_job, setup_job
+from amcommit.committer import CommitterConfig
 from amcommit.committer.layout import TEMP_DIR_NAME
 from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.console import ProgressBar, format_report

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 
-from amcommit.api import abort_job, commit_job
+from amcommit.api import KindName, abort_job, commit_job
 from amcommit.committer.config import ConflictMode
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError
@@ -47,11 +47,15 @@ from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.labels import Label
 from amcommit.table.model import Operation
+from amcommit.table.properties import TableProperties
 
 log = logging.getLogger("amcommit.spark")
 
 
-def _open(plan: WritePlan, phase: str) -> tuple[Store, str]:
+def open_driver_store(plan: WritePlan, phase: str) -> tuple[Store, str]:
+    """The store and destination of one driver step (``phase``: ``"check"``, the
+    destination probe; ``"begin"``, a table write's instant; ``"commit"``; ``"abort"``),
+    through :meth:`~amcommit.spark.hooks.SparkHooks.driver_store` (a no-op in production)."""
     store, dest = open_location(plan.url, **plan.store_options)
     return hooks.current.driver_store(store, phase), dest
 
@@ -134,7 +138,7 @@ def commit_write(
         op_name = (operation if operation is not None else table_operation(mode)).value
 
     async def main() -> JobReport:
-        inner, dest = _open(plan, "commit")
+        inner, dest = open_driver_store(plan, "commit")
         async with inner:
             if before is not None:
                 await before(inner, dest)
@@ -148,6 +152,7 @@ def commit_write(
                 manifest_etags=etags,
                 operation=op_name,
                 label=label,
+                kind=_kind(plan),
             )
             fixed = report.job_stats.counters.get("committer_manifests_republished", 0)
             if fixed:
@@ -168,14 +173,21 @@ def commit_write(
     return report
 
 
+def _kind(plan: WritePlan) -> KindName | None:
+    """The kind the driver knows: ``"table"`` for a table write (its instant was begun on
+    a table: the front door's probe of ``hoodie.properties`` is skipped); None (probed, as
+    before) for a plain write, whose destination a table may have appeared in meanwhile."""
+    return "table" if plan.table is not None else None
+
+
 def abort_write(plan: WritePlan) -> JobReport:
     """Abort the job: roll back or clean up; completes a commit past its point of no return."""
     config = plan.config()
 
     async def main() -> JobReport:
-        store, dest = _open(plan, "abort")
+        store, dest = open_driver_store(plan, "abort")
         async with store:
-            return await abort_job(store, dest, plan.job_id, config=config)
+            return await abort_job(store, dest, plan.job_id, config=config, kind=_kind(plan))
 
     report = run_blocking(main)
     if report.success:
@@ -196,12 +208,15 @@ def begin_table_write(
     *,
     operation: Operation | None = None,
     schema_json: str | None = None,
+    properties: TableProperties | None = None,
 ) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
     the timeline, staging under ``.hoodie/.aux/amcommit/<instant>/``); the plan then carries it.
     ``owner``: recorded in the write's marker with the claim (``begin_write(owner=)``).
     ``operation`` (an upsert's or delete's) replaces the one of the save mode;
-    ``schema_json`` (Avro) the schema of the DataFrame (a delete writes the table's)."""
+    ``schema_json`` (Avro) the schema of the DataFrame (a delete writes the table's).
+    ``properties``: the table's, as the driver read them for this write (the destination
+    check): ``begin_write`` then does not read them again."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
@@ -239,7 +254,7 @@ def begin_table_write(
     )
 
     async def begin() -> TableWrite:
-        store, dest = open_location(plan.url, **plan.store_options)
+        store, dest = open_driver_store(plan, "begin")
         async with store:
             return await begin_write(
                 store,
@@ -251,6 +266,7 @@ def begin_table_write(
                 origin="spark",
                 allow_missing_columns=table.allow_missing_columns,
                 owner=owner,
+                properties=properties,
             )
 
     write = run_blocking(begin)

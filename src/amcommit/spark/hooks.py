@@ -19,7 +19,8 @@ class SparkHooks:
     """The hook points; every method of this base class does nothing."""
 
     def driver_store(self, store: Store, phase: str) -> Store:
-        """The store the driver's job ``commit`` / ``abort`` (``phase``) runs on."""
+        """The store of one driver step (``phase``): ``"check"`` (the destination probe),
+        ``"begin"`` (a table write's instant), the job ``"commit"`` or ``"abort"``."""
         return store
 
     def task_rows(

@@ -47,7 +47,7 @@ from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
 from amcommit.loop import run_blocking
 from amcommit.messages import for_user
 from amcommit.paths import basename, join
-from amcommit.spark.driver import abort_write, begin_table_write, commit_write
+from amcommit.spark.driver import abort_write, begin_table_write, commit_write, open_driver_store
 from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan, check_table_options
 from amcommit.spark.parquet import nullable_voids, unwritable_column
 from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
@@ -163,7 +163,7 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
     the destination's table properties if it holds a Hudi table (``.hoodie/hoodie.properties``)."""
 
     async def probe() -> tuple[TableProperties | None, bool]:
-        store, dest = open_location(plan.url, **plan.store_options)
+        store, dest = open_driver_store(plan, "check")
         async with store:
             try:
                 held = False  # anything but a (half-created) .hoodie folder
@@ -363,7 +363,7 @@ class AmcommitDataSource(DataSource):
             plan = _continue_table(dict(self.options), plan, props, rebuild)
         check_table_options(plan)
         if plan.table is not None:
-            return AmcommitWriter(begin_table_write(plan) if begin else plan)
+            return AmcommitWriter(begin_table_write(plan, properties=props) if begin else plan)
         _setup_job(plan)
         return AmcommitWriter(plan)
 

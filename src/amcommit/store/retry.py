@@ -55,15 +55,29 @@ it is about one name, not the store's load, so the other requests keep their pac
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, Self, TypeVar
 
 import anyio
 
 from amcommit.errors import ConfigError, ObjectRateLimited, StoreError, Throttled
 from amcommit.iostats import IOStatistics
-from amcommit.store.base import ObjectInfo, Store
+from amcommit.store.base import (
+    Capabilities,
+    ObjectInfo,
+    PutMode,
+    RenameRequest,
+    RenameResult,
+    Store,
+    StoreRecipe,
+    UpdateIf,
+    WriteMode,
+    batch_deleter,
+    batch_renamer,
+    read_range,
+    store_recipe,
+)
 from amcommit.store.limits import Limiter
 
 T = TypeVar("T")
@@ -270,3 +284,172 @@ async def retry_list(
             if stats is not None:
                 stats.incr("committer_listing_restarted")
         await anyio.sleep(delay)
+
+
+class RetryingStore:
+    """A :class:`~amcommit.store.base.Store` handle that retries its operations with one
+    :class:`RetryPolicy` (the ``normal`` policy of :func:`policies_of`, what the table's
+    callers used before they held this handle). Each retried operation goes through
+    :func:`retry_call` (listings through :func:`retry_list`), so the rules of the module
+    docstring hold unchanged: only retryable errors are retried, an error an inner layer
+    gave up on (``retries_spent``) is raised at once, and an error this handle gives up on
+    is marked so (an outer loop does not multiply the attempts). No limiter: each attempt
+    is one request of the wrapped store, which throttles its own.
+
+    Retried, and why each is safe to repeat:
+
+    * ``stat``, ``get``, ``get_range`` (a ranged read, :func:`~amcommit.store.base.read_range`),
+      ``list``: reads. A listing is restarted from its beginning; an entry of an earlier,
+      failed attempt is not yielded twice (entries are not a snapshot: see the store
+      protocol).
+    * ``mkdirs``: idempotent (a directory already there is success).
+    * ``delete`` (a file, or a tree with ``recursive=True``): idempotent. The answer
+      "was it there" is the *last* attempt's: after a lost answer the retry answers False
+      although the first attempt deleted it (callers that count deletions count it
+      "already gone", as they did when they retried it themselves).
+    * ``delete_batch`` (stores that have one), as one call: its paths are files and a path
+      already gone is no failure, so repeating the whole call is safe; failures of single
+      paths are returned, not retried (as the store protocol says).
+    * ``put`` with ``PutMode.OVERWRITE``: a whole-object write of the same bytes; a
+      repetition leaves the same content (a new etag: callers that must know the etag take
+      the returned one, the last attempt's).
+    * ``put`` with ``PutMode.CREATE``: repeating cannot overwrite; after a lost answer the
+      retry raises :class:`~amcommit.errors.AlreadyExists` for the object this very call
+      created. That is **not** proof of ownership: every caller decides what an existing
+      object means (reads it back and compares, or treats "exists" as "an earlier run's
+      or ours", as the table's markers, instant files and job markers do).
+
+    Not retried (one attempt, passed through), and why:
+
+    * ``put`` with :class:`~amcommit.store.base.UpdateIf`: after a lost answer a repetition
+      fails with :class:`~amcommit.errors.PreconditionFailed` (the etag moved, by our own
+      write) and nothing here can tell ours from another writer's; the caller re-reads.
+    * ``rename`` and ``rename_batch``: not idempotent (a repeated rename finds no source).
+      A rename is proven by the engine's rename stage (etag kept on rename, the
+      ``rename_id`` provenance mark, :func:`~amcommit.store.proof.judge_rename`), which
+      retries with that proof itself; this handle never repeats one blindly.
+
+    ``capabilities`` are the wrapped store's (``batch_rename`` and ``delete_batch_max`` only
+    where the wrapped store has the method), ``retries`` included: the wrapped store's own
+    retry layer stays what it is. The handle owns nothing: :meth:`aclose` closes the
+    wrapped store (as every wrapper of the project does); holders that borrow a store do
+    not close it. Nothing here is atomic beyond what the wrapped operation is.
+    """
+
+    def __init__(self, inner: Store, policy: RetryPolicy) -> None:
+        self.inner = inner
+        self.policy = policy
+        self._caps: tuple[Capabilities, Capabilities] | None = None
+
+    @classmethod
+    def of(cls, store: Store, config: RetrySettings) -> RetryingStore:
+        """``store`` behind a handle with ``config``'s normal policy (:func:`policies_of`).
+        A :class:`RetryingStore` with that policy is returned as it is (handles do not
+        nest); one with another policy is replaced by one over its wrapped store."""
+        policy = policies_of(config)[0]
+        if isinstance(store, RetryingStore):
+            if store.policy == policy:
+                return store
+            store = store.inner
+        return cls(store, policy)
+
+    # -- what the wrapped store is ----------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        inner = self.inner.capabilities
+        cached = self._caps
+        if cached is None or cached[0] is not inner:  # the inner store's may change (GCS move)
+            batches = inner.batch_rename and batch_renamer(self.inner) is not None
+            deletes = inner.delete_batch_max if batch_deleter(self.inner) is not None else 0
+            cached = self._caps = (inner, replace(inner, batch_rename=batches, delete_batch_max=deletes))
+        return cached[1]
+
+    @capabilities.setter
+    def capabilities(self, value: Capabilities) -> None:
+        """Set on the wrapped store (the handle has none of its own)."""
+        self.inner.capabilities = value
+
+    @property
+    def iostats(self) -> IOStatistics:
+        return self.inner.iostats
+
+    @iostats.setter
+    def iostats(self, value: IOStatistics) -> None:
+        self.inner.iostats = value
+
+    @property
+    def root_uri(self) -> str:
+        return self.inner.root_uri
+
+    @property
+    def recipe(self) -> StoreRecipe | None:
+        """The wrapped store's recipe (another process opens the store itself, without
+        this handle)."""
+        return store_recipe(self.inner)
+
+    def __repr__(self) -> str:
+        return f"RetryingStore({self.inner!r}, attempts={self.policy.max_attempts})"
+
+    async def _call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return await retry_call(fn, policy=self.policy)
+
+    # -- retried -------------------------------------------------------------------------
+    async def stat(self, path: str) -> ObjectInfo:
+        return await self._call(lambda: self.inner.stat(path))
+
+    def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:
+        return retry_list(self.inner, prefix, recursive=recursive, policy=self.policy)
+
+    async def get(self, path: str) -> bytes:
+        return await self._call(lambda: self.inner.get(path))
+
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        """:func:`~amcommit.store.base.read_range` of the wrapped store, retried."""
+        return await self._call(lambda: read_range(self.inner, path, start, length))
+
+    async def mkdirs(self, path: str) -> None:
+        await self._call(lambda: self.inner.mkdirs(path))
+
+    async def delete(self, path: str, *, recursive: bool = False) -> bool:
+        return await self._call(lambda: self.inner.delete(path, recursive=recursive))
+
+    async def delete_batch(self, paths: Sequence[str]) -> dict[int, StoreError]:
+        """The wrapped store's ``delete_batch``, the whole call retried (see the class doc)."""
+        inner = batch_deleter(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} has no delete_batch")
+        return await self._call(lambda: inner.delete_batch(paths))
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        if isinstance(mode, UpdateIf):
+            return await self.inner.put(path, data, mode=mode)  # not retried: class doc
+        return await self._call(lambda: self.inner.put(path, data, mode=mode))
+
+    # -- passed through once -------------------------------------------------------------
+    async def rename(
+        self,
+        src: str,
+        dst: str,
+        *,
+        src_etag: str | None = None,
+        rename_id: str | None = None,
+        src_meta: bool | None = None,
+    ) -> RenameResult:
+        """The wrapped store's ``rename``, once (never retried: see the class doc)."""
+        return await self.inner.rename(src, dst, src_etag=src_etag, rename_id=rename_id, src_meta=src_meta)
+
+    async def rename_batch(self, requests: Sequence[RenameRequest]) -> dict[int, StoreError]:
+        """The wrapped store's ``rename_batch``, once (never retried: see the class doc)."""
+        inner = batch_renamer(self.inner)
+        if inner is None:
+            raise TypeError(f"{self.inner!r} has no rename_batch")
+        return await inner.rename_batch(requests)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

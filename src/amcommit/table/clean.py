@@ -57,7 +57,7 @@ from amcommit.errors import AlreadyExists, ConfigError
 from amcommit.parallel import gather_limited
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
-from amcommit.store.retry import RetryPolicy, policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table import avro_meta
 from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.direct import sweep_after
@@ -155,10 +155,10 @@ async def _previous_earliest(tl: Timeline, lst: Listing) -> str | None:
     return mark.earliest if mark is not None else None
 
 
-async def _put_once(store: Store, path: str, data: bytes, policy: RetryPolicy) -> bool:
+async def _put_once(rs: RetryingStore, path: str, data: bytes) -> bool:
     """Create ``path``; False if it exists already (an earlier run, or a lost answer)."""
     try:
-        await retry_call(partial(store.put, path, data, mode=PutMode.CREATE), policy=policy)
+        await rs.put(path, data, mode=PutMode.CREATE)
     except AlreadyExists:
         return False
     return True
@@ -176,11 +176,11 @@ async def _execute(
     progress: ProgressCallback | None,
 ) -> None:
     """Steps 2-4 of the module doc for the clean ``instant`` whose requested file exists."""
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     started = time.monotonic()
     hoodie = join(dest, HOODIE_DIR)
     data = avro_meta.encode_cleaner_plan(plan, root_uri=table_uri(store, dest))
-    await _put_once(store, join(hoodie, f"{instant}.clean.inflight"), data, policy)
+    await _put_once(rs, join(hoodie, f"{instant}.clean.inflight"), data)
     files = [rel for rels in plan.files.values() for rel in rels]
     total = len(files)
     done = 0
@@ -190,7 +190,7 @@ async def _execute(
 
     async def delete(rel: str) -> bool:
         nonlocal done
-        existed = await retry_call(partial(store.delete, join(dest, rel)), policy=policy)
+        existed = await rs.delete(join(dest, rel))
         done += 1
         if progress is not None:
             progress(Progress("clean", done, total))
@@ -209,7 +209,7 @@ async def _execute(
             for p, rels in plan.files.items()
         ],
     )
-    await _put_once(store, join(hoodie, f"{instant}.clean"), avro_meta.encode_clean_metadata(meta), policy)
+    await _put_once(rs, join(hoodie, f"{instant}.clean"), avro_meta.encode_clean_metadata(meta))
     report.files.extend(files)
     report.already_gone += sum(gone)
 
@@ -230,7 +230,7 @@ async def _resume_pending(
         if i.state is State.INFLIGHT:
             name = i.file_name
         path = join(dest, HOODIE_DIR, name)
-        raw = await retry_call(partial(store.get, path), policy=tl.policy)
+        raw = await tl.store.get(path)
         plan = avro_meta.decode_cleaner_plan(raw, root_uri=table_uri(store, dest), where=path)
         last = max((w for w in lst.writes if w < i.time), default="")
         await _execute(
@@ -277,7 +277,7 @@ async def _clean_unlocked(
     data = avro_meta.encode_cleaner_plan(plan, root_uri=table_uri(store, dest))
     while True:
         t = next_instant(datetime.now(UTC), after=after)
-        if await _put_once(store, join(dest, HOODIE_DIR, f"{t}.clean.requested"), data, tl.policy):
+        if await _put_once(tl.store, join(dest, HOODIE_DIR, f"{t}.clean.requested"), data):
             break
         after = t  # the time was taken (by another writer): allocate a later one
     await _execute(

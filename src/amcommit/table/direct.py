@@ -125,7 +125,7 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import basename, is_within, join, parent, path_to_uri, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.names import shorten
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.model import decode_commit_metadata
 from amcommit.table.naming import (
     HOODIE_DIR,
@@ -342,7 +342,7 @@ async def create_marker(
     already is ours: a repeated call is a no-op). Returns its store path."""
     path = join(marker_dir(dest, instant), marker_name(rel_path, io_type))
     try:
-        await retry_call(lambda: store.put(path, b"", mode=PutMode.CREATE), policy=policies_of(config)[0])
+        await RetryingStore.of(store, config).put(path, b"", mode=PutMode.CREATE)
     except AlreadyExists:
         pass
     return path
@@ -398,15 +398,15 @@ async def write_in_place(
     parsed = parse_base_file_name(basename(rel_path))
     if parsed is None or parsed.instant != instant:
         raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
-    policy = policies_of(config)[0]
-    marker = await create_marker(store, dest, instant, rel_path, io_type, config)
+    rs = RetryingStore.of(store, config)
+    marker = await create_marker(rs, dest, instant, rel_path, io_type, config)
     path = join(dest, rel_path)
-    info = await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policy)
+    info = await rs.put(path, data, mode=PutMode.OVERWRITE)
     if not await upload_stays(store, dest, instant):
         # the file first: a crash between the two leaves a marker without a file, which a
         # sweep removes once it is older than its grace
-        await retry_call(lambda: store.delete(path), policy=policy)
-        await retry_call(lambda: store.delete(marker), policy=policy)
+        await rs.delete(path)
+        await rs.delete(marker)
         return None
     return info
 
@@ -443,7 +443,7 @@ async def commit_direct_task(
         )
     data = encode_json(manifest)
     path = layout.manifest_path(task_id)
-    await retry_call(lambda: store.put(path, data, mode=PutMode.OVERWRITE), policy=policies_of(config)[0])
+    await RetryingStore.of(store, config).put(path, data, mode=PutMode.OVERWRITE)
     return manifest
 
 
@@ -469,7 +469,7 @@ async def _table_depth(store: Store, dest: str, config: CommitterConfig) -> int 
 
     path = join(dest, PROPERTIES_FILE)
     try:
-        data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+        data = await RetryingStore.of(store, config).get(path)
         return len(decode_properties(data, where=path).partition_fields)
     except (StoreError, ValueError):
         return None
@@ -540,20 +540,20 @@ async def marked_files(
 async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfig) -> None:
     """Delete ``paths`` (absent ones are fine): the store's batch delete where it has one,
     else one delete each, ``io_threads`` at a time."""
-    policy = policies_of(config)[0]
-    batcher = batch_deleter(store)
+    rs = RetryingStore.of(store, config)
+    batcher = batch_deleter(rs)
     rest: list[str] = list(paths)
     if batcher is not None and rest:
         size = store.capabilities.delete_batch_max
         failed: list[str] = []
         for i in range(0, len(rest), size):
             chunk = rest[i : i + size]
-            errors = await retry_call(lambda c=chunk: batcher.delete_batch(c), policy=policy)  # type: ignore[misc]
+            errors = await batcher.delete_batch(chunk)  # the whole call retried by the handle
             failed.extend(chunk[j] for j in errors)
         rest = failed
 
     async def one(p: str) -> None:
-        await retry_call(lambda: store.delete(p), policy=policy)
+        await rs.delete(p)
 
     await run_parallel(rest, one, config.io_threads)
 
@@ -638,7 +638,7 @@ async def judge_markers(
     directories: local files, ADLS Gen2), deepest first, each by a non-recursive delete
     that fails, and is left, if anything was written into it meanwhile. Not atomic; every
     step is idempotent. Returns ``(files deleted, markers kept)``."""
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     win = set(winners)
     now = time.time() if now is None else now
     deleted: list[str] = []
@@ -651,7 +651,7 @@ async def judge_markers(
         if rel in win or io is IOType.APPEND:
             remove.append(info.path)
             return
-        found = await retry_call(lambda: store.delete(join(dest, rel)), policy=policy)
+        found = await rs.delete(join(dest, rel))
         if found:
             deleted.append(rel)
         young = info.mtime is not None and now - info.mtime < grace

@@ -22,7 +22,7 @@ from amcommit.committer.jobs import DestinationJobs, JobInfo, check_exists, job_
 from amcommit.committer.lock import LockBody, decode_lock, lock_path
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
-from amcommit.store.retry import RetryPolicy, policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.heartbeat import STOPPED, last_beats
 from amcommit.table.model import State
 from amcommit.table.naming import PROPERTIES_FILE, STAGING_DIR, heartbeat_path
@@ -85,19 +85,22 @@ def beat_state(
 
 
 async def _table_writes(
-    store: Store, dest: str, lock: LockBody | None, writer_ttl: float, policy: RetryPolicy
+    rs: RetryingStore, dest: str, lock: LockBody | None, writer_ttl: float
 ) -> tuple[list[TableWriteInfo], LastInstant | None]:
     """The table's instants that are not completed (and completed ones still staged), and
     its latest completed instant. Reads only (the heartbeats are judged by this host's
-    clock against the store's modification times: no probe object is written)."""
-    instants = await retry_call(lambda: list_instants(store, dest), policy=policy)
+    clock against the store's modification times: no probe object is written). The reads
+    the committer's helpers make are retried by them, with the handle's policy; the
+    heartbeat listing is not retried (as before)."""
+    store, policy = rs.inner, rs.policy
+    instants = await list_instants(rs, dest)
     rank = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
     best: dict[str, tuple[str, State]] = {}
     for i in instants:
         cur = best.get(i.time)
         if cur is None or rank[i.state] > rank[cur[1]]:
             best[i.time] = (i.action, i.state)
-    staged, legacy = await retry_call(lambda: staged_instants(store, dest), policy=policy)
+    staged, legacy = await staged_instants(rs, dest)
     staged = staged | legacy
     beats = await last_beats(store, dest)
     now = time.time()
@@ -137,13 +140,14 @@ async def list_table_jobs(
     """The table at ``dest`` as ``amcommit jobs`` shows it (module doc), or None if ``dest``
     holds no table (no ``hoodie.properties``). ``writer_ttl`` judges the heartbeats. Reads
     only, through the retry layer; NotFound if nothing exists at ``dest``."""
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
+    policy = rs.policy  # the committer's read helpers retry themselves
     await check_exists(store, dest, policy)
     if await read_optional(store, join(dest, PROPERTIES_FILE), policy) is None:
         return None
     lock_data = await read_optional(store, lock_path(dest, staging=STAGING_DIR), policy)
     table_lock = decode_lock(lock_data) if lock_data is not None else None
-    writes, last_instant = await _table_writes(store, dest, table_lock, writer_ttl, policy)
+    writes, last_instant = await _table_writes(rs, dest, table_lock, writer_ttl)
     return TableJobs(
         dest_uri=path_to_uri(store.root_uri, dest),
         lock=lock_info(table_lock) if table_lock is not None else None,

@@ -41,7 +41,7 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.model import WRITE_ACTIONS, Instant
 from amcommit.table.naming import HOODIE_DIR
 from amcommit.table.timeline import list_instants
@@ -152,15 +152,15 @@ async def last_committed(
     """(version, instant) of ``app_id``'s newest completed write instant, scanning the
     completed timeline newest first; None if ``app_id`` never committed (or ``dest`` holds
     no table yet). Cost: see the module doc. Reads only; each request retried per ``config``."""
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     try:
-        instants = await retry_call(lambda: list_instants(store, dest), policy=policy)
+        instants = await list_instants(rs, dest)
     except NotFound:
         return None
 
     async def read_extra(i: Instant) -> Mapping[str, str]:
         path = join(dest, HOODIE_DIR, i.file_name)
-        return decode_extra(await retry_call(lambda: store.get(path), policy=policy), path)
+        return decode_extra(await rs.get(path), path)
 
     return await find_last(newest_first(instants), app_id, read_extra)
 

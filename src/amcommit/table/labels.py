@@ -9,8 +9,6 @@ semantics and the cost of a lookup.
 
 from __future__ import annotations
 
-from functools import partial
-
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.job import abort_with, finish_previous_job
 from amcommit.committer.lock import decode_lock, lock_path, run_locked
@@ -18,7 +16,7 @@ from amcommit.errors import ManifestError, NotFound
 from amcommit.liveness import proven_dead
 from amcommit.paths import join
 from amcommit.store.base import Store
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.commit import PLAN_NAME
 from amcommit.table.kind import TableKind
 from amcommit.table.labelmeta import (
@@ -71,11 +69,11 @@ async def pending_of(
     rollback killed after removing the staging folder; no live writer is ever in that
     state: ``begin_write`` creates the staging folder first, a commit removes it only after
     publishing). Reads only."""
-    policy = policies_of(config)[0]
-    new, legacy = await retry_call(lambda: staged_instants(store, dest), policy=policy)
+    rs = RetryingStore.of(store, config)
+    new, legacy = await staged_instants(rs, dest)
     staged = sorted(new | legacy)
     try:
-        instants = await retry_call(lambda: list_instants(store, dest), policy=policy)
+        instants = await list_instants(rs, dest)
     except NotFound:
         instants = []
     done = {i.time for i in instants if i.completed}
@@ -83,7 +81,7 @@ async def pending_of(
     for t in staged:
         layout = legacy_table_layout(dest, t) if t in legacy else table_layout(dest, t)
         try:
-            marker = await retry_call(partial(read_marker, store, layout), policy=policy)
+            marker = await read_marker(rs, layout)
         except (NotFound, ManifestError):
             continue
         label = marker.label()
@@ -96,7 +94,7 @@ async def pending_of(
             ]
             for path in paths:
                 try:
-                    plan = await retry_call(partial(store.get, path), policy=policy)
+                    plan = await rs.get(path)
                     label = label_of(decode_extra(plan, path))
                     break
                 except (NotFound, ManifestError):
@@ -136,7 +134,7 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
     :func:`recover`). Atomic: the takeover is the lock's conditional write."""
     path = lock_path(dest, staging=STAGING_DIR)
     try:
-        body = decode_lock(await retry_call(partial(store.get, path), policy=policies_of(config)[0]))
+        body = decode_lock(await RetryingStore.of(store, config).get(path))
     except NotFound:
         return
     if body is None or not proven_dead(body.process()):

@@ -709,23 +709,18 @@ class IndexReader:
         return local_os_path(self.store, join(self.dest, rel))
 
     async def _range(self, rel: str, start: int, length: int) -> bytes:
-        from amcommit.store.base import read_range
-        from amcommit.store.retry import policies_of, retry_call
+        from amcommit.store.retry import RetryingStore
 
-        path = join(self.dest, rel)
-        data = await retry_call(
-            lambda: read_range(self.store, path, start, length), policy=policies_of(self.config)[0]
-        )
+        data = await RetryingStore.of(self.store, self.config).get_range(join(self.dest, rel), start, length)
         self.bytes_read += len(data)
         return data
 
     async def _size(self, rel: str, known: int) -> int:
         if known > 0:
             return known
-        from amcommit.store.retry import policies_of, retry_call
+        from amcommit.store.retry import RetryingStore
 
-        path = join(self.dest, rel)
-        return (await retry_call(lambda: self.store.stat(path), policy=policies_of(self.config)[0])).size
+        return (await RetryingStore.of(self.store, self.config).stat(join(self.dest, rel))).size
 
     async def footer(self, rel: str, size: int = 0) -> FooterIndex:
         import pyarrow as pa
@@ -792,10 +787,9 @@ class IndexReader:
         local = self._local(rel)
         if local is not None:
             return await anyio.to_thread.run_sync(_read_base_file, local, keys)
-        from amcommit.store.retry import policies_of, retry_call
+        from amcommit.store.retry import RetryingStore
 
-        path = join(self.dest, rel)
-        data = await retry_call(lambda: self.store.get(path), policy=policies_of(self.config)[0])
+        data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
         self.bytes_read += len(data)
         return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
 

@@ -56,7 +56,7 @@ from amcommit.errors import NotFound
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join, relative_to
 from amcommit.store.base import ObjectInfo, Store
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, State
 from amcommit.table.naming import parse_base_file_name
 from amcommit.table.timeline import LoadedCommit
@@ -226,7 +226,7 @@ async def remove_orphans(
 
     started = time.monotonic()
     scan = OrphanScan()
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     named = {c.instant.time: {f.path for f in c.added()} for c in commits}
     ordered = sorted(instants)
     parts = orphan_partitions(commits, previous_earliest)
@@ -235,10 +235,7 @@ async def remove_orphans(
     async def list_part(part: str) -> None:
         folder = join(dest, part) if part else dest
         try:
-            found = await retry_call(
-                lambda: _list_files(store, folder),
-                policy=policy,
-            )
+            found = await _list_files(rs, folder)  # a failed listing restarts (the handle)
         except NotFound:
             found = []
         listings[part] = found
@@ -272,7 +269,7 @@ async def remove_orphans(
         if not dry_run:
 
             async def delete(rel: str) -> None:
-                await retry_call(lambda: store.delete(join(dest, rel)), policy=policy)
+                await rs.delete(join(dest, rel))
 
             await run_parallel(old, delete, config.io_threads)
             scan.requests += len(old)

@@ -40,7 +40,7 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.parallel import gather_limited
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
-from amcommit.store.retry import RetryPolicy, policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table import avro_meta
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
 from amcommit.table.model import (
@@ -160,15 +160,12 @@ def table_uri(store: Store, dest: str) -> str:
 _STATE_RANK = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
 
 
-async def list_timeline(store: Store, dest: str, *, policy: RetryPolicy | None = None) -> Listing:
-    """List ``.hoodie/`` once (not recursive). NotATable without ``hoodie.properties``."""
-    policy = policy or policies_of(DEFAULT_CONFIG)[0]
+async def list_timeline(store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> Listing:
+    """List ``.hoodie/`` once (not recursive; a failed listing is restarted, per ``config``:
+    :class:`~amcommit.store.retry.RetryingStore`). NotATable without ``hoodie.properties``."""
+    rs = RetryingStore.of(store, config)
     hoodie = join(dest, HOODIE_DIR)
-
-    async def listing() -> list[ObjectInfo]:
-        return [o async for o in store.list(hoodie, recursive=False)]
-
-    objects = {basename(o.path): o for o in await retry_call(listing, policy=policy) if not o.is_dir}
+    objects = {basename(o.path): o async for o in rs.list(hoodie, recursive=False) if not o.is_dir}
     if "hoodie.properties" not in objects:
         if not objects:  # nothing under .hoodie/: does the destination exist at all?
 
@@ -197,9 +194,10 @@ class Timeline:
     """A table's timeline (async). Open with :meth:`open`; see the module doc for costs."""
 
     def __init__(self, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> None:
-        self.store = store
+        self.store = RetryingStore.of(store, config)
+        """The store, behind the retrying handle of ``config``: reads retried."""
+        self.config = config
         self.dest = dest
-        self.policy = policies_of(config)[0]
         self._meta: dict[str, CommitMetadata] = {}
         self._cleans: dict[str, CleanMark | None] = {}
         self._listing: Listing | None = None
@@ -208,7 +206,7 @@ class Timeline:
     async def open(cls, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> Timeline:
         """List the timeline; NotATable if ``dest`` holds no table."""
         t = cls(store, dest, config=config)
-        t._listing = await list_timeline(store, dest, policy=t.policy)
+        t._listing = await list_timeline(t.store, dest, config=config)
         return t
 
     async def listing(self) -> Listing:
@@ -216,11 +214,11 @@ class Timeline:
         if self._listing is not None:
             lst, self._listing = self._listing, None
             return lst
-        return await list_timeline(self.store, self.dest, policy=self.policy)
+        return await list_timeline(self.store, self.dest, config=self.config)
 
     async def _get(self, name: str) -> bytes:
         path = join(self.dest, HOODIE_DIR, name)
-        return await retry_call(partial(self.store.get, path), policy=self.policy)
+        return await self.store.get(path)
 
     async def commit_metadata(self, instant: Instant) -> CommitMetadata:
         """The metadata of a completed write instant (cached)."""

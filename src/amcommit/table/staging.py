@@ -30,7 +30,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.errors import CommitError, NotFound
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
 from amcommit.table.naming import LEGACY_STAGING_DIR, STAGING_DIR, check_instant, is_instant
 from amcommit.table.settings import table_settings
@@ -55,7 +55,7 @@ async def _footer_rows(store: Store, path: str, config: CommitterConfig) -> int:
     know their counts pass them in ``extra_data["hudi.rows"]``)."""
     import pyarrow.parquet as pq
 
-    data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+    data = await RetryingStore.of(store, config).get(path)
     try:
         return int(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows)
     except Exception as e:

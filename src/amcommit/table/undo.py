@@ -29,7 +29,7 @@ from amcommit.committer.stages import cleanup, load_manifests, rollback
 from amcommit.errors import ManifestError, NotFound, StoreError
 from amcommit.paths import basename, is_within, join, parent, relative_to
 from amcommit.store.base import Store
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.direct import is_direct, rollback_from_markers
 from amcommit.table.heartbeat import delete_beat
 from amcommit.table.naming import (
@@ -62,7 +62,7 @@ async def remove_stamped(
 ) -> set[str]:
     """Delete base files stamped with ``instant`` and partition metadata naming it, in
     ``partitions`` (relative folders; None = the whole table). Returns the folders touched."""
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     touched: set[str] = set()
     if partitions is None:
         folders = [dest]
@@ -86,13 +86,13 @@ async def remove_stamped(
                 doomed = True
             elif name == PARTITION_METADATA_FILE:
                 try:
-                    data = await retry_call(lambda p=info.path: store.get(p), policy=policy)  # type: ignore[misc]
+                    data = await rs.get(info.path)
                 except NotFound:
                     continue
                 doomed = _stamped_partition_metadata(data, instant)
             if doomed:
                 try:
-                    await retry_call(lambda p=info.path: store.delete(p), policy=policy)  # type: ignore[misc]
+                    await rs.delete(info.path)
                 except NotFound:
                     pass
                 touched.add(parent(info.path))
@@ -128,16 +128,16 @@ async def finish_rollback(
     a write whose staging is gone may have been committed and cleaned up."""
     if await completed_instant(store, dest, instant) is not None:
         return False
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     touched = await remove_stamped(store, dest, instant, partitions, config)
     await _remove_empty(store, dest, touched)
     found = bool(touched)
-    await retry_call(lambda: delete_beat(store, dest, instant), policy=policy)
+    await delete_beat(rs, dest, instant)
     inflight, requested = _instant_files(instant)
     for name in [*inflight, *requested]:  # inflight first, requested last
         path = join(dest, HOODIE_DIR, name)
         try:
-            if await retry_call(lambda p=path: store.delete(p), policy=policy):  # type: ignore[misc]
+            if await rs.delete(path):
                 found = True
         except NotFound:
             pass

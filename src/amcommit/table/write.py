@@ -48,7 +48,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 
 import msgspec
 
@@ -59,7 +58,7 @@ from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestErr
 from amcommit.manifest import TaskManifest
 from amcommit.paths import basename, check_path, join
 from amcommit.store.base import ObjectInfo, PutMode, Store
-from amcommit.store.retry import policies_of, retry_call
+from amcommit.store.retry import RetryingStore
 from amcommit.table.heartbeat import beat
 from amcommit.table.labelmeta import Label
 from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
@@ -183,7 +182,7 @@ async def read_properties(
     """The table's properties, None if ``dest`` holds no ``hoodie.properties``."""
     path = join(dest, PROPERTIES_FILE)
     try:
-        data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+        data = await RetryingStore.of(store, config).get(path)
     except NotFound:
         return None
     return decode_properties(data, where=path)
@@ -193,7 +192,7 @@ async def is_table(store: Store, dest: str, config: CommitterConfig = DEFAULT_CO
     """True if ``dest`` holds a Hudi table (``.hoodie/hoodie.properties`` exists)."""
     path = join(dest, PROPERTIES_FILE)
     try:
-        await retry_call(lambda: store.stat(path), policy=policies_of(config)[0])
+        await RetryingStore.of(store, config).stat(path)
     except NotFound:
         return False
     return True
@@ -228,7 +227,7 @@ def _check_compatible(props: TableProperties, spec: TableSpec, dest: str) -> Non
 async def _create_table(
     store: Store, dest: str, spec: TableSpec, avro_schema: str | None, config: CommitterConfig
 ) -> TableProperties:
-    policy = policies_of(config)[0]
+    rs = RetryingStore.of(store, config)
     others = []
     async for info in store.list(dest, recursive=False):
         name = basename(info.path)
@@ -251,7 +250,7 @@ async def _create_table(
     path = join(dest, PROPERTIES_FILE)
     data = encode_properties(props)
     try:
-        await retry_call(lambda: store.put(path, data, mode=PutMode.CREATE), policy=policy)
+        await rs.put(path, data, mode=PutMode.CREATE)
         return props
     except AlreadyExists:
         pass  # a concurrent first writer (or our own lost answer): continue its table
@@ -281,7 +280,7 @@ async def committed_schema(
     if instant is None:
         return None
     path = join(dest, HOODIE_DIR, instant.file_name)
-    data = await retry_call(lambda: store.get(path), policy=policies_of(config)[0])
+    data = await RetryingStore.of(store, config).get(path)
     try:
         meta = msgspec.json.decode(data, type=_SchemaOnly)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -313,6 +312,7 @@ async def begin_write(
     label: Label | None = None,
     allow_missing_columns: bool = False,
     owner: Mapping[str, str] | None = None,
+    properties: TableProperties | None = None,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -330,13 +330,16 @@ async def begin_write(
     may ask :func:`~amcommit.table.labels.committed_by` first to skip the work).
     ``owner``: who runs the write (short strings; :attr:`WriteMarker.owner`), in the job
     marker from the moment the instant is claimed.
+    ``properties``: the table's ``hoodie.properties``, when the caller read them for this
+    very write (the Spark driver's destination check): not read again (a table's
+    properties are written once, create-only). None: read here (one read).
     """
     check_path(dest)
     operation = Operation(operation)
     if label is not None and not isinstance(label, Label):
         raise ConfigError(f"label must be an amcommit.table.labels.Label, got {type(label).__name__}")
-    policy = policies_of(config)[0]
-    props = await read_properties(store, dest, config)
+    rs = RetryingStore.of(store, config)
+    props = properties if properties is not None else await read_properties(store, dest, config)
     if props is None:
         if spec is None:
             raise ConfigError(
@@ -385,26 +388,26 @@ async def begin_write(
         body.update(marker_fields(origin, expected_tasks))
         data = json.dumps(body).encode()
         try:
-            await retry_call(partial(store.put, layout.job_marker, data, mode=PutMode.CREATE), policy=policy)
+            await rs.put(layout.job_marker, data, mode=PutMode.CREATE)
         except AlreadyExists:
             after = instant
             continue
         later = [t for t in await _taken_times(store, dest) if t > instant]
         if later:  # a concurrent writer allocated past us meanwhile: give this time up
-            await retry_call(partial(store.delete, layout.job_dir, recursive=True), policy=policy)
+            await rs.delete(layout.job_dir, recursive=True)
             after = max(later)
             continue
         break
     else:
         raise CommitError(f"could not allocate an instant in {dest!r} (too many concurrent writers)")
-    await retry_call(lambda: store.mkdirs(layout.manifests_dir), policy=policy)
-    await retry_call(lambda: store.mkdirs(layout.tasks_dir), policy=policy)
-    await retry_call(lambda: beat(store, dest, instant), policy=policy)
+    await rs.mkdirs(layout.manifests_dir)
+    await rs.mkdirs(layout.tasks_dir)
+    await beat(rs, dest, instant)  # one overwriting put, retried by the handle
     hoodie = join(dest, HOODIE_DIR)
     for name in (requested_instant(instant, operation).file_name, inflight_file_name(instant, operation)):
         path = join(hoodie, name)
         try:
-            await retry_call(lambda p=path: store.put(p, b"", mode=PutMode.CREATE), policy=policy)  # type: ignore[misc]
+            await rs.put(path, b"", mode=PutMode.CREATE)
         except AlreadyExists:
             pass  # our own put whose answer was lost (the time is claimed by our marker)
     return TableWrite(
@@ -425,8 +428,8 @@ async def set_operation(
     with one whole-object put (atomic; its other fields are kept). True if it changed."""
     operation = Operation(operation)
     layout = table_layout(dest, instant)
-    policy = policies_of(config)[0]
-    marker = await retry_call(lambda: read_marker(store, layout), policy=policy)
+    rs = RetryingStore.of(store, config)
+    marker = await read_marker(rs, layout)
     current = Operation(marker.operation)
     if current is operation:
         return False
@@ -437,7 +440,7 @@ async def set_operation(
             stage="commit_job",
         )
     try:
-        await retry_call(lambda: store.stat(layout.journal_path), policy=policy)
+        await rs.stat(layout.journal_path)
     except NotFound:
         pass
     else:
@@ -446,10 +449,10 @@ async def set_operation(
             f"{operation.value} now (nothing was changed)",
             stage="commit_job",
         )
-    body = json.loads(await retry_call(lambda: store.get(layout.job_marker), policy=policy))
+    body = json.loads(await rs.get(layout.job_marker))
     body["operation"] = operation.value
     data = json.dumps(body).encode()
-    await retry_call(partial(store.put, layout.job_marker, data, mode=PutMode.OVERWRITE), policy=policy)
+    await rs.put(layout.job_marker, data, mode=PutMode.OVERWRITE)
     return True
 
 
@@ -561,9 +564,7 @@ class TableTask:
             info = got
         else:
             path = join(self.work, rel)
-            info = await retry_call(
-                lambda: self.store.put(path, data, mode=PutMode.OVERWRITE), policy=policies_of(self.config)[0]
-            )
+            info = await RetryingStore.of(self.store, self.config).put(path, data, mode=PutMode.OVERWRITE)
         self.files[rel] = (info.size, info.etag, rows)
         if mutation is not None:
             self.mutations[rel] = mutation
@@ -605,11 +606,10 @@ class TableTask:
         files are deleted (their markers stay: the job commit or a rollback removes them)."""
         from amcommit.committer.task import abort_task
 
-        policy = policies_of(self.config)[0]
         if self.direct:
+            rs = RetryingStore.of(self.store, self.config)
             for rel in sorted(self.files):
-                path = join(self.write.dest, rel)
-                await retry_call(lambda p=path: self.store.delete(p), policy=policy)  # type: ignore[misc]
+                await rs.delete(join(self.write.dest, rel))
             self.files.clear()
             return
         await abort_task(self.store, self.write.layout, self.task_attempt_id, config=self.config)
@@ -633,7 +633,7 @@ async def setup_table_task(
 
     work = await setup_task(store, write.layout, task_attempt_id, config=config)
     direct = table_settings(config).table_commit == "direct"
-    marker = await retry_call(lambda: read_marker(store, write.layout), policy=policies_of(config)[0])
+    marker = await read_marker(RetryingStore.of(store, config), write.layout)
     return TableTask(
         store, write, task_id, task_attempt_id, work, direct, config, schema=write_schema(marker)
     )

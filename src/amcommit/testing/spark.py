@@ -171,7 +171,10 @@ def fault_rule(r: dict[str, Any]) -> FaultRule:
 
 def wrap_driver_store(store: Store, spec: list[dict[str, Any]], phase: str) -> Store:
     """``store`` wrapped in a FaultyStore with the rules of ``phase`` (or ``store`` itself)."""
-    rules = [r for r in spec if r.get("phase", "commit") in (phase, "both")]
+    both = ("commit", "abort")  # "both" is the job's two phases, not "check" / "begin"
+    rules = [
+        r for r in spec if r.get("phase", "commit") == phase or (r.get("phase") == "both" and phase in both)
+    ]
     if not rules:
         return store
     faulty = FaultyStore(store, seed=0)
