@@ -170,11 +170,11 @@ async def list_timeline(store: Store, dest: str, *, config: CommitterConfig = DE
         if not objects:  # nothing under .hoodie/: does the destination exist at all?
 
             async def anything() -> bool:
-                async for _ in store.list(dest, recursive=False):
+                async for _ in rs.list(dest, recursive=False):
                     return True
                 return False
 
-            if not await retry_call(anything, policy=policy):
+            if not await anything():
                 raise NotATable(f"{dest!r} does not exist (nothing is stored there)", dest=dest)
         raise NotATable.make(dest)
     best: dict[str, Instant] = {}
