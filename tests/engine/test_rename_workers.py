@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from amcommit.api import commit_job, setup_job
 from amcommit.committer.config import DEFAULT_IO_THREADS, CommitterConfig
-from amcommit.committer.job import commit_job, setup_job
 from amcommit.committer.stages.rename_files import HEADROOM_MIN
 from amcommit.store.adaptive import AdaptiveLimit
 from amcommit.store.base import RenameResult, Store
