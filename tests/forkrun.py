@@ -27,6 +27,13 @@ PRELOAD = [
     "tests.table.directhelpers",
     "tests.matrix.kill_child",
     "tests.matrix.table_runner",
+    # imported lazily by every child otherwise (seconds on a loaded machine)
+    "anyio._backends._asyncio",
+    "anyio.to_thread",
+    "amcommit.api",
+    "amcommit.store.azure",
+    "amcommit.store.gcs",
+    "amcommit.store.local",
 ]
 """Modules the fork server imports once (the children's, and through them amcommit's)."""
 
