@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Any
 
 PRELOAD = [
@@ -38,6 +40,17 @@ PRELOAD = [
 """Modules the fork server imports once (the children's, and through them amcommit's)."""
 
 _FORKS = multiprocessing.get_context("forkserver")
+
+
+def warm() -> None:
+    """Start the fork server now, in a background thread (called when this module is
+    imported, i.e. at collection): its start imports everything in :data:`PRELOAD`, 20-30 s
+    on a loaded 2-core machine, which otherwise fell into the first kill test's timeout (a
+    ``pytest-timeout`` of that cell once). A child started meanwhile waits for it."""
+    _FORKS.set_forkserver_preload(PRELOAD)
+    threading.Thread(
+        target=multiprocessing.forkserver.ensure_running, name="forkserver-warm", daemon=True
+    ).start()
 
 
 def _main(module: str, argv: list[str], out: str, err: str) -> None:
@@ -100,3 +113,6 @@ def finish(proc: Any, out: str, err: str) -> tuple[int, str, str]:
     with contextlib.suppress(OSError):
         os.rmdir(os.path.dirname(out))
     return proc.exitcode, stdout, stderr
+
+
+warm()

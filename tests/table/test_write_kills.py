@@ -23,7 +23,7 @@ from amcommit.store.local import LocalStore
 from amcommit.table.commit import completed_instant
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants
-from tests.forkrun import run_module
+from tests.forkrun import PRELOAD, run_module
 from tests.matrix import table_oracle as _to
 from tests.matrix import table_runner as _tr
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
@@ -172,7 +172,7 @@ async def test_next_writer_finishes_or_rolls_back_a_killed_writer(tmp_path: Path
 
 
 _FORKS = _mp.get_context("forkserver")
-_FORKS.set_forkserver_preload(["tests.table.kill_child", "tests.matrix.table_runner"])
+_FORKS.set_forkserver_preload(PRELOAD)  # one fork server per process: every kill test's list
 _CHILD_CFG = CONFIG | {"io_threads": 1, "load_threads": 1}
 
 
