@@ -4,13 +4,12 @@ whether it was killed (see the child's docstring for the spec)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.forkrun import run_module
 
 REPO = Path(__file__).parents[2]
 
@@ -26,16 +25,8 @@ class ChildResult:
 def run_child(spec: dict[str, Any], *, timeout: float = 120.0) -> ChildResult:
     """Run one crash child to its end (killed by its rule, or finished). A child that died
     any other way (traceback, other signal) fails the calling test with its stderr."""
-    # the child imports amcommit exactly as this process did (sys.path order), tests from REPO
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*sys.path, str(REPO)]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.crash.child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        cwd=str(REPO),
-    )
+    # forked from the fork server of tests/forkrun.py (amcommit imported as in this process)
+    proc = run_module("tests.crash.child", [json.dumps(spec)], timeout=timeout)
     if proc.returncode == -signal.SIGKILL:
         return ChildResult(True, None, proc.stderr)
     if proc.returncode != 0:

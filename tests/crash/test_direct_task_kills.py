@@ -26,6 +26,7 @@ import pytest
 from amcommit.api import abort_job, commit_job
 from amcommit.table.settings import TableConfig
 from amcommit.table.write import TableWrite
+from tests.forkrun import PRELOAD
 from tests.matrix.conftest import matrix_blob, matrix_sdk_list  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_attempt
@@ -36,7 +37,7 @@ FIRST = rows(0, 6, parts=("a", "b", "c"))  # every partition of SECOND exists
 SECOND = rows(10, 5, parts=("a", "c"), tag="s")
 _NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-0_\d+-\d+-\d+_")
 _FORKS = mp.get_context("forkserver")
-_FORKS.set_forkserver_preload(["tests.table.directhelpers", "tests.matrix.stores"])
+_FORKS.set_forkserver_preload(PRELOAD)  # one fork server per process: every kill test's list
 
 
 def attempt_child(text: str) -> None:

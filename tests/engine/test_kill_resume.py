@@ -4,10 +4,7 @@ by commit_job or undone by abort_job: the destination is always exact."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from amcommit.committer import CommitterConfig
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
 from tests.engine.helpers import run_task, snapshot, temp_files
+from tests.forkrun import run_module
 
 JOB = "202611220002_0001"
 OLD = {"p=1/same.parquet": b"old same", "p=1/old.parquet": b"old 1", "p=2/old.parquet": b"old 2"}
@@ -54,16 +52,8 @@ async def prepare(tmp_path: Path) -> tuple[LocalStore, str]:
 
 
 def kill_at(store: LocalStore, dest: str, point: str, batch: int | None = None) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), *sys.path]))
     args = [store.root, dest, JOB, "overwrite", point, *([] if batch is None else [str(batch)])]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.engine.kill_child", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=str(Path(__file__).parents[2]),
-    )
+    proc = run_module("tests.engine.kill_child", args)  # forked (tests/forkrun.py), SIGKILLed
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
 
 

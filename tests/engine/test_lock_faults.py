@@ -5,7 +5,9 @@ someone else holding or taking the lock."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import msgspec
@@ -15,10 +17,12 @@ from amcommit.api import commit_job
 from amcommit.committer.lock import DestinationLock, LockBody, decode_lock, lock_path
 from amcommit.errors import LockLost, Transient
 from amcommit.store.base import ObjectInfo, PutMode, UpdateIf, WriteMode
+from amcommit.store.local import LocalStore
 from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.engine.helpers import snapshot, temp_files
 from tests.engine.test_faults_bookkeeping import FAST, JOB, NEW, check_exact, prepare
 
+T = TypeVar("T")
 LOCK = "*/_temporary/_commit.lock"
 # heartbeat every 0.5 s; the renames are slowed down so the commit lasts several beats
 TTL = 1.5
@@ -144,25 +148,58 @@ async def test_lost_create_answer_is_recognised_not_taken_over(tmp_path: Path) -
     assert lock.path not in await temp_files(store, dest)
 
 
+class StallAfterTakeover(FaultyStore):
+    """Explicit synchronisation for the takeover test: ``renamed`` is set once a forward
+    rename of a task file has returned (the commit holds the lock and is mid-rename); every
+    later rename waits for ``taken`` (the intruder's takeover written), then until it is
+    cancelled (by the heartbeat that finds the foreign token). So the takeover lands
+    mid-commit and the commit can neither finish before the heartbeat looks nor race the
+    takeover, however slow the machine. ``stall`` False: renames pass through."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        super().__init__(inner, seed=1)
+        self.renamed, self.taken = anyio.Event(), anyio.Event()
+        self.stall = True
+
+    def _selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        return op == "rename" or super()._selects(op, paths)
+
+    async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        if op == "rename" and self.stall and self.renamed.is_set():
+            await self.taken.wait()
+            await anyio.sleep_forever()
+        result = await super()._call(op, paths, fn)
+        if op == "rename" and "/tasks/" in paths[0]:
+            self.renamed.set()
+        return result
+
+
 async def test_a_real_takeover_is_still_lost(tmp_path: Path) -> None:
     """Only a foreign token means the lock is lost: another writer replaces the lock body
-    mid-commit; the next heartbeat fails its precondition, reads the foreign token and
-    stops the commit (LockLost); run again, it waits for that lock to expire and resumes."""
+    mid-commit (after the first rename: explicit synchronisation, see StallAfterTakeover);
+    the next heartbeat (at most ttl/3 later) fails its precondition, reads the foreign token
+    and stops the commit (LockLost); run again, it waits for that lock to expire and
+    resumes. The ttl is generous (a busy machine cannot make the lease run out on its own)."""
     store, dest = await prepare(tmp_path)
-    faulty = FaultyStore(store, seed=1)
-    slow_renames(faulty)
-    cfg = CONFIG.with_options(lock_ttl=0.9, io_threads=1)
+    faulty = StallAfterTakeover(store)
+    cfg = CONFIG.with_options(lock_ttl=6.0, io_threads=1)
 
     async def intruder() -> None:
-        await anyio.sleep(0.4)
+        await faulty.renamed.wait()
         foreign = LockBody(owner="job_other", token="e" * 32, ttl=0.3)
         await store.put(lock_path(dest), msgspec.json.encode(foreign))  # a takeover
+        faulty.taken.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(intruder)
-        with pytest.raises(LockLost, match="another writer took it over"):
-            await commit_job(faulty, dest, JOB, config=cfg)
-    faulty.clear()
+    with anyio.fail_after(30):  # the heartbeat comes within ttl/3 = 2 s
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(intruder)
+            with pytest.raises(LockLost, match="another writer took it over"):
+                await commit_job(faulty, dest, JOB, config=cfg)
+    assert faulty.taken.is_set()
+    got = await snapshot(store, dest)
+    renamed = [k for k, v in got.items() if NEW.get(k) == v]
+    assert 0 < len(renamed) < len(NEW), renamed  # stopped mid-commit
+    faulty.stall = False
     report = await commit_job(faulty, dest, JOB, config=cfg)
     assert report.success and report.resumed
     assert await snapshot(store, dest) == NEW

@@ -18,10 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,6 +32,7 @@ from amcommit.paths import join
 from amcommit.store.base import Store, local_os_path
 from tests.backends import StoreUnderTest
 from tests.engine.helpers import run_task, snapshot, temp_files
+from tests.forkrun import finish, start_module
 
 JOB = "202611270001_0027"
 OLD = {"p=1/same.bin": b"old same", "p=1/old.bin": b"old 1", "p=9/keep.bin": b"keep 9"}
@@ -155,21 +153,15 @@ async def start_and_kill(sut: StoreUnderTest, dest: str, victim: str, rate: floa
         "job_id": JOB,
         "config": {"conflict_mode": "replace", "processes": 2, "io_rate": rate},
     }
-    root = Path(__file__).parents[2]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*sys.path, str(root)]))
-    proc = subprocess.Popen(  # noqa: ASYNC220 (polled below while the test watches the store)
-        [sys.executable, "-m", "tests.crash.child", json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=str(root),
-    )
+    # forked from the fork server of tests/forkrun.py (its workers are spawned by it as usual)
+    proc, out_file, err_file = start_module("tests.crash.child", [json.dumps(spec)])
     try:
         deadline = time.monotonic() + 60
-        while await renamed_count(sut.store, dest) < 20:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no renames seen"
+        # both workers started (the second is started after the first got its spec: on a
+        # busy machine the first may have renamed 20 files by then) and some files renamed
+        while (renamed := await renamed_count(sut.store, dest)) < 20 or len(children(proc.pid)) < 2:
+            assert proc.exitcode is None, finish(proc, out_file, err_file)
+            assert time.monotonic() < deadline, f"no renames seen ({renamed}) or not 2 workers"
             await anyio.sleep(0.05)
         workers = children(proc.pid)
         assert len(workers) == 2, workers
@@ -177,22 +169,24 @@ async def start_and_kill(sut: StoreUnderTest, dest: str, victim: str, rate: floa
             os.kill(workers[0], signal.SIGKILL)
         else:
             os.kill(proc.pid, signal.SIGKILL)
-        out, err = await anyio.to_thread.run_sync(proc.communicate, None, 60)
+        await anyio.to_thread.run_sync(proc.join, 60)
+        assert proc.exitcode is not None, "the commit child still runs 60 s after the kill"
         # the workers are gone too: a worker of a dead coordinator stops at once
         for w in workers:
-            for _ in range(100):
+            for _ in range(200):
                 if not alive(w):
                     break
                 await anyio.sleep(0.05)
             assert not alive(w), f"worker {w} still runs"
     finally:
-        if proc.poll() is None:
+        if proc.exitcode is None:
             proc.kill()
-            proc.wait()
+            proc.join()
+    code, out, err = finish(proc, out_file, err_file)
     if victim == "coordinator":
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, err)
+        assert code == -signal.SIGKILL, (code, err)
         return None
-    assert proc.returncode == 0, err
+    assert code == 0, err
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 

@@ -36,6 +36,7 @@ from amcommit.manifest import decode_success
 from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import Store
 from amcommit.testing.faults import FaultRule, FaultyStore
+from tests.forkrun import PRELOAD
 from tests.matrix import kill_child, oracle
 from tests.matrix.chaos_proxy import ChaosProxy
 from tests.matrix.oracle import Job
@@ -233,7 +234,7 @@ async def check_job_kept(cell: Cell, job: Job) -> None:
 
 # -- actions ------------------------------------------------------------------------------------
 _FORKS = multiprocessing.get_context("forkserver")
-_FORKS.set_forkserver_preload(["tests.matrix.kill_child"])
+_FORKS.set_forkserver_preload(PRELOAD)  # one fork server per process: every kill test's list
 
 
 def run_child(cell: Cell, op: str, job: Job, kill: Any, **more: Any) -> None:

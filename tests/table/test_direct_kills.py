@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from amcommit.api import abort_job, commit_job
 from amcommit.store.local import LocalStore
 from amcommit.table.direct import sweep_late_markers
 from amcommit.table.settings import TableConfig
+from tests.forkrun import run_module
 from tests.table.directhelpers import direct_attempt, direct_tasks
 from tests.table.test_write_kills import _child
 from tests.table.writehelpers import begin, hudi_incremental, hudi_rows, keys, listing, rows, write
@@ -107,14 +106,7 @@ def _task_child(root: str, instant: str, n: int, attempt: int, kill: int) -> boo
         "attempt": attempt,
         "kill": kill,
     }
-    r = subprocess.run(
-        [sys.executable, "-m", "tests.table.directhelpers", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-        cwd=_REPO,
-    )
+    r = run_module("tests.table.directhelpers", [json.dumps(spec)])  # forked (tests/forkrun.py)
     if r.returncode == 0:
         assert "completed" in r.stdout
         return True

@@ -13,10 +13,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -27,15 +27,17 @@ from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.paths import join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.local import LocalStore
-from amcommit.table.heartbeat import heartbeat
+from amcommit.table.heartbeat import heartbeat, heartbeat_path
 from amcommit.table.model import Operation
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants, load_timeline
+from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 
 ROOT = str(Path(__file__).resolve().parents[2])
+T = TypeVar("T")
 
 
 async def _completed(store: Store, dest: str) -> list[str]:
@@ -81,12 +83,32 @@ async def move_keeper_to_another_host(store: Store, dest: str, instant: str) -> 
     await claim_keeper(store, dest, instant, msgspec.structs.replace(keeper, host="another-host.example"))
 
 
+class FirstTouch(FaultyStore):
+    """Passes every call through; ``at``: the time (``time.time()``) when the first
+    mutating request on a path of ``instant`` was sent (the rollback of a dead write)."""
+
+    def __init__(self, inner: Store, instant: str) -> None:
+        super().__init__(inner)
+        self.instant = instant
+        self.at: float | None = None
+
+    def _selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        return op in ("put", "rename", "delete", "mkdirs") or super()._selects(op, paths)
+
+    async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        if self.at is None and op in ("put", "rename", "delete", "mkdirs"):
+            if any(self.instant in p for p in paths):
+                self.at = time.time()
+        return await super()._call(op, paths, fn)
+
+
 @pytest.mark.parametrize("where", ["this host", "another host"])
 async def test_sigkilled_writer_is_rolled_back(tmp_path: Path, where: str) -> None:
     """A writer kept alive by ``heartbeat`` is SIGKILLed. On this host its keeper is provably
     dead: the next commit rolls its instant back at once (writer_ttl 60 s), then commits.
     From another host (its keeper record rewritten so): once its heartbeat is older than
-    writer_ttl (1.5 s)."""
+    writer_ttl (1.5 s) by the store's clock: the first request of the rollback is sent no
+    earlier than its last beat's modification time plus the ttl."""
     store = LocalStore(str(tmp_path))
     ttl = 1.5 if where == "another host" else 60.0
     cfg = TableConfig(lock_ttl=5.0, lock_wait=30.0, writer_ttl=ttl)
@@ -106,13 +128,22 @@ async def test_sigkilled_writer_is_rolled_back(tmp_path: Path, where: str) -> No
     assert child.poll() is None and dead in [i.time for i in await list_instants(store, "tbl")]
     os.kill(child.pid, signal.SIGKILL)
     await anyio.to_thread.run_sync(child.wait)
+    # its last sign of life, by the store's clock (a local file's mtime: this host's clock)
+    last_beat = (await store.stat(join("tbl", heartbeat_path(dead)))).mtime
+    assert last_beat is not None
     if where == "another host":
         await move_keeper_to_another_host(store, "tbl", dead)
+    spy = FirstTouch(store, dead)
     t0 = time.monotonic()
-    w, report = await write(store, "tbl", rows(20, 2), config=cfg)
+    w, report = await write(spy, "tbl", rows(20, 2), config=cfg)  # type: ignore[arg-type]
     waited = time.monotonic() - t0
-    # another host: its last beat (at most ttl/4 before the kill) aged past the ttl first
-    assert waited >= 0.5 * ttl if where == "another host" else waited < 10, waited
+    assert spy.at is not None, "the dead write was never touched"
+    if where == "another host":
+        # not rolled back before its last beat aged past the ttl (a lower bound: a busy
+        # machine only makes the rollback later)
+        assert spy.at >= last_beat + ttl, (spy.at - last_beat, ttl)
+    else:
+        assert waited < ttl / 2, waited  # at once, not after writer_ttl
     assert report.success and report.job_stats.counters.get("table_dead_writers_rolled_back") == 1
     assert not [n for n in await listing(store, "tbl") if dead in n]
     assert dead not in [i.time for i in await list_instants(store, "tbl")]

@@ -28,6 +28,7 @@ from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table import mutate
 from amcommit.table.settings import TableConfig
+from tests.forkrun import PRELOAD
 from tests.matrix import table_runner as _tr
 from tests.matrix.conftest import matrix_blob, matrix_dfs, matrix_gcs_fake  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
@@ -132,7 +133,7 @@ async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(
 # through a KillStore). hudi-rs reads Azurite and fake-gcs-server, not the ADLS test server.
 
 _FORKS = _mp.get_context("forkserver")
-_FORKS.set_forkserver_preload(["tests.table.kill_child", "tests.matrix.table_runner"])
+_FORKS.set_forkserver_preload(PRELOAD)  # one fork server per process: every kill test's list
 
 
 def _fork_child(info: dict[str, Any], dest: str, instant: str, what: str, n: int) -> bool:

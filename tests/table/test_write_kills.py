@@ -12,8 +12,6 @@ import multiprocessing as _mp
 import os
 import re
 import signal as _signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from amcommit.store.local import LocalStore
 from amcommit.table.commit import completed_instant
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants
+from tests.forkrun import PRELOAD, run_module
 from tests.matrix import table_oracle as _to
 from tests.matrix import table_runner as _tr
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
@@ -50,14 +49,8 @@ SECOND = rows(10, 5, parts=("a", "c"), tag="s")
 
 def _child(root: str, instant: str, what: str, n: int, ttl: float = 0.0) -> bool:
     """Run the child; True if it completed (was not killed)."""
-    r = subprocess.run(
-        [sys.executable, "-m", "tests.table.kill_child", root, "tbl", instant, what, str(n), str(ttl)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-        cwd=str(Path(__file__).resolve().parents[2]),
-    )
+    # forked from the fork server (tests/forkrun.py), SIGKILLed as a `python -m` child was
+    r = run_module("tests.table.kill_child", [root, "tbl", instant, what, str(n), str(ttl)])
     if r.returncode == 0:
         assert "completed" in r.stdout
         return True
@@ -179,7 +172,7 @@ async def test_next_writer_finishes_or_rolls_back_a_killed_writer(tmp_path: Path
 
 
 _FORKS = _mp.get_context("forkserver")
-_FORKS.set_forkserver_preload(["tests.table.kill_child", "tests.matrix.table_runner"])
+_FORKS.set_forkserver_preload(PRELOAD)  # one fork server per process: every kill test's list
 _CHILD_CFG = CONFIG | {"io_threads": 1, "load_threads": 1}
 
 
