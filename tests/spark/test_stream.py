@@ -34,6 +34,8 @@ pytestmark = pytest.mark.spark
 hudi = pytest.importorskip("hudi")
 
 ROOT = Path(__file__).resolve().parents[2]
+WRITER_TTL = 900
+"""writer_ttl of the no-stall test: far above its bounds, so only a wait for it fails them."""
 
 
 def drop(src: Path, first: int, files: int, per_file: int = 5) -> list[int]:
@@ -311,7 +313,7 @@ def test_two_runs_of_one_query_at_once(spark: Any, tmp_path: Path) -> None:
     # over before B got there: B then failed on Spark's own offset log instead)
     a = start({**spec, "signal": str(flag), "release": str(release)}, "slow_task@0=400")
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300  # ~200 s at load ~40
         while not flag.exists():
             assert a.poll() is None, finish(a)[1]
             assert time.monotonic() < deadline, "run A never reached its batch"
@@ -341,6 +343,9 @@ def test_no_stall_after_a_kill_at_begin_or_a_stop_mid_batch(spark: Any, tmp_path
     src, dest = tmp_path / "in", tmp_path / "table"
     t = Target(str(dest), {}, dest, tmp_path)
     spec = query_spec(tmp_path, t)
+    # a writer_ttl far above every bound below: a wait for it cannot pass for a slow machine
+    # (with the default 120 s, the plain append took 68 s at load ~40 against a bound of 60)
+    spec["options"]["writer_ttl"] = str(WRITER_TTL)
     timings = tmp_path / "timings.jsonl"
     ids = drop(src, 0, 2)
     rc, log = run(spec, "after_begin@1")
@@ -357,7 +362,7 @@ def test_no_stall_after_a_kill_at_begin_or_a_stop_mid_batch(spark: Any, tmp_path
         {**spec, "timings": str(timings), "stop_mid_batch": True, "signal": str(flag)}, "slow_task@2=30"
     )
     assert rc == 0 and flag.exists(), log
-    assert commit_seconds(timings, 1) < 3.0, timings.read_text()  # leaseTtl is 3 s
+    assert commit_seconds(timings, 1) < 60.0, timings.read_text()  # a wait: writer_ttl 900 s
     assert unfinished(dest) == [], log
     check(spark, t, ids, exact=True)
     # the next writer, another Spark application, does not wait
@@ -365,9 +370,11 @@ def test_no_stall_after_a_kill_at_begin_or_a_stop_mid_batch(spark: Any, tmp_path
     more = spark.createDataFrame(
         [(900, "2026-11-01", "x"), (901, "2026-11-02", "y")], "id LONG, day STRING, v STRING"
     )
-    more.write.format("amcommit").mode("append").option("partitionBy", "day").save(str(dest))
+    more.write.format("amcommit").mode("append").option("partitionBy", "day").option(
+        "writer_ttl", str(WRITER_TTL)
+    ).save(str(dest))
     took = time.monotonic() - t0
-    assert took < 60.0, took  # a wait for the stopped batch's writer took 90-120 s
+    assert took < 240.0, took  # a wait for the stopped batch's writer takes writer_ttl (900 s)
     check(spark, t, [*ids, 900, 901], exact=True)
     assert unfinished(dest) == []
     got = labels(dest)
