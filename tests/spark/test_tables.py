@@ -409,18 +409,33 @@ def test_table_read_past_a_clean_is_refused(spark: Any, tmp_path: Path) -> None:
         assert str(e.value).count('File "') <= 1, str(e.value)
 
 
+@pytest.mark.timeout(300)
 def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_path: Path) -> None:
-    """A Spark table write whose upstream stage runs 4x ``writer_ttl`` (no write task beats
-    then) stays alive through the driver's keep-alive process: a concurrent engine writer
-    that commits meanwhile waits for it instead of rolling it back; afterwards no heartbeat
-    is left (the keep-alive process ended with the write)."""
+    """A Spark table write whose upstream stage runs for longer than ``writer_ttl`` (no write
+    task beats then) stays alive through the driver's keep-alive process: a concurrent engine
+    writer that commits meanwhile waits for it instead of rolling it back; afterwards no
+    heartbeat is left (the keep-alive process ended with the write).
+
+    No race with the machine's speed (with ``writer_ttl`` 1 s and fixed sleeps it failed at
+    load ~10): the upstream stage is held (a Python filter polling a file) until the engine
+    writer says it waits for the Spark write (its WARNING); the test's clock stands in for a
+    long stage: once the keep-alive process has started (its keeper record), the heartbeat's
+    modification time is set back by 2 ``writer_ttl``, so only a beat that comes after that
+    can make the Spark write look alive. The engine writer commits only once such a beat
+    came (the keep-alive beats every ``writer_ttl / 4`` = 5 s; nothing else of the held write
+    beats). ``writer_ttl`` 20 s: only a 20 s stall of the keep-alive process could fail it.
+    Without the keep-alive process no beat comes, and the engine writer would roll the
+    Spark write back.
+    """
     import glob
     import json
+    import logging
     import threading
     import time
 
     import anyio
     import pyarrow as pa
+    from pyspark.sql import functions as F
 
     from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
@@ -429,15 +444,26 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
     from amcommit.table.naming import base_file_name, new_file_id, write_token
     from amcommit.table.schema import avro_schema
     from amcommit.table.settings import TableConfig
-    from amcommit.table.write import begin_write
     from tests.table.writehelpers import parquet_bytes
 
+    ttl = 20.0
     dest = tmp_path / "slow"
+    release = tmp_path / "release-upstream-stage"
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
-    cfg = TableConfig(lock_ttl=5.0, lock_wait=60.0, writer_ttl=1.0)
+    cfg = TableConfig(lock_ttl=20.0, lock_wait=150.0, writer_ttl=ttl)
     other: dict[str, Any] = {}
 
+    class WaitSeen(logging.Handler):
+        """Releases the upstream stage once the engine writer waits for the Spark write."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waits for the earlier instant" in record.getMessage():
+                other["waited"] = True
+                release.touch()
+
     async def engine_write() -> None:
+        from amcommit.table.write import begin_write
+
         store = LocalStore(str(tmp_path))
         w = await begin_write(
             store, "slow", operation=Operation.INSERT, avro_schema=avro_schema(schema, "slow"), config=cfg
@@ -460,35 +486,57 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
 
     def concurrent() -> None:
         try:
-            deadline = time.monotonic() + 60
-            while not glob.glob(str(dest / ".hoodie" / "*.inflight")) and time.monotonic() < deadline:
+            deadline = time.monotonic() + 150  # Spark plans the write: ~90 s at load ~40
+            while not (
+                found := glob.glob(str(dest / ".hoodie" / ".aux" / "amcommit" / "*" / "_keeper.json"))
+            ):
+                assert time.monotonic() < deadline, "the Spark write's keep-alive process never started"
                 time.sleep(0.05)
-            time.sleep(1.5)  # longer than writer_ttl: the Spark write's begin beat is stale by now
+            instant = Path(found[0]).parent.name
+            beat = dest / ".hoodie" / ".heartbeat" / instant
+            old = time.time() - 2 * ttl  # the test's clock: the last beat is long stale
+            os.utime(beat, (old, old))
+            deadline = time.monotonic() + 3 * ttl  # it beats every ttl / 4
+            while beat.stat().st_mtime < old + ttl:  # a beat since: only the keep-alive's
+                assert time.monotonic() < deadline, "no beat of the keep-alive process"
+                time.sleep(0.05)
             anyio.run(engine_write)
         except BaseException as e:  # reported below
             other["error"] = repr(e)
+        finally:
+            release.touch()  # never leave the Spark stage held
 
-    # an upstream stage of the write sleeps 4 s (JVM side): no write task runs meanwhile
+    def hold(i: int) -> bool:
+        """The upstream stage's row 0 waits until released (at most 120 s)."""
+        import os
+        import time
+
+        end = time.monotonic() + 120
+        while i == 0 and not os.path.exists(str(release)) and time.monotonic() < end:
+            time.sleep(0.05)
+        return True
+
     df = (
         spark.range(0, 10, numPartitions=1)
-        .selectExpr(
-            "id",
-            "cast(id as string) as v",
-            "if(id = 0, java_method('java.lang.Thread', 'sleep', bigint(4000)), '') as z",
-        )
+        .filter(F.udf(hold, "boolean").asNondeterministic()("id"))
+        .selectExpr("id", "cast(id as string) as v")
         .repartition(1)
-        .drop("z")
     )
+    watch = WaitSeen(logging.WARNING)
+    commit_log = logging.getLogger("amcommit.table.commit")
+    commit_log.addHandler(watch)
     thread = threading.Thread(target=concurrent)
     thread.start()
     # without adaptive execution Spark begins the write (writer()) before the upstream stage
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        writer(df, tableFormat="hudi", writer_ttl="1").save(str(dest))
+        writer(df, tableFormat="hudi", writer_ttl="20").save(str(dest))
     finally:
         spark.conf.unset("spark.sql.adaptive.enabled")
-        thread.join(90)
+        thread.join(180)
+        commit_log.removeHandler(watch)
     assert "error" not in other, other
+    assert other.get("waited"), other  # the engine writer judged the held Spark write alive
     done = instants(dest)
     assert len(done) == 2 and done[1] == other["instant"], done  # the Spark write completed first
     deadline = time.monotonic() + 5
