@@ -102,6 +102,16 @@ def _fast_keeps(item: pytest.Item) -> bool:
     return True
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Warm the kill tests' fork server (:mod:`tests.forkrun`) in this pytest process if any
+    collected test module uses it."""
+    import sys
+
+    forkrun = sys.modules.get("tests.forkrun")
+    if forkrun is not None and session.items:
+        forkrun.warm()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--fast"):
         kept = [item for item in items if _fast_keeps(item)]

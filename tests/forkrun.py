@@ -43,8 +43,11 @@ _FORKS = multiprocessing.get_context("forkserver")
 
 
 def warm() -> None:
-    """Start the fork server now, in a background thread (called when this module is
-    imported, i.e. at collection): its start imports everything in :data:`PRELOAD`, 20-30 s
+    """Start the fork server now, in a background thread (called by ``tests/conftest.py``
+    once collection is over, in the pytest process only; never at import: the fork server
+    itself imports the kill children, which import this module, and a start at import
+    there forked a server from the server, recursively, until the machine ran out of
+    memory — 258 servers, 24 GiB, seen in this suite's run): its start imports everything in :data:`PRELOAD`, 20-30 s
     on a loaded 2-core machine, which otherwise fell into the first kill test's timeout (a
     ``pytest-timeout`` of that cell once). A child started meanwhile waits for it."""
     _FORKS.set_forkserver_preload(PRELOAD)
@@ -113,6 +116,3 @@ def finish(proc: Any, out: str, err: str) -> tuple[int, str, str]:
     with contextlib.suppress(OSError):
         os.rmdir(os.path.dirname(out))
     return proc.exitcode, stdout, stderr
-
-
-warm()
