@@ -915,6 +915,51 @@ def plot_stream_direct(results: Path, path: Path) -> Path | None:
     return _save(fig, set(), path, segments=colors)
 
 
+def plot_follow_limit(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 3: files per second at 50 ms per request on fake-gcs-server, renames
+    following the adaptive limit against the previous defaults and the thread pool, one
+    panel per round of the latest run."""
+    got = _load(results, "latency_follow_gcs_b.json")
+    if got is None:
+        return None
+    (d,) = got
+    rounds = sorted({r["round"] for r in d["rows"]})
+    fig, axes = _figure(
+        len(rounds), 4, [run_of(d)], "Renames that follow the adaptive limit (50 ms, fake-gcs)"
+    )
+    kinds: set[str] = set()
+    for ax, rnd in zip(axes, rounds, strict=True):
+        rows = [r for r in d["rows"] if r["round"] == rnd]
+        bs: list[Bar] = [
+            (r["contender"], r["files_per_s"], f"{r['files_per_s']:.0f} files/s", r["kind"]) for r in rows
+        ]
+        kinds.update(r["kind"] for r in rows)
+        bars(ax, bs, f"round {rnd}", "files per second")
+    return _save(fig, kinds, path)
+
+
+def plot_local_fsync(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 4: a durable local job commit (20,000 files, tmpfs) against a bare
+    rename loop and the rule before (both directories of every rename fsynced)."""
+    got = _load(results, "local_fsync_tmpfs.json")
+    if got is None:
+        return None
+    (d,) = got
+    best: dict[str, dict[str, Any]] = {}
+    for r in d["rows"]:
+        if r["contender"] not in best or r["seconds"] < best[r["contender"]]["seconds"]:
+            best[r["contender"]] = r
+    kind = {"rename loop": "raw"}
+    bs: list[Bar] = [
+        (name, r["seconds"], f"{r['seconds']:.2f} s", kind.get(name, "amcommit")) for name, r in best.items()
+    ]
+    fig, axes = _figure(
+        1, len(bs), [run_of(d)], "Durable local commits: 20,000 files on tmpfs (best of the rounds)"
+    )
+    bars(axes[0], bs, "job commit time", "seconds")
+    return _save(fig, {b[3] for b in bs}, path)
+
+
 FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
     "shard_commit": plot_shard,
@@ -930,6 +975,8 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "direct_latency": plot_direct_latency,
     "direct_spark": plot_direct_spark,
     "stream_direct": plot_stream_direct,
+    "follow_limit": plot_follow_limit,
+    "local_fsync": plot_local_fsync,
 }
 """Plot name -> drawing function over a results directory (None when its files are missing)."""
 
