@@ -8,13 +8,11 @@ and hudi-rs and amcommit's reader read the same rows as before."""
 
 from __future__ import annotations
 
-import io
 import logging
 from pathlib import Path
 from typing import Any
 
 import anyio
-import pyarrow.parquet as pq
 import pytest
 
 from amcommit.api import abort_job, commit_job
@@ -23,7 +21,6 @@ from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.table.clean import clean
 from amcommit.table.direct import IOType, marker_dir, sweep_late_markers
-from amcommit.table.reader import Timeline
 from amcommit.table.rollback import rollback_instant
 from amcommit.table.settings import TableConfig
 from tests.matrix.conftest import (  # noqa: F401 (fixtures)
@@ -35,7 +32,7 @@ from tests.matrix.conftest import (  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_tasks
 from tests.table.test_direct_cloud import _hudi
-from tests.table.writehelpers import begin, hudi_rows, keys, rows, write
+from tests.table.writehelpers import amcommit_rows, begin, hudi_rows, keys, rows, write
 
 CFG = TableConfig(writer_ttl=600.0)
 FIRST = rows(0, 6)
@@ -76,15 +73,6 @@ async def _plant(store: Store, dest: str, instant: str, committed: str, earlier:
         path = join(marker_dir(dest, instant), f"{rel}.marker.{io_type}")
         await store.put(path, b"", mode=PutMode.OVERWRITE)
     return targets
-
-
-async def _amcommit_rows(store: Store, dest: str) -> list[tuple[Any, ...]]:
-    """The snapshot read by amcommit's reader (its file list, each file read from the store)."""
-    out: list[tuple[Any, ...]] = []
-    for f in await (await Timeline.open(store, dest)).snapshot():
-        table = pq.read_table(io.BytesIO(await store.get(join(dest, f.path))))
-        out.extend((r["id"], r["p"], r["v"]) for r in table.to_pylist())
-    return sorted(out)
 
 
 @pytest.mark.timeout(120)
@@ -151,7 +139,7 @@ def test_hostile_markers_delete_nothing(
             # and staging gone), byte sizes equal; both readers read what they read before
             assert sdk(dest) == before
             assert hudi(dest) == expect_rows
-            assert await _amcommit_rows(store, dest) == expect_rows
+            assert await amcommit_rows(store, dest) == expect_rows
             if op != "commit":
                 assert any("not a file write" in r.getMessage() for r in caplog.records), caplog.records
 

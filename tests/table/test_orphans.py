@@ -8,7 +8,6 @@ and fake-gcs-server; the orphan scan's cost (requests, time) measured for 200 pa
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from datetime import UTC, datetime
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pyarrow.parquet as pq
 import pytest
 
 from amcommit.api import abort_job, commit_job
@@ -26,7 +24,6 @@ from amcommit.store.base import PutMode, Store
 from amcommit.table.clean import clean
 from amcommit.table.model import Instant, State
 from amcommit.table.naming import base_file_name, new_file_id, next_instant, write_token
-from amcommit.table.reader import Timeline
 from amcommit.table.rollback import rollback_instant
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline import list_instants
@@ -39,7 +36,7 @@ from tests.matrix.conftest import (  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_tasks
 from tests.table.test_direct_cloud import _hudi
-from tests.table.writehelpers import begin, hudi_rows, keys, parquet_bytes, rows, write
+from tests.table.writehelpers import amcommit_rows, begin, hudi_rows, keys, parquet_bytes, rows, write
 
 CFG = TableConfig(writer_ttl=600.0)
 SHORT = TableConfig(writer_ttl=1.0)
@@ -77,14 +74,6 @@ async def _zombie(store: Store, dest: str, instant: str, part: str = "a") -> str
     return rel
 
 
-async def _amcommit_rows(store: Store, dest: str) -> list[tuple[Any, ...]]:
-    out: list[tuple[Any, ...]] = []
-    for f in await (await Timeline.open(store, dest)).snapshot():
-        table = pq.read_table(io.BytesIO(await store.get(join(dest, f.path))))
-        out.extend((r["id"], r["p"], r["v"]) for r in table.to_pylist())
-    return sorted(out)
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", ["local", "blob", "gcs-fake"])
 def test_late_zombie_removed_by_next_clean(backend: str, request: pytest.FixtureRequest) -> None:
@@ -119,7 +108,7 @@ def test_late_zombie_removed_by_next_clean(backend: str, request: pytest.Fixture
             expect = keys(FIRST + SECOND + rows(40, 2, tag="t"))
             assert zombie in before and late in before
             assert len(hudi()) == len(expect) + 2  # hudi-rs shows the zombie's rows
-            assert await _amcommit_rows(store, dest) == expect  # amcommit's reader never does
+            assert await amcommit_rows(store, dest) == expect  # amcommit's reader never does
             # young: kept (writer_ttl 600 s)
             kept = await clean(store, dest, retain_commits=5, config=CFG)
             assert sdk() == before
@@ -128,7 +117,7 @@ def test_late_zombie_removed_by_next_clean(backend: str, request: pytest.Fixture
             after = sdk()
             assert after == {k: v for k, v in before.items() if k not in (zombie, late)}
             assert hudi() == expect
-            assert await _amcommit_rows(store, dest) == expect
+            assert await amcommit_rows(store, dest) == expect
             assert w3.instant in {i.time for i in await list_instants(store, dest)}
             assert kept.orphans == [] and kept.orphan_scan is not None and kept.orphan_scan.young == 2
             assert report.orphans == sorted([zombie, late])

@@ -18,6 +18,7 @@ from amcommit.paths import join, relative_to
 from amcommit.store.base import Store
 from amcommit.table.model import Operation
 from amcommit.table.naming import base_file_name, commit_seqno, generated_record_key, new_file_id, write_token
+from amcommit.table.reader import Timeline
 from amcommit.table.schema import avro_schema
 from amcommit.table.write import TableSpec, TableWrite, begin_write
 
@@ -169,3 +170,13 @@ def hudi_incremental(
 
 def keys(rs: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted(_key(r) for r in rs)
+
+
+async def amcommit_rows(store: Store, dest: str) -> list[tuple[Any, ...]]:
+    """The snapshot read by amcommit's reader as sorted ``(id, p, v)`` tuples (its file list,
+    each file read from the store)."""
+    out: list[tuple[Any, ...]] = []
+    for f in await (await Timeline.open(store, dest)).snapshot():
+        table = pq.read_table(io.BytesIO(await store.get(join(dest, f.path))))
+        out.extend((r["id"], r["p"], r["v"]) for r in table.to_pylist())
+    return sorted(out)
