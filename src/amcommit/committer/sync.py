@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from amcommit import api  # the front door picks the destination's kind
 from amcommit.committer import task as _task
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
@@ -67,6 +66,8 @@ class BlockingCommitter:
         return JobLayout(dest, self.job_id, self.job_attempt)
 
     def setup_job(self, expected_tasks: int | None = None) -> None:
+        from amcommit import api  # the front door, at call time: the engine does not import it
+
         self._run(
             lambda s, d: api.setup_job(
                 s, d, self.job_id, job_attempt=self.job_attempt, expected_tasks=expected_tasks
@@ -96,6 +97,8 @@ class BlockingCommitter:
         *,
         allow_partial: bool = False,
     ) -> JobReport:
+        from amcommit import api  # the front door, at call time: the engine does not import it
+
         return self._run(
             lambda s, d: api.commit_job(
                 s,
@@ -110,6 +113,8 @@ class BlockingCommitter:
         )
 
     def abort_job(self, progress: ProgressCallback | None = None) -> JobReport:
+        from amcommit import api  # the front door, at call time: the engine does not import it
+
         return self._run(
             lambda s, d: api.abort_job(
                 s, d, self.job_id, config=self.config, progress=progress, job_attempt=self.job_attempt
