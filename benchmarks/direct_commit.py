@@ -17,7 +17,7 @@ Contenders (each job written by amcommit's own task side, then committed by
   attempt directory / ``commit_task``): the job commit renames every base file from the
   staging folder into the table, then publishes the instant;
 * ``direct``: the same table write with its base files written in place by the tasks
-  (``amcommit.table.direct.create_marker``, then the file at its final name: the requests of
+  (``amcommit.table.write.direct.create_marker``, then the file at its final name: the requests of
   ``write_in_place`` without its closing instant check, which only a zombie attempt needs
   and which costs three lookups of missing objects per file, each a GET plus a prefix
   listing on GCS, quadratic on fake-gcs-server; ``commit_direct_task``): the job commit
@@ -218,14 +218,14 @@ async def _write_job(
     """One job of ``tasks`` x ``files`` files of 1 KiB (``PARTITIONS`` partitions) written
     by amcommit's task side as ``kind``; returns the id to commit (a table's instant).
     ``direct``: each file's marker, then the file at its final name
-    (``amcommit.table.direct.create_marker``, ``put``), then ``commit_direct_task``; with
+    (``amcommit.table.write.direct.create_marker``, ``put``), then ``commit_direct_task``; with
     ``check`` the whole ``write_in_place`` (also the instant check after each upload)."""
     from amcommit import api
     from amcommit.committer import CommitterConfig, commit_task, setup_task
-    from amcommit.table.direct import IOType, commit_direct_task, create_marker, write_in_place
-    from amcommit.table.model import Operation
-    from amcommit.table.naming import base_file_name, new_file_id, write_token
-    from amcommit.table.write import TableSpec, begin_write
+    from amcommit.table.format.model import Operation
+    from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+    from amcommit.table.write.direct import IOType, commit_direct_task, create_marker, write_in_place
+    from amcommit.table.write.task import TableSpec, begin_write
 
     data = b"x" * FILE_SIZE
     if kind == "plain":
@@ -308,7 +308,7 @@ async def prepare(backend: str, where: str, kind: str, dest: str, tasks: int, fi
 def contender(kind: str, backend: str, where: str, dest: str, job: str) -> dict[str, Any]:
     """The job commit of ``job`` in this (fresh) process, through a :class:`CountingStore`."""
     # the table commit's modules are imported lazily by commit_job: import them before
-    # measuring, as the plain commit's are (amcommit.table.schema: pyarrow, ~100 ms)
+    # measuring, as the plain commit's are (amcommit.table.format.schema: pyarrow, ~100 ms)
     import importlib
 
     from amcommit import api
@@ -316,7 +316,7 @@ def contender(kind: str, backend: str, where: str, dest: str, job: str) -> dict[
     from amcommit.committer import CommitterConfig
     from benchmarks.job_commit import own_peak_rss_mb, store_requests
 
-    for module in ("amcommit.table.commit", "amcommit.table.schema"):
+    for module in ("amcommit.table.commit.table_commit", "amcommit.table.format.schema"):
         importlib.import_module(module)
 
     counting = CountingStore(open_store(backend, where))

@@ -33,7 +33,7 @@ import anyio
 
 from amcommit import loop as amcommit_loop
 from amcommit.store.schemes import open_location
-from amcommit.table.reader import Timeline
+from amcommit.table.timeline.reader import Timeline
 from amcommit.testing.tablegen import Write, generate, write_local
 from benchmarks.common import RESULTS, TMP, add_save_arg, run_info, table
 

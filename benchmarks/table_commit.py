@@ -41,9 +41,9 @@ from amcommit.committer import CommitterConfig, commit_task, setup_task
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table.model import Operation
-from amcommit.table.naming import base_file_name, new_file_id, write_token
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.format.model import Operation
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+from amcommit.table.write.task import TableSpec, begin_write
 from benchmarks.clients import Target, amcommit_store, emulator
 from benchmarks.common import (
     Measure,
@@ -135,7 +135,7 @@ def contender(kind: str, root: str, job: str, backend: str = "local", dest: str 
 
     # the table commit's modules are imported lazily by commit_job: import them before
     # measuring, as the plain commit's are (at the top of this module)
-    import amcommit.table.commit  # noqa: F401
+    import amcommit.table.commit.table_commit  # noqa: F401
 
     with Measure() as m:
         report, counters = amcommit_loop.run(run)

@@ -1,7 +1,7 @@
 """Base files sized to their data (issue 36, item 3): bloom filters sized to each file's keys
 against the fixed 60,000-entry filter every file carried before, in the same run.
 
-Contenders (``amcommit.table.bloom.BloomSettings``):
+Contenders (``amcommit.table.format.bloom.BloomSettings``):
 
 * ``fixed``: ``BloomSettings(sized=False)``, the filter Hudi's writers build (and amcommit
   before): 60,000 entries at fpp 1e-9, 2,587,966 bits (~431 KB of Base64) in every file;
@@ -19,8 +19,8 @@ Measured:
    ``late`` batch of ``benchmarks/table_upsert.py`` (updates of keys in 10 files of 2
    partitions) upserted with the same contender. Reported: ``index_s`` (the index's footer
    pass alone: every file's footer of the 2 partitions read through
-   :class:`amcommit.table.mutate.IndexReader` with the engine's parallelism, filters decoded
-   and every key of the batch probed, as :func:`amcommit.table.mutate.plan_candidates` does;
+   :class:`amcommit.table.mutate.engine.IndexReader` with the engine's parallelism, filters decoded
+   and every key of the batch probed, as :func:`amcommit.table.mutate.engine.plan_candidates` does;
    on a fresh reader), ``footer_bytes`` (what that pass read: on fake-gcs-server the ranged
    tail reads, locally 0: local footers are read in place), then the whole upsert:
    ``upsert_s``, ``index_bytes_read`` (footers and key columns, object stores only), footers
@@ -62,14 +62,14 @@ CONTENDERS = ("fixed", "sized")
 
 
 def settings(name: str) -> Any:
-    from amcommit.table.bloom import BloomSettings
+    from amcommit.table.format.bloom import BloomSettings
 
     return BloomSettings(sized=name == "sized")
 
 
 def file_facts(path: Path) -> dict[str, int]:
     """A base file's bytes, its footer's bytes and its filter's Base64 bytes."""
-    from amcommit.table.bloom import BLOOM_FILTER_KEY
+    from amcommit.table.format.bloom import BLOOM_FILTER_KEY
 
     body = path.read_bytes()
     md = pq.read_metadata(pa.BufferReader(body)).metadata
@@ -128,7 +128,7 @@ async def footer_pass(
     from amcommit.committer.config import DEFAULT_CONFIG
     from amcommit.parallel import run_parallel
     from amcommit.table import mutate
-    from amcommit.table.timeline import load_timeline, snapshot
+    from amcommit.table.timeline.instants import load_timeline, snapshot
 
     _, commits = await load_timeline(store, dest)
     keys = mutate.record_key_strings(batch, ("id",))
@@ -161,7 +161,7 @@ def measure(
         for name in CONTENDERS if rnd % 2 == 0 else tuple(reversed(CONTENDERS)):
 
             async def go(name: str = name, rnd: int = rnd) -> dict[str, Any]:
-                from amcommit.table.timeline import load_timeline, snapshot
+                from amcommit.table.timeline.instants import load_timeline, snapshot
 
                 dest = await backend.fresh(built[name])
                 store = backend.store()

@@ -1,4 +1,4 @@
-"""Upsert into a Hudi table (``amcommit.table.mutate``) against rewriting the whole table.
+"""Upsert into a Hudi table (``amcommit.table.mutate.engine``) against rewriting the whole table.
 
 A table of ``--rows`` rows (default 1,000,000) in ``--files`` base files (default 200: 20
 partitions x 10 files of 5,000 rows; keys ``1000000``.. so each file holds one key range), built
@@ -13,7 +13,7 @@ fake-gcs-server: an upload into a fresh prefix). Two batches of updates:
 
 Contenders, in the same run, alternating (``--rounds``):
 
-* ``upsert``: :func:`amcommit.table.mutate.upsert` (index lookup, rewrite of the file groups
+* ``upsert``: :func:`amcommit.table.mutate.engine.upsert` (index lookup, rewrite of the file groups
   holding the keys, one commit);
 * ``whole rewrite``: what a user without upsert does: read every base file, merge the updates
   into it (vectorised: ``pyarrow.compute.is_in``), write every file anew (with Hudi's footer
@@ -219,16 +219,16 @@ async def run_whole_rewrite(store: Any, dest: str, batch: pa.Table) -> dict[str,
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.paths import join
     from amcommit.store.base import local_os_path
-    from amcommit.table.heartbeat import heartbeat
-    from amcommit.table.keys import partition_dir
-    from amcommit.table.model import Operation
-    from amcommit.table.mutate import KEY_COLUMN, parquet_with_index, with_meta
-    from amcommit.table.naming import META_COLUMNS, base_file_name, new_file_id, write_token
-    from amcommit.table.schema import avro_schema
+    from amcommit.table.format.keys import partition_dir
+    from amcommit.table.format.model import Operation
+    from amcommit.table.format.naming import META_COLUMNS, base_file_name, new_file_id, write_token
+    from amcommit.table.format.schema import avro_schema
+    from amcommit.table.format.tasknames import ROWS_KEY
+    from amcommit.table.mutate.engine import KEY_COLUMN, parquet_with_index, with_meta
     from amcommit.table.settings import TableConfig
-    from amcommit.table.tasknames import ROWS_KEY
-    from amcommit.table.timeline import load_timeline, snapshot
-    from amcommit.table.write import TableSpec, begin_write, read_properties
+    from amcommit.table.timeline.heartbeat import heartbeat
+    from amcommit.table.timeline.instants import load_timeline, snapshot
+    from amcommit.table.write.task import TableSpec, begin_write, read_properties
 
     cfg = TableConfig()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -315,7 +315,7 @@ async def run_whole_rewrite(store: Any, dest: str, batch: pa.Table) -> dict[str,
 async def check(store: Any, dest: str, rows: int, files: int, before: set[str], res: dict[str, Any]) -> str:
     """The table after a run: ``rows`` rows in ``files`` files of the snapshot, of which
     ``files_rewritten`` are new versions (the rest unchanged)."""
-    from amcommit.table.timeline import load_timeline, snapshot
+    from amcommit.table.timeline.instants import load_timeline, snapshot
 
     _, commits = await load_timeline(store, dest)
     snap = snapshot(commits)
@@ -355,7 +355,7 @@ def measure(
         for name in order:
 
             async def go(name: str = name) -> dict[str, Any]:
-                from amcommit.table.timeline import load_timeline, snapshot
+                from amcommit.table.timeline.instants import load_timeline, snapshot
 
                 dest = await backend.fresh(built)
                 store = backend.store()

@@ -31,10 +31,10 @@ from amcommit import loop as amcommit_loop
 from amcommit.api import commit_job
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
-from amcommit.table.labels import Label, last_committed, recover
-from amcommit.table.model import Operation
+from amcommit.table.commit.labels import Label, last_committed, recover
+from amcommit.table.format.model import Operation
 from amcommit.table.report import table_report
-from amcommit.table.write import TableSpec, begin_write, setup_table_task
+from amcommit.table.write.task import TableSpec, begin_write, setup_table_task
 
 SPEC = TableSpec("events", meta_fields=False)  # unpartitioned; plain Parquet files
 

@@ -1,7 +1,7 @@
 """The front door: ``setup_job`` / ``commit_job`` / ``abort_job`` of any destination.
 
 It picks the destination's job kind (:class:`~amcommit.committer.kind.JobKind`): one probe of
-``.hoodie/hoodie.properties`` (a Hudi table: :class:`~amcommit.table.kind.TableKind`, else plain
+``.hoodie/hoodie.properties`` (a Hudi table: :class:`~amcommit.table.commit.kind.TableKind`, else plain
 files, :data:`~amcommit.committer.kind.FILES`), skipped when the caller names the kind
 (``kind="files"`` / ``"table"`` or a kind object), and runs the engine
 (:mod:`amcommit.committer.job`) with it. The engine knows no table; this module is the one
@@ -25,10 +25,10 @@ from amcommit.errors import ConfigError
 from amcommit.manifest import TaskManifest
 from amcommit.store.base import Store
 from amcommit.store.limits import Limiter
-from amcommit.table.kind import TableKind, is_table
-from amcommit.table.labels import Label
-from amcommit.table.naming import is_instant
-from amcommit.table.staging import is_table_layout
+from amcommit.table.commit.kind import TableKind, is_table
+from amcommit.table.commit.labels import Label
+from amcommit.table.format.naming import is_instant
+from amcommit.table.write.staging import is_table_layout
 
 __all__ = ["KindName", "abort_job", "commit_job", "kind_of", "list_jobs", "setup_job"]
 
@@ -108,11 +108,11 @@ async def commit_job(
     a half-done commit left by a dead holder is completed first). See
     :func:`~amcommit.committer.job.commit_held`.
 
-    ``label``: table writes only (:mod:`amcommit.table.labels`: each label commits once).
-    ``operation`` (table writes only; a :class:`~amcommit.table.model.Operation` value):
+    ``label``: table writes only (:mod:`amcommit.table.commit.labels`: each label commits once).
+    ``operation`` (table writes only; a :class:`~amcommit.table.format.model.Operation` value):
     the operation to commit if it differs from the one given to ``begin_write`` (same
     action only), settled before anything is published
-    (:func:`~amcommit.table.write.set_operation`). ConfigError for a plain destination.
+    (:func:`~amcommit.table.write.task.set_operation`). ConfigError for a plain destination.
     ``kind``: the destination's kind if the caller knows it (no probe).
     """
     picked = await kind_of(store, dest, config, kind=kind, label=label, operation=operation)

@@ -32,7 +32,7 @@ from rich.table import Table
 from amcommit.committer.jobs import DestinationJobs, JobInfo
 from amcommit.committer.report import JobReport, Progress
 from amcommit.manifest import SuccessData, TaskManifest
-from amcommit.table.jobs import TableJobs, TableWriteInfo
+from amcommit.table.commit.jobs import TableJobs, TableWriteInfo
 
 KEY_WIDTH = 14
 """Width of the key column of key/value reports (``job            ID``)."""

@@ -1,7 +1,7 @@
 """Who holds a lock, a lease or a heartbeat, and whether that process is provably gone.
 
 A destination lock (:mod:`amcommit.committer.lock`), a table writer's heartbeat
-(:mod:`amcommit.table.heartbeat`) and a streaming query's lease
+(:mod:`amcommit.table.timeline.heartbeat`) and a streaming query's lease
 (:mod:`amcommit.spark.stream_state`) name the process that holds them with a
 :class:`ProcessId`: host name, boot id (``/proc/sys/kernel/random/boot_id``), PID
 namespace (``/proc/self/ns/pid``), pid, and the process's start time (field 22 of

@@ -25,7 +25,7 @@ import pytest
 
 from amcommit.api import abort_job, commit_job
 from amcommit.table.settings import TableConfig
-from amcommit.table.write import TableWrite
+from amcommit.table.write.task import TableWrite
 from tests.forkrun import PRELOAD
 from tests.matrix.conftest import matrix_blob, matrix_sdk_list  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
@@ -43,9 +43,9 @@ _FORKS.set_forkserver_preload(PRELOAD)  # one fork server per process: every kil
 def attempt_child(text: str) -> None:
     """Forked child: task 1's attempt 0 of the write in ``text`` (JSON: backend, dest,
     instant, kill), SIGKILLed before its ``kill``-th mutating request."""
-    from amcommit.table.model import Operation
-    from amcommit.table.staging import table_layout
-    from amcommit.table.write import read_properties
+    from amcommit.table.format.model import Operation
+    from amcommit.table.write.staging import table_layout
+    from amcommit.table.write.task import read_properties
     from tests.table.killstore import KillStore
 
     spec = json.loads(text)

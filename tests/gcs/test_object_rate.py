@@ -34,10 +34,10 @@ from amcommit.store.gcs import GcsStore
 from amcommit.store.gcs.errors import OBJECT_WRITE_WINDOW, classify
 from amcommit.store.http import HttpResponse
 from amcommit.store.limits import Limiter
-from amcommit.table.heartbeat import _fresh
-from amcommit.table.naming import HEARTBEAT_DIR, STAGING_DIR, heartbeat_path
-from amcommit.table.reader import Timeline
-from amcommit.table.timeline import instants_of
+from amcommit.table.format.naming import HEARTBEAT_DIR, STAGING_DIR, heartbeat_path
+from amcommit.table.timeline.heartbeat import _fresh
+from amcommit.table.timeline.instants import instants_of
+from amcommit.table.timeline.reader import Timeline
 from amcommit.testing.gcs_double import OBJECT_BURST, OBJECT_RATE, GcsDouble
 from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 

@@ -115,7 +115,7 @@ class Scenario:
     backends: frozenset[str] | None = None
     """The backends the scenario runs on (None: every one); the others show as ``–``."""
     table_commit: str = "direct"
-    """A table scenario's ``table_commit`` (:mod:`amcommit.table.direct`): ``direct``
+    """A table scenario's ``table_commit`` (:mod:`amcommit.table.write.direct`): ``direct``
     (the default; base files written in place under markers, one loser attempt besides the
     winners) or ``staged`` (staged in the attempt directories, renamed at job commit)."""
 

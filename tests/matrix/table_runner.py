@@ -27,13 +27,13 @@ from amcommit.committer import abort_job, commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
 from amcommit.paths import join, relative_to
-from amcommit.table.direct import commit_direct_task, write_in_place
-from amcommit.table.model import Operation
-from amcommit.table.properties import encode_properties, new_properties
-from amcommit.table.rollback import rollback_instant
-from amcommit.table.schema import avro_schema
+from amcommit.table.commit.rollback import rollback_instant
+from amcommit.table.format.model import Operation
+from amcommit.table.format.properties import encode_properties, new_properties
+from amcommit.table.format.schema import avro_schema
 from amcommit.table.settings import TableConfig
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.write.direct import commit_direct_task, write_in_place
+from amcommit.table.write.task import TableSpec, begin_write
 from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.matrix import table_oracle as to
 from tests.matrix.oracle import Job
@@ -168,14 +168,14 @@ def hudi_view(cell: Cell, since: str) -> tuple[list[to.Row], list[to.Row]] | Non
 
 async def amcommit_view(cell: Cell, since: str) -> tuple[list[to.Row], list[to.Row]]:
     """(snapshot rows, incremental rows of (since, ∞)) as amcommit's reader plans them
-    (:class:`~amcommit.table.reader.Timeline`: the completed instants' metadata, never a
+    (:class:`~amcommit.table.timeline.reader.Timeline`: the completed instants' metadata, never a
     listing of the partitions), each planned file read with pyarrow: for the backends hudi-rs
     cannot reach (:data:`HUDI_UNREACHABLE`)."""
     import io
 
     import pyarrow.parquet as pq
 
-    from amcommit.table.reader import Timeline
+    from amcommit.table.timeline.reader import Timeline
 
     timeline = Timeline(cell.store, cell.dest, config=config())
 

@@ -18,11 +18,11 @@ import pyarrow as pa
 
 from amcommit.api import commit_job
 from amcommit.store.local import LocalStore
-from amcommit.table.direct import commit_direct_task, write_in_place
-from amcommit.table.model import Operation
-from amcommit.table.naming import base_file_name, new_file_id, write_token
-from amcommit.table.schema import avro_schema
-from amcommit.table.write import begin_write
+from amcommit.table.format.model import Operation
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+from amcommit.table.format.schema import avro_schema
+from amcommit.table.write.direct import commit_direct_task, write_in_place
+from amcommit.table.write.task import begin_write
 from tests.table.writehelpers import parquet_bytes
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("cat", pa.string(), nullable=False)])

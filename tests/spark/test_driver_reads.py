@@ -20,11 +20,11 @@ from amcommit.spark.hooks import SparkHooks
 from amcommit.spark.source import AmcommitDataSource
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table.model import Operation
-from amcommit.table.naming import PROPERTIES_FILE
+from amcommit.table.format.model import Operation
+from amcommit.table.format.naming import PROPERTIES_FILE
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.write.task import TableSpec, begin_write
 from amcommit.testing.faults import FaultyStore
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ def _table(tmp_path: Path) -> str:
         import pyarrow as pa
 
         from amcommit.api import commit_job
-        from amcommit.table.schema import avro_schema
+        from amcommit.table.format.schema import avro_schema
 
         schema = avro_schema(pa.schema([("id", pa.int64()), ("p", pa.string())]), "t")
         store = LocalStore("/", fsync=False)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from amcommit.committer.lock import lock_path
-from amcommit.table.naming import STAGING_DIR
+from amcommit.table.format.naming import STAGING_DIR
 from amcommit.testing.gcs_double import OBJECT_RATE, GcsDouble
 from tests.spark.test_stream import drop
 

@@ -38,8 +38,8 @@ from amcommit.spark.stream_state import (
     write_owner,
 )
 from amcommit.store.local import LocalStore
-from amcommit.table.model import Operation
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.format.model import Operation
+from amcommit.table.write.task import TableSpec, begin_write
 from amcommit.testing.spark import fault_at
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 

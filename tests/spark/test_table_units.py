@@ -16,10 +16,10 @@ from amcommit.errors import ConfigError
 from amcommit.spark.options import build_plan, default_table_name
 from amcommit.spark.parquet import HudiMeta, PartitionedParquetWriter, record_keys
 from amcommit.spark.reader import Query, ReadOptions, build_read_plan, group_files, parse_query, plan_files
-from amcommit.table.bloom import build_footer, parse_footer
-from amcommit.table.model import CommitMetadata, Instant, State, WriteStat
-from amcommit.table.naming import META_COLUMNS, base_file_name, new_file_id
-from amcommit.table.timeline import FileVersion, LoadedCommit
+from amcommit.table.format.bloom import build_footer, parse_footer
+from amcommit.table.format.model import CommitMetadata, Instant, State, WriteStat
+from amcommit.table.format.naming import META_COLUMNS, base_file_name, new_file_id
+from amcommit.table.timeline.instants import FileVersion, LoadedCommit
 
 SCHEMA = StructType(
     [
@@ -214,9 +214,9 @@ def test_task_keep_alive_beats_while_the_job_is_active(tmp_path: Path) -> None:
 
     from amcommit.spark.task import keep_alive
     from amcommit.store.local import LocalStore
-    from amcommit.table.model import Operation
-    from amcommit.table.naming import heartbeat_path
-    from amcommit.table.write import TableSpec, begin_write
+    from amcommit.table.format.model import Operation
+    from amcommit.table.format.naming import heartbeat_path
+    from amcommit.table.write.task import TableSpec, begin_write
 
     async def main() -> None:
         store = LocalStore("/")

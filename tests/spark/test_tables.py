@@ -16,8 +16,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from amcommit.table.model import parse_instant_file
-from amcommit.table.naming import META_COLUMNS, parse_base_file_name
+from amcommit.table.format.model import parse_instant_file
+from amcommit.table.format.naming import META_COLUMNS, parse_base_file_name
 from tests.spark.helpers import make_df, writer
 
 pytestmark = pytest.mark.spark
@@ -381,10 +381,10 @@ def test_table_schema_on_write(spark: Any, tmp_path: Path) -> None:
 def test_table_read_past_a_clean_is_refused(spark: Any, tmp_path: Path) -> None:
     """After a clean deleted replaced files, a time travel or incremental query reaching
     before what it kept is refused in one line (hudi-rs silently returns fewer rows there).
-    Needs the reading/clean API (amcommit.table.clean, branch tableread)."""
+    Needs the reading/clean API (amcommit.table.commit.clean, branch tableread)."""
     import anyio
 
-    clean_mod = pytest.importorskip("amcommit.table.clean")
+    clean_mod = pytest.importorskip("amcommit.table.commit.clean")
     from amcommit.store.local import LocalStore
 
     dest = tmp_path / "cleaned"
@@ -440,9 +440,9 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
     from amcommit.api import commit_job
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.store.local import LocalStore
-    from amcommit.table.model import Operation
-    from amcommit.table.naming import base_file_name, new_file_id, write_token
-    from amcommit.table.schema import avro_schema
+    from amcommit.table.format.model import Operation
+    from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+    from amcommit.table.format.schema import avro_schema
     from amcommit.table.settings import TableConfig
     from tests.table.writehelpers import parquet_bytes
 
@@ -462,7 +462,7 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
                 release.touch()
 
     async def engine_write() -> None:
-        from amcommit.table.write import begin_write
+        from amcommit.table.write.task import begin_write
 
         store = LocalStore(str(tmp_path))
         w = await begin_write(
@@ -523,7 +523,7 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
         .repartition(1)
     )
     watch = WaitSeen(logging.WARNING)
-    commit_log = logging.getLogger("amcommit.table.commit")
+    commit_log = logging.getLogger("amcommit.table.commit.table_commit")
     commit_log.addHandler(watch)
     thread = threading.Thread(target=concurrent)
     thread.start()
@@ -546,13 +546,13 @@ def test_table_slow_stage_not_rolled_back_by_concurrent_writer(spark: Any, tmp_p
 
 
 def test_table_written_by_spark_upserted_by_the_engine(spark: Any, tmp_path: Path) -> None:
-    """Spark's table files carry Hudi's footer index: an engine upsert (amcommit.table.mutate)
+    """Spark's table files carry Hudi's footer index: an engine upsert (amcommit.table.mutate.engine)
     finds the keys through it, rewrites only the files holding them, and hudi-rs and the
     Spark reader read the result."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
-    from amcommit.table import mutate
+    from amcommit.table.mutate import engine as mutate
 
     dest = tmp_path / "sp"
     df = spark.range(0, 300, numPartitions=3).withColumn(

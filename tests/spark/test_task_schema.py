@@ -22,9 +22,9 @@ from amcommit.spark.options import WritePlan, build_plan
 from amcommit.spark.task import run_task
 from amcommit.store.schemes import open_location
 from amcommit.table.errors import SchemaMismatch
-from amcommit.table.model import Operation
-from amcommit.table.schema import avro_schema
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.format.model import Operation
+from amcommit.table.format.schema import avro_schema
+from amcommit.table.write.task import TableSpec, begin_write
 
 SPARK = StructType(
     [StructField("id", LongType()), StructField("p", StringType()), StructField("v", StringType())]

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from amcommit.spark.parquet import HudiMeta, PartitionedParquetWriter
-from amcommit.table.bloom import parse_footer
-from amcommit.table.naming import base_file_name, new_file_id
+from amcommit.table.format.bloom import parse_footer
+from amcommit.table.format.naming import base_file_name, new_file_id
 
 
 def test_spark_writer_files_carry_filters_sized_to_their_keys(tmp_path: Path) -> None:

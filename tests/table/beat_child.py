@@ -13,8 +13,8 @@ import anyio
 
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table.heartbeat import heartbeat
 from amcommit.table.settings import TableConfig
+from amcommit.table.timeline.heartbeat import heartbeat
 from tests.table.writehelpers import begin, rows, write_tasks
 
 

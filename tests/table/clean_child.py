@@ -11,7 +11,7 @@ import sys
 import anyio
 
 from amcommit.committer.config import CommitterConfig
-from amcommit.table.clean import clean
+from amcommit.table.commit.clean import clean
 from tests.matrix.stores import open_store
 from tests.table.killstore import KillStore
 

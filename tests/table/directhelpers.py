@@ -1,4 +1,4 @@
-"""Helpers for the tests of table writes that copy nothing (amcommit.table.direct): task
+"""Helpers for the tests of table writes that copy nothing (amcommit.table.write.direct): task
 attempts that write their base files in place under markers, as a writer using the direct
 path does."""
 
@@ -13,9 +13,9 @@ import anyio
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.store.base import Store
-from amcommit.table.direct import commit_direct_task, write_in_place
-from amcommit.table.naming import base_file_name, new_file_id, write_token
-from amcommit.table.write import TableWrite
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+from amcommit.table.write.direct import commit_direct_task, write_in_place
+from amcommit.table.write.task import TableWrite
 from tests.table.writehelpers import by_partition, parquet_bytes
 
 
@@ -76,9 +76,9 @@ def main() -> None:
     attempt on a local store that SIGKILLs itself before its ``kill``-th mutating request.
     Prints ``completed`` if it finished."""
     from amcommit.store.local import LocalStore
-    from amcommit.table.model import Operation
-    from amcommit.table.staging import table_layout
-    from amcommit.table.write import read_properties
+    from amcommit.table.format.model import Operation
+    from amcommit.table.write.staging import table_layout
+    from amcommit.table.write.task import read_properties
     from tests.table.killstore import KillStore
 
     spec = json.loads(sys.argv[1])

@@ -23,14 +23,14 @@ from tests.table.writehelpers import begin, rows, write_tasks
 
 
 def _keep_alive_pid() -> int:
-    """This process's child running ``amcommit.table.beater`` (one scan of /proc)."""
+    """This process's child running ``amcommit.table.timeline.beater`` (one scan of /proc)."""
     me = os.getpid()
     for name in os.listdir("/proc"):
         if not name.isdigit() or (st := proc_stat(int(name))) is None or st[2] != me:
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                if b"amcommit.table.beater" in f.read():
+                if b"amcommit.table.timeline.beater" in f.read():
                     return int(name)
         except OSError:
             continue

@@ -18,11 +18,11 @@ from amcommit.api import commit_job
 from amcommit.committer import CommitterConfig
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table.labels import Label, committed_by
-from amcommit.table.model import Operation
-from amcommit.table.schema import avro_schema
+from amcommit.table.commit.labels import Label, committed_by
+from amcommit.table.format.model import Operation
+from amcommit.table.format.schema import avro_schema
 from amcommit.table.settings import TableConfig
-from amcommit.table.write import begin_write
+from amcommit.table.write.task import begin_write
 from tests.table.killstore import KillStore
 from tests.table.writehelpers import SCHEMA, SPEC, rows, write_tasks
 

@@ -1,5 +1,5 @@
 """Child process of test_mutate_resume: an upsert or delete through the engine API
-(:func:`amcommit.table.mutate.upsert` / ``delete``) SIGKILLed just before its first mutating
+(:func:`amcommit.table.mutate.engine.upsert` / ``delete``) SIGKILLed just before its first mutating
 store request matching a regex (tests.table.killstore), e.g. its task commit (the task
 manifest's put): the instant is allocated and the files written, nothing committed.
 
@@ -19,8 +19,8 @@ import anyio
 import pyarrow as pa
 
 from amcommit.store.local import LocalStore
-from amcommit.table import mutate
-from amcommit.table.labels import Label
+from amcommit.table.commit.labels import Label
+from amcommit.table.mutate import engine as mutate
 from amcommit.table.settings import TableConfig
 from tests.table.killstore import KillStore
 from tests.table.test_mutate import SCHEMA

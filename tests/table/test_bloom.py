@@ -1,4 +1,4 @@
-"""Hudi's footer index (amcommit.table.bloom) against footers written by Hudi itself."""
+"""Hudi's footer index (amcommit.table.format.bloom) against footers written by Hudi itself."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from amcommit.errors import ManifestError
-from amcommit.table import bloom
-from amcommit.table.bloom import BloomFilter, BloomSettings, build_footer, murmur_hash, parse_footer
+from amcommit.table.format import bloom
+from amcommit.table.format.bloom import BloomFilter, BloomSettings, build_footer, murmur_hash, parse_footer
 
 VECTORS = Path(__file__).parent.parent / "fixtures" / "hudi_bloom" / "hudi_rs_footers.json.gz"
 

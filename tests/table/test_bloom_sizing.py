@@ -1,5 +1,5 @@
 """Base files sized to their data: each file's bloom filter sized to its keys
-(:attr:`amcommit.table.bloom.BloomSettings.sized`), in Hudi's ``DYNAMIC_V0`` format, and the
+(:attr:`amcommit.table.format.bloom.BloomSettings.sized`), in Hudi's ``DYNAMIC_V0`` format, and the
 upsert index reading such footers (and the fixed-size ones of tables written before)."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
-from amcommit.table import bloom, mutate
-from amcommit.table.bloom import BloomFilter, BloomSettings, build_footer, parse_footer
-from amcommit.table.timeline import load_timeline, snapshot
+from amcommit.table.format import bloom
+from amcommit.table.format.bloom import BloomFilter, BloomSettings, build_footer, parse_footer
+from amcommit.table.mutate import engine as mutate
+from amcommit.table.timeline.instants import load_timeline, snapshot
 from tests.backends import StoreUnderTest
 from tests.table.test_mutate import (
     KW,

@@ -18,13 +18,13 @@ import pytest
 from amcommit.committer.config import CommitterConfig
 from amcommit.errors import ConfigError
 from amcommit.store.schemes import open_location
-from amcommit.table import avro_meta
-from amcommit.table.clean import CleanReport, clean, clean_after_commit, plan_clean
+from amcommit.table.commit.clean import CleanReport, clean, clean_after_commit, plan_clean
 from amcommit.table.errors import CleanedPast
-from amcommit.table.model import CommitMetadata, Instant, Operation, State, WriteStat
-from amcommit.table.reader import open_timeline
+from amcommit.table.format import avro_meta
+from amcommit.table.format.model import CommitMetadata, Instant, Operation, State, WriteStat
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import LoadedCommit
+from amcommit.table.timeline.instants import LoadedCommit
+from amcommit.table.timeline.reader import open_timeline
 from amcommit.testing.tablegen import GeneratedTable, Write, generate, write_local
 from tests.table.test_file_versions import VERSIONED, model_rows, read_files
 
@@ -224,7 +224,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys, anyio
     from amcommit.committer.config import CommitterConfig
     from amcommit.store.schemes import open_location
-    from amcommit.table.clean import clean
+    from amcommit.table.commit.clean import clean
 
     kill_at = int(sys.argv[2])
 

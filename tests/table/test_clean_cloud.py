@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from amcommit.paths import join
-from amcommit.table import avro_meta
-from amcommit.table.clean import clean
+from amcommit.table.commit.clean import clean
 from amcommit.table.errors import CleanedPast
-from amcommit.table.reader import Timeline, table_uri
-from amcommit.table.timeline import FileVersion
+from amcommit.table.format import avro_meta
+from amcommit.table.timeline.instants import FileVersion
+from amcommit.table.timeline.reader import Timeline, table_uri
 from amcommit.testing.tablegen import generate
 from tests.matrix.conftest import matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from amcommit.errors import ConfigError, ManifestError
-from amcommit.table.model import (
+from amcommit.table.format.model import (
     Action,
     CommitMetadata,
     Instant,
@@ -19,7 +19,7 @@ from amcommit.table.model import (
     encode_commit_metadata,
     parse_instant_file,
 )
-from amcommit.table.naming import (
+from amcommit.table.format.naming import (
     base_file_name,
     check_instant,
     format_instant,
@@ -27,7 +27,7 @@ from amcommit.table.naming import (
     parse_base_file_name,
     parse_instant,
 )
-from amcommit.table.timeline import LoadedCommit, changes, snapshot
+from amcommit.table.timeline.instants import LoadedCommit, changes, snapshot
 
 
 def test_instant_times_are_17_digit_utc() -> None:

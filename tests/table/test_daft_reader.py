@@ -12,7 +12,7 @@ import pytest
 
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
-from amcommit.table.write import TableSpec
+from amcommit.table.write.task import TableSpec
 from tests.backends import StoreUnderTest
 from tests.table.daftenv import DaftUnavailable, daft_python, daft_read
 from tests.table.writehelpers import hudi_rows, keys, rows, write

@@ -1,4 +1,4 @@
-"""Table writes that copy nothing (amcommit.table.direct): files written in place under
+"""Table writes that copy nothing (amcommit.table.write.direct): files written in place under
 Hudi's direct markers, reconciled against the markers at job commit, rolled back from the
 markers; zombie attempts' files removed. Local files here; the kill tests are in
 test_direct_kills.py."""
@@ -15,7 +15,9 @@ from amcommit.errors import ConfigError
 from amcommit.paths import join
 from amcommit.store.base import PutMode
 from amcommit.store.local import LocalStore
-from amcommit.table.direct import (
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+from amcommit.table.settings import TableConfig
+from amcommit.table.write.direct import (
     IOType,
     losers,
     marked_files,
@@ -24,8 +26,6 @@ from amcommit.table.direct import (
     sweep_late_markers,
     write_in_place,
 )
-from amcommit.table.naming import base_file_name, new_file_id, write_token
-from amcommit.table.settings import TableConfig
 from tests.table.directhelpers import direct_attempt, direct_tasks
 from tests.table.writehelpers import (
     begin,

@@ -1,4 +1,4 @@
-"""Table writes that copy nothing (amcommit.table.direct) on the emulators: Azurite (Blob:
+"""Table writes that copy nothing (amcommit.table.write.direct) on the emulators: Azurite (Blob:
 markers removed by batch deletes) and fake-gcs-server (one delete each). The commit and the
 abort, a zombie's self-removal and the sweep, and the job commit SIGKILLed (a forked child)
 before its requests then resumed or aborted: hudi-rs sees all or nothing, the SDK
@@ -14,10 +14,10 @@ import pytest
 
 from amcommit.api import abort_job, commit_job
 from amcommit.store.base import Store
-from amcommit.table.commit import completed_instant
-from amcommit.table.direct import MARKER_INFIX, IOType, marker_name, sweep_late_markers
-from amcommit.table.naming import base_file_name, new_file_id, write_token
+from amcommit.table.commit.table_commit import completed_instant
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
+from amcommit.table.write.direct import MARKER_INFIX, IOType, marker_name, sweep_late_markers
 from tests.matrix.conftest import (  # noqa: F401 (fixtures)
     matrix_blob,
     matrix_dfs,
@@ -173,7 +173,7 @@ def test_direct_markers_on_adls(request: pytest.FixtureRequest) -> None:
     staging gone, only the loser's young marker stays; a sweep past its grace removes it
     and the emptied marker folders (non-recursive deletes of real directories); an abort
     removes every marked file and its folders."""
-    from amcommit.table.reader import Timeline
+    from amcommit.table.timeline.reader import Timeline
 
     info = request.getfixturevalue("matrix_dfs")
     sdk = request.getfixturevalue("matrix_sdk_list")("dfs", info)

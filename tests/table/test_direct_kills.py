@@ -1,4 +1,4 @@
-"""Crash safety of table writes that copy nothing (amcommit.table.direct), on local files: a
+"""Crash safety of table writes that copy nothing (amcommit.table.write.direct), on local files: a
 real subprocess SIGKILLed before each of its mutating store requests (the job commit, the job
 abort, a task attempt), then the write resumed or aborted in this process.
 
@@ -17,8 +17,8 @@ import pytest
 
 from amcommit.api import abort_job, commit_job
 from amcommit.store.local import LocalStore
-from amcommit.table.direct import sweep_late_markers
 from amcommit.table.settings import TableConfig
+from amcommit.table.write.direct import sweep_late_markers
 from tests.forkrun import run_module
 from tests.table.directhelpers import direct_attempt, direct_tasks
 from tests.table.test_write_kills import _child

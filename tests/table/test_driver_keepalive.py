@@ -25,10 +25,10 @@ import pytest
 
 from amcommit.liveness import ProcessId, local_process, proc_stat, process_gone, this_process
 from amcommit.store.local import LocalStore
-from amcommit.table.heartbeat import judge_writers
-from amcommit.table.naming import heartbeat_path
+from amcommit.table.format.naming import heartbeat_path
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants
+from amcommit.table.timeline.heartbeat import judge_writers
+from amcommit.table.timeline.instants import list_instants
 from tests.table.test_heartbeats import move_keeper_to_another_host
 from tests.table.writehelpers import listing, rows, write
 

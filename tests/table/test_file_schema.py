@@ -16,9 +16,9 @@ from amcommit.paths import basename, join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.errors import SchemaMismatch
-from amcommit.table.schema import avro_schema, check_file_schema, check_footer
+from amcommit.table.format.schema import avro_schema, check_file_schema, check_footer
 from amcommit.table.settings import TableConfig
-from amcommit.table.write import TableTask, setup_table_task
+from amcommit.table.write.task import TableTask, setup_table_task
 from tests.backends import StoreUnderTest
 from tests.table.test_write_engine import _hudi_location
 from tests.table.writehelpers import SCHEMA, begin, hudi_rows, listing, parquet_bytes, rows, write

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from amcommit.store.schemes import open_location
-from amcommit.table.model import Operation
-from amcommit.table.reader import Timeline, open_timeline
-from amcommit.table.timeline import FileVersion, LoadedCommit
+from amcommit.table.format.model import Operation
+from amcommit.table.timeline.instants import FileVersion, LoadedCommit
+from amcommit.table.timeline.reader import Timeline, open_timeline
 from amcommit.testing.tablegen import DELETE, UPSERT, GeneratedTable, Write, generate, write_local
 
 # file groups: a: g0 (k0-k4), g1 (k5-k9); b: g2 (k10-k14), g3 (k15-k19); c: g4 (k20-k23)
@@ -173,7 +173,7 @@ def between(gen: GeneratedTable) -> list[tuple[str | None, str]]:
 
 
 def test_timeline_takes_the_newest_version_of_each_file_group(table: tuple[GeneratedTable, Path]) -> None:
-    """``Timeline.snapshot`` / ``Timeline.changes`` (and ``amcommit.table.timeline``): per file
+    """``Timeline.snapshot`` / ``Timeline.changes`` (and ``amcommit.table.timeline.instants``): per file
     group the newest version as of the instant / in the range; the planned files are
     hudi-rs's, and their rows (filtered by commit time for a range) are the model's."""
     gen, root = table

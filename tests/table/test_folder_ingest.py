@@ -19,8 +19,8 @@ import pytest
 
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
-from amcommit.table.labels import label_of
-from amcommit.table.timeline import load_timeline, snapshot
+from amcommit.table.commit.labels import label_of
+from amcommit.table.timeline.instants import load_timeline, snapshot
 from tests.table.writehelpers import listing
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -82,7 +82,7 @@ async def _commit_refused(root: Path) -> None:
     refused (its task count is recorded); nothing is published, the label not used up."""
     from amcommit.api import commit_job
     from amcommit.errors import IncompleteJob
-    from amcommit.table.timeline import list_instants
+    from amcommit.table.timeline.instants import list_instants
 
     async with LocalStore(str(root), fsync=False) as store:
         instants = await list_instants(store, "tbl")

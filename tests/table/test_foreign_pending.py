@@ -23,11 +23,17 @@ from amcommit.errors import ConflictError
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
-from amcommit.table.clean import clean
-from amcommit.table.direct import marker_dir, sweep_late_markers
-from amcommit.table.naming import base_file_name, heartbeat_path, new_file_id, next_instant, write_token
+from amcommit.table.commit.clean import clean
+from amcommit.table.format.naming import (
+    base_file_name,
+    heartbeat_path,
+    new_file_id,
+    next_instant,
+    write_token,
+)
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.write.direct import marker_dir, sweep_late_markers
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store
 from tests.table.directhelpers import direct_tasks

@@ -27,10 +27,10 @@ from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.paths import join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.local import LocalStore
-from amcommit.table.heartbeat import heartbeat, heartbeat_path
-from amcommit.table.model import Operation
+from amcommit.table.format.model import Operation
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants, load_timeline
+from amcommit.table.timeline.heartbeat import heartbeat, heartbeat_path
+from amcommit.table.timeline.instants import list_instants, load_timeline
 from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
@@ -77,7 +77,7 @@ async def move_keeper_to_another_host(store: Store, dest: str, instant: str) -> 
     """Rewrite a write's keeper record as if its writer ran on another host (its death
     cannot be proven there)."""
     from amcommit.liveness import ProcessId
-    from amcommit.table.heartbeat import claim_keeper, keeper_path
+    from amcommit.table.timeline.heartbeat import claim_keeper, keeper_path
 
     keeper = msgspec.json.decode(await store.get(keeper_path(dest, instant)), type=ProcessId)
     await claim_keeper(store, dest, instant, msgspec.structs.replace(keeper, host="another-host.example"))
@@ -164,10 +164,10 @@ def test_waiting_writer_says_so_then_rolls_back_a_writer_killed_meanwhile(
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     dest = "tbl"
     cfg = TableConfig(lock_ttl=60.0, lock_wait=40.0, writer_ttl=60.0)
-    caplog.set_level(logging.WARNING, logger="amcommit.table.commit")
+    caplog.set_level(logging.WARNING, logger="amcommit.table.commit.table_commit")
 
     def said() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "amcommit.table.commit"]
+        return [r.getMessage() for r in caplog.records if r.name == "amcommit.table.commit.table_commit"]
 
     spec = json.dumps({"backend": info, "dest": dest, "ttl": 60.0})
     argv = [sys.executable, "-m", "tests.table.beat_child", "--spec", spec]
@@ -312,9 +312,9 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
     removed)."""
     from amcommit.liveness import local_process
     from amcommit.store.schemes import open_location
-    from amcommit.table.beater import start
-    from amcommit.table.naming import heartbeat_path
-    from amcommit.table.write import TableSpec, begin_write
+    from amcommit.table.format.naming import heartbeat_path
+    from amcommit.table.timeline.beater import start
+    from amcommit.table.write.task import TableSpec, begin_write
 
     url = str(tmp_path / "t")
 
@@ -328,7 +328,7 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
 
     def judged(instant: str) -> float | None:
         async def go() -> float | None:
-            from amcommit.table.heartbeat import judge_writers
+            from amcommit.table.timeline.heartbeat import judge_writers
 
             store, dest = open_location(url)
             async with store:
@@ -373,9 +373,9 @@ async def test_failed_commit_says_its_writer_stopped(backend_local: StoreUnderTe
     for good the heartbeat says ``stopped`` and the rollback goes ahead at once (no wait of
     writer_ttl), leaving the table as before the write."""
     from amcommit.errors import PermissionDenied
-    from amcommit.table.heartbeat import STOPPED
-    from amcommit.table.naming import heartbeat_path
-    from amcommit.table.rollback import rollback_instant
+    from amcommit.table.commit.rollback import rollback_instant
+    from amcommit.table.format.naming import heartbeat_path
+    from amcommit.table.timeline.heartbeat import STOPPED
     from amcommit.testing.faults import FaultRule, FaultyStore
 
     store, dest = backend_local.store, join(backend_local.base, "tbl")
@@ -410,8 +410,8 @@ def test_beater_writes_nothing_once_the_write_is_over(tmp_path: Path) -> None:
 
     from amcommit.liveness import local_process
     from amcommit.store.schemes import open_location
-    from amcommit.table.beater import start
-    from amcommit.table.write import TableSpec, begin_write
+    from amcommit.table.timeline.beater import start
+    from amcommit.table.write.task import TableSpec, begin_write
 
     url = str(tmp_path / "t")
 
@@ -461,7 +461,7 @@ async def test_keep_beating_sends_nothing_after_the_write_ended(beat_sut: StoreU
     """Issue 23 item 15, per backend: a write committed before the keep-alive loop's next
     beat gets no more beat from it (before, one more beat, then its removal); the store is
     left as the commit left it."""
-    from amcommit.table.heartbeat import keep_beating
+    from amcommit.table.timeline.heartbeat import keep_beating
 
     store, dest = beat_sut.store, join(beat_sut.base, "tbl")
     w = await begin(store, dest)

@@ -19,10 +19,10 @@ from amcommit.api import abort_job, commit_job
 from amcommit.errors import CommitError
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
-from amcommit.table.clean import clean
-from amcommit.table.direct import IOType, marker_dir, sweep_late_markers
-from amcommit.table.rollback import rollback_instant
+from amcommit.table.commit.clean import clean
+from amcommit.table.commit.rollback import rollback_instant
 from amcommit.table.settings import TableConfig
+from amcommit.table.write.direct import IOType, marker_dir, sweep_late_markers
 from tests.matrix.conftest import (  # noqa: F401 (fixtures)
     matrix_blob,
     matrix_gcs_fake,
@@ -41,7 +41,7 @@ OPS = ["commit", "abort", "rollback", "sweep", "clean"]
 
 
 def test_marker_problem_names_what_a_marker_may_delete() -> None:
-    from amcommit.table.direct import marker_problem
+    from amcommit.table.write.direct import marker_problem
 
     t = "20261129101010123"
     ok = f"p=a/f1-0_1-0-0_{t}.parquet"

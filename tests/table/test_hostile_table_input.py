@@ -26,9 +26,9 @@ from amcommit.manifest import decode_manifest, encode_json
 from amcommit.paths import basename, join, parent
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
-from amcommit.table.naming import new_file_id
+from amcommit.table.format.naming import new_file_id
 from amcommit.table.settings import TableConfig
-from amcommit.table.write import TableWrite
+from amcommit.table.write.task import TableWrite
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import begin, hudi_rows, keys, listing, rows, write, write_tasks
 

@@ -15,8 +15,8 @@ import pytest
 
 from amcommit.errors import ConfigError
 from amcommit.store.local import LocalStore
-from amcommit.table.hudi_names import resolve
-from amcommit.table.mutate import delete, upsert
+from amcommit.table.format.hudi_names import resolve
+from amcommit.table.mutate.engine import delete, upsert
 
 
 def _rows(ids: list[int], ts: int, key_type: pa.DataType = pa.int64()) -> pa.Table:
@@ -166,8 +166,8 @@ def test_resolve_spark_names() -> None:
 def test_engine_file_sizes_by_hudi_names() -> None:
     """``hoodie.parquet.small.file.limit`` / ``max.file.size`` set the engine's arguments."""
     from amcommit.committer.config import DEFAULT_CONFIG
-    from amcommit.table.bloom import DEFAULT_SETTINGS
-    from amcommit.table.mutate import MAX_FILE_SIZE, SMALL_FILE_LIMIT, _with_hudi
+    from amcommit.table.format.bloom import DEFAULT_SETTINGS
+    from amcommit.table.mutate.engine import MAX_FILE_SIZE, SMALL_FILE_LIMIT, _with_hudi
 
     kw: dict[str, Any] = {
         "operation": "UPSERT",

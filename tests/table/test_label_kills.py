@@ -22,9 +22,9 @@ import pytest
 
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table.labels import Label, label_of, last_committed, recover
+from amcommit.table.commit.labels import Label, label_of, last_committed, recover
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import load_timeline, snapshot
+from amcommit.table.timeline.instants import load_timeline, snapshot
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 from tests.table.label_child import ingest_once
 from tests.table.writehelpers import hudi_rows, keys, listing, rows

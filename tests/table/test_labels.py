@@ -19,7 +19,7 @@ from amcommit.committer.report import JobReport
 from amcommit.errors import ConfigError
 from amcommit.paths import join
 from amcommit.store.base import Store
-from amcommit.table.labels import (
+from amcommit.table.commit.labels import (
     EXTRA_APP,
     EXTRA_LABEL,
     EXTRA_VERSION,
@@ -30,12 +30,12 @@ from amcommit.table.labels import (
     label_of,
     last_committed,
 )
-from amcommit.table.model import Action, Instant, Operation, State, decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR
-from amcommit.table.reader import Timeline
+from amcommit.table.format.model import Action, Instant, Operation, State, decode_commit_metadata
+from amcommit.table.format.naming import HOODIE_DIR
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import load_timeline, snapshot
-from amcommit.table.write import begin_write
+from amcommit.table.timeline.instants import load_timeline, snapshot
+from amcommit.table.timeline.reader import Timeline
+from amcommit.table.write.task import begin_write
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import SCHEMA, SPEC, keys, listing, rows, write_tasks
 
@@ -62,7 +62,7 @@ async def labelled(
     config: CommitterConfig = FAST,
 ) -> tuple[str, JobReport]:
     """One labelled write: the label given to begin_write, or (``at_commit``) to commit_job."""
-    from amcommit.table.schema import avro_schema
+    from amcommit.table.format.schema import avro_schema
 
     w = await begin_write(
         store,
@@ -195,7 +195,7 @@ async def test_label_override_at_commit_and_refusals(backend_local: StoreUnderTe
     store, dest = backend_local.store, join(backend_local.base, "tbl")
     t1, _ = await labelled(store, dest, rows(0, 3), Label("q", 1))
     # begun with label q:1 (committed), committed with q:2: the commit's label wins
-    from amcommit.table.schema import avro_schema
+    from amcommit.table.format.schema import avro_schema
 
     w = await begin_write(
         store, dest, operation=Operation.INSERT, avro_schema=avro_schema(SCHEMA, "t1"), label=Label("q", 1)
@@ -277,12 +277,12 @@ async def test_pending_of_finds_a_published_write_left_staged(
     its cleanup (staging folder back in place, no commit plan in it: on stores with atomic
     renames the plan *became* the completed instant): pending_of reads the label from the
     completed instant, so ``recover`` finishes that cleanup; another app's is not touched."""
-    from amcommit.table.labels import pending_of, recover
-    from amcommit.table.staging import table_layout
+    from amcommit.table.commit.labels import pending_of, recover
+    from amcommit.table.write.staging import table_layout
 
     store, dest = label_sut.store, join(label_sut.base, "t")
     label = Label("q-left", 1)
-    from amcommit.table.schema import avro_schema
+    from amcommit.table.format.schema import avro_schema
 
     w = await begin_write(
         store,

@@ -1,4 +1,4 @@
-"""Upsert and delete through the engine API (amcommit.table.mutate), checked against a model."""
+"""Upsert and delete through the engine API (amcommit.table.mutate.engine), checked against a model."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from amcommit.errors import NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table import mutate
-from amcommit.table.bloom import BloomSettings
-from amcommit.table.model import decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR
-from amcommit.table.reader import Timeline
+from amcommit.table.format.bloom import BloomSettings
+from amcommit.table.format.model import decode_commit_metadata
+from amcommit.table.format.naming import HOODIE_DIR
+from amcommit.table.mutate import engine as mutate
 from amcommit.table.report import table_report
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import load_timeline, snapshot
+from amcommit.table.timeline.instants import load_timeline, snapshot
+from amcommit.table.timeline.reader import Timeline
 from amcommit.testing.faults import FaultyStore
 from tests.backends import StoreUnderTest
 
@@ -189,7 +189,7 @@ async def _model_checked(sut: StoreUnderTest, hudi_uri: Any, table_commit: str =
             assert hudi_changes(uri, a, b, storage) == want, (a, b)
     # clean: the versions superseded at or before the 2nd latest instant go; the latest two
     # instants stay readable (snapshot and time travel)
-    from amcommit.table.clean import clean
+    from amcommit.table.commit.clean import clean
 
     _, commits = await load_timeline(store, dest)
     live = {f.path for f in snapshot(commits)} | {f.path for f in snapshot(commits, history[-2][0])}
@@ -449,9 +449,9 @@ async def _conflicting_writers(sut: StoreUnderTest, table_commit: str = "staged"
 
 
 def test_rewrite_conflict_is_pure_and_sees_replacements() -> None:
-    from amcommit.table.commit import rewrite_conflict
-    from amcommit.table.model import CommitMetadata, Instant, State, WriteStat
-    from amcommit.table.timeline import LoadedCommit
+    from amcommit.table.commit.table_commit import rewrite_conflict
+    from amcommit.table.format.model import CommitMetadata, Instant, State, WriteStat
+    from amcommit.table.timeline.instants import LoadedCommit
 
     def commit(t: str, fid: str, replaced: dict[str, list[str]] | None = None) -> LoadedCommit:
         stat = WriteStat(file_id=fid, path=f"p=a/{fid}_0-0-0_{t}.parquet", partition_path="p=a")
@@ -482,7 +482,7 @@ def test_rewrite_conflict_is_pure_and_sees_replacements() -> None:
 async def test_labels_as_for_inserts(backend_local: StoreUnderTest) -> None:
     """A label commits once: the same upsert again (a replay) is skipped, rolled back, and
     the table is unchanged; delete takes labels too."""
-    from amcommit.table.labels import Label, last_committed
+    from amcommit.table.commit.labels import Label, last_committed
 
     store, dest = backend_local.store, join(backend_local.base, "lb")
     rows = [{"id": i, "p": "a", "v": "x", "ts": 1} for i in range(3)]
@@ -706,7 +706,7 @@ async def test_inserts_fill_small_file_groups_first(backend_local: StoreUnderTes
 
 def test_assign_inserts_is_pure() -> None:
     def fv(path: str, size: int, rows: int) -> Any:
-        from amcommit.table.timeline import FileVersion
+        from amcommit.table.timeline.instants import FileVersion
 
         return FileVersion("p=a", path, path, "20260101000000000", size, rows)
 

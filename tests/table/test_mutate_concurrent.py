@@ -23,9 +23,9 @@ import anyio
 import pyarrow as pa
 import pytest
 
-from amcommit.table import mutate
-from amcommit.table.model import State
-from amcommit.table.timeline import list_instants
+from amcommit.table.format.model import State
+from amcommit.table.mutate import engine as mutate
+from amcommit.table.timeline.instants import list_instants
 from tests.matrix import table_runner as _tr
 from tests.matrix.conftest import matrix_gcs_fake, matrix_local  # noqa: F401 (fixtures)
 from tests.matrix.stores import open_store

@@ -26,7 +26,7 @@ import pytest
 from amcommit.api import abort_job, commit_job
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table import mutate
+from amcommit.table.mutate import engine as mutate
 from amcommit.table.settings import TableConfig
 from tests.forkrun import PRELOAD
 from tests.matrix import table_runner as _tr

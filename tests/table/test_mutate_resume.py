@@ -28,10 +28,10 @@ from amcommit.api import commit_job
 from amcommit.errors import IncompleteJob
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table import mutate
-from amcommit.table.labels import Label, committed_by, label_of, recover
+from amcommit.table.commit.labels import Label, committed_by, label_of, recover
+from amcommit.table.mutate import engine as mutate
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants, load_timeline
+from amcommit.table.timeline.instants import list_instants, load_timeline
 from tests.matrix.conftest import matrix_blob, matrix_gcs_fake  # noqa: F401 (fixtures)
 from tests.table.test_mutate import SCHEMA, hudi_snapshot
 from tests.table.writehelpers import listing

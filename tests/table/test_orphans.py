@@ -21,12 +21,12 @@ from amcommit.api import abort_job, commit_job
 from amcommit.errors import CommitError
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
-from amcommit.table.clean import clean
-from amcommit.table.model import Instant, State
-from amcommit.table.naming import base_file_name, new_file_id, next_instant, write_token
-from amcommit.table.rollback import rollback_instant
+from amcommit.table.commit.clean import clean
+from amcommit.table.commit.rollback import rollback_instant
+from amcommit.table.format.model import Instant, State
+from amcommit.table.format.naming import base_file_name, new_file_id, next_instant, write_token
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants
+from amcommit.table.timeline.instants import list_instants
 from tests.matrix.conftest import (  # noqa: F401 (fixtures)
     matrix_blob,
     matrix_gcs_fake,
@@ -46,7 +46,7 @@ SECOND = rows(10, 4, tag="s")
 
 
 def test_is_orphan_pure() -> None:
-    from amcommit.table.orphans import is_orphan
+    from amcommit.table.commit.orphans import is_orphan
 
     c = lambda t: Instant(t, "commit", State.COMPLETED)  # noqa: E731
     i = lambda t: Instant(t, "commit", State.INFLIGHT)  # noqa: E731

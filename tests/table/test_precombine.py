@@ -16,9 +16,9 @@ import pytest
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
-from amcommit.table import mutate
-from amcommit.table.timeline import list_instants
-from amcommit.table.write import committed_schema, latest_write
+from amcommit.table.mutate import engine as mutate
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.write.task import committed_schema, latest_write
 from tests.backends import StoreUnderTest
 from tests.table.test_mutate import KW, amcommit_snapshot, hudi_snapshot
 

@@ -12,11 +12,11 @@ import pytest
 
 from amcommit.api import abort_job
 from amcommit.store.schemes import open_location
-from amcommit.table.clean import clean, clean_after_commit
+from amcommit.table.commit.clean import clean, clean_after_commit
 from amcommit.table.errors import CleanedPast
-from amcommit.table.model import Operation
-from amcommit.table.reader import Timeline
+from amcommit.table.format.model import Operation
 from amcommit.table.settings import TableConfig
+from amcommit.table.timeline.reader import Timeline
 from tests.table.writehelpers import begin, hudi_incremental, hudi_rows, listing, rows, write, write_tasks
 
 
@@ -99,7 +99,7 @@ def test_changes_since_000_is_from_the_start(tmp_path: Path) -> None:
     """Issue 32 item 12: ``Timeline.changes("000")`` (and "0", "00") reads from the start, as
     the CLI's ``--since 000`` and the Spark reader do; other non-instants stay refused."""
     from amcommit.errors import ConfigError
-    from amcommit.table.reader import open_timeline
+    from amcommit.table.timeline.reader import open_timeline
 
     url = str(tmp_path / "t")
 

@@ -20,8 +20,8 @@ import pytest
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.table.errors import CleanedPast
-from amcommit.table.model import Operation
-from amcommit.table.reader import Timeline, open_timeline
+from amcommit.table.format.model import Operation
+from amcommit.table.timeline.reader import Timeline, open_timeline
 from amcommit.testing.tablegen import GeneratedTable, Write, generate, write_local
 from tests.backends import StoreUnderTest
 
@@ -89,7 +89,7 @@ def test_cleaned_table_reader_refuses_where_hudi_rs_silently_loses_rows(tmp_path
     import anyio
 
     from amcommit.store.schemes import open_location
-    from amcommit.table.clean import clean
+    from amcommit.table.commit.clean import clean
 
     gen = generate(WRITES)
     root = write_local(gen, tmp_path / "t")

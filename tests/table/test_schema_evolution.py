@@ -23,10 +23,10 @@ from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.errors import SchemaMismatch
-from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.naming import base_file_name, new_file_id, write_token
-from amcommit.table.schema import avro_schema, evolve_schema
-from amcommit.table.write import TableSpec, TableWrite, begin_write
+from amcommit.table.format.model import Operation, decode_commit_metadata
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
+from amcommit.table.format.schema import avro_schema, evolve_schema
+from amcommit.table.write.task import TableSpec, TableWrite, begin_write
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import listing, parquet_bytes
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from amcommit.errors import CommitError, ConfigError
-from amcommit.table.properties import checksum, decode_properties, encode_properties, new_properties
-from amcommit.table.schema import avro_schema, record_name
-from amcommit.table.tasknames import plan_names, task_write_token
+from amcommit.table.format.properties import checksum, decode_properties, encode_properties, new_properties
+from amcommit.table.format.schema import avro_schema, record_name
+from amcommit.table.format.tasknames import plan_names, task_write_token
 
 
 def test_nested_schema_names_unions_and_logical_types() -> None:

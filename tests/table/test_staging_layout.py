@@ -20,17 +20,17 @@ from amcommit.errors import CommitError, PermissionDenied
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
-from amcommit.table.clean import clean
-from amcommit.table.direct import IOType, marker_name, parse_marker
-from amcommit.table.heartbeat import stop_beat
-from amcommit.table.jobs import TableJobs
-from amcommit.table.kind import TableKind
-from amcommit.table.naming import base_file_name, new_file_id, write_token
-from amcommit.table.reader import Timeline
-from amcommit.table.rollback import rollback_instant
+from amcommit.table.commit.clean import clean
+from amcommit.table.commit.jobs import TableJobs
+from amcommit.table.commit.kind import TableKind
+from amcommit.table.commit.rollback import rollback_instant
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
-from amcommit.table.staging import is_table_layout, legacy_table_layout, table_layout
-from amcommit.table.write import TableWrite
+from amcommit.table.timeline.heartbeat import stop_beat
+from amcommit.table.timeline.reader import Timeline
+from amcommit.table.write.direct import IOType, marker_name, parse_marker
+from amcommit.table.write.staging import is_table_layout, legacy_table_layout, table_layout
+from amcommit.table.write.task import TableWrite
 from tests.table.directhelpers import direct_tasks
 from tests.table.killstore import KillStore
 from tests.table.writehelpers import (
@@ -284,12 +284,12 @@ async def test_failed_marker_removal_never_fails_what_came_before(
     w = await begin(store, "tbl", config=CFG)
     await direct_tasks(store, w, SECOND)
     locked = _MarkersLocked(store)
-    with caplog.at_level("WARNING", logger="amcommit.table.direct"):
+    with caplog.at_level("WARNING", logger="amcommit.table.write.direct"):
         report = await commit_job(locked, "tbl", w.instant, config=CFG)  # type: ignore[arg-type]
         cleaned = await clean(locked, "tbl", retain_commits=5, config=CFG)  # type: ignore[arg-type]
     assert report.success and cleaned.late_files == {}
     assert hudi_rows(uri) == keys(FIRST + SECOND)
-    warned = [r.getMessage() for r in caplog.records if r.name == "amcommit.table.direct"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "amcommit.table.write.direct"]
     assert len(warned) == 2 and all("\n" not in m and "stands" in m for m in warned), warned
     assert [x for x in await listing(store, "tbl") if ".temp/" in x]
     await clean(store, "tbl", retain_commits=5, config=CFG)

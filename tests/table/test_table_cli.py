@@ -9,8 +9,8 @@ import pytest
 
 from amcommit.cli import main
 from amcommit.cli.table import format_instants
-from amcommit.table.model import Operation
-from amcommit.table.reader import open_timeline
+from amcommit.table.format.model import Operation
+from amcommit.table.timeline.reader import open_timeline
 from amcommit.testing.tablegen import Write, generate, write_local
 from tests.backends import StoreUnderTest
 
@@ -165,8 +165,8 @@ async def test_list_jobs_of_a_table_on_every_backend(engine_sut: StoreUnderTest)
     from amcommit.api import list_jobs
     from amcommit.errors import NotFound
     from amcommit.paths import join
-    from amcommit.table.heartbeat import stop_beat
-    from amcommit.table.jobs import TableJobs
+    from amcommit.table.commit.jobs import TableJobs
+    from amcommit.table.timeline.heartbeat import stop_beat
     from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 
     store = engine_sut.store

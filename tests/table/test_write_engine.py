@@ -18,11 +18,11 @@ from amcommit.errors import CommitError, ConfigError
 from amcommit.paths import join
 from amcommit.store.base import PutMode
 from amcommit.store.local import LocalStore
-from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.rollback import rollback_instant
+from amcommit.table.commit.rollback import rollback_instant
+from amcommit.table.format.model import Operation, decode_commit_metadata
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import load_timeline, snapshot
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.timeline.instants import load_timeline, snapshot
+from amcommit.table.write.task import TableSpec, begin_write
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import (
     SPEC,
@@ -169,7 +169,7 @@ async def test_scenario_read_by_hudi_rs(backend_local: StoreUnderTest) -> None:
 async def test_properties_and_checksum(backend_local: StoreUnderTest) -> None:
     store, dest = backend_local.store, join(backend_local.base, "tbl")
     await write(store, dest, rows(0, 2), config=FAST)
-    from amcommit.table.properties import checksum, decode_properties
+    from amcommit.table.format.properties import checksum, decode_properties
 
     props = decode_properties(await store.get(join(dest, ".hoodie/hoodie.properties")))
     v = props.values
@@ -285,8 +285,8 @@ async def _emulator_scenario(sut: StoreUnderTest) -> None:
 
 async def test_non_partitioned_table(backend_local: StoreUnderTest) -> None:
     from amcommit.committer.task import commit_task, setup_task
-    from amcommit.table.naming import base_file_name, new_file_id
-    from amcommit.table.schema import avro_schema
+    from amcommit.table.format.naming import base_file_name, new_file_id
+    from amcommit.table.format.schema import avro_schema
     from tests.table.writehelpers import SCHEMA, parquet_bytes
 
     store, dest = backend_local.store, join(backend_local.base, "np")
@@ -324,7 +324,7 @@ async def _api_tasks(
     wrote its files and died, and one of task 1 that aborted itself. Returns the files of
     the one that died."""
     from amcommit.paths import basename
-    from amcommit.table.write import setup_table_task
+    from amcommit.table.write.task import setup_table_task
     from tests.table.writehelpers import by_partition, parquet_bytes
 
     lost: list[str] = []
@@ -421,7 +421,7 @@ async def test_a_write_mixing_staged_and_direct_tasks_is_refused(backend_local: 
     job commit in one line before anything is published (taking it as either would publish
     an instant naming files that are not there); the abort then leaves the table as it was."""
     from amcommit.paths import basename
-    from amcommit.table.write import setup_table_task
+    from amcommit.table.write.task import setup_table_task
     from tests.table.writehelpers import by_partition, parquet_bytes
 
     store = backend_local.store
@@ -456,7 +456,7 @@ async def test_a_write_without_a_declared_schema_takes_a_written_files(
     """begin_write without avro_schema: the commit records the schema of a written file,
     read where the file is (staged: the attempt directory; direct: its final name)."""
     from amcommit.paths import basename
-    from amcommit.table.write import setup_table_task
+    from amcommit.table.write.task import setup_table_task
     from tests.table.writehelpers import by_partition, parquet_bytes
 
     store = backend_local.store

@@ -20,9 +20,9 @@ import pytest
 
 from amcommit.api import abort_job, commit_job
 from amcommit.store.local import LocalStore
-from amcommit.table.commit import completed_instant
+from amcommit.table.commit.table_commit import completed_instant
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants
+from amcommit.table.timeline.instants import list_instants
 from tests.forkrun import PRELOAD, run_module
 from tests.matrix import table_oracle as _to
 from tests.matrix import table_runner as _tr

@@ -8,12 +8,12 @@ import pytest
 from amcommit.api import commit_job
 from amcommit.errors import CommitError, ConflictError
 from amcommit.paths import join
-from amcommit.table.commit import plan_order
-from amcommit.table.model import Instant, Operation, State
-from amcommit.table.rollback import rollback_instant
+from amcommit.table.commit.rollback import rollback_instant
+from amcommit.table.commit.table_commit import plan_order
+from amcommit.table.format.model import Instant, Operation, State
 from amcommit.table.settings import TableConfig
-from amcommit.table.timeline import list_instants
-from amcommit.table.write import TableSpec, begin_write
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.write.task import TableSpec, begin_write
 from tests.backends import StoreUnderTest
 from tests.table.writehelpers import begin, listing, rows, write, write_tasks
 

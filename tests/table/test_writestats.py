@@ -1,4 +1,4 @@
-"""Write stats built by task commits and spliced by the job commit (amcommit.table.writestats):
+"""Write stats built by task commits and spliced by the job commit (amcommit.table.format.writestats):
 the spliced JSON says exactly what building every stat says, and anything that does not
 check out falls back to building them."""
 
@@ -15,17 +15,22 @@ from amcommit.committer import CommitterConfig, commit_task, setup_task
 from amcommit.errors import ManifestError
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
-from amcommit.table import commit as table_commit
-from amcommit.table.model import CommitMetadata, Operation, decode_commit_metadata, encode_commit_metadata
-from amcommit.table.naming import base_file_name
-from amcommit.table.write import TableSpec, begin_write
-from amcommit.table.writestats import (
+from amcommit.table.commit import table_commit
+from amcommit.table.format.model import (
+    CommitMetadata,
+    Operation,
+    decode_commit_metadata,
+    encode_commit_metadata,
+)
+from amcommit.table.format.naming import base_file_name
+from amcommit.table.format.writestats import (
     STATS_KEY,
     rows_of_task_stats,
     spliced_write_stats,
     task_write_stats,
     write_stat,
 )
+from amcommit.table.write.task import TableSpec, begin_write
 
 INSTANT = "20261123020000000"
 AVRO = json.dumps(

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import pyarrow as pa
 
-from amcommit.table import mutate
 from amcommit.table.errors import WriteConflict
+from amcommit.table.mutate import engine as mutate
 from amcommit.table.settings import TableConfig
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.string()), ("ts", pa.int64())])

@@ -16,11 +16,17 @@ from amcommit.committer.report import JobReport
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.paths import join, relative_to
 from amcommit.store.base import Store
-from amcommit.table.model import Operation
-from amcommit.table.naming import base_file_name, commit_seqno, generated_record_key, new_file_id, write_token
-from amcommit.table.reader import Timeline
-from amcommit.table.schema import avro_schema
-from amcommit.table.write import TableSpec, TableWrite, begin_write
+from amcommit.table.format.model import Operation
+from amcommit.table.format.naming import (
+    base_file_name,
+    commit_seqno,
+    generated_record_key,
+    new_file_id,
+    write_token,
+)
+from amcommit.table.format.schema import avro_schema
+from amcommit.table.timeline.reader import Timeline
+from amcommit.table.write.task import TableSpec, TableWrite, begin_write
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.int64(), nullable=False), pa.field("p", pa.string()), pa.field("v", pa.string())]

@@ -366,8 +366,8 @@ def _table_with_pending_writes(tmp_path: Path) -> tuple[Path, list[str]]:
     import msgspec
 
     from amcommit.committer.lock import LockBody, lock_path
-    from amcommit.table.heartbeat import stop_beat
-    from amcommit.table.naming import STAGING_DIR, heartbeat_path
+    from amcommit.table.format.naming import STAGING_DIR, heartbeat_path
+    from amcommit.table.timeline.heartbeat import stop_beat
     from tests.table.writehelpers import begin, rows, write, write_tasks
 
     dest = tmp_path / "tbl"

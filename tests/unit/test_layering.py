@@ -193,7 +193,7 @@ _INSTANT_SYNTAX = re.compile(r"\\d\{1[47]\}|\[0-9\]\{1[47]\}|\\d\{3\}")
 
 
 def test_instant_syntax_defined_once() -> None:
-    """The regular expression of an instant time is written once (table/naming.py);
+    """The regular expression of an instant time is written once (table/format/naming.py);
     everything else that parses instants builds on it."""
     found = [
         f"{p.relative_to(SRC)}:{n}"
@@ -201,7 +201,7 @@ def test_instant_syntax_defined_once() -> None:
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if _INSTANT_SYNTAX.search(line)
     ]
-    assert len(found) == 1 and found[0].startswith("table/naming.py:"), found
+    assert len(found) == 1 and found[0].startswith("table/format/naming.py:"), found
 
 
 def test_kind_settings_and_report_fields_are_the_tables() -> None:
@@ -217,3 +217,72 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
         f.name for f in dataclasses.fields(JobReport)
     }
     assert report_fields == {"instant", "operation", "label", "skipped_label"}
+
+
+TABLE_FLOORS = ("format", "file_group", "timeline", "write", "commit", "mutate")
+"""The table's folders, lowest first: a folder imports only from folders before it (and from
+the table's top modules :mod:`~amcommit.table.errors`, ``settings`` and ``report``)."""
+
+TABLE_TOP = {"amcommit.table", "amcommit.table.errors", "amcommit.table.settings", "amcommit.table.report"}
+
+
+def _table_floor(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["amcommit", "table"] or len(parts) < 3 or parts[2] not in TABLE_FLOORS:
+        return None
+    return parts[2]
+
+
+def test_table_is_folders_with_at_most_five_top_modules() -> None:
+    table = SRC / "table"
+    top = sorted(p.name for p in table.glob("*.py"))
+    assert len(top) <= 5, top
+    folders = sorted(p.name for p in table.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert set(folders) <= set(TABLE_FLOORS), folders
+
+
+def test_table_folders_import_only_downwards() -> None:
+    """format <- file_group <- timeline <- write <- commit <- mutate: no import upwards, no
+    edge allowed; the top modules (errors, settings, report) import no folder."""
+    upward: list[str] = []
+    for m, ts in _imports_from("amcommit.table").items():
+        floor = _table_floor(m)
+        for t in ts:
+            if not t.startswith("amcommit.table"):
+                continue
+            tf = _table_floor(t)
+            if m in TABLE_TOP - {"amcommit.table"} and tf is not None:
+                upward.append(f"{m} -> {t}")
+            elif floor is not None and tf is not None and TABLE_FLOORS.index(tf) > TABLE_FLOORS.index(floor):
+                upward.append(f"{m} -> {t}")
+    assert upward == []
+
+
+def test_table_format_uses_no_store() -> None:
+    """``grep -rn amcommit.store src/amcommit/table/format`` finds nothing: the format is pure."""
+    named = [
+        f"{p.relative_to(SRC)}:{n}"
+        for p in sorted((SRC / "table" / "format").rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "amcommit.store" in line
+    ]
+    assert named == []
+
+
+def test_old_flat_table_paths_import_as_the_moved_modules() -> None:
+    """``amcommit.table.labels`` (the README's path before issue 33) is the module it became."""
+    import importlib
+    import sys
+
+    from amcommit.table import MOVED
+
+    for old, new in MOVED.items():
+        sys.modules.pop(f"amcommit.table.{old}", None)
+        with pytest.warns(DeprecationWarning, match=f"amcommit.table.{old} moved to {new}"):
+            mod = importlib.import_module(f"amcommit.table.{old}")
+        assert mod is importlib.import_module(new)
+    from amcommit.table.labels import Label  # type: ignore[import-not-found]
+
+    from amcommit.table.commit.labels import Label as Moved
+
+    assert Label is Moved

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from amcommit.store.names import AZURE_LIMITS, GCS_LIMITS, NameLimits, local_limits, shorten
-from amcommit.table.naming import _folder_problem, _name_problem, foreign_file, new_file_id
-from amcommit.table.writestats import paths_of_task_stats, task_write_stats
+from amcommit.table.format.naming import _folder_problem, _name_problem, foreign_file, new_file_id
+from amcommit.table.format.writestats import paths_of_task_stats, task_write_stats
 
 INSTANT = "20261127120000000"
 LIMITS = {"local": local_limits("/data/root"), "azure": AZURE_LIMITS, "gcs": GCS_LIMITS}

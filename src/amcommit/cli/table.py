@@ -18,9 +18,9 @@ from typing import Any
 
 from amcommit.cli.common import URL_FORMS, committer_config, int_arg, store_args, store_options
 from amcommit.errors import ConfigError
-from amcommit.table.clean import CleanReport
-from amcommit.table.reader import COUNT_COLUMNS, InstantInfo
-from amcommit.table.timeline import Changes
+from amcommit.table.commit.clean import CleanReport
+from amcommit.table.timeline.instants import Changes
+from amcommit.table.timeline.reader import COUNT_COLUMNS, InstantInfo
 
 __all__ = ["add_commands", "add_rollback", "changes_json", "cmd_rollback", "format_instants", "instants_json"]
 
@@ -77,7 +77,7 @@ def format_instants(instants: list[InstantInfo], *, use_rich: bool | None = None
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from amcommit.table.reader import open_timeline
+    from amcommit.table.timeline.reader import open_timeline
 
     return open_timeline(args.dest, **store_options(args))
 
@@ -152,7 +152,7 @@ def _clean_text(r: CleanReport) -> str:
 def cmd_clean(args: argparse.Namespace) -> int:
     from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
-    from amcommit.table.clean import clean
+    from amcommit.table.commit.clean import clean
 
     opts = store_options(args)
     config = committer_config(args)
@@ -176,7 +176,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from amcommit.committer.report import JobReport
     from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
-    from amcommit.table.rollback import rollback_instant
+    from amcommit.table.commit.rollback import rollback_instant
 
     opts = store_options(args)
 

@@ -45,9 +45,9 @@ from amcommit.spark.sqlconf import job_conflict_mode
 from amcommit.spark.task import TaskResult, decode_manifest
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
-from amcommit.table.labels import Label
-from amcommit.table.model import Operation
-from amcommit.table.properties import TableProperties
+from amcommit.table.commit.labels import Label
+from amcommit.table.format.model import Operation
+from amcommit.table.format.properties import TableProperties
 
 log = logging.getLogger("amcommit.spark")
 
@@ -86,10 +86,10 @@ def table_operation(mode: ConflictMode) -> Operation:
 def keep_write_alive(plan: WritePlan) -> None:
     """Start the driver's keep-alive process of the table write ``plan.job_id`` (its
     instant): it beats until the write is committed or aborted, or the process that runs
-    the write is gone (:func:`amcommit.table.beater.write_processes`: the Spark driver's
+    the write is gone (:func:`amcommit.table.timeline.beater.write_processes`: the Spark driver's
     JVM, or the Python driver that began the write). If it cannot start, the begun write is aborted
     (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run."""
-    from amcommit.table import beater
+    from amcommit.table.timeline import beater
 
     try:
         beater.start(
@@ -119,7 +119,7 @@ def commit_write(
 
     For a table the job id is the instant: the commit publishes the completed instant
     last, with the operation the tasks' overwrite mode settles (:func:`table_operation`).
-    ``label`` (a :class:`amcommit.table.labels.Label`, streaming): committed once per label,
+    ``label`` (a :class:`amcommit.table.commit.labels.Label`, streaming): committed once per label,
     see ``commit_job``; ``before(store, dest)``: run first, on the same store and event loop
     (the streaming sink's lease and dead-run rollback); ``wrap``: applied to the commit's
     store (test hooks); ``keep_loop``: run on the process's kept event loop
@@ -221,8 +221,8 @@ def begin_table_write(
     from pyspark.sql.types import StructType
 
     from amcommit.spark.parquet import nullable_voids
-    from amcommit.table.schema import avro_schema
-    from amcommit.table.write import TableSpec, TableWrite, begin_write
+    from amcommit.table.format.schema import avro_schema
+    from amcommit.table.write.task import TableSpec, TableWrite, begin_write
 
     table = plan.table
     assert table is not None

@@ -34,7 +34,7 @@ from amcommit.spark.stream import (
 )
 from amcommit.spark.stream_state import checkpoint_app
 from amcommit.spark.task import TaskResult
-from amcommit.table.model import Operation
+from amcommit.table.format.model import Operation
 
 __all__ = ["write_batch"]
 

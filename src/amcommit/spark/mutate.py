@@ -1,9 +1,9 @@
 """Upsert and delete through Spark: ``amcommit.spark.upsert(df, dest)`` and
 ``amcommit.spark.delete(df, dest)`` (and ``write_batch(..., operation="upsert")``).
 
-Hudi's semantics, those of :mod:`amcommit.table.mutate` (the engine path without Spark),
-with its pure pieces (:func:`~amcommit.table.mutate.plan_candidates`,
-:func:`~amcommit.table.mutate.merge_file`, :func:`~amcommit.table.mutate.with_meta`, the footer
+Hudi's semantics, those of :mod:`amcommit.table.mutate.engine` (the engine path without Spark),
+with its pure pieces (:func:`~amcommit.table.mutate.engine.plan_candidates`,
+:func:`~amcommit.table.mutate.engine.merge_file`, :func:`~amcommit.table.mutate.engine.with_meta`, the footer
 index, the input checks) and its readers of base files. Where each step runs:
 
 driver (the caller's process, with the DataFrame's session)
@@ -22,7 +22,7 @@ tasks
     joined to the file groups holding their keys; one task per rewritten file group merges
     it and writes its new base file (same fileId, new write token, this instant, with the
     footer index; staged, or with ``table_commit=direct`` in place under a ``MERGE`` marker,
-    :mod:`amcommit.table.direct`); inserts written to new file groups by the table task writer
+    :mod:`amcommit.table.write.direct`); inserts written to new file groups by the table task writer
     (:func:`amcommit.spark.task.run_task`). Every task commits a manifest carrying its
     write stats (``numInserts``, ``numUpdateWrites``, ``numDeletes``, ``prevCommit``).
 
@@ -51,10 +51,10 @@ from amcommit.errors import AmcommitError
 from amcommit.messages import for_user
 from amcommit.spark.options import WritePlan
 from amcommit.spark.task import TaskResult
-from amcommit.table.labels import Label
-from amcommit.table.model import Operation
-from amcommit.table.mutate import MutateReport, MutationError, Payload
-from amcommit.table.naming import META_COLUMNS
+from amcommit.table.commit.labels import Label
+from amcommit.table.format.model import Operation
+from amcommit.table.format.naming import META_COLUMNS
+from amcommit.table.mutate.engine import MutateReport, MutationError, Payload
 
 __all__ = ["MutationSpec", "delete", "prepare_mutation", "run_mutation", "upsert"]
 
@@ -78,7 +78,7 @@ class MutationSpec:
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    from amcommit.table.hudi_names import resolve
+    from amcommit.table.format.hudi_names import resolve
 
     opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
     opts = {k: str(v) for k, v in resolve(opts, "spark").items()}
@@ -102,9 +102,9 @@ def prepare_mutation(
     from amcommit.loop import run_blocking
     from amcommit.spark.source import AmcommitDataSource
     from amcommit.store.schemes import open_location
-    from amcommit.table.mutate import check_columns, check_key_types
-    from amcommit.table.schema import avro_schema
-    from amcommit.table.write import committed_schema, latest_write, read_properties
+    from amcommit.table.format.schema import avro_schema
+    from amcommit.table.mutate.engine import check_columns, check_key_types
+    from amcommit.table.write.task import committed_schema, latest_write, read_properties
 
     opts, own = _split_options(options)
     if "operation" in own and own["operation"].lower() != operation.value.lower():
@@ -141,7 +141,7 @@ def prepare_mutation(
     check_columns(empty, keys, plan.partition_columns, precombine)
 
     async def schema() -> str | None:
-        from amcommit.table.timeline import list_instants
+        from amcommit.table.timeline.instants import list_instants
 
         store, root = open_location(plan.url, **plan.store_options)
         async with store:
@@ -234,7 +234,7 @@ def _keyed(spec: MutationSpec) -> Any:
     def fn(
         index: int, rows: Iterable[Any]
     ) -> Iterator[tuple[tuple[str, str], tuple[Any, int, dict[str, Any]]]]:
-        from amcommit.table.mutate import partition_paths, precombine_key, record_key_strings
+        from amcommit.table.mutate.engine import partition_paths, precombine_key, record_key_strings
 
         pos = 0
         for chunk in _chunks(rows):
@@ -327,14 +327,14 @@ async def _rewrite_one(
         setup_attempt,
         task_ids,
     )
-    from amcommit.table.direct import IOType, commit_direct_task, write_in_place
-    from amcommit.table.mutate import IndexReader, rewrite_group
-    from amcommit.table.naming import write_token
-    from amcommit.table.schema import check_footer
+    from amcommit.table.format.naming import write_token
+    from amcommit.table.format.schema import check_footer
+    from amcommit.table.format.tasknames import ROWS_KEY
+    from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
+    from amcommit.table.mutate.engine import IndexReader, rewrite_group
     from amcommit.table.settings import table_settings
-    from amcommit.table.tasknames import ROWS_KEY
-    from amcommit.table.write import read_marker, write_schema
-    from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
+    from amcommit.table.write.direct import IOType, commit_direct_task, write_in_place
+    from amcommit.table.write.task import read_marker, write_schema
 
     t0 = time.perf_counter()
     config = plan.config()
@@ -344,7 +344,7 @@ async def _rewrite_one(
     attempt_id, work = await setup_attempt(store, layout, task, attempt, config)
     task_id, _ = task_ids(plan.job_id, task, 0)
     # table_commit=direct: the new version goes straight to its final name under a MERGE
-    # marker (amcommit.table.direct); the write token then names this attempt alone (a
+    # marker (amcommit.table.write.direct); the write token then names this attempt alone (a
     # retried stage's attempt numbers start at 0 again: setup_attempt's n tells them apart)
     direct = table_settings(config).table_commit == "direct"
     n_attempt = int(attempt_id.rpartition("_")[2])
@@ -466,7 +466,7 @@ def _candidates(index: Any) -> Any:
     partition whose footer cannot rule the key out (:func:`plan_candidates`)."""
 
     def fn(pks: Iterable[tuple[str, str]]) -> Iterator[tuple[str, tuple[str, str]]]:
-        from amcommit.table.mutate import plan_candidates
+        from amcommit.table.mutate.engine import plan_candidates
 
         files = index.value
         wanted: dict[str, list[str]] = {}
@@ -497,7 +497,7 @@ def _confirm(plan: WritePlan) -> Any:
     ``((partition, key), file path)`` for the candidate keys it holds."""
 
     def fn(items: Iterable[tuple[str, tuple[str, str]]]) -> Iterator[tuple[tuple[str, str], str]]:
-        from amcommit.table.mutate import IndexReader
+        from amcommit.table.mutate.engine import IndexReader
 
         by_file: dict[str, list[tuple[str, str]]] = {}
         for path, pk in items:
@@ -528,8 +528,8 @@ def run_mutation(
     from amcommit.loop import run_blocking
     from amcommit.parallel import run_parallel
     from amcommit.store.schemes import open_location
-    from amcommit.table.mutate import IndexReader
-    from amcommit.table.timeline import load_timeline, snapshot
+    from amcommit.table.mutate.engine import IndexReader
+    from amcommit.table.timeline.instants import load_timeline, snapshot
 
     sc = df.sparkSession.sparkContext
     report = MutateReport(

@@ -120,7 +120,7 @@ class TablePlan:
     new: bool = True
     instant: str = ""
     operation: str = ""
-    """The :class:`~amcommit.table.model.Operation` planned from the save mode (an
+    """The :class:`~amcommit.table.format.model.Operation` planned from the save mode (an
     overwrite left to the session's ``partitionOverwriteMode`` is settled at job commit)."""
     allow_missing_columns: bool = False
     """The write may leave out columns of the table (``allowMissingColumns``, Hudi's
@@ -274,7 +274,7 @@ def build_plan(
     option (never its value if it is a store option) on any problem.
     """
     merged: dict[str, Any] = dict(session_defaults(session_conf or {}))
-    from amcommit.table.hudi_names import resolve
+    from amcommit.table.format.hudi_names import resolve
 
     explicit = {
         str(k).lower(): v for k, v in resolve({str(k): v for k, v in options.items()}, "spark").items()

@@ -7,7 +7,7 @@ partition and written as row groups of ``row_group_rows`` rows / ``row_group_byt
 it the largest buffer is written out early. At most ``max_open_files`` files are open; the
 least recently used one is finished first. ``max_records_per_file`` and ``max_file_bytes``
 roll to a new file. A Hudi table's files (``meta`` set) carry Hudi's footer index: the key range
-and bloom filter of their ``_hoodie_record_key`` values (:func:`amcommit.table.bloom.build_footer`).
+and bloom filter of their ``_hoodie_record_key`` values (:func:`amcommit.table.format.bloom.build_footer`).
 
 Files are written to ``local_path(rel)`` and handed to ``on_closed(rel, local_path)`` once
 complete (the task uploads them there for cloud stores; for local destinations the local
@@ -43,8 +43,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from amcommit.paths import join
-from amcommit.table.bloom import build_footer
-from amcommit.table.keys import (
+from amcommit.table.format.bloom import build_footer
+from amcommit.table.format.keys import (
     HIVE_DEFAULT_PARTITION,
     RecordKeyError,
     escape_path_name,
@@ -327,7 +327,7 @@ META_COLUMNS = (
     "_hoodie_partition_path",
     "_hoodie_file_name",
 )
-"""Hudi's meta columns (:data:`amcommit.table.naming.META_COLUMNS`), first in every file."""
+"""Hudi's meta columns (:data:`amcommit.table.format.naming.META_COLUMNS`), first in every file."""
 
 
 @dataclass(frozen=True)

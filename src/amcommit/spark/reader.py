@@ -13,8 +13,8 @@ Queries, selected with Hudi's own option names (short aliases in brackets):
   ``hoodie.datasource.read.end.instanttime`` [``until``] inclusive (default: latest).
 
 Where each piece runs: ``schema()`` and ``reader()`` on the driver host (the timeline is
-read there, and the files to read are planned with :mod:`amcommit.table.timeline`, through
-the reading API ``amcommit.table.reader.Timeline`` when it is present: it refuses a query
+read there, and the files to read are planned with :mod:`amcommit.table.timeline.instants`, through
+the reading API ``amcommit.table.timeline.reader.Timeline`` when it is present: it refuses a query
 reaching past a clean); bounds may be any time (:func:`snap`);
 :meth:`TableReader.read` in executor Python workers, one input partition per group of
 files, reading with pyarrow and yielding Arrow record batches cast to the table's schema.
@@ -53,9 +53,16 @@ from amcommit.store.schemes import (
     parse_location,
     store_options_type,
 )
-from amcommit.table.model import WRITE_ACTIONS, Instant
-from amcommit.table.naming import PROPERTIES_FILE, check_instant
-from amcommit.table.timeline import FileVersion, LoadedCommit, changes, list_instants, load_timeline, snapshot
+from amcommit.table.format.model import WRITE_ACTIONS, Instant
+from amcommit.table.format.naming import PROPERTIES_FILE, check_instant
+from amcommit.table.timeline.instants import (
+    FileVersion,
+    LoadedCommit,
+    changes,
+    list_instants,
+    load_timeline,
+    snapshot,
+)
 
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 COMMIT_TIME = "_hoodie_commit_time"
@@ -261,7 +268,7 @@ async def _plan(
     """``(files the query reads, files of the latest snapshot, the write instant whose
     schema the query reads with)``.
 
-    With the reading API (:class:`amcommit.table.reader.Timeline`, when present) a time
+    With the reading API (:class:`amcommit.table.timeline.reader.Timeline`, when present) a time
     travel or incremental query reaching past what a clean deleted is refused
     (``CleanedPast``, one line); otherwise the timeline is loaded whole."""
     done = {i.time: i for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS}
@@ -274,7 +281,7 @@ async def _plan(
 
 async def _plan_files(store: Any, dest: str, q: Query) -> tuple[list[FileVersion], list[FileVersion]]:
     try:
-        from amcommit.table.reader import Timeline  # type: ignore[import-not-found,unused-ignore]
+        from amcommit.table.timeline.reader import Timeline  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         _, commits = await load_timeline(store, dest)
         return plan_files(commits, q), snapshot(commits)
@@ -307,7 +314,7 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
         newest = max(upto or latest or files, key=lambda f: (f.instant, f.path), default=None)
         schema_json = None if newest is None else await _footer_schema(store, dest, newest.path)
         if schema_json is not None and at is not None:
-            from amcommit.table.write import committed_schema
+            from amcommit.table.write.task import committed_schema
 
             avro = await committed_schema(store, dest, at)
             if avro is not None:
@@ -422,7 +429,7 @@ def table_spark_schema(footer_json: str, avro_json: str) -> str:
     else the Avro schema's (a column the file lacks, or one a later write widened), and
     nullable if either says so. Columns of the footer the Avro schema does not name are
     kept, last. Pure; the footer's schema unchanged if ``avro_json`` is not a record."""
-    from amcommit.table.naming import META_COLUMNS
+    from amcommit.table.format.naming import META_COLUMNS
 
     footer = json.loads(footer_json)
     try:

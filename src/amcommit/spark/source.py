@@ -54,10 +54,10 @@ from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan
 from amcommit.spark.sqlconf import SESSION_KEYS
 from amcommit.spark.task import TaskResult, run_task
 from amcommit.store.schemes import open_location
-from amcommit.table.naming import HOODIE_DIR, PROPERTIES_FILE
+from amcommit.table.format.naming import HOODIE_DIR, PROPERTIES_FILE
 
 if TYPE_CHECKING:
-    from amcommit.table.properties import TableProperties
+    from amcommit.table.format.properties import TableProperties
 
 
 @dataclass
@@ -176,7 +176,7 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
                     data = await store.get(path)
                 except NotFound:
                     return None, held
-                from amcommit.table.properties import decode_properties
+                from amcommit.table.format.properties import decode_properties
 
                 return decode_properties(data, where=path), held
             except BucketNotFound:

@@ -1,7 +1,7 @@
 """Exactly-once Structured Streaming into a Hudi table: ``writeStream.format("amcommit")``.
 
 Each micro-batch is one instant of the table whose commit metadata carries the label
-``(query id, batch id)`` (:class:`amcommit.table.labels.Label`); the engine commits a label
+``(query id, batch id)`` (:class:`amcommit.table.commit.labels.Label`); the engine commits a label
 once. Where each piece runs (PySpark 4 Python streaming data source API):
 
 * :func:`stream_writer` (``DataSource.streamWriter``) runs once per micro-batch on the
@@ -76,9 +76,9 @@ from amcommit.spark.stream_state import (
 from amcommit.spark.task import TaskResult
 from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
-from amcommit.table.beater import write_processes
-from amcommit.table.model import Operation
+from amcommit.table.format.model import Operation
 from amcommit.table.report import table_report
+from amcommit.table.timeline.beater import write_processes
 
 if TYPE_CHECKING:
     from amcommit.spark.source import AmcommitDataSource
@@ -127,14 +127,14 @@ class StreamCommitMessage(WriterCommitMessage):
 
 def batch_label(app: str, batch_id: int) -> Any:
     """The label of micro-batch ``batch_id`` of query ``app``."""
-    from amcommit.table.labels import Label
+    from amcommit.table.commit.labels import Label
 
     return Label(app_id=app, version=int(batch_id))
 
 
 def driver_id(process: ProcessId | None = None) -> str:
     """``host/pid namespace/pid/start time`` of the driver process (default: the process
-    that runs the write, :func:`amcommit.table.beater.write_processes`: the Spark driver's
+    that runs the write, :func:`amcommit.table.timeline.beater.write_processes`: the Spark driver's
     JVM as seen from a Python worker on the driver host)."""
     p = process if process is not None else write_processes()[0]
     return f"{socket.gethostname()}/{pid_namespace()}/{p.pid}/{p.start}"

@@ -72,8 +72,8 @@ from amcommit.errors import ConflictError, NotFound
 from amcommit.liveness import ProcessId
 from amcommit.paths import basename, join
 from amcommit.store.base import PutMode, Store
-from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, is_instant
-from amcommit.table.staging import table_layout
+from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR, is_instant
+from amcommit.table.write.staging import table_layout
 
 log = logging.getLogger("amcommit.spark.stream")
 

@@ -10,7 +10,7 @@ Per attempt (``task_<job>_m_<partition:06d>`` / ``attempt_<job>_m_<partition:06d
    local destination, or to local temporary files uploaded with ``store.put`` (a few at
    once, overlapping with encoding; each file is read into memory for its upload, as the
    store has no streaming upload yet, hence ``maxFileBytes``) for a cloud one;
-   a table write with ``table_commit=direct`` (the default; :mod:`amcommit.table.direct`)
+   a table write with ``table_commit=direct`` (the default; :mod:`amcommit.table.write.direct`)
    writes its base files to their final names in the table instead, each after its Hudi
    marker, and checks the instant after each file (a write decided meanwhile fails the
    attempt, its file removed); the inserts of an upsert or delete still stage theirs
@@ -71,11 +71,17 @@ from amcommit.spark.parquet import META_COLUMNS, HudiMeta, PartitionedParquetWri
 from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
-from amcommit.table.direct import IOType, commit_direct_task, create_marker, upload_stays, write_in_place
-from amcommit.table.naming import base_file_name, new_file_id, write_token
+from amcommit.table.format.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import table_settings
-from amcommit.table.staging import table_layout
-from amcommit.table.write import read_marker, write_schema
+from amcommit.table.write.direct import (
+    IOType,
+    commit_direct_task,
+    create_marker,
+    upload_stays,
+    write_in_place,
+)
+from amcommit.table.write.staging import table_layout
+from amcommit.table.write.task import read_marker, write_schema
 
 UPLOADS_IN_FLIGHT = 4
 """Finished files uploaded concurrently by one task (each is held in memory meanwhile)."""
@@ -170,7 +176,7 @@ def job_over(layout: JobLayout, attempt_id: str) -> CommitError:
 async def put_in_attempt(store: Store, layout: JobLayout, attempt_id: str, rel: str, data: bytes) -> None:
     """A plain attempt's upload of one finished file into its attempt directory, then one
     stat of the job marker (as a direct table attempt checks its instant after each upload,
-    :func:`~amcommit.table.direct.upload_stays`): if the job is over meanwhile (a zombie
+    :func:`~amcommit.table.write.direct.upload_stays`): if the job is over meanwhile (a zombie
     attempt; the abort or commit removed the job directory, which this upload recreated),
     the upload is deleted again and :func:`job_over` raised (the attempt then discards the
     rest). Cost: one metadata request per uploaded file. Not atomic: an attempt killed
@@ -197,7 +203,7 @@ async def keep_alive(store: Store, layout: JobLayout, ttl: float) -> None:
     ``writer_ttl`` between the beats of task setups and commits; a later writer would then
     roll the instant back): beat every ``ttl / 4`` while the job is active. Runs until
     cancelled; a zombie task of a finished job stops beating."""
-    from amcommit.table.heartbeat import try_beat
+    from amcommit.table.timeline.heartbeat import try_beat
 
     while True:
         await anyio.sleep(ttl / 4)
@@ -333,7 +339,7 @@ def run_task(
             tmp: str | None = None
             uploads: _Uploads | None = None
             # table_commit=direct: base files go straight to their final names under Hudi's
-            # direct markers (amcommit.table.direct); the manifest lists them as before. The
+            # direct markers (amcommit.table.write.direct); the manifest lists them as before. The
             # inserts of an upsert or delete too: its rewrite tasks (spark/mutate.py) follow
             # the same setting, and a write is direct or staged as a whole
             direct = plan.table is not None and table_settings(config).table_commit == "direct"
@@ -490,10 +496,10 @@ def _schema_checked(
 ) -> Callable[[str, str], None]:
     """``on_closed`` preceded by the check of the closed file's Parquet footer (only the
     footer is read) against the write's Avro ``schema``
-    (:func:`~amcommit.table.schema.check_footer`): a file whose own schema differs fails the
+    (:func:`~amcommit.table.format.schema.check_footer`): a file whose own schema differs fails the
     attempt with SchemaMismatch naming the file and the column before it is uploaded or
     kept; ``unlink``: the file was written in place (direct, local) and is deleted first."""
-    from amcommit.table.schema import check_footer
+    from amcommit.table.format.schema import check_footer
 
     def closed(rel: str, local: str) -> None:
         try:

@@ -65,7 +65,7 @@ class CleanedPast(AmcommitError):
 
 class SchemaMismatch(ConfigError):
     """A write's schema breaks the table's schema-on-write rules
-    (:func:`amcommit.table.schema.evolve_schema`): a column whose type changes other than
+    (:func:`amcommit.table.format.schema.evolve_schema`): a column whose type changes other than
     by a widening Hudi allows, or a column of the table the write leaves out (unless the
     write allows missing columns). ``column`` names it (dotted for nested fields)."""
 

@@ -20,7 +20,7 @@ class TableReport(JobReport):
     operation: str | None = None
     """``INSERT``, ``BULK_INSERT``, ``INSERT_OVERWRITE`` or ``INSERT_OVERWRITE_TABLE``."""
     label: str | None = None
-    """Labelled writes: the label's text ``"<app_id>:<version>"`` (:mod:`amcommit.table.labels`)."""
+    """Labelled writes: the label's text ``"<app_id>:<version>"`` (:mod:`amcommit.table.commit.labels`)."""
     skipped_label: str | None = None
     """Set only when this labelled write was skipped because its label was already committed:
     the instant that had committed it. This write was rolled back (``files`` 0, ``success``

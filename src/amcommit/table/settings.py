@@ -4,7 +4,7 @@ beside the engine's (:class:`TableConfig`).
 The engine's :class:`~amcommit.committer.config.CommitterConfig` knows no table. A table
 write's own settings (how long a writer's heartbeat stays fresh, the clean after each
 commit) are :class:`TableSettings`, carried by the table's job kind
-(:class:`~amcommit.table.kind.TableKind`). Users give both in one set of options (``--conf
+(:class:`~amcommit.table.commit.kind.TableKind`). Users give both in one set of options (``--conf
 writer_ttl=...``, the Spark source's options, ``spark.amcommit.*``): :class:`TableConfig` is
 ``CommitterConfig`` plus the table's fields, read by the same
 :meth:`~amcommit.committer.config.CommitterConfig.from_mapping`; :func:`table_settings` takes
@@ -42,18 +42,18 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds a writer's heartbeat (``.hoodie/.heartbeat/<instant>``) stays fresh. An
     earlier inflight instant whose heartbeat is older (or that never heartbeated and was
     allocated longer ago) belongs to a dead writer: the next commit rolls it back. A live
-    writer must refresh it at least this often (:mod:`amcommit.table.heartbeat`)."""
+    writer must refresh it at least this often (:mod:`amcommit.table.timeline.heartbeat`)."""
     clean_retain_commits: int | None = None
     """After each commit, clean file groups replaced before the latest N commits
-    (:func:`amcommit.table.clean.clean_after_commit`; None: never; N >= 1)."""
+    (:func:`amcommit.table.commit.clean.clean_after_commit`; None: never; N >= 1)."""
     table_commit: str = "direct"
     """How a table write's tasks write base files (the Spark data source's batch writes,
     streaming sink and ``foreachBatch``/``write_batch``; the engine's table tasks,
-    :func:`amcommit.table.write.setup_table_task`; upserts and deletes): ``"direct"`` (the
+    :func:`amcommit.table.write.task.setup_table_task`; upserts and deletes): ``"direct"`` (the
     default: straight to their final names under Hudi's direct markers
     ``.hoodie/.temp/<instant>/<partition>/<file>.marker.CREATE``; the job commit renames
     nothing, it deletes the files of attempts that did not win, then publishes:
-    :mod:`amcommit.table.direct`) or ``"staged"`` (in the task attempt directory under
+    :mod:`amcommit.table.write.direct`) or ``"staged"`` (in the task attempt directory under
     ``.hoodie/.aux/amcommit/<instant>/``, each renamed into the table at job commit: the
     behaviour before issue 26). The job commit and a rollback recognise either from the
     manifests (a write mixing both is refused); this setting only matters to the tasks.
@@ -66,7 +66,7 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     in flight and until a failed write is rolled back (plain Parquet readers of the folder;
     Daft 0.7.26, measured). A task attempt still running after its write was decided (a
     zombie) removes its own late upload, and a later commit, clean or rollback removes
-    what it left (:mod:`amcommit.table.direct`: the window that remains), where a staged
+    what it left (:mod:`amcommit.table.write.direct`: the window that remains), where a staged
     zombie's files never leave its attempt directory."""
 
     def __post_init__(self) -> None:

@@ -208,7 +208,7 @@ def kill_driver() -> None:
 def _completed_instant_file(path: str) -> bool:
     """``path`` is a completed write instant's file ``.hoodie/<instant>.commit`` /
     ``.replacecommit``."""
-    from amcommit.table.model import parse_instant_file
+    from amcommit.table.format.model import parse_instant_file
 
     folder, _, name = path.rpartition("/")
     i = parse_instant_file(name)

@@ -2,7 +2,7 @@
 
 Writes valid tables *directly* (not through amcommit's write path): ``hoodie.properties``,
 one ``.requested`` / ``.inflight`` / completed instant file per write (JSON commit metadata
-built with :mod:`amcommit.table.model`), and small Parquet base files that carry Hudi's meta
+built with :mod:`amcommit.table.format.model`), and small Parquet base files that carry Hudi's meta
 columns. hudi-rs reads what it writes (tests/table/test_reader_oracle.py checks that).
 
 A table is described by a list of :class:`Write`: each one is an instant with an operation
@@ -43,8 +43,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from amcommit.table.model import CommitMetadata, Operation, WriteStat, encode_commit_metadata
-from amcommit.table.naming import META_COLUMNS, base_file_name, commit_seqno, format_instant
+from amcommit.table.format.model import CommitMetadata, Operation, WriteStat, encode_commit_metadata
+from amcommit.table.format.naming import META_COLUMNS, base_file_name, commit_seqno, format_instant
 
 __all__ = ["GeneratedTable", "Record", "Write", "generate", "write_local"]
 

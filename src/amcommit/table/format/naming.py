@@ -26,7 +26,7 @@ HOODIE_DIR = ".hoodie"
 """Timeline folder, relative to the table root."""
 TEMP_DIR = ".hoodie/.temp"
 """Hudi's temp folder: the marker folder of instant ``I`` is ``.hoodie/.temp/I/`` (Hudi's
-``getMarkerFolderPath``; only markers go there, :mod:`amcommit.table.direct`). It was
+``getMarkerFolderPath``; only markers go there, :mod:`amcommit.table.write.direct`). It was
 amcommit's staging root before :data:`STAGING_DIR` (:data:`LEGACY_STAGING_DIR`): writes
 staged there by an earlier version are still found, resumed and rolled back."""
 STAGING_DIR = ".hoodie/.aux/amcommit"

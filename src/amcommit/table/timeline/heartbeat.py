@@ -6,18 +6,18 @@ inflight instant by it (:func:`judge_writers`, then :func:`writer_alive`, pure):
 alive while its last sign of life is younger than ``writer_ttl``.
 
 **Who must beat, and for how long.** For the whole life of the write, from
-:func:`~amcommit.table.write.begin_write` until its commit or abort, a beat at least every
+:func:`~amcommit.table.write.task.begin_write` until its commit or abort, a beat at least every
 ``writer_ttl`` (the loops here beat every ``writer_ttl / 4``). Otherwise a concurrent writer
 may judge the live write dead and roll it back, deleting its files.
 
-- :func:`~amcommit.table.write.begin_write` beats once; every task setup and task commit
+- :func:`~amcommit.table.write.task.begin_write` beats once; every task setup and task commit
   beats; a running ``commit_job`` beats for its whole duration (including a wait for an
   earlier instant, and the completion of a dead holder's commit). The beats of task setups
   and commits and the first one of a job commit are skipped while the heartbeat is younger
   than ``writer_ttl / 8`` (:func:`beat`): a short write changes its heartbeat twice (begun,
   removed), not once per task.
 - The Spark writer: each write task beats while it runs, and the driver starts a keep-alive
-  process when it begins the write (:mod:`amcommit.table.beater`) that beats until the write
+  process when it begins the write (:mod:`amcommit.table.timeline.beater`) that beats until the write
   is committed or aborted, or the process running the write (the Spark driver's JVM, or the
   Python driver that began it) is gone (a slow upstream stage, queued tasks, the wait before
   ``commit()``).
@@ -77,7 +77,7 @@ from amcommit.errors import NotFound, StoreError
 from amcommit.liveness import ProcessId, proven_dead, this_process
 from amcommit.paths import basename, join
 from amcommit.store.base import PutMode, Store
-from amcommit.table.naming import (
+from amcommit.table.format.naming import (
     HEARTBEAT_DIR,
     HOODIE_DIR,
     LEGACY_STAGING_DIR,

@@ -4,12 +4,12 @@
 The engine's frame (:mod:`amcommit.committer.job`) runs a table write's commit and abort
 through these hooks: staging in ``.hoodie/.aux/amcommit/$instant/`` (the job id is the
 instant; a write staged in ``.hoodie/.temp/$instant/`` by an earlier version is found there
-too) with the table's lock in ``.hoodie/.aux/amcommit/``; the commit body is :func:`~amcommit.table.commit.run_table_commit`;
+too) with the table's lock in ``.hoodie/.aux/amcommit/``; the commit body is :func:`~amcommit.table.commit.table_commit.run_table_commit`;
 an abort removes every file stamped with the instant, then its instant files
-(:mod:`amcommit.table.rollback`); a write is committed when its instant is completed. Around
+(:mod:`amcommit.table.commit.rollback`); a write is committed when its instant is completed. Around
 the locked commit the writer's heartbeat is kept fresh and an earlier live writer is waited
 for outside the lock; after a commit (outside the lock) the markers of a direct write are removed and late
-markers swept (:func:`~amcommit.table.direct.sweep_late_markers`), then the table is cleaned
+markers swept (:func:`~amcommit.table.write.direct.sweep_late_markers`), then the table is cleaned
 (``clean_retain_commits``).
 """
 
@@ -35,32 +35,32 @@ from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, Stor
 from amcommit.manifest import TaskManifest
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
-from amcommit.table.clean import clean_after_commit
-from amcommit.table.commit import (
+from amcommit.table.commit.clean import clean_after_commit
+from amcommit.table.commit.jobs import list_table_jobs
+from amcommit.table.commit.table_commit import (
     WaitForEarlier,
     completed_instant,
     run_table_commit,
     skipped_before,
     wait_for_earlier,
 )
-from amcommit.table.direct import sweep_after, sweep_instant
-from amcommit.table.heartbeat import delete_beat, heartbeat, stop_beat
-from amcommit.table.jobs import list_table_jobs
-from amcommit.table.labelmeta import Label
-from amcommit.table.model import Action as InstantAction
-from amcommit.table.model import Operation, decode_commit_metadata
-from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, is_instant
+from amcommit.table.commit.undo import finish_rollback, rollback_table_write
+from amcommit.table.format.model import Action as InstantAction
+from amcommit.table.format.model import Operation, decode_commit_metadata
+from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR, is_instant
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import TableSettings, table_settings
-from amcommit.table.staging import (
+from amcommit.table.timeline.heartbeat import delete_beat, heartbeat, stop_beat
+from amcommit.table.timeline.labelmeta import Label
+from amcommit.table.write.direct import sweep_after, sweep_instant
+from amcommit.table.write.staging import (
     find_table_layout,
     is_legacy_layout,
     is_table_layout,
     legacy_table_layout,
     table_layout,
 )
-from amcommit.table.undo import finish_rollback, rollback_table_write
-from amcommit.table.write import is_table, set_operation
+from amcommit.table.write.task import is_table, set_operation
 
 __all__ = ["TableKind", "is_table"]
 
@@ -205,7 +205,7 @@ class TableKind:
     async def _decided_markers(self, ctx: JobContext) -> None:
         """``commit_job`` of a write whose staging is gone, found by the engine only through
         its marker folder (:func:`_markers_only`): a completed write gets its report and its
-        markers judged (:func:`~amcommit.table.direct.sweep_instant`; never the folder
+        markers judged (:func:`~amcommit.table.write.direct.sweep_instant`; never the folder
         deleted as a whole: a young loser's marker stays); any other is no job to commit."""
         ctx.config = ctx.config.with_options(cleanup_skipped=True)
         store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
@@ -246,7 +246,7 @@ class TableKind:
         return TableKind(settings=self.settings)
 
     async def list_jobs(self, store: Store, dest: str, config: CommitterConfig) -> DestinationJobs:
-        """The table's pending instants (:func:`~amcommit.table.jobs.list_table_jobs`); a
+        """The table's pending instants (:func:`~amcommit.table.commit.jobs.list_table_jobs`); a
         destination without ``hoodie.properties`` is listed as plain files."""
         listed = await list_table_jobs(store, dest, config, self.settings_for(config).writer_ttl)
         return listed if listed is not None else await FILES.list_jobs(store, dest, config)
@@ -265,13 +265,13 @@ class TableKind:
         table is cleaned (``clean_retain_commits``) outside the lock.
 
         ``label`` (overrides the one given to ``begin_write``): see
-        :func:`~amcommit.table.commit.run_table_commit`. A write already skipped for its
+        :func:`~amcommit.table.commit.table_commit.run_table_commit`. A write already skipped for its
         label (staging gone, instant not completed) gets the same skipped report again.
-        ``operation``: settled first (:func:`~amcommit.table.write.set_operation`), before
+        ``operation``: settled first (:func:`~amcommit.table.write.task.set_operation`), before
         anything is published.
 
         A commit that fails with the write still in place (an error, or cancelled) marks the
-        heartbeat *stopped* (:func:`~amcommit.table.heartbeat.stop_beat`): ``amcommit
+        heartbeat *stopped* (:func:`~amcommit.table.timeline.heartbeat.stop_beat`): ``amcommit
         rollback`` and later writers treat the write as abandoned at once; running
         ``commit_job`` again beats again and resumes it."""
         if not is_instant(job_id) or job_attempt != 0:
@@ -355,7 +355,7 @@ async def _markers_after(
     commit): the committed write's markers are removed (the files of markers no winner
     names deleted first: uploads of late attempts; a loser's marker whose file was not found
     kept while younger than ``grace``), and late markers of other decided instants swept
-    (:func:`~amcommit.table.direct.sweep_late_markers`; a staged write has no markers: one
+    (:func:`~amcommit.table.write.direct.sweep_late_markers`; a staged write has no markers: one
     listing of ``.hoodie/.temp/``). A failure never fails the commit before it: it is
     logged, and the next commit, clean or rollback sweeps what it left."""
     await sweep_after(store, dest, f"the commit of {instant}", grace=grace, config=config, first=instant)

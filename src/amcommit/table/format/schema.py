@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from amcommit.errors import ConfigError
 from amcommit.table.errors import SchemaMismatch
-from amcommit.table.naming import META_COLUMNS
+from amcommit.table.format.naming import META_COLUMNS
 
 __all__ = [
     "PROMOTIONS",

@@ -5,7 +5,7 @@ failed writes of other writers, and removes orphans.
 inflight write instant with no staging folder of amcommit's (``.hoodie/.aux/amcommit/<t>/``):
 Hudi's own writer, or an amcommit write whose staging was lost. It is judged by Hudi's
 heartbeat rules, as every amcommit writer judges another
-(:func:`~amcommit.table.heartbeat.judge_writers`, :func:`~amcommit.table.heartbeat.writer_alive`):
+(:func:`~amcommit.table.timeline.heartbeat.judge_writers`, :func:`~amcommit.table.timeline.heartbeat.writer_alive`):
 its last sign of life is the store's modification time of ``.hoodie/.heartbeat/<t>``
 (Hudi's heartbeat file; a Hudi writer rewrites it every
 ``hoodie.client.heartbeat.interval_in_ms``, 60 s, and Hudi takes it for expired after
@@ -15,7 +15,7 @@ instant for expired at once: amcommit waits ``writer_ttl`` from the instant's st
 replacecommit that is only requested is a scheduled plan (Hudi's clustering): never rolled
 back here.
 A live one is left alone (no file of it is deleted, not even by the marker sweep:
-:func:`~amcommit.table.direct.sweep_instant`); an expired one is rolled back, as Hudi's
+:func:`~amcommit.table.write.direct.sweep_instant`); an expired one is rolled back, as Hudi's
 clean rolls back failed writes (``rollbackFailedWrites``, lazy policy), under the clean's
 lock, through the table's abort (its marked files, every file stamped with it in the
 partitions its markers name, or the whole table without markers, then its instant files).
@@ -57,9 +57,9 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join, relative_to
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.model import WRITE_ACTIONS, Action, Instant, State
-from amcommit.table.naming import parse_base_file_name
-from amcommit.table.timeline import LoadedCommit
+from amcommit.table.format.model import WRITE_ACTIONS, Action, Instant, State
+from amcommit.table.format.naming import parse_base_file_name
+from amcommit.table.timeline.instants import LoadedCommit
 
 __all__ = [
     "FailedWrites",
@@ -71,7 +71,7 @@ __all__ = [
     "roll_back_failed_writes",
 ]
 
-log = logging.getLogger("amcommit.table.orphans")
+log = logging.getLogger("amcommit.table.commit.orphans")
 
 
 # ---------------------------------------------------------------- other writers' pending work
@@ -102,7 +102,7 @@ async def roll_back_failed_writes(
     """Roll back the other writers' pending instants whose writers are dead by Hudi's
     heartbeat rules (module doc), leave the live ones alone. The caller holds the table's
     lock (a clean). ``instants``: the timeline the caller listed under that lock."""
-    from amcommit.table.heartbeat import judge_writers, writer_alive
+    from amcommit.table.timeline.heartbeat import judge_writers, writer_alive
 
     out = FailedWrites()
     if not any(not i.completed and i.action in WRITE_ACTIONS for i in instants):
@@ -128,7 +128,7 @@ async def roll_back_failed_writes(
 
 async def _staged(store: Store, dest: str) -> set[str]:
     """Instants with a staging folder of amcommit's (either layout): two listings."""
-    from amcommit.table.staging import staged_instants
+    from amcommit.table.write.staging import staged_instants
 
     staged, legacy = await staged_instants(store, dest)
     return staged | legacy
@@ -136,14 +136,14 @@ async def _staged(store: Store, dest: str) -> set[str]:
 
 async def roll_back_foreign(store: Store, dest: str, instant: str, config: CommitterConfig) -> bool:
     """Roll back another writer's pending ``instant`` (no staging folder of ours), as the
-    table's abort does for such a write (:mod:`amcommit.table.undo`): every base file its
+    table's abort does for such a write (:mod:`amcommit.table.commit.undo`): every base file its
     trusted markers name, then its markers; every file stamped with it in the partitions
     they name (in the whole table when it has no marker at all); its heartbeat; its
     inflight, then its requested file. Never a completed instant (False). Each step
     idempotent; a crash leaves a pending instant the next judge rolls back again."""
     from amcommit.paths import parent
-    from amcommit.table.direct import rollback_from_markers
-    from amcommit.table.undo import finish_rollback
+    from amcommit.table.commit.undo import finish_rollback
+    from amcommit.table.write.direct import rollback_from_markers
 
     marked = await rollback_from_markers(store, dest, instant, config)
     parts = None if marked is None else {parent(r) if "/" in r else "" for r in marked}
@@ -222,7 +222,7 @@ async def remove_orphans(
     """Find and (unless ``dry_run``) delete the orphans of the recent partitions (module
     doc). ``instants`` and ``commits``: the timeline and every completed write's metadata,
     as the caller (a clean, under the table's lock) loaded them."""
-    from amcommit.table.heartbeat import store_now
+    from amcommit.table.timeline.heartbeat import store_now
 
     started = time.monotonic()
     scan = OrphanScan()

@@ -1,11 +1,11 @@
 """Undoing an inflight table write (the table kind's roll back): every file stamped with its
-instant, then the instant. The user's command, :func:`amcommit.table.rollback.rollback_instant`
+instant, then the instant. The user's command, :func:`amcommit.table.commit.rollback.rollback_instant`
 (``amcommit rollback``), runs it through the table's job kind.
 
 Order (each step idempotent; a crash at any point leaves an inflight instant that a later
 rollback finishes, because the instant files go last):
 
-0. a write whose files were written in place (:mod:`amcommit.table.direct`): every base
+0. a write whose files were written in place (:mod:`amcommit.table.write.direct`): every base
    file its markers name, then the markers (its manifests' files are never "renamed");
 1. the files the commit renamed into the table (from the journal and the task manifests,
    judged as for plain rollbacks: only provably this job's files);
@@ -30,15 +30,15 @@ from amcommit.errors import ManifestError, NotFound, StoreError
 from amcommit.paths import basename, is_within, join, parent, relative_to
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.direct import is_direct, rollback_from_markers
-from amcommit.table.heartbeat import delete_beat
-from amcommit.table.naming import (
+from amcommit.table.format.naming import (
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
     parse_base_file_name,
 )
 from amcommit.table.report import table_report
-from amcommit.table.timeline import completed_instant
+from amcommit.table.timeline.heartbeat import delete_beat
+from amcommit.table.timeline.instants import completed_instant
+from amcommit.table.write.direct import is_direct, rollback_from_markers
 
 __all__ = ["finish_rollback", "remove_stamped", "rollback_table_write"]
 
@@ -171,7 +171,7 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run:
         # written in place lacks the mark a rename leaves). The caller completes it.
         return True
     async with ctx.stage("rollback_markers"):
-        # files written in place (amcommit.table.direct): every marked one, winner or not
+        # files written in place (amcommit.table.write.direct): every marked one, winner or not
         marked = await rollback_from_markers(store, dest, instant, ctx.config)
     if marked is not None:
         partitions |= {parent(r) if "/" in r else "" for r in marked}

@@ -1,5 +1,5 @@
 """What ``amcommit jobs`` shows of a Hudi table (the table kind's
-:meth:`~amcommit.table.kind.TableKind.list_jobs`).
+:meth:`~amcommit.table.commit.kind.TableKind.list_jobs`).
 
 A table (``.hoodie/hoodie.properties``) is read as one: every instant that is not completed
 (requested or inflight, or only claimed by a staging folder in ``.hoodie/.aux/amcommit``, or
@@ -23,11 +23,11 @@ from amcommit.committer.lock import LockBody, decode_lock, lock_path
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.heartbeat import STOPPED, last_beats
-from amcommit.table.model import State
-from amcommit.table.naming import PROPERTIES_FILE, STAGING_DIR, heartbeat_path
-from amcommit.table.staging import legacy_table_layout, staged_instants, table_layout
-from amcommit.table.timeline import list_instants
+from amcommit.table.format.model import State
+from amcommit.table.format.naming import PROPERTIES_FILE, STAGING_DIR, heartbeat_path
+from amcommit.table.timeline.heartbeat import STOPPED, last_beats
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.write.staging import legacy_table_layout, staged_instants, table_layout
 
 BeatState = Literal["alive", "stopped", "expired", "none"]
 """A table writer's heartbeat: ``alive`` (younger than ``writer_ttl``), ``stopped`` (its

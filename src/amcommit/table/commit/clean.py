@@ -34,7 +34,7 @@ Execution (:func:`clean`), under the destination lock (the one table commits tak
 Before it plans, under the same lock, a clean rolls back other writers' pending instants
 whose heartbeat expired (Hudi's clean rolls back failed writes so too; live ones are left
 alone) and removes orphans: base files of decided instants that no commit names, older
-than ``writer_ttl``, in the partitions the recent instants touched (:mod:`amcommit.table.orphans`).
+than ``writer_ttl``, in the partitions the recent instants touched (:mod:`amcommit.table.commit.orphans`).
 
 Nothing here is atomic as a whole; each step is idempotent. A clean killed at any point is
 completed by the next clean (or the next commit with ``clean_retain_commits``): a pending
@@ -58,15 +58,15 @@ from amcommit.parallel import gather_limited
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table import avro_meta
-from amcommit.table.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
-from amcommit.table.direct import sweep_after
-from amcommit.table.model import Action, Instant, State
-from amcommit.table.naming import HOODIE_DIR, STAGING_DIR, next_instant
-from amcommit.table.orphans import OrphanScan, remove_orphans, roll_back_failed_writes
-from amcommit.table.reader import Listing, Timeline, table_uri
+from amcommit.table.commit.orphans import OrphanScan, remove_orphans, roll_back_failed_writes
+from amcommit.table.format import avro_meta
+from amcommit.table.format.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
+from amcommit.table.format.model import Action, Instant, State
+from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR, next_instant
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline import LoadedCommit
+from amcommit.table.timeline.instants import LoadedCommit
+from amcommit.table.timeline.reader import Listing, Timeline, table_uri
+from amcommit.table.write.direct import sweep_after
 
 __all__ = ["CLEAN_LOCK_OWNER", "CleanReport", "clean", "clean_after_commit", "plan_clean"]
 
@@ -92,16 +92,16 @@ class CleanReport:
     dry_run: bool = False
     late_files: dict[str, list[str]] = field(default_factory=dict)
     """Files of late attempts deleted by the marker sweep, by instant
-    (:func:`~amcommit.table.direct.sweep_late_markers`; not in a dry run)."""
+    (:func:`~amcommit.table.write.direct.sweep_late_markers`; not in a dry run)."""
     rolled_back: list[str] = field(default_factory=list)
     """Other writers' pending instants whose heartbeat expired, rolled back first
-    (:func:`~amcommit.table.orphans.roll_back_failed_writes`; not in a dry run)."""
+    (:func:`~amcommit.table.commit.orphans.roll_back_failed_writes`; not in a dry run)."""
     pending_alive: list[str] = field(default_factory=list)
     """Other writers' pending instants left alone: a live heartbeat, or a replacecommit only
     requested (a scheduled plan)."""
     orphans: list[str] = field(default_factory=list)
     """Orphan base files removed (or, in a dry run, found): table-relative paths
-    (:func:`~amcommit.table.orphans.remove_orphans`)."""
+    (:func:`~amcommit.table.commit.orphans.remove_orphans`)."""
     orphan_scan: OrphanScan | None = None
     """What the orphan scan listed and cost."""
 
@@ -307,7 +307,7 @@ async def clean(
     """Clean the table at ``dest`` keeping the latest ``retain_commits`` write instants
     readable (see the module doc). Pending cleans are completed first. Then (not in a dry
     run, after the lock is released) the late markers of decided instants are swept
-    (:func:`~amcommit.table.direct.sweep_late_markers`, grace ``writer_ttl``: files of late
+    (:func:`~amcommit.table.write.direct.sweep_late_markers`, grace ``writer_ttl``: files of late
     attempts deleted, ``report.late_files``). Holds the destination lock (as owner :data:`CLEAN_LOCK_OWNER`) unless ``take_lock`` is False (a
     caller that already holds it) or ``dry_run`` (which only reads)."""
     if isinstance(retain_commits, bool) or not isinstance(retain_commits, int) or retain_commits < 1:

@@ -1,7 +1,7 @@
-"""A driver's keep-alive process for a table write (``python -m amcommit.table.beater``).
+"""A driver's keep-alive process for a table write (``python -m amcommit.table.timeline.beater``).
 
 Used by the Spark writer (:func:`amcommit.spark.driver.keep_write_alive`); any engine whose
-driver cannot run :func:`amcommit.table.heartbeat.heartbeat` for the whole write can use it
+driver cannot run :func:`amcommit.table.timeline.heartbeat.heartbeat` for the whole write can use it
 too. Between ``begin_write`` (in the data source's ``writer()``) and the job commit, a Spark write
 may go on for longer than ``writer_ttl`` without any write task running: an upstream stage
 before a shuffle, tasks queued behind other jobs, the wait before ``commit()``. Nothing of
@@ -10,7 +10,7 @@ back. ``writer()`` runs in a short-lived Python worker that Spark may kill when 
 ``commit()``/``abort()`` run in other processes; so the driver's beats come from a small
 process of its own, started by :func:`start` right after the instant is allocated:
 
-- it beats every ``writer_ttl / 4`` (:func:`amcommit.table.heartbeat.keep_beating`);
+- it beats every ``writer_ttl / 4`` (:func:`amcommit.table.timeline.heartbeat.keep_beating`);
 - it stops by itself once the write is over: its job marker is gone (committed, or aborted
   by Spark after a failure). The marker is checked before each beat, so the process writes
   nothing once the write ended (not even into a table folder deleted meanwhile), and again
@@ -20,7 +20,7 @@ process of its own, started by :func:`start` right after the instant is allocate
   driver that began the write, and its JVM), checked before each beat; a zombie (killed,
   not reaped, as under a PID 1 that does not reap) counts as gone
   (:func:`~amcommit.liveness.process_gone`). It records that process (the first one) as
-  the write's keeper (:func:`~amcommit.table.heartbeat.claim_keeper`),
+  the write's keeper (:func:`~amcommit.table.timeline.heartbeat.claim_keeper`),
   so a judge on the driver's host finds a killed driver's instant dead at once; elsewhere
   it is judged dead ``writer_ttl`` after its last beat.
 
@@ -100,7 +100,7 @@ def start(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "amcommit.table.beater"],
+        [sys.executable, "-m", "amcommit.table.timeline.beater"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -142,7 +142,7 @@ def main() -> None:
     """The keep-alive process: read the job from stdin, beat, say ``ok``, keep beating."""
     from amcommit import loop as amcommit_loop
     from amcommit.store.schemes import open_location
-    from amcommit.table.heartbeat import beat, claim_keeper, keep_beating
+    from amcommit.table.timeline.heartbeat import beat, claim_keeper, keep_beating
 
     job: _Job = pickle.loads(sys.stdin.buffer.read())
     out = sys.stdout

@@ -10,7 +10,7 @@ A table write is a job whose id is its instant::
 
 or, with the base files written where the ``table_commit`` setting says (the staged way as
 above, or ``direct``: straight to their final names under Hudi's direct markers,
-:mod:`amcommit.table.direct`, and the job commit renames nothing)::
+:mod:`amcommit.table.write.direct`, and the job commit renames nothing)::
 
     task = await setup_table_task(store, write, task_id, attempt_id, config=config)
     rel = task.new_file("p=a")                                      # a base file name
@@ -32,13 +32,13 @@ above, or ``direct``: straight to their final names under Hudi's direct markers,
    (``<instant>.inflight`` for commits, ``<instant>.replacecommit.inflight``), both empty.
 
 Before step 2 the write's schema (``avro_schema``) is checked against the table's latest
-committed schema by Hudi's schema-on-write rules (:func:`amcommit.table.schema.evolve_schema`):
+committed schema by Hudi's schema-on-write rules (:func:`amcommit.table.format.schema.evolve_schema`):
 a write that breaks them is refused with one line
 (:class:`~amcommit.table.errors.SchemaMismatch`) and nothing is written. The job commit
 checks again, under the lock, against the schema committed last by then.
 
 A crash between these steps leaves an instant without a live heartbeat: a later commit rolls
-it back (:mod:`amcommit.table.commit`), or ``amcommit rollback DEST --instant I`` does.
+it back (:mod:`amcommit.table.commit.table_commit`), or ``amcommit rollback DEST --instant I`` does.
 """
 
 from __future__ import annotations
@@ -59,10 +59,8 @@ from amcommit.manifest import TaskManifest
 from amcommit.paths import basename, check_path, join
 from amcommit.store.base import ObjectInfo, PutMode, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.heartbeat import beat
-from amcommit.table.labelmeta import Label
-from amcommit.table.model import WRITE_ACTIONS, Action, Instant, Operation, State
-from amcommit.table.naming import (
+from amcommit.table.format.model import WRITE_ACTIONS, Action, Instant, Operation, State
+from amcommit.table.format.naming import (
     HOODIE_DIR,
     PROPERTIES_FILE,
     STAGING_DIR,
@@ -72,12 +70,19 @@ from amcommit.table.naming import (
     next_instant,
     parse_base_file_name,
 )
-from amcommit.table.properties import TableProperties, decode_properties, encode_properties, new_properties
+from amcommit.table.format.properties import (
+    TableProperties,
+    decode_properties,
+    encode_properties,
+    new_properties,
+)
+from amcommit.table.format.tasknames import ROWS_KEY, task_write_token
+from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
 from amcommit.table.settings import table_settings
-from amcommit.table.staging import instant_dirs, table_layout
-from amcommit.table.tasknames import ROWS_KEY, task_write_token
-from amcommit.table.timeline import list_instants
-from amcommit.table.writestats import MUTATIONS_KEY, MutationFields
+from amcommit.table.timeline.heartbeat import beat
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.timeline.labelmeta import Label
+from amcommit.table.write.staging import instant_dirs, table_layout
 
 __all__ = [
     "MutationFields",
@@ -139,11 +144,11 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
     origin: str = "api"
     expected_tasks: int | None = None
     label_app: str | None = None
-    """The write's label (:class:`amcommit.table.labels.Label`), if it has one."""
+    """The write's label (:class:`amcommit.table.commit.labels.Label`), if it has one."""
     label_version: int | None = None
     allow_missing_columns: bool = False
     """The write may leave out columns of the table (they stay, nullable, and read as null
-    for its rows); refused otherwise (:func:`amcommit.table.schema.evolve_schema`)."""
+    for its rows); refused otherwise (:func:`amcommit.table.format.schema.evolve_schema`)."""
     schema_base: str | None = None
     """The completed write instant whose schema :func:`begin_write` checked ``avro_schema``
     against ("" for a table without one), and ``recorded_schema`` the schema the commit
@@ -317,7 +322,7 @@ async def begin_write(
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
 
-    ``avro_schema``: the rows' Avro schema (:func:`amcommit.table.schema.avro_schema`),
+    ``avro_schema``: the rows' Avro schema (:func:`amcommit.table.format.schema.avro_schema`),
     checked here against the table's latest committed schema (SchemaMismatch before
     anything is written) and again by the commit; None: the commit derives it from a
     written file and checks it then (or takes the table's latest schema for a write
@@ -325,9 +330,9 @@ async def begin_write(
     (Hudi's ``hoodie.write.set.null.for.missing.columns``): they read as null for them.
     ``error_if_exists`` (Spark's mode ``errorifexists``/``fail``): refuse, before anything is
     written, a table that already holds a completed write.
-    ``label``: the write's label (:mod:`amcommit.table.labels`), kept in the job marker; the
+    ``label``: the write's label (:mod:`amcommit.table.commit.labels`), kept in the job marker; the
     commit accepts each label once (the check is made at commit, under the lock; a caller
-    may ask :func:`~amcommit.table.labels.committed_by` first to skip the work).
+    may ask :func:`~amcommit.table.commit.labels.committed_by` first to skip the work).
     ``owner``: who runs the write (short strings; :attr:`WriteMarker.owner`), in the job
     marker from the moment the instant is claimed.
     ``properties``: the table's ``hoodie.properties``, when the caller read them for this
@@ -337,7 +342,7 @@ async def begin_write(
     check_path(dest)
     operation = Operation(operation)
     if label is not None and not isinstance(label, Label):
-        raise ConfigError(f"label must be an amcommit.table.labels.Label, got {type(label).__name__}")
+        raise ConfigError(f"label must be an amcommit.table.commit.labels.Label, got {type(label).__name__}")
     rs = RetryingStore.of(store, config)
     props = properties if properties is not None else await read_properties(store, dest, config)
     if props is None:
@@ -359,7 +364,7 @@ async def begin_write(
     schema_base: str | None = None
     recorded: str | None = None
     if avro_schema is not None:  # schema on write: refused here, before anything is written
-        from amcommit.table.schema import evolve_schema
+        from amcommit.table.format.schema import evolve_schema
 
         base = latest_write(instants)
         table_schema = await committed_schema(store, dest, base, config)
@@ -467,9 +472,9 @@ class TableTask:
       task commit (:func:`~amcommit.committer.task.commit_task`) names them, the job commit
       renames them into the table;
     - ``direct``: straight to their final names in the table, each after its Hudi marker
-      (:func:`~amcommit.table.direct.write_in_place`: ``CREATE`` for a new file group,
+      (:func:`~amcommit.table.write.direct.write_in_place`: ``CREATE`` for a new file group,
       ``MERGE`` for a new version of one); the task commit publishes a manifest that says so
-      (:func:`~amcommit.table.direct.commit_direct_task`), and the job commit renames
+      (:func:`~amcommit.table.write.direct.commit_direct_task`), and the job commit renames
       nothing: it deletes the files of attempts that did not win, then publishes.
 
     Files must then be named as base files of this write (:meth:`new_file`); a staged task
@@ -528,12 +533,12 @@ class TableTask:
         removed again.
 
         Before anything is uploaded, the file's Parquet footer (only the footer) is checked
-        against the write's :attr:`schema` (:func:`~amcommit.table.schema.check_footer`): a
+        against the write's :attr:`schema` (:func:`~amcommit.table.format.schema.check_footer`): a
         file whose own schema differs (a column the schema lacks, a type other than the
         schema's or narrower) fails with SchemaMismatch naming the file and the column, and
         nothing of it is written."""
-        from amcommit.table.direct import IOType, write_in_place
-        from amcommit.table.schema import check_footer
+        from amcommit.table.format.schema import check_footer
+        from amcommit.table.write.direct import IOType, write_in_place
 
         check_footer(rel, data, self.schema)
 
@@ -575,7 +580,7 @@ class TableTask:
         of a task to commit wins). ``extra_data``: more entries for a staged task's
         manifest (a direct one carries only its write stats)."""
         from amcommit.committer.task import commit_task
-        from amcommit.table.direct import commit_direct_task
+        from amcommit.table.write.direct import commit_direct_task
 
         if self.direct:
             files = [(rel, size, etag, rows) for rel, (size, etag, rows) in sorted(self.files.items())]

@@ -1,6 +1,6 @@
 """Write labels, the low half: the label of a table write, its commit metadata (pure) and
 the timeline's answer to "is this label committed?" (reads only). The high half, finishing
-what a dead run left (:func:`amcommit.table.labels.recover`), is :mod:`amcommit.table.labels`,
+what a dead run left (:func:`amcommit.table.commit.labels.recover`), is :mod:`amcommit.table.commit.labels`,
 which also re-exports everything here (its users' import path).
 
 Write labels: exactly-once commits for streaming and other ingestion tools (issue 14).
@@ -28,7 +28,7 @@ forgotten.
 
 Nothing here writes; :func:`last_committed` and :func:`committed_by` are safe to call at any
 time (a caller may ask before doing the work), but only the check inside the commit lock
-(:func:`amcommit.table.commit.run_table_commit`) is authoritative.
+(:func:`amcommit.table.commit.table_commit.run_table_commit`) is authoritative.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.model import WRITE_ACTIONS, Instant
-from amcommit.table.naming import HOODIE_DIR
-from amcommit.table.timeline import list_instants
+from amcommit.table.format.model import WRITE_ACTIONS, Instant
+from amcommit.table.format.naming import HOODIE_DIR
+from amcommit.table.timeline.instants import list_instants
 
 __all__ = [
     "EXTRA_APP",

@@ -23,7 +23,12 @@ import re
 import zlib
 
 from amcommit.errors import CommitError
-from amcommit.table.naming import BASE_FILE_EXTENSION, base_file_name, new_file_id, parse_base_file_name
+from amcommit.table.format.naming import (
+    BASE_FILE_EXTENSION,
+    base_file_name,
+    new_file_id,
+    parse_base_file_name,
+)
 
 __all__ = ["ROWS_KEY", "plan_names", "task_write_token"]
 

@@ -9,7 +9,7 @@ generators write them (pure; pyarrow).
   null / empty value) (:func:`record_keys`).
 
 Used by the Spark writer (:mod:`amcommit.spark.parquet`, which re-exports them) and by
-record-level writes (:mod:`amcommit.table.mutate`).
+record-level writes (:mod:`amcommit.table.mutate.engine`).
 """
 
 from __future__ import annotations

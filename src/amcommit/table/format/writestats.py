@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from amcommit.errors import ManifestError
-from amcommit.table.model import WriteStat
+from amcommit.table.format.model import WriteStat
 
 __all__ = [
     "MUTATIONS_KEY",
@@ -45,7 +45,7 @@ MUTATIONS_KEY = "hudi.mutations"
 """A task's ``extra_data`` key (given to ``commit_task``) holding, per file it wrote (path
 relative to the attempt directory), the fields of its write stat a record-level write knows
 and a listing does not: ``prevCommit``, ``numInserts``, ``numUpdateWrites``, ``numDeletes``
-(a JSON object of objects; :mod:`amcommit.table.mutate`). Consumed by the task commit, which
+(a JSON object of objects; :mod:`amcommit.table.mutate.engine`). Consumed by the task commit, which
 puts them into the files' write stats and does not carry the key itself."""
 
 STATS_KEY = "hudi.writeStats"
@@ -208,7 +208,7 @@ def spliced_write_stats(
     (``manifests`` loaded, holding ``files`` entries of ``size`` bytes in total), partitions
     and pieces in sorted order; None if they cannot be used as they are (module doc): the
     caller builds them. The pieces are slices of the manifests' strings, not yet joined:
-    :func:`~amcommit.table.model.encode_commit_metadata` joins them into the instant's
+    :func:`~amcommit.table.format.model.encode_commit_metadata` joins them into the instant's
     JSON in one buffer."""
     if len(extra_data) != manifests:
         return None

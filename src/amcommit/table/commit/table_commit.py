@@ -1,6 +1,6 @@
 """The job commit of a table write: files first, the completed instant last.
 
-``commit_job(store, dest, instant)`` on a table destination runs :class:`~amcommit.table.kind.TableKind`'s hooks: the
+``commit_job(store, dest, instant)`` on a table destination runs :class:`~amcommit.table.commit.kind.TableKind`'s hooks: the
 usual journaled commit (:mod:`amcommit.committer.job`: manifests, journal, renames, resume,
 rollback, retries) under the table's destination lock, with these table stages
 (:func:`run_table_commit`):
@@ -30,7 +30,7 @@ rollback, retries) under the table's destination lock, with these table stages
 
 Then the heartbeat and the staging folder (``.hoodie/.aux/amcommit/<instant>/``) are removed
 (the journal last); a direct write's markers after the lock is released
-(:meth:`~amcommit.table.kind.TableKind.guard`). Overwrites never
+(:meth:`~amcommit.table.commit.kind.TableKind.guard`). Overwrites never
 delete or move old files: replaced file groups stay until a clean. The ``.requested`` and
 inflight files stay next to the completed instant, as Hudi leaves them.
 """
@@ -68,17 +68,8 @@ from amcommit.parallel import run_parallel
 from amcommit.paths import join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
-from amcommit.table.direct import (
-    check_markers,
-    check_one_mode,
-    is_direct,
-    reconcile,
-    remove_markers,
-    sweep_instant,
-)
-from amcommit.table.heartbeat import delete_beat, judge_writers, writer_alive
-from amcommit.table.labelmeta import Label, committed_by, label_metadata, label_of
-from amcommit.table.model import (
+from amcommit.table.commit.undo import rollback_table_write
+from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
     CommitMetadata,
@@ -89,22 +80,16 @@ from amcommit.table.model import (
     decode_commit_metadata,
     encode_commit_metadata,
 )
-from amcommit.table.naming import (
+from amcommit.table.format.naming import (
     BASE_FILE_EXTENSION,
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
     foreign_file,
     heartbeat_path,
 )
-from amcommit.table.properties import TableProperties
-from amcommit.table.report import TableReport, table_report
-from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
-from amcommit.table.staging import find_table_layout, staged_instants, table_layout
-from amcommit.table.tasknames import ROWS_KEY
-from amcommit.table.timeline import LoadedCommit, completed_instant, list_instants, snapshot
-from amcommit.table.undo import rollback_table_write
-from amcommit.table.write import WriteMarker, read_marker, read_properties
-from amcommit.table.writestats import (
+from amcommit.table.format.properties import TableProperties
+from amcommit.table.format.tasknames import ROWS_KEY
+from amcommit.table.format.writestats import (
     STATS_KEY,
     SplicedStats,
     paths_of_task_stats,
@@ -113,6 +98,21 @@ from amcommit.table.writestats import (
     spliced_write_stats,
     write_stat,
 )
+from amcommit.table.report import TableReport, table_report
+from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
+from amcommit.table.timeline.heartbeat import delete_beat, judge_writers, writer_alive
+from amcommit.table.timeline.instants import LoadedCommit, completed_instant, list_instants, snapshot
+from amcommit.table.timeline.labelmeta import Label, committed_by, label_metadata, label_of
+from amcommit.table.write.direct import (
+    check_markers,
+    check_one_mode,
+    is_direct,
+    reconcile,
+    remove_markers,
+    sweep_instant,
+)
+from amcommit.table.write.staging import find_table_layout, staged_instants, table_layout
+from amcommit.table.write.task import WriteMarker, read_marker, read_properties
 
 __all__ = [
     "OrderPlan",
@@ -123,7 +123,7 @@ __all__ = [
 
 PLAN_NAME = "commit-plan.json"
 
-log = logging.getLogger("amcommit.table.commit")
+log = logging.getLogger("amcommit.table.commit.table_commit")
 
 
 class WaitForEarlier(Exception):
@@ -181,14 +181,14 @@ def plan_order(
 
 
 async def staged_times(store: Store, dest: str) -> set[str]:
-    """Instants with a staging folder (:func:`~amcommit.table.staging.staged_instants`)."""
+    """Instants with a staging folder (:func:`~amcommit.table.write.staging.staged_instants`)."""
     staged, legacy = await staged_instants(store, dest)
     return staged | legacy
 
 
 async def _order_inputs(store: Store, dest: str) -> tuple[list[Instant], set[str]]:
     """The timeline and the staged instants: two listings, sent together."""
-    from amcommit.table.timeline import list_instants
+    from amcommit.table.timeline.instants import list_instants
 
     instants: list[Instant] = []
     staged: set[str] = set()
@@ -210,7 +210,7 @@ async def _order_state_and_timeline(
 ) -> tuple[OrderPlan, list[Instant]]:
     """:func:`plan_order` on fresh listings, and the timeline it judged. The writers of
     earlier pending instants (if any) are judged by the store's clock
-    (:func:`~amcommit.table.heartbeat.judge_writers`)."""
+    (:func:`~amcommit.table.timeline.heartbeat.judge_writers`)."""
     instants, staged = await _order_inputs(store, dest)
     staged.discard(mine)
     earlier = [t for t in pending_write_times(instants, staged) if t < mine]
@@ -311,7 +311,7 @@ async def wait_for_earlier(
 async def _sign_of_life(store: Store, dest: str, instant: str) -> str:
     """What the writer of pending ``instant`` was judged alive by, for a message: its fresh
     heartbeat, or (none there: another writer's instant, or one whose first beat is still
-    to come) its young ``.requested`` file or job marker (:func:`~amcommit.table.heartbeat.judge_writers`)."""
+    to come) its young ``.requested`` file or job marker (:func:`~amcommit.table.timeline.heartbeat.judge_writers`)."""
     try:
         await store.stat(join(dest, heartbeat_path(instant)))
     except NotFound:
@@ -352,11 +352,11 @@ async def _schema_of(
 ) -> str:
     """The schema this commit records: the write's (declared to ``begin_write``, else that
     of a written file) evolved from the table's latest committed one by the schema-on-write
-    rules (:func:`~amcommit.table.schema.evolve_schema`: SchemaMismatch fails the commit
+    rules (:func:`~amcommit.table.format.schema.evolve_schema`: SchemaMismatch fails the commit
     before anything is published). ``begin_write``'s own result is taken when the latest
     write instant is still the one it checked against (no read)."""
-    from amcommit.table.schema import avro_schema, evolve_schema
-    from amcommit.table.write import committed_schema, latest_write
+    from amcommit.table.format.schema import avro_schema, evolve_schema
+    from amcommit.table.write.task import committed_schema, latest_write
 
     base = latest_write(list(writes))
     if marker.recorded_schema and marker.schema_base == ("" if base is None else base.time):
@@ -458,7 +458,7 @@ async def plan_commit(
     ``encode_commit_metadata(metadata, spliced=spliced)``.
 
     ``spliced``: the write stats of each partition as the task commits encoded them
-    (:func:`~amcommit.table.writestats.spliced_write_stats`), the metadata then has none of
+    (:func:`~amcommit.table.format.writestats.spliced_write_stats`), the metadata then has none of
     its own; None when they cannot be used: the metadata then holds every stat, built from
     the rename entries.
 
@@ -547,7 +547,7 @@ def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
     """The table's check of each task manifest while the job commit loads them
     (:attr:`~amcommit.committer.stages.load_manifests.LoadInputs.check`): a write of
     ``instant`` publishes only its own base files, ``<fileId>_<writeToken>_<instant>.parquet``
-    in partition folders ``depth`` deep (:func:`~amcommit.table.naming.foreign_file`;
+    in partition folders ``depth`` deep (:func:`~amcommit.table.format.naming.foreign_file`;
     nothing into ``.hoodie/``, nothing stamped with another instant), and the write stats a
     task manifest carries name exactly the files it publishes (else the completed instant
     would name files that do not exist). ManifestError naming the manifest and the path;
@@ -679,7 +679,7 @@ async def run_table_commit(
     markers_after_lock: bool = False,
 ) -> None:
     """The table commit (module doc): the commit body of
-    :class:`~amcommit.table.kind.TableKind` (``kind``: to abort other writes with). Runs
+    :class:`~amcommit.table.commit.kind.TableKind` (``kind``: to abort other writes with). Runs
     under the table's destination lock. ``run`` receives the
     loaded manifests (the caller closes it and rolls back from it on failure).
 
@@ -692,7 +692,7 @@ async def run_table_commit(
     plan is saved the label is in it, so a resume (by anyone) publishes it with the label.
     ``markers_after_lock``: a direct write's markers (and the files of late losers: uploads
     landed since the reconcile) are removed by the caller after the lock is released (the
-    writer's own ``commit_job``, :meth:`~amcommit.table.kind.TableKind.guard`, as Hudi
+    writer's own ``commit_job``, :meth:`~amcommit.table.commit.kind.TableKind.guard`, as Hudi
     removes its marker folder after the commit: they are not in the job directory); else
     here, right after the publish (a commit completed by an abort or by another writer)."""
     from amcommit.committer.stages import load_manifests, prepare_dirs, publish_manifests, rename_files
@@ -897,7 +897,7 @@ def _winners(loaded: LoadedManifests, dest: str) -> set[str]:
 
 async def _remove_direct_markers(ctx: JobContext, grace: float) -> None:
     """A completed write's markers left by a run cut short after its publish (or written by
-    a late attempt since): :func:`~amcommit.table.direct.sweep_instant`. Nothing for a staged
+    a late attempt since): :func:`~amcommit.table.write.direct.sweep_instant`. Nothing for a staged
     write (no marker)."""
     async with ctx.stage("remove_markers"):
         await sweep_instant(ctx.store, ctx.layout.dest, ctx.layout.job_id, grace=grace, config=ctx.config)

@@ -1,9 +1,9 @@
 """Write labels: exactly-once commits for streaming and other ingestion tools (issue 14).
 
 The label of a write, its commit metadata and :func:`last_committed` / :func:`committed_by`
-live in :mod:`amcommit.table.labelmeta` (re-exported here, the import path users know);
+live in :mod:`amcommit.table.timeline.labelmeta` (re-exported here, the import path users know);
 this module finishes what a dead run of an application left (:func:`pending_of`,
-:func:`recover`), through the table's job kind. See :mod:`amcommit.table.labelmeta` for the
+:func:`recover`), through the table's job kind. See :mod:`amcommit.table.timeline.labelmeta` for the
 semantics and the cost of a lookup.
 """
 
@@ -17,9 +17,12 @@ from amcommit.liveness import proven_dead
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.commit import PLAN_NAME
-from amcommit.table.kind import TableKind
-from amcommit.table.labelmeta import (
+from amcommit.table.commit.kind import TableKind
+from amcommit.table.commit.table_commit import PLAN_NAME
+from amcommit.table.format.model import WRITE_ACTIONS
+from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR
+from amcommit.table.timeline.instants import list_instants
+from amcommit.table.timeline.labelmeta import (
     EXTRA_APP,
     EXTRA_LABEL,
     EXTRA_VERSION,
@@ -34,11 +37,8 @@ from amcommit.table.labelmeta import (
     last_committed,
     newest_first,
 )
-from amcommit.table.model import WRITE_ACTIONS
-from amcommit.table.naming import HOODIE_DIR, STAGING_DIR
-from amcommit.table.staging import legacy_table_layout, staged_instants, table_layout
-from amcommit.table.timeline import list_instants
-from amcommit.table.write import read_marker
+from amcommit.table.write.staging import legacy_table_layout, staged_instants, table_layout
+from amcommit.table.write.task import read_marker
 
 __all__ = [
     "EXTRA_APP",

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from amcommit.errors import ManifestError
-from amcommit.table.naming import INSTANT_PATTERN
+from amcommit.table.format.naming import INSTANT_PATTERN
 
 __all__ = [
     "Action",
@@ -62,9 +62,9 @@ class Operation(enum.StrEnum):
     INSERT_OVERWRITE = "INSERT_OVERWRITE"
     INSERT_OVERWRITE_TABLE = "INSERT_OVERWRITE_TABLE"
     UPSERT = "UPSERT"
-    """Record-level: rewrites the file groups holding updated keys (:mod:`amcommit.table.mutate`)."""
+    """Record-level: rewrites the file groups holding updated keys (:mod:`amcommit.table.mutate.engine`)."""
     DELETE = "DELETE"
-    """Record-level: rewrites the file groups holding deleted keys (:mod:`amcommit.table.mutate`)."""
+    """Record-level: rewrites the file groups holding deleted keys (:mod:`amcommit.table.mutate.engine`)."""
 
     @property
     def action(self) -> Action:
@@ -174,7 +174,7 @@ def encode_commit_metadata(meta: CommitMetadata, *, spliced: dict[str, list[byte
     times slower to write (``amcommit timeline`` shows instants readably).
 
     ``spliced``: each partition's write stats as the bodies of JSON arrays, already encoded
-    (the task commits' own: :mod:`amcommit.table.writestats`); they replace
+    (the task commits' own: :mod:`amcommit.table.format.writestats`); they replace
     ``meta.partition_to_write_stats``, copied as they are, and the whole document is built
     in one buffer (at 2,000 files it is ~0.6 MB: each extra copy of it costs page faults)."""
     if spliced is None:

@@ -30,7 +30,7 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   groups below ``small_file_limit``, 100 MiB, filled up to ``max_file_size``, 120 MiB, at the
   partition's average record size; such a group is rewritten with its new records), then new
   file groups, one per partition (split at ``max_file_rows``).
-- **Index** (:mod:`amcommit.table.bloom`): the files of the latest snapshot in the
+- **Index** (:mod:`amcommit.table.format.bloom`): the files of the latest snapshot in the
   partitions of the incoming keys are candidates for a key when their footer's key range
   holds it and their bloom filter says maybe (only footers are read: on local files just
   the footer, elsewhere a ranged read of the object's end, :data:`TAIL_GUESS`;
@@ -46,10 +46,10 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   upsert or delete of it acts on every copy).
 
 What is atomic: the commit (the completed instant, published last by the job commit,
-:mod:`amcommit.table.commit`). Before it, nothing a reader sees changes: the new base files
+:mod:`amcommit.table.commit.table_commit`). Before it, nothing a reader sees changes: the new base files
 are stamped with the inflight instant and are either staged under
 ``.hoodie/.aux/amcommit/<instant>/`` (``table_commit=staged``: the job commit renames them) or written in place under Hudi's
-direct markers (``direct``, :class:`~amcommit.table.write.TableTask`: ``MERGE`` for a file
+direct markers (``direct``, :class:`~amcommit.table.write.task.TableTask`: ``MERGE`` for a file
 group's new version, ``CREATE`` for a new group; the job commit renames nothing, a rollback
 removes every marked file). Bad input (missing
 key, partition or precombine column; null keys; a key column of another type than the
@@ -75,7 +75,8 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import Store, local_os_path
-from amcommit.table.bloom import (
+from amcommit.table.commit.labels import Label
+from amcommit.table.format.bloom import (
     DEFAULT_SETTINGS,
     BloomSettings,
     FooterIndex,
@@ -83,9 +84,8 @@ from amcommit.table.bloom import (
     build_footer,
     parse_footer,
 )
-from amcommit.table.labels import Label
-from amcommit.table.model import Operation
-from amcommit.table.naming import (
+from amcommit.table.format.model import Operation
+from amcommit.table.format.naming import (
     META_COLUMNS,
     base_file_name,
     commit_seqno,
@@ -94,7 +94,7 @@ from amcommit.table.naming import (
 )
 from amcommit.table.report import table_report
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline import FileVersion, list_instants, load_timeline, snapshot
+from amcommit.table.timeline.instants import FileVersion, list_instants, load_timeline, snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -347,10 +347,10 @@ def _meta_columns(
 
 def _widens(stored: pa.DataType, incoming: pa.DataType) -> bool:
     """True if ``incoming`` is a widening of ``stored`` that Hudi's schema-on-write rules
-    accept (:data:`amcommit.table.schema.PROMOTIONS`, e.g. a ``double`` precombine column
+    accept (:data:`amcommit.table.format.schema.PROMOTIONS`, e.g. a ``double`` precombine column
     written into a ``long`` one): the new file version then holds the wider type (its stored
     rows cast up), as the commit's recorded schema does. Pure."""
-    from amcommit.table.schema import PROMOTIONS, _type
+    from amcommit.table.format.schema import PROMOTIONS, _type
 
     if stored.equals(incoming):
         return False
@@ -596,7 +596,7 @@ def check_key_types(
     same). Returns the key columns to cast to ``long`` (pure)."""
     if not table_schema:
         return ()
-    from amcommit.table.schema import _split_null, avro_schema, type_name
+    from amcommit.table.format.schema import _split_null, avro_schema, type_name
 
     stored = {f["name"]: f["type"] for f in json.loads(table_schema).get("fields", [])}
     mine = {
@@ -618,7 +618,7 @@ def check_key_types(
 
 
 def partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
-    from amcommit.table.keys import partition_dir
+    from amcommit.table.format.keys import partition_dir
 
     if not partition_by:
         return [""] * data.num_rows
@@ -639,7 +639,7 @@ def partition_paths(data: pa.Table, partition_by: tuple[str, ...]) -> list[str]:
 
 
 def record_key_strings(data: pa.Table, record_key: tuple[str, ...]) -> list[str]:
-    from amcommit.table.keys import RecordKeyError, record_keys
+    from amcommit.table.format.keys import RecordKeyError, record_keys
 
     try:
         arr = (
@@ -836,9 +836,10 @@ async def _mutate(
 ) -> MutateReport:
     import pyarrow as pa
 
-    from amcommit.table.heartbeat import heartbeat
-    from amcommit.table.schema import avro_schema
-    from amcommit.table.write import (
+    from amcommit.table.format.schema import avro_schema
+    from amcommit.table.format.writestats import MutationFields
+    from amcommit.table.timeline.heartbeat import heartbeat
+    from amcommit.table.write.task import (
         TableSpec,
         begin_write,
         committed_schema,
@@ -846,7 +847,6 @@ async def _mutate(
         read_properties,
         setup_table_task,
     )
-    from amcommit.table.writestats import MutationFields
 
     if not isinstance(data, pa.Table):
         raise MutationError(f"data must be a pyarrow.Table, got {type(data).__name__}")
@@ -1034,7 +1034,7 @@ async def _mutate(
 async def _commit(store: Store, dest: str, instant: str, config: CommitterConfig) -> JobReport:
     """The job commit of the write (the table's kind: no probe)."""
     from amcommit.committer.job import commit_with
-    from amcommit.table.kind import TableKind
+    from amcommit.table.commit.kind import TableKind
 
     return await commit_with(TableKind(), store, dest, instant, config=config)
 
@@ -1043,7 +1043,7 @@ async def _abort(store: Store, dest: str, instant: str, config: CommitterConfig)
     import anyio
 
     from amcommit.committer.job import abort_with
-    from amcommit.table.kind import TableKind
+    from amcommit.table.commit.kind import TableKind
 
     with anyio.CancelScope(shield=True):
         try:
@@ -1088,12 +1088,12 @@ _DEFAULTS: dict[str, Any] = {
 
 def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
     """``kw`` (the keyword arguments of :func:`upsert` / :func:`delete` / :func:`prepare`)
-    with the options given by Hudi's names (:mod:`amcommit.table.hudi_names`); MutationError
+    with the options given by Hudi's names (:mod:`amcommit.table.format.hudi_names`); MutationError
     for any other unknown keyword (with "did you mean"). Pure."""
     if not hudi_options:
         return kw
     from amcommit.options import suggest
-    from amcommit.table.hudi_names import resolve
+    from amcommit.table.format.hudi_names import resolve
     from amcommit.table.settings import TableConfig
 
     for k in hudi_options:
@@ -1192,7 +1192,7 @@ async def upsert(
     named ``table_name`` or after ``dest``'s last folder). ``record_key`` / ``partition_by``:
     column names, or one string of comma-separated names. ``hudi_options``: Hudi's write
     option names for these arguments (``**{"hoodie.datasource.write.recordkey.field": "id"}``,
-    :mod:`amcommit.table.hudi_names`). See the module doc for the semantics, what is atomic,
+    :mod:`amcommit.table.format.hudi_names`). See the module doc for the semantics, what is atomic,
     and the errors."""
     return await _mutate(
         store,

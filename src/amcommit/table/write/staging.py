@@ -9,11 +9,11 @@ earlier version (:func:`legacy_table_layout`) are still found (:func:`find_table
 resumed or rolled back from there. Its task side (:data:`TABLE_TASKS`, carried by that layout):
 
 - a task setup and the start of a task commit beat the writer's heartbeat, unless it is
-  fresh (:func:`~amcommit.table.heartbeat.try_beat`);
+  fresh (:func:`~amcommit.table.timeline.heartbeat.try_beat`);
 - a task commit names each output ``<fileId>_<token>_<instant>.parquet`` in its partition
-  folder (:func:`~amcommit.table.tasknames.plan_names`; a file without a row count in
+  folder (:func:`~amcommit.table.format.tasknames.plan_names`; a file without a row count in
   ``extra_data["hudi.rows"]`` has its Parquet footer read), and writes the files' write
-  stats into the manifest (:func:`~amcommit.table.writestats.task_write_stats`), always from
+  stats into the manifest (:func:`~amcommit.table.format.writestats.task_write_stats`), always from
   this listing, never a caller's: they hold the row counts too, so ``hudi.rows`` is not
   carried.
 
@@ -31,11 +31,11 @@ from amcommit.errors import CommitError, NotFound
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.heartbeat import FRESH_FRACTION, try_beat
-from amcommit.table.naming import LEGACY_STAGING_DIR, STAGING_DIR, check_instant, is_instant
+from amcommit.table.format.naming import LEGACY_STAGING_DIR, STAGING_DIR, check_instant, is_instant
+from amcommit.table.format.tasknames import ROWS_KEY, plan_names
+from amcommit.table.format.writestats import MUTATIONS_KEY, STATS_KEY, mutation_fields, task_write_stats
 from amcommit.table.settings import table_settings
-from amcommit.table.tasknames import ROWS_KEY, plan_names
-from amcommit.table.writestats import MUTATIONS_KEY, STATS_KEY, mutation_fields, task_write_stats
+from amcommit.table.timeline.heartbeat import FRESH_FRACTION, try_beat
 
 __all__ = [
     "TABLE_TASKS",
@@ -88,7 +88,7 @@ class TableTasks:
             rows[names[rel]] = await _footer_rows(store, by_rel[rel].path, config)
         extra.pop(ROWS_KEY, None)
         # an upsert/delete task's per-file counts (numInserts, numUpdateWrites, numDeletes,
-        # prevCommit: amcommit.table.mutate) go into the write stats with the names they got
+        # prevCommit: amcommit.table.mutate.engine) go into the write stats with the names they got
         mutations = mutation_fields(extra.pop(MUTATIONS_KEY, None), names)
         extra[STATS_KEY] = task_write_stats(((names[rel], info.size) for rel, info in files), rows, mutations)
         return names

@@ -4,15 +4,15 @@ direct write markers; the job commit reconciles against the markers, then publis
 Status: the default of every table write (``table_commit=direct``,
 :class:`~amcommit.table.settings.TableSettings`): the Spark task side
 (:func:`amcommit.spark.task.run_task`: batch writes, the streaming sink, ``foreachBatch``),
-the engine's table tasks (:func:`amcommit.table.write.setup_table_task`) and upserts and
+the engine's table tasks (:func:`amcommit.table.write.task.setup_table_task`) and upserts and
 deletes (engine and Spark) write through :func:`write_in_place` and commit their tasks with
-:func:`commit_direct_task`; the job commit (:func:`~amcommit.table.commit.run_table_commit`)
-and the rollback (:func:`~amcommit.table.undo.rollback_table_write`) recognise a direct write
+:func:`commit_direct_task`; the job commit (:func:`~amcommit.table.commit.table_commit.run_table_commit`)
+and the rollback (:func:`~amcommit.table.commit.undo.rollback_table_write`) recognise a direct write
 by its manifests (a write mixing both ways is refused: :func:`check_one_mode`). The staged
 path (files staged in the write's job directory and renamed at job commit) stays as
 ``table_commit=staged``, for readers that list files without the timeline. amcommit's own
 job directory of every table write is ``.hoodie/.aux/amcommit/<instant>/``
-(:func:`~amcommit.table.staging.table_layout`), never the marker folder: Hudi's
+(:func:`~amcommit.table.write.staging.table_layout`), never the marker folder: Hudi's
 ``MarkerBasedRollbackStrategy`` reads *every* file under ``.hoodie/.temp/<instant>/`` as a
 marker and fails on any other.
 
@@ -42,7 +42,7 @@ is written: Hudi reads its absence as direct markers.
    then the journal, heartbeat and job directory are removed and the lock released. The
    markers are removed **after the lock is released** (as Hudi deletes its marker folder
    after the commit), by the writer's ``commit_job``
-   (:meth:`~amcommit.table.kind.TableKind.guard`, through :func:`sweep_late_markers`):
+   (:meth:`~amcommit.table.commit.kind.TableKind.guard`, through :func:`sweep_late_markers`):
    one fresh listing of the marker folder (a zombie may have added markers since the
    reconcile), the files of markers no winner names deleted (uploads landed since the
    reconcile), then every listed marker by name (:func:`judge_markers`: batch deletes on
@@ -59,10 +59,10 @@ is written: Hudi reads its absence as direct markers.
    partition folder and one for the instant's folder (31 and 211).
 3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
    without markers (the marker folder gone), the caller lists the partitions
-   (:func:`~amcommit.table.undo.remove_stamped`).
+   (:func:`~amcommit.table.commit.undo.remove_stamped`).
 4. **Late markers** (:func:`sweep_late_markers`; after every table commit, in every
-   clean, :func:`amcommit.table.clean.clean`, and every ``amcommit rollback``,
-   :func:`amcommit.table.rollback.rollback_instant`, each with ``grace`` = ``writer_ttl``;
+   clean, :func:`amcommit.table.commit.clean.clean`, and every ``amcommit rollback``,
+   :func:`amcommit.table.commit.rollback.rollback_instant`, each with ``grace`` = ``writer_ttl``;
    the rollback of a dead writer by a later commit is followed by that commit's sweep):
    the marker folder of an instant that completed, or whose write is gone (no job marker
    ``_job.json``), still holding markers, was written to by a zombie after the decision
@@ -72,7 +72,7 @@ is written: Hudi reads its absence as direct markers.
    write's folder is never listed (its instant and job marker are looked at first), nor
    that of another writer's instant still requested or inflight on the timeline
    (:func:`pending_on_timeline`: Hudi's writer, or a write whose staging was lost; only a
-   rollback of it deletes its files, :mod:`amcommit.table.orphans`).
+   rollback of it deletes its files, :mod:`amcommit.table.commit.orphans`).
 
 **Markers are input** (:func:`marker_problem`), judged as task manifests are: a CREATE or
 MERGE marker may name only a base file stamped with its folder's instant, in a partition
@@ -101,7 +101,7 @@ zombie that writes its marker only after that sweep is caught by the following o
 no sweep can catch: a zombie whose marker is older than ``writer_ttl`` when its upload
 lands (an upload that takes longer than ``writer_ttl`` after its marker): that file is an
 orphan, which the next ``clean`` removes once it is older than ``writer_ttl``
-(:mod:`amcommit.table.orphans`).
+(:mod:`amcommit.table.commit.orphans`).
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ from amcommit.paths import basename, is_within, join, parent, path_to_uri, relat
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.names import shorten
 from amcommit.store.retry import RetryingStore
-from amcommit.table.model import decode_commit_metadata
-from amcommit.table.naming import (
+from amcommit.table.format.model import decode_commit_metadata
+from amcommit.table.format.naming import (
     HOODIE_DIR,
     PROPERTIES_FILE,
     TEMP_DIR,
@@ -135,8 +135,8 @@ from amcommit.table.naming import (
     is_instant,
     parse_base_file_name,
 )
-from amcommit.table.timeline import completed_instant
-from amcommit.table.writestats import STATS_KEY, MutationFields, task_write_stats
+from amcommit.table.format.writestats import STATS_KEY, MutationFields, task_write_stats
+from amcommit.table.timeline.instants import completed_instant
 
 __all__ = [
     "COMMIT_KEY",
@@ -165,7 +165,7 @@ __all__ = [
     "write_in_place",
 ]
 
-log = logging.getLogger("amcommit.table.direct")
+log = logging.getLogger("amcommit.table.write.direct")
 
 MARKER_INFIX = ".marker."
 """Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
@@ -216,7 +216,7 @@ def parse_marker(rel_marker: str) -> tuple[str, IOType] | None:
 def marker_problem(rel: str, io: IOType, instant: str, depth: int | None) -> str | None:
     """Why the marker of ``instant`` naming ``rel`` (relative to the table) must not get
     that file deleted; None if it may. Markers are input (anyone who can write the table
-    can write one), judged as task manifests are (:func:`~amcommit.table.naming.foreign_file`):
+    can write one), judged as task manifests are (:func:`~amcommit.table.format.naming.foreign_file`):
     a CREATE or MERGE marker may name only a base file stamped with its own folder's
     ``instant``, in a partition folder exactly ``depth`` deep (the table's partition
     fields; None: unknown, then none may), no folder hidden or starting with ``_`` (so
@@ -299,7 +299,7 @@ def direct_manifest(
 ) -> TaskManifest:
     """The manifest of a task attempt that wrote ``files`` in place: (path relative to the
     table, size, etag, rows) each; ``mutations``: a record-level write's own write stat
-    fields by the same path (:data:`~amcommit.table.writestats.MUTATIONS_KEY`). Pure.
+    fields by the same path (:data:`~amcommit.table.format.writestats.MUTATIONS_KEY`). Pure.
 
     Each file is listed as today (destination = its base file, size, etag, write stats with
     its row count); its *source* is the name it would have had in the attempt directory,
@@ -354,7 +354,7 @@ async def instant_state(store: Store, dest: str, instant: str) -> str:
     completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
     a commit completes its instant before it removes the job marker, a rollback removes the
     job marker before the instant files."""
-    from amcommit.table.staging import find_table_layout
+    from amcommit.table.write.staging import find_table_layout
 
     if await completed_instant(store, dest, instant) is not None:
         return "completed"
@@ -374,7 +374,7 @@ async def upload_stays(store: Store, dest: str, instant: str) -> bool:
     after that removal (:func:`sweep_instant` after the lock) and deletes it there, and a
     later commit, clean or rollback does when the write was completed by another (module
     doc: the window that remains)."""
-    from amcommit.table.staging import find_table_layout
+    from amcommit.table.write.staging import find_table_layout
 
     return await find_table_layout(store, dest, instant) is not None
 
@@ -427,7 +427,7 @@ async def commit_direct_task(
     (:func:`direct_manifest`) at ``$taskId-manifest.json`` by one overwriting put (atomic
     on every store: the last attempt to commit wins, as for staged tasks). Refused
     (CommitError) once the write is no longer pending: a late attempt publishes nothing."""
-    from amcommit.table.staging import TABLE_TASKS
+    from amcommit.table.write.staging import TABLE_TASKS
 
     await TABLE_TASKS.task_started(store, layout, config)
     for rel, _, _, _ in files:
@@ -465,7 +465,7 @@ async def _list_markers(store: Store, dest: str, instant: str) -> list[Marker]:
 async def _table_depth(store: Store, dest: str, config: CommitterConfig) -> int | None:
     """The number of the table's partition fields (one read of ``hoodie.properties``);
     None if it cannot be read (then no marker is trusted)."""
-    from amcommit.table.properties import decode_properties
+    from amcommit.table.format.properties import decode_properties
 
     path = join(dest, PROPERTIES_FILE)
     try:
@@ -691,7 +691,7 @@ async def rollback_from_markers(
 ) -> list[str] | None:
     """Delete every marked base file of ``instant`` (the write is being rolled back: none is
     a winner), then the markers. None if there was no marker: the caller then lists the
-    partitions (:func:`~amcommit.table.undo.remove_stamped`). The instant must not be
+    partitions (:func:`~amcommit.table.commit.undo.remove_stamped`). The instant must not be
     completed (the caller checks). An untrusted marker (:func:`marker_problem`: naming a file
     this write may not delete) gets nothing deleted but itself (logged, one line): the
     rollback goes on, never outside the write's own files."""
@@ -757,7 +757,7 @@ async def sweep_instant(
     if state == "gone" and await pending_on_timeline(store, dest, instant):
         # another writer's pending instant (Hudi's own, or a write whose staging was lost):
         # its files are deleted only by a rollback of it (a clean's or a commit's, once its
-        # writer is judged dead: amcommit.table.heartbeat), never by a sweep
+        # writer is judged dead: amcommit.table.timeline.heartbeat), never by a sweep
         return []
     markers, bad = await _judged_markers(store, dest, instant, config, what=f"the marker sweep of {instant}")
     if not markers and not bad:
@@ -783,8 +783,8 @@ async def sweep_late_markers(
     write). A pending write's folder is left alone. Returns the files deleted, by instant.
 
     Called after every table commit (outside the lock) for the committed write's own
-    markers, by every clean (:func:`amcommit.table.clean.clean`) and every rollback
-    (:func:`amcommit.table.rollback.rollback_instant`, and the rollback of dead writers by a
+    markers, by every clean (:func:`amcommit.table.commit.clean.clean`) and every rollback
+    (:func:`amcommit.table.commit.rollback.rollback_instant`, and the rollback of dead writers by a
     later commit), each with ``grace`` = ``writer_ttl``."""
     temp = join(dest, TEMP_DIR)
     instants: set[str] = set()

@@ -31,7 +31,7 @@ from amcommit.errors import NotFound
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import Store
-from amcommit.table.model import (
+from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
     CommitMetadata,
@@ -40,7 +40,7 @@ from amcommit.table.model import (
     decode_commit_metadata,
     parse_instant_file,
 )
-from amcommit.table.naming import HOODIE_DIR, check_instant
+from amcommit.table.format.naming import HOODIE_DIR, check_instant
 
 __all__ = [
     "Changes",
@@ -105,7 +105,7 @@ class Changes:
     replaced: list[tuple[str, str]] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     """Instant time -> label text (``extraMetadata["amcommit.label"]``) of the labelled
-    instants in the range (:mod:`amcommit.table.labels`)."""
+    instants in the range (:mod:`amcommit.table.commit.labels`)."""
 
     superseded: list[FileVersion] = field(default_factory=list)
     """Older versions written in the range of groups rewritten later in the range: no

@@ -41,9 +41,9 @@ from amcommit.parallel import gather_limited
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table import avro_meta
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
-from amcommit.table.model import (
+from amcommit.table.format import avro_meta
+from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
     CommitMetadata,
@@ -52,8 +52,8 @@ from amcommit.table.model import (
     decode_commit_metadata,
     parse_instant_file,
 )
-from amcommit.table.naming import HOODIE_DIR, check_instant, parse_instant
-from amcommit.table.timeline import Changes, FileVersion, LoadedCommit, changes, snapshot
+from amcommit.table.format.naming import HOODIE_DIR, check_instant, parse_instant
+from amcommit.table.timeline.instants import Changes, FileVersion, LoadedCommit, changes, snapshot
 
 FROM_START = frozenset({"0", "00", "000"})
 """Values of ``since`` meaning "from the start of the timeline" (Hudi's ``000``)."""
@@ -278,7 +278,7 @@ class Timeline:
     async def changes(self, since: str | None, until: str | None = None) -> Changes:
         """Files added and file groups replaced by the write instants in ``(since, until]``
         (``since`` None: from the start; ``until`` None: up to the latest): per file group, its
-        newest version in the range (:func:`amcommit.table.timeline.changes`; an incremental
+        newest version in the range (:func:`amcommit.table.timeline.instants.changes`; an incremental
         read reads ``.visible()`` and keeps the rows whose ``_hoodie_commit_time`` is in range).
 
         Both bounds must be completed instants of the table (UnknownInstant); ``since`` may

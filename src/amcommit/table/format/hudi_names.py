@@ -3,7 +3,7 @@
 Hudi users bring their options with them. :data:`HUDI_WRITE_NAMES` maps each Hudi name
 (``HoodieWriteConfig``, ``DataSourceWriteOptions``, ``HoodieIndexConfig``,
 ``HoodieCleanConfig``, ``HoodieStorageConfig``) whose setting amcommit has, with the same
-meaning, to amcommit's name in the engine (:func:`amcommit.table.mutate.upsert` keyword
+meaning, to amcommit's name in the engine (:func:`amcommit.table.mutate.engine.upsert` keyword
 arguments, ``config`` fields) and in Spark (``format("amcommit")`` / ``upsert()`` options).
 :func:`resolve` rewrites a mapping of options:
 
@@ -54,7 +54,7 @@ HUDI_WRITE_NAMES: dict[str, tuple[str | None, str | None]] = {
     "hoodie.parquet.max.file.size": ("max_file_size", "maxFileBytes"),
 }
 """Hudi's name (lowercase) -> (amcommit's name in the engine, in Spark); None: not on that
-side. ``bloom.<field>``: a field of :class:`~amcommit.table.bloom.BloomSettings` (Spark
+side. ``bloom.<field>``: a field of :class:`~amcommit.table.format.bloom.BloomSettings` (Spark
 writes use Hudi's defaults: refused there)."""
 
 _WHERE = {"engine": "the engine's upsert/delete", "spark": "Spark writes"}

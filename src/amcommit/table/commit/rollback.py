@@ -1,10 +1,10 @@
 """``amcommit rollback DEST --instant I``: roll back an inflight instant of a Hudi table
 (:func:`rollback_instant`), as ``abort_job`` of its write through the table's job kind. What
-is removed, in which order, is :mod:`amcommit.table.undo` (re-exported here): every file
+is removed, in which order, is :mod:`amcommit.table.commit.undo` (re-exported here): every file
 stamped with the instant, the staging folder and heartbeat, the instant files last. A
 completed instant is never rolled back: refused before anything changes (no sweep either);
 files of its late attempts are removed by the next commit's marker sweep or by ``clean``
-(late markers, and orphans: :mod:`amcommit.table.orphans`).
+(late markers, and orphans: :mod:`amcommit.table.commit.orphans`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from amcommit.committer.job import abort_with
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError, ConfigError, ConflictError
 from amcommit.store.base import Store
-from amcommit.table.direct import sweep_after
-from amcommit.table.heartbeat import judge_writers, writer_alive
-from amcommit.table.kind import TableKind
-from amcommit.table.naming import check_instant
+from amcommit.table.commit.kind import TableKind
+from amcommit.table.commit.undo import finish_rollback, remove_stamped, rollback_table_write
+from amcommit.table.format.naming import check_instant
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline import completed_instant
-from amcommit.table.undo import finish_rollback, remove_stamped, rollback_table_write
-from amcommit.table.write import is_table
+from amcommit.table.timeline.heartbeat import judge_writers, writer_alive
+from amcommit.table.timeline.instants import completed_instant
+from amcommit.table.write.direct import sweep_after
+from amcommit.table.write.task import is_table
 
 __all__ = ["finish_rollback", "remove_stamped", "rollback_instant", "rollback_table_write"]
 
@@ -41,15 +41,15 @@ async def rollback_instant(
     False).
 
     An instant whose writer is alive (a sign of life younger than ``config.writer_ttl``, by
-    the store's clock: :mod:`amcommit.table.heartbeat`) is refused with ConflictError before
+    the store's clock: :mod:`amcommit.table.timeline.heartbeat`) is refused with ConflictError before
     anything changes, unless ``force`` (that deletes the files of a running write: its
     commit then fails).
 
     After the rollback (outside the lock) the late markers of every decided instant are
-    swept (:func:`~amcommit.table.direct.sweep_late_markers`, grace ``writer_ttl``): a
+    swept (:func:`~amcommit.table.write.direct.sweep_late_markers`, grace ``writer_ttl``): a
     zombie attempt's upload stamped with a completed instant is deleted here too. The
     rollback of a dead writer by a later commit is followed by that commit's own sweep
-    (:meth:`~amcommit.table.kind.TableKind.guard`)."""
+    (:meth:`~amcommit.table.commit.kind.TableKind.guard`)."""
     check_instant(instant)
     if not await is_table(store, dest, config):
         raise ConfigError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties)")
