@@ -16,10 +16,11 @@ from amcommit.errors import ConfigError
 from amcommit.spark.options import build_plan, default_table_name
 from amcommit.spark.parquet import HudiMeta, PartitionedParquetWriter, record_keys
 from amcommit.spark.reader import Query, ReadOptions, build_read_plan, group_files, parse_query, plan_files
+from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format.bloom import build_footer, parse_footer
 from amcommit.table.format.model import CommitMetadata, Instant, State, WriteStat
 from amcommit.table.format.naming import META_COLUMNS, base_file_name, new_file_id
-from amcommit.table.timeline.instants import FileVersion, LoadedCommit
+from amcommit.table.timeline.instants import LoadedCommit
 
 SCHEMA = StructType(
     [

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
+from amcommit.table.file_group import merge
 from amcommit.table.format import bloom
 from amcommit.table.format.bloom import BloomFilter, BloomSettings, build_footer, parse_footer
 from amcommit.table.mutate import engine as mutate
@@ -82,8 +83,8 @@ def _file(n: int, bloom_settings: BloomSettings) -> bytes:
     rnd = random.Random(n)
     rows = [{"id": 1_000_000 + i, "p": "a", "v": rnd.randbytes(8).hex(), "ts": i} for i in range(n)]
     keys = [str(r["id"]) for r in rows]
-    t = mutate.with_meta(_t(rows), keys, "20260101000000000", 0, 0, "p=a", "f")
-    return mutate.parquet_with_index(t, bloom_settings)
+    t = merge.with_meta(_t(rows), keys, "20260101000000000", 0, 0, "p=a", "f")
+    return merge.parquet_with_index(t, bloom_settings)
 
 
 def test_file_sizes_of_1_and_5000_rows() -> None:

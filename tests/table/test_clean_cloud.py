@@ -24,8 +24,8 @@ import pytest
 from amcommit.paths import join
 from amcommit.table.commit.clean import clean
 from amcommit.table.errors import CleanedPast
+from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format import avro_meta
-from amcommit.table.timeline.instants import FileVersion
 from amcommit.table.timeline.reader import Timeline, table_uri
 from amcommit.testing.tablegen import generate
 from tests.matrix.conftest import matrix_gcs_fake, matrix_sdk_list  # noqa: F401 (fixtures)

@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from amcommit.store.schemes import open_location
+from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format.model import Operation
-from amcommit.table.timeline.instants import FileVersion, LoadedCommit
+from amcommit.table.timeline.instants import LoadedCommit
 from amcommit.table.timeline.reader import Timeline, open_timeline
 from amcommit.testing.tablegen import DELETE, UPSERT, GeneratedTable, Write, generate, write_local
 

@@ -13,6 +13,7 @@ from amcommit.errors import NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
+from amcommit.table.file_group import merge
 from amcommit.table.format.bloom import BloomSettings
 from amcommit.table.format.model import decode_commit_metadata
 from amcommit.table.format.naming import HOODIE_DIR
@@ -362,10 +363,10 @@ def test_reduce_batch_and_plan_are_pure() -> None:
 
 
 def test_small_bloom_settings_are_used(tmp_path: Any) -> None:
-    t = mutate.with_meta(
+    t = merge.with_meta(
         _t([{"id": 1, "p": "a", "v": "x", "ts": 1}]), ["1"], "20260101000000000", 0, 0, "p=a", "f"
     )
-    body = mutate.parquet_with_index(t, BloomSettings(num_entries=100, fpp=0.01))
+    body = merge.parquet_with_index(t, BloomSettings(num_entries=100, fpp=0.01))
     md = pq.read_metadata(pa.BufferReader(body)).metadata
     assert md[b"hoodie_min_record_key"] == b"1" and len(md[b"org.apache.hudi.bloomfilter"]) < 400
 
@@ -706,7 +707,7 @@ async def test_inserts_fill_small_file_groups_first(backend_local: StoreUnderTes
 
 def test_assign_inserts_is_pure() -> None:
     def fv(path: str, size: int, rows: int) -> Any:
-        from amcommit.table.timeline.instants import FileVersion
+        from amcommit.table.file_group.model import FileVersion
 
         return FileVersion("p=a", path, path, "20260101000000000", size, rows)
 

@@ -16,7 +16,9 @@ import pytest
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
+from amcommit.table.file_group import merge
 from amcommit.table.mutate import engine as mutate
+from amcommit.table.mutate import plan
 from amcommit.table.timeline.instants import list_instants
 from amcommit.table.write.task import committed_schema, latest_write
 from tests.backends import StoreUnderTest
@@ -82,14 +84,14 @@ async def test_double_precombine_into_long_table_widens(backend_local: StoreUnde
 
 def test_precombine_key_orders_as_double_compare_to() -> None:
     values = [NAN, math.inf, 1.0, 0.0, -0.0, -1.0, -math.inf]
-    got = sorted(values, key=mutate.precombine_key, reverse=True)
+    got = sorted(values, key=plan.precombine_key, reverse=True)
     assert [repr(v) for v in got] == [repr(v) for v in values]
-    assert mutate.precombine_key(3) == 3 and mutate.precombine_key("b") > mutate.precombine_key("a")
+    assert plan.precombine_key(3) == 3 and plan.precombine_key("b") > plan.precombine_key("a")
     a = pa.array([NAN, 1.0, 0.0, -0.0, NAN, None, 2.0])
     b = pa.array([1e308, NAN, -0.0, 0.0, NAN, 1.0, None])
-    assert mutate.precombine_greater(a, b).to_pylist() == [True, False, True, False, False, None, None]
+    assert merge.precombine_greater(a, b).to_pylist() == [True, False, True, False, False, None, None]
     ints = pa.array([1, 2, 3], pa.int64())
-    assert mutate.precombine_greater(ints, pa.array([NAN, 1.5, 3.0])).to_pylist() == [False, True, False]
+    assert merge.precombine_greater(ints, pa.array([NAN, 1.5, 3.0])).to_pylist() == [False, True, False]
 
 
 async def test_nan_precombine_orders_above_every_value(backend_local: StoreUnderTest) -> None:

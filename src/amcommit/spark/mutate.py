@@ -103,7 +103,7 @@ def prepare_mutation(
     from amcommit.spark.source import AmcommitDataSource
     from amcommit.store.schemes import open_location
     from amcommit.table.format.schema import avro_schema
-    from amcommit.table.mutate.engine import check_columns, check_key_types
+    from amcommit.table.mutate.checks import check_columns, check_key_types
     from amcommit.table.write.task import committed_schema, latest_write, read_properties
 
     opts, own = _split_options(options)
@@ -234,7 +234,8 @@ def _keyed(spec: MutationSpec) -> Any:
     def fn(
         index: int, rows: Iterable[Any]
     ) -> Iterator[tuple[tuple[str, str], tuple[Any, int, dict[str, Any]]]]:
-        from amcommit.table.mutate.engine import partition_paths, precombine_key, record_key_strings
+        from amcommit.table.mutate.checks import partition_paths, record_key_strings
+        from amcommit.table.mutate.plan import precombine_key
 
         pos = 0
         for chunk in _chunks(rows):

@@ -53,10 +53,10 @@ from amcommit.store.schemes import (
     parse_location,
     store_options_type,
 )
+from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format.model import WRITE_ACTIONS, Instant
 from amcommit.table.format.naming import PROPERTIES_FILE, check_instant
 from amcommit.table.timeline.instants import (
-    FileVersion,
     LoadedCommit,
     changes,
     list_instants,

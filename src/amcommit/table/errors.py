@@ -95,3 +95,8 @@ class WriteConflict(ConflictError):
             other=other,
             file_id=file_id,
         )
+
+
+class MutationError(ConfigError):
+    """Bad input to an upsert or delete (:mod:`amcommit.table.mutate`) (one line naming the bad thing);
+    raised before anything is written."""

@@ -165,6 +165,49 @@ def parse_base_file_name(name: str) -> BaseFileName | None:
     return BaseFileName(m["file_id"], m["token"], m["instant"])
 
 
+LOG_FILE_MARKER = ".log."
+_LOG_RE = re.compile(
+    rf"^\.(?P<file_id>[^_/]+)_(?P<base>{INSTANT_PATTERN})\.log\.(?P<version>[1-9][0-9]*)_(?P<token>[^_/]+)$"
+)
+
+
+class LogFileName(NamedTuple):
+    """The parts of a Merge-on-Read log file's name ``.<fileId>_<baseInstant>.log.<version>_<writeToken>``.
+
+    ``base_instant`` is the instant of the file slice's base file (not the deltacommit's);
+    versions start at 1, and each write of the slice's logs adds the next version (object
+    stores cannot append)."""
+
+    file_id: str
+    base_instant: str
+    version: int
+    write_token: str
+
+    @property
+    def name(self) -> str:
+        return f".{self.file_id}_{self.base_instant}{LOG_FILE_MARKER}{self.version}_{self.write_token}"
+
+
+def log_file_name(file_id: str, base_instant: str, version: int, token: str) -> str:
+    """``.<fileId>_<baseInstant>.log.<version>_<writeToken>``; each part is validated."""
+    if not _FILE_ID_RE.match(file_id):
+        raise ConfigError(f"invalid file id {file_id!r}: letters, digits, '-' and '.' only (no '_')")
+    if not _TOKEN_RE.match(token):
+        raise ConfigError(f"invalid write token {token!r}: letters, digits, '-' and '.' only (no '_')")
+    if version < 1:
+        raise ConfigError(f"invalid log version {version}: versions start at 1")
+    check_instant(base_instant)
+    return LogFileName(file_id, base_instant, version, token).name
+
+
+def parse_log_file_name(name: str) -> LogFileName | None:
+    """Parse a log file's name (no folders); None if it is not one."""
+    m = _LOG_RE.match(name)
+    if m is None:
+        return None
+    return LogFileName(m["file_id"], m["base"], int(m["version"]), m["token"])
+
+
 def _folder_problem(folder: str, depth: int, *, exact: bool) -> str | None:
     """Why ``folder`` (relative to the table, ``""`` = its root) cannot hold (``exact``) or
     lead to a partition of a table with ``depth`` partition fields; None if it can."""

@@ -31,6 +31,7 @@ from amcommit.errors import NotFound
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import Store
+from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
@@ -51,19 +52,6 @@ __all__ = [
     "load_timeline",
     "snapshot",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class FileVersion:
-    """One base file as a reader sees it."""
-
-    partition: str
-    file_id: str
-    path: str
-    """Relative to the table root."""
-    instant: str
-    size: int
-    rows: int
 
 
 @dataclass(frozen=True, slots=True)

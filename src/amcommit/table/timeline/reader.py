@@ -42,6 +42,7 @@ from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
+from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format import avro_meta
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
@@ -53,7 +54,7 @@ from amcommit.table.format.model import (
     parse_instant_file,
 )
 from amcommit.table.format.naming import HOODIE_DIR, check_instant, parse_instant
-from amcommit.table.timeline.instants import Changes, FileVersion, LoadedCommit, changes, snapshot
+from amcommit.table.timeline.instants import Changes, LoadedCommit, changes, snapshot
 
 FROM_START = frozenset({"0", "00", "000"})
 """Values of ``since`` meaning "from the start of the timeline" (Hudi's ``000``)."""

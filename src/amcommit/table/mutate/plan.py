@@ -1,0 +1,173 @@
+"""Planning an upsert or delete (pure): the batch reduced by its precombine field, the
+candidate files of its keys, which file groups are rewritten, and where inserts go (Hudi's
+small-file handling)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from amcommit.table.file_group.model import FileVersion
+from amcommit.table.format.bloom import (
+    FooterIndex,
+    beyond_bmp,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+# -- pure planning ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The incoming rows reduced to one per (partition path, key): ``rows`` indexes into the
+    input table, in input order of the winners."""
+
+    keys: list[str]
+    partitions: list[str]
+    rows: list[int]
+    dropped: int
+
+
+def precombine_key(value: Any) -> Any:
+    """A precombine value as it orders (pure): itself, except a float, which orders as
+    Java's ``Double.compareTo`` orders it (Hudi compares precombine values with
+    ``compareTo``): NaN above every value (+inf included), ``-0.0`` below ``0.0``."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return (1, 0.0, 0.0)
+        return (0, value, math.copysign(1.0, value))
+    return value
+
+
+def reduce_batch(keys: Sequence[str], partitions: Sequence[str], order: Sequence[Any] | None) -> Batch:
+    """One row per (partition, key): the greatest ``order`` (precombine) value wins, the
+    later row on a tie; without ``order`` the later row wins. Floats order as
+    :func:`precombine_key` says (NaN greatest, ``-0.0 < 0.0``). Pure."""
+    best: dict[tuple[str, str], int] = {}
+    key = None if order is None else [precombine_key(v) for v in order]
+    for i, k in enumerate(keys):
+        pk = (partitions[i], k)
+        j = best.get(pk)
+        if j is None or key is None or not key[j] > key[i]:
+            best[pk] = i
+    rows = sorted(best.values())
+    return Batch([keys[i] for i in rows], [partitions[i] for i in rows], rows, len(keys) - len(rows))
+
+
+def plan_candidates(
+    wanted: Mapping[str, Sequence[str]], files: Sequence[tuple[FileVersion, FooterIndex]]
+) -> dict[str, list[str]]:
+    """Per file path, the incoming keys of its partition its footer cannot rule out (key
+    range, then bloom filter); files without any are left out. Pure."""
+    ordered = {p: sorted(ks) for p, ks in wanted.items()}
+    odd = {p: beyond_bmp(ks) for p, ks in ordered.items()}
+    out: dict[str, list[str]] = {}
+    for f, idx in files:
+        keys = ordered.get(f.partition)
+        if not keys:
+            continue
+        maybe = idx.may_hold_sorted(keys, odd[f.partition])
+        if maybe:
+            out[f.path] = maybe
+    return out
+
+
+@dataclass
+class FileRewrite:
+    """A file group to rewrite: its current version and what changes in it."""
+
+    version: FileVersion
+    updates: dict[str, int] = field(default_factory=dict)
+    """Key -> row of the input table."""
+    deletes: set[str] = field(default_factory=set)
+    inserts: list[int] = field(default_factory=list)
+    """Rows of the input table inserted into this (small) file group."""
+
+
+@dataclass
+class MutationPlan:
+    rewrites: dict[str, FileRewrite] = field(default_factory=dict)
+    """By the current version's path."""
+    inserts: dict[str, list[int]] = field(default_factory=dict)
+    """Partition -> rows of the input table to insert as new file groups."""
+    absent_deletes: int = 0
+
+
+def plan_mutation(
+    batch: Batch, located: Mapping[tuple[str, str], Sequence[FileVersion]], *, delete: bool
+) -> MutationPlan:
+    """Which file groups to rewrite and what to insert, from the reduced ``batch`` and the
+    files that hold each of its (partition, key)s (``located``). A key held by several files
+    of its partition (plain inserts of one key twice) is updated, or deleted, in each. Pure."""
+    plan = MutationPlan()
+    for key, part, row in zip(batch.keys, batch.partitions, batch.rows, strict=True):
+        held = located.get((part, key))
+        if not held:
+            if delete:
+                plan.absent_deletes += 1
+            else:
+                plan.inserts.setdefault(part, []).append(row)
+            continue
+        for f in held:
+            rw = plan.rewrites.get(f.path)
+            if rw is None:
+                rw = plan.rewrites[f.path] = FileRewrite(f)
+            if delete:
+                rw.deletes.add(key)
+            else:
+                rw.updates[key] = row
+    return plan
+
+
+SMALL_FILE_LIMIT = 104_857_600
+"""Hudi's ``hoodie.parquet.small.file.limit`` (100 MiB): base files below it take inserts."""
+MAX_FILE_SIZE = 125_829_120
+"""Hudi's ``hoodie.parquet.max.file.size`` (120 MiB): how far a small file is filled."""
+RECORD_SIZE_ESTIMATE = 1024
+"""Hudi's ``hoodie.copyonwrite.record.size.estimate``: bytes per record without better data."""
+
+
+def assign_inserts(
+    plan: MutationPlan,
+    files: Sequence[FileVersion],
+    *,
+    small_file_limit: int = SMALL_FILE_LIMIT,
+    max_file_size: int = MAX_FILE_SIZE,
+) -> None:
+    """Hudi's small-file handling (``UpsertPartitioner.assignInserts``), in ``plan``: each
+    partition's inserts go first into its file groups smaller than ``small_file_limit``
+    (smallest first), each up to ``max_file_size`` at the partition's average record size
+    (bytes / rows of its files; ``RECORD_SIZE_ESTIMATE`` without rows); the rest stay
+    inserts into new file groups. ``small_file_limit`` 0 turns it off. Pure."""
+    if small_file_limit <= 0:
+        return
+    by_part: dict[str, list[FileVersion]] = {}
+    for f in files:
+        by_part.setdefault(f.partition, []).append(f)
+    for part in sorted(plan.inserts):
+        rows = plan.inserts[part]
+        mine = by_part.get(part, [])
+        total_rows = sum(f.rows for f in mine)
+        avg = max(1, sum(f.size for f in mine) // total_rows) if total_rows else RECORD_SIZE_ESTIMATE
+        for f in sorted(mine, key=lambda f: (f.size, f.path)):
+            if not rows:
+                break
+            if f.size >= small_file_limit:
+                continue
+            room = (max_file_size - f.size) // avg
+            if room <= 0:
+                continue
+            take, rows = rows[:room], rows[room:]
+            rw = plan.rewrites.get(f.path)
+            if rw is None:
+                rw = plan.rewrites[f.path] = FileRewrite(f)
+            rw.inserts.extend(take)
+        if rows:
+            plan.inserts[part] = rows
+        else:
+            del plan.inserts[part]
