@@ -59,3 +59,35 @@ def test_group_files_puts_logs_in_the_slice_of_their_base_instant() -> None:
     assert g.as_of(t2) is g.slices[0] and g.as_of(None) is g.latest and g.as_of("20250101000000000") is None
     log_only = groups[2].latest
     assert log_only.base is None and len(log_only.logs) == 1
+
+
+def test_file_groups_of_a_timeline_hold_deltacommit_logs_and_match_the_snapshot() -> None:
+    from amcommit.table.format.model import CommitMetadata, Instant, WriteStat
+    from amcommit.table.timeline.instants import LoadedCommit, file_groups, snapshot
+
+    t1, t2, t3 = "20260101000000001", "20260101000000002", "20260101000000003"
+
+    def commit(
+        t: str, action: str, *stats: WriteStat, replaced: dict[str, list[str]] | None = None
+    ) -> LoadedCommit:
+        meta = CommitMetadata(
+            partition_to_write_stats={"p=a": list(stats)}, partition_to_replace_file_ids=replaced
+        )
+        return LoadedCommit(Instant(t, action, "completed"), meta)
+
+    base = WriteStat(file_id="g", path=f"p=a/g_1-0-1_{t1}.parquet", partition_path="p=a", num_writes=3)
+    other = WriteStat(file_id="h", path=f"p=a/h_1-0-1_{t1}.parquet", partition_path="p=a", num_writes=1)
+    log = WriteStat(file_id="g", path=f"p=a/.g_{t1}.log.1_1-0-1", prev_commit=t1, partition_path="p=a")
+    commits = [
+        commit(t1, "commit", base, other),
+        commit(t2, "deltacommit", log),
+        commit(t3, "replacecommit", replaced={"p=a": ["h"]}),
+    ]
+    groups = file_groups(commits)
+    assert [g.file_id for g in groups] == ["g"]
+    (s,) = groups[0].slices
+    assert s.base is not None and s.base.path == base.path
+    assert [(f.path, f.instant, f.version) for f in s.logs] == [(log.path, t2, 1)]
+    assert [g.latest.base for g in groups] == snapshot(commits)
+    assert [g.file_id for g in file_groups(commits, as_of=t2)] == ["g", "h"]
+    assert file_groups(commits, as_of=t1)[0].latest.logs == ()

@@ -219,8 +219,8 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
     assert report_fields == {"instant", "operation", "label", "skipped_label"}
 
 
-TABLE_FLOORS = ("format", "file_group", "timeline", "write", "commit", "mutate")
-"""The table's folders, lowest first: a folder imports only from folders before it (and from
+TABLE_FLOORS = ("format", "file_group", "timeline", "query", "write", "commit", "mutate")
+"""The table's folders, lowest first (query: reading rows, below the writers, which compaction uses): a folder imports only from folders before it (and from
 the table's top modules :mod:`~amcommit.table.errors`, ``settings`` and ``report``)."""
 
 TABLE_TOP = {"amcommit.table", "amcommit.table.errors", "amcommit.table.settings", "amcommit.table.report"}

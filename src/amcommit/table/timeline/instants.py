@@ -31,7 +31,7 @@ from amcommit.errors import NotFound
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import Store
-from amcommit.table.file_group.model import FileVersion
+from amcommit.table.file_group.model import FileGroup, FileVersion, LogFile, group_files
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
@@ -41,7 +41,7 @@ from amcommit.table.format.model import (
     decode_commit_metadata,
     parse_instant_file,
 )
-from amcommit.table.format.naming import HOODIE_DIR, check_instant
+from amcommit.table.format.naming import HOODIE_DIR, check_instant, parse_log_file_name
 
 __all__ = [
     "Changes",
@@ -49,6 +49,7 @@ __all__ = [
     "LoadedCommit",
     "changes",
     "completed_instant",
+    "file_groups",
     "load_timeline",
     "snapshot",
 ]
@@ -62,6 +63,7 @@ class LoadedCommit:
     metadata: CommitMetadata
 
     def added(self) -> list[FileVersion]:
+        """The base files this commit wrote (log files are :meth:`logs`)."""
         return [
             FileVersion(
                 partition=s.partition_path if s.partition_path else partition,
@@ -73,7 +75,28 @@ class LoadedCommit:
             )
             for partition, stats in self.metadata.partition_to_write_stats.items()
             for s in stats
+            if parse_log_file_name(basename(s.path)) is None
         ]
+
+    def logs(self) -> list[LogFile]:
+        """The log files this commit wrote (a Merge-on-Read deltacommit's updates and deletes)."""
+        out: list[LogFile] = []
+        for partition, stats in self.metadata.partition_to_write_stats.items():
+            for s in stats:
+                name = parse_log_file_name(basename(s.path))
+                if name is not None:
+                    out.append(
+                        LogFile(
+                            partition=s.partition_path if s.partition_path else partition,
+                            file_id=s.file_id,
+                            path=s.path,
+                            base_instant=name.base_instant,
+                            version=name.version,
+                            instant=self.instant.time,
+                            size=s.file_size_in_bytes or s.total_write_bytes,
+                        )
+                    )
+        return out
 
     def replaced(self) -> list[tuple[str, str]]:
         """``(partition, file id)`` of every group this commit replaces."""
@@ -138,6 +161,28 @@ def snapshot(commits: Iterable[LoadedCommit], as_of: str | None = None) -> list[
     out = [f for key, f in latest.items() if key not in replaced]
     out.sort(key=lambda f: (f.partition, f.path))
     return out
+
+
+def file_groups(commits: Iterable[LoadedCommit], as_of: str | None = None) -> list[FileGroup]:
+    """Every file group of the table as of ``as_of`` (inclusive; None = latest), with its
+    slices: base files and the log files written against them, from the commits at or before
+    ``as_of``, less the groups a replace commit at or before ``as_of`` replaced. Pure.
+
+    On a Copy-on-Write table each slice is one base file; the latest slices' base files are
+    exactly :func:`snapshot`. Sorted by partition, then file id.
+    """
+    if as_of is not None:
+        check_instant(as_of)
+    bases: list[FileVersion] = []
+    logs: list[LogFile] = []
+    replaced: set[tuple[str, str]] = set()
+    for c in _sorted(commits):
+        if not _in_range(c.instant.time, None, as_of):
+            continue
+        bases.extend(c.added())
+        logs.extend(c.logs())
+        replaced.update(c.replaced())
+    return [g for g in group_files(bases, logs) if (g.partition, g.file_id) not in replaced]
 
 
 def changes(commits: Iterable[LoadedCommit], since: str | None, until: str | None = None) -> Changes:
