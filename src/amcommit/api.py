@@ -8,6 +8,11 @@ files, :data:`~amcommit.committer.kind.FILES`), skipped when the caller names th
 place that knows both.
 
 What is atomic is the engine's to say (:mod:`amcommit.committer.job`); the probe only reads.
+
+It also re-exports what an embedding program needs beside them, so examples import from one
+public place: :func:`open_location` / :func:`open_store` (a store for a URL),
+:class:`CommitterConfig`, and the task calls :func:`setup_task`, :func:`commit_task`,
+:func:`abort_task` (:mod:`amcommit.committer.task`, where what is atomic is stated).
 """
 
 from __future__ import annotations
@@ -21,16 +26,32 @@ from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import ConfigError
 from amcommit.manifest import TaskManifest
 from amcommit.store.base import Store
 from amcommit.store.limits import Limiter
+from amcommit.store.schemes import open_location, open_store
 from amcommit.table.kind import TableKind, is_table
 from amcommit.table.labels import Label
 from amcommit.table.naming import is_instant
 from amcommit.table.staging import is_table_layout
 
-__all__ = ["KindName", "abort_job", "commit_job", "kind_of", "list_jobs", "setup_job"]
+__all__ = [
+    "CommitterConfig",
+    "JobReport",
+    "KindName",
+    "abort_job",
+    "abort_task",
+    "commit_job",
+    "commit_task",
+    "kind_of",
+    "list_jobs",
+    "open_location",
+    "open_store",
+    "setup_job",
+    "setup_task",
+]
 
 KindName = Literal["files", "table"]
 """A kind named by the caller: ``"files"`` (a plain destination) or ``"table"`` (Hudi)."""
