@@ -40,7 +40,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PYTHON_FENCES = {"python", "py", "python3", "pycon"}
 MARK = re.compile(r"^<!--\s*(run|not-run)\s*:\s*(.*?)\s*-->\s*$")
 GROUPS = ("local", "spark", "gcs")
-TIMEOUT = {"local": 120, "gcs": 120, "spark": 280}
+TIMEOUT = {"local": 120, "gcs": 120, "spark": 540}
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,7 @@ def test_gcs_examples(fake_gcs: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(600)
 def test_spark_examples(tmp_path: Path) -> None:
     """The ``run: spark`` blocks run in one driver process (the README's complete example
     builds the session; later pages get it back with ``getOrCreate()``)."""
