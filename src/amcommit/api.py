@@ -8,6 +8,11 @@ files, :data:`~amcommit.committer.kind.FILES`), skipped when the caller names th
 place that knows both.
 
 What is atomic is the engine's to say (:mod:`amcommit.committer.job`); the probe only reads.
+
+It also re-exports what an embedding program needs beside them, so examples import from one
+public place: :func:`open_location` / :func:`open_store` (a store for a URL),
+:class:`CommitterConfig`, and the task calls :func:`setup_task`, :func:`commit_task`,
+:func:`abort_task` (:mod:`amcommit.committer.task`, where what is atomic is stated).
 """
 
 from __future__ import annotations
@@ -23,24 +28,33 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.leftovers import LeftoverSweep
 from amcommit.committer.leftovers import remove_leftovers as _remove_leftovers
 from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import ConfigError
 from amcommit.manifest import TaskManifest
 from amcommit.store.base import Store
 from amcommit.store.limits import Limiter
+from amcommit.store.schemes import open_location, open_store
 from amcommit.table.commit.kind import TableKind, is_table
 from amcommit.table.commit.labels import Label
 from amcommit.table.format.naming import is_instant
 from amcommit.table.write.staging import is_table_layout
 
 __all__ = [
+    "CommitterConfig",
+    "JobReport",
     "KindName",
     "LeftoverSweep",
     "abort_job",
+    "abort_task",
     "commit_job",
+    "commit_task",
     "kind_of",
     "list_jobs",
+    "open_location",
+    "open_store",
     "remove_leftovers",
     "setup_job",
+    "setup_task",
 ]
 
 KindName = Literal["files", "table"]
