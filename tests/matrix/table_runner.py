@@ -16,28 +16,43 @@ a permanent store error, a dead writer taken over) and what follows. Checks:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from amcommit import errors
 from amcommit.committer import abort_job, commit_job
+from amcommit.committer.lock import held_by, unfinished_journal
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
 from amcommit.paths import join, relative_to
 from amcommit.table.direct import commit_direct_task, write_in_place
 from amcommit.table.model import Operation
+from amcommit.table.naming import STAGING_DIR
 from amcommit.table.properties import encode_properties, new_properties
 from amcommit.table.rollback import rollback_instant
 from amcommit.table.schema import avro_schema
 from amcommit.table.settings import TableConfig
+from amcommit.table.timeline import completed_instant
 from amcommit.table.write import TableSpec, begin_write
 from amcommit.testing.faults import FaultRule, FaultyStore
 from tests.matrix import table_oracle as to
 from tests.matrix.oracle import Job
-from tests.matrix.runner import CONFIG, Cell, check_outside, failing_store, files_below, put_all, run_child
+from tests.matrix.runner import (
+    CONFIG,
+    Cell,
+    StallingStore,
+    check_outside,
+    failing_store,
+    files_below,
+    put_all,
+    run_child,
+)
 from tests.matrix.scenarios import OUTSIDE
 
 SPEC = TableSpec(to.TABLE_NAME, partition_fields=("p",))
@@ -371,7 +386,8 @@ async def run_table_error(cell: Cell) -> None:
     faulty = failing_store(cell)
     try:
         cfg = config(io_threads=1, load_threads=1, **_ttl(cell))
-        await commit_job(faulty, cell.dest, w.instant, config=cfg)  # type: ignore[arg-type]
+        with anyio.fail_after(60):  # a stall ends when the lock is lost: 0.75 * lock_ttl
+            await commit_job(faulty, cell.dest, w.instant, config=cfg)  # type: ignore[arg-type]
     except AmcommitError as e:
         assert isinstance(e, getattr(errors, f.raises)), f"{type(e).__name__}: {e}"
         assert "\n" not in str(e), "error message is not one line"
@@ -379,18 +395,40 @@ async def run_table_error(cell: Cell) -> None:
         raise AssertionError("the commit did not fail")
     assert sum(faulty.injected.values()) > 0, "no fault was injected"
     await check_all_or_nothing(cell, to.OLD_ROWS, w)
+    if f.rule == "lock-lost":
+        await check_lock_lost(cell, w, faulty)
     hudi = cell.backend == "local" or cell.backend in HUDI_UNREACHABLE
+    # what follows runs with the default ttls (a loaded machine renews them): it takes its
+    # own lock, left by the failed commit, back at once
     if sc.then == "resume":
-        report = await commit_job(cell.store, cell.dest, w.instant, config=config(**_ttl(cell)))
+        report = await commit_job(cell.store, cell.dest, w.instant, config=config())
         assert report.success and report.instant == w.instant
         await check_table(cell, OLD, [w], to.rows_after(w.job, to.OLD_ROWS), hudi=hudi)
         return
     for again in (False, True):
-        await abort_job(cell.store, cell.dest, w.instant, config=config(**_ttl(cell)))
+        await abort_job(cell.store, cell.dest, w.instant, config=config())
         if f.past_no_return:
             await check_table(cell, OLD, [w], to.rows_after(w.job, to.OLD_ROWS), hudi=hudi and not again)
         else:
             await check_table(cell, OLD, [], to.OLD_ROWS, hudi=hudi and not again)
+
+
+async def check_lock_lost(cell: Cell, w: Write, faulty: StallingStore) -> None:
+    """After a commit that lost its lock at its stall (rule ``lock-lost``): the stall was the
+    one the fault names, nothing was published (no completed instant), the lock still names
+    the write (a lost lock is never released) and the journal is there exactly when the
+    fault says the commit had passed its point of no return (what follows completes the
+    write then, else rolls it back). A premise that fails here fails the cell as such, never
+    as a lost commit further on."""
+    f = cell.sc.fault
+    stall = next(r for r in f.fail if r.get("kind") == "stall")
+    assert faulty.stalled is not None and fnmatch.fnmatchcase(faulty.stalled, cell.path(stall["path"])), (
+        f"stalled at {faulty.stalled!r}"
+    )
+    assert await completed_instant(cell.store, cell.dest, w.instant) is None, "the lost-lock commit published"
+    assert await held_by(cell.store, cell.dest, w.instant, staging=STAGING_DIR), "the lost lock was released"
+    journal = await unfinished_journal(cell.store, cell.dest, w.instant, staging=STAGING_DIR)
+    assert (journal is not None) == f.past_no_return, f"journal {journal}"
 
 
 async def run_table_plain(cell: Cell) -> None:
