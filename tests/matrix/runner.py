@@ -20,9 +20,9 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -43,6 +43,8 @@ from tests.matrix.chaos_proxy import ChaosProxy
 from tests.matrix.oracle import Job
 from tests.matrix.scenarios import OUTSIDE, Scenario
 from tests.matrix.stores import COPY_RENAME_BACKENDS, BackendInfo, open_store, via
+
+T = TypeVar("T")
 
 CONFIG = {"io_threads": 4, "retry_base_delay": 0.005, "retry_max_delay": 0.1}
 """Committer options of every commit/abort of the matrix (small pools, fast retries)."""
@@ -417,9 +419,39 @@ async def run_takeover(cell: Cell) -> None:
 
 
 # -- a commit that fails for good, then commit-job / abort-job (issue 23 item 4) -------------------
-def failing_store(cell: Cell) -> FaultyStore:
-    """The fault's FaultyStore rules (scenarios.py ``Fault.fail``) around the cell's store."""
-    faulty = FaultyStore(cell.store, seed=7)
+class StallingStore(FaultyStore):
+    """A FaultyStore with stalls: a call a stall rule selects never reaches the wrapped
+    store; it waits until it is cancelled (by the lock's heartbeat once the lock is lost).
+    Rules marked ``"when": "stalled"`` are armed only when the first stall begins. So "the
+    lock is lost at this request" holds however slow the machine is: before the stall the
+    lock is renewed as usual, from the stall on every renewal fails."""
+
+    def __init__(self, inner: Store, *, seed: int | None = 7) -> None:
+        super().__init__(inner, seed=seed)
+        self.stalls: list[FaultRule] = []
+        self.armed: list[FaultRule] = []
+        """Rules added to :attr:`rules` when the first stall begins."""
+        self.stalled: str | None = None
+        """The path of the first stalled call (None: no stall yet)."""
+
+    def _selects(self, op: str, paths: tuple[str, ...]) -> bool:
+        return any(r.selects(op, paths) for r in self.stalls) or super()._selects(op, paths)
+
+    async def _call(self, op: str, paths: tuple[str, ...], fn: Callable[[], Awaitable[T]]) -> T:
+        if any(r.check(op, paths) for r in self.stalls):
+            if self.stalled is None:
+                self.stalled = paths[0]
+                self.rules += self.armed
+            self.injected[f"stall:{op}"] += 1
+            self.events.append(("stall", op, paths))
+            await anyio.sleep_forever()
+        return await super()._call(op, paths, fn)
+
+
+def failing_store(cell: Cell) -> StallingStore:
+    """The fault's FaultyStore rules (scenarios.py ``Fault.fail``) around the cell's store;
+    kind ``stall``: see :class:`StallingStore`."""
+    faulty = StallingStore(cell.store, seed=7)
     for r in cell.sc.fault.fail:
         kind, op = r.get("kind", "error"), r["op"]
         ops = frozenset([op] if isinstance(op, str) else op)
@@ -427,11 +459,18 @@ def failing_store(cell: Cell) -> FaultyStore:
         after, count = r.get("after", 0), r.get("count")
         if kind == "error":
             error = getattr(errors, r["error"])
-            faulty.add(FaultRule("error", ops, path, after=after, count=count, error=error))
+            rule = FaultRule("error", ops, path, after=after, count=count, error=error)
         elif kind == "throttle":
-            faulty.add(FaultRule("throttle", ops, path, after=after, retry_after=0.0))
+            rule = FaultRule("throttle", ops, path, after=after, retry_after=0.0)
+        elif kind == "stall":
+            faulty.stalls.append(FaultRule("latency", ops, path, after=after, count=count))
+            continue
         else:
-            faulty.add(FaultRule("latency", ops, path, after=after, seconds=r["seconds"]))
+            rule = FaultRule("latency", ops, path, after=after, seconds=r["seconds"])
+        if r.get("when") == "stalled":
+            faulty.armed.append(rule)
+        else:
+            faulty.add(rule)
     return faulty
 
 

@@ -337,10 +337,19 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
         return anyio.run(go)
 
     def wait_exit(proc: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a bound for a busy machine, not a wait
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is not None
+
+    def wait_beat(proc: subprocess.Popen[bytes], beat: Path, first: int) -> None:
+        """Until the beat is rewritten (the process beats), bounded for a busy machine: a
+        beat every ttl/3 (0.13 s) shows at once when the machine is idle."""
+        deadline = time.monotonic() + 30
+        while beat.stat().st_mtime_ns == first:
+            assert proc.poll() is None, "the beater ended while its driver lives"
+            assert time.monotonic() < deadline, "no beat within 30 s"
+            time.sleep(0.02)
 
     # the driver dies: the beats stop, the heartbeat stays (and ages)
     instant, _ = anyio.run(begin)
@@ -349,7 +358,7 @@ def test_beater_process_beats_until_the_write_or_the_driver_is_gone(tmp_path: Pa
     try:
         proc = start(url, {}, instant, 0.4, watch=local_process(driver.pid))
         first = beat.stat().st_mtime_ns
-        time.sleep(0.5)
+        wait_beat(proc, beat, first)
         assert beat.stat().st_mtime_ns > first and proc.poll() is None
         assert judged(instant) not in (None, float("-inf"))  # alive
     finally:
