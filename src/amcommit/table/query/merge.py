@@ -246,6 +246,30 @@ def _deleted_keys(state: pa.Table, recs: list[lb.DeleteRecord], recipe: SliceRec
     return keys - {r.record_key for r, o in zip(ordered, older, strict=True) if o}
 
 
+def _runs(
+    blocks: Sequence[tuple[str, lb.LogBlock]], recipe: SliceRecipe, like: pa.Schema | None
+) -> list[tuple[str, lb.LogBlock, pa.Table]]:
+    """The blocks as merge steps: a delete block alone; a data block with its records.
+    Under ``OverwriteWithLatest`` consecutive data blocks are one step (their records
+    concatenated: the last copy of a key wins either way), so a slice with many blocks is
+    merged with its base rows once per run, not once per block."""
+    out: list[tuple[str, lb.LogBlock, pa.Table]] = []
+    joinable = False
+    for path, block in blocks:
+        if block.type == lb.BlockType.DELETE:
+            out.append((path, block, pa.table({})))
+            joinable = False
+            continue
+        t = _block_table(block, path, like)
+        if joinable and recipe.payload is Payload.OVERWRITE_WITH_LATEST:
+            p0, b0, t0 = out[-1]
+            out[-1] = (p0, b0, pa.concat_tables([t0, t], promote_options="permissive"))
+        else:
+            out.append((path, block, t))
+        joinable = True
+    return out
+
+
 def merge_slice(
     base: pa.Table | None,
     blocks: Sequence[tuple[str, lb.LogBlock]],
@@ -262,7 +286,7 @@ def merge_slice(
             state.replace_schema_metadata(None), _keys(state, recipe) if not recipe.meta_fields else []
         )
     like = like if like is not None else (base.schema if base is not None else None)
-    for path, block in blocks:
+    for path, block, incoming in _runs(blocks, recipe, like):
         if block.type == lb.BlockType.DELETE:
             if state is None or not state.num_rows:
                 continue
@@ -273,7 +297,6 @@ def merge_slice(
                 )
                 state = state.filter(keep)
             continue
-        incoming = _block_table(block, path, like)
         if not incoming.num_rows:
             continue
         keys = _keys(incoming, recipe)
@@ -281,9 +304,8 @@ def merge_slice(
         if state is None:
             state = incoming
             continue
-        stored = set(state.column(KEY_COLUMN).to_pylist())
-        new_rows = [i for i, k in enumerate(keys) if k not in stored]
-        appended = incoming.take(pa.array(new_rows, pa.int64())) if new_rows else None
+        is_new = pc.invert(pc.is_in(pa.array(keys, pa.string()), value_set=state.column(KEY_COLUMN)))
+        appended = incoming.filter(is_new) if pc.any(is_new).as_py() else None
         state, _ = merge_file(
             state,
             incoming,
