@@ -94,6 +94,8 @@ def _fast_keeps(item: pytest.Item) -> bool:
         return False
     if _FAST_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return False
+    if item.get_closest_marker("spark") is not None:  # e.g. the docs' Spark examples
+        return False
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         ident = callspec.id.lower()

@@ -8,6 +8,11 @@ files, :data:`~amcommit.committer.kind.FILES`), skipped when the caller names th
 place that knows both.
 
 What is atomic is the engine's to say (:mod:`amcommit.committer.job`); the probe only reads.
+
+It also re-exports what an embedding program needs beside them, so examples import from one
+public place: :func:`open_location` / :func:`open_store` (a store for a URL),
+:class:`CommitterConfig`, and the task calls :func:`setup_task`, :func:`commit_task`,
+:func:`abort_task` (:mod:`amcommit.committer.task`, where what is atomic is stated).
 """
 
 from __future__ import annotations
@@ -20,17 +25,37 @@ from amcommit.committer.job import abort_with, commit_with, resolve_layout, setu
 from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.leftovers import LeftoverSweep
+from amcommit.committer.leftovers import remove_leftovers as _remove_leftovers
 from amcommit.committer.report import JobReport, ProgressCallback
+from amcommit.committer.task import abort_task, commit_task, setup_task
 from amcommit.errors import ConfigError
 from amcommit.manifest import TaskManifest
 from amcommit.store.base import Store
 from amcommit.store.limits import Limiter
+from amcommit.store.schemes import open_location, open_store
 from amcommit.table.commit.kind import TableKind, is_table
 from amcommit.table.commit.labels import Label
 from amcommit.table.format.naming import is_instant
 from amcommit.table.write.staging import is_table_layout
 
-__all__ = ["KindName", "abort_job", "commit_job", "kind_of", "list_jobs", "setup_job"]
+__all__ = [
+    "CommitterConfig",
+    "JobReport",
+    "KindName",
+    "LeftoverSweep",
+    "abort_job",
+    "abort_task",
+    "commit_job",
+    "commit_task",
+    "kind_of",
+    "list_jobs",
+    "open_location",
+    "open_store",
+    "remove_leftovers",
+    "setup_job",
+    "setup_task",
+]
 
 KindName = Literal["files", "table"]
 """A kind named by the caller: ``"files"`` (a plain destination) or ``"table"`` (Hudi)."""
@@ -180,3 +205,14 @@ async def list_jobs(
         kind = "table"  # the table's listing probes hoodie.properties itself (else plain)
     picked = await kind_of(store, dest, config, kind=kind)
     return await picked.list_jobs(store, dest, config)
+
+
+async def remove_leftovers(
+    store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> LeftoverSweep:
+    """What ``amcommit jobs --remove-leftovers`` does: delete what task attempts left under
+    ``$dest/_temporary`` after their job was over (committed or aborted), and report which
+    jobs it removed and which it kept (a job whose marker exists, or whose lock is held, is
+    kept whole). Not atomic: each attempt directory is deleted on its own; a crash leaves
+    the rest for the next call. Idempotent."""
+    return await _remove_leftovers(store, dest, config=config)

@@ -13,10 +13,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, remove_leftovers, setup_job
 from amcommit.committer.journal import Journal
 from amcommit.committer.layout import JobLayout
-from amcommit.committer.leftovers import remove_leftovers
 from amcommit.committer.lock import LockBody, lock_path
 from amcommit.paths import join
 from amcommit.store.base import Store

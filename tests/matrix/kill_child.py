@@ -17,7 +17,7 @@ import sys
 
 import anyio
 
-from amcommit.committer import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.table.settings import TableConfig
 from tests.matrix.kill_rules import arm
 from tests.matrix.stores import open_store

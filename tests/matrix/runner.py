@@ -27,7 +27,8 @@ from typing import Any
 import anyio
 
 from amcommit import errors
-from amcommit.committer import CommitterConfig, JobLayout, Progress, abort_job, commit_job, setup_job
+from amcommit.api import abort_job, commit_job, setup_job
+from amcommit.committer import CommitterConfig, JobLayout, Progress
 from amcommit.committer.lock import held_by, unfinished_journal
 from amcommit.committer.report import JobReport
 from amcommit.committer.task import abort_task, commit_task, setup_task

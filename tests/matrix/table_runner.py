@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amcommit import errors
-from amcommit.committer import abort_job, commit_job
+from amcommit.api import abort_job, commit_job
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
 from amcommit.paths import join, relative_to

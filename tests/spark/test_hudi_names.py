@@ -108,7 +108,7 @@ def test_mistakes_are_named(spark: Any, tmp_path: Path) -> None:
             df,
             {"hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.SimpleKeyGenerator"},
             "amcommit does not support Hudi option 'hoodie.datasource.write.keygenerator.class' "
-            "(README: Hudi's option names)",
+            "(docs/configuration.md: Hudi's option names)",
         ),
     ]
     for fn, frame, opts, msg in cases:

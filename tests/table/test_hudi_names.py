@@ -100,12 +100,12 @@ async def test_record_key_a_comma_b_is_two_columns(tmp_path: Path) -> None:
     [
         (
             {"hoodie.metadata.enable": "x"},
-            "amcommit does not support Hudi option 'hoodie.metadata.enable' (README: Hudi's option names)",
+            "amcommit does not support Hudi option 'hoodie.metadata.enable' (docs/configuration.md: Hudi's option names)",
         ),
         (
             {"hoodie.datasource.write.precombine.fields": "ts"},
             "amcommit does not support Hudi option 'hoodie.datasource.write.precombine.fields'; did you mean "
-            "'hoodie.datasource.write.precombine.field'? (README: Hudi's option names)",
+            "'hoodie.datasource.write.precombine.field'? (docs/configuration.md: Hudi's option names)",
         ),
         (
             {"hoodie.write.set.null.for.missing.columns": "true"},

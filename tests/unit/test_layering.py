@@ -153,7 +153,10 @@ def test_no_edge_is_allowed_and_the_engine_has_no_front_door_shims() -> None:
     for name in ("setup_job", "commit_job", "abort_job"):
         assert not hasattr(amcommit.committer.job, name)
         # the README's old path, kept for one release: the front door's function itself
-        assert getattr(amcommit.committer, name) is getattr(amcommit.api, name)
+        with pytest.warns(
+            DeprecationWarning, match=f"amcommit.committer.{name} moved to amcommit.api.{name}"
+        ):
+            assert getattr(amcommit.committer, name) is getattr(amcommit.api, name)
     with pytest.raises(AttributeError, match="no attribute 'commit_jobs'"):
         _ = amcommit.committer.commit_jobs  # type: ignore[attr-defined]
 

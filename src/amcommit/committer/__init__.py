@@ -39,7 +39,14 @@ def __getattr__(name: str) -> object:
     """``commit_job``, ``setup_job``, ``abort_job``: :mod:`amcommit.api`'s (see ``_MOVED``),
     imported on first use only, so the engine package does not import the front door."""
     if name in _MOVED:
+        import warnings
+
         from amcommit import api
 
+        warnings.warn(
+            f"amcommit.committer.{name} moved to amcommit.api.{name}; the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -54,7 +54,7 @@ HADOOP_KEYS: dict[str, str] = {
 
 
 class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Every knob of the committer. Defaults suit cloud stores; see README for tuning.
+    """Every knob of the committer. Defaults suit cloud stores; see docs/configuration.md for tuning.
     A job kind's own settings are the kind's (a table's: its ``TableSettings``, and
     ``TableConfig``, which adds them to these).
 

@@ -39,20 +39,23 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from amcommit.table.commit.clean import CleanReport
     from amcommit.table.commit.labels import Label, last_committed, recover
     from amcommit.table.errors import (
         CleanedPast,
+        MutationError,
         NotATable,
         RangeReversed,
         SchemaMismatch,
         UnknownInstant,
         WriteConflict,
     )
+    from amcommit.table.file_group.merge import Payload
+    from amcommit.table.format.bloom import BloomSettings
     from amcommit.table.format.model import Operation
     from amcommit.table.format.schema import avro_schema
     from amcommit.table.mutate.engine import (
         MutateReport,
-        MutationError,
         delete,
         delete_blocking,
         upsert,
@@ -62,9 +65,13 @@ if TYPE_CHECKING:
     from amcommit.table.report import TableReport, table_report
     from amcommit.table.settings import TableConfig
     from amcommit.table.timeline.reader import BlockingTimeline, Timeline, open_timeline
-    from amcommit.table.write.task import TableSpec, TableTask, begin_write, setup_table_task
+    from amcommit.table.write.task import TableSpec, TableTask, TableWrite, begin_write, setup_table_task
 
 _FACE: dict[str, str] = {
+    "BloomSettings": "amcommit.table.format.bloom",
+    "CleanReport": "amcommit.table.commit.clean",
+    "Payload": "amcommit.table.file_group.merge",
+    "TableWrite": "amcommit.table.write.task",
     "Label": "amcommit.table.commit.labels",
     "last_committed": "amcommit.table.commit.labels",
     "recover": "amcommit.table.commit.labels",
@@ -77,7 +84,7 @@ _FACE: dict[str, str] = {
     "Operation": "amcommit.table.format.model",
     "avro_schema": "amcommit.table.format.schema",
     "MutateReport": "amcommit.table.mutate.engine",
-    "MutationError": "amcommit.table.mutate.engine",
+    "MutationError": "amcommit.table.errors",
     "delete": "amcommit.table.mutate.engine",
     "delete_blocking": "amcommit.table.mutate.engine",
     "upsert": "amcommit.table.mutate.engine",
@@ -99,18 +106,22 @@ _FACE: dict[str, str] = {
 
 __all__ = [
     "BlockingTimeline",
+    "BloomSettings",
+    "CleanReport",
     "CleanedPast",
     "Label",
     "MutateReport",
     "MutationError",
     "NotATable",
     "Operation",
+    "Payload",
     "RangeReversed",
     "SchemaMismatch",
     "TableConfig",
     "TableReport",
     "TableSpec",
     "TableTask",
+    "TableWrite",
     "Timeline",
     "UnknownInstant",
     "UnknownQueryType",

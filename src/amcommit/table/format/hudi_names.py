@@ -99,7 +99,7 @@ def resolve(options: Mapping[str, Any], side: Side) -> dict[str, Any]:
             close = difflib.get_close_matches(low, list(HUDI_WRITE_NAMES), n=1, cutoff=0.85)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"amcommit does not support Hudi option {key!r}{hint} (README: Hudi's option names)"
+                f"amcommit does not support Hudi option {key!r}{hint} (docs/configuration.md: Hudi's option names)"
             )
         ours = names[0] if side == "engine" else names[1]
         if ours is None:
