@@ -13,6 +13,8 @@ first use (importing :mod:`amcommit.table` costs nothing). The layout underneath
 - :mod:`amcommit.table.file_group` -- file groups and file slices, the footer index, the
   merge of records;
 - :mod:`amcommit.table.timeline` -- the timeline: listing, loading, the reader handle, views;
+- :mod:`amcommit.table.query` -- reading rows: snapshot (base files merged with their log
+  blocks), read-optimized, time travel, incremental (:func:`read`, :func:`read_async`);
 - :mod:`amcommit.table.write` -- begin a write, staging, the task writer, markers;
 - :mod:`amcommit.table.commit` -- the table kind's job commit, rollback, clean, labels;
 - :mod:`amcommit.table.mutate` -- upsert and delete by record key.
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
         upsert,
         upsert_blocking,
     )
+    from amcommit.table.query.read import UnknownQueryType, read, read_async
     from amcommit.table.report import TableReport, table_report
     from amcommit.table.settings import TableConfig
     from amcommit.table.timeline.reader import BlockingTimeline, Timeline, open_timeline
@@ -86,6 +89,9 @@ _FACE: dict[str, str] = {
     "delete_blocking": "amcommit.table.mutate.engine",
     "upsert": "amcommit.table.mutate.engine",
     "upsert_blocking": "amcommit.table.mutate.engine",
+    "UnknownQueryType": "amcommit.table.query.read",
+    "read": "amcommit.table.query.read",
+    "read_async": "amcommit.table.query.read",
     "TableReport": "amcommit.table.report",
     "table_report": "amcommit.table.report",
     "TableConfig": "amcommit.table.settings",
@@ -118,6 +124,7 @@ __all__ = [
     "TableWrite",
     "Timeline",
     "UnknownInstant",
+    "UnknownQueryType",
     "WriteConflict",
     "avro_schema",
     "begin_write",
@@ -125,6 +132,8 @@ __all__ = [
     "delete_blocking",
     "last_committed",
     "open_timeline",
+    "read",
+    "read_async",
     "recover",
     "setup_table_task",
     "table_report",

@@ -44,8 +44,11 @@ class Action(enum.StrEnum):
     INDEXING = "indexing"
 
 
-WRITE_ACTIONS = frozenset({Action.COMMIT, Action.REPLACE_COMMIT})
-"""Actions that add files to the table (the only ones amcommit writes besides clean)."""
+WRITE_ACTIONS = frozenset({Action.COMMIT, Action.REPLACE_COMMIT, Action.DELTA_COMMIT})
+"""Actions that add files to the table: ``commit`` (also a completed compaction, with
+``"compacted": true``), ``replacecommit`` and Merge-on-Read's ``deltacommit`` (base files and
+log files). A pending ``compaction`` (``.compaction.requested`` / ``.inflight``) is none of
+them: it completes as a ``commit``."""
 
 
 class State(enum.StrEnum):

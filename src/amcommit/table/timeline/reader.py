@@ -42,7 +42,7 @@ from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
-from amcommit.table.file_group.model import FileVersion
+from amcommit.table.file_group.model import FileGroup, FileVersion
 from amcommit.table.format import avro_meta
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
@@ -54,7 +54,7 @@ from amcommit.table.format.model import (
     parse_instant_file,
 )
 from amcommit.table.format.naming import HOODIE_DIR, check_instant, parse_instant
-from amcommit.table.timeline.instants import Changes, LoadedCommit, changes, snapshot
+from amcommit.table.timeline.instants import Changes, LoadedCommit, changes, file_groups, snapshot
 
 FROM_START = frozenset({"0", "00", "000"})
 """Values of ``since`` meaning "from the start of the timeline" (Hudi's ``000``)."""
@@ -67,6 +67,7 @@ __all__ = [
     "CleanMark",
     "InstantInfo",
     "Listing",
+    "SliceView",
     "Timeline",
     "open_timeline",
     "record_counts",
@@ -147,10 +148,30 @@ class Listing:
     objects: dict[str, ObjectInfo]
     """File name in ``.hoodie/`` -> what the listing said about it."""
     writes: list[str]
-    """Times of the completed write instants (commit, replacecommit), sorted."""
+    """Times of the completed write instants (commit, replacecommit, deltacommit), sorted."""
 
     def completed_times(self) -> set[str]:
         return {i.time for i in self.instants if i.completed}
+
+
+@dataclass(frozen=True)
+class SliceView:
+    """The file groups a reader reads as of ``as_of``, and what decides which log blocks
+    count (as Hudi's Java log reader and hudi-rs decide it): a block written by an instant in
+    ``completed`` (completed write instants: commit, replacecommit, deltacommit), or by an
+    instant older than ``start`` (the active timeline's first instant: archived, hence
+    completed), and not after ``as_of``."""
+
+    groups: list[FileGroup]
+    completed: frozenset[str]
+    start: str | None
+    as_of: str | None
+
+    def trusts(self, instant: str) -> bool:
+        """Whether a log block written by ``instant`` is read."""
+        if self.as_of is not None and instant > self.as_of:
+            return False
+        return instant in self.completed or (self.start is not None and instant < self.start)
 
 
 def table_uri(store: Store, dest: str) -> str:
@@ -268,6 +289,10 @@ class Timeline:
                         t, self.dest, f"the {i.action} is {i.state.value}, not completed"
                     )
                 return
+        if lst.instants and t < lst.instants[0].time:
+            raise UnknownInstant.make(
+                t, self.dest, f"it is before the active timeline, which starts at {lst.instants[0].time}"
+            )
         raise UnknownInstant.make(t, self.dest)
 
     def _write_instants(self, lst: Listing, since: str | None, until: str | None) -> list[Instant]:
@@ -319,6 +344,36 @@ class Timeline:
             if mark is not None and as_of < mark.earliest:
                 raise CleanedPast.make(f"time travel to {as_of}", mark.earliest, mark.clean)
         return snapshot(await self.load(self._write_instants(lst, None, as_of)), as_of)
+
+    async def file_groups(self, as_of: str | None = None, *, since: str | None = None) -> SliceView:
+        """Every file group as of ``as_of`` (inclusive; None: latest) with its slices, base
+        files and log files (:func:`amcommit.table.timeline.instants.file_groups`), and the
+        instants a reader of log blocks trusts (:class:`SliceView`). ``since`` (a completed
+        instant, or ``"000"``/None: the start) only checks the lower bound of an incremental
+        read: known, not after ``as_of``, not cleaned past. Refusals as :meth:`snapshot` and
+        :meth:`changes`. One listing, one read per completed write instant up to ``as_of``."""
+        if isinstance(since, str) and since.strip() in FROM_START:
+            since = None
+        for t in (since, as_of):
+            if t is not None:
+                check_instant(t)
+        if since is not None and as_of is not None and since > as_of:
+            raise RangeReversed.make(since, as_of)
+        lst = await self.listing()
+        self._check_known(lst, as_of)
+        self._check_known(lst, since)
+        lowest = since if since is not None else as_of
+        picked = self._write_instants(lst, None, as_of)
+        if picked:
+            mark = await self.cleaned(lst)
+            if mark is not None:
+                if lowest is not None and lowest < mark.earliest:
+                    what = f"changes since {since}" if since is not None else f"time travel to {as_of}"
+                    raise CleanedPast.make(what, mark.earliest, mark.clean)
+        groups = file_groups(await self.load(picked), as_of)
+        done = frozenset(lst.writes)
+        start = lst.instants[0].time if lst.instants else None
+        return SliceView(groups, done, start, as_of)
 
     async def commits(self) -> list[LoadedCommit]:
         """Every completed write instant with its metadata, in timeline order."""
