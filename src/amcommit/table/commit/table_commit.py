@@ -543,7 +543,7 @@ def _write_stats(
     return stats
 
 
-def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
+def own_files_check(dest: str, instant: str, depth: int, *, logs: bool = False) -> ManifestCheck:
     """The table's check of each task manifest while the job commit loads them
     (:attr:`~amcommit.committer.stages.load_manifests.LoadInputs.check`): a write of
     ``instant`` publishes only its own base files, ``<fileId>_<writeToken>_<instant>.parquet``
@@ -551,13 +551,14 @@ def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
     nothing into ``.hoodie/``, nothing stamped with another instant), and the write stats a
     task manifest carries name exactly the files it publishes (else the completed instant
     would name files that do not exist). ManifestError naming the manifest and the path;
-    raised before anything is published."""
+    raised before anything is published. ``logs``: a Merge-on-Read table's write, whose log
+    files (written in place under APPEND markers) are its own too."""
     cut = len(dest) + 1 if dest else 0
 
     def check(m: TaskManifest, c: CheckedManifest, name: str) -> None:
         rels = list(map(operator.itemgetter(slice(cut, None)), c.dsts))
         dirs = [d[cut:] if d != dest else "" for d in c.dirs]
-        bad = foreign_file(rels, dirs, instant, depth)
+        bad = foreign_file(rels, dirs, instant, depth, logs=logs)
         if bad is not None:
             path, why = bad
             raise ManifestError(
@@ -700,15 +701,18 @@ async def run_table_commit(
     store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
     dest, instant = layout.dest, layout.job_id
     marker: WriteMarker | None = None
+    action: Action | None = None  # the instant's action (``deltacommit`` on Merge-on-Read)
     try:
         marker = await ctx.call(lambda: read_marker(store, layout))
         op = Operation(marker.operation)
+        action = marker.write_action()
     except NotFound:  # a cleanup cut short (flat stores delete the marker first): published?
         published = await completed_instant(store, dest, instant)
         if published is None:
             raise
         got = await ctx.call(lambda: store.get(join(dest, HOODIE_DIR, published.file_name)))
         op = Operation(decode_commit_metadata(got).operation_type)
+        action = Action(published.action)
     report.instant, report.operation = instant, op.value
     if label is None and marker is not None:
         label = marker.label()
@@ -769,7 +773,11 @@ async def run_table_commit(
     async with ctx.stage("load_manifests"):
         run.spool = load_manifests.new_spool(ctx)
         # (a resumed commit's manifests passed the check when its journal was saved)
-        check = None if props is None else own_files_check(dest, instant, len(props.partition_fields))
+        check = (
+            None
+            if props is None
+            else own_files_check(dest, instant, len(props.partition_fields), logs=props.merge_on_read)
+        )
         run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests, check))
         if manifests is not None and journal is None:
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
@@ -870,7 +878,7 @@ async def run_table_commit(
                 "first; abort this write (`amcommit abort-job`) and run it again",
                 stage="publish",
             )
-        await publish(ctx, op.action, data)
+        await publish(ctx, action or op.action, data)
     if direct and not markers_after_lock:
         # completed for another (an abort past the point of no return, a later writer): the
         # markers now (the files of late losers first); see ``markers_after_lock``

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from amcommit.errors import ManifestError
-from amcommit.table.format.model import WriteStat
+from amcommit.table.format.model import DeltaWriteStat, WriteStat
 
 __all__ = [
     "MUTATIONS_KEY",
@@ -85,12 +85,18 @@ def write_stat(rel: str, partition: str, file_id: str, rows: int, size: int) -> 
 
 
 class MutationFields(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
-    """What :data:`MUTATIONS_KEY` gives for one file."""
+    """What :data:`MUTATIONS_KEY` gives for one file. A Merge-on-Read log file also gives
+    its ``fileId``, ``logVersion``, ``baseFile`` and ``logFiles`` (its stat is then a
+    :class:`~amcommit.table.format.model.DeltaWriteStat`; None for a base file)."""
 
     prev_commit: str = "null"
     num_inserts: int
     num_update_writes: int = 0
     num_deletes: int = 0
+    file_id: str | None = None
+    log_version: int | None = None
+    base_file: str | None = None
+    log_files: list[str] | None = None
 
 
 def mutation_fields(raw: str | None, names: dict[str, str]) -> dict[str, MutationFields]:
@@ -121,7 +127,24 @@ def task_write_stats(
         partition, _, name = rel.rpartition("/")
         stat = write_stat(rel, partition, name.partition("_")[0], rows[rel], size)
         m = mutations.get(rel) if mutations else None
-        if m is not None:
+        if m is not None and m.log_version is not None:  # a Merge-on-Read log file
+            stat = DeltaWriteStat(
+                file_id=m.file_id or "",
+                path=rel,
+                prev_commit=m.prev_commit,
+                num_writes=rows[rel],
+                num_deletes=m.num_deletes,
+                num_update_writes=m.num_update_writes,
+                num_inserts=m.num_inserts,
+                total_write_bytes=size,
+                partition_path=partition,
+                file_size_in_bytes=size,
+                log_version=m.log_version,
+                log_offset=0,
+                base_file=m.base_file or "",
+                log_files=list(m.log_files or ()),
+            )
+        elif m is not None:
             stat = _copy(
                 stat,
                 prev_commit=m.prev_commit,

@@ -134,6 +134,7 @@ from amcommit.table.format.naming import (
     foreign_file,
     is_instant,
     parse_base_file_name,
+    parse_log_file_name,
 )
 from amcommit.table.format.writestats import STATS_KEY, MutationFields, task_write_stats
 from amcommit.table.timeline.instants import completed_instant
@@ -395,9 +396,13 @@ async def write_in_place(
     write was decided meanwhile (the file is then deleted again: a late attempt's upload
     never stays). Not atomic: a crash between the steps leaves a marker (and maybe the
     file) that the job commit's reconcile or a rollback removes."""
-    parsed = parse_base_file_name(basename(rel_path))
-    if parsed is None or parsed.instant != instant:
-        raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
+    if io_type is IOType.APPEND:  # a Merge-on-Read log file: its name carries the base instant
+        if parse_log_file_name(basename(rel_path)) is None:
+            raise ValueError(f"{rel_path!r} is not a log file name")
+    else:
+        parsed = parse_base_file_name(basename(rel_path))
+        if parsed is None or parsed.instant != instant:
+            raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
     rs = RetryingStore.of(store, config)
     marker = await create_marker(rs, dest, instant, rel_path, io_type, config)
     path = join(dest, rel_path)
@@ -431,6 +436,9 @@ async def commit_direct_task(
 
     await TABLE_TASKS.task_started(store, layout, config)
     for rel, _, _, _ in files:
+        if mutations and rel in mutations and mutations[rel].log_version is not None:
+            if parse_log_file_name(basename(rel)) is not None:
+                continue  # a Merge-on-Read log file (marked APPEND)
         parsed = parse_base_file_name(basename(rel))
         if parsed is None or parsed.instant != layout.job_id:
             raise CommitError(f"{rel!r} is not a base file of instant {layout.job_id}", stage="commit_task")
