@@ -6,9 +6,17 @@ Each class takes the whole message as its only positional argument (so ``copy.co
 
 from __future__ import annotations
 
-from amcommit.errors import AmcommitError, ConfigError, ConflictError
+from amcommit.errors import AmcommitError, ConfigError, ConflictError, ManifestError
 
-__all__ = ["CleanedPast", "NotATable", "RangeReversed", "SchemaMismatch", "UnknownInstant", "WriteConflict"]
+__all__ = [
+    "CleanedPast",
+    "CorruptLogBlock",
+    "NotATable",
+    "RangeReversed",
+    "SchemaMismatch",
+    "UnknownInstant",
+    "WriteConflict",
+]
 
 
 class NotATable(AmcommitError):
@@ -100,3 +108,18 @@ class WriteConflict(ConflictError):
 class MutationError(ConfigError):
     """Bad input to an upsert or delete (:mod:`amcommit.table.mutate`) (one line naming the bad thing);
     raised before anything is written."""
+
+
+class CorruptLogBlock(ManifestError):
+    """A Merge-on-Read log file holds bytes that are no valid Hudi log block (Java's corruption
+    check failed, or the block's content does not decode). ``path`` names the log file and
+    ``offset`` the byte where the bad block starts."""
+
+    def __init__(self, message: str, *, path: str = "", offset: int = -1) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+    @classmethod
+    def make(cls, path: str, offset: int, why: str) -> CorruptLogBlock:
+        return cls(f"corrupt log block in {path!r} at byte {offset}: {why}", path=path, offset=offset)
