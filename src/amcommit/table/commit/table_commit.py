@@ -65,7 +65,7 @@ from amcommit.errors import (
 )
 from amcommit.manifest import CheckedManifest, TaskManifest
 from amcommit.parallel import run_parallel
-from amcommit.paths import join, path_to_uri, relative_to
+from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
 from amcommit.table.commit.undo import rollback_table_write
@@ -95,6 +95,7 @@ from amcommit.table.format.writestats import (
     paths_of_task_stats,
     rewrites_of_task_stats,
     rows_of_task_stats,
+    seen_logs_of_task_stats,
     spliced_write_stats,
     write_stat,
 )
@@ -389,18 +390,30 @@ async def _schema_of(
 
 
 def rewrite_conflict(
-    rewrites: Sequence[tuple[str, str, str]], commits: Sequence[LoadedCommit], mine: str
+    rewrites: Sequence[tuple[str, str, str]],
+    commits: Sequence[LoadedCommit],
+    mine: str,
+    seen_logs: dict[tuple[str, str], frozenset[str]] | None = None,
 ) -> tuple[str, str, str] | None:
     """``(other instant, partition, fileId)`` of the first file group this write rewrites
     (``(partition, fileId, prevCommit)`` each) that another completed commit later than its
-    ``prevCommit`` added a version of, or replaced; None if none did. Pure (Hudi's
-    ``SimpleConcurrentFileWritesConflictResolutionStrategy``, by file group)."""
+    ``prevCommit`` added a version of, or replaced, or (Merge-on-Read) added a log file to
+    that is not among the log files this write saw (``seen_logs``: by group, the
+    ``logFiles`` of its log stat; a log write's ``prevCommit`` is the slice's base instant);
+    None if none did. Pure (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``,
+    by file group)."""
     prev = {(p, fid): t for p, fid, t in rewrites}
+    saw = seen_logs or {}
     for c in sorted(commits, key=lambda c: c.instant.time):
         t = c.instant.time
         if t == mine:
             continue
         touched = [(f.partition, f.file_id) for f in c.added()] + c.replaced()
+        touched += [
+            (lg.partition, lg.file_id)
+            for lg in c.logs()
+            if basename(lg.path) not in saw.get((lg.partition, lg.file_id), frozenset())
+        ]
         for group in touched:
             seen = prev.get(group)
             if seen is not None and t > seen:
@@ -422,10 +435,15 @@ async def check_conflicts(
     ]
     if not rewrites:
         return
+    seen: dict[tuple[str, str], frozenset[str]] = {}
+    for extra in loaded.extra_data:
+        raw = extra.get(STATS_KEY)
+        if raw and '"logFiles"' in raw:
+            seen.update(seen_logs_of_task_stats(raw))
     mine = ctx.layout.job_id
     oldest = min(t for _, _, t in rewrites)
     later = [i for i in instants if i.completed and i.action in WRITE_ACTIONS and oldest < i.time != mine]
-    found = rewrite_conflict(rewrites, await _load_commits(ctx, later), mine)
+    found = rewrite_conflict(rewrites, await _load_commits(ctx, later), mine, seen)
     if found is not None:
         other, partition, file_id = found
         await abort_held(kind, ctx.store, ctx.layout.dest, mine, config=ctx.config)

@@ -36,6 +36,7 @@ __all__ = [
     "paths_of_task_stats",
     "rewrites_of_task_stats",
     "rows_of_task_stats",
+    "seen_logs_of_task_stats",
     "spliced_write_stats",
     "task_write_stats",
     "write_stat",
@@ -181,6 +182,18 @@ def rewrites_of_task_stats(raw: str) -> list[tuple[str, str, str]]:
     return [(s.partition_path, s.file_id, s.prev_commit) for s in stats if s.prev_commit not in ("null", "")]
 
 
+def seen_logs_of_task_stats(raw: str) -> dict[tuple[str, str], frozenset[str]]:
+    """``(partition, fileId) -> log file names`` of each Merge-on-Read log stat of one
+    task's stats: the slice's log files the write saw, and its own (``logFiles``);
+    ManifestError if they are not that format."""
+    try:
+        _, arrays = _task_stats_lines(raw)
+        stats = [s for line in arrays for s in _delta_decoder.decode(line)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ManifestError(f"a task manifest's extra_data[{STATS_KEY!r}] is not write stats") from None
+    return {(s.partition_path, s.file_id): frozenset(s.log_files) for s in stats if s.log_files}
+
+
 def rows_of_task_stats(raw: str) -> dict[str, int]:
     """Row count by path of one task's stats (:func:`task_write_stats`), for a job commit
     that builds the stats itself; ManifestError if they are not that format."""
@@ -193,6 +206,7 @@ def rows_of_task_stats(raw: str) -> dict[str, int]:
 
 
 _stats_decoder = msgspec.json.Decoder(list[WriteStat])
+_delta_decoder = msgspec.json.Decoder(list[DeltaWriteStat])
 
 
 class _StatPath(msgspec.Struct):

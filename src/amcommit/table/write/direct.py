@@ -406,7 +406,20 @@ async def write_in_place(
     rs = RetryingStore.of(store, config)
     marker = await create_marker(rs, dest, instant, rel_path, io_type, config)
     path = join(dest, rel_path)
-    info = await rs.put(path, data, mode=PutMode.OVERWRITE)
+    if io_type is IOType.APPEND:
+        # never over another file: a log file found there is kept unless it is this very
+        # upload (a retried put whose answer was lost)
+        try:
+            info = await rs.put(path, data, mode=PutMode.CREATE)
+        except AlreadyExists:
+            if await rs.get(path) != data:
+                raise CommitError(
+                    f"log file {rel_path!r} exists already and is not this write's: nothing was replaced",
+                    stage="write_task",
+                ) from None
+            info = await rs.stat(path)
+    else:
+        info = await rs.put(path, data, mode=PutMode.OVERWRITE)
     if not await upload_stays(store, dest, instant):
         # the file first: a crash between the two leaves a marker without a file, which a
         # sweep removes once it is older than its grace
