@@ -86,9 +86,9 @@ from amcommit.table.format.naming import (
     new_file_id,
     write_token,
 )
+from amcommit.table.format.properties import new_properties
 from amcommit.table.report import table_report
 from amcommit.table.settings import table_settings
-from amcommit.table.format.properties import new_properties
 from amcommit.table.timeline.instants import file_groups, list_instants, load_timeline, snapshot
 
 if TYPE_CHECKING:
@@ -237,7 +237,6 @@ async def _mutate(
     import pyarrow as pa
 
     from amcommit.table.format.properties import MERGE_ON_READ
-
     from amcommit.table.format.schema import avro_schema
     from amcommit.table.format.writestats import MutationFields
     from amcommit.table.timeline.heartbeat import heartbeat
