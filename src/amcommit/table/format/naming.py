@@ -208,6 +208,19 @@ def parse_log_file_name(name: str) -> LogFileName | None:
     return LogFileName(m["file_id"], m["base"], int(m["version"]), m["token"])
 
 
+def own_log_file(name: str, instant: str) -> bool:
+    """True if ``name`` is a log file that a write of ``instant`` created whole: amcommit's
+    deltacommits name their log files with the write token ``<task>-<instant>-0``
+    (Hudi's writers use small integers there: a Java stage id is an ``int``, never a
+    17-digit instant), and never append to an existing log file. Such a file holds only
+    that write's blocks, so rolling the write back may delete it. Pure."""
+    parsed = parse_log_file_name(name)
+    if parsed is None:
+        return False
+    task, _, rest = parsed.write_token.partition("-")
+    return task.isdigit() and rest == f"{instant}-0"
+
+
 def _folder_problem(folder: str, depth: int, *, exact: bool) -> str | None:
     """Why ``folder`` (relative to the table, ``""`` = its root) cannot hold (``exact``) or
     lead to a partition of a table with ``depth`` partition fields; None if it can."""
