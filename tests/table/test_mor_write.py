@@ -236,3 +236,91 @@ async def test_concurrent_log_writers_one_fails_cleanly(backend_local: StoreUnde
     want = {(r["id"], r["p"]): r["v"] for r in base} | {(0, "a"): "B", (1, "b"): "O"}
     got = {(r[0], r[1]): r[2] for r in hudi_snapshot(os.path.join(store.root, dest))}  # type: ignore[attr-defined]
     assert got == want
+
+
+# -- crash safety: the whole deltacommit (begin, files, task commit, job commit) killed
+# before each of its mutating requests in a real subprocess (SIGKILL), then resumed or
+# rolled back here
+
+KILL_CFG = FAST.with_options(writer_ttl=600.0, lock_ttl=60.0, table_commit="direct")
+FIRST = [{"id": i, "p": "abc"[i % 3], "v": "0", "ts": 1} for i in range(12)]
+UPSERT = [
+    {"id": 1, "p": "b", "v": "u", "ts": 2},  # updates: log files of two slices
+    {"id": 3, "p": "a", "v": "u", "ts": 2},
+    {"id": 50, "p": "c", "v": "n", "ts": 1},  # an insert: a new base file
+]
+LATER = [{"id": 1, "p": "b", "v": "w", "ts": 3}]
+
+
+def _kill_child(root: str, n: int) -> bool:
+    """The upsert in a child forked from the suite's fork server (tests.forkrun), killed
+    before its n-th mutating request; True if it completed."""
+    import json
+
+    from tests.forkrun import run_module
+
+    r = run_module("tests.table.mor_kill_child", [root, "tbl", str(n), json.dumps(UPSERT)])
+    if r.returncode == 0:
+        assert "completed" in r.stdout
+        return True
+    assert r.returncode == -9, r.stderr[-2000:]
+    return False
+
+
+async def _files_only(store: Store, dest: str) -> list[str]:
+    return sorted([i.path[len(dest) + 1 :] async for i in store.list(dest, recursive=True) if not i.is_dir])
+
+
+async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_path: Any) -> None:
+    """At every kill point hudi-rs sees the table before the deltacommit or after it, never
+    a mix. Then the write is resumed (``commit_job``: it completes once its task committed,
+    else it is refused and rolled back) or rolled back (``abort_job``): rolled back, the
+    table's files are exactly those before it (its base files, its log files, markers,
+    instant files all gone); completed, exactly one deltacommit more and no marker left.
+    A later upsert into the same slices is then read right by hudi-rs."""
+    from amcommit.api import abort_job, commit_job
+    from amcommit.errors import AmcommitError
+    from amcommit.table.commit.table_commit import staged_times
+
+    from_model = model_upsert(model_upsert({}, FIRST), UPSERT)
+    before_rows, after_rows = rows_of(model_upsert({}, FIRST)), rows_of(from_model)
+    n = 1
+    outcomes = set()
+    while True:
+        root = str(tmp_path / f"k{n}")
+        os.makedirs(root)
+        store = LocalStore(root, fsync=False)
+        async with store:
+            await mutate.upsert(store, "tbl", _t(FIRST), precombine_field="ts", **MOR | {"config": KILL_CFG})
+            was = await _files_only(store, "tbl")
+            done = _kill_child(root, n)
+            uri = os.path.join(root, "tbl")
+            assert hudi_snapshot(uri) in (before_rows, after_rows), n  # the whole instant or nothing
+            pending = {i.time for i in await list_instants(store, "tbl") if not i.completed}
+            pending |= await staged_times(store, "tbl")
+            for t in sorted(pending):
+                if n % 2:
+                    try:
+                        await commit_job(store, "tbl", t, config=KILL_CFG)
+                    except AmcommitError:
+                        await abort_job(store, "tbl", t, config=KILL_CFG)
+                else:
+                    await abort_job(store, "tbl", t, config=KILL_CFG)
+            seen = hudi_snapshot(uri)
+            now = await _files_only(store, "tbl")
+            deltas = [i for i in await list_instants(store, "tbl") if i.completed]
+            if seen == before_rows:
+                outcomes.add("rolled back")
+                assert now == was and len(deltas) == 1, (n, sorted(set(now) ^ set(was)))
+            else:
+                outcomes.add("completed")
+                assert seen == after_rows and len(deltas) == 2, n
+                assert not [p for p in now if "/.temp/" in p or ".marker." in p], n
+            # the table goes on: a later deltacommit into the same slice reads right
+            await mutate.upsert(store, "tbl", _t(LATER), precombine_field="ts", **MOR | {"config": KILL_CFG})
+            want = model_upsert(from_model if seen == after_rows else model_upsert({}, FIRST), LATER)
+            assert hudi_snapshot(uri) == rows_of(want), n
+        if done:
+            break
+        n += 1
+    assert n > 10 and outcomes == {"rolled back", "completed"}, (n, outcomes)
