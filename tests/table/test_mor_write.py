@@ -121,6 +121,14 @@ async def _mor_model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
     assert logged == {"p=a", "p=b"}
     for t, snap in history:
         assert hudi_snapshot(uri, as_of=t, storage=storage) == rows_of(snap), t
+    # clean (KEEP_LATEST_COMMITS): each file group is one slice (its base file and logs,
+    # no compaction yet): a live slice is never cleaned, not one of its files goes
+    from amcommit.table.commit.clean import clean
+
+    kept = await _files(store, dest)
+    await clean(store, dest, retain_commits=1, config=FAST)
+    assert await _files(store, dest) == kept
+    assert hudi_snapshot(uri, storage=storage) == rows_of(m)
 
 
 async def test_mor_model_checked_sequence_local(backend_local: StoreUnderTest) -> None:

@@ -1,4 +1,4 @@
-"""Record-level upsert and delete of a Copy-on-Write table, without Spark (engine API).
+"""Record-level upsert and delete of a Copy-on-Write or Merge-on-Read table, without Spark (engine API).
 
 ::
 
@@ -44,6 +44,23 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   writers *inserting* the same new key at once conflict only if they fill the same small
   file group; into new file groups both insert it and the key is then held twice (a later
   upsert or delete of it acts on every copy).
+
+**Merge-on-Read** (``table_type="MERGE_ON_READ"`` on the table's first write; Hudi's
+``hoodie.datasource.write.table.type``; ``hoodie.properties`` then records the type, the
+payload class and the precombine field): every upsert or delete is a ``deltacommit``.
+Inserts go to new file groups (base files with their footer index; small-file handling is
+off: no base file is ever rewritten by a deltacommit). The updates and deletes of a file
+group go to **one new log file** of its latest slice,
+``.<fileId>_<baseInstant>.log.<next version>_<task>-<instant>-0`` (a token holding the
+instant: no two writes share a name, and the file is created, never put over another):
+an Avro data block of the incoming records (meta fields as Hudi's Java writer fills them,
+``_hoodie_file_name`` = the file id) and a delete block (ordering value ``IntWrapper(0)``,
+Hudi's "natural order": the delete wins). Readers merge them with the base file by the
+table's payload; until the deltacommit completes they skip its blocks. The log files are
+written in place under Hudi's ``APPEND`` markers; a rollback (or a reconcile) deletes a
+log file only when its write created it whole (:func:`~amcommit.table.format.naming.own_log_file`).
+The conflict check also fails a write whose file slice got a log file it did not see.
+Merge-on-Read needs ``table_commit=direct`` (the default).
 
 What is atomic: the commit (the completed instant, published last by the job commit,
 :mod:`amcommit.table.commit.table_commit`). Before it, nothing a reader sees changes: the new base files
