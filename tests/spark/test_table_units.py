@@ -161,6 +161,9 @@ def test_read_options() -> None:
     assert q == Query(incremental=True, since=None, until=None)
     assert parse_query(ReadOptions(since="20260101000000000", until="20260102000000000")).incremental
     assert parse_query(ReadOptions(as_of="20260101000000000")) == Query(as_of="20260101000000000")
+    assert parse_query(ReadOptions(query_type="read_optimized", as_of="20260101000000000")) == Query(
+        as_of="20260101000000000", read_optimized=True
+    )
     for opts, match in [
         ({"asof": "x"}, "'asOf' must be an instant time"),
         ({"until": "20260101000000000"}, "select an incremental query"),
@@ -168,6 +171,7 @@ def test_read_options() -> None:
         ({"since": "000", "asof": "20260101000000000"}, "for snapshot queries"),
         ({"beginninginstant": "1"}, "unknown option 'beginninginstant'"),
         ({"maxpartitionbytes": "lots"}, "'maxPartitionBytes' must be an integer|must be"),
+        ({"query.type": "read_optimized", "since": "000"}, "read_optimized takes 'as.of.instant' only"),
     ]:
         with pytest.raises(ConfigError, match=match):
             build_read_plan({"path": "/t", **opts})

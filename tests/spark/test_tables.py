@@ -231,7 +231,7 @@ def test_table_bad_read_options_one_line(spark: Any, tmp_path: Path) -> None:
     writer(make_df(spark, n=10, parts=1), tableFormat="hudi").save(str(dest))  # not partitioned
     assert hudi_rows(dest) == spark_rows(spark, dest) and len(hudi_rows(dest)) == 10
     for opts, match in [
-        ({"hoodie.datasource.query.type": "streaming"}, "must be snapshot or incremental"),
+        ({"hoodie.datasource.query.type": "streaming"}, "must be snapshot, read_optimized or incremental"),
         ({"asOf": "yesterday"}, "must be an instant time"),
         ({"hoodie.datasource.query.type": "incremental"}, "needs option"),
         ({"sinse": "000"}, "did you mean 'since'"),

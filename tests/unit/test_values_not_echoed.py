@@ -197,7 +197,7 @@ def test_spark_session_conf_values_not_echoed() -> None:
         (lambda: build_read_plan({"path": "/t", "since": SECRET}), ["'since'", "17 digits"]),
         (
             lambda: build_read_plan({"path": "/t", "query.type": SECRET}),
-            ["query.type", "snapshot or incremental"],
+            ["query.type", "snapshot, read_optimized or incremental"],
         ),
         (
             lambda: build_read_plan({"path": "/t", "maxPartitionBytes": SECRET}),

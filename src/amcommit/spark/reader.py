@@ -4,7 +4,13 @@ Queries, selected with Hudi's own option names (short aliases in brackets):
 
 * snapshot (default, ``hoodie.datasource.query.type=snapshot``): the latest committed file
   of every file group not replaced by an overwrite; uncommitted files (of an inflight or
-  failed write) and replaced ones are never read, even while they are still on disk;
+  failed write) and replaced ones are never read, even while they are still on disk; on a
+  Merge-on-Read table the latest file slice of every group, its base file merged with its
+  log blocks (:func:`amcommit.table.query.merge.merge_slice`, by the table's payload; blocks
+  of instants not completed, or after the instant read, are skipped);
+* read-optimized (``hoodie.datasource.query.type=read_optimized``): the base files only
+  (Merge-on-Read: updates still in log files are not seen; a log-only group gives nothing);
+  on a Copy-on-Write table the same as a snapshot; takes ``as.of.instant``;
 * time travel (``as.of.instant`` [``asOf``]): the snapshot as of that instant (inclusive);
 * incremental (``hoodie.datasource.query.type=incremental``, implied by ``since``):
   the records whose latest change was committed in ``(begin, end]`` (the newest version in
@@ -25,11 +31,17 @@ there, columns a later write widened keep their type of then), with the Spark ty
 the footer of its newest file where they agree (meta columns first, as Hudi's readers return
 them); a snapshot reads the latest write's, a time travel the ``as.of.instant``'s, an
 incremental query its end's. Older files are cast to it (a column they lack reads as null).
+A Merge-on-Read table (``hoodie.table.type=MERGE_ON_READ``) is planned per file slice
+(:func:`amcommit.table.query.read.plan_slices`, from
+:meth:`amcommit.table.timeline.reader.Timeline.file_groups`: the same slices
+``amcommit.table.read`` reads) and each slice is merged in one executor task: a partition
+holds whole slices. Copy-on-Write tables are planned and read file by file as before.
 Nothing here writes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import io
 import json
@@ -53,9 +65,12 @@ from amcommit.store.schemes import (
     parse_location,
     store_options_type,
 )
-from amcommit.table.file_group.model import FileVersion
+from amcommit.table.file_group.model import FileSlice, FileVersion
 from amcommit.table.format.model import WRITE_ACTIONS, Instant
-from amcommit.table.format.naming import PROPERTIES_FILE, check_instant
+from amcommit.table.format.naming import META_COLUMNS, PROPERTIES_FILE, check_instant
+from amcommit.table.format.properties import TableProperties, decode_properties
+from amcommit.table.query.merge import LogBytes, SliceRecipe, live_blocks, merge_slice, payload_of
+from amcommit.table.query.read import PAYLOAD_CLASS, PRECOMBINE_FIELD, plan_slices
 from amcommit.table.timeline.instants import (
     LoadedCommit,
     changes,
@@ -63,6 +78,7 @@ from amcommit.table.timeline.instants import (
     load_timeline,
     snapshot,
 )
+from amcommit.table.timeline.reader import SliceView, Timeline
 
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 COMMIT_TIME = "_hoodie_commit_time"
@@ -107,6 +123,8 @@ class Query:
     as_of: str | None = None
     since: str | None = None
     until: str | None = None
+    read_optimized: bool = False
+    """Base files only (Merge-on-Read: the logs are not merged); a snapshot query."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,15 @@ def _instant(option: str, value: str) -> str:
 def parse_query(o: ReadOptions) -> Query:
     """The query the options select. Pure; ConfigError (one line) on a bad combination."""
     qt = o.query_type.strip().lower()
-    if qt not in ("", "snapshot", "incremental"):
-        raise ConfigError("option 'hoodie.datasource.query.type' must be snapshot or incremental")
+    if qt not in ("", "snapshot", "incremental", "read_optimized"):
+        raise ConfigError(
+            "option 'hoodie.datasource.query.type' must be snapshot, read_optimized or incremental"
+        )
+    if qt == "read_optimized" and (o.since.strip() or o.until.strip()):
+        raise ConfigError(
+            "options 'since' / 'until' select an incremental query; "
+            "query type read_optimized takes 'as.of.instant' only"
+        )
     incremental = qt == "incremental" or (qt == "" and bool(o.since.strip()))
     if incremental:
         if o.as_of.strip():
@@ -149,7 +174,9 @@ def parse_query(o: ReadOptions) -> Query:
         return Query(incremental=True, since=since, until=until)
     if o.since.strip() or o.until.strip():
         raise ConfigError("options 'since' / 'until' select an incremental query, not a snapshot")
-    return Query(as_of=_instant("asOf", o.as_of) if o.as_of.strip() else None)
+    return Query(
+        as_of=_instant("asOf", o.as_of) if o.as_of.strip() else None, read_optimized=qt == "read_optimized"
+    )
 
 
 def build_read_plan(options: Mapping[str, Any]) -> ReadPlan:
@@ -202,10 +229,32 @@ def plan_files(commits: Sequence[LoadedCommit], query: Query) -> list[FileVersio
 
 
 @dataclass(frozen=True)
+class SliceRead:
+    """One file slice of a Merge-on-Read table to read in a task (paths relative to the
+    table): its base file (None: a log-only slice) merged with ``logs``, in order."""
+
+    base: str | None
+    logs: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class MergeSpec:
+    """How a task merges the slices of a Merge-on-Read table: which instants' log blocks
+    count (``view``: a :class:`SliceView` without its groups) and by what payload."""
+
+    view: SliceView
+    recipe: SliceRecipe
+
+
+@dataclass(frozen=True)
 class FilePart:
-    """One input partition: the files it reads (paths relative to the table)."""
+    """One input partition: the files it reads (paths relative to the table), or, on a
+    Merge-on-Read table, the file slices it merges (``merge`` set)."""
 
     files: tuple[str, ...]
+    slices: tuple[SliceRead, ...] = ()
+    merge: MergeSpec | None = None
 
 
 def group_files(files: Sequence[FileVersion], max_bytes: int) -> list[FilePart]:
@@ -221,6 +270,28 @@ def group_files(files: Sequence[FileVersion], max_bytes: int) -> list[FilePart]:
         size += f.size
     if cur:
         parts.append(FilePart(tuple(cur)))
+    return parts
+
+
+def group_slices(slices: Sequence[SliceRead], max_bytes: int, merge: MergeSpec) -> list[FilePart]:
+    """Slices grouped, in order, into input partitions of about ``max_bytes`` (a slice is
+    never split: its logs are merged with its base file in one task). Pure."""
+    parts: list[FilePart] = []
+    cur: list[SliceRead] = []
+    size = 0
+
+    def close() -> None:
+        files = tuple(p for s in cur for p in ((s.base,) if s.base else ()) + s.logs)
+        parts.append(FilePart(files, tuple(cur), merge))
+
+    for s in slices:
+        if cur and size + s.size > max_bytes:
+            close()
+            cur, size = [], 0
+        cur.append(s)
+        size += s.size
+    if cur:
+        close()
     return parts
 
 
@@ -245,7 +316,7 @@ def snap(query: Query, writes: Sequence[str]) -> Query:
         return Query(incremental=True, since=since, until=until)
     if query.as_of is None:
         return query
-    return Query(as_of=down(query.as_of) or _BEFORE_ALL)
+    return Query(as_of=down(query.as_of) or _BEFORE_ALL, read_optimized=query.read_optimized)
 
 
 _BEFORE_ALL = "00000000000000000"
@@ -296,18 +367,94 @@ async def _plan_files(store: Any, dest: str, q: Query) -> tuple[list[FileVersion
     return (await tl.snapshot(q.as_of) if q.as_of is not None else latest), latest
 
 
-async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
-    """The files to read, and the Spark schema JSON of the newest committed file (None:
-    the table has no file)."""
+def _slice_read(slices: Sequence[FileSlice], logs: bool) -> SliceRead:
+    base = slices[0].base
+    paths: list[str] = []
+    size = base.size if base is not None else 0
+    if logs:
+        for s in slices:
+            for log in s.logs:
+                if log.path not in paths:  # a log file appended by several deltacommits
+                    paths.append(log.path)
+                    size += log.size
+    return SliceRead(base.path if base is not None else None, tuple(paths), size)
+
+
+async def _plan_mor(
+    store: Any, dest: str, props: TableProperties, query: Query
+) -> tuple[list[SliceRead], MergeSpec, list[FileVersion], Instant | None]:
+    """A Merge-on-Read query: ``(slices to read, how to merge them, every base file of the
+    view (for the schema), the write instant whose schema the query reads with)``. One
+    listing of the timeline, one read per completed write instant up to the bound; refusals
+    (CleanedPast, UnknownInstant) as :meth:`Timeline.file_groups`."""
+    tl = await Timeline.open(store, dest)
+    lst = await tl.listing()
+    done = {i.time: i for i in lst.instants if i.completed and i.action in WRITE_ACTIONS}
+    q = snap(query, lst.writes)
+    at = schema_instant(q, lst.writes)
+    tl._listing = lst  # the listing serves file_groups too (one listing per query)
+    if q.incremental:
+        empty = q.until == _BEFORE_ALL or (q.since is not None and q.since == q.until)
+        kind = "incremental"
+        view = await tl.file_groups(None if empty else q.until, since=None if empty else q.since)
+    else:
+        empty = q.as_of == _BEFORE_ALL
+        kind = "read_optimized" if q.read_optimized else "snapshot"
+        view = await tl.file_groups(None if empty else q.as_of)
+    picked = [] if empty else plan_slices(view, kind, q.since if q.incremental else None)
+    recipe = SliceRecipe(
+        key_fields=props.record_key_fields,
+        payload=payload_of(props.values.get(PAYLOAD_CLASS)),
+        precombine=props.values.get(PRECOMBINE_FIELD) or None,
+        meta_fields=props.meta_fields,
+    )
+    spec = MergeSpec(SliceView([], view.completed, view.start, view.as_of), recipe)
+    bases = [s.base for g in view.groups for s in g.slices if s.base is not None]
+    return [_slice_read(sl, logs) for sl, logs in picked], spec, bases, None if at is None else done.get(at)
+
+
+def _meta_footer(props: TableProperties) -> str:
+    """A footer schema of the meta columns only (a table with log files and no base file)."""
+    fields = [{"name": c, "type": "string", "nullable": True, "metadata": {}} for c in META_COLUMNS]
+    return json.dumps({"type": "struct", "fields": fields if props.meta_fields else []})
+
+
+def _drop_meta(schema_json: str) -> str:
+    """A schema without the meta columns (a table without meta fields: readers leave them
+    out, as hudi-rs does)."""
+    obj = json.loads(schema_json)
+    obj["fields"] = [f for f in obj.get("fields", []) if f["name"] not in META_COLUMNS]
+    return json.dumps(obj, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What the driver planned: the base files (Copy-on-Write) or the file slices and how to
+    merge them (Merge-on-Read: ``merge`` set), and the Spark schema JSON (None: the table
+    has no file)."""
+
+    files: list[FileVersion]
+    schema_json: str | None
+    slices: list[SliceRead] = field(default_factory=list)
+    merge: MergeSpec | None = None
+
+
+async def _load(plan: ReadPlan) -> Loaded:
+    """Plan the query: the files (or slices) to read and the table's Spark schema as of the
+    instant read."""
     store, dest = open_location(plan.url, **plan.store_options)
     async with store:
         try:
-            await store.stat(join(dest, PROPERTIES_FILE))
+            props = decode_properties(
+                await store.get(join(dest, PROPERTIES_FILE)), where=join(dest, PROPERTIES_FILE)
+            )
         except NotFound:
             raise ConfigError(
                 f"{plan.url!r} holds no Hudi table (no {PROPERTIES_FILE}); "
                 "plain folders are read with spark.read.parquet"
             ) from None
+        if props.merge_on_read:
+            return await _load_mor(store, dest, props, plan.query)
         files, latest, at = await _plan(store, dest, plan.query)
         # the newest file written at or before the instant whose schema is read
         upto = [f for f in (*files, *latest) if at is None or f.instant <= at.time]
@@ -319,7 +466,27 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
             avro = await committed_schema(store, dest, at)
             if avro is not None:
                 schema_json = table_spark_schema(schema_json, avro)
-        return files, schema_json
+        return Loaded(files, schema_json)
+
+
+async def _load_mor(store: Any, dest: str, props: TableProperties, query: Query) -> Loaded:
+    from amcommit.table.write.task import committed_schema
+
+    slices, spec, bases, at = await _plan_mor(store, dest, props, query)
+    upto = [f for f in bases if at is None or f.instant <= at.time]
+    newest = max(upto or bases, key=lambda f: (f.instant, f.path), default=None)
+    avro = await committed_schema(store, dest, at)
+    if newest is not None:
+        schema_json: str | None = await _footer_schema(store, dest, newest.path)
+    elif avro is not None:
+        schema_json = _meta_footer(props)
+    else:
+        schema_json = None
+    if schema_json is not None and avro is not None:
+        schema_json = table_spark_schema(schema_json, avro)
+    if schema_json is not None and not props.meta_fields:
+        schema_json = _drop_meta(schema_json)
+    return Loaded([], schema_json, slices, spec)
 
 
 async def _footer_schema(store: Any, dest: str, rel: str) -> str:
@@ -458,10 +625,13 @@ def table_spark_schema(footer_json: str, avro_json: str) -> str:
 
 def load_plan(plan: ReadPlan) -> tuple[str, list[FilePart]]:
     """Blocking: read the timeline, plan the files; returns (schema JSON, input partitions)."""
-    files, schema_json = run_blocking(lambda: _load(plan))
-    if schema_json is None:
+    loaded = run_blocking(lambda: _load(plan))
+    if loaded.schema_json is None:
         raise ConfigError(f"the table {plan.url!r} has no committed data files yet: nothing to read")
-    return schema_json, group_files(files, plan.max_partition_bytes) or [FilePart(())]
+    if loaded.merge is not None:
+        parts = group_slices(loaded.slices, plan.max_partition_bytes, loaded.merge)
+        return loaded.schema_json, parts or [FilePart((), (), loaded.merge)]
+    return loaded.schema_json, group_files(loaded.files, plan.max_partition_bytes) or [FilePart(())]
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -493,7 +663,16 @@ def in_range(table: pa.Table, query: Query) -> pa.Table:
 
 
 def read_files(plan: ReadPlan, part: FilePart, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Blocking: the rows of ``part``'s files as record batches of ``schema``."""
+    """Blocking: the rows of ``part``'s files (or merged slices) as record batches of
+    ``schema``."""
+    if part.merge is not None:
+        for s in part.slices:
+            table = run_blocking(lambda s=s: _merged_slice(plan, s, part.merge))  # type: ignore[misc]
+            if table is not None:
+                table = in_range(table, plan.query)
+                if table.num_rows:
+                    yield from conform(table, schema).to_batches()
+        return
 
     async def fetch(rel: str) -> bytes | str:
         store, dest = open_location(plan.url, **plan.store_options)
@@ -514,6 +693,28 @@ def read_files(plan: ReadPlan, part: FilePart, schema: pa.Schema) -> Iterator[pa
                 yield from conform(table, schema).to_batches()
 
 
+async def _merged_slice(plan: ReadPlan, s: SliceRead, merge: MergeSpec | None) -> pa.Table | None:
+    """The rows of one Merge-on-Read file slice: its base file merged with its log files
+    (fetched at once, one store opened per slice)."""
+    assert merge is not None
+    store, dest = open_location(plan.url, **plan.store_options)
+    async with store:
+
+        async def get(rel: str) -> bytes:
+            return bytes(await store.get(join(dest, rel)))
+
+        base: pa.Table | None = None
+        if s.base is not None:
+            os_path = local_os_path(store, join(dest, s.base))
+            source: Any = os_path if os_path is not None else pa.BufferReader(await get(s.base))
+            base = pq.read_table(source, coerce_int96_timestamp_unit="us").replace_schema_metadata(None)
+        if not s.logs:
+            return base
+        datas = await asyncio.gather(*(get(p) for p in s.logs))
+    files = [LogBytes(p, d) for p, d in zip(s.logs, datas, strict=True)]
+    return merge_slice(base, live_blocks(files, merge.view.trusts), merge.recipe)
+
+
 def spark_schema(schema_json: str) -> Any:
     from pyspark.sql.types import StructType
 
@@ -523,12 +724,15 @@ def spark_schema(schema_json: str) -> Any:
 __all__ = [
     "READ_KEYS",
     "FilePart",
+    "MergeSpec",
     "Query",
     "ReadOptions",
     "ReadPlan",
+    "SliceRead",
     "build_read_plan",
     "conform",
     "group_files",
+    "group_slices",
     "in_range",
     "load_plan",
     "parse_query",

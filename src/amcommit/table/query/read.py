@@ -56,7 +56,7 @@ from amcommit.table.query.merge import (
 )
 from amcommit.table.timeline.reader import FROM_START, SliceView, Timeline
 
-__all__ = ["QUERY_TYPES", "UnknownQueryType", "read", "read_async", "read_store"]
+__all__ = ["QUERY_TYPES", "UnknownQueryType", "plan_slices", "read", "read_async", "read_store"]
 
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
 READ_CONCURRENCY = 8
@@ -129,6 +129,28 @@ def _written_since(slices: Sequence[FileSlice], since: str | None) -> bool:
     if since is None:
         return True
     return any(s.base_instant > since or any(log.instant > since for log in s.logs) for s in slices)
+
+
+def plan_slices(view: SliceView, query_type: str, since: str | None) -> list[tuple[list[FileSlice], bool]]:
+    """What a query of type ``query_type`` (:data:`QUERY_TYPES`) reads of each file group of
+    ``view``, in the view's order: ``(slices, logs)``, the first slice's base file (none: a
+    log-only slice) and, if ``logs``, the log files of every slice in ``slices``, merged in
+    order. Read-optimized: the latest slice with a base file, no logs; snapshot and
+    incremental: the latest slice (with the one before it when its logs were written against
+    a pending compaction); incremental leaves out the groups nothing after ``since`` wrote
+    into. Pure; shared by :func:`read_store` and the Spark reader."""
+    out: list[tuple[list[FileSlice], bool]] = []
+    for g in view.groups:
+        if query_type == "read_optimized":
+            s = _ro_slice(g)
+            if s is not None:
+                out.append(([s], False))
+            continue
+        head, slices = _effective(g, view)
+        if head is None or (query_type == "incremental" and not _written_since(slices, since)):
+            continue
+        out.append((slices, True))
+    return out
 
 
 async def _parquet(store: Store, dest: str, path: str) -> pa.Table:
@@ -205,17 +227,10 @@ async def read_store(
         precombine=props.values.get(PRECOMBINE_FIELD) or None,
         meta_fields=props.meta_fields,
     )
-    jobs = []
-    for g in view.groups:
-        if q == "read_optimized":
-            s = _ro_slice(g)
-            if s is not None:
-                jobs.append(partial(_slice_rows, tl.store, dest, [s], view, recipe, False))
-            continue
-        head, slices = _effective(g, view)
-        if head is None or (q == "incremental" and not _written_since(slices, since)):
-            continue
-        jobs.append(partial(_slice_rows, tl.store, dest, slices, view, recipe, True))
+    jobs = [
+        partial(_slice_rows, tl.store, dest, slices, view, recipe, logs)
+        for slices, logs in plan_slices(view, q, since)
+    ]
     parts = [t for t in await gather_limited(jobs, READ_CONCURRENCY) if t is not None]
     if not parts:
         return (await _empty_schema(tl, props)).empty_table()
