@@ -67,6 +67,7 @@ def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.C
         "inserted": 6,
         "updated": 0,
         "deleted": 0,
+        "compacted": False,
     }
 
 

@@ -1,7 +1,9 @@
 """Table commands of the ``amcommit`` command line.
 
-    amcommit timeline DEST [--json]                      the instants, newest last
-    amcommit changes DEST --since I|000 [--until J] [--json] files added / replaced in (I, J]
+    amcommit timeline DEST [--json]                      the instants, newest last (deltacommits, compactions)
+    amcommit changes DEST --since I|000 [--until J] [--records] [--json]
+                                                         files added / replaced in (I, J]; --records: the
+                                                         records changed (an incremental read)
     amcommit clean DEST --retain-commits N [--dry-run]   delete files replaced before the latest N commits
     amcommit rollback DEST --instant I [--force]         roll back an inflight instant
 
@@ -37,6 +39,7 @@ def changes_json(c: Changes) -> dict[str, Any]:
         "until": c.until,
         "instants": [{"time": i.time, "action": i.action, "label": c.labels.get(i.time)} for i in c.instants],
         "added": [asdict(f) for f in c.added],
+        "logs": [asdict(f) for f in c.logs],
         "replaced": [{"partition": p, "file_id": fid} for p, fid in c.replaced],
     }
 
@@ -46,7 +49,12 @@ def _num(v: int | None) -> str:
 
 
 def _row(i: InstantInfo) -> list[str]:
-    action = i.action if i.operation in (None, "CLEAN") else f"{i.action} ({i.operation})"
+    if i.compacted:
+        action = f"{i.action} (compacted)"
+    elif i.operation in (None, "CLEAN"):
+        action = i.action
+    else:
+        action = f"{i.action} ({i.operation})"
     dur = "-" if i.duration is None else f"{i.duration:.3f} s"
     return [i.time, action, i.state, *map(_num, (i.files, i.bytes, i.rows, *i.counts)), dur, i.label or ""]
 
@@ -98,21 +106,59 @@ FROM_START = frozenset({"0", "00", "000"})
 reader's ``hoodie.datasource.read.begin.instanttime`` takes it)."""
 
 
+def _records(args: argparse.Namespace, since: str | None) -> list[dict[str, Any]]:
+    """The records changed in ``(since, until]``: an incremental read
+    (:func:`amcommit.table.query.read.read`: on a Merge-on-Read table each slice's base file
+    merged with its logs), rows as JSON-ready dicts."""
+    from amcommit.table.query.read import read
+
+    table = read(
+        args.dest,
+        since=since or "000",
+        until=args.until,
+        query_type="incremental",
+        store_options=store_options(args),
+    )
+    return [{k: _jsonable(v) for k, v in r.items()} for r in table.to_pylist()]
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
 def cmd_changes(args: argparse.Namespace) -> int:
     since = None if args.since.strip() in FROM_START else args.since
     c: Changes = _open(args).changes(since, args.until)
+    records = _records(args, since) if args.records else None
     if args.json:
-        print(json.dumps(changes_json(c), indent=2))
+        out = changes_json(c)
+        if records is not None:
+            out["records"] = records
+        print(json.dumps(out, indent=2))
         return 0
     until = c.until or "latest"
     print(
         f"changes in ({c.since or 'start'}, {until}]: {len(c.instants)} instants, {len(c.added)} files added, "
-        f"{len(c.replaced)} file groups replaced"
+        + (f"{len(c.logs)} log files written, " if c.logs else "")
+        + f"{len(c.replaced)} file groups replaced"
+        + ("" if records is None else f", {len(records):,} records changed")
     )
     for f in c.added:
         print(f"+ {f.path}  ({f.rows:,} rows, {f.size:,} bytes, {f.instant})")
+    for log in c.logs:
+        print(f"+ {log.path}  (log, {log.size:,} bytes, {log.instant})")
     for p, fid in c.replaced:
         print(f"- {p + '/' if p else ''}{fid}  (file group replaced)")
+    for r in records or ():
+        print(json.dumps(r, separators=(",", ":")))
     return 0
 
 
@@ -234,8 +280,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     sp = sub.add_parser(
         "changes",
         help="files added and file groups replaced in (SINCE, UNTIL]",
-        description="Files added and file groups replaced by the commits in (SINCE, UNTIL] of the table "
-        "at DEST (an incremental read's file list). Reads only the instants in the range.",
+        description="Files added (base files, and log files of Merge-on-Read deltacommits) and file groups "
+        "replaced by the commits in (SINCE, UNTIL] of the table at DEST (an incremental read's file list). "
+        "Reads only the instants in the range; --records also reads the records changed.",
     )
     sp.add_argument("dest", help="the table: " + url_forms)
     sp.add_argument(
@@ -244,6 +291,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="exclusive start: a completed instant time (17 digits), or 000 for the start of the timeline",
     )
     sp.add_argument("--until", help="inclusive end: a completed instant time (default: the latest)")
+    sp.add_argument(
+        "--records",
+        action="store_true",
+        help="also read the records changed in the range (an incremental read; Merge-on-Read: base "
+        "files merged with their logs), one JSON object a line (with --json: under 'records')",
+    )
     sp.add_argument("--json", action="store_true", help="print JSON")
     store_args(sp)
     sp.set_defaults(func=cmd_changes)

@@ -121,6 +121,10 @@ class Changes:
     superseded: list[FileVersion] = field(default_factory=list)
     """Older versions written in the range of groups rewritten later in the range: no
     incremental read of the range reads them."""
+    logs: list[LogFile] = field(default_factory=list)
+    """The log files the deltacommits in the range wrote (Merge-on-Read: their updates and
+    deletes), in timeline order; a log file appended by several deltacommits once per
+    deltacommit."""
 
     def visible(self) -> list[FileVersion]:
         """The files an incremental read of the range reads (as Hudi's incremental relation
@@ -200,6 +204,7 @@ def changes(commits: Iterable[LoadedCommit], since: str | None, until: str | Non
             if label is not None:
                 out.labels[c.instant.time] = label
             written.extend(c.added())
+            out.logs.extend(c.logs())
             out.replaced.extend(c.replaced())
     newest: dict[tuple[str, str], FileVersion] = {}
     for f in written:  # timeline order: a later version of a group wins

@@ -37,6 +37,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.errors import AmcommitError
 from amcommit.parallel import gather_limited
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
@@ -109,6 +110,10 @@ class InstantInfo:
     inserted: int | None = None
     updated: int | None = None
     deleted: int | None = None
+    compacted: bool = False
+    """A completed compaction (a ``commit`` whose metadata says ``"compacted": true``); a
+    pending one is action ``compaction``, state ``requested`` or ``inflight``, with ``files``
+    the file slices its plan compacts."""
 
     @property
     def counts(self) -> tuple[int | None, int | None, int | None]:
@@ -422,6 +427,7 @@ class Timeline:
                         inserted=inserted,
                         updated=updated,
                         deleted=deleted,
+                        compacted=c.metadata.compacted,
                     )
                 )
             elif i.time in cleans:
@@ -435,9 +441,31 @@ class Timeline:
                         duration=duration,
                     )
                 )
+            elif i.action == Action.COMPACTION.value and not i.completed:
+                planned = await self._planned_slices(lst, i.time)
+                out.append(
+                    InstantInfo(
+                        time=i.time, action=i.action, state=i.state.value, files=planned, duration=duration
+                    )
+                )
             else:
                 out.append(InstantInfo(time=i.time, action=i.action, state=i.state.value, duration=duration))
         return out
+
+    async def _planned_slices(self, lst: Listing, time: str) -> int | None:
+        """The number of file slices the plan of the pending compaction ``time`` compacts
+        (one read of ``<time>.compaction.requested``; None if it is gone or unreadable)."""
+        from amcommit.table.format.compaction import decode_compaction_plan
+
+        name = f"{time}.{Action.COMPACTION.value}.requested"
+        if name not in lst.objects:
+            return None
+        try:
+            data = await self._get(name)
+            plan = decode_compaction_plan(data, where=join(self.dest, HOODIE_DIR, name))
+        except AmcommitError:  # NotFound (completed meanwhile) or a corrupt plan: not counted
+            return None
+        return len(plan.operations)
 
 
 class BlockingTimeline:
