@@ -1,0 +1,356 @@
+"""Merge-on-Read tables (``amcommit.table``): one function per scenario.
+
+``snapshot_vs_read_optimized`` (issue 34, "Reads"): a Merge-on-Read table of ``--rows`` rows
+(default 1,000,000) in ``--files`` base files (default 200: 20 partitions x 10 files), built by
+an upsert into an empty folder with ``table_type="MERGE_ON_READ"``, then 5 deltacommits of 1%
+of the keys each (drawn at random over every file: nearly every file group gets one log file
+per deltacommit), all written by amcommit's MoR writer
+(:func:`amcommit.table.mutate.engine.upsert`). Measured on the same table, alternating
+(``--rounds``): :func:`amcommit.table.query.read.read_store` with ``query_type="snapshot"``
+(every base file merged with its log files) against ``query_type="read_optimized"`` (the
+base files only). Reported per read: wall seconds, process CPU, bytes read (the bodies of
+GETs) and requests (GET, LIST, stat), the snapshot's time over the read-optimized read's
+(target <= 2x). Local files (a folder under /dev/shm) and fake-gcs-server (the built table
+uploaded once). Every read is checked: row count, and the snapshot holds exactly the updated
+values of the keys the deltacommits updated (their ``_hoodie_commit_time`` the deltacommit's),
+the read-optimized read none of them.
+
+    python -m benchmarks.table_mor                        # 1,000,000 rows x 200 files, local and gcs
+    python -m benchmarks.table_mor --quick                # 20,000 rows x 20 files, local, 1 round
+    python -m benchmarks.table_mor --rows 200000 --files 40 --backends local
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks.common import RESULTS, TMP, add_save_arg, load_average, run_info, table
+from benchmarks.table_upsert import KW, base_rows, shape
+
+DELTAS = 5
+"""Deltacommits after the first write."""
+DELTA_FRACTION = 0.01
+"""Share of the keys each deltacommit updates."""
+
+
+class ReadCounter:
+    """Delegates to a store and counts its read requests: ``get`` (and the bytes of the
+    bodies), ``list`` (one per listing started), ``stat``. Everything else passes through."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.gets = 0
+        self.lists = 0
+        self.stats = 0
+        self.bytes_read = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def get(self, path: str, *a: Any, **kw: Any) -> Any:
+        self.gets += 1
+        body = await self._inner.get(path, *a, **kw)
+        self.bytes_read += len(body)
+        return body
+
+    async def stat(self, path: str, *a: Any, **kw: Any) -> Any:
+        self.stats += 1
+        return await self._inner.stat(path, *a, **kw)
+
+    async def list(self, path: str, *a: Any, **kw: Any) -> AsyncIterator[Any]:
+        self.lists += 1
+        async for o in self._inner.list(path, *a, **kw):
+            yield o
+
+    @property
+    def requests(self) -> int:
+        return self.gets + self.lists + self.stats
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def _mor_config() -> Any:
+    from amcommit.table.settings import TableConfig
+
+    return TableConfig().with_options(table_commit="direct")
+
+
+def build_mor(root: Path, rows: int, files: int) -> tuple[int, dict[int, tuple[str, str]]]:
+    """The Merge-on-Read table at ``root/t``: the first write, then :data:`DELTAS`
+    deltacommits of :data:`DELTA_FRACTION` of the keys each. Returns (log files written,
+    key -> (its final value, the instant that wrote it)) of the updated keys."""
+    from amcommit.store.local import LocalStore
+    from amcommit.table import mutate
+
+    base = base_rows(rows, files)
+    _, per_file = shape(rows, files)
+    rng = np.random.default_rng(34)
+    expected: dict[int, tuple[str, str]] = {}
+    logs = 0
+
+    async def run() -> None:
+        nonlocal logs
+        store = LocalStore(str(root), fsync=False)
+        async with store:
+            t0 = time.perf_counter()
+            await mutate.upsert(
+                store,
+                "t",
+                base,
+                max_file_rows=per_file,
+                small_file_limit=0,
+                table_type="MERGE_ON_READ",
+                config=_mor_config(),
+                **KW,
+            )
+            print(f"  first write: {time.perf_counter() - t0:.1f} s", flush=True)
+            for d in range(DELTAS):
+                idx = np.sort(rng.choice(rows, int(rows * DELTA_FRACTION), replace=False))
+                batch = base.take(pa.array(idx))
+                n = batch.num_rows
+                values = pa.array([f"delta{d}-{i}" for i in range(n)], pa.string())
+                batch = batch.set_column(2, "v", values).set_column(
+                    4, "ts", pa.array(np.full(n, 2 + d, dtype=np.int64))
+                )
+                t0 = time.perf_counter()
+                r = await mutate.upsert(store, "t", batch, config=_mor_config(), **KW)
+                if r.updated != n or r.inserted or not r.files_logged:
+                    raise SystemExit(f"deltacommit {d}: updated {r.updated} of {n}, logged {r.files_logged}")
+                logs += r.files_logged
+                for k, v in zip(batch.column("id").to_pylist(), values.to_pylist(), strict=True):
+                    expected[k] = (v, r.instant)
+                print(
+                    f"  deltacommit {d + 1}: {n:,} keys, {r.files_logged} log files, "
+                    f"{time.perf_counter() - t0:.1f} s",
+                    flush=True,
+                )
+
+    anyio.run(run)
+    return logs, expected
+
+
+def verify(t: pa.Table, rows: int, expected: dict[int, tuple[str, str]], snapshot: bool) -> str:
+    """``exact`` if ``t`` is the table's snapshot (``snapshot``) or its base files' state."""
+    if t.num_rows != rows or pc.count_distinct(t.column("id")).as_py() != rows:
+        return f"WRONG: {t.num_rows} rows"
+    updated = pc.starts_with(t.column("v"), "delta")
+    if not snapshot:
+        return "exact" if not pc.any(updated).as_py() else "WRONG: log updates in a read-optimized read"
+    got = t.filter(updated).select(["id", "v", "_hoodie_commit_time"]).to_pylist()
+    seen = {r["id"]: (r["v"], r["_hoodie_commit_time"]) for r in got}
+    return "exact" if seen == expected else f"WRONG: {len(seen)} updated keys, expected {len(expected)}"
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+
+class Backend:
+    """``local`` (the built folder itself, read in place) or ``gcs`` (fake-gcs-server, the
+    table uploaded once)."""
+
+    def __init__(self, name: str, built: Path) -> None:
+        self.name = name
+        self.built = built
+        self.server: Any = None
+        self.dest = "t"
+        if name == "gcs":
+            from amcommit.emulators.fakegcs import FakeGcsServer
+
+            self.server = FakeGcsServer().start()
+            self.server.create_bucket("bench")
+            anyio.run(self._upload)
+
+    def store(self) -> Any:
+        if self.name == "local":
+            from amcommit.store.local import LocalStore
+
+            return LocalStore(str(self.built.parent), fsync=False)
+        from amcommit.store.gcs import GcsStore
+
+        return GcsStore("bench", endpoint=self.server.url, use_move=False)
+
+    async def _upload(self) -> None:
+        files = [p for p in self.built.rglob("*") if p.is_file()]
+        files.sort(key=lambda p: ".hoodie" in p.parts)  # the timeline last
+        store = self.store()
+        async with store:
+            limit = anyio.Semaphore(32)
+
+            async def put(p: Path) -> None:
+                async with limit:
+                    body = await anyio.to_thread.run_sync(p.read_bytes)
+                    await store.put(f"{self.dest}/{p.relative_to(self.built).as_posix()}", body)
+
+            async with anyio.create_task_group() as tg:
+                for p in files:
+                    tg.start_soon(put, p)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+# -- scenario: snapshot vs read-optimized -------------------------------------------------------
+
+
+QUERIES = ("snapshot", "read_optimized")
+
+
+def snapshot_vs_read_optimized(
+    backend: Backend, rows: int, expected: dict[int, tuple[str, str]], rounds: int
+) -> list[dict[str, Any]]:
+    """``rounds`` reads of each query type, alternating (a warm-up read first, not recorded)."""
+    from amcommit.table.query.read import read_store
+
+    async def one(query_type: str) -> dict[str, Any]:
+        store = backend.store()
+        async with store:
+            counter = ReadCounter(store)
+            load = load_average()
+            t0, c0 = time.perf_counter(), time.process_time()
+            t = await read_store(counter, backend.dest, query_type=query_type)  # type: ignore[arg-type]
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {
+            "seconds": wall,
+            "cpu_s": cpu,
+            "bytes_read": counter.bytes_read,
+            "gets": counter.gets,
+            "lists": counter.lists,
+            "requests": counter.requests,
+            "rows": t.num_rows,
+            "verified": verify(t, rows, expected, query_type == "snapshot"),
+            "load_1m": load[0] if load else None,
+        }
+
+    anyio.run(one, "snapshot")  # warm-up: imports, connections, page cache
+    out = []
+    for rnd in range(rounds):
+        for q in QUERIES if rnd % 2 == 0 else tuple(reversed(QUERIES)):
+            res = anyio.run(one, q)
+            res.update(backend=backend.name, scenario="snapshot_vs_read_optimized", query=q, round=rnd)
+            print(
+                f"  {backend.name} round {rnd + 1} {q}: {res['seconds']:.2f} s (CPU {res['cpu_s']:.2f} s), "
+                f"{res['bytes_read']:,} bytes in {res['gets']:,} GETs, {res['lists']} LISTs, "
+                f"{res['verified']} (load {res['load_1m']})",
+                flush=True,
+            )
+            out.append(res)
+    return out
+
+
+def summarise_reads(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for be in dict.fromkeys(r["backend"] for r in runs):
+        mine = [r for r in runs if r["backend"] == be]
+        ro = statistics.median(r["seconds"] for r in mine if r["query"] == "read_optimized")
+        for q in QUERIES:
+            rs = [r for r in mine if r["query"] == q]
+            sec = statistics.median(r["seconds"] for r in rs)
+            rows.append(
+                {
+                    "backend": be,
+                    "query": q,
+                    "seconds": sec,
+                    "best_s": min(r["seconds"] for r in rs),
+                    "cpu_s": statistics.median(r["cpu_s"] for r in rs),
+                    "over_ro": sec / ro,
+                    "bytes_read": rs[0]["bytes_read"],
+                    "requests": rs[0]["requests"],
+                    "gets": rs[0]["gets"],
+                    "lists": rs[0]["lists"],
+                    "load_1m": statistics.median(r["load_1m"] or 0.0 for r in rs),
+                    "verified": "exact" if all(r["verified"] == "exact" for r in rs) else "WRONG",
+                }
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--files", type=int, default=200)
+    p.add_argument("--backends", default="local,gcs", help="local, gcs (fake-gcs-server), comma-separated")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="20,000 rows x 20 files, local, 1 round (smoke test)")
+    p.add_argument(
+        "--out", type=Path, help="results directory (default benchmarks/results/tmp, --quick: results/quick)"
+    )
+    add_save_arg(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.files, args.rounds, args.backends = 20_000, 20, 1, "local"
+    out_dir: Path = args.out or (RESULTS / "quick" if args.quick else RESULTS if args.save else TMP)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base_dir = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    work = Path(tempfile.mkdtemp(prefix="amcommit-mor-bench-", dir=base_dir))
+    runs: list[dict[str, Any]] = []
+    try:
+        t0 = time.perf_counter()
+        logs, expected = build_mor(work / "built", args.rows, args.files)
+        built = work / "built" / "t"
+        print(
+            f"MoR table of {args.rows:,} rows x {args.files} files + {DELTAS} deltacommits "
+            f"({logs} log files, {len(expected):,} keys updated) built in {time.perf_counter() - t0:.1f} s"
+        )
+        for be_name in args.backends.split(","):
+            backend = Backend(be_name, built)
+            try:
+                runs += snapshot_vs_read_optimized(backend, args.rows, expected, args.rounds)
+            finally:
+                backend.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = summarise_reads(runs)
+    cols = [
+        "backend",
+        "query",
+        "seconds",
+        "best_s",
+        "cpu_s",
+        "over_ro",
+        "bytes_read",
+        "requests",
+        "gets",
+        "lists",
+        "load_1m",
+        "verified",
+    ]
+    title = (
+        f"MoR snapshot vs read-optimized read, {args.rows:,} rows in {args.files} files, "
+        f"{DELTAS} deltacommits of {DELTA_FRACTION:.0%} (median s)"
+    )
+    print(table(rows, cols, title))
+    path = out_dir / "table_mor_reads.json"
+    payload = {
+        "run": run_info(),
+        "rows_in_table": args.rows,
+        "files": args.files,
+        "deltacommits": DELTAS,
+        "log_files": logs,
+        "summary": rows,
+        "runs": runs,
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"results: {path}")
+    if any(r["verified"] != "exact" for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
