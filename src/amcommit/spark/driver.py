@@ -209,6 +209,10 @@ def begin_table_write(
     operation: Operation | None = None,
     schema_json: str | None = None,
     properties: TableProperties | None = None,
+    merge_on_read: bool = False,
+    table_type: str | None = None,
+    payload_class: str | None = None,
+    precombine_field: str | None = None,
 ) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
     the timeline, staging under ``.hoodie/.aux/amcommit/<instant>/``); the plan then carries it.
@@ -216,7 +220,10 @@ def begin_table_write(
     ``operation`` (an upsert's or delete's) replaces the one of the save mode;
     ``schema_json`` (Avro) the schema of the DataFrame (a delete writes the table's).
     ``properties``: the table's, as the driver read them for this write (the destination
-    check): ``begin_write`` then does not read them again."""
+    check): ``begin_write`` then does not read them again.
+    ``merge_on_read``: the caller (an upsert or delete) writes Merge-on-Read tables (the
+    instant is then a ``deltacommit``); ``table_type``, ``payload_class``,
+    ``precombine_field``: those of a table this write creates (``TableSpec``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
@@ -248,6 +255,9 @@ def begin_table_write(
             name=table.name,
             partition_fields=plan.partition_columns,
             record_key_fields=table.record_key_fields,
+            table_type=table_type,
+            payload_class=payload_class,
+            precombine_field=precombine_field,
         )
         if table.new
         else None
@@ -267,6 +277,7 @@ def begin_table_write(
                 allow_missing_columns=table.allow_missing_columns,
                 owner=owner,
                 properties=properties,
+                merge_on_read=merge_on_read,
             )
 
     write = run_blocking(begin)

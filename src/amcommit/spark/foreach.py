@@ -19,7 +19,7 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.liveness import local_process, this_process
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write
-from amcommit.spark.mutate import MutationSpec, prepare_mutation, run_mutation
+from amcommit.spark.mutate import MutationSpec, begin_kwargs, prepare_mutation, run_mutation
 from amcommit.spark.source import AmcommitDataSource
 from amcommit.spark.stream import (
     QUERY_ID_KEY,
@@ -97,6 +97,7 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
             batch=int(batch_id),
             operation=op,
             schema_json=None if spec is None else spec.schema_json,
+            table_kw=None if spec is None else begin_kwargs(spec),
         )
     except AmcommitError as e:
         raise for_user(e, dest) from None

@@ -26,6 +26,17 @@ tasks
     (:func:`amcommit.spark.task.run_task`). Every task commits a manifest carrying its
     write stats (``numInserts``, ``numUpdateWrites``, ``numDeletes``, ``prevCommit``).
 
+**Merge-on-Read** tables (created with option ``tableType`` / Hudi's
+``hoodie.datasource.write.table.type`` ``MERGE_ON_READ``, or an existing one): the instant is a
+``deltacommit``; instead of rewriting a file group, its task writes one new log file version of
+the group's latest file slice (:func:`_log_one`: an Avro data block with the updates, meta
+fields as Hudi's Java writer fills them, and a delete block for the deletes; the log blocks
+built in the task), in place under Hudi's ``APPEND`` marker, named with the write token
+``<task>-<instant>-0`` (:func:`amcommit.table.mutate.engine.log_write_token`: a retried attempt
+writes the same bytes to the same name, never over another write's file). Inserts go to new
+base files as on Copy-on-Write. Needs ``table_commit=direct`` (Spark's default). As the
+engine's deltacommits (:mod:`amcommit.table.mutate.engine`).
+
 No record goes through the driver: it holds the plan (file lists, footers, counts). Inserts
 are not put into existing small file groups here (the engine path does, Hudi's small-file
 handling): every insert goes to a new file group.
@@ -47,7 +58,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from amcommit.errors import AmcommitError
+from amcommit.errors import AmcommitError, ConfigError
 from amcommit.messages import for_user
 from amcommit.spark.options import WritePlan
 from amcommit.spark.task import TaskResult
@@ -56,7 +67,15 @@ from amcommit.table.format.model import Operation
 from amcommit.table.format.naming import META_COLUMNS
 from amcommit.table.mutate.engine import MutateReport, MutationError, Payload
 
-__all__ = ["MutationSpec", "delete", "prepare_mutation", "run_mutation", "upsert"]
+__all__ = [
+    "MutationSpec",
+    "begin_kwargs",
+    "delete",
+    "log_blocks",
+    "prepare_mutation",
+    "run_mutation",
+    "upsert",
+]
 
 _OWN_OPTIONS = ("precombinefield", "payload", "operation")
 _OWN_NAMES = {"precombinefield": "precombineField", "payload": "payload", "operation": "operation"}
@@ -75,20 +94,34 @@ class MutationSpec:
     """The DataFrame's columns (meta columns left out)."""
     schema_json: str | None = None
     """Avro schema the instant records (a delete: the table's; None: the DataFrame's)."""
+    merge_on_read: bool = False
+    """The table is (or is created) Merge-on-Read: updates and deletes go to log files."""
+    table_type: str | None = None
+    """The table type the write names (option ``tableType``; None: none named)."""
+    log_schema: str = ""
+    """Merge-on-Read: the writer schema of the log blocks (the instant's, meta fields first)."""
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    from amcommit.table.format.hudi_names import resolve, spark_table_type
+    from amcommit.table.format.hudi_names import resolve
+    from amcommit.table.format.properties import TABLE_TYPES
 
     opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
     opts = {k: str(v) for k, v in resolve(opts, "spark").items()}
-    spark_table_type(opts)
+    table_type = None
+    for k in [k for k in opts if k.lower() == "tabletype"]:  # upsert/delete write both types
+        value = opts.pop(k)
+        table_type = value.strip().upper()
+        if table_type not in TABLE_TYPES:
+            raise ConfigError(f"option {k!r}: table type {value!r} is not one of {', '.join(TABLE_TYPES)}")
     for k in opts:  # the engine's spellings of our own options
         if k.lower() not in _OWN_OPTIONS and k.lower().replace("_", "") in _OWN_OPTIONS:
             raise MutationError(
                 f"unknown option {k!r}; did you mean {_OWN_NAMES[k.lower().replace('_', '')]!r}?"
             )
     own = {k.lower(): opts.pop(k) for k in list(opts) if k.lower() in _OWN_OPTIONS}
+    if table_type is not None:
+        own["tabletype"] = table_type
     return opts, own
 
 
@@ -103,9 +136,12 @@ def prepare_mutation(
     from amcommit.loop import run_blocking
     from amcommit.spark.source import AmcommitDataSource
     from amcommit.store.schemes import open_location
+    from amcommit.table.format.properties import MERGE_ON_READ, TableProperties
     from amcommit.table.format.schema import avro_schema
     from amcommit.table.mutate.checks import check_columns, check_key_types
-    from amcommit.table.write.task import committed_schema, latest_write, read_properties
+    from amcommit.table.mutate.engine import with_meta_schema
+    from amcommit.table.settings import table_settings
+    from amcommit.table.write.task import check_table_type, committed_schema, latest_write, read_properties
 
     opts, own = _split_options(options)
     if "operation" in own and own["operation"].lower() != operation.value.lower():
@@ -124,7 +160,7 @@ def prepare_mutation(
     if not any(k.lower() == "tableformat" for k in opts):
         opts["tableFormat"] = "hudi"
     opts["path"] = dest
-    plan = AmcommitDataSource(opts).build_writer(df.schema, False, begin=False).plan
+    plan = AmcommitDataSource(opts).build_writer(df.schema, False, begin=False, merge_on_read=True).plan
     table = plan.table
     assert table is not None
     keys = tuple(k for k in table.record_key_fields if k not in META_COLUMNS)
@@ -141,17 +177,26 @@ def prepare_mutation(
     empty = arrow.empty_table()
     check_columns(empty, keys, plan.partition_columns, precombine)
 
-    async def schema() -> str | None:
+    async def schema() -> tuple[TableProperties | None, str | None]:
         from amcommit.table.timeline.instants import list_instants
 
         store, root = open_location(plan.url, **plan.store_options)
         async with store:
-            if await read_properties(store, root, plan.config()) is None:
-                return None
+            props = await read_properties(store, root, plan.config())
+            if props is None:
+                return None, None
             instants = await list_instants(store, root)
-            return await committed_schema(store, root, latest_write(instants), plan.config())
+            return props, await committed_schema(store, root, latest_write(instants), plan.config())
 
-    table_schema = run_blocking(schema)
+    props, table_schema = run_blocking(schema)
+    table_type = own.get("tabletype")
+    if props is not None:
+        check_table_type(props, table_type, dest)  # before anything is written
+    mor = props.merge_on_read if props is not None else table_type == MERGE_ON_READ
+    if mor and table_settings(plan.config()).table_commit != "direct":
+        raise MutationError(
+            "a Merge-on-Read table's log files are written in place: option tableCommit must be 'direct'"
+        )
     widened = None
     for c in check_key_types(table_schema, empty, keys, table.name):
         # an int key column into a long-keyed table: promoted, as Hudi does (the tasks build
@@ -161,6 +206,10 @@ def prepare_mutation(
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
     _check_nulls(df, keys, precombine)
+    schema_json = table_schema if delete_op else widened
+    log_schema = ""
+    if mor:
+        log_schema = with_meta_schema(schema_json or _frame_avro(plan))
     spec = MutationSpec(
         record_key=keys,
         partition_by=plan.partition_columns,
@@ -168,9 +217,40 @@ def prepare_mutation(
         payload=payload,
         delete=delete_op,
         arrow_schema=arrow,
-        schema_json=table_schema if delete_op else widened,
+        schema_json=schema_json,
+        merge_on_read=mor,
+        table_type=table_type,
+        log_schema=log_schema,
     )
     return plan, spec
+
+
+def begin_kwargs(spec: MutationSpec) -> dict[str, Any]:
+    """The table type arguments of :func:`amcommit.spark.driver.begin_table_write` for the
+    write ``spec`` describes (a Merge-on-Read table created with its payload and precombine
+    field, as the engine creates one). Pure."""
+    return {
+        "merge_on_read": spec.merge_on_read,
+        "table_type": spec.table_type,
+        "payload_class": spec.payload.value if spec.merge_on_read else None,
+        "precombine_field": spec.precombine if spec.merge_on_read else None,
+    }
+
+
+def _frame_avro(plan: WritePlan) -> str:
+    """The Avro schema the instant records for the DataFrame's columns (as
+    :func:`amcommit.spark.driver.begin_table_write` derives it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    from amcommit.spark.parquet import nullable_voids
+    from amcommit.table.format.schema import avro_schema
+
+    assert plan.table is not None
+    arrow = to_arrow_schema(
+        StructType.fromJson(nullable_voids(json.loads(plan.data_schema_json))), timezone="UTC"
+    )
+    return avro_schema(arrow, plan.table.name)
 
 
 def _check_nulls(df: Any, keys: tuple[str, ...], precombine: str | None) -> None:
@@ -433,6 +513,156 @@ async def _rewrite_one(
     return result, counts
 
 
+def _log_task(
+    plan: WritePlan, spec: MutationSpec, versions: dict[str, Any], logs: dict[str, list[Any]]
+) -> Any:
+    """Task function (Merge-on-Read): the records of one file group (partition ``index`` of
+    the shuffle by file) written as one new log file version of its latest slice
+    (:func:`_log_one`), task committed. ``logs``: per base file, the log files of its slice."""
+
+    def fn(index: int, items: Iterable[tuple[str, tuple[str, dict[str, Any] | None]]]) -> Iterator[bytes]:
+        from pyspark import TaskContext
+
+        got = list(items)
+        if not got:
+            return
+        rel = got[0][0]
+        ctx = TaskContext.get()
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        try:
+            out = _in_task(plan, _log_one, plan, spec, versions[rel], logs[rel], index, attempt, got)
+        except AmcommitError as e:
+            raise for_user(e, plan.url) from None
+        yield pickle.dumps(out)
+
+    return fn
+
+
+def log_blocks(
+    spec: MutationSpec,
+    instant: str,
+    task: int,
+    partition: str,
+    file_id: str,
+    updates: dict[str, dict[str, Any]],
+    deletes: set[str],
+) -> tuple[bytes, int]:
+    """The log blocks of one file group's updates and deletes, as the engine writes them:
+    one Avro data block of the updates (keys sorted; meta fields as Hudi's Java writer fills
+    them: ``_hoodie_file_name`` holds the file id) and one delete block (ordering value
+    ``IntWrapper(0)``: the delete wins, as a SQL delete). ``(bytes, updates written)``.
+    Pure and deterministic: a retried attempt builds the same bytes."""
+    from amcommit.table.file_group.merge import with_meta
+    from amcommit.table.format.logblock import DeleteRecord, avro_data_block, delete_block
+
+    blocks: list[bytes] = []
+    up_keys = sorted(updates)
+    if up_keys:
+        rows = pa.Table.from_pylist([updates[k] for k in up_keys], schema=spec.arrow_schema)
+        t = with_meta(rows, up_keys, instant, task, 0, partition, file_id)
+        blocks.append(avro_data_block(instant, spec.log_schema, t.to_pylist()))
+    if deletes:
+        dels = [DeleteRecord(k, partition, 0, "IntWrapper") for k in sorted(deletes)]
+        blocks.append(delete_block(instant, spec.log_schema, dels))
+    return b"".join(blocks), len(up_keys)
+
+
+async def _log_one(
+    store: Any,
+    dest: str,
+    plan: WritePlan,
+    spec: MutationSpec,
+    version: Any,
+    slice_logs: list[Any],
+    task: int,
+    attempt: int,
+    items: list[tuple[str, tuple[str, dict[str, Any] | None]]],
+) -> tuple[TaskResult, dict[str, int]]:
+    """One new log file of ``version``'s slice (Merge-on-Read), written in place under an
+    ``APPEND`` marker, never over another file
+    (:func:`amcommit.table.write.direct.write_in_place`), and the task's direct manifest
+    with its write stat (``logVersion``, ``baseFile``, ``logFiles``)."""
+    import time
+
+    import anyio
+
+    from amcommit.errors import CommitError
+    from amcommit.paths import basename
+    from amcommit.spark.task import (
+        check_job_active,
+        discard_attempt,
+        encode_manifest,
+        job_layout,
+        setup_attempt,
+        task_ids,
+    )
+    from amcommit.table.format.naming import log_file_name
+    from amcommit.table.format.writestats import MutationFields
+    from amcommit.table.mutate.engine import log_write_token
+    from amcommit.table.write.direct import IOType, commit_direct_task, write_in_place
+
+    t0 = time.perf_counter()
+    config = plan.config()
+    instant = plan.job_id
+    layout = job_layout(plan, dest)
+    await check_job_active(store, layout)
+    attempt_id, _ = await setup_attempt(store, layout, task, attempt, config)
+    task_id, _ = task_ids(plan.job_id, task, 0)
+    try:
+        updates = {k: d for _, (k, d) in items if d is not None}
+        deletes = {k for _, (k, d) in items if d is None}
+        body, n = await anyio.to_thread.run_sync(
+            log_blocks, spec, instant, task, version.partition, version.file_id, updates, deletes
+        )
+        log_version = max([lg.version for lg in slice_logs], default=0) + 1
+        # the token holds the instant and the task: two writers' log files never share a
+        # name; a retried attempt of this task writes the same bytes to the same name
+        name = log_file_name(version.file_id, version.instant, log_version, log_write_token(instant, task))
+        rel = f"{version.partition}/{name}" if version.partition else name
+        got = await write_in_place(store, dest, instant, rel, body, io_type=IOType.APPEND, config=config)
+        if got is None:
+            raise CommitError(
+                f"table write {instant} was committed or rolled back while task attempt "
+                f"{attempt_id} was still writing: its log file was removed",
+                stage="commit_task",
+            )
+        fields = MutationFields(
+            prev_commit=version.instant,
+            num_inserts=0,
+            num_update_writes=n,
+            num_deletes=len(deletes),
+            file_id=version.file_id,
+            log_version=log_version,
+            base_file=basename(version.path),
+            log_files=[*(basename(lg.path) for lg in slice_logs), name],
+        )
+        manifest = await commit_direct_task(
+            store,
+            layout,
+            task_id,
+            attempt_id,
+            [(rel, got.size, got.etag, n)],
+            config=config,
+            mutations={rel: fields},
+        )
+        info = await store.stat(layout.manifest_path(task_id))
+        await check_job_active(store, layout)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            await discard_attempt(store, layout, attempt_id)
+        raise
+    result = TaskResult(
+        manifest=encode_manifest(manifest),
+        manifest_etag=info.etag,
+        task_attempt_id=attempt_id,
+        rows=n,
+        files=1,
+        bytes=len(body),
+        seconds=time.perf_counter() - t0,
+    )
+    return result, {"updated": n, "deleted": len(deletes), "kept_stored": 0, "files": 0, "logged": 1}
+
+
 def _insert_task(plan: WritePlan, spec: MutationSpec, first: int) -> Any:
     """Task function: new records written as new file groups by the table task writer
     (task numbers from ``first`` on: after the rewrite tasks')."""
@@ -531,7 +761,7 @@ def run_mutation(
     from amcommit.parallel import run_parallel
     from amcommit.store.schemes import open_location
     from amcommit.table.mutate.engine import IndexReader
-    from amcommit.table.timeline.instants import load_timeline, snapshot
+    from amcommit.table.timeline.instants import file_groups, load_timeline, snapshot
 
     sc = df.sparkSession.sparkContext
     report = MutateReport(
@@ -552,11 +782,20 @@ def run_mutation(
         parts = {p for p, _ in totals}
         report.duplicates_dropped = sum(n - d for _, (n, d) in totals)
 
+        slice_logs: dict[str, list[Any]] = {}
+
         async def footers() -> dict[str, list[Any]]:
             store, dest = open_location(plan.url, **plan.store_options)
             async with store:
                 _, commits = await load_timeline(store, dest)
                 files = [f for f in snapshot(commits) if f.partition in parts]
+                if spec.merge_on_read:  # the log files of each base file's slice (its versions)
+                    latest = {(g.partition, g.file_id): g.latest for g in file_groups(commits)}
+                    for f in files:
+                        sl = latest.get((f.partition, f.file_id))
+                        slice_logs[f.path] = (
+                            [] if sl is None else [lg for lg in sl.logs if lg.base_instant == f.instant]
+                        )
                 reader = IndexReader(store, dest, plan.config())
                 out: dict[str, Any] = {}
 
@@ -595,9 +834,14 @@ def run_mutation(
             if rewrite_files:
                 at = {p: i for i, p in enumerate(rewrite_files)}
                 rw = {p: versions[p] for p in rewrite_files}
+                task_fn = (
+                    _log_task(plan, spec, rw, {p: slice_logs.get(p, []) for p in rewrite_files})
+                    if spec.merge_on_read
+                    else _rewrite_task(plan, spec, rw)
+                )
                 got = (
                     changed.partitionBy(len(rewrite_files), lambda p: at[p])
-                    .mapPartitionsWithIndex(_rewrite_task(plan, spec, rw))
+                    .mapPartitionsWithIndex(task_fn)
                     .collect()
                 )
                 for res, counts in sorted(
@@ -608,6 +852,7 @@ def run_mutation(
                     report.deleted += counts["deleted"]
                     report.kept_stored += counts["kept_stored"]
                     report.files_rewritten += counts["files"]
+                    report.files_logged += counts.get("logged", 0)
             absent = joined.filter(lambda kv: kv[1][1] is None)
             if spec.delete:
                 report.absent_deletes = absent.count()
@@ -637,7 +882,9 @@ def _run(
 
     try:
         plan, spec = prepare_mutation(df, dest, operation, options)
-        plan = begin_table_write(plan, operation=operation, schema_json=spec.schema_json)
+        plan = begin_table_write(
+            plan, operation=operation, schema_json=spec.schema_json, **begin_kwargs(spec)
+        )
     except AmcommitError as e:
         raise for_user(e, dest) from None
     try:

@@ -327,9 +327,13 @@ class AmcommitDataSource(DataSource):
             raise for_user(e, self.options.get("path")) from None
         return stream_writer(self, schema, overwrite)
 
-    def build_writer(self, schema: StructType, overwrite: bool, begin: bool = True) -> AmcommitWriter:
+    def build_writer(
+        self, schema: StructType, overwrite: bool, begin: bool = True, *, merge_on_read: bool = False
+    ) -> AmcommitWriter:
         """The checked plan; ``begin=False``: a table write's instant is not allocated yet
-        (the streaming sink allocates it later, :mod:`amcommit.spark.stream`)."""
+        (the streaming sink allocates it later, :mod:`amcommit.spark.stream`).
+        ``merge_on_read``: the caller (an upsert or delete, :mod:`amcommit.spark.mutate`)
+        writes Merge-on-Read tables too; others are refused one in one line."""
         import pyspark
 
         plan = build_plan(
@@ -348,7 +352,7 @@ class AmcommitDataSource(DataSource):
             )
         props = _check_destination(plan)
         if props is not None:
-            props.check_supported(plan.url)
+            props.check_supported(plan.url, merge_on_read=merge_on_read)
 
             def rebuild(options: dict[str, Any], existing_table: bool) -> WritePlan:
                 return build_plan(

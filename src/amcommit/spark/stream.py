@@ -45,7 +45,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -523,15 +523,19 @@ def begin_batch(
     batch: int | None = None,
     operation: Operation | None = None,
     schema_json: str | None = None,
+    table_kw: Mapping[str, Any] | None = None,
 ) -> WritePlan:
     """Allocate a micro-batch's instant (``begin_write``) with its owner recorded in the
     claim itself (atomic with it): the query (``app``, when known here), its checkpoint
     key (when known) and the driver process (``driver``, default: this worker's JVM).
-    ``operation`` / ``schema_json``: an upsert's or delete's (``begin_table_write``)."""
+    ``operation`` / ``schema_json``: an upsert's or delete's (``begin_table_write``);
+    ``table_kw``: its table type arguments (:func:`amcommit.spark.mutate.begin_kwargs`)."""
     from amcommit.spark.driver import begin_table_write
 
     ck = checkpoint_app(checkpoint) if checkpoint else None
     owner = Owner(app=app, checkpoint=ck, driver=driver or driver_id())
-    plan = begin_table_write(plan, owner=owner_fields(owner), operation=operation, schema_json=schema_json)
+    plan = begin_table_write(
+        plan, owner=owner_fields(owner), operation=operation, schema_json=schema_json, **(table_kw or {})
+    )
     hooks.current.stream_begun(batch, checkpoint)
     return plan

@@ -123,14 +123,17 @@ def resolve(options: Mapping[str, Any], side: Side) -> dict[str, Any]:
 
 def spark_table_type(options: dict[str, Any]) -> None:
     """Take Spark's ``tableType`` option (any case) out of ``options``: ``COPY_ON_WRITE`` is
-    what Spark writes; ``MERGE_ON_READ`` is refused in one line (ConfigError): Spark writes
-    of Merge-on-Read tables are not built yet (the engine's upsert/delete write them)."""
+    what Spark's inserts and overwrites write; ``MERGE_ON_READ`` is refused in one line
+    (ConfigError): Merge-on-Read tables are written by upserts and deletes
+    (``amcommit.spark.upsert/delete``, ``write_batch(operation=...)``, the engine's), which
+    take the option themselves."""
     for k in [k for k in options if str(k).lower() == "tabletype"]:
         value = str(options.pop(k)).strip().upper()
         if value == "MERGE_ON_READ":
             raise ConfigError(
-                f"option {k!r}: Spark writes MERGE_ON_READ tables not yet; use "
-                "amcommit.table.mutate.upsert/delete(table_type='MERGE_ON_READ')"
+                f"option {k!r}: a Spark insert or overwrite writes COPY_ON_WRITE tables; "
+                "MERGE_ON_READ tables are written by amcommit.spark.upsert/delete "
+                "(or write_batch(..., operation='upsert'))"
             )
         if value not in _TABLE_TYPES:
             raise ConfigError(f"option {k!r}: table type {value!r} is not one of {', '.join(_TABLE_TYPES)}")
