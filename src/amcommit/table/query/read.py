@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+import anyio
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -153,29 +154,35 @@ def plan_slices(view: SliceView, query_type: str, since: str | None) -> list[tup
     return out
 
 
-async def _parquet(store: Store, dest: str, path: str) -> pa.Table:
-    data = await store.get(join(dest, path))
-    return pq.read_table(pa.BufferReader(data)).replace_schema_metadata(None)
-
-
 async def _slice_rows(
     store: Store, dest: str, slices: list[FileSlice], view: SliceView, recipe: SliceRecipe, logs: bool
 ) -> pa.Table | None:
+    """The rows of one file group: its base file and log files fetched at once (one round
+    trip of requests per slice, not one per file), then decoded and merged in a worker
+    thread (the event loop keeps fetching other slices meanwhile)."""
     first = slices[0]
-    base = await _parquet(store, dest, first.base.path) if first.base is not None else None
-    if not logs:
-        return base
-    seen: set[str] = set()
-    files: list[LogBytes] = []
-    for s in slices:
-        for log in s.logs:
-            if log.path in seen:
-                continue  # a log file appended by several deltacommits is named by each
-            seen.add(log.path)
-            files.append(LogBytes(log.path, await store.get(join(dest, log.path))))
-    if not files:
-        return base
-    return merge_slice(base, live_blocks(files, view.trusts), recipe)
+    paths: list[str] = []
+    if logs:
+        for s in slices:
+            for log in s.logs:
+                if log.path not in paths:  # a log file appended by several deltacommits is named by each
+                    paths.append(log.path)
+    wanted = ([first.base.path] if first.base is not None else []) + paths
+    datas = await gather_limited([partial(store.get, join(dest, p)) for p in wanted], len(wanted) or 1)
+    raw_base = datas[0] if first.base is not None else None
+    files = [LogBytes(p, d) for p, d in zip(paths, datas[len(wanted) - len(paths) :], strict=True)]
+
+    def decode() -> pa.Table | None:
+        base = (
+            pq.read_table(pa.BufferReader(raw_base)).replace_schema_metadata(None)
+            if raw_base is not None
+            else None
+        )
+        if not files:
+            return base
+        return merge_slice(base, live_blocks(files, view.trusts), recipe)
+
+    return await anyio.to_thread.run_sync(decode)
 
 
 def _meta_first(t: pa.Table) -> pa.Table:
