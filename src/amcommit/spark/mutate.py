@@ -904,7 +904,9 @@ def upsert(df: Any, dest: str, *, label: Label | None = None, **options: Any) ->
     write: give ``recordKey`` and ``partitionBy``), in Spark tasks with ``df``'s session.
     Options: those of ``format("amcommit")`` (store options too), ``precombineField``,
     ``payload`` (``OverwriteWithLatestAvroPayload``, the default, or
-    ``DefaultHoodieRecordPayload``); ``label`` commits the write once per label. Returns the
+    ``DefaultHoodieRecordPayload``), ``tableType`` (``MERGE_ON_READ`` on the first write:
+    a Merge-on-Read table, its updates and deletes in log files; module doc); ``label``
+    commits the write once per label. Returns the
     report: counts, index counts (``footers_read``, ``key_columns_read``,
     ``files_rewritten``), the job report. Semantics, where each step runs and what is
     atomic: the module doc. Blocking."""
