@@ -15,14 +15,29 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import enum
+
 from amcommit.committer.config import CommitterConfig
 from amcommit.errors import ConfigError
 from amcommit.options import Options
 
-__all__ = ["DEFAULT_SETTINGS", "TableConfig", "TableSettings", "table_settings"]
+__all__ = ["DEFAULT_SETTINGS", "Placement", "TableConfig", "TableSettings", "table_settings"]
 
 
-TABLE_COMMITS = ("staged", "direct")
+class Placement(enum.Enum):
+    """Where a table write's tasks put their base files: decided once, from the
+    ``table_commit`` setting (:attr:`TableSettings.placement`), and carried by the task
+    (:class:`~amcommit.table.write.task.TableTask`, Spark's write and rewrite tasks). The
+    job commit learns it from the manifests, never from a setting. (Merge-on-Read will add
+    appends to log files.)"""
+
+    STAGED = "staged"
+    """In the task attempt directory; the job commit renames them into the table."""
+    DIRECT = "direct"
+    """At their final names, each after its Hudi marker (:mod:`amcommit.table.write.direct`)."""
+
+
+TABLE_COMMITS = tuple(p.value for p in Placement)
 
 
 def _check(writer_ttl: float, table_commit: str = "direct") -> None:
@@ -71,6 +86,12 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     def __post_init__(self) -> None:
         _check(self.writer_ttl, self.table_commit)
+
+    @property
+    def placement(self) -> Placement:
+        """The :class:`Placement` of the tasks' base files (``table_commit``): THE place
+        where that setting is read."""
+        return Placement(self.table_commit)
 
 
 DEFAULT_SETTINGS = TableSettings()
