@@ -113,8 +113,9 @@ async def test_record_key_a_comma_b_is_two_columns(tmp_path: Path) -> None:
             "engine's upsert/delete",
         ),
         (
-            {"hoodie.datasource.write.table.type": "MERGE_ON_READ"},
-            "option 'hoodie.datasource.write.table.type': amcommit writes COPY_ON_WRITE tables only",
+            {"hoodie.datasource.write.table.type": "MERGE_ON_WRITE"},
+            "option 'hoodie.datasource.write.table.type': table type 'MERGE_ON_WRITE' is not one of "
+            "COPY_ON_WRITE, MERGE_ON_READ",
         ),
         (
             {"hoodie.datasource.write.precombine.field": "v", "precombine_field": "ts"},

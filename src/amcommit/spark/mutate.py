@@ -78,10 +78,11 @@ class MutationSpec:
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    from amcommit.table.format.hudi_names import resolve
+    from amcommit.table.format.hudi_names import resolve, spark_table_type
 
     opts = {str(k): (v if isinstance(v, str) else json.dumps(v)) for k, v in options.items()}
     opts = {k: str(v) for k, v in resolve(opts, "spark").items()}
+    spark_table_type(opts)
     for k in opts:  # the engine's spellings of our own options
         if k.lower() not in _OWN_OPTIONS and k.lower().replace("_", "") in _OWN_OPTIONS:
             raise MutationError(

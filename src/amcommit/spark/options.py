@@ -274,11 +274,12 @@ def build_plan(
     option (never its value if it is a store option) on any problem.
     """
     merged: dict[str, Any] = dict(session_defaults(session_conf or {}))
-    from amcommit.table.format.hudi_names import resolve
+    from amcommit.table.format.hudi_names import resolve, spark_table_type
 
     explicit = {
         str(k).lower(): v for k, v in resolve({str(k): v for k, v in options.items()}, "spark").items()
     }
+    spark_table_type(explicit)
     if any(str(k).lower().startswith("hoodie.") for k in options):
         explicit.setdefault("tableformat", "hudi")  # Hudi's names: a Hudi table write
     op = explicit.pop("operation", None)  # Hudi's insert / bulk_insert: what format("amcommit") writes

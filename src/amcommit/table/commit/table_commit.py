@@ -65,7 +65,7 @@ from amcommit.errors import (
 )
 from amcommit.manifest import CheckedManifest, TaskManifest
 from amcommit.parallel import run_parallel
-from amcommit.paths import join, path_to_uri, relative_to
+from amcommit.paths import basename, join, path_to_uri, relative_to
 from amcommit.store.base import PutMode, Store
 from amcommit.store.names import shorten
 from amcommit.table.commit.undo import rollback_table_write
@@ -95,6 +95,7 @@ from amcommit.table.format.writestats import (
     paths_of_task_stats,
     rewrites_of_task_stats,
     rows_of_task_stats,
+    seen_logs_of_task_stats,
     spliced_write_stats,
     write_stat,
 )
@@ -389,18 +390,30 @@ async def _schema_of(
 
 
 def rewrite_conflict(
-    rewrites: Sequence[tuple[str, str, str]], commits: Sequence[LoadedCommit], mine: str
+    rewrites: Sequence[tuple[str, str, str]],
+    commits: Sequence[LoadedCommit],
+    mine: str,
+    seen_logs: dict[tuple[str, str], frozenset[str]] | None = None,
 ) -> tuple[str, str, str] | None:
     """``(other instant, partition, fileId)`` of the first file group this write rewrites
     (``(partition, fileId, prevCommit)`` each) that another completed commit later than its
-    ``prevCommit`` added a version of, or replaced; None if none did. Pure (Hudi's
-    ``SimpleConcurrentFileWritesConflictResolutionStrategy``, by file group)."""
+    ``prevCommit`` added a version of, or replaced, or (Merge-on-Read) added a log file to
+    that is not among the log files this write saw (``seen_logs``: by group, the
+    ``logFiles`` of its log stat; a log write's ``prevCommit`` is the slice's base instant);
+    None if none did. Pure (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``,
+    by file group)."""
     prev = {(p, fid): t for p, fid, t in rewrites}
+    saw = seen_logs or {}
     for c in sorted(commits, key=lambda c: c.instant.time):
         t = c.instant.time
         if t == mine:
             continue
         touched = [(f.partition, f.file_id) for f in c.added()] + c.replaced()
+        touched += [
+            (lg.partition, lg.file_id)
+            for lg in c.logs()
+            if basename(lg.path) not in saw.get((lg.partition, lg.file_id), frozenset())
+        ]
         for group in touched:
             seen = prev.get(group)
             if seen is not None and t > seen:
@@ -422,10 +435,15 @@ async def check_conflicts(
     ]
     if not rewrites:
         return
+    seen: dict[tuple[str, str], frozenset[str]] = {}
+    for extra in loaded.extra_data:
+        raw = extra.get(STATS_KEY)
+        if raw and '"logFiles"' in raw:
+            seen.update(seen_logs_of_task_stats(raw))
     mine = ctx.layout.job_id
     oldest = min(t for _, _, t in rewrites)
     later = [i for i in instants if i.completed and i.action in WRITE_ACTIONS and oldest < i.time != mine]
-    found = rewrite_conflict(rewrites, await _load_commits(ctx, later), mine)
+    found = rewrite_conflict(rewrites, await _load_commits(ctx, later), mine, seen)
     if found is not None:
         other, partition, file_id = found
         await abort_held(kind, ctx.store, ctx.layout.dest, mine, config=ctx.config)
@@ -543,7 +561,7 @@ def _write_stats(
     return stats
 
 
-def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
+def own_files_check(dest: str, instant: str, depth: int, *, logs: bool = False) -> ManifestCheck:
     """The table's check of each task manifest while the job commit loads them
     (:attr:`~amcommit.committer.stages.load_manifests.LoadInputs.check`): a write of
     ``instant`` publishes only its own base files, ``<fileId>_<writeToken>_<instant>.parquet``
@@ -551,13 +569,14 @@ def own_files_check(dest: str, instant: str, depth: int) -> ManifestCheck:
     nothing into ``.hoodie/``, nothing stamped with another instant), and the write stats a
     task manifest carries name exactly the files it publishes (else the completed instant
     would name files that do not exist). ManifestError naming the manifest and the path;
-    raised before anything is published."""
+    raised before anything is published. ``logs``: a Merge-on-Read table's write, whose log
+    files (written in place under APPEND markers) are its own too."""
     cut = len(dest) + 1 if dest else 0
 
     def check(m: TaskManifest, c: CheckedManifest, name: str) -> None:
         rels = list(map(operator.itemgetter(slice(cut, None)), c.dsts))
         dirs = [d[cut:] if d != dest else "" for d in c.dirs]
-        bad = foreign_file(rels, dirs, instant, depth)
+        bad = foreign_file(rels, dirs, instant, depth, logs=logs)
         if bad is not None:
             path, why = bad
             raise ManifestError(
@@ -700,15 +719,18 @@ async def run_table_commit(
     store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
     dest, instant = layout.dest, layout.job_id
     marker: WriteMarker | None = None
+    action: Action | None = None  # the instant's action (``deltacommit`` on Merge-on-Read)
     try:
         marker = await ctx.call(lambda: read_marker(store, layout))
         op = Operation(marker.operation)
+        action = marker.write_action()
     except NotFound:  # a cleanup cut short (flat stores delete the marker first): published?
         published = await completed_instant(store, dest, instant)
         if published is None:
             raise
         got = await ctx.call(lambda: store.get(join(dest, HOODIE_DIR, published.file_name)))
         op = Operation(decode_commit_metadata(got).operation_type)
+        action = Action(published.action)
     report.instant, report.operation = instant, op.value
     if label is None and marker is not None:
         label = marker.label()
@@ -769,7 +791,11 @@ async def run_table_commit(
     async with ctx.stage("load_manifests"):
         run.spool = load_manifests.new_spool(ctx)
         # (a resumed commit's manifests passed the check when its journal was saved)
-        check = None if props is None else own_files_check(dest, instant, len(props.partition_fields))
+        check = (
+            None
+            if props is None
+            else own_files_check(dest, instant, len(props.partition_fields), logs=props.merge_on_read)
+        )
         run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests, check))
         if manifests is not None and journal is None:
             await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
@@ -870,7 +896,7 @@ async def run_table_commit(
                 "first; abort this write (`amcommit abort-job`) and run it again",
                 stage="publish",
             )
-        await publish(ctx, op.action, data)
+        await publish(ctx, action or op.action, data)
     if direct and not markers_after_lock:
         # completed for another (an abort past the point of no return, a later writer): the
         # markers now (the files of late losers first); see ``markers_after_lock``

@@ -45,8 +45,17 @@ __all__ = ["finish_rollback", "remove_stamped", "rollback_table_write"]
 
 def _instant_files(instant: str) -> tuple[list[str], list[str]]:
     """(inflight names, requested names) of a write instant, for either action."""
-    inflight = [f"{instant}.inflight", f"{instant}.commit.inflight", f"{instant}.replacecommit.inflight"]
-    requested = [f"{instant}.commit.requested", f"{instant}.replacecommit.requested"]
+    inflight = [
+        f"{instant}.inflight",
+        f"{instant}.commit.inflight",
+        f"{instant}.replacecommit.inflight",
+        f"{instant}.deltacommit.inflight",
+    ]
+    requested = [
+        f"{instant}.commit.requested",
+        f"{instant}.replacecommit.requested",
+        f"{instant}.deltacommit.requested",
+    ]
     return inflight, requested
 
 

@@ -11,8 +11,9 @@ arguments, ``config`` fields) and in Spark (``format("amcommit")`` / ``upsert()`
   ``org.apache.hudi.common.model.DefaultHoodieRecordPayload`` -> the payload's name);
 * a Hudi name whose setting amcommit lacks (or lacks on that side) is refused in one line
   saying amcommit does not support it; so is any other ``hoodie.`` name;
-* ``hoodie.datasource.write.table.type`` / ``hoodie.table.type``: ``COPY_ON_WRITE`` is
-  accepted (amcommit writes nothing else), anything else refused;
+* ``hoodie.datasource.write.table.type`` / ``hoodie.table.type``: amcommit's
+  ``table_type`` (engine) / ``tableType`` (Spark), ``COPY_ON_WRITE`` or ``MERGE_ON_READ``
+  (anything else refused);
 * two names of one setting with different values are refused in one line naming both.
 
 Pure: no I/O.
@@ -26,12 +27,11 @@ from typing import Any, Literal
 
 from amcommit.errors import ConfigError
 
-__all__ = ["HUDI_WRITE_NAMES", "resolve"]
+__all__ = ["HUDI_WRITE_NAMES", "resolve", "spark_table_type"]
 
 Side = Literal["engine", "spark"]
 
-_TABLE_TYPE = "table_type"
-"""A check only: amcommit writes Copy-on-Write tables."""
+_TABLE_TYPES = ("COPY_ON_WRITE", "MERGE_ON_READ")
 
 HUDI_WRITE_NAMES: dict[str, tuple[str | None, str | None]] = {
     "hoodie.datasource.write.recordkey.field": ("record_key", "recordKey"),
@@ -41,8 +41,8 @@ HUDI_WRITE_NAMES: dict[str, tuple[str | None, str | None]] = {
     "hoodie.datasource.write.payload.class": ("payload", "payload"),
     "hoodie.table.name": ("table_name", "tableName"),
     "hoodie.datasource.write.table.name": ("table_name", "tableName"),
-    "hoodie.datasource.write.table.type": (_TABLE_TYPE, _TABLE_TYPE),
-    "hoodie.table.type": (_TABLE_TYPE, _TABLE_TYPE),
+    "hoodie.datasource.write.table.type": ("table_type", "tableType"),
+    "hoodie.table.type": ("table_type", "tableType"),
     "hoodie.write.set.null.for.missing.columns": (None, "allowMissingColumns"),
     "hoodie.index.bloom.num_entries": ("bloom.num_entries", None),
     "hoodie.index.bloom.fpp": ("bloom.fpp", None),
@@ -63,6 +63,8 @@ _WHERE = {"engine": "the engine's upsert/delete", "spark": "Spark writes"}
 def _value(name: str, v: Any) -> Any:
     if name == "payload" and isinstance(v, str):
         return v.strip().rsplit(".", 1)[-1]
+    if name.lower() in ("table_type", "tabletype") and isinstance(v, str):
+        return v.strip().upper()
     if name in ("operation", "bloom.type_code") and isinstance(v, str):
         return v.strip().lower() if name == "operation" else v.strip().upper()
     return v
@@ -75,7 +77,7 @@ def _same(a: Any, b: Any) -> bool:
 def resolve(options: Mapping[str, Any], side: Side) -> dict[str, Any]:
     """``options`` with Hudi's names replaced by amcommit's on ``side`` (module doc);
     ConfigError (one line) for a Hudi name amcommit does not support, a table type other
-    than Copy-on-Write, or two names of one setting with different values. Names are
+    than ``COPY_ON_WRITE`` / ``MERGE_ON_READ``, or two names of one setting with different values. Names are
     matched case-insensitively; amcommit's own names are compared case-insensitively in
     Spark (Spark lowercases them), exactly in the engine."""
     out: dict[str, Any] = {}
@@ -104,11 +106,9 @@ def resolve(options: Mapping[str, Any], side: Side) -> dict[str, Any]:
         ours = names[0] if side == "engine" else names[1]
         if ours is None:
             raise ConfigError(f"amcommit does not support Hudi option {key!r} in {_WHERE[side]}")
-        if ours == _TABLE_TYPE:
-            if str(value).strip().upper() != "COPY_ON_WRITE":
-                raise ConfigError(f"option {key!r}: amcommit writes COPY_ON_WRITE tables only")
-            continue
         value = _value(ours, value)
+        if ours in ("table_type", "tableType") and value not in _TABLE_TYPES:
+            raise ConfigError(f"option {key!r}: table type {value!r} is not one of {', '.join(_TABLE_TYPES)}")
         k = fold(ours)
         if k in spelled:
             if not _same(_value(ours, vals[k]), value):
@@ -119,3 +119,18 @@ def resolve(options: Mapping[str, Any], side: Side) -> dict[str, Any]:
         out[ours] = value
         spelled[k], vals[k] = key, value
     return out
+
+
+def spark_table_type(options: dict[str, Any]) -> None:
+    """Take Spark's ``tableType`` option (any case) out of ``options``: ``COPY_ON_WRITE`` is
+    what Spark writes; ``MERGE_ON_READ`` is refused in one line (ConfigError): Spark writes
+    of Merge-on-Read tables are not built yet (the engine's upsert/delete write them)."""
+    for k in [k for k in options if str(k).lower() == "tabletype"]:
+        value = str(options.pop(k)).strip().upper()
+        if value == "MERGE_ON_READ":
+            raise ConfigError(
+                f"option {k!r}: Spark writes MERGE_ON_READ tables not yet; use "
+                "amcommit.table.mutate.upsert/delete(table_type='MERGE_ON_READ')"
+            )
+        if value not in _TABLE_TYPES:
+            raise ConfigError(f"option {k!r}: table type {value!r} is not one of {', '.join(_TABLE_TYPES)}")

@@ -20,6 +20,7 @@ from amcommit.table.format.naming import INSTANT_PATTERN
 __all__ = [
     "Action",
     "CommitMetadata",
+    "DeltaWriteStat",
     "Instant",
     "Operation",
     "State",
@@ -27,6 +28,7 @@ __all__ = [
     "decode_commit_metadata",
     "encode_commit_metadata",
     "parse_instant_file",
+    "write_action",
 ]
 
 
@@ -48,7 +50,8 @@ WRITE_ACTIONS = frozenset({Action.COMMIT, Action.REPLACE_COMMIT, Action.DELTA_CO
 """Actions that add files to the table: ``commit`` (also a completed compaction, with
 ``"compacted": true``), ``replacecommit`` and Merge-on-Read's ``deltacommit`` (base files and
 log files). A pending ``compaction`` (``.compaction.requested`` / ``.inflight``) is none of
-them: it completes as a ``commit``."""
+them: it completes as a ``commit``. A Merge-on-Read table's writes other
+than overwrites are deltacommits."""
 
 
 class State(enum.StrEnum):
@@ -75,6 +78,16 @@ class Operation(enum.StrEnum):
         if self in (Operation.INSERT_OVERWRITE, Operation.INSERT_OVERWRITE_TABLE):
             return Action.REPLACE_COMMIT
         return Action.COMMIT
+
+
+def write_action(operation: Operation, merge_on_read: bool = False) -> Action:
+    """The action of a write of ``operation``: as :attr:`Operation.action` says on a
+    Copy-on-Write table; on a Merge-on-Read table every write but an overwrite is a
+    ``deltacommit`` (as Hudi's writers record it). Pure."""
+    action = operation.action
+    if merge_on_read and action is Action.COMMIT:
+        return Action.DELTA_COMMIT
+    return action
 
 
 _INSTANT_FILE_RE = re.compile(
@@ -141,6 +154,18 @@ class WriteStat(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=Tru
     total_write_errors: int = 0
     partition_path: str = ""
     file_size_in_bytes: int = 0
+
+
+class DeltaWriteStat(WriteStat, kw_only=True):
+    """``HoodieDeltaWriteStat``: the write stat of a Merge-on-Read log file (a deltacommit's
+    updates and deletes of one file group). ``prevCommit`` is the slice's base instant."""
+
+    log_version: int = 1
+    log_offset: int = 0
+    base_file: str = ""
+    """The slice's base file name ("" for a slice without one)."""
+    log_files: list[str] = msgspec.field(default_factory=list)
+    """The slice's log file names, this one included."""
 
 
 class CommitMetadata(msgspec.Struct, rename="camel", omit_defaults=False, kw_only=True):

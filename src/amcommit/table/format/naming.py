@@ -208,6 +208,19 @@ def parse_log_file_name(name: str) -> LogFileName | None:
     return LogFileName(m["file_id"], m["base"], int(m["version"]), m["token"])
 
 
+def own_log_file(name: str, instant: str) -> bool:
+    """True if ``name`` is a log file that a write of ``instant`` created whole: amcommit's
+    deltacommits name their log files with the write token ``<task>-<instant>-0``
+    (Hudi's writers use small integers there: a Java stage id is an ``int``, never a
+    17-digit instant), and never append to an existing log file. Such a file holds only
+    that write's blocks, so rolling the write back may delete it. Pure."""
+    parsed = parse_log_file_name(name)
+    if parsed is None:
+        return False
+    task, _, rest = parsed.write_token.partition("-")
+    return task.isdigit() and rest == f"{instant}-0"
+
+
 def _folder_problem(folder: str, depth: int, *, exact: bool) -> str | None:
     """Why ``folder`` (relative to the table, ``""`` = its root) cannot hold (``exact``) or
     lead to a partition of a table with ``depth`` partition fields; None if it can."""
@@ -233,17 +246,28 @@ def _name_problem(name: str, instant: str) -> str | None:
 
 
 def foreign_file(
-    files: Sequence[str], dirs: Iterable[str], instant: str, depth: int
+    files: Sequence[str], dirs: Iterable[str], instant: str, depth: int, *, logs: bool = False
 ) -> tuple[str, str] | None:
     """``(path, why)`` of the first path a write of ``instant`` into a table with ``depth``
     partition fields must not publish, None if all are its own: ``files`` (relative to the
     table) must be base files stamped with ``instant``, ``<fileId>_<writeToken>_<instant>
     .parquet``, in partition folders exactly ``depth`` deep; ``dirs`` (the directories the
     write creates, relative to the table) must be partition folders or above them. No
-    folder may be hidden or start with ``_`` (``.hoodie`` is the timeline). Pure.
+    folder may be hidden or start with ``_`` (``.hoodie`` is the timeline). ``logs`` (a
+    Merge-on-Read table's write): Merge-on-Read log file names
+    (:func:`parse_log_file_name`) are accepted too, in the same partition folders. Pure.
 
     For the many files of a write: C loops (a split per name, a join and a few scans) while
     every name is right; the names are parsed one by one only to explain a wrong one."""
+    if logs:
+        log_files = [f for f in files if parse_log_file_name(f.rpartition("/")[2]) is not None]
+        if log_files:
+            for f in log_files:
+                why = _folder_problem(f.rpartition("/")[0], depth, exact=True)
+                if why is not None:
+                    return f, why
+            named = set(log_files)
+            files = [f for f in files if f not in named]
     bad = _foreign_file(files, instant, depth)
     if bad is not None:
         return bad

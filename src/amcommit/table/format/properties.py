@@ -48,9 +48,17 @@ CHECKSUM = "hoodie.table.checksum"
 DATABASE = "hoodie.database.name"
 POPULATE_META = "hoodie.populate.meta.fields"
 ARCHIVE_FOLDER = "hoodie.archivelog.folder"
+PAYLOAD_CLASS = "hoodie.compaction.payload.class"
+"""The payload class of a Merge-on-Read table (the key Hudi v6 reads it by; hudi-rs honours it)."""
+PRECOMBINE_FIELD = "hoodie.table.precombine.field"
 PARTITION_METAFILE_BASE_FORMAT = "hoodie.partition.metafile.use.base.format"
 
 TABLE_VERSION = "6"
+COPY_ON_WRITE = "COPY_ON_WRITE"
+MERGE_ON_READ = "MERGE_ON_READ"
+TABLE_TYPES = (COPY_ON_WRITE, MERGE_ON_READ)
+"""``hoodie.table.type`` values: chosen when a table is created, never changed."""
+PAYLOAD_PACKAGE = "org.apache.hudi.common.model."
 TIMELINE_LAYOUT_VERSION = "1"
 
 
@@ -103,12 +111,23 @@ class TableProperties:
     def version(self) -> str:
         return self.values.get(VERSION, "")
 
-    def check_supported(self, where: str) -> None:
+    @property
+    def table_type(self) -> str:
+        """``hoodie.table.type`` (``COPY_ON_WRITE`` when unset, as Hudi defaults it)."""
+        return self.values.get(TYPE, COPY_ON_WRITE).strip().upper() or COPY_ON_WRITE
+
+    @property
+    def merge_on_read(self) -> bool:
+        return self.table_type == MERGE_ON_READ
+
+    def check_supported(self, where: str, *, merge_on_read: bool = False) -> None:
         """ConfigError (one line naming ``where``) unless amcommit can write this table:
-        Copy-on-Write, version 6, timeline layout 1."""
+        Copy-on-Write (or Merge-on-Read, when the caller writes its log files:
+        ``merge_on_read``), version 6, timeline layout 1."""
         problems = []
-        if self.values.get(TYPE, "COPY_ON_WRITE") != "COPY_ON_WRITE":
-            problems.append(f"table type {self.values.get(TYPE)} (only COPY_ON_WRITE)")
+        allowed = TABLE_TYPES if merge_on_read else (COPY_ON_WRITE,)
+        if self.table_type not in allowed:
+            problems.append(f"table type {self.values.get(TYPE)} (only {' or '.join(allowed)} here)")
         if self.version != TABLE_VERSION:
             problems.append(f"table version {self.version or 'unset'} (only 6)")
         if self.values.get(LAYOUT_VERSION, TIMELINE_LAYOUT_VERSION) != TIMELINE_LAYOUT_VERSION:
@@ -124,16 +143,25 @@ def new_properties(
     record_key_fields: tuple[str, ...] = (),
     create_schema: str | None = None,
     meta_fields: bool = True,
+    table_type: str = COPY_ON_WRITE,
+    payload_class: str | None = None,
+    precombine_field: str | None = None,
 ) -> TableProperties:
-    """The properties of a new table (pure). ``meta_fields``: ``hoodie.populate.meta.fields``."""
+    """The properties of a new table (pure). ``meta_fields``: ``hoodie.populate.meta.fields``.
+    ``table_type``: ``COPY_ON_WRITE`` or ``MERGE_ON_READ``; a Merge-on-Read table also
+    records its payload (``payload_class``, a simple name is taken as Hudi's
+    ``org.apache.hudi.common.model`` class; default ``OverwriteWithLatestAvroPayload``) and
+    its precombine field, which its readers merge log records by."""
     if not name or any(c in name for c in "/\\\n\r"):
         raise ConfigError(f"invalid table name {name!r}")
+    if table_type not in TABLE_TYPES:
+        raise ConfigError(f"invalid table type {table_type!r}: {' or '.join(TABLE_TYPES)}")
     for f in (*partition_fields, *record_key_fields):
         if not f or "," in f:
             raise ConfigError(f"invalid field name {f!r} in the table's partition or record key fields")
     v: dict[str, str] = {
         NAME: name,
-        TYPE: "COPY_ON_WRITE",
+        TYPE: table_type,
         VERSION: TABLE_VERSION,
         LAYOUT_VERSION: TIMELINE_LAYOUT_VERSION,
         PARTITION_FIELDS: ",".join(partition_fields),
@@ -152,6 +180,11 @@ def new_properties(
         v[RECORD_KEY_FIELDS] = ",".join(record_key_fields)
     if create_schema is not None:
         v[CREATE_SCHEMA] = create_schema
+    if table_type == MERGE_ON_READ:
+        cls = payload_class or "OverwriteWithLatestAvroPayload"
+        v[PAYLOAD_CLASS] = cls if "." in cls else PAYLOAD_PACKAGE + cls
+        if precombine_field:
+            v[PRECOMBINE_FIELD] = precombine_field
     return TableProperties(v)
 
 

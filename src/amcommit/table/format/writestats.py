@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from amcommit.errors import ManifestError
-from amcommit.table.format.model import WriteStat
+from amcommit.table.format.model import DeltaWriteStat, WriteStat
 
 __all__ = [
     "MUTATIONS_KEY",
@@ -36,6 +36,7 @@ __all__ = [
     "paths_of_task_stats",
     "rewrites_of_task_stats",
     "rows_of_task_stats",
+    "seen_logs_of_task_stats",
     "spliced_write_stats",
     "task_write_stats",
     "write_stat",
@@ -85,12 +86,18 @@ def write_stat(rel: str, partition: str, file_id: str, rows: int, size: int) -> 
 
 
 class MutationFields(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
-    """What :data:`MUTATIONS_KEY` gives for one file."""
+    """What :data:`MUTATIONS_KEY` gives for one file. A Merge-on-Read log file also gives
+    its ``fileId``, ``logVersion``, ``baseFile`` and ``logFiles`` (its stat is then a
+    :class:`~amcommit.table.format.model.DeltaWriteStat`; None for a base file)."""
 
     prev_commit: str = "null"
     num_inserts: int
     num_update_writes: int = 0
     num_deletes: int = 0
+    file_id: str | None = None
+    log_version: int | None = None
+    base_file: str | None = None
+    log_files: list[str] | None = None
 
 
 def mutation_fields(raw: str | None, names: dict[str, str]) -> dict[str, MutationFields]:
@@ -121,7 +128,24 @@ def task_write_stats(
         partition, _, name = rel.rpartition("/")
         stat = write_stat(rel, partition, name.partition("_")[0], rows[rel], size)
         m = mutations.get(rel) if mutations else None
-        if m is not None:
+        if m is not None and m.log_version is not None:  # a Merge-on-Read log file
+            stat = DeltaWriteStat(
+                file_id=m.file_id or "",
+                path=rel,
+                prev_commit=m.prev_commit,
+                num_writes=rows[rel],
+                num_deletes=m.num_deletes,
+                num_update_writes=m.num_update_writes,
+                num_inserts=m.num_inserts,
+                total_write_bytes=size,
+                partition_path=partition,
+                file_size_in_bytes=size,
+                log_version=m.log_version,
+                log_offset=0,
+                base_file=m.base_file or "",
+                log_files=list(m.log_files or ()),
+            )
+        elif m is not None:
             stat = _copy(
                 stat,
                 prev_commit=m.prev_commit,
@@ -158,6 +182,18 @@ def rewrites_of_task_stats(raw: str) -> list[tuple[str, str, str]]:
     return [(s.partition_path, s.file_id, s.prev_commit) for s in stats if s.prev_commit not in ("null", "")]
 
 
+def seen_logs_of_task_stats(raw: str) -> dict[tuple[str, str], frozenset[str]]:
+    """``(partition, fileId) -> log file names`` of each Merge-on-Read log stat of one
+    task's stats: the slice's log files the write saw, and its own (``logFiles``);
+    ManifestError if they are not that format."""
+    try:
+        _, arrays = _task_stats_lines(raw)
+        stats = [s for line in arrays for s in _delta_decoder.decode(line)]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise ManifestError(f"a task manifest's extra_data[{STATS_KEY!r}] is not write stats") from None
+    return {(s.partition_path, s.file_id): frozenset(s.log_files) for s in stats if s.log_files}
+
+
 def rows_of_task_stats(raw: str) -> dict[str, int]:
     """Row count by path of one task's stats (:func:`task_write_stats`), for a job commit
     that builds the stats itself; ManifestError if they are not that format."""
@@ -170,6 +206,7 @@ def rows_of_task_stats(raw: str) -> dict[str, int]:
 
 
 _stats_decoder = msgspec.json.Decoder(list[WriteStat])
+_delta_decoder = msgspec.json.Decoder(list[DeltaWriteStat])
 
 
 class _StatPath(msgspec.Struct):

@@ -82,12 +82,14 @@ from amcommit.table.format.model import Operation
 from amcommit.table.format.naming import (
     META_COLUMNS,
     base_file_name,
+    log_file_name,
     new_file_id,
     write_token,
 )
+from amcommit.table.format.properties import new_properties
 from amcommit.table.report import table_report
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import list_instants, load_timeline, snapshot
+from amcommit.table.timeline.instants import file_groups, list_instants, load_timeline, snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,6 +169,9 @@ class MutateReport:
     """Updates not applied because the stored record was newer (``DefaultHoodieRecordPayload``)."""
     files_rewritten: int = 0
     files_created: int = 0
+    files_logged: int = 0
+    """Log files written (a Merge-on-Read table's updates and deletes; no base file is
+    rewritten there)."""
     footers_read: int = 0
     key_columns_read: int = 0
     candidates: int = 0
@@ -182,6 +187,26 @@ class MutateReport:
         """The instant that committed this write's label before: the write was rolled back
         instead of committed (the counts above are what it would have done)."""
         return None if self.job is None else table_report(self.job).skipped_label
+
+
+def log_write_token(instant: str, task: int) -> str:
+    """The write token of a deltacommit's log files: ``<task>-<instant>-0`` (Hudi's
+    ``<partition>-<stage>-<attempt>`` shape, the instant as the stage). Unique per write, so
+    a log file (whose name carries the slice's base instant, not the writing instant) is
+    never another write's: two writers adding the same log version of one file slice
+    write two files. Pure."""
+    return f"{int(task)}-{instant}-0"
+
+
+def with_meta_schema(schema_json: str) -> str:
+    """The Avro schema (JSON) ``schema_json`` led by Hudi's five meta fields (nullable
+    strings), as the header of a log block holds the writer's schema. Pure."""
+    import json
+
+    obj = json.loads(schema_json)
+    fields = [f for f in obj.get("fields", []) if f.get("name") not in META_COLUMNS]
+    meta = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS]
+    return json.dumps({**obj, "fields": [*meta, *fields]}, separators=(",", ":"))
 
 
 def _default_name(dest: str) -> str:
@@ -207,15 +232,18 @@ async def _mutate(
     small_file_limit: int = SMALL_FILE_LIMIT,
     max_file_size: int = MAX_FILE_SIZE,
     commit: bool = True,
+    table_type: str | None = None,
 ) -> MutateReport:
     import pyarrow as pa
 
+    from amcommit.table.format.properties import MERGE_ON_READ
     from amcommit.table.format.schema import avro_schema
     from amcommit.table.format.writestats import MutationFields
     from amcommit.table.timeline.heartbeat import heartbeat
     from amcommit.table.write.task import (
         TableSpec,
         begin_write,
+        check_table_type,
         committed_schema,
         latest_write,
         read_properties,
@@ -235,6 +263,7 @@ async def _mutate(
     name = table_name or _default_name(dest)
     props = await read_properties(store, dest, config)
     if props is not None:
+        check_table_type(props, table_type, dest)  # before anything is written
         name = props.name
         if not props.record_key_fields:
             raise MutationError(
@@ -242,6 +271,13 @@ async def _mutate(
             )
     elif delete_op:
         raise MutationError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties): nothing to delete")
+    elif table_type is not None:
+        check_table_type(new_properties("t", table_type=str(table_type).strip().upper()), table_type, dest)
+    mor = props.merge_on_read if props is not None else str(table_type or "").strip().upper() == MERGE_ON_READ
+    if mor and table_settings(config).table_commit != "direct":
+        raise MutationError(
+            "a Merge-on-Read table's log files are written in place: table_commit must be 'direct'"
+        )
     instants = await list_instants(store, dest) if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     for c in check_key_types(table_schema, data, keys_f, name):
@@ -256,7 +292,14 @@ async def _mutate(
             raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
     else:
         schema_json = avro_schema(data.schema, name)
-    spec = TableSpec(name, partition_fields=parts_f, record_key_fields=keys_f)
+    spec = TableSpec(
+        name,
+        partition_fields=parts_f,
+        record_key_fields=keys_f,
+        table_type=None if table_type is None else str(table_type).strip().upper(),
+        payload_class=payload.value if mor else None,
+        precombine_field=precombine_field if mor else None,
+    )
     # the write's one task completes it (task 0 below): recorded, so that a commit from the
     # store alone (``amcommit commit-job`` after this process died) refuses the write until
     # its task committed, instead of publishing an empty instant (and using up its label)
@@ -269,6 +312,7 @@ async def _mutate(
         config=config,
         label=label,
         expected_tasks=MUTATION_TASKS,
+        merge_on_read=mor,
     )
     instant = w.instant
     report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)
@@ -308,7 +352,9 @@ async def _mutate(
             report.key_columns_read = len(cands)
             report.index_bytes_read = reader.bytes_read
             plan = plan_mutation(batch, located, delete=delete_op)
-            assign_inserts(plan, files, small_file_limit=small_file_limit, max_file_size=max_file_size)
+            if not mor:  # on Merge-on-Read no deltacommit rewrites a base file
+                assign_inserts(plan, files, small_file_limit=small_file_limit, max_file_size=max_file_size)
+            slices = {(g.partition, g.file_id): g.latest for g in file_groups(commits)} if mor else {}
             report.absent_deletes = plan.absent_deletes
             # -- write the task's files --------------------------------------------------------
             task = 0
@@ -362,11 +408,60 @@ async def _mutate(
                 )
                 return fname, parquet_with_index(t, bloom)
 
+            log_schema = with_meta_schema(schema_json) if mor else ""
+
+            def logged(first: int, rw: FileRewrite) -> tuple[bytes, int]:
+                """The log blocks of ``rw``'s file group: its updates (one Avro data block,
+                meta fields filled as Hudi's Java writer fills them: ``_hoodie_file_name``
+                holds the file id) and its deletes (one delete block)."""
+                from amcommit.table.format.logblock import DeleteRecord, avro_data_block, delete_block
+
+                f = rw.version
+                blocks: list[bytes] = []
+                up_keys = list(rw.updates)
+                if up_keys:
+                    rows = data_cols.take(pa.array([rw.updates[k] for k in up_keys], pa.int64()))
+                    t = with_meta(rows, up_keys, instant, task, first, f.partition, f.file_id)
+                    blocks.append(avro_data_block(instant, log_schema, t.to_pylist()))
+                if rw.deletes:
+                    dels = [DeleteRecord(k, f.partition, 0, "IntWrapper") for k in sorted(rw.deletes)]
+                    blocks.append(delete_block(instant, log_schema, dels))
+                return b"".join(blocks), len(up_keys)
+
+            async def one_log(first: int, rw: FileRewrite) -> None:
+                import anyio
+
+                f = rw.version
+                sl = slices.get((f.partition, f.file_id))
+                logs = [] if sl is None else [lg for lg in sl.logs if lg.base_instant == f.instant]
+                version = max([lg.version for lg in logs], default=0) + 1
+                # the token holds the instant: two writers' log files never share a name
+                # (a log file's name, unlike a base file's, does not carry the instant)
+                name = log_file_name(f.file_id, f.instant, version, log_write_token(instant, task))
+                rel = f"{f.partition}/{name}" if f.partition else name
+                body, n = await anyio.to_thread.run_sync(logged, first, rw)
+                mutation = MutationFields(
+                    prev_commit=f.instant,
+                    num_inserts=0,
+                    num_update_writes=n,
+                    num_deletes=len(rw.deletes),
+                    file_id=f.file_id,
+                    log_version=version,
+                    base_file=basename(f.path),
+                    log_files=[*(basename(lg.path) for lg in logs), name],
+                )
+                await tt.put_log(rel, body, rows=n, mutation=mutation)
+                report.updated += n
+                report.deleted += len(rw.deletes)
+                report.files_logged += 1
+
             async def one(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
                 import anyio
 
                 first, where, rw, chunk = job
-                if rw is not None:  # a new version of a file group
+                if rw is not None and mor:  # a new log version of the file group's slice
+                    await one_log(first, rw)
+                elif rw is not None:  # a new version of a file group
                     f = rw.version
                     stored = await reader.table(where)
                     body, n, counts = await anyio.to_thread.run_sync(rewritten, first, stored, rw)
@@ -455,6 +550,7 @@ _DEFAULTS: dict[str, Any] = {
     "precombine_field": None,
     "payload": Payload.OVERWRITE_WITH_LATEST,
     "table_name": None,
+    "table_type": None,
     "small_file_limit": SMALL_FILE_LIMIT,
     "max_file_size": MAX_FILE_SIZE,
 }
@@ -513,6 +609,7 @@ async def prepare(
     max_file_rows: int = 1_000_000,
     small_file_limit: int = SMALL_FILE_LIMIT,
     max_file_size: int = MAX_FILE_SIZE,
+    table_type: str | None = None,
     **hudi_options: Any,
 ) -> PreparedMutation:
     """:func:`upsert` (``operation`` UPSERT) or :func:`delete` (DELETE) up to, not including,
@@ -538,6 +635,7 @@ async def prepare(
             small_file_limit=small_file_limit,
             max_file_size=max_file_size,
             commit=False,
+            table_type=table_type,
         ),
     )
     report = await _mutate(store, dest, data, **kw)
@@ -560,6 +658,7 @@ async def upsert(
     max_file_rows: int = 1_000_000,
     small_file_limit: int = SMALL_FILE_LIMIT,
     max_file_size: int = MAX_FILE_SIZE,
+    table_type: str | None = None,
     **hudi_options: Any,
 ) -> MutateReport:
     """Upsert the rows of ``data`` into the table at ``dest`` (created on the first write,
@@ -587,6 +686,7 @@ async def upsert(
                 max_file_rows=max_file_rows,
                 small_file_limit=small_file_limit,
                 max_file_size=max_file_size,
+                table_type=table_type,
             ),
         ),
     )
@@ -603,6 +703,7 @@ async def delete(
     label: Label | None = None,
     config: CommitterConfig = DEFAULT_CONFIG,
     bloom: BloomSettings = DEFAULT_SETTINGS,
+    table_type: str | None = None,
     **hudi_options: Any,
 ) -> MutateReport:
     """Delete the records whose (partition, key) the rows of ``data`` name (``data`` holds
@@ -625,6 +726,7 @@ async def delete(
                 table_name=None,
                 bloom=bloom,
                 max_file_rows=1_000_000,
+                table_type=table_type,
             ),
         ),
     )

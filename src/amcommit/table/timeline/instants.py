@@ -239,8 +239,8 @@ async def load_timeline(store: Store, dest: str) -> tuple[list[Instant], list[Lo
 
 
 async def completed_instant(store: Store, dest: str, instant: str) -> Instant | None:
-    """The completed write instant at time ``instant``, if there is one (the two possible
-    names are looked up at the same time: one round trip)."""
+    """The completed write instant at time ``instant``, if there is one (the three possible
+    names, commit, replacecommit and deltacommit, are looked up at the same time: one round trip)."""
     found: list[Instant] = []
 
     async def look(action: Action) -> None:
@@ -251,5 +251,5 @@ async def completed_instant(store: Store, dest: str, instant: str) -> Instant | 
         except NotFound:
             pass
 
-    await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT), look, 2)
+    await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT, Action.DELTA_COMMIT), look, 3)
     return min(found) if found else None

@@ -24,7 +24,9 @@ Markers are Hudi's *direct* markers, named as Hudi names them, so Hudi's own rol
     .hoodie/.temp/<instant>/<partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
 
 (``MERGE`` for a base file that rewrites a file group, i.e. upserts; ``APPEND`` is Hudi's
-log-file marker of Merge-on-Read tables and never written here.) No ``MARKERS.type`` file
+log-file marker of Merge-on-Read tables: amcommit's deltacommits write each log file whole,
+named with a write token holding their instant, and only such a file of the marker's own
+instant is ever deleted by a reconcile or rollback; one Hudi appended to never is.) No ``MARKERS.type`` file
 is written: Hudi reads its absence as direct markers.
 
 1. **Task** (:func:`write_in_place`): create the marker (empty; idempotent), then upload
@@ -133,7 +135,9 @@ from amcommit.table.format.naming import (
     TEMP_DIR,
     foreign_file,
     is_instant,
+    own_log_file,
     parse_base_file_name,
+    parse_log_file_name,
 )
 from amcommit.table.format.writestats import STATS_KEY, MutationFields, task_write_stats
 from amcommit.table.timeline.instants import completed_instant
@@ -220,14 +224,25 @@ def marker_problem(rel: str, io: IOType, instant: str, depth: int | None) -> str
     a CREATE or MERGE marker may name only a base file stamped with its own folder's
     ``instant``, in a partition folder exactly ``depth`` deep (the table's partition
     fields; None: unknown, then none may), no folder hidden or starting with ``_`` (so
-    nothing in ``.hoodie/``, nothing above the table). An APPEND marker deletes nothing
-    (Merge-on-Read log files; never written here): always None. Pure."""
-    if io is IOType.APPEND:
-        return None
+    nothing in ``.hoodie/``, nothing above the table). An APPEND marker (Merge-on-Read log
+    files) deletes nothing, always None, unless it names a log file this write created
+    whole (:func:`~amcommit.table.format.naming.own_log_file`): that must then be in a
+    partition folder exactly ``depth`` deep. Pure."""
+    if io is IOType.APPEND and not own_log_file(basename(rel), instant):
+        return None  # Hudi's appended log file: never deleted, so never refused
     if depth is None:
         return "the table's partition fields are unknown (no readable hoodie.properties)"
-    bad = foreign_file([rel], (), instant, depth)
+    bad = foreign_file([rel], (), instant, depth, logs=io is IOType.APPEND)
     return None if bad is None else bad[1]
+
+
+def deletes(rel: str, io: IOType, instant: str) -> bool:
+    """True if the (trusted) marker of ``instant`` naming ``rel`` gets that file deleted when
+    it is no winner's or the write is rolled back: a CREATE or MERGE marker's base file,
+    and an APPEND marker's log file only if this write created it whole
+    (:func:`~amcommit.table.format.naming.own_log_file`: amcommit's deltacommits); a log
+    file Hudi appended to is never deleted. Pure."""
+    return io is not IOType.APPEND or own_log_file(basename(rel), instant)
 
 
 Marker = tuple[ObjectInfo, str, IOType]
@@ -395,13 +410,30 @@ async def write_in_place(
     write was decided meanwhile (the file is then deleted again: a late attempt's upload
     never stays). Not atomic: a crash between the steps leaves a marker (and maybe the
     file) that the job commit's reconcile or a rollback removes."""
-    parsed = parse_base_file_name(basename(rel_path))
-    if parsed is None or parsed.instant != instant:
-        raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
+    if io_type is IOType.APPEND:  # a Merge-on-Read log file: its name carries the base instant
+        if parse_log_file_name(basename(rel_path)) is None:
+            raise ValueError(f"{rel_path!r} is not a log file name")
+    else:
+        parsed = parse_base_file_name(basename(rel_path))
+        if parsed is None or parsed.instant != instant:
+            raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
     rs = RetryingStore.of(store, config)
     marker = await create_marker(rs, dest, instant, rel_path, io_type, config)
     path = join(dest, rel_path)
-    info = await rs.put(path, data, mode=PutMode.OVERWRITE)
+    if io_type is IOType.APPEND:
+        # never over another file: a log file found there is kept unless it is this very
+        # upload (a retried put whose answer was lost)
+        try:
+            info = await rs.put(path, data, mode=PutMode.CREATE)
+        except AlreadyExists:
+            if await rs.get(path) != data:
+                raise CommitError(
+                    f"log file {rel_path!r} exists already and is not this write's: nothing was replaced",
+                    stage="write_task",
+                ) from None
+            info = await rs.stat(path)
+    else:
+        info = await rs.put(path, data, mode=PutMode.OVERWRITE)
     if not await upload_stays(store, dest, instant):
         # the file first: a crash between the two leaves a marker without a file, which a
         # sweep removes once it is older than its grace
@@ -431,6 +463,9 @@ async def commit_direct_task(
 
     await TABLE_TASKS.task_started(store, layout, config)
     for rel, _, _, _ in files:
+        if mutations and rel in mutations and mutations[rel].log_version is not None:
+            if parse_log_file_name(basename(rel)) is not None:
+                continue  # a Merge-on-Read log file (marked APPEND)
         parsed = parse_base_file_name(basename(rel))
         if parsed is None or parsed.instant != layout.job_id:
             raise CommitError(f"{rel!r} is not a base file of instant {layout.job_id}", stage="commit_task")
@@ -491,7 +526,7 @@ async def _judged_markers(
     markers = await _list_markers(store, dest, instant)
     if not markers:
         return [], []
-    if depth is None and any(m[2] is not IOType.APPEND for m in markers):
+    if depth is None and any(deletes(m[1], m[2], instant) for m in markers):
         depth = await _table_depth(store, dest, config)
     good, bad = split_markers(markers, instant, depth)
     if bad and what is not None:
@@ -534,7 +569,7 @@ async def marked_files(
     good, bad = split_markers(markers, instant, await _table_depth(store, dest, config))
     if bad:
         log.warning("markers of %s: %s (left alone)", dest, untrusted_line(dest, instant, bad))
-    return {rel for _, rel, io in good if io is not IOType.APPEND}
+    return {rel for _, rel, io in good if deletes(rel, io, instant)}
 
 
 async def _delete_all(store: Store, paths: Sequence[str], config: CommitterConfig) -> None:
@@ -575,7 +610,7 @@ async def reconcile(
     good, _ = await _judged_markers(
         store, dest, instant, config, what=f"the commit of {instant}", depth=depth
     )
-    doomed = losers({rel for _, rel, io in good if io is not IOType.APPEND}, winners)
+    doomed = losers({rel for _, rel, io in good if deletes(rel, io, instant)}, winners)
     await _delete_all(store, [join(dest, r) for r in doomed], config)
     return doomed
 
@@ -648,7 +683,7 @@ async def judge_markers(
     async def judge(item: Marker) -> None:
         nonlocal kept
         info, rel, io = item
-        if rel in win or io is IOType.APPEND:
+        if rel in win or not deletes(rel, io, instant):
             remove.append(info.path)
             return
         found = await rs.delete(join(dest, rel))
@@ -698,7 +733,7 @@ async def rollback_from_markers(
     good, bad = await _judged_markers(store, dest, instant, config, what=f"the rollback of {instant}")
     if not good and not bad:
         return None
-    doomed = sorted({rel for _, rel, io in good if io is not IOType.APPEND})
+    doomed = sorted({rel for _, rel, io in good if deletes(rel, io, instant)})
     await _delete_all(store, [join(dest, r) for r in doomed], config)
     await judge_markers(store, dest, instant, good, (), grace=0.0, config=config, untrusted=bad)
     return doomed

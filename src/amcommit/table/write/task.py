@@ -59,7 +59,7 @@ from amcommit.manifest import TaskManifest
 from amcommit.paths import basename, check_path, join
 from amcommit.store.base import ObjectInfo, PutMode, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.format.model import WRITE_ACTIONS, Action, Instant, Operation, State
+from amcommit.table.format.model import WRITE_ACTIONS, Action, Instant, Operation, State, write_action
 from amcommit.table.format.naming import (
     HOODIE_DIR,
     PROPERTIES_FILE,
@@ -71,6 +71,8 @@ from amcommit.table.format.naming import (
     parse_base_file_name,
 )
 from amcommit.table.format.properties import (
+    COPY_ON_WRITE,
+    TABLE_TYPES,
     TableProperties,
     decode_properties,
     encode_properties,
@@ -119,6 +121,14 @@ class TableSpec(msgspec.Struct, frozen=True):
     (the Spark writer writes them). False for files without them: hudi-rs then reads
     snapshots and incremental ranges at file level, but Spark's Hudi incremental query
     refuses such tables. With True, every file MUST carry them (hudi-rs fails otherwise)."""
+    table_type: str | None = None
+    """``COPY_ON_WRITE`` or ``MERGE_ON_READ`` (``hoodie.table.type``); None: not named (a new
+    table is Copy-on-Write). A later write that names another type than the table's is
+    refused (ConfigError, one line) before anything is written."""
+    payload_class: str | None = None
+    """A new Merge-on-Read table's ``hoodie.compaction.payload.class``."""
+    precombine_field: str | None = None
+    """A new Merge-on-Read table's ``hoodie.table.precombine.field``."""
 
 
 @dataclass(frozen=True)
@@ -154,10 +164,17 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
     against ("" for a table without one), and ``recorded_schema`` the schema the commit
     records if that instant is still the latest at commit (else it checks again)."""
     recorded_schema: str | None = None
+    action: str | None = None
+    """The write's timeline action (``deltacommit`` on a Merge-on-Read table); None: the
+    operation's (:attr:`~amcommit.table.format.model.Operation.action`)."""
     owner: dict[str, str] | None = None
     """Who runs the write, in the caller's words (``begin_write(owner=)``, e.g. the streaming
     sink's query and driver process): recorded with the claim itself, so a caller knows its
     own dead runs' writes by it even when a run died right after the instant was claimed."""
+
+    def write_action(self) -> Action:
+        """The action the write's instant is requested, and completed, as."""
+        return Action(self.action) if self.action else Operation(self.operation).action
 
     def label(self) -> Label | None:
         """The label given to :func:`begin_write`, None without one."""
@@ -166,19 +183,21 @@ class WriteMarker(msgspec.Struct, kw_only=True, rename="camel"):
         return Label(self.label_app, self.label_version)
 
 
-def requested_instant(instant: str, operation: Operation) -> Instant:
-    return Instant(instant, operation.action.value, State.REQUESTED)
+def requested_instant(instant: str, operation: Operation, action: Action | None = None) -> Instant:
+    """``action``: the write's (default: the operation's)."""
+    return Instant(instant, (action or operation.action).value, State.REQUESTED)
 
 
-def inflight_instant(instant: str, operation: Operation) -> Instant:
-    return Instant(instant, operation.action.value, State.INFLIGHT)
+def inflight_instant(instant: str, operation: Operation, action: Action | None = None) -> Instant:
+    return Instant(instant, (action or operation.action).value, State.INFLIGHT)
 
 
-def inflight_file_name(instant: str, operation: Operation) -> str:
-    """``<t>.inflight`` for a commit (Hudi's version-6 name), ``<t>.<action>.inflight`` else."""
-    if operation.action is Action.COMMIT:
+def inflight_file_name(instant: str, operation: Operation, action: Action | None = None) -> str:
+    """``<t>.inflight`` for a commit (Hudi's version-6 name), ``<t>.<action>.inflight`` else
+    (``deltacommit``, ``replacecommit``)."""
+    if (action or operation.action) is Action.COMMIT:
         return f"{instant}.inflight"
-    return inflight_instant(instant, operation).file_name
+    return inflight_instant(instant, operation, action).file_name
 
 
 async def read_properties(
@@ -227,6 +246,22 @@ def _check_compatible(props: TableProperties, spec: TableSpec, dest: str) -> Non
         )
     if diffs:
         raise ConfigError(f"{dest!r} holds a Hudi table with another {'; '.join(diffs)}")
+    check_table_type(props, spec.table_type, dest)
+
+
+def check_table_type(props: TableProperties, asked: str | None, dest: str) -> None:
+    """ConfigError (one line) if ``asked`` (a table type a write names; None: none named)
+    is not the table's. Pure."""
+    if asked is None:
+        return
+    want = str(asked).strip().upper()
+    if want not in TABLE_TYPES:
+        raise ConfigError(f"invalid table type {asked!r}: {' or '.join(TABLE_TYPES)}")
+    if want != props.table_type:
+        raise ConfigError(
+            f"{dest!r} is a {props.table_type} table; a write asked for {want} (a table's type "
+            "is chosen when it is created): nothing was written"
+        )
 
 
 async def _create_table(
@@ -251,6 +286,9 @@ async def _create_table(
         record_key_fields=tuple(spec.record_key_fields),
         create_schema=avro_schema,
         meta_fields=spec.meta_fields,
+        table_type=(spec.table_type or COPY_ON_WRITE).strip().upper(),
+        payload_class=spec.payload_class,
+        precombine_field=spec.precombine_field,
     )
     path = join(dest, PROPERTIES_FILE)
     data = encode_properties(props)
@@ -318,6 +356,7 @@ async def begin_write(
     allow_missing_columns: bool = False,
     owner: Mapping[str, str] | None = None,
     properties: TableProperties | None = None,
+    merge_on_read: bool = False,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -338,6 +377,9 @@ async def begin_write(
     ``properties``: the table's ``hoodie.properties``, when the caller read them for this
     very write (the Spark driver's destination check): not read again (a table's
     properties are written once, create-only). None: read here (one read).
+    ``merge_on_read``: the caller writes Merge-on-Read tables (their updates into log files:
+    :mod:`amcommit.table.mutate.engine`); other callers are refused such a table in one line.
+    On a Merge-on-Read table the instant is a ``deltacommit`` (overwrites: ``replacecommit``).
     """
     check_path(dest)
     operation = Operation(operation)
@@ -353,7 +395,8 @@ async def begin_write(
         props = await _create_table(store, dest, spec, avro_schema, config)
     elif spec is not None:
         _check_compatible(props, spec, dest)
-    props.check_supported(dest)
+    props.check_supported(dest, merge_on_read=merge_on_read)
+    action = write_action(operation, props.merge_on_read)
     instants = await list_instants(store, dest)
     if error_if_exists and any(i.completed and i.action in WRITE_ACTIONS for i in instants):
         raise CommitError(
@@ -387,6 +430,7 @@ async def begin_write(
             allow_missing_columns=allow_missing_columns,
             schema_base=schema_base,
             recorded_schema=recorded,
+            action=None if action is operation.action else action.value,
             owner=None if owner is None else dict(owner),
         )
         body = json.loads(msgspec.json.encode(marker))
@@ -409,7 +453,10 @@ async def begin_write(
     await rs.mkdirs(layout.tasks_dir)
     await beat(rs, dest, instant)  # one overwriting put, retried by the handle
     hoodie = join(dest, HOODIE_DIR)
-    for name in (requested_instant(instant, operation).file_name, inflight_file_name(instant, operation)):
+    for name in (
+        requested_instant(instant, operation, action).file_name,
+        inflight_file_name(instant, operation, action),
+    ):
         path = join(hoodie, name)
         try:
             await rs.put(path, b"", mode=PutMode.CREATE)
@@ -438,7 +485,7 @@ async def set_operation(
     current = Operation(marker.operation)
     if current is operation:
         return False
-    if current.action is not operation.action:
+    if current.action is not operation.action or marker.action is not None:
         raise CommitError(
             f"table write {instant}: operation {operation.value} is a {operation.action.value}, but the "
             f"instant was requested as {current.value} ({current.action.value}); nothing was changed",
@@ -574,6 +621,41 @@ class TableTask:
         if mutation is not None:
             self.mutations[rel] = mutation
         return info
+
+    async def put_log(self, rel: str, data: bytes, *, rows: int, mutation: MutationFields) -> ObjectInfo:
+        """Write the Merge-on-Read log file ``rel`` (relative to the table; a new log version
+        of a file slice, :func:`~amcommit.table.format.naming.log_file_name`) holding
+        ``rows`` records, in place under Hudi's ``APPEND`` marker (a direct task only:
+        CommitError otherwise). ``mutation``: its write stat fields (``logVersion``,
+        ``baseFile``, ``logFiles``, counts). Its blocks are stamped with this write's
+        instant, so readers skip them until the instant completes. No marker-driven step
+        (reconcile, rollback) ever deletes a file an ``APPEND`` marker names. A write
+        decided meanwhile fails with CommitError, its file removed again."""
+        from amcommit.table.write.direct import IOType, write_in_place
+
+        if not self.direct or mutation.log_version is None:
+            raise CommitError(
+                f"{rel!r}: log files are written in place (table_commit=direct) with their log version",
+                stage="write_task",
+            )
+        got = await write_in_place(
+            self.store,
+            self.write.dest,
+            self.write.instant,
+            rel,
+            data,
+            io_type=IOType.APPEND,
+            config=self.config,
+        )
+        if got is None:
+            raise CommitError(
+                f"table write {self.write.instant} was committed or rolled back while task "
+                f"attempt {self.task_attempt_id} was still writing: its file {rel!r} was removed",
+                stage="write_task",
+            )
+        self.files[rel] = (got.size, got.etag, rows)
+        self.mutations[rel] = mutation
+        return got
 
     async def commit(self, extra_data: Mapping[str, str] | None = None) -> TaskManifest:
         """Commit the task attempt: publish its manifest (one atomic step; the last attempt
