@@ -586,7 +586,10 @@ def run_latency(
                 if kind == "azurite" and any(k == "bucket_warm" for k, _ in c.store_opts):
                     continue  # a GCS setting
                 proxy = (lambda t: proxied(t, delay=delay)) if delay > 0 else None
+                load0 = os.getloadavg()[0]
                 r = run_one(kind, files, c, proxy=proxy, log=log)
+                r["load"] = f"{load0:.1f}-{os.getloadavg()[0]:.1f}"  # 1-minute load, before-after
+                print(f"    load {r['load']}", file=log, flush=True)
                 r["scenario"] = scenario
                 r["round"] = rnd
                 _proxy_cpu(r)
@@ -730,6 +733,9 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
                 continue
             if other["kind"] == "threadpool":
                 r["x_threadpool"] = round(r["files_per_s"] / other["files_per_s"], 2)
+                if r.get("renames_per_s") and other.get("renames_per_s"):
+                    # the rename phases alone (no manifests loaded, no cleanup)
+                    r["x_threadpool_renames"] = round(r["renames_per_s"] / other["renames_per_s"], 2)
             elif other["kind"] == "sequential":
                 # the sample's rate: its whole-run files/s (listing + renames, no cleanup)
                 r["x_sequential"] = round(r["files_per_s"] / other["files_per_s"], 1)
@@ -746,8 +752,12 @@ LAT_COLUMNS = [
     "backend",
     "files",
     "contender",
+    "round",
+    "load",
     "files_per_s",
     "x_threadpool",
+    "renames_per_s",
+    "x_threadpool_renames",
     "x_best_fixed",
     "x_sequential",
     "requests_per_file",
