@@ -5,7 +5,7 @@ With the store's adaptive in-flight limit and ``io_threads`` at its default, the
 follow the limit (never fewer than 128 at once) -- unless the store's write gate binds:
 then more renames in flight only queue at the gate, and
 :class:`~amcommit.committer.stages.rename_files.FollowGate` admits about 1.5 x those that
-are not waiting there. Here the gate takes 200 writes/s (a rename is 2 writes), so the
+are not waiting there. Here the gate takes 100 writes/s (a rename is 2 writes), so the
 gate binds from the first renames on; the bound is measured, not configured.
 """
 
@@ -21,8 +21,8 @@ from tests.engine.helpers import run_task, snapshot
 from tests.gcs.conftest import GcsEnv
 
 JOB = "202612010001_0001"
-FILES = 400
-TASKS = 4
+FILES = 300
+TASKS = 3
 
 
 class CountingStore(FaultyStore):
@@ -56,7 +56,7 @@ async def test_renames_in_flight_follow_the_cold_buckets_write_rate(fake_env: Gc
 
     cold = fake_env.store(
         limiter=Limiter(max_concurrency=None, adaptive=AdaptiveLimit(**DEFAULT_ADAPTIVE)),
-        write_limiter=Limiter(max_concurrency=None, rate=200.0, burst=20.0),
+        write_limiter=Limiter(max_concurrency=None, rate=100.0, burst=10.0),
     )
     store = CountingStore(cold)
     report = await commit_job(store, "dest", JOB, config=CommitterConfig(rename_batch_size=1))
@@ -66,8 +66,10 @@ async def test_renames_in_flight_follow_the_cold_buckets_write_rate(fake_env: Gc
 
     starts = store.at_start
     assert len(starts) == FILES
-    # before the first window is judged: the default's 128 at once (the limit, 64, is lower)
-    assert max(starts[:128]) == 128
-    # once judged (32 renames ended, a quarter of a second), far fewer: the write gate's
-    # 100 renames/s need ~1.5 x 100/s x the time a rename takes without waiting at it
+    # before the first window is judged: up to the default's 128 at once (the adaptive
+    # limit, 64, is lower), more than the bound below: that comes from the measurement
+    assert 64 < max(starts[:128]) <= 128
+    # once judged (32 renames ended, at least a quarter of a second: before the 160th
+    # start), far fewer: the write gate's 50 renames/s need ~1.5 x 50/s x the time a
+    # rename takes without waiting at it (64 only if that were 0.85 s)
     assert max(starts[200:]) <= 64
