@@ -17,6 +17,12 @@ proven*: another host (or a container sharing the host name but not the PID name
 not inspect. Callers then keep their ttl rule (the holder counts as dead only once it has
 not renewed for a whole ttl). Never signals a process: it reads ``/proc`` and asks whether a
 pid exists with :func:`pid_exists` (``getpgid``, see there).
+
+This module is the one home of a process's identity: the :class:`ProcessId` itself, this
+process's (:func:`this_process`), the processes a write runs in (:func:`write_processes`,
+watched by a table write's keep-alive and named as a stream's driver), and the driver key
+a streaming write records as text (:func:`driver_id`, :meth:`ProcessId.key`; judged by
+:func:`driver_gone`).
 """
 
 from __future__ import annotations
@@ -24,11 +30,14 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import sys
 
 import msgspec
 
 __all__ = [
     "ProcessId",
+    "driver_gone",
+    "driver_id",
     "java_ancestor",
     "java_children",
     "local_process",
@@ -39,6 +48,7 @@ __all__ = [
     "process_id",
     "proven_dead",
     "this_process",
+    "write_processes",
 ]
 
 
@@ -57,6 +67,21 @@ class ProcessId(msgspec.Struct, frozen=True, kw_only=True):
     def text(self) -> str:
         """``pid 123 on host h`` (for messages)."""
         return f"pid {self.pid} on host {self.host or '?'}"
+
+    def key(self) -> str:
+        """``host/pid namespace/pid/start time``: the process as one string (a streaming
+        write's driver, recorded in its owner file; :meth:`from_key`). No boot id: a key is
+        judged on this boot only (:func:`driver_gone`). Pure."""
+        return f"{self.host}/{self.pidns}/{self.pid}/{self.start}"
+
+    @classmethod
+    def from_key(cls, key: str, *, boot: str = "") -> ProcessId | None:
+        """The process a :meth:`key` names (``boot``: the boot id to assume, a key has
+        none); None if ``key`` is not one. Pure."""
+        parts = key.rsplit("/", 3)
+        if len(parts) != 4 or not parts[2].isdigit():
+            return None
+        return cls(host=parts[0], boot=boot, pidns=parts[1], pid=int(parts[2]), start=parts[3])
 
 
 def _read(path: str) -> str:
@@ -219,3 +244,51 @@ def proven_dead(holder: ProcessId | None) -> bool:
         return pid_exists(holder.pid) is False
     _name, state, _ppid, start = st
     return start != holder.start or state in ("Z", "X")
+
+
+def write_processes() -> tuple[ProcessId, ...]:
+    """The processes that run a write begun in this process, for the keep-alive to watch
+    (the first is the write's keeper; :mod:`amcommit.table.timeline.beater`) and to name a
+    stream's driver (:func:`driver_id`). In a Python worker of Spark (a data source's
+    ``writer()``, a streaming sink's): the nearest ``java`` ancestor, the driver's JVM.
+    Anywhere else this process itself (a Python driver: ``amcommit.spark.upsert``,
+    ``foreachBatch`` with ``write_batch``, an engine user's), with its JVM children
+    (PySpark starts the driver's JVM as its child): never the parent or an ancestor of a
+    driver, which may outlive it (the shell or IDE that started ``python job.py``).
+
+    A Python worker is a process with a ``java`` ancestor and no SparkContext of its own
+    (a Python driver has one once it runs Spark, also one started by ``spark-submit``)."""
+    if not _spark_driver():
+        jvm = java_ancestor()
+        if jvm is not None:
+            return (jvm,)
+    return (local_process(os.getpid()), *java_children())
+
+
+def _spark_driver() -> bool:
+    """Whether this process runs an active SparkContext (a PySpark driver); pyspark is not
+    imported for the question."""
+    pyspark = sys.modules.get("pyspark")
+    context = getattr(pyspark, "SparkContext", None)
+    return getattr(context, "_active_spark_context", None) is not None
+
+
+def driver_id(process: ProcessId | None = None) -> str:
+    """The :meth:`~ProcessId.key` of a driver process of this host (default: the process
+    that runs the write, :func:`write_processes`: the Spark driver's JVM as seen from a
+    Python worker on the driver host), named with this host's name and PID namespace."""
+    p = process if process is not None else write_processes()[0]
+    return ProcessId(host=socket.gethostname(), pidns=pid_namespace(), pid=p.pid, start=p.start).key()
+
+
+def driver_gone(driver: str) -> bool:
+    """True only if ``driver`` (:func:`driver_id`) ran on this host, in this pid namespace,
+    and is no longer running (its pid gone, taken by a process with another start time, or
+    a zombie: :func:`process_gone`). False on doubt, and for a string that is no key."""
+    me = local_process(os.getpid())
+    # the key names no boot: this boot's (a process of an earlier boot with the same pid
+    # and start time would count as running: the safe side)
+    p = ProcessId.from_key(driver, boot=me.boot)
+    if p is None or (p.host, p.pidns) != (socket.gethostname(), pid_namespace()):
+        return False
+    return process_gone(p)

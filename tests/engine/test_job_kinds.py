@@ -26,10 +26,11 @@ from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.machine import CommitPlan, Fresh
 from amcommit.committer.report import JobReport
 from amcommit.committer.stages import load_manifests
+from amcommit.committer.stages.load_manifests import LoadedManifests, ManifestCheck
 from amcommit.errors import CommitError, NotFound
-from amcommit.manifest import TaskManifest
 from amcommit.paths import join, relative_to
 from amcommit.store.base import ObjectInfo, PutMode, RenameResult, Store, WriteMode
 from amcommit.store.local import LocalStore
@@ -83,15 +84,9 @@ class RecordingKind:
         self.calls.append("committed_without")
         return await FILES.committed_without(store, dest, job_id, job_attempt, config)
 
-    async def commit_body(
-        self,
-        ctx: JobContext,
-        run: CommitRun,
-        manifests: Sequence[TaskManifest] | None,
-        etags: Sequence[str | None] | None,
-    ) -> None:
-        self.calls.append("commit_body")
-        await FILES.commit_body(ctx, run, manifests, etags)
+    async def commit_plan(self, ctx: JobContext) -> CommitPlan:
+        self.calls.append("commit_plan")
+        return await FILES.commit_plan(ctx)
 
     async def roll_back(
         self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
@@ -152,7 +147,7 @@ async def test_frame_runs_a_recording_kind(tmp_path: Path) -> None:
         "guard:before",
         "lock_staging",
         "layouts",
-        "commit_body",
+        "commit_plan",
         "guard:after",
     ]
     assert await snapshot(store, dest) == {"a/part-0.txt": b"zero", "b/part-1.txt": b"one"}
@@ -311,39 +306,19 @@ class NotesKind:
             return None
         return NotesReport(job_id=job_id, dest_uri=dest, success=True, already_committed=True)
 
-    async def commit_body(
-        self,
-        ctx: JobContext,
-        run: CommitRun,
-        manifests: Sequence[TaskManifest] | None,
-        etags: Sequence[str | None] | None,
-    ) -> None:
-        self.calls.append("commit_body")
-        store, report = ctx.store, ctx.report
-        assert isinstance(report, NotesReport)
-        run.spool = load_manifests.new_spool(ctx)
-        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
-        for e in run.spool.entries():
-            try:
-                await store.stat(e.dst)
-                continue  # moved by an earlier run of this commit
-            except NotFound:
-                pass
-            if self.fail_after is not None and report.moved >= self.fail_after:
-                self.fail_after = None
-                raise CommitError("the fake body fails on purpose", stage="move")
-            await store.rename(e.src, e.dst)
-            report.moved += 1
-        await store.put(join(ctx.layout.dest, NOTES, f"committed-{ctx.layout.job_id}"), b"")
+    async def commit_plan(self, ctx: JobContext) -> CommitPlan:
+        self.calls.append("commit_plan")
+        return NotesPlan(self)
 
     async def roll_back(
         self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action
     ) -> bool:
         self.calls.append(f"roll_back:{action.value}")
         store = ctx.store
-        run.spool = load_manifests.new_spool(ctx)
-        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool))
-        for e in run.spool.entries():
+        if run.loaded is None:
+            run.spool = load_manifests.new_spool(ctx)
+            run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool))
+        for e in run.loaded.spool.entries():
             try:
                 await store.stat(e.src)
             except NotFound:
@@ -389,6 +364,55 @@ class NotesKind:
         return NotesReport(job_id=job_id, dest_uri=dest_uri)
 
 
+class NotesPlan:
+    """The fake kind's part of a commit: no checks; the task outputs are moved one by one
+    (skipping those already there: a resume); then ``.notes/committed-<jobId>``. The
+    journal is the frame's."""
+
+    def __init__(self, kind: NotesKind) -> None:
+        self.kind = kind
+
+    async def begin(self, ctx: JobContext) -> bool:
+        return False
+
+    async def finished(self, ctx: JobContext, journal: Journal | None) -> None:
+        return None
+
+    def manifest_check(self, ctx: JobContext, journal: Journal | None) -> ManifestCheck | None:
+        return None
+
+    async def loaded(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal | None) -> None:
+        return None
+
+    async def check(self, ctx: JobContext, loaded: LoadedManifests) -> Fresh | None:
+        return Fresh(layout="notes")
+
+    async def place(self, ctx: JobContext, loaded: LoadedManifests) -> None:
+        store, report = ctx.store, ctx.report
+        assert isinstance(report, NotesReport)
+        for e in loaded.spool.entries():
+            try:
+                await store.stat(e.dst)
+                continue  # moved by an earlier run of this commit
+            except NotFound:
+                pass
+            if self.kind.fail_after is not None and report.moved >= self.kind.fail_after:
+                self.kind.fail_after = None
+                raise CommitError("the fake body fails on purpose", stage="move")
+            await store.rename(e.src, e.dst)
+            report.moved += 1
+
+    async def placed(self, ctx: JobContext, loaded: LoadedManifests) -> None:
+        return None
+
+    async def publish(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal) -> None:
+        await ctx.store.put(join(ctx.layout.dest, NOTES, f"committed-{ctx.layout.job_id}"), b"")
+        ctx.report.success = True
+
+    async def committed(self, ctx: JobContext) -> None:
+        return None
+
+
 async def _listing(store: Store, dest: str) -> list[str]:
     return sorted([relative_to(i.path, dest) async for i in store.list(dest, recursive=True) if not i.is_dir])
 
@@ -396,7 +420,8 @@ async def _listing(store: Store, dest: str) -> list[str]:
 async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
     """The frame commits, aborts and resumes a job of a kind that is neither plain files nor
     a table, asking the kind for everything it needs: the job's layout and the lock's place
-    (``.notes``), the body, the rollback, the report. No request of the whole run goes to
+    (``.notes``), the plan (the frame's journal state machine runs it), the rollback, the
+    report. No request of the whole run goes to
     ``_temporary``, ``_SUCCESS`` or ``.hoodie``: the frame knows neither plain files nor
     tables."""
     store = RecordingStore(str(tmp_path))
@@ -417,7 +442,7 @@ async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
         "lock_staging",
         "layouts",
         "new_report",
-        "commit_body",
+        "commit_plan",
         "guard:after",
     ]
     assert await _listing(store, dest) == [".notes/committed-notes_1", "a/x.txt", "b/y.txt"]
@@ -441,7 +466,7 @@ async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
     kind.calls.clear()
     resumed = await commit_with(as_kind, store, dest, "notes_2")
     assert isinstance(resumed, NotesReport) and resumed.success and resumed.moved == 1
-    assert kind.calls.count("commit_body") == 1
+    assert kind.calls.count("commit_plan") == 1
     assert await snapshot(store, join(dest, "c")) == {"1.txt": b"1", "2.txt": b"2"}
 
     # abort after a failed commit body: the kind moves the file back and deletes the job
@@ -460,7 +485,7 @@ async def test_frame_drives_a_kind_of_its_own(tmp_path: Path) -> None:
         "new_report",
         "layouts",
         "new_report",
-        "roll_back:delete_job",
+        "roll_back:rollback",  # the frame's journal says the commit began, not all is in place
     ]
     assert [p for p in await _listing(store, dest) if p.startswith(("d/", ".notes/notes_3"))] == []
 

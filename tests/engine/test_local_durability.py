@@ -170,31 +170,48 @@ async def test_renames_fsync_their_directories_before_the_journal(
 
 
 @pytest.mark.parametrize("batch", [256, 1], ids=["rename-batches", "rename-one-by-one"])
-async def test_journaling_file_system_fsyncs_destination_directories_only(
+async def test_journaling_file_system_lets_the_journal_puts_fsync_commit_the_renames(
     tmp_path: Path, calls: Calls, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``dest`` (ext4 with its journal, xfs): every directory a rename went into is fsynced
-    after its last rename and before the journal records the renames; no directory that
-    only lost files is fsynced (its change is in the same journal transaction)."""
+    """``dest`` (ext4 with its journal, xfs), renames followed by a put on the same file
+    system (the journal record): no directory is fsynced; the put's own file, created
+    after the last rename, is fsynced before the journal records the renames (that fsync
+    commits the file system's journal past every rename before it)."""
     _force_rule(monkeypatch, "dest")
     files = await _commit(tmp_path, fsync=True, batch=batch, calls=calls)
     assert sorted(files) == _expected_files()
     assert files["p=0/part-0-0.bin"] == b"000"
     events = calls.events
     at, last_into = _renames_before(events, "renamed")
-    for d, i in last_into.items():
-        assert [j for j in range(i + 1, at) if events[j][:3] == ("fsync", d, True)], (
-            f"destination directory {d} was not fsynced before the journal said renamed"
-        )
+    last_rename = max(last_into.values())
+    file_syncs = [j for j in range(last_rename + 1, at) if events[j][0] == "fsync" and not events[j][2]]
+    assert file_syncs, "no file was fsynced between the last rename and the journal write"
     root = str(tmp_path)
     assert {f"{root}/dest/p=0", f"{root}/dest/p=1"} <= set(last_into)
-    dir_syncs = [e[1] for e in events if e[0] == "fsync" and e[2]]
-    assert dir_syncs and len(dir_syncs) == len(set(dir_syncs))  # each directory once
-    destinations = {e[2] for e in events if e[0] == "rename"}
-    assert set(dir_syncs) <= destinations, "a directory that only lost files was fsynced"
-    sources_only = {e[1] for e in events if e[0] == "rename"} - destinations
-    assert any(d.startswith(f"{root}/{JobLayout('dest', JOB).job_dir}/00/tasks/") for d in sources_only)
+    assert not [e for e in events if e[0] == "fsync" and e[2]], "a directory was fsynced"
     assert not [e for e in events if e[0] == "syncfs"]
+
+
+async def test_journaling_file_system_fsyncs_destination_directories_when_no_put_follows(
+    tmp_path: Path, calls: Calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dest`` with nothing recorded after the renames (an explicit ``sync()``, or a put
+    on another file system): every directory a rename went into is fsynced, each once;
+    no directory that only lost files."""
+    _force_rule(monkeypatch, "dest")
+    store = LocalStore(str(tmp_path), fsync=True)
+    async with store:
+        for p in range(2):
+            for k in range(3):
+                await store.put(f"src/s{p}/f{k}", b"x")
+        calls.events.clear()
+        for p in range(2):
+            for k in range(3):
+                await store.rename(f"src/s{p}/f{k}", f"dst/d{k % 2}/f{p}{k}")
+        await store.sync()
+    root = str(tmp_path)
+    dir_syncs = [e[1] for e in calls.events if e[0] == "fsync" and e[2]]
+    assert sorted(dir_syncs) == [f"{root}/dst/d0", f"{root}/dst/d1"]
 
 
 async def test_ext4_without_journal_syncs_the_file_system_once(

@@ -177,6 +177,32 @@ async def test_write_in_place_refuses_foreign_names(tmp_path: Path) -> None:
         await write_in_place(store, "tbl", w.instant, f"p=a/{other}", b"x")
 
 
+async def test_placement_is_decided_once_and_carried_by_the_task(tmp_path: Path) -> None:
+    """The ``table_commit`` setting becomes one placement (``TableSettings.placement``),
+    carried by the table task set up with it: a staged task's file lands in its attempt
+    directory, a direct one's at its final name; the commit of each publishes its file."""
+    from amcommit.table.settings import Placement
+    from amcommit.table.write.task import setup_table_task
+
+    assert TableConfig().settings().placement is Placement.DIRECT
+    assert TableConfig(table_commit="staged").settings().placement is Placement.STAGED
+    store = LocalStore(str(tmp_path), fsync=False)
+    for how in ("staged", "direct"):
+        cfg = TableConfig(writer_ttl=600.0, table_commit=how)
+        dest = join(store.root, how)
+        w = await begin(store, dest, config=cfg)
+        ta = f"attempt_{w.instant}_m_000000_0"
+        task = await setup_table_task(store, w, f"task_{w.instant}_m_000000", ta, config=cfg)
+        assert task.placement is Placement(how) and task.direct is (how == "direct")
+        rel = task.new_file("a")
+        await task.put(rel, parquet_bytes(FIRST[:1]), rows=1)
+        in_place = rel in await listing(store, dest)
+        assert in_place is (how == "direct")
+        await task.commit()
+        assert (await commit_job(store, dest, w.instant, config=cfg)).success
+        assert rel in await listing(store, dest)
+
+
 def test_table_commit_setting() -> None:
     assert TableConfig().settings().table_commit == "direct"
     assert TableConfig.from_mapping({"table_commit": "direct"}).settings().table_commit == "direct"

@@ -332,3 +332,25 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
             break
         n += 1
     assert n > 10 and outcomes == {"rolled back", "completed"}, (n, outcomes)
+
+
+def test_spark_table_type_option() -> None:
+    """Spark's ``tableType`` (alias ``hoodie.datasource.write.table.type``): Copy-on-Write
+    is taken out of the options; Merge-on-Read is refused in one line for Spark's inserts
+    and overwrites (upserts and deletes write it: tests/spark/test_mor_writes.py); another
+    value too."""
+    from amcommit.table.format.hudi_names import resolve, spark_table_type
+
+    opts = resolve({"hoodie.datasource.write.table.type": "copy_on_write", "x": 1}, "spark")
+    assert opts == {"x": 1, "tableType": "COPY_ON_WRITE"}
+    spark_table_type(opts)
+    assert opts == {"x": 1}
+    with pytest.raises(ConfigError) as e:
+        spark_table_type(resolve({"hoodie.datasource.write.table.type": "MERGE_ON_READ"}, "spark"))
+    assert str(e.value) == (
+        "option 'tableType': a Spark insert or overwrite writes COPY_ON_WRITE tables; "
+        "MERGE_ON_READ tables are written by amcommit.spark.upsert/delete "
+        "(or write_batch(..., operation='upsert'))"
+    )
+    with pytest.raises(ConfigError, match="table type 'MOR' is not one of"):
+        spark_table_type({"TABLETYPE": "mor"})

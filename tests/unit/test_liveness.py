@@ -147,3 +147,33 @@ def _state(pid: int) -> str | None:
 
     st = proc_stat(pid)
     return None if st is None else st[1]
+
+
+def test_a_driver_key_is_a_process_id_and_judged_by_liveness() -> None:
+    """A streaming write's driver key (``driver_id``) is a :class:`ProcessId` as text: it
+    parses back to the same process; a real child killed with SIGKILL is gone by its key,
+    a live one is not; a key of another host or PID namespace, or no key, is never gone."""
+    from amcommit.liveness import driver_gone, driver_id, write_processes
+
+    me = this_process()
+    assert me is not None
+    key = driver_id(local_process(os.getpid()))
+    assert ProcessId.from_key(key, boot=me.boot) == me
+    assert ProcessId.from_key("garbage") is None and ProcessId.from_key("h/ns/x/1") is None
+    assert driver_id() == driver_id(write_processes()[0])  # the default: the write's process
+    assert not driver_gone(key)
+    child = _child()
+    try:
+        child_key = driver_id(local_process(child.pid))
+        assert not driver_gone(child_key)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        assert driver_gone(child_key)
+        host, ns, pid, start = child_key.split("/")
+        assert not driver_gone(f"another-host/{ns}/{pid}/{start}")
+        assert not driver_gone(f"{host}/pid:[1]/{pid}/{start}")  # another PID namespace
+        assert not driver_gone("garbage") and not driver_gone(f"{host}/{ns}/x/y")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

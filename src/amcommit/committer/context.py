@@ -44,9 +44,9 @@ class JobContext:
     limiter, progress callback, the journal (set by the orchestrator) and the report, the
     sink of counters and stage times. Stages read it; what they compute for each other
     travels as their explicit inputs and results (``run(ctx, inputs) -> result`` in each
-    stage module), never through here. Only the orchestrators (``committer/job.py``,
-    ``table/commit.py``) set ``config`` (a resumed commit keeps its conflict mode) and
-    ``journal``."""
+    stage module), never through here. Only the frame (``committer/job.py``, the journal
+    state machine ``committer/machine.py``) sets ``journal``; it and the kinds' plans set
+    ``config`` (a resumed commit keeps its conflict mode; a table commit appends)."""
 
     store: Store
     layout: JobLayout

@@ -15,7 +15,9 @@ journal state          ``commit_job`` again            ``abort_job``
 ``committed``          only cleanup remains            completes the cleanup
 ====================  ===========================================================
 
-The table is :func:`next_action` (a pure function; the runs below act on its answer).
+The table is :func:`next_action` (a pure function; the runs below act on its answer). The
+commit's walk through it is :func:`~amcommit.committer.machine.run_commit`, the same for
+every kind: a kind contributes its plan (:meth:`~amcommit.committer.kind.JobKind.commit_plan`).
 
 What is atomic: each file rename (on stores with atomic rename). What is not: the job
 commit as a whole; its all-or-nothing outcome comes from the journal and the rules above.
@@ -55,6 +57,7 @@ from amcommit.committer.journal import (
 from amcommit.committer.kind import FILES, JobKind
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, held_by, run_locked
+from amcommit.committer.machine import run_commit
 from amcommit.committer.report import JobReport, ProgressCallback
 from amcommit.committer.stages import (
     cleanup,
@@ -282,7 +285,7 @@ async def commit_held(
     report.completed_previous = completed_previous[-1] if completed_previous else None
     run = CommitRun()
     try:
-        await kind.commit_body(ctx, run, manifests, manifest_etags)
+        await run_commit(ctx, run, manifests, manifest_etags, await kind.commit_plan(ctx))
         report.success = True
     except BaseException as e:
         report.success = False

@@ -3,8 +3,8 @@
 A job commit is a frame (:mod:`amcommit.committer.job`: lock, journal, manifests, resume,
 rollback, cleanup) around a body that depends on what the destination is. A *kind* owns the
 differences, through the small protocol :class:`JobKind`; the frame calls its hooks and
-knows nothing else of it. :class:`FilesKind` is the kind of plain destinations (its hooks
-run the plain commit of :mod:`amcommit.committer.job`); other kinds (a Hudi table's) are
+knows nothing else of it. :class:`FilesKind` is the kind of plain destinations (its plan,
+:class:`FilesPlan`, is the plain commit); other kinds (a Hudi table's) are
 built on the engine and given to it by the caller (the front door, ``amcommit.api``, picks
 one): they depend on the engine, never the reverse.
 
@@ -15,7 +15,9 @@ hook                   what the frame asks
 ``layouts``            where a job's directory may be (the first that exists is the job's)
 ``lock_staging``       the kind's staging folder holding a job's destination lock (or none)
 ``committed_without``  no job directory: was the job committed (and cleaned up)?
-``commit_body``        the commit under the lock (journal, manifests, renames, publish)
+``commit_plan``        the kind's part of the commit under the lock (its checks, what it
+                       puts in place and publishes; the frame owns the journal:
+                       :mod:`amcommit.committer.machine`)
 ``roll_back``          the abort under the lock of a job whose commit did not pass its
                        point of no return (True: it had; the frame completes it instead)
 ``abort_without``      no job directory: what an abort still has to finish
@@ -41,28 +43,28 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from amcommit.committer.actions import Action, next_action
+from amcommit.committer.actions import Action
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.jobs import DestinationJobs, list_plain_jobs
-from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
+from amcommit.committer.journal import Journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.leftovers import sweep_quietly
+from amcommit.committer.machine import CommitPlan, Fresh
 from amcommit.committer.report import JobReport
 from amcommit.committer.stages import (
     check_conflicts,
     cleanup,
     delete_victims,
-    load_manifests,
     prepare_dirs,
-    publish_manifests,
     rename_files,
     rollback,
     save_success,
     validate_output,
 )
+from amcommit.committer.stages.load_manifests import LoadedManifests, ManifestCheck
 from amcommit.errors import ManifestError, NotFound
-from amcommit.manifest import SuccessData, TaskManifest, decode_success
+from amcommit.manifest import SuccessData, decode_success
 from amcommit.paths import path_to_uri
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import policies_of, retry_call
@@ -121,16 +123,11 @@ class JobKind(Protocol):
         None otherwise. Reads only."""
         ...
 
-    async def commit_body(
-        self,
-        ctx: JobContext,
-        run: CommitRun,
-        manifests: Sequence[TaskManifest] | None,
-        etags: Sequence[str | None] | None,
-    ) -> None:
-        """The commit of ``ctx``'s job, under the lock (fresh or resumed from its journal).
-        ``run`` receives the loaded manifests (the frame closes it and rolls back from it on
-        failure)."""
+    async def commit_plan(self, ctx: JobContext) -> CommitPlan:
+        """The kind's part of the commit of ``ctx``'s job
+        (:class:`~amcommit.committer.machine.CommitPlan`; the frame runs it, fresh or resumed
+        from the journal, under the lock: :func:`~amcommit.committer.machine.run_commit`).
+        May read the store to choose it (one object per commit run)."""
         ...
 
     async def roll_back(
@@ -214,78 +211,63 @@ async def _already_committed(store: Store, layout: JobLayout, config: CommitterC
     return report
 
 
-async def _run_files_commit(
-    ctx: JobContext,
-    run: CommitRun,
-    manifests: Sequence[TaskManifest] | None,
-    etags: Sequence[str | None] | None = None,
-) -> None:
-    store, layout, report = ctx.store, ctx.layout, ctx.report
-    journal = await load_journal(ctx)
-    if journal is not None:
-        report.resumed = True
-        journal.runs += 1
-    ctx.journal = journal
-    action = next_action("commit", journal.state if journal is not None else None)
-    if action is Action.CLEANUP:
+class FilesPlan:
+    """The plain commit's part of the journal state machine
+    (:class:`~amcommit.committer.machine.CommitPlan`): conflicts checked and victims recorded
+    (fresh), directories created and files renamed (the point of no return after them),
+    then old files deleted, the output validated and ``_SUCCESS`` written. Stateless."""
+
+    async def begin(self, ctx: JobContext) -> bool:
+        return False
+
+    async def finished(self, ctx: JobContext, journal: Journal | None) -> None:
         # only cleanup remains: report what the committing run wrote into _SUCCESS
-        success = await _read_success(store, layout, ctx.config)
+        success = await _read_success(ctx.store, ctx.layout, ctx.config)
         if success is not None:
-            report.restore_from_success(success)
-        return
-    if journal is not None and journal.conflict_mode != ctx.config.conflict_mode:
-        # a resumed commit keeps the mode it started with
-        ctx.config = ctx.config.with_options(conflict_mode=journal.conflict_mode)
-        report.conflict_mode = journal.conflict_mode
+            ctx.report.restore_from_success(success)
 
-    async with ctx.stage("load_manifests"):
-        run.spool = load_manifests.new_spool(ctx)
-        loaded = run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests))
-        report.task_event_loops = sorted({x["event_loop"] for x in loaded.extra_data if "event_loop" in x})
-        if manifests is not None and journal is None:
-            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
+    def manifest_check(self, ctx: JobContext, journal: Journal | None) -> ManifestCheck | None:
+        return None
 
-    if action is Action.FRESH:
+    async def loaded(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal | None) -> None:
+        ctx.report.task_event_loops = sorted(
+            {x["event_loop"] for x in loaded.extra_data if "event_loop" in x}
+        )
+
+    async def check(self, ctx: JobContext, loaded: LoadedManifests) -> Fresh | None:
         async with ctx.stage("check_conflicts"):
             chunks = (await check_conflicts.run(ctx, check_conflicts.ConflictInputs(loaded))).victim_chunks
-        journal = Journal(
-            job_id=layout.job_id,
-            state="renaming",
-            conflict_mode=ctx.config.conflict_mode,
-            victim_chunks=chunks,
-            layout="hadoop" if layout.hadoop else "amcommit",
-            stage_seconds=dict(report.stage_seconds),
-        )
-        ctx.journal = journal
-    assert journal is not None
-    await save_journal(ctx, journal)
+        return Fresh(victim_chunks=chunks, layout="hadoop" if ctx.layout.hadoop else "amcommit")
 
-    if action in (Action.FRESH, Action.RESUME_RENAMES):
-        for stage, secs in journal.stage_seconds.items():  # a resume: the first run's check
-            report.stage_seconds.setdefault(stage, secs)
+    async def place(self, ctx: JobContext, loaded: LoadedManifests) -> None:
         async with ctx.stage("prepare_dirs"):
             await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
         async with ctx.stage("rename_files"):
             await rename_files.run(ctx, rename_files.RenameInputs(loaded))
-        journal.state = "renamed"
-        record_renames(journal, report)
-        # the point of no return: from here a transient error must not fail the commit
-        await save_journal(ctx, journal, patient=True)
-    else:
-        restore_renames(journal, report)  # the run that renamed recorded what it did
-    async with ctx.stage("delete_victims"):
-        await delete_victims.run(ctx, delete_victims.DeleteVictimsInputs(loaded, journal.victim_chunks))
-    if ctx.config.validate_output:
-        async with ctx.stage("validate_output"):
-            await validate_output.run(ctx, validate_output.ValidateInputs(loaded))
-    report.success = True  # everything is in place; the report says so
-    report.finished = time.time()
-    report.store_stats = store.iostats.snapshot(prefix="store_")
-    if ctx.config.success_marker:
-        async with ctx.stage("save_success"):
-            await save_success.run(ctx, save_success.SaveSuccessInputs(report.to_success_data()))
-    journal.state = "committed"
-    await save_journal(ctx, journal, patient=True)
+
+    async def placed(self, ctx: JobContext, loaded: LoadedManifests) -> None:
+        return None
+
+    async def publish(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal) -> None:
+        report = ctx.report
+        async with ctx.stage("delete_victims"):
+            await delete_victims.run(ctx, delete_victims.DeleteVictimsInputs(loaded, journal.victim_chunks))
+        if ctx.config.validate_output:
+            async with ctx.stage("validate_output"):
+                await validate_output.run(ctx, validate_output.ValidateInputs(loaded))
+        report.success = True  # everything is in place; the report says so
+        report.finished = time.time()
+        report.store_stats = ctx.store.iostats.snapshot(prefix="store_")
+        if ctx.config.success_marker:
+            async with ctx.stage("save_success"):
+                await save_success.run(ctx, save_success.SaveSuccessInputs(report.to_success_data()))
+
+    async def committed(self, ctx: JobContext) -> None:
+        return None
+
+
+FILES_PLAN: CommitPlan = FilesPlan()
+"""The plan of every plain commit (stateless)."""
 
 
 async def _roll_back_files(ctx: JobContext, run: CommitRun, action: Action) -> None:
@@ -322,14 +304,8 @@ class FilesKind:
     ) -> JobReport | None:
         return await _already_committed(store, JobLayout(dest, job_id, job_attempt), config)
 
-    async def commit_body(
-        self,
-        ctx: JobContext,
-        run: CommitRun,
-        manifests: Sequence[TaskManifest] | None,
-        etags: Sequence[str | None] | None,
-    ) -> None:
-        await _run_files_commit(ctx, run, manifests, etags)
+    async def commit_plan(self, ctx: JobContext) -> CommitPlan:
+        return FILES_PLAN
 
     async def roll_back(
         self, ctx: JobContext, journal: Journal | None, run: CommitRun, action: Action

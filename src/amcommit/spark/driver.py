@@ -37,6 +37,7 @@ from amcommit.api import KindName, abort_job, commit_job
 from amcommit.committer.config import ConflictMode
 from amcommit.committer.report import JobReport
 from amcommit.errors import CommitError
+from amcommit.liveness import write_processes
 from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.manifest import TaskManifest
 from amcommit.spark import hooks
@@ -86,7 +87,7 @@ def table_operation(mode: ConflictMode) -> Operation:
 def keep_write_alive(plan: WritePlan) -> None:
     """Start the driver's keep-alive process of the table write ``plan.job_id`` (its
     instant): it beats until the write is committed or aborted, or the process that runs
-    the write is gone (:func:`amcommit.table.timeline.beater.write_processes`: the Spark driver's
+    the write is gone (:func:`amcommit.liveness.write_processes`: the Spark driver's
     JVM, or the Python driver that began the write). If it cannot start, the begun write is aborted
     (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run."""
     from amcommit.table.timeline import beater
@@ -97,7 +98,7 @@ def keep_write_alive(plan: WritePlan) -> None:
             dict(plan.store_options),
             plan.job_id,
             plan.config().writer_ttl,
-            watch=beater.write_processes(),
+            watch=write_processes(),
         )
     except CommitError:
         with contextlib.suppress(Exception):

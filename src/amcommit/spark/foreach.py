@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.liveness import local_process, this_process
+from amcommit.liveness import driver_id, local_process, this_process
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write
 from amcommit.spark.mutate import MutationSpec, begin_kwargs, prepare_mutation, run_mutation
@@ -30,7 +30,6 @@ from amcommit.spark.stream import (
     _stream_options,
     begin_batch,
     commit_batch,
-    driver_id,
 )
 from amcommit.spark.stream_state import checkpoint_app
 from amcommit.spark.task import TaskResult

@@ -414,7 +414,7 @@ async def _rewrite_one(
     from amcommit.table.format.tasknames import ROWS_KEY
     from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
     from amcommit.table.mutate.engine import IndexReader, rewrite_group
-    from amcommit.table.settings import table_settings
+    from amcommit.table.settings import Placement, table_settings
     from amcommit.table.write.direct import IOType, commit_direct_task, write_in_place
     from amcommit.table.write.task import read_marker, write_schema
 
@@ -428,7 +428,7 @@ async def _rewrite_one(
     # table_commit=direct: the new version goes straight to its final name under a MERGE
     # marker (amcommit.table.write.direct); the write token then names this attempt alone (a
     # retried stage's attempt numbers start at 0 again: setup_attempt's n tells them apart)
-    direct = table_settings(config).table_commit == "direct"
+    direct = table_settings(config).placement is Placement.DIRECT
     n_attempt = int(attempt_id.rpartition("_")[2])
     try:
         updates = {k: d for _, (k, d) in items if d is not None}

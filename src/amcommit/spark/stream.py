@@ -42,7 +42,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -55,7 +54,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from amcommit.api import abort_job
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, ConfigError
-from amcommit.liveness import ProcessId, java_ancestor, local_process, pid_namespace, process_gone
+from amcommit.liveness import ProcessId, driver_gone, driver_id, java_ancestor
 from amcommit.loop import run_blocking, run_kept_loop
 from amcommit.messages import for_user
 from amcommit.parallel import run_parallel
@@ -78,7 +77,6 @@ from amcommit.store.base import Store
 from amcommit.store.schemes import open_location
 from amcommit.table.format.model import Operation
 from amcommit.table.report import table_report
-from amcommit.table.timeline.beater import write_processes
 
 if TYPE_CHECKING:
     from amcommit.spark.source import AmcommitDataSource
@@ -130,29 +128,6 @@ def batch_label(app: str, batch_id: int) -> Any:
     from amcommit.table.commit.labels import Label
 
     return Label(app_id=app, version=int(batch_id))
-
-
-def driver_id(process: ProcessId | None = None) -> str:
-    """``host/pid namespace/pid/start time`` of the driver process (default: the process
-    that runs the write, :func:`amcommit.table.timeline.beater.write_processes`: the Spark driver's
-    JVM as seen from a Python worker on the driver host)."""
-    p = process if process is not None else write_processes()[0]
-    return f"{socket.gethostname()}/{pid_namespace()}/{p.pid}/{p.start}"
-
-
-def driver_gone(driver: str) -> bool:
-    """True only if ``driver`` (:func:`driver_id`) ran on this host, in this pid namespace,
-    and is no longer running (its pid gone, taken by a process with another start time, or
-    a zombie: :func:`~amcommit.liveness.process_gone`)."""
-    parts = driver.rsplit("/", 3)
-    if len(parts) != 4 or parts[:2] != [socket.gethostname(), pid_namespace()] or not parts[2].isdigit():
-        return False
-    me = local_process(os.getpid())
-    # the record names no boot: this boot's (a process of an earlier boot with the same pid
-    # and start time would count as running: the safe side)
-    return process_gone(
-        ProcessId(host=me.host, boot=me.boot, pidns=parts[1], pid=int(parts[2]), start=parts[3])
-    )
 
 
 def _no_query_id() -> ConfigError:

@@ -109,7 +109,7 @@ class Owner(msgspec.Struct, frozen=True):
     checkpoint: str | None = None
     driver: str | None = None
     """The driver process that allocated the instant (host, pid namespace, pid and start
-    time, see :func:`amcommit.spark.stream.driver_id`); recorded in the write's marker only."""
+    time, see :func:`amcommit.liveness.driver_id`); recorded in the write's marker only."""
 
 
 def owner_fields(owner: Owner) -> dict[str, str]:

@@ -72,7 +72,7 @@ from amcommit.spark.sqlconf import task_settings
 from amcommit.store.base import Store, local_os_path
 from amcommit.store.schemes import open_location
 from amcommit.table.format.naming import base_file_name, new_file_id, write_token
-from amcommit.table.settings import table_settings
+from amcommit.table.settings import Placement, table_settings
 from amcommit.table.write.direct import (
     IOType,
     commit_direct_task,
@@ -342,7 +342,7 @@ def run_task(
             # direct markers (amcommit.table.write.direct); the manifest lists them as before. The
             # inserts of an upsert or delete too: its rewrite tasks (spark/mutate.py) follow
             # the same setting, and a write is direct or staged as a whole
-            direct = plan.table is not None and table_settings(config).table_commit == "direct"
+            direct = plan.table is not None and table_settings(config).placement is Placement.DIRECT
             placed: dict[str, tuple[int, str | None]] = {}  # direct: rel -> (size, etag)
 
             async def put_in_place(rel: str, data: bytes) -> None:

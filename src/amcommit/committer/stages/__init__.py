@@ -9,8 +9,8 @@ Each stage module has ``run(ctx, inputs) -> result``: ``ctx`` is the
 :class:`~amcommit.committer.context.JobContext` (store, layout, config, journal, limiter,
 progress, and the report that collects counters), ``inputs`` and the result are small
 frozen dataclasses defined next to ``run``. A stage hands nothing to the next through
-``ctx``: the commit bodies of the job kinds (:mod:`amcommit.committer.kind`, and those of kinds
-built on the engine) pass results on. Each can be tested alone (tests/unit/test_stage_*.py).
+``ctx``: the journal state machine (:mod:`amcommit.committer.machine`) and the kinds' plans
+(:mod:`amcommit.committer.kind`, and those of kinds built on the engine) pass results on. Each can be tested alone (tests/unit/test_stage_*.py).
 
 Shared helpers, by what they hold: :mod:`.renaming` (rename ids, the recovery of one
 rename, moving a file aside), :mod:`.scope` (the replace scope and trash paths),

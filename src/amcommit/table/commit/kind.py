@@ -4,7 +4,8 @@
 The engine's frame (:mod:`amcommit.committer.job`) runs a table write's commit and abort
 through these hooks: staging in ``.hoodie/.aux/amcommit/$instant/`` (the job id is the
 instant; a write staged in ``.hoodie/.temp/$instant/`` by an earlier version is found there
-too) with the table's lock in ``.hoodie/.aux/amcommit/``; the commit body is :func:`~amcommit.table.commit.table_commit.run_table_commit`;
+too) with the table's lock in ``.hoodie/.aux/amcommit/``; the commit's plan is :class:`~amcommit.table.commit.table_commit.TablePlan` (run by the engine's
+journal state machine, :mod:`amcommit.committer.machine`);
 an abort removes every file stamped with the instant, then its instant files
 (:mod:`amcommit.table.commit.rollback`); a write is committed when its instant is completed. Around
 the locked commit the writer's heartbeat is kept fresh and an earlier live writer is waited
@@ -28,19 +29,19 @@ from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.jobs import DestinationJobs
 from amcommit.committer.journal import Journal
-from amcommit.committer.kind import FILES, JobKind
+from amcommit.committer.kind import FILES, FilesPlan, JobKind
 from amcommit.committer.layout import JobLayout
+from amcommit.committer.machine import CommitPlan
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, StoreError
-from amcommit.manifest import TaskManifest
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
 from amcommit.table.commit.clean import clean_after_commit
 from amcommit.table.commit.jobs import list_table_jobs
 from amcommit.table.commit.table_commit import (
+    TablePlan,
     WaitForEarlier,
     completed_instant,
-    run_table_commit,
     skipped_before,
     wait_for_earlier,
 )
@@ -119,6 +120,36 @@ def _plain_job_refused(dest: str, job_id: str, stage: str) -> CommitError:
     )
 
 
+class _DecidedMarkers(FilesPlan):
+    """``commit_job`` of a write whose staging is gone, found by the engine only through
+    its marker folder (:func:`_markers_only`): a completed write gets its report and its
+    markers judged (:func:`~amcommit.table.write.direct.sweep_instant`; never the folder
+    deleted as a whole: a young loser's marker stays); any other is no job to commit. Its
+    commit is published from the start (:meth:`begin`): the frame runs none of the other
+    steps (those of :class:`~amcommit.committer.kind.FilesPlan`, never reached)."""
+
+    def __init__(self, writer_ttl: float) -> None:
+        self.writer_ttl = writer_ttl
+
+    async def begin(self, ctx: JobContext) -> bool:
+        return True
+
+    async def finished(self, ctx: JobContext, journal: Journal | None) -> None:
+        ctx.config = ctx.config.with_options(cleanup_skipped=True)
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        done = await table_already_committed(store, dest, instant)
+        if done is None:
+            raise CommitError(
+                f"no job directory for table write {instant} under {dest!r} (never begun, rolled back, "
+                "or skipped)",
+                stage="commit_job",
+            )
+        report = table_report(ctx.report)
+        for name in ("instant", "label", "operation", "files", "renamed", "bytes", "already_committed"):
+            setattr(report, name, getattr(done, name))
+        await sweep_instant(store, dest, instant, grace=self.writer_ttl, config=ctx.config)
+
+
 class TableKind:
     """A write into a Hudi CoW table (module doc). ``label`` and ``operation``: this call's
     own (see ``commit_job``); the kind that finishes another write has neither.
@@ -167,24 +198,12 @@ class TableKind:
                 return done
         return await FILES.committed_without(store, dest, job_id, job_attempt, config)
 
-    async def commit_body(
-        self,
-        ctx: JobContext,
-        run: CommitRun,
-        manifests: Sequence[TaskManifest] | None,
-        etags: Sequence[str | None] | None,
-    ) -> None:
+    async def commit_plan(self, ctx: JobContext) -> CommitPlan:
         if not is_table_layout(ctx.layout):  # a plain job's directory in a table (never set up by us)
-            await FILES.commit_body(ctx, run, manifests, etags)
-            return
+            return await FILES.commit_plan(ctx)
         if await _markers_only(ctx):
-            await self._decided_markers(ctx)
-            return
-        await run_table_commit(
-            ctx,
-            manifests,
-            etags,
-            run=run,
+            return _DecidedMarkers(self.settings_for(ctx.config).writer_ttl)
+        return TablePlan(
             kind=self.for_other_job(),
             label=self.label,
             settings=self.settings_for(ctx.config),
@@ -199,29 +218,8 @@ class TableKind:
         if await _markers_only(ctx):
             ctx.config = ctx.config.with_options(cleanup_skipped=True)  # markers, not a job directory
             if await completed_instant(ctx.store, ctx.layout.dest, ctx.layout.job_id) is not None:
-                return True  # committed: the engine "completes" it (commit_body, below)
+                return True  # committed: the engine "completes" it (commit_plan, below)
         return await rollback_table_write(ctx, journal, run=run)
-
-    async def _decided_markers(self, ctx: JobContext) -> None:
-        """``commit_job`` of a write whose staging is gone, found by the engine only through
-        its marker folder (:func:`_markers_only`): a completed write gets its report and its
-        markers judged (:func:`~amcommit.table.write.direct.sweep_instant`; never the folder
-        deleted as a whole: a young loser's marker stays); any other is no job to commit."""
-        ctx.config = ctx.config.with_options(cleanup_skipped=True)
-        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
-        done = await table_already_committed(store, dest, instant)
-        if done is None:
-            raise CommitError(
-                f"no job directory for table write {instant} under {dest!r} (never begun, rolled back, "
-                "or skipped)",
-                stage="commit_job",
-            )
-        report = table_report(ctx.report)
-        for name in ("instant", "label", "operation", "files", "renamed", "bytes", "already_committed"):
-            setattr(report, name, getattr(done, name))
-        await sweep_instant(
-            store, dest, instant, grace=self.settings_for(ctx.config).writer_ttl, config=ctx.config
-        )
 
     async def abort_without(
         self,
@@ -265,7 +263,7 @@ class TableKind:
         table is cleaned (``clean_retain_commits``) outside the lock.
 
         ``label`` (overrides the one given to ``begin_write``): see
-        :func:`~amcommit.table.commit.table_commit.run_table_commit`. A write already skipped for its
+        :class:`~amcommit.table.commit.table_commit.TablePlan`. A write already skipped for its
         label (staging gone, instant not completed) gets the same skipped report again.
         ``operation``: settled first (:func:`~amcommit.table.write.task.set_operation`), before
         anything is published.

@@ -3,7 +3,8 @@
 ``commit_job(store, dest, instant)`` on a table destination runs :class:`~amcommit.table.commit.kind.TableKind`'s hooks: the
 usual journaled commit (:mod:`amcommit.committer.job`: manifests, journal, renames, resume,
 rollback, retries) under the table's destination lock, with these table stages
-(:func:`run_table_commit`):
+(:class:`TablePlan`, run by the engine's journal state machine,
+:mod:`amcommit.committer.machine`):
 
 ==================  =================================================================
 ``check_order``     instants complete in allocation order (pitfall 8): a *later* completed
@@ -51,8 +52,9 @@ from amcommit.committer.completeness import partial_allowed
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.context import CommitRun, JobContext
 from amcommit.committer.job import abort_held
-from amcommit.committer.journal import Journal, load_journal, record_renames, restore_renames, save_journal
+from amcommit.committer.journal import Journal, restore_renames
 from amcommit.committer.kind import JobKind
+from amcommit.committer.machine import Fresh
 from amcommit.committer.report import JobReport
 from amcommit.committer.stages.load_manifests import LoadedManifests, ManifestCheck
 from amcommit.errors import (
@@ -117,9 +119,9 @@ from amcommit.table.write.task import WriteMarker, read_marker, read_properties
 
 __all__ = [
     "OrderPlan",
+    "TablePlan",
     "completed_instant",
     "plan_order",
-    "run_table_commit",
 ]
 
 PLAN_NAME = "commit-plan.json"
@@ -646,8 +648,8 @@ async def publish(ctx: JobContext, action: Action, data: bytes) -> None:
     not at all), and the plan stays until cleanup. Neither the rename nor the create-only
     put ever replaces a file, so the instant file is read (to recognise this write's own,
     published by an earlier try or run, e.g. a rename whose answer was lost: its source is
-    then gone) only when one is in the way or the plan is missing; :func:`run_table_commit`
-    returns before this when the instant was already completed as the commit began, under
+    then gone) only when one is in the way or the plan is missing; :class:`TablePlan`
+    ends before this when the instant was already completed as the commit began, under
     the same lock."""
     store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
     name = Instant(instant, action.value, State.COMPLETED).file_name
@@ -686,21 +688,12 @@ async def skip_labelled(ctx: JobContext, by: str, run: CommitRun) -> None:
     log.info("write %s skipped: label %s was committed by instant %s", ctx.layout.job_id, report.label, by)
 
 
-async def run_table_commit(
-    ctx: JobContext,
-    manifests: Sequence[TaskManifest] | None,
-    etags: Sequence[str | None] | None = None,
-    *,
-    run: CommitRun,
-    kind: JobKind,
-    label: Label | None = None,
-    settings: TableSettings = DEFAULT_SETTINGS,
-    markers_after_lock: bool = False,
-) -> None:
-    """The table commit (module doc): the commit body of
-    :class:`~amcommit.table.commit.kind.TableKind` (``kind``: to abort other writes with). Runs
-    under the table's destination lock. ``run`` receives the
-    loaded manifests (the caller closes it and rolls back from it on failure).
+class TablePlan:
+    """The table's part of the journal state machine
+    (:class:`~amcommit.committer.machine.CommitPlan`; the stages of the module doc): the
+    commit body of :class:`~amcommit.table.commit.kind.TableKind` (``kind``: to abort other
+    writes with). One object per commit run: it keeps what its steps read (the write's
+    marker, the table's properties, the timeline, the saved plan) for the later ones.
 
     ``label`` (else the one given to ``begin_write``): checked after ``check_order``, before
     the plan; a label already committed skips the write (:func:`skip_labelled`). A labelled
@@ -714,147 +707,166 @@ async def run_table_commit(
     writer's own ``commit_job``, :meth:`~amcommit.table.commit.kind.TableKind.guard`, as Hudi
     removes its marker folder after the commit: they are not in the job directory); else
     here, right after the publish (a commit completed by an abort or by another writer)."""
-    from amcommit.committer.stages import load_manifests, prepare_dirs, publish_manifests, rename_files
 
-    store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
-    dest, instant = layout.dest, layout.job_id
-    marker: WriteMarker | None = None
-    action: Action | None = None  # the instant's action (``deltacommit`` on Merge-on-Read)
-    try:
-        marker = await ctx.call(lambda: read_marker(store, layout))
-        op = Operation(marker.operation)
-        action = marker.write_action()
-    except NotFound:  # a cleanup cut short (flat stores delete the marker first): published?
-        published = await completed_instant(store, dest, instant)
-        if published is None:
-            raise
-        got = await ctx.call(lambda: store.get(join(dest, HOODIE_DIR, published.file_name)))
-        op = Operation(decode_commit_metadata(got).operation_type)
-        action = Action(published.action)
-    report.instant, report.operation = instant, op.value
-    if label is None and marker is not None:
-        label = marker.label()
-    report.label = None if label is None else label.text()
-    if label is not None and partial_allowed(report.completeness):
-        # a label is published only with its data: a partial commit would use it up, and
-        # the replay of the batch would then be skipped (the missing rows lost for good)
-        raise IncompleteJob(
-            f"table write {instant} carries label {label.text()}: committing it partially "
-            f"({report.completeness}) would use up the label without all of its data; nothing "
-            "was published (abort-job it, then replay the batch)",
-            stage="commit_job",
-        )
-    report.conflict_mode = "append"
-    ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
-    journal: Journal | None = None
-    done: Instant | None = None  # this write's completed instant, if it was published
-    in_order: list[Instant] | None = None  # the timeline, if the early check found it in order
-    props: TableProperties | None = None
+    def __init__(
+        self,
+        *,
+        kind: JobKind,
+        label: Label | None = None,
+        settings: TableSettings = DEFAULT_SETTINGS,
+        markers_after_lock: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.label = label
+        self.settings = settings
+        self.markers_after_lock = markers_after_lock
+        self.marker: WriteMarker | None = None
+        self.op = Operation.INSERT
+        self.action: Action | None = None
+        """The instant's action, if the marker or the published instant names it
+        (``deltacommit`` on Merge-on-Read); else the operation's."""
+        self.props: TableProperties | None = None
+        self.in_order: list[Instant] | None = None
+        """The timeline, if the early order check found it in order (nothing to act on)."""
+        self.data = b""
+        """The commit metadata to publish (the saved plan's bytes)."""
+        self.written: list[str] = []
+        """The partitions written."""
+        self.direct = False
 
-    async def journal_of() -> None:
-        nonlocal journal
-        journal = await load_journal(ctx)
+    async def begin(self, ctx: JobContext) -> bool:
+        """The write's marker (its operation, its label), then the table's properties and
+        the order's inputs (a few listings, under the lock), read at the same time as the
+        journal: all are reads, and a first run needs them before anything is planned. The
+        timeline listed also says whether this write was published already. Only a
+        timeline in order is taken from there, and only by a first run; anything to act on
+        (a write to roll back or wait for, an out-of-order instant) runs check_order after
+        the load, as it would without."""
+        store, layout, report = ctx.store, ctx.layout, table_report(ctx.report)
+        dest, instant = layout.dest, layout.job_id
+        try:
+            self.marker = await ctx.call(lambda: read_marker(store, layout))
+            self.op = Operation(self.marker.operation)
+            self.action = self.marker.write_action()
+        except NotFound:  # a cleanup cut short (flat stores delete the marker first): published?
+            published = await completed_instant(store, dest, instant)
+            if published is None:
+                raise
+            got = await ctx.call(lambda: store.get(join(dest, HOODIE_DIR, published.file_name)))
+            self.op = Operation(decode_commit_metadata(got).operation_type)
+            self.action = Action(published.action)
+        report.instant, report.operation = instant, self.op.value
+        if self.label is None and self.marker is not None:
+            self.label = self.marker.label()
+        label = self.label
+        report.label = None if label is None else label.text()
+        if label is not None and partial_allowed(report.completeness):
+            # a label is published only with its data: a partial commit would use it up, and
+            # the replay of the batch would then be skipped (the missing rows lost for good)
+            raise IncompleteJob(
+                f"table write {instant} carries label {label.text()}: committing it partially "
+                f"({report.completeness}) would use up the label without all of its data; nothing "
+                "was published (abort-job it, then replay the batch)",
+                stage="commit_job",
+            )
+        report.conflict_mode = "append"
+        ctx.config = ctx.config.with_options(conflict_mode="append", delete_target_files=False)
+        done: Instant | None = None  # this write's completed instant, if it was published
 
-    async def props_of() -> None:
-        nonlocal props
-        props = await read_properties(store, dest, ctx.config)
+        async def props_of() -> None:
+            self.props = await read_properties(store, dest, ctx.config)
 
-    async def order() -> None:
-        nonlocal in_order, done
-        async with ctx.stage("check_order"):
-            plan, timeline = await _order_state_and_timeline(store, dest, instant, settings.writer_ttl)
-            done = completed_in(timeline, instant)
-            if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
-                in_order = timeline
+        async def order() -> None:
+            nonlocal done
+            async with ctx.stage("check_order"):
+                plan, timeline = await _order_state_and_timeline(
+                    store, dest, instant, self.settings.writer_ttl
+                )
+                done = completed_in(timeline, instant)
+                if plan == OrderPlan():  # in order, nothing to roll back, wait for or remove
+                    self.in_order = timeline
 
-    # the journal and the order's inputs (a few listings, under the lock) are read at the
-    # same time: all are reads, neither depends on the other, and a first run needs both
-    # before anything is planned or renamed. The timeline listed also says whether this
-    # write was published already. Only a timeline in order is taken from there, and only
-    # by a first run; anything to act on (a write to roll back or wait for, an
-    # out-of-order instant) runs check_order after the load, as it would without.
-    await run_parallel([journal_of, order, props_of], lambda step: step(), 3)
-    if journal is not None:
-        report.resumed = True
-        journal.runs += 1
-    ctx.journal = journal
-    if done is not None or (journal is not None and journal.state == "committed"):
+        await run_parallel([order, props_of], lambda step: step(), 2)
+        return done is not None
+
+    async def finished(self, ctx: JobContext, journal: Journal | None) -> None:
         if journal is not None:
-            restore_renames(journal, report)
+            restore_renames(journal, ctx.report)
         # a direct write cut short after its publish: its markers (and late losers) next
-        await _remove_direct_markers(ctx, settings.writer_ttl)
-        await delete_beat(store, dest, instant)
-        return
-    plan_path = join(layout.job_dir, PLAN_NAME)
-    if props is None and journal is None:
-        raise CommitError(f"{dest!r} lost its hoodie.properties", stage="load_manifests")
-    async with ctx.stage("load_manifests"):
-        run.spool = load_manifests.new_spool(ctx)
-        # (a resumed commit's manifests passed the check when its journal was saved)
-        check = (
+        await _remove_direct_markers(ctx, self.settings.writer_ttl)
+        await delete_beat(ctx.store, ctx.layout.dest, ctx.layout.job_id)
+
+    def manifest_check(self, ctx: JobContext, journal: Journal | None) -> ManifestCheck | None:
+        dest, props = ctx.layout.dest, self.props
+        if props is None and journal is None:
+            raise CommitError(f"{dest!r} lost its hoodie.properties", stage="load_manifests")
+        return (
             None
             if props is None
-            else own_files_check(dest, instant, len(props.partition_fields), logs=props.merge_on_read)
+            else own_files_check(
+                dest, ctx.layout.job_id, len(props.partition_fields), logs=props.merge_on_read
+            )
         )
-        run.loaded = await load_manifests.run(ctx, load_manifests.LoadInputs(run.spool, manifests, check))
-        if manifests is not None and journal is None:
-            await publish_manifests.run(ctx, publish_manifests.PublishInputs(manifests, etags))
-    loaded = run.loaded
-    assert loaded is not None
-    check_one_mode(loaded.extra_data, instant)
-    if journal is None and is_direct(loaded.extra_data):
-        # markers are input too: one naming a file this write may not delete refuses the
-        # commit here, before anything is planned, reconciled or published
-        async with ctx.stage("check_markers"):
-            await check_markers(store, dest, instant, ctx.config, depth=_depth_of(props))
-    if journal is None:
-        if in_order is not None:
-            instants = in_order
+
+    async def loaded(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal | None) -> None:
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        check_one_mode(loaded.extra_data, instant)
+        self.direct = is_direct(loaded.extra_data)
+        if journal is None and self.direct:
+            # markers are input too: one naming a file this write may not delete refuses the
+            # commit here, before anything is planned, reconciled or published
+            async with ctx.stage("check_markers"):
+                await check_markers(store, dest, instant, ctx.config, depth=_depth_of(self.props))
+        if journal is not None:  # a resume publishes exactly the saved plan
+            plan_path = join(ctx.layout.job_dir, PLAN_NAME)
+            self.data = await ctx.call(lambda: store.get(plan_path))
+            meta = decode_commit_metadata(self.data, where=plan_path)
+            self.written = sorted(meta.partition_to_write_stats)
+            planned = label_of(meta.extra_metadata)  # the plan's label is the one published
+            table_report(ctx.report).label = None if planned is None else planned.text()
+
+    async def check(self, ctx: JobContext, loaded: LoadedManifests) -> Fresh | None:
+        store, dest, label = ctx.store, ctx.layout.dest, self.label
+        if self.in_order is not None:
+            instants = self.in_order
         else:
             async with ctx.stage("check_order"):
-                instants = await check_order(ctx, kind, settings.writer_ttl)
+                instants = await check_order(ctx, self.kind, self.settings.writer_ttl)
         if label is not None:
             async with ctx.stage("check_label"):
                 by = await committed_by(store, dest, label, config=ctx.config)
             if by is not None:
-                await skip_labelled(ctx, by, run)
-                return
-        if op in (Operation.UPSERT, Operation.DELETE):
+                assert ctx.journal is None
+                await skip_labelled(ctx, by, _run_of(loaded))
+                return None
+        if self.op in (Operation.UPSERT, Operation.DELETE):
             async with ctx.stage("check_conflicts"):
-                await check_conflicts(ctx, kind, loaded, instants)
+                await check_conflicts(ctx, self.kind, loaded, instants)
         async with ctx.stage("plan_commit"):
-            # no marker only when the instant was published (returned above)
-            assert marker is not None, "table write without its staging marker"
-            meta, spliced = await plan_commit(ctx, marker, loaded, instants, props)
+            # no marker only when the instant was published (begin said so)
+            assert self.marker is not None, "table write without its staging marker"
+            meta, spliced = await plan_commit(ctx, self.marker, loaded, instants, self.props)
             if label is not None:
                 meta.extra_metadata.update(label_metadata(label))
-            data = encode_commit_metadata(meta, spliced=spliced)
-            written = sorted(spliced if spliced is not None else meta.partition_to_write_stats)
+            self.data = data = encode_commit_metadata(meta, spliced=spliced)
+            self.written = sorted(spliced if spliced is not None else meta.partition_to_write_stats)
+            plan_path = join(ctx.layout.job_dir, PLAN_NAME)
             await ctx.call(lambda: store.put(plan_path, data, mode=PutMode.OVERWRITE))
-        journal = Journal(job_id=instant, state="renaming", conflict_mode="append", layout="table")
-        ctx.journal = journal
-        await save_journal(ctx, journal)
-    else:
-        data = await ctx.call(lambda: store.get(plan_path))
-        meta = decode_commit_metadata(data, where=plan_path)
-        written = sorted(meta.partition_to_write_stats)
-        planned = label_of(meta.extra_metadata)  # the plan's label is the one published
-        report.label = None if planned is None else planned.text()
-    direct = is_direct(loaded.extra_data)
-    if journal.state == "renaming" and direct:
-        for stage, secs in journal.stage_seconds.items():
-            report.stage_seconds.setdefault(stage, secs)
-        # the files are in place already: delete those of attempts that did not win
-        async with ctx.stage("reconcile"):
-            await reconcile(store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(props))
-        async with ctx.stage("partition_meta"):
-            await write_partition_metadata(ctx, written)
-        journal.state = "renamed"
-        record_renames(journal, report)
-        await save_journal(ctx, journal, patient=True)
-    elif journal.state == "renaming":
-        for stage, secs in journal.stage_seconds.items():
-            report.stage_seconds.setdefault(stage, secs)
+        return Fresh(layout="table")
+
+    async def place(self, ctx: JobContext, loaded: LoadedManifests) -> None:
+        from amcommit.committer.stages import prepare_dirs, rename_files
+
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        if self.direct:
+            # the files are in place already: delete those of attempts that did not win
+            async with ctx.stage("reconcile"):
+                await reconcile(
+                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(self.props)
+                )
+            async with ctx.stage("partition_meta"):
+                await write_partition_metadata(ctx, self.written)
+            return
         async with ctx.stage("prepare_dirs"):
             prepared = await prepare_dirs.run(ctx, prepare_dirs.PrepareInputs(loaded))
         async with ctx.stage("rename_files"):
@@ -871,44 +883,55 @@ async def run_table_commit(
         # requests (the kill tests stop the commit there), and the point of no return stays
         # the end of the renames
         async with ctx.stage("partition_meta"):
-            await write_partition_metadata(ctx, written, prepared.new_dirs)
-        journal.state = "renamed"
-        record_renames(journal, report)
-        await save_journal(ctx, journal, patient=True)
-    else:
-        restore_renames(journal, report)
-        if direct:
+            await write_partition_metadata(ctx, self.written, prepared.new_dirs)
+
+    async def placed(self, ctx: JobContext, loaded: LoadedManifests) -> None:
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        if self.direct:
             # (a journal ``renamed`` before any reconcile: an abort found every file in
             # place and completes the write) the losers go before the publish, always
             async with ctx.stage("reconcile"):
                 await reconcile(
-                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(props)
+                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(self.props)
                 )
         async with ctx.stage("partition_meta"):
-            await write_partition_metadata(ctx, written)
-    async with ctx.stage("publish"):
-        # only a later completed instant matters here (one listing): cannot happen under
-        # the lock discipline, checked anyway right before the instant is published
-        later = later_completed(instant, await list_instants(store, dest))
-        if later is not None:
-            raise CommitError(
-                f"instant {instant} is ready but the later instant {later} completed "
-                "first; abort this write (`amcommit abort-job`) and run it again",
-                stage="publish",
-            )
-        await publish(ctx, action or op.action, data)
-    if direct and not markers_after_lock:
-        # completed for another (an abort past the point of no return, a later writer): the
-        # markers now (the files of late losers first); see ``markers_after_lock``
-        async with ctx.stage("remove_markers"):
-            await remove_markers(
-                store, dest, instant, _winners(loaded, dest), grace=settings.writer_ttl, config=ctx.config
-            )
-    report.success = True
-    report.finished = time.time()
-    journal.state = "committed"
-    await save_journal(ctx, journal, patient=True)
-    await delete_beat(store, dest, instant)
+            await write_partition_metadata(ctx, self.written)
+
+    async def publish(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal) -> None:
+        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
+        async with ctx.stage("publish"):
+            # only a later completed instant matters here (one listing): cannot happen under
+            # the lock discipline, checked anyway right before the instant is published
+            later = later_completed(instant, await list_instants(store, dest))
+            if later is not None:
+                raise CommitError(
+                    f"instant {instant} is ready but the later instant {later} completed "
+                    "first; abort this write (`amcommit abort-job`) and run it again",
+                    stage="publish",
+                )
+            await publish(ctx, self.action or self.op.action, self.data)
+        if self.direct and not self.markers_after_lock:
+            # completed for another (an abort past the point of no return, a later writer): the
+            # markers now (the files of late losers first); see ``markers_after_lock``
+            async with ctx.stage("remove_markers"):
+                await remove_markers(
+                    store,
+                    dest,
+                    instant,
+                    _winners(loaded, dest),
+                    grace=self.settings.writer_ttl,
+                    config=ctx.config,
+                )
+        ctx.report.success = True
+        ctx.report.finished = time.time()
+
+    async def committed(self, ctx: JobContext) -> None:
+        await delete_beat(ctx.store, ctx.layout.dest, ctx.layout.job_id)
+
+
+def _run_of(loaded: LoadedManifests) -> CommitRun:
+    """A run holding what the frame's run holds (for :func:`skip_labelled`'s rollback)."""
+    return CommitRun(spool=loaded.spool, loaded=loaded)
 
 
 def _depth_of(props: TableProperties | None) -> int | None:

@@ -15,7 +15,8 @@ process of its own, started by :func:`start` right after the instant is allocate
   by Spark after a failure). The marker is checked before each beat, so the process writes
   nothing once the write ended (not even into a table folder deleted meanwhile), and again
   after it, removing a beat that raced the end;
-- it stops when the process that runs the write is gone (:func:`write_processes`: the
+- it stops when the process that runs the write is gone
+  (:func:`~amcommit.liveness.write_processes`: the
   Spark driver's JVM that ran ``writer()``, the nearest ``java`` ancestor; else the Python
   driver that began the write, and its JVM), checked before each beat; a zombie (killed,
   not reaped, as under a PID 1 that does not reap) counts as gone
@@ -41,37 +42,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from amcommit.errors import CommitError
-from amcommit.liveness import ProcessId, java_ancestor, java_children, local_process, process_gone
+from amcommit.liveness import ProcessId, process_gone, write_processes
 
 __all__ = ["main", "start", "write_processes"]
+# (write_processes lives in amcommit.liveness, the home of process identities; named here too)
 
 START_TIMEOUT = 60.0
-
-
-def write_processes() -> tuple[ProcessId, ...]:
-    """The processes that run a write begun in this process, for the keep-alive to watch
-    (the first is the write's keeper). In a Python worker of Spark (a data source's
-    ``writer()``, a streaming sink's): the nearest ``java`` ancestor, the driver's JVM.
-    Anywhere else this process itself (a Python driver: ``amcommit.spark.upsert``,
-    ``foreachBatch`` with ``write_batch``, an engine user's), with its JVM children
-    (PySpark starts the driver's JVM as its child): never the parent or an ancestor of a
-    driver, which may outlive it (the shell or IDE that started ``python job.py``).
-
-    A Python worker is a process with a ``java`` ancestor and no SparkContext of its own
-    (a Python driver has one once it runs Spark, also one started by ``spark-submit``)."""
-    if not _spark_driver():
-        jvm = java_ancestor()
-        if jvm is not None:
-            return (jvm,)
-    return (local_process(os.getpid()), *java_children())
-
-
-def _spark_driver() -> bool:
-    """Whether this process runs an active SparkContext (a PySpark driver); pyspark is not
-    imported for the question."""
-    pyspark = sys.modules.get("pyspark")
-    context = getattr(pyspark, "SparkContext", None)
-    return getattr(context, "_active_spark_context", None) is not None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ forgotten.
 
 Nothing here writes; :func:`last_committed` and :func:`committed_by` are safe to call at any
 time (a caller may ask before doing the work), but only the check inside the commit lock
-(:func:`amcommit.table.commit.table_commit.run_table_commit`) is authoritative.
+(:class:`amcommit.table.commit.table_commit.TablePlan`) is authoritative.
 """
 
 from __future__ import annotations

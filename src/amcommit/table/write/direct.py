@@ -6,7 +6,7 @@ Status: the default of every table write (``table_commit=direct``,
 (:func:`amcommit.spark.task.run_task`: batch writes, the streaming sink, ``foreachBatch``),
 the engine's table tasks (:func:`amcommit.table.write.task.setup_table_task`) and upserts and
 deletes (engine and Spark) write through :func:`write_in_place` and commit their tasks with
-:func:`commit_direct_task`; the job commit (:func:`~amcommit.table.commit.table_commit.run_table_commit`)
+:func:`commit_direct_task`; the job commit (:class:`~amcommit.table.commit.table_commit.TablePlan`)
 and the rollback (:func:`~amcommit.table.commit.undo.rollback_table_write`) recognise a direct write
 by its manifests (a write mixing both ways is refused: :func:`check_one_mode`). The staged
 path (files staged in the write's job directory and renamed at job commit) stays as

@@ -80,7 +80,7 @@ from amcommit.table.format.properties import (
 )
 from amcommit.table.format.tasknames import ROWS_KEY, task_write_token
 from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
-from amcommit.table.settings import table_settings
+from amcommit.table.settings import Placement, table_settings
 from amcommit.table.timeline.heartbeat import beat
 from amcommit.table.timeline.instants import list_instants
 from amcommit.table.timeline.labelmeta import Label
@@ -512,8 +512,9 @@ async def set_operation(
 class TableTask:
     """One task attempt of a table write through the engine API (:func:`setup_table_task`).
 
-    Its base files go where the ``table_commit`` setting of the task's config says
-    (:attr:`~amcommit.table.settings.TableSettings.table_commit`):
+    Its base files go where its :attr:`placement` says (decided once, from the
+    ``table_commit`` setting of the task's config:
+    :attr:`~amcommit.table.settings.TableSettings.placement`):
 
     - ``staged``: into the task attempt directory under ``.hoodie/.aux/amcommit/<instant>/``; the
       task commit (:func:`~amcommit.committer.task.commit_task`) names them, the job commit
@@ -539,7 +540,8 @@ class TableTask:
     task_attempt_id: str
     work: str
     """The task attempt directory (where a staged task writes)."""
-    direct: bool
+    placement: Placement
+    """Where its base files go (decided by :func:`setup_table_task`, class doc)."""
     config: CommitterConfig = DEFAULT_CONFIG
     files: dict[str, tuple[int, str | None, int]] = field(default_factory=dict)
     """Path relative to the table (staged: to the attempt directory) -> (size, etag, rows)."""
@@ -549,6 +551,11 @@ class TableTask:
     """The Avro schema (JSON) the write records (:func:`write_schema`), against which
     :meth:`put` checks each file's footer; None: not checked (a write without a declared
     schema)."""
+
+    @property
+    def direct(self) -> bool:
+        """Its files go straight to their final names (:attr:`Placement.DIRECT`)."""
+        return self.placement is Placement.DIRECT
 
     @property
     def token(self) -> str:
@@ -713,16 +720,16 @@ async def setup_table_task(
     """Set up task attempt ``task_attempt_id`` of ``task_id`` of the begun ``write``
     (:func:`~amcommit.committer.task.setup_task`: single-use attempt ids, the writer's
     heartbeat beaten) and return its :class:`TableTask`, staged or direct as
-    ``table_settings(config).table_commit`` says (every task of one write must use the same
+    ``table_settings(config).placement`` says (every task of one write must use the same
     setting). Reads the write's job marker once, for the schema its files must hold
     (:func:`write_schema`)."""
     from amcommit.committer.task import setup_task
 
     work = await setup_task(store, write.layout, task_attempt_id, config=config)
-    direct = table_settings(config).table_commit == "direct"
+    placement = table_settings(config).placement
     marker = await read_marker(RetryingStore.of(store, config), write.layout)
     return TableTask(
-        store, write, task_id, task_attempt_id, work, direct, config, schema=write_schema(marker)
+        store, write, task_id, task_attempt_id, work, placement, config, schema=write_schema(marker)
     )
 
 
