@@ -141,3 +141,69 @@ def test_foreach_batch_upserts_into_mor_exactly_once(spark: Any, tmp_path: Path)
     done = _completed(dest)
     assert len(done) == 3 and all(n.endswith(".deltacommit") for n in done)
     assert _files(dest)[1], "the updates of batches 1 and 2 are in log files"
+
+
+def test_spark_upsert_completes_a_pending_compaction_first(spark: Any, tmp_path: Path) -> None:
+    """A compaction SIGKILLed after its plan was written leaves it pending; a Spark upsert
+    completes it (under the table's lock) before it reads the file slices, so its log files
+    are named after the compacted slices and a later compaction loses none of its updates."""
+    import anyio
+
+    from amcommit.store.local import LocalStore
+    from amcommit.table.commit.compaction import compact_store, pending_compactions
+    from amcommit.table.mutate import engine as mutate
+    from amcommit.table.timeline.instants import list_instants
+    from tests.table.test_compaction import KILL_CFG, _kill_child
+    from tests.table.test_mor_write import MOR as ENGINE_MOR
+    from tests.table.test_mutate import _steps as engine_steps
+    from tests.table.test_mutate import _t
+
+    async def build(root: str) -> Model:
+        m: Model = {}
+        async with LocalStore(root, fsync=False) as store:
+            for op, rows in engine_steps():
+                if op == "upsert":
+                    await mutate.upsert(
+                        store, "tbl", _t(rows), precombine_field="ts", **ENGINE_MOR | {"config": KILL_CFG}
+                    )
+                    m = model_upsert(m, rows)
+                else:
+                    await mutate.delete(store, "tbl", _t(rows), **ENGINE_MOR | {"config": KILL_CFG})
+                    m = model_delete(m, rows)
+        return m
+
+    async def pending(root: str) -> list[str]:
+        async with LocalStore(root, fsync=False) as store:
+            return pending_compactions(await list_instants(store, "tbl"))
+
+    for n in range(1, 12):  # the first kill point that leaves a planned compaction pending
+        root = tmp_path / f"k{n}"
+        root.mkdir()
+        m = anyio.run(build, str(root))
+        assert not _kill_child(str(root), n), "the compaction completed before any kill point left it pending"
+        tcs = anyio.run(pending, str(root))
+        if tcs:
+            break
+    else:
+        raise AssertionError("no kill point left a compaction pending")
+    (tc,) = tcs
+    dest = root / "tbl"
+    rows = [dict(r, v=f"spark-{r['id']}", ts=50) for r in m.values()]
+    rep = amspark.upsert(_df(spark, rows), str(dest), recordKey="id", partitionBy="p", precombineField="ts")
+    m = model_upsert(m, rows)
+    assert anyio.run(pending, str(root)) == [], "the Spark write left the compaction pending"
+    assert rep.files_logged > 0
+    meta = json.loads((dest / ".hoodie" / f"{rep.instant}.deltacommit").read_text())
+    logs = [s["path"] for ss in meta["partitionToWriteStats"].values() for s in ss if ".log." in s["path"]]
+    bases = {parse_log_file_name(p.rsplit("/", 1)[-1]).base_instant for p in logs}  # type: ignore[union-attr]
+    assert tc in bases, (tc, bases)  # logs of the compacted groups name the new slices
+    assert hudi_snapshot(str(dest)) == rows_of(m) == _snapshot(spark, str(dest))
+
+    async def compact_again() -> None:
+        async with LocalStore(str(root), fsync=False) as store:
+            await compact_store(store, "tbl", config=KILL_CFG)
+
+    anyio.run(compact_again)  # every slice compacted: the Spark write's updates all kept
+    assert hudi_snapshot(str(dest)) == rows_of(m)
+    ro = _snapshot(spark, str(dest), **{"hoodie.datasource.query.type": "read_optimized"})
+    assert ro == rows_of(m)

@@ -1,23 +1,21 @@
 """`amcommit timeline` and `amcommit changes` on Merge-on-Read tables Hudi's Java writer wrote
 (tests/data/hudi-java/mor-v6, unzipped to tmp): deltacommits, log files, the records
-changed (an incremental read merging base files with logs), and compactions pending
-(``.compaction.requested`` / ``.inflight``, the plan Avro-encoded with the project's codec)
-and completed (a ``.commit`` with ``"compacted": true``)."""
+changed (an incremental read merging base files with logs), and compactions completed
+(amcommit's compactor: a ``.commit`` with ``"compacted": true``) and pending
+(``.compaction.requested`` / ``.inflight``, the plan Avro-encoded with the project's codec)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from amcommit.cli import main
+from amcommit.table.commit.compaction import compact
 from amcommit.table.format.compaction import CompactionOperation, CompactionPlan, encode_compaction_plan
-from amcommit.table.format.model import CommitMetadata, WriteStat, encode_commit_metadata
-from amcommit.table.format.naming import base_file_name
 from amcommit.table.query.read import read
+from amcommit.table.settings import TableConfig
 from tests.table.test_read_oracle import unzip
 
 DELTA_1, DELTA_2 = "20250331030642808", "20250331030645735"
@@ -63,32 +61,16 @@ def test_timeline_shows_deltacommits_and_compactions(
     root = unzip("v6_trips_8i1u", tmp_path)
     hoodie = root / ".hoodie"
     before = read(str(root))
-    # a completed compaction of the san_francisco slice (base file + log) at C1: its merged
-    # records in a new base file, requested -> inflight -> commit "compacted": true
-    c1, c2, c3 = "20250331030700000", "20250331030800000", "20250331030900000"
-    base = next((root / SF).glob(f"{SF_ID}_*_{DELTA_1}.parquet")).name
-    log = f".{SF_ID}_{DELTA_1}.log.1_0-26-85"
-    plan = CompactionPlan((CompactionOperation(SF_ID, SF, DELTA_1, delta_files=(log,), data_file=base),))
-    (hoodie / f"{c1}.compaction.requested").write_bytes(encode_compaction_plan(plan))
-    (hoodie / f"{c1}.compaction.inflight").write_bytes(b"")
-    rows = before.filter(pc.equal(before.column("_hoodie_partition_path"), SF))
-    new_base = f"{SF}/{base_file_name(SF_ID, '0-1-1', c1)}"
-    pq.write_table(rows, root / new_base)
-    stat = WriteStat(
-        file_id=SF_ID,
-        path=new_base,
-        prev_commit=DELTA_1,
-        num_writes=rows.num_rows,
-        num_update_writes=rows.num_rows,
-        partition_path=SF,
-        file_size_in_bytes=(root / new_base).stat().st_size,
-    )
-    meta = CommitMetadata(
-        partition_to_write_stats={SF: [stat]}, compacted=True, operation_type="UNKNOWN", extra_metadata={}
-    )
-    (hoodie / f"{c1}.commit").write_bytes(encode_commit_metadata(meta))
-    # two pending compactions: one requested, one inflight, each of one slice
-    other = CompactionPlan((CompactionOperation(SF_ID, SF, c1, data_file=new_base.split("/")[1]),))
+    # a completed compaction (amcommit's compactor: requested -> inflight -> commit with
+    # "compacted": true) of the one slice with a log file (san_francisco)
+    rep = compact(str(root), config=TableConfig(table_commit="direct"))
+    assert rep.instant is not None and rep.file_groups == 1
+    c1 = rep.instant
+    new_base = next(f for f in (root / SF).iterdir() if f.name.endswith(f"_{c1}.parquet")).name
+    # two pending compactions written as Hudi writes them (the plan Avro-encoded with the
+    # project's codec): one requested, one inflight, each of one slice
+    c2, c3 = "29990101000000000", "29990101000000001"
+    other = CompactionPlan((CompactionOperation(SF_ID, SF, c1, data_file=new_base),))
     (hoodie / f"{c2}.compaction.requested").write_bytes(encode_compaction_plan(other))
     (hoodie / f"{c3}.compaction.requested").write_bytes(encode_compaction_plan(other))
     (hoodie / f"{c3}.compaction.inflight").write_bytes(b"")
@@ -117,8 +99,9 @@ def test_timeline_shows_deltacommits_and_compactions(
         ("compaction", "inflight", 1, False),
     ]
     assert not data[DELTA_2]["compacted"]
-    # readers read the compacted slice: the same records, the logs no longer needed
-    after = read(str(root))
-    assert _by_key(after.to_pylist()) == _by_key(before.to_pylist())
-    ro = read(str(root), query_type="read_optimized")
-    assert _by_key(ro.to_pylist()) == _by_key(before.to_pylist())  # the update is in a base file now
+    # readers read the compacted slice: the same records; the update is in a base file now
+    cols = ["_hoodie_record_key", "_hoodie_commit_time", "ts", "uuid", "rider", "driver", "fare", "city"]
+    after = read(str(root)).select(cols).to_pylist()
+    assert _by_key(after) == _by_key(before.select(cols).to_pylist())
+    ro = read(str(root), query_type="read_optimized").select(cols).to_pylist()
+    assert _by_key(ro) == _by_key(before.select(cols).to_pylist())

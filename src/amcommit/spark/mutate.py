@@ -787,6 +787,13 @@ def run_mutation(
         async def footers() -> dict[str, list[Any]]:
             store, dest = open_location(plan.url, **plan.store_options)
             async with store:
+                if spec.merge_on_read:
+                    # its log files go to the slices a pending compaction makes: complete it
+                    # first, under the table's lock (this write is pending already, so no
+                    # new compaction starts before it ends), as the engine's writes do
+                    from amcommit.table.commit.compaction import finish_pending_compactions
+
+                    await finish_pending_compactions(store, dest, plan.config())
                 _, commits = await load_timeline(store, dest)
                 files = [f for f in snapshot(commits) if f.partition in parts]
                 if spec.merge_on_read:  # the log files of each base file's slice (its versions)
@@ -896,7 +903,32 @@ def _run(
         if isinstance(e, AmcommitError):
             raise for_user(e, dest) from None
         raise
+    if spec.merge_on_read and report.job is not None and report.job.success:
+        _inline_compaction(plan, report)
     return report
+
+
+def _inline_compaction(plan: WritePlan, report: MutateReport) -> None:
+    """After a Merge-on-Read deltacommit committed: compact if ``compact_every``
+    deltacommits are due (:func:`amcommit.table.commit.compaction.compact_if_due`, as the
+    engine's writes do). The deltacommit stays committed if it fails:
+    ``report.compaction_error`` (a later write or compaction completes what it left)."""
+    import logging
+
+    from amcommit.loop import run_blocking
+    from amcommit.store.schemes import open_location
+    from amcommit.table.commit.compaction import CompactionReport, compact_if_due
+
+    async def due() -> CompactionReport | None:
+        store, dest = open_location(plan.url, **plan.store_options)
+        async with store:
+            return await compact_if_due(store, dest, plan.config())
+
+    try:
+        report.compaction = run_blocking(due)
+    except AmcommitError as e:
+        report.compaction_error = str(e)
+        logging.getLogger(__name__).warning("inline compaction after %s failed: %s", report.instant, e)
 
 
 def upsert(df: Any, dest: str, *, label: Label | None = None, **options: Any) -> MutateReport:
