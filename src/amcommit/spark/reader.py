@@ -59,10 +59,9 @@ from amcommit.table.timeline.instants import (
     FileVersion,
     LoadedCommit,
     changes,
-    list_instants,
-    load_timeline,
     snapshot,
 )
+from amcommit.table.timeline.reader import timeline_files
 
 SPARK_SCHEMA_KEY = b"org.apache.spark.sql.parquet.row.metadata"
 COMMIT_TIME = "_hoodie_commit_time"
@@ -271,7 +270,7 @@ async def _plan(
     With the reading API (:class:`amcommit.table.timeline.reader.Timeline`, when present) a time
     travel or incremental query reaching past what a clean deleted is refused
     (``CleanedPast``, one line); otherwise the timeline is loaded whole."""
-    done = {i.time: i for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS}
+    done = {i.time: i for i in await timeline_files(store, dest) if i.completed and i.action in WRITE_ACTIONS}
     writes = sorted(done)
     q = snap(query, writes)
     at = schema_instant(q, writes)
@@ -280,11 +279,8 @@ async def _plan(
 
 
 async def _plan_files(store: Any, dest: str, q: Query) -> tuple[list[FileVersion], list[FileVersion]]:
-    try:
-        from amcommit.table.timeline.reader import Timeline  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        _, commits = await load_timeline(store, dest)
-        return plan_files(commits, q), snapshot(commits)
+    from amcommit.table.timeline.reader import Timeline
+
     tl = await Timeline.open(store, dest)
     latest = await tl.snapshot()
     if q.incremental:

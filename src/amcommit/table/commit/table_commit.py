@@ -101,8 +101,9 @@ from amcommit.table.format.writestats import (
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
 from amcommit.table.timeline.heartbeat import delete_beat, judge_writers, writer_alive
-from amcommit.table.timeline.instants import LoadedCommit, completed_instant, list_instants, snapshot
+from amcommit.table.timeline.instants import LoadedCommit, completed_instant, snapshot
 from amcommit.table.timeline.labelmeta import Label, committed_by, label_metadata, label_of
+from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.direct import (
     check_markers,
     check_one_mode,
@@ -187,14 +188,13 @@ async def staged_times(store: Store, dest: str) -> set[str]:
 
 
 async def _order_inputs(store: Store, dest: str) -> tuple[list[Instant], set[str]]:
-    """The timeline and the staged instants: two listings, sent together."""
-    from amcommit.table.timeline.instants import list_instants
-
+    """The timeline and the staged instants: two listings (``.hoodie/`` once, through the
+    timeline handle, and the staging folders), sent together."""
     instants: list[Instant] = []
     staged: set[str] = set()
 
     async def timeline() -> None:
-        instants.extend(await list_instants(store, dest))
+        instants.extend(await Timeline(store, dest).files())
 
     async def staging() -> None:
         staged.update(await staged_times(store, dest))
@@ -479,7 +479,7 @@ async def plan_commit(
     stats = _write_stats(ctx, loaded, props.partition_fields) if spliced is None else {}
     written = spliced if spliced is not None else stats
     if instants is None:
-        instants = await list_instants(ctx.store, dest)
+        instants = await Timeline(ctx.store, dest, config=ctx.config).files()
     writes = [i for i in instants if i.completed and i.action in WRITE_ACTIONS]
     replacing = op.action is Action.REPLACE_COMMIT
     commits = await _load_commits(ctx, writes) if replacing else []
@@ -781,15 +781,19 @@ async def run_table_commit(
         # commit here, before anything is planned, reconciled or published
         async with ctx.stage("check_markers"):
             await check_markers(store, dest, instant, ctx.config, depth=_depth_of(props))
+    listed: list[Instant] | None = None  # the timeline judged in order, under the lock, by this run
     if journal is None:
         if in_order is not None:
             instants = in_order
         else:
             async with ctx.stage("check_order"):
                 instants = await check_order(ctx, kind, settings.writer_ttl)
+        listed = instants
         if label is not None:
             async with ctx.stage("check_label"):
-                by = await committed_by(store, dest, label, config=ctx.config)
+                # the label is looked up in the timeline the order check listed (the
+                # lock is held since: no amcommit writer completed meanwhile)
+                by = await committed_by(store, dest, label, config=ctx.config, instants=instants)
             if by is not None:
                 await skip_labelled(ctx, by, run)
                 return
@@ -861,9 +865,13 @@ async def run_table_commit(
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, written)
     async with ctx.stage("publish"):
-        # only a later completed instant matters here (one listing): cannot happen under
-        # the lock discipline, checked anyway right before the instant is published
-        later = later_completed(instant, await list_instants(store, dest))
+        # only a later completed instant matters here: it cannot happen under the lock
+        # discipline. A first run judged the timeline it listed under this lock hold (the
+        # order check refused a later completed instant there): that listing is used, not
+        # taken again. A resumed run lists it (once) right before the instant is published.
+        if listed is None:
+            listed = await Timeline(store, dest, config=ctx.config).files()
+        later = later_completed(instant, listed)
         if later is not None:
             raise CommitError(
                 f"instant {instant} is ready but the later instant {later} completed "

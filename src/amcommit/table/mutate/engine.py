@@ -94,7 +94,8 @@ from amcommit.table.format.naming import (
 )
 from amcommit.table.report import table_report
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import FileVersion, list_instants, load_timeline, snapshot
+from amcommit.table.timeline.instants import FileVersion, snapshot
+from amcommit.table.timeline.reader import Timeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -868,7 +869,8 @@ async def _mutate(
             )
     elif delete_op:
         raise MutationError(f"{dest!r} is not a Hudi table (no .hoodie/hoodie.properties): nothing to delete")
-    instants = await list_instants(store, dest) if props is not None else []
+    timeline = Timeline(store, dest, config=config)  # this upsert's one listing of .hoodie/
+    instants = await timeline.files() if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     for c in check_key_types(table_schema, data, keys_f, name):
         data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
@@ -895,13 +897,14 @@ async def _mutate(
         config=config,
         label=label,
         expected_tasks=MUTATION_TASKS,
+        timeline=timeline,
     )
     instant = w.instant
     report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)
     try:
         # the writer stays alive (its heartbeat) while it reads and writes, however long
         async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
-            _, commits = await load_timeline(store, dest)
+            commits = await timeline.commits_held()
             snap = snapshot(commits)
             wanted: dict[str, list[str]] = {}
             for k, p in zip(batch.keys, batch.partitions, strict=True):

@@ -33,7 +33,7 @@ time (a caller may ask before doing the work), but only the check inside the com
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -147,16 +147,22 @@ async def find_last(
 
 
 async def last_committed(
-    store: Store, dest: str, app_id: str, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    app_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    instants: Sequence[Instant] | None = None,
 ) -> tuple[int, str] | None:
     """(version, instant) of ``app_id``'s newest completed write instant, scanning the
     completed timeline newest first; None if ``app_id`` never committed (or ``dest`` holds
     no table yet). Cost: see the module doc. Reads only; each request retried per ``config``."""
     rs = RetryingStore.of(store, config)
-    try:
-        instants = await list_instants(rs, dest)
-    except NotFound:
-        return None
+    if instants is None:
+        try:
+            instants = await list_instants(rs, dest)
+        except NotFound:
+            return None
 
     async def read_extra(i: Instant) -> Mapping[str, str]:
         path = join(dest, HOODIE_DIR, i.file_name)
@@ -174,7 +180,12 @@ def covers(last: tuple[int, str] | None, label: Label) -> str | None:
 
 
 async def committed_by(
-    store: Store, dest: str, label: Label, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    label: Label,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    instants: Sequence[Instant] | None = None,
 ) -> str | None:
     """The instant that already committed ``label``, else None.
 
@@ -182,5 +193,7 @@ async def committed_by(
     ``>= label.version`` (versions of one application commit in order, Delta's
     ``txnVersion`` rule); that instant (the application's newest) is returned. Cost: see the
     module doc. Advisory outside the commit lock (a concurrent commit may land right after).
+    ``instants``: the timeline's instant files as the caller listed them for this operation
+    (not listed again); None: listed here.
     """
-    return covers(await last_committed(store, dest, label.app_id, config=config), label)
+    return covers(await last_committed(store, dest, label.app_id, config=config, instants=instants), label)

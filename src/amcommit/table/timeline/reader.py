@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -70,6 +70,7 @@ __all__ = [
     "open_timeline",
     "record_counts",
     "table_uri",
+    "timeline_files",
 ]
 
 T = TypeVar("T")
@@ -147,6 +148,9 @@ class Listing:
     """File name in ``.hoodie/`` -> what the listing said about it."""
     writes: list[str]
     """Times of the completed write instants (commit, replacecommit), sorted."""
+    files: list[Instant] = field(default_factory=list)
+    """Every instant file of the listing (all states: requested, inflight, completed), sorted
+    (what :func:`~amcommit.table.timeline.instants.list_instants` answers)."""
 
     def completed_times(self) -> set[str]:
         return {i.time for i in self.instants if i.completed}
@@ -178,16 +182,30 @@ async def list_timeline(store: Store, dest: str, *, config: CommitterConfig = DE
                 raise NotATable(f"{dest!r} does not exist (nothing is stored there)", dest=dest)
         raise NotATable.make(dest)
     best: dict[str, Instant] = {}
+    files: list[Instant] = []
     for name in objects:
         i = parse_instant_file(name)
         if i is None:
             continue
+        files.append(i)
         cur = best.get(i.time)
         if cur is None or _STATE_RANK[i.state] > _STATE_RANK[cur.state]:
             best[i.time] = i
     instants = sorted(best.values())
     writes = [i.time for i in instants if i.completed and i.action in WRITE_ACTIONS]
-    return Listing(instants, objects, writes)
+    files.sort()
+    return Listing(instants, objects, writes, files)
+
+
+async def timeline_files(
+    store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> list[Instant]:
+    """Every instant file of ``dest``'s timeline (all states), sorted: one listing of
+    ``.hoodie/`` through :class:`Timeline` (retried); empty when ``dest`` holds no table."""
+    try:
+        return await Timeline(store, dest, config=config).files()
+    except NotATable:
+        return []
 
 
 class Timeline:
@@ -201,12 +219,13 @@ class Timeline:
         self._meta: dict[str, CommitMetadata] = {}
         self._cleans: dict[str, CleanMark | None] = {}
         self._listing: Listing | None = None
+        self._current: Listing | None = None
 
     @classmethod
     async def open(cls, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> Timeline:
         """List the timeline; NotATable if ``dest`` holds no table."""
         t = cls(store, dest, config=config)
-        t._listing = await list_timeline(t.store, dest, config=config)
+        t._listing = t._current = await list_timeline(t.store, dest, config=config)
         return t
 
     async def listing(self) -> Listing:
@@ -214,7 +233,25 @@ class Timeline:
         if self._listing is not None:
             lst, self._listing = self._listing, None
             return lst
-        return await list_timeline(self.store, self.dest, config=self.config)
+        return await self.refresh()
+
+    async def refresh(self) -> Listing:
+        """List ``.hoodie/`` again, on purpose (one listing), and keep it as :meth:`current`."""
+        self._listing = None
+        self._current = await list_timeline(self.store, self.dest, config=self.config)
+        return self._current
+
+    async def current(self) -> Listing:
+        """The listing this handle holds (listed once, on first use; :meth:`refresh` takes
+        a new one). A writer holds one handle per operation: its stages read the instants
+        they need from this one listing instead of listing ``.hoodie/`` each."""
+        if self._current is None:
+            return await self.refresh()
+        return self._current
+
+    async def files(self) -> list[Instant]:
+        """Every instant file of :meth:`current` (all states), sorted."""
+        return (await self.current()).files
 
     async def _get(self, name: str) -> bytes:
         path = join(self.dest, HOODIE_DIR, name)
@@ -318,6 +355,12 @@ class Timeline:
             if mark is not None and as_of < mark.earliest:
                 raise CleanedPast.make(f"time travel to {as_of}", mark.earliest, mark.clean)
         return snapshot(await self.load(self._write_instants(lst, None, as_of)), as_of)
+
+    async def commits_held(self) -> list[LoadedCommit]:
+        """Every completed write instant of :meth:`current` with its metadata, in timeline
+        order (no new listing: a writer's view as of the listing its operation took)."""
+        lst = await self.current()
+        return await self.load(self._write_instants(lst, None, None))
 
     async def commits(self) -> list[LoadedCommit]:
         """Every completed write instant with its metadata, in timeline order."""
