@@ -25,8 +25,13 @@ __all__ = ["DEFAULT_SETTINGS", "TableConfig", "TableSettings", "table_settings"]
 TABLE_COMMITS = ("staged", "direct")
 
 
-def _check(writer_ttl: float, table_commit: str = "direct") -> None:
+def _check(writer_ttl: float, table_commit: str = "direct", keep: tuple[int, int] = (30, 20)) -> None:
     # (no message shows the value given: it may be a secret given to the wrong option)
+    keep_max, keep_min = keep
+    if isinstance(keep_min, bool) or not isinstance(keep_min, int) or keep_min < 1:
+        raise ConfigError("committer option 'keep_min_commits' must be an integer >= 1")
+    if isinstance(keep_max, bool) or not isinstance(keep_max, int) or keep_max <= keep_min:
+        raise ConfigError("committer option 'keep_max_commits' must be an integer > keep_min_commits")
     if not writer_ttl > 0:
         raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
     if table_commit not in TABLE_COMMITS:
@@ -69,8 +74,18 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     what it left (:mod:`amcommit.table.write.direct`: the window that remains), where a staged
     zombie's files never leave its attempt directory."""
 
+    archive: bool = True
+    """After each commit, archive the timeline as Hudi does (``hoodie.archive.automatic``):
+    once it holds more than ``keep_max_commits`` completed writes, the oldest are moved
+    into ``.hoodie/archived/`` until ``keep_min_commits`` remain
+    (:mod:`amcommit.table.commit.archive`)."""
+    keep_max_commits: int = 30
+    """Hudi's ``hoodie.keep.max.commits``: archive once more completed writes are active."""
+    keep_min_commits: int = 20
+    """Hudi's ``hoodie.keep.min.commits``: the completed writes an archival keeps active."""
+
     def __post_init__(self) -> None:
-        _check(self.writer_ttl, self.table_commit)
+        _check(self.writer_ttl, self.table_commit, (self.keep_max_commits, self.keep_min_commits))
 
 
 DEFAULT_SETTINGS = TableSettings()
@@ -89,10 +104,16 @@ class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fie
     """:attr:`TableSettings.clean_retain_commits`."""
     table_commit: str = DEFAULT_SETTINGS.table_commit
     """:attr:`TableSettings.table_commit`."""
+    archive: bool = DEFAULT_SETTINGS.archive
+    """:attr:`TableSettings.archive`."""
+    keep_max_commits: int = DEFAULT_SETTINGS.keep_max_commits
+    """:attr:`TableSettings.keep_max_commits`."""
+    keep_min_commits: int = DEFAULT_SETTINGS.keep_min_commits
+    """:attr:`TableSettings.keep_min_commits`."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.writer_ttl, self.table_commit)
+        _check(self.writer_ttl, self.table_commit, (self.keep_max_commits, self.keep_min_commits))
 
     def settings(self) -> TableSettings:
         """The table's part of this config."""
@@ -100,6 +121,9 @@ class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fie
             writer_ttl=self.writer_ttl,
             clean_retain_commits=self.clean_retain_commits,
             table_commit=self.table_commit,
+            archive=self.archive,
+            keep_max_commits=self.keep_max_commits,
+            keep_min_commits=self.keep_min_commits,
         )
 
 

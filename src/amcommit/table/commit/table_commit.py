@@ -872,6 +872,7 @@ async def run_table_commit(
         if listed is None:
             listed = await Timeline(store, dest, config=ctx.config).files()
         later = later_completed(instant, listed)
+        report.active_writes = 1 + len({i.time for i in listed if i.completed and i.action in WRITE_ACTIONS})
         if later is not None:
             raise CommitError(
                 f"instant {instant} is ready but the later instant {later} completed "

@@ -1114,10 +1114,10 @@ def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, An
             field = k[len("bloom.") :]
             typed = float(v) if field == "fpp" else (str(v) if field == "type_code" else int(v))
             out["bloom"] = dataclasses.replace(out["bloom"], **{field: typed})
-        elif k == "clean_retain_commits":
-            base = kw["config"]
-            mapping = {**base.given(), "clean_retain_commits": v} if isinstance(base, TableConfig) else None
-            out["config"] = TableConfig.from_mapping(mapping or {"clean_retain_commits": v})
+        elif k in ("clean_retain_commits", "keep_max_commits", "keep_min_commits", "archive"):
+            base = out["config"]
+            mapping = {**base.given(), k: v} if isinstance(base, TableConfig) else None
+            out["config"] = TableConfig.from_mapping(mapping or {k: v})
         elif k in ("small_file_limit", "max_file_size"):
             out[k] = int(v)
         else:

@@ -42,8 +42,10 @@ from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
+from amcommit.table.format.archive import ArchivedEntry
 from amcommit.table.format.model import WRITE_ACTIONS, Instant
 from amcommit.table.format.naming import HOODIE_DIR
+from amcommit.table.timeline.archived import read_archive
 from amcommit.table.timeline.instants import list_instants
 
 __all__ = [
@@ -168,7 +170,23 @@ async def last_committed(
         path = join(dest, HOODIE_DIR, i.file_name)
         return decode_extra(await rs.get(path), path)
 
-    return await find_last(newest_first(instants), app_id, read_extra)
+    found = await find_last(newest_first(instants), app_id, read_extra)
+    if found is None:  # older than the active timeline? archival keeps labels readable
+        found = last_archived(await read_archive(rs, dest, config=config), app_id)
+    return found
+
+
+def last_archived(entries: Sequence[ArchivedEntry], app_id: str) -> tuple[int, str] | None:
+    """``(version, instant)`` of ``app_id``'s newest completed write among archived
+    ``entries`` (:mod:`amcommit.table.timeline.archived`), None if none carries its label. Pure."""
+    best: tuple[int, str] | None = None
+    for e in entries:
+        if e.commit is None or not e.instant.completed or e.instant.action not in WRITE_ACTIONS:
+            continue
+        label = label_of(e.commit.extra_metadata)
+        if label is not None and label.app_id == app_id and (best is None or e.instant.time > best[1]):
+            best = (label.version, e.instant.time)
+    return best
 
 
 def covers(last: tuple[int, str] | None, label: Label) -> str | None:

@@ -43,6 +43,7 @@ from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
 from amcommit.table.format import avro_meta
+from amcommit.table.format.archive import ArchivedEntry
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
@@ -53,6 +54,7 @@ from amcommit.table.format.model import (
     parse_instant_file,
 )
 from amcommit.table.format.naming import HOODIE_DIR, check_instant, parse_instant
+from amcommit.table.timeline.archived import read_archive
 from amcommit.table.timeline.instants import Changes, FileVersion, LoadedCommit, changes, snapshot
 
 FROM_START = frozenset({"0", "00", "000"})
@@ -220,6 +222,7 @@ class Timeline:
         self._cleans: dict[str, CleanMark | None] = {}
         self._listing: Listing | None = None
         self._current: Listing | None = None
+        self._archived: list[ArchivedEntry] | None = None
 
     @classmethod
     async def open(cls, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> Timeline:
@@ -252,6 +255,25 @@ class Timeline:
     async def files(self) -> list[Instant]:
         """Every instant file of :meth:`current` (all states), sorted."""
         return (await self.current()).files
+
+    async def archived(self) -> list[ArchivedEntry]:
+        """The archived timeline's entries (``.hoodie/archived/``: one listing and one read
+        per archive file, the first time; cached by this handle)."""
+        if self._archived is None:
+            self._archived = await read_archive(self.store, self.dest, config=self.config)
+        return self._archived
+
+    async def archived_commits(self, lst: Listing) -> list[LoadedCommit]:
+        """The completed write instants of the archive that ``lst`` (an active listing) does
+        not hold, with their metadata, in timeline order (an instant archived twice, or still
+        active after an archival cut short, counts once: the active one wins)."""
+        active = {i.time for i in lst.instants}
+        seen: dict[str, LoadedCommit] = {}
+        for e in await self.archived():
+            i = e.instant
+            if e.commit is not None and i.completed and i.action in WRITE_ACTIONS and i.time not in active:
+                seen.setdefault(i.time, LoadedCommit(i, e.commit))
+        return [seen[t] for t in sorted(seen)]
 
     async def _get(self, name: str) -> bytes:
         path = join(self.dest, HOODIE_DIR, name)
@@ -293,7 +315,7 @@ class Timeline:
             self._cleans[key] = mark
         return mark
 
-    def _check_known(self, lst: Listing, t: str | None) -> None:
+    async def _check_known(self, lst: Listing, t: str | None) -> None:
         if t is None:
             return
         check_instant(t)
@@ -304,7 +326,18 @@ class Timeline:
                         t, self.dest, f"the {i.action} is {i.state.value}, not completed"
                     )
                 return
+        if not lst.instants or t < lst.instants[0].time:  # before the active timeline: archived?
+            if any(e.instant.time == t and e.instant.completed for e in await self.archived()):
+                return
         raise UnknownInstant.make(t, self.dest)
+
+    async def _before_active(self, lst: Listing, since: str | None) -> list[LoadedCommit]:
+        """The archived write instants a query from ``since`` (None: the start) reaches,
+        when it reaches before the active timeline's first write; else none (no read)."""
+        first = lst.writes[0] if lst.writes else None
+        if since is not None and first is not None and since >= first:
+            return []
+        return await self.archived_commits(lst)
 
     def _write_instants(self, lst: Listing, since: str | None, until: str | None) -> list[Instant]:
         lo = 0 if since is None else bisect.bisect_right(lst.writes, since)
@@ -331,41 +364,50 @@ class Timeline:
         if since is not None and until is not None and since > until:
             raise RangeReversed.make(since, until)
         lst = await self.listing()
-        self._check_known(lst, since)
-        self._check_known(lst, until)
+        await self._check_known(lst, since)
+        await self._check_known(lst, until)
         picked = self._write_instants(lst, since, until)
-        if picked:
+        archived = [
+            c
+            for c in await self._before_active(lst, since)
+            if (since is None or c.instant.time > since) and (until is None or c.instant.time <= until)
+        ]
+        first = archived[0].instant.time if archived else picked[0].time if picked else None
+        if first is not None:
             mark = await self.cleaned(lst)
-            if mark is not None and picked[0].time < mark.earliest:
+            if mark is not None and first < mark.earliest:
                 raise CleanedPast.make(
-                    f"changes since {since or 'the start'} (first commit {picked[0].time})",
+                    f"changes since {since or 'the start'} (first commit {first})",
                     mark.earliest,
                     mark.clean,
                 )
-        return changes(await self.load(picked), since, until)
+        return changes([*archived, *await self.load(picked)], since, until)
 
     async def snapshot(self, as_of: str | None = None) -> list[FileVersion]:
         """The base files a snapshot read sees as of ``as_of`` (inclusive; None: latest),
         sorted by partition and path. CleanedPast if ``as_of`` is older than the earliest
         instant the latest clean kept whole."""
         lst = await self.listing()
-        self._check_known(lst, as_of)
+        await self._check_known(lst, as_of)
         if as_of is not None:
             mark = await self.cleaned(lst)
             if mark is not None and as_of < mark.earliest:
                 raise CleanedPast.make(f"time travel to {as_of}", mark.earliest, mark.clean)
-        return snapshot(await self.load(self._write_instants(lst, None, as_of)), as_of)
+        archived = await self.archived_commits(lst)
+        active = await self.load(self._write_instants(lst, None, as_of))
+        return snapshot([*archived, *active], as_of)
 
     async def commits_held(self) -> list[LoadedCommit]:
         """Every completed write instant of :meth:`current` with its metadata, in timeline
         order (no new listing: a writer's view as of the listing its operation took)."""
         lst = await self.current()
-        return await self.load(self._write_instants(lst, None, None))
+        return [*await self.archived_commits(lst), *await self.load(self._write_instants(lst, None, None))]
 
     async def commits(self) -> list[LoadedCommit]:
-        """Every completed write instant with its metadata, in timeline order."""
+        """Every completed write instant with its metadata, in timeline order (the archived
+        ones first: :meth:`archived_commits`)."""
         lst = await self.listing()
-        return await self.load(self._write_instants(lst, None, None))
+        return [*await self.archived_commits(lst), *await self.load(self._write_instants(lst, None, None))]
 
     async def instants(self) -> list[InstantInfo]:
         """Every instant (most advanced state per time), oldest first, with what it did."""
