@@ -22,10 +22,10 @@ Execution (:func:`archive`), under the destination lock the table's commits and 
 
 1. one create-only put of a new archive file ``.commits_.archive.<n+1>_1-0-1`` holding
    every instant file to archive (with its metadata): atomic, the whole file or nothing;
-2. deletions of those instant files from ``.hoodie/``, instant by instant, oldest first; of
-   each instant its requested and inflight files first, its completed file last (an
-   instant cut short there is still completed, never a pending write that a rollback
-   would undo: no committed file is ever lost).
+2. deletions of those instant files from ``.hoodie/`` (up to ``io_threads`` instants at
+   once); of each instant its requested and inflight files first, its completed file
+   last (an instant cut short there is still completed, never a pending write that a
+   rollback would undo: no committed file is ever lost).
 
 A run killed anywhere is finished by the next one (after a commit, or ``amcommit archive``):
 first, every instant the newest archive file holds that is still in ``.hoodie/`` is deleted
@@ -48,7 +48,7 @@ import fastavro
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.lock import run_locked
 from amcommit.errors import AlreadyExists, AmcommitError, ConfigError, ManifestError
-from amcommit.parallel import gather_limited
+from amcommit.parallel import gather_limited, run_parallel
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryingStore
@@ -146,11 +146,22 @@ def _delete_order(files: Sequence[tuple[Instant, str]], times: Sequence[str]) ->
 
 
 async def _delete(
-    rs: RetryingStore, dest: str, doomed: Sequence[tuple[Instant, str]], report: ArchiveReport
+    rs: RetryingStore, dest: str, doomed: Sequence[tuple[Instant, str]], report: ArchiveReport, threads: int
 ) -> None:
-    for _, name in doomed:  # one at a time, in order: the order is what makes a cut short safe
-        if await rs.delete(join(dest, HOODIE_DIR, name)):
-            report.deleted += 1
+    """Delete ``doomed`` (in :func:`_delete_order`): the files of one instant one at a time,
+    in order (its completed file last: the order is what makes a cut short safe); up to
+    ``threads`` instants at once (each instant is archived whole, in any order: a reader
+    merges the archive and the active timeline, an instant in both counts once)."""
+    by_time: dict[str, list[str]] = {}
+    for i, name in doomed:
+        by_time.setdefault(i.time, []).append(name)
+
+    async def one(names: list[str]) -> None:
+        for name in names:
+            if await rs.delete(join(dest, HOODIE_DIR, name)):
+                report.deleted += 1
+
+    await run_parallel(list(by_time.values()), one, max(1, threads))
 
 
 async def _entries(tl: Timeline, files: Sequence[Instant]) -> list[ArchivedEntry]:
@@ -186,7 +197,7 @@ async def _archive_unlocked(
         left = [f for f in named(lst) if f[0] in held]
         if left:
             report.finished = sorted({i.time for i, _ in left})
-            await _delete(rs, dest, _delete_order(left, report.finished), report)
+            await _delete(rs, dest, _delete_order(left, report.finished), report, config.io_threads)
             lst = await tl.refresh()
     mark = await tl.cleaned(lst)
     times = plan_archive(lst.files, keep_max, keep_min, None if mark is None else mark.earliest)
@@ -204,7 +215,7 @@ async def _archive_unlocked(
                 raise ManifestError(f"{dest}: archive file {name} exists with other content") from None
         report.file = join(ARCHIVE_DIR, name)
         report.archived = times
-        await _delete(rs, dest, doomed, report)
+        await _delete(rs, dest, doomed, report, config.io_threads)
     gone = set(times)
     report.active_writes = len([t for t in lst.writes if t not in gone])
     return report
