@@ -1,13 +1,15 @@
 """A table's write cost against its age (issue 35 item 1): young table vs old table, same write.
 
-Each contender is a table of N completed commits, aged as a table with archival on ages
+Two tables, a young and an old one, each of N completed commits, aged as a table with archival on ages
 (the default: ``keep_max_commits`` 30 / ``keep_min_commits`` 20): built fast by
 :mod:`amcommit.testing.tablegen` (valid instant files, one real Parquet base file per commit,
 hudi-rs reads it), written straight to the store, then archived once by
 :func:`amcommit.table.commit.archive.archive` (untimed: what the commits' own archivals
-would have left). Then ``--writes`` engine-API writes of one small file each
-(``begin_write`` -> one task -> ``commit_job``, archival after each commit on, as a user
-gets it) are timed, back to back, in this process; the table's rows are verified after.
+would have left). Then ``--writes`` rounds of one engine-API write of one small file into
+each table (``begin_write`` -> one task -> ``commit_job``, archival after each commit on, as
+a user gets it), alternating young/old (the machine's load drifts alike for both), timed
+in this process; every commit and file of both tables is verified through amcommit's reader
+afterwards (archived commits included).
 
 * ``local``: local files (a scratch folder), 10 commits vs ``--old`` (10,000) commits;
 * ``gcs``: fake-gcs-server, every request of the timed writes through
@@ -112,10 +114,6 @@ async def one_write(store: Store, dest: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
-async def timed(store: Store, dest: str, writes: int) -> list[float]:
-    return [await one_write(store, dest, n) for n in range(writes)]
-
-
 async def verify(store: Store, dest: str, commits: int, writes: int) -> dict[str, Any]:
     """The table as amcommit's reader sees it: every commit (archived or not) and every file."""
     tl = await Timeline.open(store, dest)
@@ -138,31 +136,44 @@ def summary(name: str, commits: int, secs: list[float]) -> dict[str, Any]:
     }
 
 
-async def _contender(store: Store, direct: Store, dest: str, commits: int, writes: int) -> dict[str, Any]:
-    """Build (straight to the store: ``direct``), archive, time ``writes`` writes through
-    ``store``, verify. One row (without its name)."""
+async def _build(direct: Store, dest: str, commits: int) -> float:
+    """Build the table of ``commits`` (straight to the store) and archive it; its seconds."""
     t0 = time.perf_counter()
     await upload(direct, dest, build(commits))
     await archive(direct, dest, config=CONFIG)
-    built = time.perf_counter() - t0
-    secs = await timed(store, dest, writes)
-    row = summary("", commits, secs)
-    row.update(await verify(direct, dest, commits, writes), build_s=round(built, 1))
-    row["load_average"] = load_average()
-    return row
+    return time.perf_counter() - t0
+
+
+async def _pair(
+    stores: tuple[Store, Store], dests: tuple[str, str], sizes: tuple[int, int], writes: int
+) -> list[dict[str, Any]]:
+    """Build both tables, then ``writes`` rounds of one write into each, alternating (the
+    machine's load drifts alike for both), then verify both. ``stores``: (the store the
+    tables are built and verified through, the one the timed writes go through)."""
+    direct, slow = stores
+    built = [await _build(direct, d, n) for d, n in zip(dests, sizes, strict=True)]
+    secs: list[list[float]] = [[], []]
+    for n in range(writes):
+        for k in (0, 1) if n % 2 == 0 else (1, 0):
+            secs[k].append(await one_write(slow, dests[k], n))
+    rows = []
+    for k in (0, 1):
+        row = summary("", sizes[k], secs[k])
+        row.update(await verify(direct, dests[k], sizes[k], writes), build_s=round(built[k], 1))
+        row["load_average"] = load_average()
+        rows.append(row)
+    return rows
 
 
 def run_local(a: argparse.Namespace) -> list[dict[str, Any]]:
     from amcommit.store.local import LocalStore
 
-    rows = []
-    for commits in (YOUNG, a.old):
-        with scratch_dir("amc-age-") as root:
-            store = LocalStore(root, fsync=True)
-            row = anyio.run(_contender, store, store, "t", commits, a.writes)
-            row["table"] = f"local {commits}"
-            print(f"  {row}", file=sys.stderr, flush=True)
-            rows.append(row)
+    with scratch_dir("amc-age-") as root:
+        store = LocalStore(root, fsync=True)
+        rows = anyio.run(_pair, (store, store), ("young/t", "old/t"), (YOUNG, a.old), a.writes)
+    for row in rows:
+        row["table"] = f"local {row['commits']}"
+        print(f"  {row}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -170,18 +181,16 @@ def run_gcs(a: argparse.Namespace) -> list[dict[str, Any]]:
     from benchmarks.clients import amcommit_default_store, emulator
     from benchmarks.latency_proxy import proxied
 
-    rows = []
     with emulator("gcs") as (target, _), proxied(target, delay=a.delay) as (via, _stats):
-        for commits in (YOUNG, a.old_gcs):
 
-            async def one(commits: int = commits) -> dict[str, Any]:
-                async with amcommit_default_store(target) as direct, amcommit_default_store(via) as slow:
-                    return await _contender(slow, direct, f"age{commits}/t", commits, a.writes)
+        async def pair() -> list[dict[str, Any]]:
+            async with amcommit_default_store(target) as direct, amcommit_default_store(via) as slow:
+                return await _pair((direct, slow), ("young/t", "old/t"), (YOUNG, a.old_gcs), a.writes)
 
-            row = anyio.run(one)
-            row["table"] = f"gcs+{int(a.delay * 1000)}ms {commits}"
-            print(f"  {row}", file=sys.stderr, flush=True)
-            rows.append(row)
+        rows = anyio.run(pair)
+    for row in rows:
+        row["table"] = f"gcs+{int(a.delay * 1000)}ms {row['commits']}"
+        print(f"  {row}", file=sys.stderr, flush=True)
     return rows
 
 

@@ -26,6 +26,7 @@ from amcommit.table.format.archive import (
     archive_file_name,
     decode_archive,
     encode_archive_block,
+    newest_archived,
 )
 from amcommit.table.format.model import Instant, State
 from amcommit.table.settings import TableConfig
@@ -80,6 +81,8 @@ def test_archive_file_round_trip_and_corruption() -> None:
     assert length == len(data) - 14
     assert int.from_bytes(data[-8:], "big") == len(data) - 8
     assert decode_archive(data + data) == entries + entries
+    later = encode_archive_block([ArchivedEntry(i) for i in _done(_t(2))])
+    assert newest_archived(data + later) == _t(2) and newest_archived(b"") is None
     assert archive_file_name(3) == ".commits_.archive.3_1-0-1"
     with pytest.raises(ManifestError, match=r"lengths disagree|truncated"):
         decode_archive(data[:-1])

@@ -58,6 +58,7 @@ from amcommit.table.format.archive import (
     archive_file_name,
     decode_archive,
     encode_archive_block,
+    newest_archived,
 )
 from amcommit.table.format.model import WRITE_ACTIONS, Action, Instant, State, parse_instant_file
 from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR
@@ -193,8 +194,12 @@ async def _archive_unlocked(
     lst, found = await tl.current(), await archive_files(rs, dest, config=config)
     if found:  # finish a run cut short: what the newest archive file holds leaves .hoodie/
         path = join(dest, ARCHIVE_DIR, found[-1][1])
-        held = {e.instant for e in decode_archive(await rs.get(path), where=path)}
-        left = [f for f in named(lst) if f[0] in held]
+        data = await rs.get(path)
+        newest = newest_archived(data, where=path)  # one record decoded: most runs stop here
+        left: list[tuple[Instant, str]] = []
+        if newest is not None and any(i.time <= newest for i in lst.instants):
+            held = {e.instant for e in decode_archive(data, where=path)}
+            left = [f for f in named(lst) if f[0] in held]
         if left:
             report.finished = sorted({i.time for i, _ in left})
             await _delete(rs, dest, _delete_order(left, report.finished), report, config.io_threads)

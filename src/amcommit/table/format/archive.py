@@ -50,6 +50,7 @@ __all__ = [
     "archive_file_version",
     "decode_archive",
     "encode_archive_block",
+    "newest_archived",
 ]
 
 ARCHIVE_DIR = ".hoodie/archived"
@@ -292,6 +293,33 @@ def _commit_of(rec: dict[str, Any], where: str) -> CommitMetadata | None:
     if rec.get("hoodieReplaceCommitMetadata") is not None:
         doc["partitionToReplaceFileIds"] = body.get("partitionToReplaceFileIds") or {}
     return decode_commit_metadata(json.dumps(doc).encode(), where=where)
+
+
+def newest_archived(data: bytes, *, where: str = "archive file") -> str | None:
+    """The time of the newest instant an archive log file holds (entries are written oldest
+    first: the last record of the last block), decoding that one record only; None for a
+    file without records. Pure."""
+    last: tuple[dict[int, str], bytes] | None = None
+    for header, content in _blocks(data, where):
+        last = (header, content)
+    if last is None:
+        return None
+    header, content = last
+    r = _Reader(content, where)
+    if r.int32() != CONTENT_VERSION:
+        raise ManifestError(f"{where}: unknown Avro data block version")
+    datum = b""
+    for _ in range(r.int32()):
+        datum = r.take(r.int32())
+    if not datum:
+        return None
+    try:
+        schema = fastavro.parse_schema(json.loads(header[HEADER_SCHEMA]))
+        rec = cast(dict[str, Any], fastavro.schemaless_reader(io.BytesIO(datum), schema, _PARSED))
+    except Exception as e:  # fastavro raises several types for corrupt input
+        raise ManifestError(f"{where}: not an archived instant ({type(e).__name__})") from None
+    t = rec.get("commitTime")
+    return t if isinstance(t, str) else None
 
 
 def decode_archive(data: bytes, *, where: str = "archive file") -> list[ArchivedEntry]:
