@@ -13,9 +13,20 @@ Cost of each query (the store is asked nothing else):
 - :meth:`Timeline.snapshot`: one read per completed write instant up to ``as_of``;
 - :meth:`Timeline.instants`: one read per completed instant.
 
+- the archived timeline (``.hoodie/archived/``, :mod:`amcommit.table.commit.archive`): one
+  listing of that folder and one read per archive file, once per :class:`Timeline`, for
+  :meth:`Timeline.snapshot` and :meth:`Timeline.commits` (the file groups archived commits
+  wrote), and for time travel or incremental queries that reach before the active timeline.
+
 Completed instants never change, so their metadata is cached by the :class:`Timeline`
 object; the listing is taken again by every query (the first query after :meth:`open`
 uses the listing ``open`` took).
+
+Writers hold one :class:`Timeline` per operation as their handle on the timeline: it lists
+``.hoodie/`` once (:meth:`Timeline.current`, on first use) and again only when asked
+(:meth:`Timeline.refresh`); every stage of the operation reads the instants it needs from
+that listing (:meth:`Timeline.files`, :meth:`Timeline.commits_held`). Listing instant files
+happens only in this folder (:func:`timeline_files` for one-off readers).
 
 Queries are read-only and never atomic with respect to writers: a commit completing during a
 query is either in its listing or not (it appears whole or not at all, because the
