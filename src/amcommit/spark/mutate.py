@@ -142,13 +142,13 @@ def prepare_mutation(
     check_columns(empty, keys, plan.partition_columns, precombine)
 
     async def schema() -> str | None:
-        from amcommit.table.timeline.instants import list_instants
+        from amcommit.table.timeline.reader import timeline_files
 
         store, root = open_location(plan.url, **plan.store_options)
         async with store:
             if await read_properties(store, root, plan.config()) is None:
                 return None
-            instants = await list_instants(store, root)
+            instants = await timeline_files(store, root, config=plan.config())
             return await committed_schema(store, root, latest_write(instants), plan.config())
 
     table_schema = run_blocking(schema)
@@ -531,7 +531,8 @@ def run_mutation(
     from amcommit.parallel import run_parallel
     from amcommit.store.schemes import open_location
     from amcommit.table.mutate.engine import IndexReader
-    from amcommit.table.timeline.instants import load_timeline, snapshot
+    from amcommit.table.timeline.instants import snapshot
+    from amcommit.table.timeline.reader import Timeline
 
     sc = df.sparkSession.sparkContext
     report = MutateReport(
@@ -555,7 +556,7 @@ def run_mutation(
         async def footers() -> dict[str, list[Any]]:
             store, dest = open_location(plan.url, **plan.store_options)
             async with store:
-                _, commits = await load_timeline(store, dest)
+                commits = await Timeline(store, dest, config=plan.config()).commits()
                 files = [f for f in snapshot(commits) if f.partition in parts]
                 reader = IndexReader(store, dest, plan.config())
                 out: dict[str, Any] = {}

@@ -26,7 +26,7 @@ from amcommit.store.retry import RetryingStore
 from amcommit.table.format.model import State
 from amcommit.table.format.naming import PROPERTIES_FILE, STAGING_DIR, heartbeat_path
 from amcommit.table.timeline.heartbeat import STOPPED, last_beats
-from amcommit.table.timeline.instants import list_instants
+from amcommit.table.timeline.reader import timeline_files
 from amcommit.table.write.staging import legacy_table_layout, staged_instants, table_layout
 
 BeatState = Literal["alive", "stopped", "expired", "none"]
@@ -93,7 +93,7 @@ async def _table_writes(
     the committer's helpers make are retried by them, with the handle's policy; the
     heartbeat listing is not retried (as before)."""
     store, policy = rs.inner, rs.policy
-    instants = await list_instants(rs, dest)
+    instants = await timeline_files(rs, dest)
     rank = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
     best: dict[str, tuple[str, State]] = {}
     for i in instants:

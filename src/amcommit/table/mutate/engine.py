@@ -105,8 +105,9 @@ from amcommit.table.format.naming import (
 )
 from amcommit.table.format.properties import new_properties
 from amcommit.table.report import table_report
-from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import file_groups, list_instants, load_timeline, snapshot
+from amcommit.table.settings import Placement, table_settings
+from amcommit.table.timeline.instants import file_groups, snapshot
+from amcommit.table.timeline.reader import Timeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -299,11 +300,12 @@ async def _mutate(
     elif table_type is not None:
         check_table_type(new_properties("t", table_type=str(table_type).strip().upper()), table_type, dest)
     mor = props.merge_on_read if props is not None else str(table_type or "").strip().upper() == MERGE_ON_READ
-    if mor and table_settings(config).table_commit != "direct":
+    if mor and table_settings(config).placement is not Placement.DIRECT:
         raise MutationError(
             "a Merge-on-Read table's log files are written in place: table_commit must be 'direct'"
         )
-    instants = await list_instants(store, dest) if props is not None else []
+    timeline = Timeline(store, dest, config=config)  # this upsert's one listing of .hoodie/
+    instants = await timeline.files() if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     for c in check_key_types(table_schema, data, keys_f, name):
         data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
@@ -338,6 +340,7 @@ async def _mutate(
         label=label,
         expected_tasks=MUTATION_TASKS,
         merge_on_read=mor,
+        timeline=timeline,
     )
     instant = w.instant
     report = MutateReport(
@@ -347,10 +350,17 @@ async def _mutate(
         # the writer stays alive (its heartbeat) while it reads and writes, however long
         async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
             if mor:  # its log files go to the slices a pending compaction makes: complete it first
-                from amcommit.table.commit.compaction import finish_pending_compactions
+                from amcommit.table.commit.compaction import finish_pending_compactions, pending_compactions
 
-                await finish_pending_compactions(store, dest, config)
-            _, commits = await load_timeline(store, dest)
+                # listed again after this write's own instant is on the timeline: a compaction
+                # planned before it is seen here (and completed first); one planned after it
+                # sees this write pending and waits for it (amcommit.table.commit.compaction)
+                listed = (await timeline.refresh()).files
+                if pending_compactions(listed):
+                    await finish_pending_compactions(store, dest, config, instants=listed)
+                    # completed here or by its compactor meanwhile: the slices to write against
+                    await timeline.refresh()
+            commits = await timeline.commits_held()
             snap = snapshot(commits)
             wanted: dict[str, list[str]] = {}
             for k, p in zip(batch.keys, batch.partitions, strict=True):
@@ -633,7 +643,14 @@ def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, An
             field = k[len("bloom.") :]
             typed = float(v) if field == "fpp" else (str(v) if field == "type_code" else int(v))
             out["bloom"] = dataclasses.replace(out["bloom"], **{field: typed})
-        elif k in ("clean_retain_commits", "compact_every", "compaction_target_io"):
+        elif k in (
+            "clean_retain_commits",
+            "compact_every",
+            "compaction_target_io",
+            "keep_max_commits",
+            "keep_min_commits",
+            "archive",
+        ):
             base = out["config"]
             mapping = {**base.given(), k: v} if isinstance(base, TableConfig) else None
             out["config"] = TableConfig.from_mapping(mapping or {k: v})
