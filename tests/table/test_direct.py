@@ -135,7 +135,12 @@ async def test_zombie_upload_after_commit_removes_itself(tmp_path: Path) -> None
     wrote = await direct_attempt(store, w, SECOND, 0, 2, attempt=7, commit=False)
     assert wrote == []  # every upload was removed again by its own check, and its marker
     assert hudi_rows(uri) == keys(FIRST + SECOND)
-    assert not any(".temp/" in x or "_0-0-7_" in x for x in await listing(store, "tbl"))
+    # its MARKERS.type stays (other attempts' marker files may need it) until a sweep
+    assert [x for x in await listing(store, "tbl") if ".temp/" in x or "_0-0-7_" in x] == [
+        f".hoodie/.temp/{w.instant}/MARKERS.type"
+    ]
+    assert await sweep_late_markers(store, "tbl", grace=600.0) == {}
+    assert not any(".temp/" in x for x in await listing(store, "tbl"))
     with pytest.raises(Exception, match="no longer pending"):
         await direct_attempt(store, w, SECOND, 1, 2, attempt=8)
     assert hudi_rows(uri) == keys(FIRST + SECOND)

@@ -18,23 +18,34 @@ marker and fails on any other.
 
 Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
 ------------------------------------------------------------------------------------
-Markers are Hudi's *direct* markers, named as Hudi names them, so Hudi's own rollback
-(``MarkerBasedRollbackStrategy``) finds our files::
+Markers are Hudi's *timeline-server-based* markers (issue 35 item 2: markers that cost
+O(task attempts), not O(files)), written as Hudi's timeline server writes them, so Hudi's own
+rollback (``MarkerBasedRollbackStrategy``, which reads ``MARKERS.type``) finds our files::
 
-    .hoodie/.temp/<instant>/<partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
+    .hoodie/.temp/<instant>/MARKERS.type     TIMELINE_SERVER_BASED (no newline)
+    .hoodie/.temp/<instant>/MARKERS<n>       one per task attempt, a line per file:
+        <partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
+
+(:class:`AttemptMarkers`: the attempt rewrites its whole file before each upload, or each
+batch of concurrent uploads, so a crash leaves every file it may have written named.)
+The previous version's *direct* markers, one empty file per base file
+(``.hoodie/.temp/<instant>/<partition>/<file>.marker.CREATE``), are still read by every
+step here (a write begun by that version and committed, resumed or rolled back by this
+one); Hudi itself reads only the ``MARKERS<n>`` files of a folder with ``MARKERS.type``, so
+a Hudi rollback of such a mixed write misses the older attempts' files (amcommit's own
+rollback does not; the next ``clean`` removes them as orphans).
 
 (``MERGE`` for a base file that rewrites a file group, i.e. upserts; ``APPEND`` is Hudi's
 log-file marker of Merge-on-Read tables: amcommit's deltacommits write each log file whole,
 named with a write token holding their instant, and only such a file of the marker's own
-instant is ever deleted by a reconcile or rollback; one Hudi appended to never is.) No ``MARKERS.type`` file
-is written: Hudi reads its absence as direct markers.
+instant is ever deleted by a reconcile or rollback; one Hudi appended to never is.)
 
-1. **Task** (:func:`write_in_place`): create the marker (empty; idempotent), then upload
+1. **Task** (:func:`write_in_place`): rewrite the attempt's marker file, then upload
    the file straight to its final name ``<partition>/<fileId>_<writeToken>_<instant>.parquet``
    (the write token names the attempt, so two attempts never share a name), then check the
    instant (:func:`instant_state`): if it is no longer pending (completed, or rolled back)
    the upload finished after the job was decided, so the file is no winner's: the attempt
-   deletes it, then its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
+   deletes it, then drops its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
    stamped with an instant that is not completed (measured with hudi-rs: uncommitted files
    stamped at or after the first active instant are hidden; before it they would show).
 2. **Job commit**: :func:`marked_files` lists ``.hoodie/.temp/<instant>/`` once (never the
@@ -45,20 +56,23 @@ is written: Hudi reads its absence as direct markers.
    markers are removed **after the lock is released** (as Hudi deletes its marker folder
    after the commit), by the writer's ``commit_job``
    (:meth:`~amcommit.table.commit.kind.TableKind.guard`, through :func:`sweep_late_markers`):
-   one fresh listing of the marker folder (a zombie may have added markers since the
-   reconcile), the files of markers no winner names deleted (uploads landed since the
-   reconcile), then every listed marker by name (:func:`judge_markers`: batch deletes on
-   Azure Blob, one delete per marker on GCS, local files and ADLS Gen2, then the emptied
+   one fresh listing of the marker folder and read of its ``MARKERS<n>`` files (a zombie
+   may have added markers since the reconcile), the files of markers no winner names
+   deleted (uploads landed since the reconcile), then every listed marker file by name
+   (:func:`judge_markers`: batch deletes on Azure Blob, one delete per marker file (per
+   task attempt, and ``MARKERS.type``) on GCS, local files and ADLS Gen2, then the emptied
    folders by non-recursive deletes on stores with directories), except a loser's marker
    whose file was not found and that is younger than ``grace`` = ``writer_ttl``: its
    upload may still land. The folder is never deleted recursively: a marker created after
    the listing stays for the next sweep. A commit the engine completes for another (an
    abort past the point of no return, a later writer finishing a dead one) removes the
    markers itself right after the publish. Mutating requests on local files
-   (``tests/table/test_staging_layout.py``): the job commit 23 for 20 and for 200 files
-   (reconcile's listing and loser deletes, partition metadata, journal, publish, cleanup
-   of the job directory, lock), then the marker removal one per marker plus one per
-   partition folder and one for the instant's folder (31 and 211).
+   (``tests/table/test_staging_layout.py``, 2 task attempts): the job commit 23 for 20
+   and for 200 files (reconcile's loser deletes, partition metadata, journal, publish,
+   cleanup of the job directory, lock), then the marker removal 4 for both (one per
+   attempt's marker file, ``MARKERS.type``, the instant's folder; 31 and 211 with the
+   previous version's per-file markers). Reads: each of the three passes (check,
+   reconcile, removal) lists the folder once and reads one file per attempt.
 3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
    without markers (the marker folder gone), the caller lists the partitions
    (:func:`~amcommit.table.commit.undo.remove_stamped`).
@@ -466,8 +480,8 @@ class AttemptMarkers:
     async def unmark(self, rel_path: str, io_type: IOType) -> None:
         """Drop ``rel_path``'s marker again (the write was decided and this attempt deleted
         its file again): the attempt's file rewritten without it, or, when it names nothing
-        more, deleted, then ``MARKERS.type`` (the folder is a decided write's: nothing reads
-        its type again; a sweep removes what other late attempts leave)."""
+        more, deleted (``MARKERS.type`` stays: other attempts' kept files may need it; a
+        sweep removes it with the folder's last marker file)."""
         self._lines.discard(marker_name(rel_path, io_type))
         async with self._lock:
             if self._path is None or self._written == self._lines:
@@ -475,9 +489,7 @@ class AttemptMarkers:
             if self._lines:
                 await self._write(frozenset(self._lines))
             else:
-                rs = RetryingStore.of(self.store, self.config)
-                await rs.delete(self._path)
-                await rs.delete(join(marker_dir(self.dest, self.instant), MARKER_TYPE_FILE))
+                await RetryingStore.of(self.store, self.config).delete(self._path)
                 self._written = frozenset()
 
     async def _write(self, lines: frozenset[str]) -> None:
