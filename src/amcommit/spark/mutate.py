@@ -335,7 +335,7 @@ async def _rewrite_one(
     from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
     from amcommit.table.mutate.engine import IndexReader, rewrite_group
     from amcommit.table.settings import Placement, table_settings
-    from amcommit.table.write.direct import IOType, commit_direct_task, write_in_place
+    from amcommit.table.write.direct import AttemptMarkers, IOType, commit_direct_task, write_in_place
     from amcommit.table.write.task import read_marker, write_schema
 
     t0 = time.perf_counter()
@@ -389,7 +389,14 @@ async def _rewrite_one(
             check_footer(rel, body, write_schema(await read_marker(store, layout)))
             if direct:
                 got = await write_in_place(
-                    store, dest, instant, rel, body, io_type=IOType.MERGE, config=config
+                    store,
+                    dest,
+                    instant,
+                    rel,
+                    body,
+                    io_type=IOType.MERGE,
+                    config=config,
+                    markers=AttemptMarkers(store, dest, instant, attempt_id, config),
                 )
                 if got is None:
                     raise CommitError(

@@ -48,6 +48,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -85,6 +86,9 @@ from amcommit.table.timeline.heartbeat import beat
 from amcommit.table.timeline.labelmeta import Label
 from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.staging import instant_dirs, table_layout
+
+if TYPE_CHECKING:
+    from amcommit.table.write.direct import AttemptMarkers
 
 __all__ = [
     "MutationFields",
@@ -565,6 +569,9 @@ class TableTask:
     """Path relative to the table (staged: to the attempt directory) -> (size, etag, rows)."""
     mutations: dict[str, MutationFields] = field(default_factory=dict)
     """A record-level write's own write stat fields by the same path."""
+    markers: AttemptMarkers | None = None
+    """A direct attempt's marker file (:class:`~amcommit.table.write.direct.AttemptMarkers`:
+    one ``MARKERS<n>`` file, rewritten before each upload), made at its first :meth:`put`."""
     schema: str | None = None
     """The Avro schema (JSON) the write records (:func:`write_schema`), against which
     :meth:`put` checks each file's footer; None: not checked (a write without a declared
@@ -631,6 +638,7 @@ class TableTask:
                 data,
                 io_type=io_type,
                 config=self.config,
+                markers=self._markers(),
             )
             if got is None:
                 raise CommitError(
@@ -671,6 +679,7 @@ class TableTask:
             data,
             io_type=IOType.APPEND,
             config=self.config,
+            markers=self._markers(),
         )
         if got is None:
             raise CommitError(
@@ -681,6 +690,16 @@ class TableTask:
         self.files[rel] = (got.size, got.etag, rows)
         self.mutations[rel] = mutation
         return got
+
+    def _markers(self) -> AttemptMarkers:
+        """The attempt's marker file (made once)."""
+        from amcommit.table.write.direct import AttemptMarkers
+
+        if self.markers is None:
+            self.markers = AttemptMarkers(
+                self.store, self.write.dest, self.write.instant, self.task_attempt_id, self.config
+            )
+        return self.markers
 
     async def commit(self, extra_data: Mapping[str, str] | None = None) -> TaskManifest:
         """Commit the task attempt: publish its manifest (one atomic step; the last attempt
