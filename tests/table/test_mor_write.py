@@ -18,6 +18,7 @@ from amcommit.store.local import LocalStore
 from amcommit.table.errors import MutationError
 from amcommit.table.format.model import decode_commit_metadata
 from amcommit.table.format.naming import HOODIE_DIR, parse_base_file_name, parse_log_file_name
+from amcommit.table.format.rollback_meta import decode_rollback_metadata
 from amcommit.table.mutate import engine as mutate
 from amcommit.table.timeline.instants import list_instants
 from tests.backends import StoreUnderTest
@@ -294,6 +295,7 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
     before_rows, after_rows = rows_of(model_upsert({}, FIRST)), rows_of(from_model)
     n = 1
     outcomes = set()
+    rolled: set[int] = set()  # kill points whose rollback was recorded as an instant
     while True:
         root = str(tmp_path / f"k{n}")
         os.makedirs(root)
@@ -316,10 +318,24 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
                     await abort_job(store, "tbl", t, config=KILL_CFG)
             seen = hudi_snapshot(uri)
             now = await _files_only(store, "tbl")
-            deltas = [i for i in await list_instants(store, "tbl") if i.completed]
+            deltas = [
+                i for i in await list_instants(store, "tbl") if i.completed and i.action == "deltacommit"
+            ]
             if seen == before_rows:
                 outcomes.add("rolled back")
-                assert now == was and len(deltas) == 1, (n, sorted(set(now) ^ set(was)))
+                # exactly the files before, plus the rollback instant (three files) when the
+                # deltacommit had reached the timeline
+                extra = sorted(set(now) - set(was))
+                assert not set(was) - set(now) and len(deltas) == 1, (n, sorted(set(now) ^ set(was)))
+                if extra:
+                    r = extra[0].split("/")[1].split(".")[0]
+                    assert extra == [f".hoodie/{r}.rollback{s}" for s in ("", ".inflight", ".requested")], n
+                    meta = decode_rollback_metadata(
+                        await store.get(f"tbl/{extra[0]}"), root_uri=join(store.root_uri, "tbl")
+                    )
+                    assert meta.target in pending and meta.action == "deltacommit", n
+                    assert not {d for ds in meta.deleted.values() for d in ds} & set(was), n
+                    rolled.add(n)
             else:
                 outcomes.add("completed")
                 assert seen == after_rows and len(deltas) == 2, n
@@ -332,6 +348,7 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
             break
         n += 1
     assert n > 10 and outcomes == {"rolled back", "completed"}, (n, outcomes)
+    assert rolled, "no kill point left a deltacommit to roll back"
 
 
 def test_spark_table_type_option() -> None:

@@ -142,9 +142,11 @@ async def roll_back_foreign(store: Store, dest: str, instant: str, config: Commi
     inflight, then its requested file. Never a completed instant (False). Each step
     idempotent; a crash leaves a pending instant the next judge rolls back again."""
     from amcommit.paths import parent
+    from amcommit.table.commit.rollback_record import begin_rollback
     from amcommit.table.commit.undo import finish_rollback
     from amcommit.table.write.direct import rollback_from_markers
 
+    await begin_rollback(store, dest, instant, config)  # a deltacommit's: recorded first
     marked = await rollback_from_markers(store, dest, instant, config)
     parts = None if marked is None else {parent(r) if "/" in r else "" for r in marked}
     return await finish_rollback(store, dest, instant, partitions=parts, config=config)
