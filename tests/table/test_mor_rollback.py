@@ -20,6 +20,7 @@ from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from amcommit.table.commit.clean import clean
+from amcommit.table.commit.table_commit import staged_times
 from amcommit.table.format.naming import parse_log_file_name
 from amcommit.table.format.rollback_meta import (
     RollbackMetadata,
@@ -30,6 +31,8 @@ from amcommit.table.format.rollback_meta import (
     encode_rollback_plan,
 )
 from amcommit.table.mutate import engine as mutate
+from amcommit.table.query.read import read_store
+from amcommit.table.timeline.instants import list_instants
 from tests.table.test_mor_write import FIRST, KILL_CFG, LATER, MOR, UPSERT
 from tests.table.test_mutate import _t, hudi_snapshot, model_upsert, rows_of
 from tests.table.test_read_oracle import compare
@@ -41,6 +44,10 @@ async def _files(store: Store, dest: str) -> list[str]:
     return sorted([i.path[len(dest) + 1 :] async for i in store.list(dest, recursive=True) if not i.is_dir])
 
 
+def _rows(t: Any) -> list[tuple[Any, ...]]:
+    return sorted(zip(*(t[c].to_pylist() for c in ("id", "p", "v", "ts")), strict=True))
+
+
 def _times(root: str) -> list[str]:
     hoodie = os.path.join(root, ".hoodie")
     return sorted(f.split(".")[0] for f in os.listdir(hoodie) if f.endswith((".deltacommit", ".commit")))
@@ -48,8 +55,9 @@ def _times(root: str) -> list[str]:
 
 async def test_rollback_killed_at_every_request_then_resumed(tmp_path: Any) -> None:
     """A prepared (never committed) deltacommit with base and log files is rolled back by a
-    child SIGKILLed before its n-th mutating request, for every n, then by ``abort_job``
-    here: the table's files are then exactly those before the write plus one rollback
+    child SIGKILLed before its n-th mutating request, for every n (both readers then see
+    the table as before the write, a pending rollback instant or not), then by a clean (even
+    n with a pending rollback: it completes it) and ``abort_job`` here: the table's files are then exactly those before the write plus one rollback
     instant (three files); its metadata names the target and exactly the write's data files;
     hudi-rs and amcommit read the table as before it in every query type; a later upsert
     into the same slices writes a log file and reads right; clean leaves nothing of the
@@ -57,6 +65,7 @@ async def test_rollback_killed_at_every_request_then_resumed(tmp_path: Any) -> N
     from tests.forkrun import run_module
 
     before = rows_of(model_upsert({}, FIRST))
+    by_clean = 0
     n = 1
     while True:
         root = str(tmp_path / f"r{n}")
@@ -83,6 +92,21 @@ async def test_rollback_killed_at_every_request_then_resumed(tmp_path: Any) -> N
             assert done or r.returncode == -9, r.stderr[-2000:]
             uri = os.path.join(root, "tbl")
             assert hudi_snapshot(uri) == before, n  # never a part of the failed write
+            assert _rows(await read_store(store, "tbl")) == before, n
+            rbs = [i for i in await list_instants(store, "tbl") if i.action == "rollback"]
+            pending_rb = sorted({i.time for i in rbs} - {i.time for i in rbs if i.completed})
+            staged = await staged_times(store, "tbl")
+            if n % 2 == 0 and pending_rb:
+                # a killed rollback whose staging is gone is completed by the next clean (under
+                # the table's lock); one with its staging is left to the job's abort
+                rep = await clean(store, "tbl", retain_commits=10, config=KILL_CFG)
+                assert rep.rolled_back == ([] if t in staged else [t]) and rep.instant is None, n
+                if t not in staged:
+                    by_clean += 1
+                    now = await _files(store, "tbl")
+                    assert sorted(set(now) - set(was)) == [
+                        f".hoodie/{pending_rb[0]}.rollback{s}" for s in ("", ".inflight", ".requested")
+                    ], n
             await abort_job(store, "tbl", t, config=KILL_CFG)  # resume (or do) the rollback
             now = await _files(store, "tbl")
             extra = sorted(set(now) - set(was))
@@ -116,6 +140,7 @@ async def test_rollback_killed_at_every_request_then_resumed(tmp_path: Any) -> N
             break
         n += 1
     assert n > 4, n  # the rollback's plan, inflight, deletes, instant files, completion
+    assert by_clean > 0
 
 
 def _java_schema(table: str, name: str) -> Any:

@@ -65,7 +65,12 @@ from amcommit.parallel import gather_limited
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.commit.orphans import OrphanScan, remove_orphans, roll_back_failed_writes
+from amcommit.table.commit.orphans import (
+    OrphanScan,
+    finish_pending_rollbacks,
+    remove_orphans,
+    roll_back_failed_writes,
+)
 from amcommit.table.format import avro_meta
 from amcommit.table.format.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.format.model import Action, Instant, State
@@ -269,8 +274,11 @@ async def _clean_unlocked(
         lst = await tl.listing()
     if not dry_run:
         # other writers' failed writes first, as Hudi's clean rolls them back (lazy policy)
+        resumed = await finish_pending_rollbacks(store, dest, lst.instants, config=config)
+        if resumed:
+            lst = await tl.listing()
         failed = await roll_back_failed_writes(store, dest, lst.instants, ttl=ttl, config=config)
-        report.rolled_back, report.pending_alive = failed.rolled_back, failed.alive
+        report.rolled_back, report.pending_alive = [*resumed, *failed.rolled_back], failed.alive
         if failed.rolled_back:
             lst = await tl.listing()
     commits = await tl.load([i for i in lst.instants if i.time in set(lst.writes)])

@@ -13,7 +13,8 @@ later than every instant on the timeline (:mod:`amcommit.table.format.rollback_m
 
 Each step is idempotent; a rollback killed anywhere is finished by the next rollback of ``T``
 (its pending ``R`` is found by its plan's target and completed with that plan, as Hudi
-resumes a pending rollback), whether ``T``'s own instant files are still there or not.
+resumes a pending rollback), whether ``T``'s own instant files are still there or not, and
+by the next clean (:func:`~amcommit.table.commit.orphans.finish_pending_rollbacks`).
 
 **What is deleted, and why not a command block.** Hudi v6 keeps a failed deltacommit's log
 file and appends a rollback command block in a new log version, because its writers *append*
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -56,7 +58,7 @@ from amcommit.table.timeline.instants import completed_instant, list_instants
 from amcommit.table.timeline.reader import table_uri
 from amcommit.table.write.direct import marked_files
 
-__all__ = ["RollbackRecord", "begin_rollback", "complete_rollback"]
+__all__ = ["RollbackRecord", "begin_rollback", "complete_rollback", "pending_rollbacks"]
 
 log = logging.getLogger("amcommit.table.commit.rollback_record")
 
@@ -71,15 +73,15 @@ class RollbackRecord:
     """``time.monotonic()`` when this process took it up (for ``timeTakenInMillis``)."""
 
 
-async def _pending_for(
-    store: Store, dest: str, target: str, instants: list[Instant]
-) -> RollbackRecord | None:
-    """A pending rollback instant whose stored plan targets ``target``; None if there is none."""
-    pending = sorted(
-        {i.time for i in instants if i.action == Action.ROLLBACK.value and not i.completed},
-        reverse=True,
-    )
+async def pending_rollbacks(store: Store, dest: str, instants: Sequence[Instant]) -> list[RollbackRecord]:
+    """The pending (requested or inflight) rollback instants among ``instants`` with a plan
+    amcommit can read, newest first (one read each; none when there is none: the common
+    case costs nothing). A plan it cannot read (another writer's) is logged and left alone."""
+    rollbacks = [i for i in instants if i.action == Action.ROLLBACK.value]
+    done = {i.time for i in rollbacks if i.completed}  # a listing names each state's file
+    pending = sorted({i.time for i in rollbacks} - done, reverse=True)
     uri = table_uri(store, dest)
+    out: list[RollbackRecord] = []
     for t in pending:
         path = join(dest, HOODIE_DIR, Instant(t, Action.ROLLBACK.value, State.REQUESTED).file_name)
         try:
@@ -89,8 +91,17 @@ async def _pending_for(
         except ManifestError as e:
             log.warning("pending rollback %s of %s left alone: %s", t, dest, e)
             continue
-        if plan.target == target:
-            return RollbackRecord(t, plan, time.monotonic())
+        out.append(RollbackRecord(t, plan, time.monotonic()))
+    return out
+
+
+async def _pending_for(
+    store: Store, dest: str, target: str, instants: list[Instant]
+) -> RollbackRecord | None:
+    """A pending rollback instant whose stored plan targets ``target``; None if there is none."""
+    for rec in await pending_rollbacks(store, dest, instants):
+        if rec.plan.target == target:
+            return rec
     return None
 
 
