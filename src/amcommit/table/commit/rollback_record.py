@@ -141,7 +141,11 @@ async def begin_rollback(
                 break
             after = t  # another writer claimed this time: a later one
         rec = RollbackRecord(t, plan, time.monotonic())
-    await _put_once(rs, join(hoodie, f"{rec.instant}.rollback.inflight"), b"")
+    if not any(
+        i.time == rec.instant and i.action == Action.ROLLBACK.value and i.state is State.INFLIGHT
+        for i in instants
+    ):
+        await _put_once(rs, join(hoodie, f"{rec.instant}.rollback.inflight"), b"")
     return rec
 
 
