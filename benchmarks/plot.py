@@ -960,6 +960,41 @@ def plot_local_fsync(results: Path, path: Path) -> Path | None:
     return _save(fig, {b[3] for b in bs}, path)
 
 
+def plot_store_ceiling(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 3, the write-gate bound: renames per second at 50 ms per request on
+    fake-gcs-server (the rename phase), the previous defaults on the quiet machine, then
+    the first round of the interleaved run (defaults, ``bucket_warm=true``, previous
+    defaults, thread pool), each panel with its load."""
+    got = _load(results, "latency_ceiling_gcs_quiet_base.json", "latency_ceiling_gcs.json")
+    if got is None:
+        return None
+    quiet, run = got
+    panels = [
+        (f"quiet machine (load {quiet['run']['load_average'][0]:.1f}): the previous defaults", quiet["rows"]),
+        (
+            "interleaved run, round 0 (load per row)",
+            [r for r in run["rows"] if r.get("round", 0) == 0],
+        ),
+    ]
+    fig, axes = _figure(
+        len(panels), 4, [run_of(run)], "Stores at their ceiling (50 ms, fake-gcs, 4,000 files)"
+    )
+    kinds: set[str] = set()
+    for ax, (what, rows) in zip(axes, panels, strict=True):
+        bs: list[Bar] = [
+            (
+                r["contender"] + (f" (load {r['load']})" if r.get("load") else ""),
+                r["renames_per_s"],
+                f"{r['renames_per_s']:.0f}/s, p50 {r['p50_ms']:.0f} ms",
+                r["kind"],
+            )
+            for r in rows
+        ]
+        kinds.update(r["kind"] for r in rows)
+        bars(ax, bs, what, "renames per second (rename phase)")
+    return _save(fig, kinds, path)
+
+
 FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
     "shard_commit": plot_shard,
@@ -977,6 +1012,7 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "stream_direct": plot_stream_direct,
     "follow_limit": plot_follow_limit,
     "local_fsync": plot_local_fsync,
+    "store_ceiling": plot_store_ceiling,
 }
 """Plot name -> drawing function over a results directory (None when its files are missing)."""
 

@@ -211,7 +211,13 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
     """The engine's config and report hold no table field; the table's types do, and the
     combined option set users give is exactly the engine's plus the table's."""
     table_fields = set(TableSettings.__struct_fields__)
-    assert table_fields == {"writer_ttl", "clean_retain_commits", "table_commit"}
+    assert table_fields == {
+        "writer_ttl",
+        "clean_retain_commits",
+        "table_commit",
+        "compact_every",
+        "compaction_target_io",
+    }
     assert not table_fields & set(CommitterConfig.__struct_fields__)
     assert set(TableConfig.__struct_fields__) == set(CommitterConfig.__struct_fields__) | table_fields
     for name in table_fields:

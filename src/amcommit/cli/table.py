@@ -4,6 +4,7 @@
     amcommit changes DEST --since I|000 [--until J] [--json] files added / replaced in (I, J]
     amcommit clean DEST --retain-commits N [--dry-run]   delete files replaced before the latest N commits
     amcommit rollback DEST --instant I [--force]         roll back an inflight instant
+    amcommit compact DEST [--target-io-mb MB] [--json]   compact a Merge-on-Read table's log files
 
 Registered by :func:`add_commands` from :func:`amcommit.cli.main.build_parser`; errors go through
 ``amcommit.cli.main`` (one line, no traceback).
@@ -22,7 +23,15 @@ from amcommit.table.commit.clean import CleanReport
 from amcommit.table.timeline.instants import Changes
 from amcommit.table.timeline.reader import COUNT_COLUMNS, InstantInfo
 
-__all__ = ["add_commands", "add_rollback", "changes_json", "cmd_rollback", "format_instants", "instants_json"]
+__all__ = [
+    "add_commands",
+    "add_rollback",
+    "changes_json",
+    "cmd_compact",
+    "cmd_rollback",
+    "format_instants",
+    "instants_json",
+]
 
 _COLUMNS = ("TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", *COUNT_COLUMNS, "DURATION", "LABEL")
 
@@ -172,6 +181,32 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compaction_text(r: Any) -> str:
+    out = [f"completed interrupted compaction {t}" for t in r.resumed]
+    out += [f"rolled back pending write {t} (its writer was dead)" for t in r.rolled_back]
+    if r.instant is not None:
+        out.append(
+            f"compaction {r.instant}: {r.file_groups} file slices ({r.log_files} log files) -> "
+            f"{len(r.files)} base files, {r.rows} rows, {r.bytes_written} bytes"
+        )
+    elif not r.resumed:
+        out.append("nothing to compact (no file slice with log files)")
+    return "\n".join(out)
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from amcommit.table.commit.compaction import compact
+
+    report = compact(
+        args.dest,
+        config=committer_config(args),
+        target_io_mb=args.target_io_mb,
+        store_options=store_options(args),
+    )
+    print(json.dumps(asdict(report), indent=2) if args.json else _compaction_text(report))
+    return 0
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from amcommit.committer.report import JobReport
     from amcommit.loop import run_blocking
@@ -217,7 +252,7 @@ def add_rollback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``rollback``, ``timeline``, ``changes`` and ``clean`` to the subcommands ``sub``."""
+    """Add ``rollback``, ``timeline``, ``changes``, ``clean`` and ``compact`` to the subcommands ``sub``."""
     add_rollback(sub)
     url_forms = URL_FORMS
 
@@ -267,3 +302,22 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     store_args(sp)
     sp.set_defaults(func=cmd_clean)
+
+    sp = sub.add_parser(
+        "compact",
+        help="compact a Merge-on-Read table: merge file slices' log files into new base files",
+        description="Compact the Merge-on-Read table at DEST as Hudi does (<t>.compaction.requested -> "
+        ".inflight -> <t>.commit with compacted=true): the file slices with the most log bytes first, up "
+        "to --target-io-mb of reads and writes (hoodie.compaction.target.io). Completes an interrupted "
+        "compaction first; waits (up to lock_wait) while other writes are pending. Holds the table's lock.",
+    )
+    sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument(
+        "--target-io-mb", type=float, default=None, metavar="MB", help="IO budget of one run (default 512000)"
+    )
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
+    sp.add_argument(
+        "--conf", action="append", metavar="KEY=VALUE", help="committer option (lock_wait, io_threads, ...)"
+    )
+    store_args(sp)
+    sp.set_defaults(func=cmd_compact)

@@ -67,9 +67,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     """Concurrent file operations (renames, deletes, mkdirs) during job commit. At the
     default (:data:`DEFAULT_IO_THREADS`), the renames made path by path follow the store's
     limiter instead: its in-flight limit now plus a headroom, never fewer than the default,
-    never more than its ceiling (an HTTP store's adaptive limit: 1,024 requests; see
-    :class:`~amcommit.committer.stages.rename_files.FollowGate`); any other value bounds
-    the renames too."""
+    never more than its ceiling (an HTTP store's adaptive limit: 1,024 requests), and,
+    while the store's write gate binds (a cold GCS bucket), about as many as keep it busy
+    (see :class:`~amcommit.committer.stages.rename_files.FollowGate`); any other value
+    bounds the renames too."""
     io_rate: float | None = None
     """Upper bound on file operations started per second by one job commit (None: none);
     the store's own limiter adapts further to throttling."""

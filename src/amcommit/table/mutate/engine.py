@@ -116,6 +116,8 @@ from amcommit.table.timeline.instants import file_groups, list_instants, load_ti
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from amcommit.table.commit.compaction import CompactionReport
 from amcommit.table.errors import MutationError
 from amcommit.table.file_group.index import IndexReader
 from amcommit.table.file_group.merge import (
@@ -204,6 +206,12 @@ class MutateReport:
     files, which are read in place)."""
     job: JobReport | None = None
     """The job commit's report (label, skipped_label, timings)."""
+    compaction: CompactionReport | None = None
+    """The inline compaction run after this deltacommit (``compact_every``), if it was due."""
+    compaction_error: str | None = None
+    """Why the inline compaction failed (the deltacommit is committed all the same)."""
+    merge_on_read: bool = False
+    """The table is a Merge-on-Read table (this write is a deltacommit)."""
 
     @property
     def skipped_label(self) -> str | None:
@@ -338,10 +346,16 @@ async def _mutate(
         merge_on_read=mor,
     )
     instant = w.instant
-    report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)
+    report = MutateReport(
+        instant=instant, operation=operation.value, duplicates_dropped=batch.dropped, merge_on_read=mor
+    )
     try:
         # the writer stays alive (its heartbeat) while it reads and writes, however long
         async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
+            if mor:  # its log files go to the slices a pending compaction makes: complete it first
+                from amcommit.table.commit.compaction import finish_pending_compactions
+
+                await finish_pending_compactions(store, dest, config)
             _, commits = await load_timeline(store, dest)
             snap = snapshot(commits)
             wanted: dict[str, list[str]] = {}
@@ -532,6 +546,8 @@ async def _mutate(
     except BaseException:
         await _abort(store, dest, instant, config)
         raise
+    if commit and mor:
+        await _inline_compaction(store, dest, config, report)
     return report
 
 
@@ -636,6 +652,22 @@ async def _kept_by_order(
     return len(rw.deletes & left)
 
 
+async def _inline_compaction(store: Store, dest: str, config: CommitterConfig, report: MutateReport) -> None:
+    """After a deltacommit committed: compact if ``compact_every`` deltacommits are due
+    (:func:`amcommit.table.commit.compaction.compact_if_due`). The deltacommit stays
+    committed whatever happens here; a failure is logged and kept in
+    ``report.compaction_error`` (a later write or compaction completes what it left)."""
+    import logging
+
+    from amcommit.table.commit.compaction import compact_if_due
+
+    try:
+        report.compaction = await compact_if_due(store, dest, config)
+    except AmcommitError as e:
+        report.compaction_error = str(e)
+        logging.getLogger(__name__).warning("inline compaction after %s failed: %s", report.instant, e)
+
+
 async def _commit(store: Store, dest: str, instant: str, config: CommitterConfig) -> JobReport:
     """The job commit of the write (the table's kind: no probe)."""
     from amcommit.committer.job import commit_with
@@ -667,6 +699,7 @@ class PreparedMutation:
     dest: str
     report: MutateReport
     config: CommitterConfig
+    merge_on_read: bool = False
 
     async def commit(self) -> MutateReport:
         try:
@@ -674,6 +707,8 @@ class PreparedMutation:
         except BaseException:
             await _abort(self.store, self.dest, self.report.instant, self.config)
             raise
+        if self.merge_on_read:
+            await _inline_compaction(self.store, self.dest, self.config, self.report)
         return self.report
 
     async def abort(self) -> None:
@@ -717,10 +752,10 @@ def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, An
             field = k[len("bloom.") :]
             typed = float(v) if field == "fpp" else (str(v) if field == "type_code" else int(v))
             out["bloom"] = dataclasses.replace(out["bloom"], **{field: typed})
-        elif k == "clean_retain_commits":
-            base = kw["config"]
-            mapping = {**base.given(), "clean_retain_commits": v} if isinstance(base, TableConfig) else None
-            out["config"] = TableConfig.from_mapping(mapping or {"clean_retain_commits": v})
+        elif k in ("clean_retain_commits", "compact_every", "compaction_target_io"):
+            base = out["config"]
+            mapping = {**base.given(), k: v} if isinstance(base, TableConfig) else None
+            out["config"] = TableConfig.from_mapping(mapping or {k: v})
         elif k in ("small_file_limit", "max_file_size"):
             out[k] = int(v)
         else:
@@ -775,7 +810,7 @@ async def prepare(
         ),
     )
     report = await _mutate(store, dest, data, **kw)
-    return PreparedMutation(store, dest, report, kw["config"])
+    return PreparedMutation(store, dest, report, kw["config"], report.merge_on_read)
 
 
 async def upsert(
