@@ -1,6 +1,7 @@
 """Back-to-back table commits into one destination on the GCS double with GCS's per-object
 limit on (about one change per second of one object name): the table lock released by a
-conditional rewrite (the default on GCS) against the old delete-based release, same run.
+conditional rewrite (``lock_release="rewrite"``) against the default delete-based release,
+same run.
 
 Each round, each contender gets a fresh bucket on one in-process
 :class:`~amcommit.testing.gcs_double.GcsDouble` (``object_rate=OBJECT_RATE``, bursts of
@@ -9,8 +10,7 @@ Each round, each contender gets a fresh bucket on one in-process
 retry policy (a refused change waits out GCS's window, 1 s):
 
 * ``rewrite``: the lock acquired and released by conditional rewrites (``ifGenerationMatch``);
-* ``delete``: the old release (read, then delete), re-created by the next commit
-  (``REWRITE_RELEASE_STORES`` emptied for the round);
+* ``delete``: the default release (read, then delete), re-created by the next commit;
 * ``unlimited``: ``rewrite`` with the per-object limit off (what the limit costs).
 
 Printed and saved: commits/s (commits / the whole loop's seconds), median seconds per
@@ -33,7 +33,6 @@ import anyio
 
 from amcommit.api import commit_job
 from amcommit.committer import CommitterConfig, commit_task, setup_task
-from amcommit.committer import lock as lock_mod
 from amcommit.committer.lock import lock_path
 from amcommit.paths import join
 from amcommit.store.gcs import GcsStore
@@ -73,9 +72,6 @@ async def run_contender(double: GcsDouble, kind: str, commits: int, round_: int)
     bucket = f"lock-{kind}-{round_}"
     double.create_bucket(bucket)
     double.object_rate = None if kind == "unlimited" else OBJECT_RATE
-    saved = lock_mod.REWRITE_RELEASE_STORES
-    if kind == "delete":
-        lock_mod.REWRITE_RELEASE_STORES = frozenset()
     store = GcsStore(
         bucket,
         endpoint=double.url,
@@ -84,18 +80,15 @@ async def run_contender(double: GcsDouble, kind: str, commits: int, round_: int)
         limiter=Limiter(max_concurrency=64),
         write_limiter=Limiter(max_concurrency=None, rate=1000.0, burst=100.0),
     )
-    config = CommitterConfig()
+    config = CommitterConfig(lock_release="delete" if kind == "delete" else "rewrite")
     seconds: list[float] = []
-    try:
-        async with store:
-            t0 = time.monotonic()
-            for _ in range(commits):
-                t = time.monotonic()
-                await _one_write(store, "tbl", config)
-                seconds.append(time.monotonic() - t)
-            total = time.monotonic() - t0
-    finally:
-        lock_mod.REWRITE_RELEASE_STORES = saved
+    async with store:
+        t0 = time.monotonic()
+        for _ in range(commits):
+            t = time.monotonic()
+            await _one_write(store, "tbl", config)
+            seconds.append(time.monotonic() - t)
+        total = time.monotonic() - t0
     name = f"{bucket}/{lock_path('tbl', staging=STAGING_DIR)}"
     refused = {k.split("/", 1)[1]: v for k, v in double.rate_limited.items() if k.startswith(bucket + "/")}
     return {

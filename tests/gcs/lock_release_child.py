@@ -51,7 +51,7 @@ def main() -> None:
     async def run() -> None:
         async with open_store(spec["backend"]) as inner:
             store = KillAtLockPut(inner, int(spec["nth"]), spec["when"])
-            cfg = CommitterConfig(lock_ttl=60.0, lock_wait=60.0, io_threads=2)
+            cfg = CommitterConfig(lock_ttl=60.0, lock_wait=60.0, io_threads=2, lock_release="rewrite")
             await write(store, spec["dest"], rows(int(spec["first"]), int(spec["n"])), config=cfg)  # type: ignore[arg-type]
         print("completed", flush=True)
 

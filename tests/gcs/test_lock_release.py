@@ -1,5 +1,5 @@
-"""A table's commit lock on GCS is released by a conditional rewrite to a *released* state
-and acquired by a conditional rewrite of that state (issue 35 item 6), never deleted:
+"""A table's commit lock released by a conditional rewrite to a *released* state and acquired
+by a conditional rewrite of that state (``lock_release="rewrite"``, issue 35 item 6), on GCS:
 exact lock states after each step, real processes killed (SIGKILL) before and after each
 lock request, two writers never both holding it, and lock objects of older amcommits."""
 
@@ -33,8 +33,8 @@ from tests.matrix.stores import open_store
 from tests.table.writehelpers import amcommit_rows, keys, rows, write
 
 REPO = str(Path(__file__).resolve().parents[2])
-CFG = CommitterConfig(lock_ttl=60.0, lock_wait=60.0, io_threads=2)
-"""A lock ttl far longer than any test: a wait for it to expire would show."""
+CFG = CommitterConfig(lock_ttl=60.0, lock_wait=60.0, io_threads=2, lock_release="rewrite")
+"""Release by rewrite; a lock ttl far longer than any test: a wait for it to expire would show."""
 
 
 def _rows(*batches: tuple[int, int]) -> list[tuple[Any, ...]]:
@@ -85,13 +85,17 @@ async def test_two_writers_never_both_hold_a_released_lock(gcs_double: GcsDouble
     bucket = f"lr{uuid.uuid4().hex[:12]}"
     gcs_double.create_bucket(bucket)
     async with open_store({"kind": "gcs", "endpoint": gcs_double.url, "bucket": bucket}) as store:
-        first = DestinationLock(store, "tbl", "j0", staging=STAGING_DIR, ttl=60.0, wait=60.0)
+        first = DestinationLock(
+            store, "tbl", "j0", staging=STAGING_DIR, ttl=60.0, wait=60.0, release="rewrite"
+        )
         assert await first.acquire() is None
         await first.release()
         held: list[tuple[float, float, str]] = []
 
         async def one(i: int) -> None:
-            lk = DestinationLock(store, "tbl", f"j{i}", staging=STAGING_DIR, ttl=60.0, wait=60.0)
+            lk = DestinationLock(
+                store, "tbl", f"j{i}", staging=STAGING_DIR, ttl=60.0, wait=60.0, release="rewrite"
+            )
             assert await lk.acquire() is None  # a released lock is nobody's: none replaced
             t0 = time.monotonic()
             _, body = await _lock(store, "tbl")
@@ -235,11 +239,15 @@ def test_kill_at_each_lock_request(
 
 
 async def test_plain_destination_lock_is_still_deleted(double_env: GcsEnv) -> None:
-    """A plain destination's lock (``_temporary/_commit.lock``) is still deleted: a
-    committed output holds no ``_temporary`` folder."""
+    """A plain destination's lock (``_temporary/_commit.lock``) is still deleted, also with
+    ``rewrite``: a committed output holds no ``_temporary`` folder; and a table's lock is
+    deleted by default."""
     store = double_env.store()
-    lk = DestinationLock(store, "out", "j1", ttl=60.0, wait=60.0)
+    lk = DestinationLock(store, "out", "j1", ttl=60.0, wait=60.0, release="rewrite")
     assert await lk.acquire() is None
     await lk.release()
     with pytest.raises(NotFound):
         await store.stat(lock_path("out"))
+    await write(store, "tbl", rows(0, 4), config=CommitterConfig(lock_ttl=60.0))
+    with pytest.raises(NotFound):
+        await store.stat(lock_path("tbl", staging=STAGING_DIR))

@@ -24,7 +24,6 @@ from typing import Any
 
 from amcommit import errors
 from amcommit.committer import abort_job, commit_job
-from amcommit.committer.lock import LOCK_NAME, REWRITE_RELEASE_STORES, decode_lock
 from amcommit.committer.task import commit_task, setup_task
 from amcommit.errors import AmcommitError, PermissionDenied
 from amcommit.paths import join, relative_to
@@ -243,13 +242,6 @@ async def check_table(
         want = to.expected_committed(want, w.instant, w.job, w.data)  # type: ignore[arg-type]
         state |= w.data
     got = await table_objects(cell)
-    # a table's lock on GCS is released by a rewrite: it stays, released (held by nobody once
-    # the scenario is over); its bytes are its last holder's (token, times)
-    lock = to.STAGING + LOCK_NAME
-    if lock in got and cell.store.capabilities.name in REWRITE_RELEASE_STORES:
-        body = decode_lock(got[lock])
-        assert body is not None and body.released, f"the table's lock is not released: {body}"
-        want[lock] = None
     # a direct write's commit keeps the markers of losers whose files are gone while they
     # are young (writer_ttl: an upload of theirs may still land; a later sweep removes
     # them): allowed only under a committed instant's marker folder, never a winner's

@@ -63,8 +63,7 @@ async def ingest_once(
 
 def run_spec(text: str) -> None:
     """One labelled write on any backend of ``tests.matrix.stores``: JSON ``{"backend":
-    INFO, "dest", "app", "version", "first", "n", "kill", "ttl"[, "nth"]}``; prints the JSON
-    answer."""
+    INFO, "dest", "app", "version", "first", "n", "kill", "ttl"}``; prints the JSON answer."""
     from tests.matrix.stores import open_store
 
     spec = json.loads(text)
@@ -74,7 +73,7 @@ def run_spec(text: str) -> None:
         t = float(spec["ttl"])
         cfg = TableConfig(io_threads=2, writer_ttl=t, lock_ttl=t, lock_wait=60.0)
         async with inner:
-            store = KillOn(inner, spec["kill"], int(spec.get("nth", 1)))
+            store = KillOn(inner, spec["kill"])
             label = Label(spec["app"], int(spec["version"]))
             data = rows(int(spec["first"]), int(spec["n"]))
             out = await ingest_once(store, spec["dest"], label, data, cfg)  # type: ignore[arg-type]
