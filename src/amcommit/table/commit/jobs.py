@@ -147,11 +147,13 @@ async def list_table_jobs(
         return None
     lock_data = await read_optional(store, lock_path(dest, staging=STAGING_DIR), policy)
     table_lock = decode_lock(lock_data) if lock_data is not None else None
+    if table_lock is not None and table_lock.released:
+        table_lock = None  # released by rewrite: nobody holds it
     writes, last_instant = await _table_writes(rs, dest, table_lock, writer_ttl)
     return TableJobs(
         dest_uri=path_to_uri(store.root_uri, dest),
         lock=lock_info(table_lock) if table_lock is not None else None,
-        lock_unreadable=lock_data is not None and table_lock is None,
+        lock_unreadable=lock_data is not None and decode_lock(lock_data) is None,
         table_writes=writes,
         last_instant=last_instant,
     )

@@ -134,7 +134,7 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
         body = decode_lock(await RetryingStore.of(store, config).get(path))
     except NotFound:
         return
-    if body is None or not proven_dead(body.process()):
+    if body is None or body.released or not proven_dead(body.process()):
         return
 
     async def nothing(_: Store) -> None:
