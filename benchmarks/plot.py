@@ -995,6 +995,63 @@ def plot_store_ceiling(results: Path, path: Path) -> Path | None:
     return _save(fig, kinds, path)
 
 
+def plot_stream_batches(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 6: each sink's first and steady micro-batch against Spark's file sink,
+    per round (the session's first queries in round 0)."""
+    got = _load(results, "stream_batches.json")
+    if got is None:
+        return None
+    (d,) = got
+    rounds = sorted({r["round"] for r in d["rows"]})
+    fig, axes = _figure(
+        2, len(d["rows"]), [run_of(d)], "A stream's micro-batches: amcommit against Spark's file sink"
+    )
+    kind = {"parquet": "spark"}
+    for ax, key, what in (
+        (axes[0], "first_ms", "first batch"),
+        (axes[1], "steady_ms", "steady batches (median)"),
+    ):
+        bs: list[Bar] = [
+            (
+                f"round {r['round']}: {r['sink']}",
+                r[key] / 1000,
+                f"{r[key] / 1000:.2f} s",
+                kind.get(r["sink"], "amcommit"),
+            )
+            for rnd in rounds
+            for r in d["rows"]
+            if r["round"] == rnd and r.get(key)
+        ]
+        bars(ax, bs, f"{what}: triggerExecution (lower is better)", "seconds", log=key == "first_ms")
+    return _save(fig, {"spark", "amcommit"}, path, labels={"spark": "Spark's parquet file sink"})
+
+
+def plot_lock_release(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 6: back-to-back table commits into one GCS destination under the
+    per-object limit, the lock released by a rewrite against a delete (best round)."""
+    got = _load(results, "lock_release.json")
+    if got is None:
+        return None
+    (d,) = got
+    best: dict[str, dict[str, Any]] = {}
+    for r in d["rows"]:
+        if r["contender"] not in best or r["commits_per_s"] > best[r["contender"]]["commits_per_s"]:
+            best[r["contender"]] = r
+    kind = {"rewrite": "amcommit", "delete": "before", "unlimited": "raw"}
+    bs: list[Bar] = [
+        (name, r["commits_per_s"], f"{r['commits_per_s']:.2f} commits/s", kind[name])
+        for name, r in best.items()
+    ]
+    fig, axes = _figure(1, len(bs), [run_of(d)], "Back-to-back table commits into one GCS destination")
+    bars(
+        axes[0],
+        bs,
+        "GCS double, one change per second of one name: commits per second (best round)",
+        "commits/s",
+    )
+    return _save(fig, {b[3] for b in bs}, path, labels={"raw": "no per-object limit"})
+
+
 FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
     "shard_commit": plot_shard,
@@ -1013,6 +1070,8 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "follow_limit": plot_follow_limit,
     "local_fsync": plot_local_fsync,
     "store_ceiling": plot_store_ceiling,
+    "stream_batches": plot_stream_batches,
+    "lock_release": plot_lock_release,
 }
 """Plot name -> drawing function over a results directory (None when its files are missing)."""
 

@@ -217,6 +217,9 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
         "table_commit",
         "compact_every",
         "compaction_target_io",
+        "archive",
+        "keep_max_commits",
+        "keep_min_commits",
     }
     assert not table_fields & set(CommitterConfig.__struct_fields__)
     assert set(TableConfig.__struct_fields__) == set(CommitterConfig.__struct_fields__) | table_fields
@@ -225,7 +228,7 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
     report_fields = {f.name for f in dataclasses.fields(TableReport)} - {
         f.name for f in dataclasses.fields(JobReport)
     }
-    assert report_fields == {"instant", "operation", "label", "skipped_label"}
+    assert report_fields == {"instant", "operation", "label", "skipped_label", "active_writes"}
 
 
 TABLE_FLOORS = ("format", "file_group", "timeline", "query", "write", "commit", "mutate")

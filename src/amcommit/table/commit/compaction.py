@@ -110,7 +110,8 @@ from amcommit.table.format.naming import (
 from amcommit.table.format.properties import TableProperties, decode_properties
 from amcommit.table.query.merge import LogBytes, SliceRecipe, live_blocks, merge_slice, payload_of
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import file_groups, list_instants
+from amcommit.table.timeline.instants import file_groups
+from amcommit.table.timeline.reader import Timeline
 
 __all__ = [
     "CompactionReport",
@@ -331,7 +332,7 @@ async def _finish_pending(
         await _execute(rs, dest, t, plan, props, instants, config, report)
         report.resumed.append(t)
         log.info("completed the pending compaction %s of %s with its stored plan", t, dest)
-    return await list_instants(rs, dest)
+    return await Timeline(rs, dest, config=config).files()
 
 
 async def _claim(rs: Store, dest: str, data: bytes, after: str | None) -> str:
@@ -375,19 +376,20 @@ async def _compact_locked(
     s: Store, dest: str, config: CommitterConfig, target_io: float, report: CompactionReport
 ) -> _Busy | None:
     rs = RetryingStore.of(s, config)
-    instants = await _finish_pending(rs, dest, await list_instants(rs, dest), config, report)
+    instants = await _finish_pending(
+        rs, dest, await Timeline(rs, dest, config=config).files(), config, report
+    )
     pending = _pending_writes(instants)
     if pending:
         alive = await _dead_or_alive(rs, dest, pending, config, report)
         if alive:
             return _Busy(tuple(alive))
-        instants = await list_instants(rs, dest)
+        instants = await Timeline(rs, dest, config=config).files()
     props = await _properties(rs, dest)
     if not props.merge_on_read:
         return None  # a Copy-on-Write table has no log files
-    from amcommit.table.timeline.instants import load_timeline
 
-    _, commits = await load_timeline(rs, dest)
+    commits = await Timeline(rs, dest, config=config).commits_held()
     plan = plan_compaction(file_groups(commits), target_io_mb=target_io)
     if plan is None:
         return None
@@ -395,7 +397,7 @@ async def _compact_locked(
     tc = await _claim(rs, dest, data, instants[-1].time if instants else None)
     # a write that began after the first listing may have read the table before the plan
     # existed: withdraw the plan (nothing else was written) and wait for that write
-    again = await list_instants(rs, dest)
+    again = await Timeline(rs, dest, config=config).files()
     late = [t for t in _pending_writes(again) if t not in pending]
     if late:
         req = Instant(tc, Action.COMPACTION.value, State.REQUESTED).file_name
@@ -465,14 +467,14 @@ async def finish_pending_compactions(
     the file slices (module doc). ``instants``: a listing of the timeline, if the caller has
     one. The compactions completed here (a compaction completed meanwhile by its own
     process is not counted). One listing when none is pending."""
-    listed = instants if instants is not None else await list_instants(store, dest)
+    listed = instants if instants is not None else await Timeline(store, dest, config=config).files()
     if not pending_compactions(listed):
         return []
     report = CompactionReport(dest=dest)
 
     async def body(s: Store) -> None:
         rs = RetryingStore.of(s, config)
-        await _finish_pending(rs, dest, await list_instants(rs, dest), config, report)
+        await _finish_pending(rs, dest, await Timeline(rs, dest, config=config).files(), config, report)
 
     await run_locked(store, dest, _owner(), config, body, staging=STAGING_DIR)
     return report.resumed
@@ -488,7 +490,7 @@ async def compact_if_due(
     every = table_settings(config).compact_every
     if every <= 0:
         return None
-    instants = await list_instants(store, dest)
+    instants = await Timeline(store, dest, config=config).files()
     if deltacommits_since_compaction(instants, _compaction_commits(instants)) < every:
         return None
     return await compact_store(store, dest, config=config, wait=False)
