@@ -755,7 +755,12 @@ class TablePlan:
             if published is None:
                 raise
             got = await ctx.call(lambda: store.get(join(dest, HOODIE_DIR, published.file_name)))
-            self.op = Operation(decode_commit_metadata(got).operation_type)
+            kind_of_op = decode_commit_metadata(got).operation_type
+            # a compaction's commit at this time ("COMPACT": no operation amcommit writes): it
+            # is published, nothing to commit; the report names the operation as recorded
+            self.op = (
+                Operation(kind_of_op) if kind_of_op in {o.value for o in Operation} else Operation.INSERT
+            )
             self.action = Action(published.action)
         report.instant, report.operation = instant, self.op.value
         if self.label is None and self.marker is not None:
