@@ -67,6 +67,8 @@ class IndexReader:
     """Path -> its key column as :meth:`key_array` read it, until :meth:`table` reads the
     rest of the file (the key column is not decoded twice)."""
     bytes_read: int = 0
+    index_bytes_read: int = 0
+    """Of :attr:`bytes_read`, what footers and key columns took (not whole base files)."""
     tail_guess: int = TAIL_GUESS
     """Bytes read from a file's end for its footer: :data:`TAIL_GUESS`, raised to the
     longest footer met so far (a table's files tend to have footers of one size)."""
@@ -79,6 +81,7 @@ class IndexReader:
 
         data = await RetryingStore.of(self.store, self.config).get_range(join(self.dest, rel), start, length)
         self.bytes_read += len(data)
+        self.index_bytes_read += len(data)
         return data
 
     async def _size(self, rel: str, known: int) -> int:

@@ -77,6 +77,7 @@ began rolls it back (``abort_job``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ from typing import TYPE_CHECKING, Any
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError
-from amcommit.parallel import run_parallel
+from amcommit.parallel import first_error, run_parallel
 from amcommit.paths import basename
 from amcommit.store.base import Store
 from amcommit.table.commit.labels import Label
@@ -93,7 +94,6 @@ from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format.bloom import (
     DEFAULT_SETTINGS,
     BloomSettings,
-    FooterIndex,
 )
 from amcommit.table.format.model import Operation
 from amcommit.table.format.naming import (
@@ -133,9 +133,14 @@ from amcommit.table.mutate.plan import (
     FileRewrite,
     MutationPlan,
     assign_inserts,
+    confirm_keys,
+    file_candidates,
+    partition_batches,
     plan_candidates,
     plan_mutation,
+    plan_partition,
     reduce_batch,
+    seq_bases,
 )
 
 __all__ = [
@@ -251,6 +256,7 @@ async def _mutate(
     commit: bool = True,
     table_type: str | None = None,
 ) -> MutateReport:
+    import anyio
     import pyarrow as pa
 
     from amcommit.table.format.properties import MERGE_ON_READ
@@ -338,41 +344,15 @@ async def _mutate(
         async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
             _, commits = await load_timeline(store, dest)
             snap = snapshot(commits)
-            wanted: dict[str, list[str]] = {}
-            for k, p in zip(batch.keys, batch.partitions, strict=True):
-                wanted.setdefault(p, []).append(k)
-            reader = IndexReader(store, dest, config)
-            files = [f for f in snap if f.partition in wanted]
-            footers: dict[str, FooterIndex] = {}
-
-            async def footer(f: FileVersion) -> None:
-                footers[f.path] = await reader.footer(f.path, f.size)
-
-            await run_parallel(files, footer, config.io_threads)
+            parts = await anyio.to_thread.run_sync(partition_batches, batch)
+            files_of: dict[str, list[FileVersion]] = {}
+            for f in snap:
+                if f.partition in parts:
+                    files_of.setdefault(f.partition, []).append(f)
+            files = [f for p in sorted(files_of) for f in files_of[p]]
             report.footers_read = len(files)
-            cands = plan_candidates(wanted, [(f, footers[f.path]) for f in files])
-            report.candidates = len(cands)
-            by_path = {f.path: f for f in files}
-            located: dict[tuple[str, str], list[FileVersion]] = {}
-
-            async def confirm(rel: str) -> None:
-                import pyarrow.compute as pc
-
-                held = await reader.key_array(rel)
-                f = by_path[rel]
-                asked = cands[rel]
-                found = pc.is_in(pa.array(asked, pa.string()), value_set=held).to_numpy(zero_copy_only=False)
-                for i in found.nonzero()[0].tolist():
-                    located.setdefault((f.partition, asked[i]), []).append(f)
-
-            await run_parallel(list(cands), confirm, config.io_threads)
-            report.key_columns_read = len(cands)
-            report.index_bytes_read = reader.bytes_read
-            plan = plan_mutation(batch, located, delete=delete_op)
-            if not mor:  # on Merge-on-Read no deltacommit rewrites a base file
-                assign_inserts(plan, files, small_file_limit=small_file_limit, max_file_size=max_file_size)
+            reader = IndexReader(store, dest, config)
             slices = {(g.partition, g.file_id): g.latest for g in file_groups(commits)} if mor else {}
-            report.absent_deletes = plan.absent_deletes
             # -- write the task's files --------------------------------------------------------
             task = 0
             attempt = f"attempt_{instant}_m_{task:06d}_0"
@@ -380,20 +360,10 @@ async def _mutate(
             # MERGE for a file group's new version, CREATE for a new group), as table_commit says
             tt = await setup_table_task(store, w, f"task_{instant}_m_{task:06d}", attempt, config=config)
             token = write_token(task, 0, 0)
-            seq = 0
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
-
-            # each new base file gets its own range of seqnos, fixed before any is written
-            jobs: list[tuple[int, str, FileRewrite | None, list[int]]] = []
-            for rel, rw in sorted(plan.rewrites.items()):
-                jobs.append((seq, rel, rw, []))
-                seq += len(rw.updates) + len(rw.inserts)
-            for part, rows_idx in sorted(plan.inserts.items()):
-                step = max(1, max_file_rows)
-                for start in range(0, len(rows_idx), step):
-                    chunk = rows_idx[start : start + step]
-                    jobs.append((seq, part, None, chunk))
-                    seq += len(chunk)
+            # each partition's new records get their own range of seqnos, fixed before any
+            # partition is planned (partitions are written in the order they are planned)
+            bases = seq_bases(parts, files_of)
 
             def rewritten(first: int, stored: pa.Table, rw: FileRewrite) -> tuple[bytes, int, dict[str, int]]:
                 up_keys = list(rw.updates)
@@ -506,8 +476,89 @@ async def _mutate(
                     report.inserted += len(chunk)
                     report.files_created += 1
 
-            # a few at a time: each holds a file group's rows in memory while it is rewritten
-            await run_parallel(jobs, one, max(1, min(config.io_threads, 8)))
+            def partition_jobs(
+                part: str, plan: MutationPlan
+            ) -> list[tuple[int, str, FileRewrite | None, list[int]]]:
+                """The writes of one partition's plan, each with the first seqno of its records."""
+                seq = bases[part]
+                jobs: list[tuple[int, str, FileRewrite | None, list[int]]] = []
+                for rel, rw in sorted(plan.rewrites.items()):
+                    jobs.append((seq, rel, rw, []))
+                    seq += len(rw.updates) + len(rw.inserts)
+                for p, rows_idx in sorted(plan.inserts.items()):
+                    step = max(1, max_file_rows)
+                    for start in range(0, len(rows_idx), step):
+                        chunk = rows_idx[start : start + step]
+                        jobs.append((seq, p, None, chunk))
+                        seq += len(chunk)
+                return jobs
+
+            # -- the pipeline: the index lookup of each base file (footer, candidates, key
+            # column, confirmation), in partition order; each partition planned as soon as
+            # its last file is confirmed, and its file groups written while the next
+            # partitions are looked up. The CPU work (bloom hashes, joins, the plan, the
+            # rewrites) runs in worker threads, never on the event loop.
+            found: dict[str, list[tuple[FileVersion, Any]]] = {p: [] for p in parts}
+            left = {p: len(files_of.get(p, ())) for p in parts}
+            ready_send, ready = anyio.create_memory_object_stream[str](max(1, len(parts)))
+
+            async def index_one(f: FileVersion) -> None:
+                idx = await reader.footer(f.path, f.size)
+                asked = await anyio.to_thread.run_sync(file_candidates, parts[f.partition], idx)
+                if asked:
+                    report.candidates += 1
+                    held = await reader.key_array(f.path)
+                    found[f.partition].append((f, await anyio.to_thread.run_sync(confirm_keys, asked, held)))
+                left[f.partition] -= 1
+                if not left[f.partition]:
+                    ready_send.send_nowait(f.partition)
+
+            async def look_up() -> None:
+                with ready_send:
+                    for p in sorted(parts):
+                        if not left[p]:  # no base file: all inserts (or absent deletes)
+                            ready_send.send_nowait(p)
+                    await run_parallel(files, index_one, config.io_threads)
+
+            async def write() -> None:
+                # a few at a time: each holds a file group's rows in memory while it is rewritten
+                slots = anyio.Semaphore(max(1, min(config.io_threads, 8)))
+
+                async def run(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
+                    try:
+                        await one(job)
+                    finally:
+                        slots.release()
+
+                async with anyio.create_task_group() as tg:
+                    with ready:
+                        async for p in ready:
+                            plan = await anyio.to_thread.run_sync(
+                                functools.partial(
+                                    plan_partition,
+                                    parts[p],
+                                    found.pop(p),
+                                    files_of.get(p, []),
+                                    delete=delete_op,
+                                    small_file_limit=small_file_limit,
+                                    max_file_size=max_file_size,
+                                    # on Merge-on-Read no deltacommit rewrites a base file
+                                    fill_small_files=not mor,
+                                )
+                            )
+                            report.absent_deletes += plan.absent_deletes
+                            for job in partition_jobs(p, plan):
+                                await slots.acquire()
+                                tg.start_soon(run, job)
+
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(look_up)
+                    tg.start_soon(write)
+            except BaseExceptionGroup as eg:
+                raise first_error(eg) from None
+            report.key_columns_read = report.candidates
+            report.index_bytes_read = reader.index_bytes_read
             await tt.commit()
         if commit:
             report.job = await _commit(store, dest, instant, config)
