@@ -1,0 +1,174 @@
+"""The upsert's planning pipeline (issue 35 item 5): each partition planned by vectorised
+joins (``plan_partition``), in worker threads, and its file groups written while the next
+partitions are still looked up."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from amcommit.paths import join
+from amcommit.store.base import ObjectInfo, PutMode, WriteMode
+from amcommit.table.file_group.model import FileVersion
+from amcommit.table.mutate import engine as mutate
+from amcommit.table.mutate import plan as planning
+from amcommit.table.settings import TableConfig
+from amcommit.table.timeline.instants import load_timeline, snapshot
+from amcommit.testing.faults import FaultyStore
+from tests.backends import StoreUnderTest
+
+FAST = TableConfig(lock_ttl=5.0, lock_wait=20.0, writer_ttl=30.0)
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.string()), ("ts", pa.int64())])
+KW: dict[str, Any] = {"record_key": "id", "partition_by": "p", "precombine_field": "ts", "config": FAST}
+
+
+def _t(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def _plans_equal(a: planning.MutationPlan, b: planning.MutationPlan) -> None:
+    assert sorted(a.rewrites) == sorted(b.rewrites)
+    for path, rw in a.rewrites.items():
+        other = b.rewrites[path]
+        assert rw.version == other.version
+        # the order of the updates is the order of the records in the new file
+        assert list(rw.updates.items()) == list(other.updates.items()), path
+        assert rw.deletes == other.deletes and rw.inserts == other.inserts, path
+    assert a.inserts == b.inserts and a.absent_deletes == b.absent_deletes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_partition_plan_is_the_reference_plan(seed: int) -> None:
+    """``plan_partition`` (vectorised, one partition) gives, partition by partition, exactly
+    the plan of the per-key reference (``plan_mutation`` then ``assign_inserts``): random
+    batches with duplicates, keys held by two files, inserts filling small files, deletes of
+    absent keys."""
+    rng = random.Random(seed)
+    parts = ["a", "b", "c"][: rng.randint(1, 3)]
+    files: list[FileVersion] = []
+    holds: dict[str, set[str]] = {}
+    for p in parts:
+        for i in range(rng.randint(0, 4)):
+            f = FileVersion(p, f"f{i}", f"{p}/f{i}.parquet", "001", rng.choice([50, 5000, 10**9]), 10)
+            files.append(f)
+            holds[f.path] = {str(rng.randrange(40)) for _ in range(rng.randint(0, 15))}
+    n = rng.randint(0, 60)
+    keys = [str(rng.randrange(50)) for _ in range(n)]
+    partitions = [rng.choice(parts) for _ in range(n)]
+    batch = planning.reduce_batch(keys, partitions, [rng.randrange(3) for _ in range(n)])
+    for delete in (False, True):
+        located: dict[tuple[str, str], list[FileVersion]] = {}
+        for f in files:
+            for k in sorted(holds[f.path]):
+                located.setdefault((f.partition, k), []).append(f)
+        ref = planning.plan_mutation(batch, located, delete=delete)
+        planning.assign_inserts(ref, files, small_file_limit=1000, max_file_size=3000)
+        got = planning.MutationPlan()
+        for p, pb in planning.partition_batches(batch).items():
+            mine = [f for f in files if f.partition == p]
+            found = [
+                (f, planning.confirm_keys(pb.sorted_keys, pa.array(sorted(holds[f.path]), pa.string())))
+                for f in mine
+            ]
+            rng.shuffle(found)  # confirmations finish in any order
+            one = planning.plan_partition(
+                pb, found, mine, delete=delete, small_file_limit=1000, max_file_size=3000
+            )
+            got.rewrites.update(one.rewrites)
+            got.inserts.update(one.inserts)
+            got.absent_deletes += one.absent_deletes
+        _plans_equal(got, ref)
+
+
+def test_seq_bases_leave_room_for_every_record() -> None:
+    """Each partition's seqno range holds the most records it can write (every key updated
+    in each of its files and inserted), and the ranges do not overlap."""
+    batch = planning.reduce_batch(["1", "2", "3", "1"], ["b", "b", "a", "c"], None)
+    parts = planning.partition_batches(batch)
+    files = {"b": [FileVersion("b", "x", "b/x", "1", 1, 1), FileVersion("b", "y", "b/y", "1", 1, 1)]}
+    assert planning.seq_bases(parts, files) == {"a": 0, "b": 1, "c": 7}
+
+
+class _Gated(FaultyStore):
+    """Holds every ranged read of partition ``p=b``'s base files after the first (the footer)
+    until a new base file of partition ``a`` was put: the upsert can only finish if it writes
+    partition ``a`` before it has confirmed the keys of ``b`` (bounded: 20 s)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.a_written = anyio.Event()
+        self.reads: Counter[str] = Counter()
+
+    async def get_range(self, path: str, start: int, length: int) -> bytes:
+        self.reads[path] += 1
+        if "/p=b/" in path and self.reads[path] > 1 and not self.a_written.is_set():
+            with anyio.fail_after(20):  # the old order: every key column before any write
+                await self.a_written.wait()
+        return await super().get_range(path, start, length)
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        info = await super().put(path, data, mode=mode)
+        if "/p=a/" in path and path.endswith(".parquet"):
+            self.a_written.set()
+        return info
+
+
+async def test_a_partition_is_written_while_the_next_is_looked_up(backend_local: StoreUnderTest) -> None:
+    """Partition ``a``'s file groups are rewritten before the key columns of partition ``b``
+    are read (the store holds ``b``'s reads until then); the result is the model's, and
+    every record the upsert wrote has its own seqno (partitions' seqno ranges apart)."""
+    dest = join(backend_local.base, "pipe")
+    first = [{"id": i, "p": p, "v": "old", "ts": 1} for p in "ab" for i in range(40)]
+    await mutate.upsert(backend_local.store, dest, _t(first), small_file_limit=0, max_file_rows=20, **KW)
+    store = _Gated(backend_local.store)
+    batch = [{"id": i, "p": p, "v": "new", "ts": 2} for p in "ab" for i in (1, 25, 39, 40, 41)]
+    batch += [{"id": 1, "p": "a", "v": "older", "ts": 0}]  # reduced away by the precombine field
+    rep = await mutate.upsert(store, dest, _t(batch), **KW)
+    assert store.a_written.is_set() and max(store.reads.values()) == 2
+    assert (rep.updated, rep.inserted, rep.files_rewritten, rep.duplicates_dropped) == (6, 4, 4, 1)
+    _, commits = await load_timeline(backend_local.store, dest)
+    rows = []
+    for f in snapshot(commits):
+        rows += pq.read_table(pa.BufferReader(await backend_local.store.get(join(dest, f.path)))).to_pylist()
+    got = sorted((r["p"], r["id"], r["v"]) for r in rows)
+    want = {(p, i): "old" for p in "ab" for i in range(40)}
+    want.update({(p, i): "new" for p in "ab" for i in (1, 25, 39, 40, 41)})
+    assert got == sorted((p, i, v) for (p, i), v in want.items())
+    written = [r["_hoodie_commit_seqno"] for r in rows if r["_hoodie_commit_time"] == rep.instant]
+    assert len(written) == 10 and len(set(written)) == 10
+
+
+async def test_planning_runs_in_worker_threads(
+    backend_local: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU work of planning (the batch split, bloom candidates, key confirmation, the
+    partition plan) runs in worker threads, never on the event loop's thread."""
+    dest = join(backend_local.base, "threads")
+    first = [{"id": i, "p": p, "v": "old", "ts": 1} for p in "ab" for i in range(30)]
+    await mutate.upsert(backend_local.store, dest, _t(first), max_file_rows=10, small_file_limit=0, **KW)
+    loop_thread = threading.get_ident()
+    seen: Counter[tuple[str, bool]] = Counter()
+    for name in ("partition_batches", "file_candidates", "confirm_keys", "plan_partition"):
+        real = getattr(mutate, name)
+
+        def spy(*a: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+            seen[(_name, threading.get_ident() == loop_thread)] += 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(mutate, name, spy)
+    batch = [{"id": i, "p": p, "v": "new", "ts": 2} for p in "ab" for i in (3, 15, 29, 77)]
+    rep = await mutate.upsert(backend_local.store, dest, _t(batch), **KW)
+    assert (rep.updated, rep.inserted) == (6, 2)
+    assert seen == {
+        ("partition_batches", False): 1,
+        ("file_candidates", False): 6,
+        ("confirm_keys", False): 6,
+        ("plan_partition", False): 2,
+    }
