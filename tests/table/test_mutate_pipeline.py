@@ -172,3 +172,26 @@ async def test_planning_runs_in_worker_threads(
         ("confirm_keys", False): 6,
         ("plan_partition", False): 2,
     }
+
+
+@pytest.mark.parametrize("kind", ["none", "float", "string", "int", "timestamp"])
+def test_vectorised_reduction_is_the_reference(kind: str) -> None:
+    """``reduce_batch_columns`` (one Arrow sort and group-by) keeps the rows the per-row
+    reference ``reduce_batch`` keeps: greatest precombine value, later row on a tie, floats
+    as Java orders them (NaN greatest, ``-0.0 < 0.0``), strings by code point."""
+    import datetime
+
+    values: dict[str, list[Any]] = {
+        "float": [0.0, -0.0, 1.0, float("nan"), float("inf"), -1.5],
+        "string": ["x", "y", "é", "\U0001f600", ""],
+        "int": [0, 1, 2, -(2**62)],
+        "timestamp": [datetime.datetime(2026, 1, d, tzinfo=datetime.UTC) for d in (1, 2, 3)],
+    }
+    for seed in range(150):
+        rng = random.Random(seed)
+        n = rng.randint(0, 40)
+        keys = [str(rng.randrange(6)) for _ in range(n)]
+        parts = [rng.choice(["a", "b", "\U0001f600"]) for _ in range(n)]
+        order = None if kind == "none" else [rng.choice(values[kind]) for _ in range(n)]
+        col = None if order is None else pa.chunked_array([pa.array(order, pa.array(values[kind]).type)])
+        assert planning.reduce_batch_columns(keys, parts, col) == planning.reduce_batch(keys, parts, order)

@@ -140,6 +140,7 @@ from amcommit.table.mutate.plan import (
     plan_mutation,
     plan_partition,
     reduce_batch,
+    reduce_batch_columns,
     seq_bases,
 )
 
@@ -307,8 +308,9 @@ async def _mutate(
         data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
     keys = record_key_strings(data, keys_f)
     partitions = partition_paths(data, parts_f)
-    order = data.column(precombine_field).to_pylist() if precombine_field else None
-    batch = reduce_batch(keys, partitions, order)
+    batch = reduce_batch_columns(
+        keys, partitions, data.column(precombine_field) if precombine_field else None
+    )
     if delete_op:
         schema_json = table_schema
         if not schema_json:

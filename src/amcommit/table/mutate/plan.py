@@ -59,6 +59,44 @@ def reduce_batch(keys: Sequence[str], partitions: Sequence[str], order: Sequence
     return Batch([keys[i] for i in rows], [partitions[i] for i in rows], rows, len(keys) - len(rows))
 
 
+def reduce_batch_columns(keys: Sequence[str], partitions: Sequence[str], order: Any | None) -> Batch:
+    """:func:`reduce_batch` with the precombine column ``order`` as an Arrow array, by one
+    vectorised sort (partition, key, order, row) instead of a loop over the rows: the last
+    row of each (partition, key) wins. Floats order as :func:`precombine_key` says (NaN
+    greatest, ``-0.0 < 0.0``). Types Arrow cannot sort are reduced by :func:`reduce_batch`.
+    Same result as :func:`reduce_batch`. Pure."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(keys)
+    if n == 0:
+        return Batch([], [], [], 0)
+    cols: dict[str, Any] = {"p": pa.array(partitions, pa.string()), "k": pa.array(keys, pa.string())}
+    if order is not None:
+        o = order.combine_chunks() if isinstance(order, pa.ChunkedArray) else pa.array(order)
+        if pa.types.is_floating(o.type):
+            x = pc.cast(o, pa.float64())
+            nan = pc.is_nan(x)
+            value = pc.if_else(nan, 0.0, x)
+            cols["o_nan"] = nan
+            cols["o_value"] = value
+            cols["o_positive"] = pc.greater(pc.divide(1.0, value), 0.0)  # -0.0 before 0.0
+        else:
+            cols["o"] = o
+    order_keys = [c for c in cols if c not in ("p", "k")]
+    cols["i"] = pa.array(np.arange(n, dtype=np.int64))
+    t = pa.table(cols)
+    try:
+        if order_keys:  # rows by (order, row): the last of a (partition, key) is its winner
+            t = t.take(pc.sort_indices(t, sort_keys=[(c, "ascending") for c in [*order_keys, "i"]]))
+        won = t.group_by(["p", "k"], use_threads=False).aggregate([("i", "last")])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError, pa.ArrowInvalid):
+        return reduce_batch(keys, partitions, None if order is None else order.to_pylist())
+    rows = np.sort(won.column("i_last").to_numpy()).tolist()
+    return Batch([keys[r] for r in rows], [partitions[r] for r in rows], rows, n - len(rows))
+
+
 def plan_candidates(
     wanted: Mapping[str, Sequence[str]], files: Sequence[tuple[FileVersion, FooterIndex]]
 ) -> dict[str, list[str]]:
