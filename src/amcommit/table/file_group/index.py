@@ -30,6 +30,11 @@ and raises :attr:`IndexReader.tail_guess` for the files read after it (a table o
 costs one read a footer after the first)."""
 
 
+WHOLE_READ_BUDGET = 256 * 1024 * 1024
+"""Bytes of whole base files :meth:`IndexReader.key_array` may hold at once, read ahead for
+their rewrite (:attr:`IndexReader.whole`)."""
+
+
 def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
     """``(start, length)`` of every column chunk of ``column`` in a Parquet file's metadata
     (dictionary page first where there is one). Pure."""
@@ -69,6 +74,11 @@ class IndexReader:
     bytes_read: int = 0
     index_bytes_read: int = 0
     """Of :attr:`bytes_read`, what footers and key columns took (not whole base files)."""
+    whole: dict[str, bytes] = field(default_factory=dict)
+    """Path -> the whole file, read by :meth:`key_array` (``whole=True``) for its rewrite,
+    until :meth:`table` takes it."""
+    whole_budget: int = WHOLE_READ_BUDGET
+    """The most bytes :attr:`whole` holds at once; past it key columns are read alone."""
     tail_guess: int = TAIL_GUESS
     """Bytes read from a file's end for its footer: :data:`TAIL_GUESS`, raised to the
     longest footer met so far (a table's files tend to have footers of one size)."""
@@ -121,8 +131,12 @@ class IndexReader:
         col: list[str] = (await self.key_array(rel)).to_pylist()
         return col
 
-    async def key_array(self, rel: str) -> pa.ChunkedArray:
-        """The file's ``_hoodie_record_key`` column (only that column is read)."""
+    async def key_array(self, rel: str, *, whole: bool = False) -> pa.ChunkedArray:
+        """The file's ``_hoodie_record_key`` column (only that column is read). ``whole``:
+        the file will most likely be rewritten (its footer's bloom filter holds a key of the
+        batch): on an object store the whole file is read in one request instead, kept for
+        :meth:`table` (one request less per rewritten file), while :attr:`whole` holds less
+        than :attr:`whole_budget`."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -136,6 +150,19 @@ class IndexReader:
         if rel not in self.footers:
             await self.footer(rel)
         md, footer, size = self.footers[rel]
+        if whole and sum(map(len, self.whole.values())) + size <= self.whole_budget:
+            import anyio
+
+            from amcommit.store.retry import RetryingStore
+
+            data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
+            self.bytes_read += len(data)
+            self.whole[rel] = data
+            t = await anyio.to_thread.run_sync(
+                lambda: pq.read_table(pa.BufferReader(data), columns=[KEY_COLUMN])
+            )
+            self.key_columns[rel] = t.column(0)
+            return t.column(0)
         # a file of the same size holding only the footer and the key column's chunks:
         # Parquet's reader reads nothing else for one column
         sparse = bytearray(size)
@@ -158,8 +185,10 @@ class IndexReader:
             return await anyio.to_thread.run_sync(_read_base_file, local, keys)
         from amcommit.store.retry import RetryingStore
 
-        data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
-        self.bytes_read += len(data)
+        data = self.whole.pop(rel, None)  # read by key_array already
+        if data is None:
+            data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
+            self.bytes_read += len(data)
         return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
 
 
