@@ -256,3 +256,77 @@ async def test_a_file_to_rewrite_is_read_in_two_requests(backend_local: StoreUnd
     assert sorted((r["id"], r["v"]) for r in got) == sorted(
         [(i, "old") for i in range(60) if i not in (5, 45)] + [(5, "new")]
     )
+
+
+class _Overlapping(FaultyStore):
+    """Holds each upload of a base file until more than ``want`` are in flight at once, or
+    for ``bound`` seconds; records the most in flight."""
+
+    def __init__(self, inner: Any, want: int, bound: float) -> None:
+        super().__init__(inner)
+        self.want, self.bound = want, bound
+        self.now = self.most = 0
+        self.enough = anyio.Event()
+
+    async def put(self, path: str, data: bytes, *, mode: WriteMode = PutMode.OVERWRITE) -> ObjectInfo:
+        if not path.endswith(".parquet") or "/.hoodie/" in path:
+            return await super().put(path, data, mode=mode)
+        self.now += 1
+        self.most = max(self.most, self.now)
+        if self.now > self.want:
+            self.enough.set()
+        try:
+            with anyio.move_on_after(self.bound):
+                await self.enough.wait()
+            return await super().put(path, data, mode=mode)
+        finally:
+            self.now -= 1
+
+
+async def test_uploads_do_not_hold_a_rewrite_slot(backend_local: StoreUnderTest) -> None:
+    """At most 8 file groups are rewritten at once (their rows in memory), but a rewritten
+    file's upload no longer holds one of those 8 slots: with slow uploads, more than 8 are
+    in flight at once (within the byte budget); the table is the model's."""
+    dest = join(backend_local.base, "slots")
+    first = [{"id": i, "p": "a", "v": "old", "ts": 1} for i in range(200)]
+    await mutate.upsert(backend_local.store, dest, _t(first), max_file_rows=10, small_file_limit=0, **KW)
+    store = _Overlapping(backend_local.store, want=8, bound=5.0)
+    batch = [{"id": i, "p": "a", "v": "new", "ts": 2} for i in range(0, 200, 10)]
+    rep = await mutate.upsert(store, dest, _t(batch), **KW)
+    assert (rep.updated, rep.files_rewritten) == (20, 20)
+    assert store.most > 8
+    _, commits = await load_timeline(backend_local.store, dest)
+    rows = []
+    for f in snapshot(commits):
+        rows += pq.read_table(pa.BufferReader(await backend_local.store.get(join(dest, f.path)))).to_pylist()
+    assert sorted((r["id"], r["v"]) for r in rows) == [
+        (i, "new" if i % 10 == 0 else "old") for i in range(200)
+    ]
+
+
+async def test_byte_budget_bounds_the_bytes_in_flight() -> None:
+    """Holders of the upload budget wait while the bytes held would pass its limit; one
+    holder larger than the limit goes alone."""
+    budget = mutate.ByteBudget(100)
+    log: list[tuple[str, int]] = []
+
+    async def hold(name: str, n: int, release: anyio.Event) -> None:
+        async with budget.hold(n):
+            log.append((name, budget.held))
+            await release.wait()
+
+    ev = [anyio.Event() for _ in range(3)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold, "a", 60, ev[0])
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(hold, "b", 60, ev[1])
+            tg.start_soon(hold, "big", 500, ev[2])
+            await anyio.wait_all_tasks_blocked()
+            assert log == [("a", 60)]  # b and big wait
+            ev[0].set()
+            await anyio.wait_all_tasks_blocked()
+            assert log[1] in (("b", 60), ("big", 500)) and len(log) == 2
+            ev[1].set()
+            ev[2].set()
+    assert sorted(n for n, _ in log) == ["a", "b", "big"] and budget.held == 0

@@ -76,10 +76,11 @@ began rolls it back (``abort_job``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +168,41 @@ __all__ = [
     "upsert",
     "upsert_blocking",
 ]
+
+
+UPLOAD_BUDGET = 256 * 1024 * 1024
+"""Bytes of encoded files an upsert or delete uploads at once (their rows already released)."""
+
+
+def _nothing() -> None:
+    return None
+
+
+class ByteBudget:
+    """At most ``limit`` bytes held at once by :meth:`hold` (a holder of more than
+    ``limit`` goes alone): a bound on the memory of uploads in flight, not on their number."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._freed: Any = None
+
+    @contextlib.asynccontextmanager
+    async def hold(self, n: int) -> AsyncIterator[None]:
+        import anyio
+
+        while self.held and self.held + n > self.limit:
+            if self._freed is None:
+                self._freed = anyio.Event()
+            await self._freed.wait()
+        self.held += n
+        try:
+            yield
+        finally:
+            self.held -= n
+            if self._freed is not None:  # every waiter checks again
+                self._freed.set()
+                self._freed = None
 
 
 MUTATION_TASKS = 1
@@ -363,6 +399,7 @@ async def _mutate(
             tt = await setup_table_task(store, w, f"task_{instant}_m_{task:06d}", attempt, config=config)
             token = write_token(task, 0, 0)
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
+            uploads = ByteBudget(UPLOAD_BUDGET)
             # each partition's new records get their own range of seqnos, fixed before any
             # partition is planned (partitions are written in the order they are planned)
             bases = seq_bases(parts, files_of)
@@ -444,7 +481,11 @@ async def _mutate(
                 report.deleted += len(rw.deletes)
                 report.files_logged += 1
 
-            async def one(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
+            async def one(
+                job: tuple[int, str, FileRewrite | None, list[int]], encoded: Callable[[], None] = _nothing
+            ) -> None:
+                """Write one job's file; ``encoded`` is called once its bytes are made (its
+                rows no longer held: the upload waits for the byte budget, not a slot)."""
                 import anyio
 
                 first, where, rw, chunk = job
@@ -454,6 +495,8 @@ async def _mutate(
                     f = rw.version
                     stored = await reader.table(where)
                     body, n, counts = await anyio.to_thread.run_sync(rewritten, first, stored, rw)
+                    del stored
+                    encoded()
                     report.kept_stored += counts["kept_stored"]
                     if not body:
                         return
@@ -464,17 +507,20 @@ async def _mutate(
                         num_update_writes=counts["updated"],
                         num_deletes=counts["deleted"],
                     )
-                    await tt.put(new_rel, body, rows=n, new_version=True, mutation=mutation)
+                    async with uploads.hold(len(body)):
+                        await tt.put(new_rel, body, rows=n, new_version=True, mutation=mutation)
                     report.updated += counts["updated"]
                     report.deleted += counts["deleted"]
                     report.inserted += counts["inserted"]
                     report.files_rewritten += 1
                 else:  # a new file group
                     fname, body = await anyio.to_thread.run_sync(created, first, where, chunk)
+                    encoded()
                     new_rel = f"{where}/{fname}" if where else fname
-                    await tt.put(
-                        new_rel, body, rows=len(chunk), mutation=MutationFields(num_inserts=len(chunk))
-                    )
+                    async with uploads.hold(len(body)):
+                        await tt.put(
+                            new_rel, body, rows=len(chunk), mutation=MutationFields(num_inserts=len(chunk))
+                        )
                     report.inserted += len(chunk)
                     report.files_created += 1
 
@@ -530,14 +576,23 @@ async def _mutate(
                     await run_parallel(files, index_one, config.io_threads)
 
             async def write() -> None:
-                # a few at a time: each holds a file group's rows in memory while it is rewritten
+                # a few at a time: each holds a file group's rows in memory while it is
+                # rewritten; its upload then waits for the byte budget instead (latency bound)
                 slots = anyio.Semaphore(max(1, min(config.io_threads, 8)))
 
                 async def run(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
+                    held = True
+
+                    def release() -> None:
+                        nonlocal held
+                        if held:
+                            held = False
+                            slots.release()
+
                     try:
-                        await one(job)
+                        await one(job, release)
                     finally:
-                        slots.release()
+                        release()
 
                 async with anyio.create_task_group() as tg:
                     with ready:
