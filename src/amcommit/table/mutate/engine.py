@@ -36,7 +36,18 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   the footer, elsewhere a ranged read of the object's end, :data:`TAIL_GUESS`;
   :attr:`MutateReport.footers_read`); a candidate is
   confirmed by reading only its ``_hoodie_record_key`` column
-  (:attr:`MutateReport.key_columns_read`).
+  (:attr:`MutateReport.key_columns_read`); on object stores a candidate of a Copy-on-Write
+  table whose bloom filter holds a key (a hit but for fpp 1e-9) is read whole instead, once,
+  for its rewrite too (:data:`~amcommit.table.file_group.index.WHOLE_READ_BUDGET` at once).
+- **Pipeline**: the lookup runs file by file in partition order; each partition is planned
+  (:func:`~amcommit.table.mutate.plan.plan_partition`: Arrow joins of its keys to its file
+  groups) as soon as its last file is confirmed, and its file groups are written while
+  later partitions are still looked up. The CPU work (batch reduction, bloom hashes, joins,
+  plans, rewrites) runs in worker threads, not on the event loop. At most 8 file groups
+  are rewritten at once (their rows in memory); encoded files upload within
+  :data:`UPLOAD_BUDGET` bytes. New records' ``_hoodie_commit_seqno`` are unique within the
+  write, each partition numbered from its own range
+  (:func:`~amcommit.table.mutate.plan.seq_bases`; not contiguous across partitions).
 - **Concurrency** (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``): the
   commit fails with :class:`~amcommit.table.errors.WriteConflict` (one line, nothing
   published, the write rolled back) if a file group it rewrites got a newer version, or
