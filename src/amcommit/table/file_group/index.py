@@ -3,8 +3,9 @@ their footers), confirmed by reading only the ``_hoodie_record_key`` column. Rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from amcommit.committer.config import CommitterConfig
 from amcommit.paths import join
@@ -17,6 +18,8 @@ from amcommit.table.format.bloom import (
 if TYPE_CHECKING:
     import pyarrow as pa
 from amcommit.table.file_group.merge import KEY_COLUMN
+
+T = TypeVar("T")
 
 # -- I/O --------------------------------------------------------------------------------
 
@@ -85,6 +88,10 @@ class IndexReader:
 
     def _local(self, rel: str) -> str | None:
         return local_os_path(self.store, join(self.dest, rel))
+
+    def local_path(self, rel: str) -> str | None:
+        """The OS path of base file ``rel`` where the store is local files, else None."""
+        return self._local(rel)
 
     async def _range(self, rel: str, start: int, length: int) -> bytes:
         from amcommit.store.retry import RetryingStore
@@ -176,20 +183,30 @@ class IndexReader:
     async def table(self, rel: str) -> pa.Table:
         """The whole base file (decoded in a worker thread; its key column taken from
         :attr:`key_columns` if :meth:`key_array` read it)."""
+        return await self.apply(rel, _same)
+
+    async def apply(self, rel: str, fn: Callable[[pa.Table], T], limiter: Any = None) -> T:
+        """``fn`` of the whole base file (:meth:`table`), decoded and passed to ``fn`` in one
+        worker-thread call (``limiter``: the anyio capacity limiter of that call)."""
         import anyio
         import pyarrow as pa
 
         keys = self.key_columns.pop(rel, None)
         local = self._local(rel)
         if local is not None:
-            return await anyio.to_thread.run_sync(_read_base_file, local, keys)
+            return await anyio.to_thread.run_sync(lambda: fn(_read_base_file(local, keys)), limiter=limiter)
         from amcommit.store.retry import RetryingStore
 
         data = self.whole.pop(rel, None)  # read by key_array already
         if data is None:
             data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
             self.bytes_read += len(data)
-        return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
+        source = pa.BufferReader(data)
+        return await anyio.to_thread.run_sync(lambda: fn(_read_base_file(source, keys)), limiter=limiter)
+
+
+def _same(t: pa.Table) -> pa.Table:
+    return t
 
 
 def _read_base_file(source: Any, keys: pa.ChunkedArray | None) -> pa.Table:

@@ -90,6 +90,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ if TYPE_CHECKING:
 from amcommit.table.errors import MutationError
 from amcommit.table.file_group.index import IndexReader
 from amcommit.table.file_group.merge import (
+    KEY_COLUMN,
     Payload,
     merge_file,
     parquet_with_index,
@@ -144,6 +146,7 @@ from amcommit.table.mutate.plan import (
     SMALL_FILE_LIMIT,
     FileRewrite,
     MutationPlan,
+    PartitionBatch,
     assign_inserts,
     confirm_keys,
     file_candidates,
@@ -187,6 +190,21 @@ UPLOAD_BUDGET = 256 * 1024 * 1024
 
 def _nothing() -> None:
     return None
+
+
+def _look_up_local(local: str, rel: str, part: PartitionBatch) -> tuple[list[str], Any, Any] | None:
+    """The index lookup of a base file on local files (``local``: its OS path) in one call:
+    the keys of ``part`` its footer cannot rule out, then, if any, ``(those keys, its key
+    column, the keys it holds)``; None when the footer rules every key out. Reads only."""
+    import pyarrow.parquet as pq
+
+    from amcommit.table.format.bloom import parse_footer
+
+    asked = file_candidates(part, parse_footer(pq.read_metadata(local).metadata, where=rel))
+    if not asked:
+        return None
+    held = pq.read_table(local, columns=[KEY_COLUMN]).column(0)
+    return asked, held, confirm_keys(asked, held)
 
 
 class ByteBudget:
@@ -411,6 +429,8 @@ async def _mutate(
             token = write_token(task, 0, 0)
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
             uploads = ByteBudget(UPLOAD_BUDGET)
+            # the CPU-bound worker-thread calls, a few at once (more only contend for the GIL)
+            cpu = anyio.CapacityLimiter(max(2, os.cpu_count() or 2))
             # each partition's new records get their own range of seqnos, fixed before any
             # partition is planned (partitions are written in the order they are planned)
             bases = seq_bases(parts, files_of)
@@ -504,9 +524,10 @@ async def _mutate(
                     await one_log(first, rw)
                 elif rw is not None:  # a new version of a file group
                     f = rw.version
-                    stored = await reader.table(where)
-                    body, n, counts = await anyio.to_thread.run_sync(rewritten, first, stored, rw)
-                    del stored
+                    # read (or decoded, if read ahead) and rewritten in one worker-thread call
+                    body, n, counts = await reader.apply(
+                        where, functools.partial(rewritten, first, rw=rw), limiter=cpu
+                    )
                     encoded()
                     report.kept_stored += counts["kept_stored"]
                     if not body:
@@ -525,7 +546,7 @@ async def _mutate(
                     report.inserted += counts["inserted"]
                     report.files_rewritten += 1
                 else:  # a new file group
-                    fname, body = await anyio.to_thread.run_sync(created, first, where, chunk)
+                    fname, body = await anyio.to_thread.run_sync(created, first, where, chunk, limiter=cpu)
                     encoded()
                     new_rel = f"{where}/{fname}" if where else fname
                     async with uploads.hold(len(body)):
@@ -562,14 +583,27 @@ async def _mutate(
             ready_send, ready = anyio.create_memory_object_stream[str](max(1, len(parts)))
 
             async def index_one(f: FileVersion) -> None:
-                idx = await reader.footer(f.path, f.size)
-                asked = await anyio.to_thread.run_sync(file_candidates, parts[f.partition], idx)
+                local = reader.local_path(f.path)
+                if local is not None:  # footer, candidates, key column, confirmed: one call
+                    looked = await anyio.to_thread.run_sync(
+                        _look_up_local, local, f.path, parts[f.partition], limiter=cpu
+                    )
+                    asked: list[str] = []
+                    if looked is not None:
+                        asked, held, got = looked
+                        reader.key_columns[f.path] = held  # not decoded again by the rewrite
+                else:
+                    idx = await reader.footer(f.path, f.size)
+                    asked = await anyio.to_thread.run_sync(
+                        file_candidates, parts[f.partition], idx, limiter=cpu
+                    )
+                    if asked:
+                        # a filter's "maybe" is almost surely a hit (fpp 1e-9): the file is read
+                        # whole now, not again for its rewrite (MoR rewrites none)
+                        held = await reader.key_array(f.path, whole=idx.has_bloom and not mor)
+                        got = await anyio.to_thread.run_sync(confirm_keys, asked, held, limiter=cpu)
                 if asked:
                     report.candidates += 1
-                    # a filter's "maybe" is almost surely a hit (fpp 1e-9): the file is read
-                    # whole now (on object stores), not again for its rewrite; MoR rewrites none
-                    held = await reader.key_array(f.path, whole=idx.has_bloom and not mor)
-                    got = await anyio.to_thread.run_sync(confirm_keys, asked, held)
                     if len(got):
                         found[f.partition].append((f, got))
                     else:  # the filter's false positives only: the file is not rewritten
