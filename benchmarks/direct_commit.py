@@ -97,12 +97,13 @@ AVRO = json.dumps(
 )
 GCS_MUTATING = ("gcs_insert", "gcs_delete", "gcs_rewrite", "gcs_patch", "gcs_move", "gcs_compose")
 """The GCS store's IO statistics operations that are mutating HTTP requests."""
-_MARKER = re.compile(r"\.marker\.(CREATE|MERGE|APPEND)$")
+_MARKER = re.compile(r"\.marker\.(CREATE|MERGE|APPEND)$|/\.hoodie/\.temp/[^/]+/MARKERS[^/]*$")
 _PUBLISH = re.compile(r"(^|/)(\.hoodie/\d{17}\.(commit|replacecommit)|_SUCCESS)$")
 
 
 def is_marker(path: str) -> bool:
-    """A Hudi write marker (``<base file>.marker.<IOType>``), wherever its folder is."""
+    """A Hudi write marker (``<base file>.marker.<IOType>``, wherever its folder is), or a
+    marker folder's ``MARKERS<n>`` / ``MARKERS.type`` file (timeline-server format)."""
     return _MARKER.search(path) is not None
 
 
@@ -224,7 +225,7 @@ async def _write_job(
     from amcommit.committer import CommitterConfig, commit_task, setup_task
     from amcommit.table.format.model import Operation
     from amcommit.table.format.naming import base_file_name, new_file_id, write_token
-    from amcommit.table.write.direct import IOType, commit_direct_task, create_marker, write_in_place
+    from amcommit.table.write.direct import AttemptMarkers, IOType, commit_direct_task, write_in_place
     from amcommit.table.write.task import TableSpec, begin_write
 
     data = b"x" * FILE_SIZE
@@ -255,18 +256,20 @@ async def _write_job(
         ]
         placed: list[tuple[str, int, str | None, int]] = []
         work = "" if kind == "direct" else await setup_task(store, layout, ta)
+        # the attempt's one marker file (MARKERS<n>), rewritten before each upload
+        markers = AttemptMarkers(store, dest, job, ta, CommitterConfig())
 
         async def one(rel: str) -> None:
             async with limit:
                 if kind == "direct" and check:
-                    info = await write_in_place(store, dest, job, rel, data)
+                    info = await write_in_place(store, dest, job, rel, data, markers=markers)
                     assert info is not None, "the write was decided while its tasks ran"
                     placed.append((rel, info.size, info.etag, 100))
                 elif kind == "direct":
                     # write_in_place's requests up to its closing instant check (which
                     # only a zombie needs, and which costs 3 stats of missing objects,
                     # each a GET plus a prefix listing on GCS: quadratic on the emulator)
-                    await create_marker(store, dest, job, rel, IOType.CREATE, CommitterConfig())
+                    await markers.mark(rel, IOType.CREATE)
                     info = await store.put(f"{dest}/{rel}", data)
                     placed.append((rel, info.size, info.etag, 100))
                 else:
@@ -597,11 +600,12 @@ LATENCY_COLUMNS = [
 
 
 def run_latency_scenario(
-    files: int, staged_files: Sequence[int], tasks: int, delay: float, rounds: int
+    files: int, staged_files: Sequence[int], tasks: int, delay: float, rounds: int, plain: bool = False
 ) -> dict[str, Any]:
     """Item 3: direct at ``files``, staged at each of ``staged_files`` (and direct at the
     largest of them too, for a ratio measured at one size), fake-gcs-server with ``delay``
-    per request."""
+    per request; ``plain``: the plain commit of the same ``files`` too, same run (issue 35
+    item 2: ``direct_vs_plain``)."""
     from functools import partial
 
     from benchmarks.clients import emulator
@@ -618,8 +622,10 @@ def run_latency_scenario(
             direct_at = n in (files, max(staged_files, default=files))
             kinds = [
                 k
-                for k in ("staged", "direct")
-                if (k == "direct" and direct_at) or (k == "staged" and n in staged_files)
+                for k in ("plain", "staged", "direct")
+                if (k == "direct" and direct_at)
+                or (k == "staged" and n in staged_files)
+                or (k == "plain" and plain and n == files)
             ]
             for r, kind in alternate(rounds, kinds):
                 rows.append(one_round("gcs", where, kind, tasks, max(1, n // tasks), r, proxy=proxy))
@@ -637,6 +643,11 @@ def run_latency_scenario(
         result.update(staged_s=extrapolate(staged, big["files"]), staged_measured=False, staged_from=staged)
     if "staged_s" in result:
         result["speedup"] = result["staged_s"] / result["direct_s"]
+    plain_row = next((r for r in summary if r["contender"] == "plain" and r["files"] == files), None)
+    if plain_row is not None and files in direct:
+        result.update(
+            plain_s=plain_row["seconds"], direct_vs_plain=direct[files]["seconds"] / plain_row["seconds"]
+        )
     same = [
         {"files": n, "speedup": s / direct[n]["seconds"]}
         for n, s in staged
@@ -652,6 +663,11 @@ def run_latency_scenario(
         text += (
             f"\n\n{result['files']:,} files: direct {result['direct_s']:.1f} s, staged {result['staged_s']:.1f} s "
             f"({how}): {result['speedup']:.1f}x"
+        )
+    if "direct_vs_plain" in result:
+        text += (
+            f"\n\n{files:,} files in {tasks} tasks: direct {direct[files]['seconds']:.2f} s, plain "
+            f"{result['plain_s']:.2f} s: direct / plain {result['direct_vs_plain']:.2f}x"
         )
     return {
         "scenario": "latency",
@@ -852,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count-files", type=int, default=10, help="commit: files per task of the second count")
     ap.add_argument("--staged-files", default="1000,4000", help="latency: sizes the staged commit runs at")
     ap.add_argument("--delay", type=float, default=0.05)
+    ap.add_argument("--plain", action="store_true", help="latency: the plain commit of --files too")
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--days", type=int, default=100)
     ap.add_argument(
@@ -874,7 +891,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif a.scenario == "latency":
         staged = [int(x) for x in a.staged_files.split(",") if x]
-        res = run_latency_scenario(a.files or 20_000, staged, a.tasks, a.delay, a.rounds)
+        res = run_latency_scenario(a.files or 20_000, staged, a.tasks, a.delay, a.rounds, a.plain)
     else:
         sizes = None
         if a.gcs_size:

@@ -71,6 +71,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -559,10 +560,11 @@ def run_latency(
     compare_src: str | None = None,
     rounds: int = 1,
     log: Any = sys.stderr,
+    compare_variants: bool = False,
 ) -> list[dict[str, Any]]:
     """amcommit (defaults; ``variants``: defaults with some settings changed, e.g.
     ``bucket_warm``; ``compare_src``: the defaults of another source tree, e.g. main's, for a
-    before/after; c=N: a fixed in-flight limit of N and io_threads N; lean: 2 requests per
+    before/after, and with ``compare_variants`` each variant from it too; c=N: a fixed in-flight limit of N and io_threads N; lean: 2 requests per
     rename like the SDKs) vs thread pool 32 vs sequential (sampled; 0 tasks: left out)
     with ``delay`` on every request (0: no proxy at all); ``double``: also the defaults,
     c=256 and the thread pool on the GCS double (``objects.move``). ``rounds``: the plan
@@ -572,6 +574,8 @@ def run_latency(
     plan = [Contender("amcommit", 0, defaults=True), *variants]
     if compare_src:
         plan.append(Contender("amcommit", 0, defaults=True, src=compare_src))
+        if compare_variants:  # each variant with the other source tree too
+            plan += [dataclasses.replace(v, src=compare_src) for v in variants]
     plan += [Contender("amcommit", c) for c in amcommit_conc]
     plan += [Contender("amcommit", c, lean=True) for c in lean_conc]
     if threadpool:
@@ -586,7 +590,10 @@ def run_latency(
                 if kind == "azurite" and any(k == "bucket_warm" for k, _ in c.store_opts):
                     continue  # a GCS setting
                 proxy = (lambda t: proxied(t, delay=delay)) if delay > 0 else None
+                load0 = os.getloadavg()[0]
                 r = run_one(kind, files, c, proxy=proxy, log=log)
+                r["load"] = f"{load0:.1f}-{os.getloadavg()[0]:.1f}"  # 1-minute load, before-after
+                print(f"    load {r['load']}", file=log, flush=True)
                 r["scenario"] = scenario
                 r["round"] = rnd
                 _proxy_cpu(r)
@@ -730,6 +737,9 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
                 continue
             if other["kind"] == "threadpool":
                 r["x_threadpool"] = round(r["files_per_s"] / other["files_per_s"], 2)
+                if r.get("renames_per_s") and other.get("renames_per_s"):
+                    # the rename phases alone (no manifests loaded, no cleanup)
+                    r["x_threadpool_renames"] = round(r["renames_per_s"] / other["renames_per_s"], 2)
             elif other["kind"] == "sequential":
                 # the sample's rate: its whole-run files/s (listing + renames, no cleanup)
                 r["x_sequential"] = round(r["files_per_s"] / other["files_per_s"], 1)
@@ -746,8 +756,12 @@ LAT_COLUMNS = [
     "backend",
     "files",
     "contender",
+    "round",
+    "load",
     "files_per_s",
     "x_threadpool",
+    "renames_per_s",
+    "x_threadpool_renames",
     "x_best_fixed",
     "x_sequential",
     "requests_per_file",
@@ -815,6 +829,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             p.add_argument("--compare-src", help="also the defaults of amcommit from this src directory")
             p.add_argument(
+                "--compare-variants",
+                action="store_true",
+                help="with --compare-src: also each --variant from there",
+            )
+            p.add_argument(
                 "--variant",
                 action="append",
                 default=[],
@@ -871,6 +890,7 @@ def main(argv: list[str] | None = None) -> int:
             variants=variants,
             compare_src=a.compare_src,
             rounds=a.rounds,
+            compare_variants=a.compare_variants,
         )
         title = (
             f"Job commit with {int(a.delay * 1000)} ms added to every request"

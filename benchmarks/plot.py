@@ -960,6 +960,98 @@ def plot_local_fsync(results: Path, path: Path) -> Path | None:
     return _save(fig, {b[3] for b in bs}, path)
 
 
+def plot_store_ceiling(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 3, the write-gate bound: renames per second at 50 ms per request on
+    fake-gcs-server (the rename phase), the previous defaults on the quiet machine, then
+    the first round of the interleaved run (defaults, ``bucket_warm=true``, previous
+    defaults, thread pool), each panel with its load."""
+    got = _load(results, "latency_ceiling_gcs_quiet_base.json", "latency_ceiling_gcs.json")
+    if got is None:
+        return None
+    quiet, run = got
+    panels = [
+        (f"quiet machine (load {quiet['run']['load_average'][0]:.1f}): the previous defaults", quiet["rows"]),
+        (
+            "interleaved run, round 0 (load per row)",
+            [r for r in run["rows"] if r.get("round", 0) == 0],
+        ),
+    ]
+    fig, axes = _figure(
+        len(panels), 4, [run_of(run)], "Stores at their ceiling (50 ms, fake-gcs, 4,000 files)"
+    )
+    kinds: set[str] = set()
+    for ax, (what, rows) in zip(axes, panels, strict=True):
+        bs: list[Bar] = [
+            (
+                r["contender"] + (f" (load {r['load']})" if r.get("load") else ""),
+                r["renames_per_s"],
+                f"{r['renames_per_s']:.0f}/s, p50 {r['p50_ms']:.0f} ms",
+                r["kind"],
+            )
+            for r in rows
+        ]
+        kinds.update(r["kind"] for r in rows)
+        bars(ax, bs, what, "renames per second (rename phase)")
+    return _save(fig, kinds, path)
+
+
+def plot_stream_batches(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 6: each sink's first and steady micro-batch against Spark's file sink,
+    per round (the session's first queries in round 0)."""
+    got = _load(results, "stream_batches.json")
+    if got is None:
+        return None
+    (d,) = got
+    rounds = sorted({r["round"] for r in d["rows"]})
+    fig, axes = _figure(
+        2, len(d["rows"]), [run_of(d)], "A stream's micro-batches: amcommit against Spark's file sink"
+    )
+    kind = {"parquet": "spark"}
+    for ax, key, what in (
+        (axes[0], "first_ms", "first batch"),
+        (axes[1], "steady_ms", "steady batches (median)"),
+    ):
+        bs: list[Bar] = [
+            (
+                f"round {r['round']}: {r['sink']}",
+                r[key] / 1000,
+                f"{r[key] / 1000:.2f} s",
+                kind.get(r["sink"], "amcommit"),
+            )
+            for rnd in rounds
+            for r in d["rows"]
+            if r["round"] == rnd and r.get(key)
+        ]
+        bars(ax, bs, f"{what}: triggerExecution (lower is better)", "seconds", log=key == "first_ms")
+    return _save(fig, {"spark", "amcommit"}, path, labels={"spark": "Spark's parquet file sink"})
+
+
+def plot_lock_release(results: Path, path: Path) -> Path | None:
+    """Issue 35 item 6: back-to-back table commits into one GCS destination under the
+    per-object limit, the lock released by a rewrite against a delete (best round)."""
+    got = _load(results, "lock_release.json")
+    if got is None:
+        return None
+    (d,) = got
+    best: dict[str, dict[str, Any]] = {}
+    for r in d["rows"]:
+        if r["contender"] not in best or r["commits_per_s"] > best[r["contender"]]["commits_per_s"]:
+            best[r["contender"]] = r
+    kind = {"rewrite": "amcommit", "delete": "before", "unlimited": "raw"}
+    bs: list[Bar] = [
+        (name, r["commits_per_s"], f"{r['commits_per_s']:.2f} commits/s", kind[name])
+        for name, r in best.items()
+    ]
+    fig, axes = _figure(1, len(bs), [run_of(d)], "Back-to-back table commits into one GCS destination")
+    bars(
+        axes[0],
+        bs,
+        "GCS double, one change per second of one name: commits per second (best round)",
+        "commits/s",
+    )
+    return _save(fig, {b[3] for b in bs}, path, labels={"raw": "no per-object limit"})
+
+
 FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "scale": plot_scale,
     "shard_commit": plot_shard,
@@ -977,6 +1069,9 @@ FILE_PLOTS: dict[str, Callable[[Path, Path], Path | None]] = {
     "stream_direct": plot_stream_direct,
     "follow_limit": plot_follow_limit,
     "local_fsync": plot_local_fsync,
+    "store_ceiling": plot_store_ceiling,
+    "stream_batches": plot_stream_batches,
+    "lock_release": plot_lock_release,
 }
 """Plot name -> drawing function over a results directory (None when its files are missing)."""
 

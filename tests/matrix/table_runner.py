@@ -240,11 +240,25 @@ def _diff(got: dict[str, bytes], want: dict[str, bytes | None]) -> str:
 
 def _young_loser_marker(name: str, got: dict[str, bytes], done: set[str]) -> bool:
     """``name`` is a direct marker under a committed instant's marker folder whose file is
-    not in the table (a loser's, deleted by the commit)."""
-    if not name.startswith(to.TEMP) or ".marker." not in name:
+    not in the table (a loser's, deleted by the commit): a per-file marker
+    (``<file>.marker.<IO>``), or an attempt's ``MARKERS<n>`` file every line of which names
+    such a file, or the folder's ``MARKERS.type`` beside such a kept ``MARKERS<n>`` file."""
+    if not name.startswith(to.TEMP):
         return False
     instant, _, rel = name.removeprefix(to.TEMP).partition("/")
-    return instant in done and rel[: rel.index(".marker.")] not in got
+    if instant not in done:
+        return False
+    if ".marker." in rel and "/" in rel:
+        return rel[: rel.index(".marker.")] not in got
+    if rel.startswith("MARKERS") and rel != "MARKERS.type":
+        lines = [ln for ln in got[name].decode().split("\n") if ln]
+        return bool(lines) and all(".marker." in ln and ln[: ln.index(".marker.")] not in got for ln in lines)
+    if rel == "MARKERS.type":
+        folder = f"{to.TEMP}{instant}/"
+        return any(
+            k.startswith(folder + "MARKERS") and k != name and _young_loser_marker(k, got, done) for k in got
+        )
+    return False
 
 
 async def check_table(

@@ -121,6 +121,19 @@ def test_table_write_reads_properties_once_and_names_the_kind(tmp_path: Path, co
     ]
 
 
+def test_table_write_lists_the_timeline_twice(tmp_path: Path, counting: Counting) -> None:
+    """The driver's table write lists ``.hoodie/`` once when it begins and once when it
+    commits (issue 33: one timeline handle per operation)."""
+    url = _table(tmp_path)
+    writer = AmcommitDataSource({"path": url, "tableFormat": "hudi", "recordKey": "id"}).writer(SCHEMA, False)
+    writer.commit([])
+    hoodie = url.lstrip("/") + "/.hoodie"
+    listed = [
+        (phase, op) for phase, op, paths in counting.log if op == "list" and paths[0].rstrip("/") == hoodie
+    ]
+    assert [op for _, op in listed] == ["list", "list"], listed
+
+
 def test_table_abort_names_the_kind(tmp_path: Path, counting: Counting) -> None:
     url = _table(tmp_path)
     before = _instants(url)

@@ -12,11 +12,57 @@ from typing import Any
 import anyio
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
+from amcommit.paths import join, relative_to
 from amcommit.store.base import Store
 from amcommit.table.format.naming import base_file_name, new_file_id, write_token
-from amcommit.table.write.direct import commit_direct_task, write_in_place
+from amcommit.table.write.direct import (
+    MARKER_TYPE_FILE,
+    TIMELINE_SERVER_BASED,
+    AttemptMarkers,
+    IOType,
+    attempt_markers_name,
+    commit_direct_task,
+    encode_markers,
+    marker_dir,
+    marker_name,
+    write_in_place,
+)
 from amcommit.table.write.task import TableWrite
 from tests.table.writehelpers import by_partition, parquet_bytes
+
+
+def attempt_id_of(w: TableWrite, n: int, attempt: int = 0) -> str:
+    """The attempt id :func:`direct_attempt` gives attempt ``attempt`` of task ``n``."""
+    return f"attempt_{w.instant}_m_{n:06d}_{attempt}"
+
+
+def expected_markers(
+    instant: str, attempts: dict[str, Sequence[str]], io: IOType = IOType.CREATE
+) -> dict[str, bytes]:
+    """The marker folder of ``instant`` (paths relative to the table -> bytes) holding the
+    ``MARKERS<n>`` files of ``attempts`` (attempt id -> the files it marked), and
+    ``MARKERS.type``; {} for no attempt."""
+    if not attempts:
+        return {}
+    folder = marker_dir("", instant).lstrip("/")
+    out = {join(folder, MARKER_TYPE_FILE): TIMELINE_SERVER_BASED.encode()}
+    for a, rels in attempts.items():
+        out[join(folder, attempt_markers_name(a))] = encode_markers(marker_name(r, io) for r in rels)
+    return out
+
+
+async def marker_folder(store: Store, dest: str, instant: str) -> dict[str, bytes]:
+    """What the marker folder of ``instant`` holds (paths relative to the table -> bytes)."""
+    from amcommit.errors import NotFound
+
+    out: dict[str, bytes] = {}
+    try:
+        async for info in store.list(marker_dir(dest, instant), recursive=True):
+            if not info.is_dir:
+                out[relative_to(info.path, dest)] = await store.get(info.path)
+    except NotFound:
+        pass
+    return out
 
 
 async def direct_attempt(
@@ -34,6 +80,8 @@ async def direct_attempt(
     share of ``rows``, written in place; its manifest published if ``commit``. Returns the
     files it wrote (relative to the table)."""
     files: list[tuple[str, int, str | None, int]] = []
+    attempt_id = attempt_id_of(w, n, attempt)
+    markers = AttemptMarkers(store, w.layout.dest, w.instant, attempt_id, config)
     for part, prow in sorted(by_partition(rows).items()):
         mine = prow[n::tasks]
         if not mine:
@@ -41,7 +89,9 @@ async def direct_attempt(
         name = base_file_name(new_file_id(), write_token(n, 0, attempt), w.instant)
         rel = f"{part}/{name}"
         data = parquet_bytes(mine, meta=(w.instant, part, name, n))
-        info = await write_in_place(store, w.layout.dest, w.instant, rel, data, config=config)
+        info = await write_in_place(
+            store, w.layout.dest, w.instant, rel, data, config=config, markers=markers
+        )
         if info is not None:
             files.append((rel, info.size, info.etag, len(mine)))
     if commit:
@@ -49,7 +99,7 @@ async def direct_attempt(
             store,
             w.layout,
             f"task_{w.instant}_m_{n:06d}",
-            f"attempt_{w.instant}_m_{n:06d}_{attempt}",
+            attempt_id,
             files,
             config=config,
         )

@@ -18,6 +18,7 @@ from amcommit.store.local import LocalStore
 from amcommit.table.format.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
 from amcommit.table.write.direct import (
+    AttemptMarkers,
     IOType,
     losers,
     marked_files,
@@ -26,7 +27,13 @@ from amcommit.table.write.direct import (
     sweep_late_markers,
     write_in_place,
 )
-from tests.table.directhelpers import direct_attempt, direct_tasks
+from tests.table.directhelpers import (
+    attempt_id_of,
+    direct_attempt,
+    direct_tasks,
+    expected_markers,
+    marker_folder,
+)
 from tests.table.writehelpers import (
     begin,
     hudi_incremental,
@@ -85,8 +92,12 @@ async def test_direct_commit_publishes_winners_and_deletes_losers(tmp_path: Path
     # staging gone; of the markers only the losers' stay (their files are gone: an upload
     # may still land, so each is kept for writer_ttl), for a later sweep
     assert not any(x.startswith(".hoodie/.aux/amcommit/") for x in names), names
-    temp = sorted(x for x in names if x.startswith(".hoodie/.temp/"))
-    assert temp == sorted(f".hoodie/.temp/{w.instant}/{marker_name(r, IOType.CREATE)}" for r in lost)
+    # one MARKERS<n> file per losing attempt, in Hudi's timeline-server format, and its type
+    by_attempt = {
+        attempt_id_of(w, n, a): [r for r in lost if f"_{n}-0-{a}_" in r] for n, a in ((0, 9), (1, 8))
+    }
+    assert all(by_attempt.values()) and sum(map(len, by_attempt.values())) == len(lost)
+    assert await marker_folder(store, "tbl", w.instant) == expected_markers(w.instant, by_attempt)
     assert not any(lost_one in names for lost_one in lost)
     assert len([x for x in names if w.instant in x and x.endswith(".parquet")]) == 4
     assert await sweep_late_markers(store, "tbl", grace=0.0) == {}
@@ -124,13 +135,29 @@ async def test_zombie_upload_after_commit_removes_itself(tmp_path: Path) -> None
     wrote = await direct_attempt(store, w, SECOND, 0, 2, attempt=7, commit=False)
     assert wrote == []  # every upload was removed again by its own check, and its marker
     assert hudi_rows(uri) == keys(FIRST + SECOND)
-    assert not any(".temp/" in x or "_0-0-7_" in x for x in await listing(store, "tbl"))
+    # its MARKERS.type stays (other attempts' marker files may need it) until a sweep
+    assert [x for x in await listing(store, "tbl") if ".temp/" in x or "_0-0-7_" in x] == [
+        f".hoodie/.temp/{w.instant}/MARKERS.type"
+    ]
+    assert await sweep_late_markers(store, "tbl", grace=600.0) == {}
+    assert not any(".temp/" in x for x in await listing(store, "tbl"))
     with pytest.raises(Exception, match="no longer pending"):
         await direct_attempt(store, w, SECOND, 1, 2, attempt=8)
     assert hudi_rows(uri) == keys(FIRST + SECOND)
 
 
-async def test_zombie_that_died_after_its_upload_is_swept(tmp_path: Path) -> None:
+async def _late_marker(store: LocalStore, instant: str, rel: str, legacy: bool) -> None:
+    """A late attempt's marker of ``rel``: the previous version's per-file marker, or a
+    ``MARKERS<n>`` file (and its type) as an attempt writes it."""
+    if legacy:
+        marker = join("tbl", ".hoodie/.temp", instant, marker_name(rel, IOType.CREATE))
+        await store.put(marker, b"", mode=PutMode.CREATE)
+    else:
+        await AttemptMarkers(store, "tbl", instant, f"late-{rel}").mark(rel, IOType.CREATE)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["markers-file", "per-file"])
+async def test_zombie_that_died_after_its_upload_is_swept(tmp_path: Path, legacy: bool) -> None:
     """A zombie whose upload landed after the commit and that died before its own check:
     its file (stamped with the completed instant) shows in snapshot reads (pitfall 3) until
     a sweep finds its marker and removes it."""
@@ -141,8 +168,7 @@ async def test_zombie_that_died_after_its_upload_is_swept(tmp_path: Path) -> Non
     name = base_file_name(new_file_id(), write_token(0, 0, 5), w.instant)
     rel = f"p=a/{name}"
     zombie = rows(100, 2, parts=("a",), tag="z")
-    marker = join("tbl", ".hoodie/.temp", w.instant, marker_name(rel, IOType.CREATE))
-    await store.put(marker, b"", mode=PutMode.CREATE)
+    await _late_marker(store, w.instant, rel, legacy)
     await store.put(join("tbl", rel), parquet_bytes(zombie, meta=(w.instant, "p=a", name, 0)))
     assert hudi_rows(uri) == keys(FIRST + SECOND + zombie)  # the hole the sweep closes
     swept = await sweep_late_markers(store, "tbl", grace=600.0)
@@ -151,7 +177,8 @@ async def test_zombie_that_died_after_its_upload_is_swept(tmp_path: Path) -> Non
     assert not any(".temp/" in x for x in await listing(store, "tbl"))
 
 
-async def test_sweep_keeps_a_young_marker_without_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("legacy", [False, True], ids=["markers-file", "per-file"])
+async def test_sweep_keeps_a_young_marker_without_file(tmp_path: Path, legacy: bool) -> None:
     """A late marker whose upload has not landed: kept until ``grace`` has passed (its upload
     may still land), then removed."""
     store, _, _ = await _table(tmp_path)
@@ -159,12 +186,15 @@ async def test_sweep_keeps_a_young_marker_without_file(tmp_path: Path) -> None:
     await direct_tasks(store, w, SECOND)
     await commit_job(store, "tbl", w.instant, config=CFG)
     rel = f"p=a/{base_file_name(new_file_id(), write_token(0, 0, 6), w.instant)}"
-    marker = join("tbl", ".hoodie/.temp", w.instant, marker_name(rel, IOType.CREATE))
-    await store.put(marker, b"", mode=PutMode.CREATE)
+    await _late_marker(store, w.instant, rel, legacy)
+    kept = await marker_folder(store, "tbl", w.instant)
     assert await sweep_late_markers(store, "tbl", grace=600.0) == {}
+    assert await marker_folder(store, "tbl", w.instant) == kept and kept
     assert await marked_files(store, "tbl", w.instant) == {rel}
     assert await sweep_late_markers(store, "tbl", grace=0.0) == {}
     assert await marked_files(store, "tbl", w.instant) is None
+    assert await marker_folder(store, "tbl", w.instant) == {}
+    assert not os.listdir(os.path.join(store.root, "tbl", ".hoodie", ".temp"))
 
 
 async def test_write_in_place_refuses_foreign_names(tmp_path: Path) -> None:

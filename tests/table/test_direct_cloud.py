@@ -17,7 +17,7 @@ from amcommit.store.base import Store
 from amcommit.table.commit.table_commit import completed_instant
 from amcommit.table.format.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import TableConfig
-from amcommit.table.write.direct import MARKER_INFIX, IOType, marker_name, sweep_late_markers
+from amcommit.table.write.direct import IOType, marker_name, sweep_late_markers
 from tests.matrix.conftest import (  # noqa: F401 (fixtures)
     matrix_blob,
     matrix_dfs,
@@ -25,7 +25,7 @@ from tests.matrix.conftest import (  # noqa: F401 (fixtures)
     matrix_sdk_list,
 )
 from tests.matrix.stores import open_store
-from tests.table.directhelpers import direct_attempt, direct_tasks
+from tests.table.directhelpers import direct_attempt, direct_tasks, expected_markers, marker_folder
 from tests.table.kill_child import KillAt
 from tests.table.test_write_kills import _fork_child
 from tests.table.writehelpers import begin, hudi_rows, keys, parquet_bytes, rows, write
@@ -80,8 +80,11 @@ def test_direct_write_on_emulators(backend: str, request: pytest.FixtureRequest)
             # no staging; of the markers only the loser's stay (file gone, younger than
             # writer_ttl: a later sweep removes them)
             assert not any("/.aux/" in x for x in names), names
-            young = sorted(f".hoodie/.temp/{second}/{marker_name(r, IOType.CREATE)}" for r in lost)
-            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == young, names
+            young = expected_markers(second, {f"attempt_{second}_m_000000_9": lost})  # the loser's file
+            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == sorted(young), (
+                names
+            )
+            assert await marker_folder(store, "c/tbl", second) == young
             # a zombie after the commit removes its own uploads
             w = SimpleNamespace(instant=second, layout=SimpleNamespace(dest="c/tbl"))
             assert await direct_attempt(store, w, SECOND, 0, 2, attempt=7, commit=False) == []  # type: ignore[arg-type]
@@ -153,8 +156,10 @@ def test_direct_commit_killed_on_emulators(backend: str, request: pytest.Fixture
                     assert read(dest) == (keys(FIRST + SECOND) if committed else keys(FIRST)), n
                     names = sdk(dest)
                     assert not any("/.aux/" in x for x in names), (n, names)
-                    kept = tuple(f"{r}{MARKER_INFIX}CREATE" for r in lost)  # the loser's, young
-                    assert all(x.endswith(kept) for x in names if "/.temp/" in x), (n, names)
+                    # the loser's marker file (young), exactly
+                    kept = expected_markers(second, {f"attempt_{second}_m_000000_9": lost})
+                    left = await marker_folder(store, dest, second)
+                    assert not left or left == kept, (n, left)
                     if not committed:
                         assert not any("/.temp/" in x for x in names), (n, names)
                     assert not any(x.endswith(tuple(lost)) for x in names), (n, names)
@@ -187,8 +192,11 @@ def test_direct_markers_on_adls(request: pytest.FixtureRequest) -> None:
             assert len([p for p in snap if second in p]) == 4 and not snap & set(lost)
             names = sdk("c/tbl")
             assert not any(x.endswith(tuple(lost)) or "/.aux/" in x for x in names), names
-            young = sorted(f".hoodie/.temp/{second}/{marker_name(r, IOType.CREATE)}" for r in lost)
-            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == young, names
+            young = expected_markers(second, {f"attempt_{second}_m_000000_9": lost})  # the loser's file
+            assert sorted(x[x.index(".hoodie/.temp/") :] for x in names if "/.temp/" in x) == sorted(young), (
+                names
+            )
+            assert await marker_folder(store, "c/tbl", second) == young
             assert await sweep_late_markers(store, "c/tbl", grace=0.0) == {}
             assert not any("/.temp/" in x for x in sdk("c/tbl"))
             assert [i.path async for i in store.list("c/tbl/.hoodie/.temp", recursive=False)] == []

@@ -28,6 +28,7 @@ CFG = TableConfig(writer_ttl=600.0)
 FIRST = rows(0, 6)
 SECOND = rows(10, 5, parts=("a", "c"), tag="s")
 _NAME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-0_\d+-\d+-\d+_")
+_MARKERS = re.compile(r"/MARKERS\d+$")
 _REPO = str(Path(__file__).resolve().parents[2])
 
 
@@ -44,9 +45,17 @@ async def _fresh(tmp_path: Path, name: str, losers: int = 1) -> tuple[LocalStore
 
 
 async def _normal(store: LocalStore, first: str, second: str) -> list[str]:
-    return sorted(
-        _NAME.sub("F_", n).replace(first, "I1").replace(second, "I2") for n in await listing(store, "tbl")
-    )
+    """The table's listing, names normalised; a MARKERS<n> file (its n from the attempt id,
+    which holds the instant) as ``MARKERSn`` followed by its lines, normalised too."""
+    out = []
+    for n in await listing(store, "tbl"):
+        name = _NAME.sub("F_", n).replace(first, "I1").replace(second, "I2")
+        if _MARKERS.search(name):
+            lines = (await store.get(f"tbl/{n}")).decode()
+            body = _NAME.sub("F_", lines).replace(second, "I2")
+            name = _MARKERS.sub("/MARKERSn", name) + " " + repr(body)
+        out.append(name)
+    return sorted(out)
 
 
 async def _after(tmp_path: Path, name: str, what: str, n: int, then: str) -> tuple[bool, list[str], bool]:
@@ -73,10 +82,13 @@ async def test_direct_job_killed_at_every_request_then_resume_or_abort(tmp_path:
     await abort_job(store, "tbl", second, config=CFG)
     aborted = await _normal(store, first, second)
     assert committed != aborted
-    # no staging left; of the markers only the loser's (its file gone, kept for writer_ttl)
+    # no staging left; of the markers only the loser's attempt's file (its files gone, kept
+    # for writer_ttl), in Hudi's timeline-server format
     assert not any(".aux/" in x for x in committed + aborted)
+    loser = "".join(f"p={p}/F_I2.parquet.marker.CREATE\n" for p in ("a", "c"))
     assert [x for x in committed if ".temp/" in x] == [
-        f".hoodie/.temp/I2/p={p}/F_I2.parquet.marker.CREATE" for p in ("a", "c")
+        ".hoodie/.temp/I2/MARKERS.type",
+        f".hoodie/.temp/I2/MARKERSn {loser!r}",
     ]
     assert not any(".temp/" in x for x in aborted)
     n = 1
@@ -160,4 +172,4 @@ async def test_direct_task_killed_at_every_request_then_retried(tmp_path: Path) 
         if done:
             break
         k += 1
-    assert k >= 5, k  # 2 markers, 2 uploads, the manifest (and the heartbeat)
+    assert k >= 6, k  # MARKERS.type, 2 rewrites of the MARKERS file, 2 uploads, the manifest

@@ -94,7 +94,9 @@ async def _retry_after_kill(
 ) -> None:
     """Batch 0 committed here; batch 1 killed at ``point`` by ``kill_run()``; then the retry
     of batch 1, once more, and batch 2, as an ingestion tool runs them."""
-    cfg = TableConfig(writer_ttl=2.0, lock_ttl=2.0, lock_wait=60.0)
+    # lock_ttl: a killed holder is proven dead at once (same host); the ttl only bounds how
+    # late a live holder may renew, which a busy machine stretches past 2 s
+    cfg = TableConfig(writer_ttl=2.0, lock_ttl=8.0, lock_wait=60.0)
     first = await ingest_once(store, dest, Label("app", 0), rows(0, 4), cfg)
     assert first["skipped"] is None
     assert kill_run() is None  # killed at `point`

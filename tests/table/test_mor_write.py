@@ -18,7 +18,9 @@ from amcommit.store.local import LocalStore
 from amcommit.table.errors import MutationError
 from amcommit.table.format.model import decode_commit_metadata
 from amcommit.table.format.naming import HOODIE_DIR, parse_base_file_name, parse_log_file_name
+from amcommit.table.format.rollback_meta import decode_rollback_metadata
 from amcommit.table.mutate import engine as mutate
+from amcommit.table.query.read import read_store
 from amcommit.table.timeline.instants import list_instants
 from tests.backends import StoreUnderTest
 from tests.table.test_mutate import (
@@ -65,39 +67,84 @@ async def _files(store: Store, dest: str) -> dict[str, int]:
     return out
 
 
+MOR_SEQ = MOR | {"config": MOR["config"].with_options(compact_every=0)}
+"""The sequence's writes: no inline compaction (the sequence compacts at its own step)."""
+
+
 async def _mor_model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
     """insert -> upsert (updates across partitions, duplicates in the batch, inserts) ->
-    delete -> upsert on a Merge-on-Read table: after each instant hudi-rs's snapshot equals
-    the model, its read-optimized view equals the base files' records (the first inserts:
-    no deltacommit rewrote a base file), each instant is a deltacommit, updates and deletes
-    went to new log files (one per touched file group), every base file present before is
-    still there, same size, and no marker is left. Time travel to every instant."""
+    delete -> upsert -> compact -> upsert -> delete -> clean on a Merge-on-Read table: after
+    each instant hudi-rs's and amcommit's snapshots equal the model, their read-optimized
+    views equal the base files' records (before the compaction: each key as first inserted;
+    after it: the compacted state, then the keys inserted since), each write is a
+    deltacommit, updates and deletes went to new log files (one per touched file group,
+    after the compaction against the new slices), every file present before is still there,
+    same size (no base file rewritten by a deltacommit), and no marker is left. Time travel
+    to every instant and incremental reads between every pair equal the model (amcommit's
+    reader) and hudi-rs's answers. The clean then deletes exactly the slices the compaction
+    superseded, each whole (base file and log files)."""
+    from amcommit.table.commit.clean import clean
+    from amcommit.table.commit.compaction import compact_store
+
+    cfg = MOR_SEQ["config"]
     store, dest = sut.store, join(sut.base, "mor")
     uri, storage = hudi_uri(dest)
     m: Model = {}
-    ro: Model = {}  # the records of the base files: each key as first inserted
+    ro: Model = {}  # the records of the base files
     history: list[tuple[str, Model]] = []
+    changed: dict[tuple[str, int], str] = {}  # key -> the instant that last wrote it
+    changes: list[dict[tuple[str, int], str]] = []
     before: dict[str, int] = {}
-    for op, rows in _steps():
-        if op == "upsert":
-            rep = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **MOR)
+    compacted: dict[str, str] = {}  # file id -> the base instant of the slice compaction superseded
+    tc = ""
+    for op, rows in _mor_steps():
+        if op == "compact":
+            crep = await compact_store(store, dest, config=cfg)
+            assert crep.instant is not None and crep.file_groups > 0
+            instant, kind = crep.instant, "commit"
+            ro = dict(m)  # every group with logs compacted (small table, one plan)
+        elif op == "upsert":
+            rep = await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **MOR_SEQ)
             new = {k: r for k, r in model_upsert({}, rows).items() if k not in m and k not in ro}
             m = model_upsert(m, rows)
             ro.update(new)
+            changed |= {(r["p"], r["id"]): rep.instant for r in rows}
         else:
-            rep = await mutate.delete(store, dest, _t(rows), **MOR)
+            rep = await mutate.delete(store, dest, _t(rows), **MOR_SEQ)
             m = model_delete(m, rows)
-        assert rep.job is not None and rep.job.success
-        assert rep.files_rewritten == 0
-        history.append((rep.instant, m))
-        names = {i.file_name for i in await list_instants(store, dest) if i.time == rep.instant}
-        assert names == {f"{rep.instant}.deltacommit{s}" for s in ("", ".requested", ".inflight")}
-        meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, f"{rep.instant}.deltacommit")))
+        if op != "compact":
+            assert rep.job is not None and rep.job.success
+            assert rep.files_rewritten == 0
+            instant, kind = rep.instant, "deltacommit"
+        changed = {k: t for k, t in changed.items() if k in m}
+        changes.append(dict(changed))
+        history.append((instant, m))
+        names = {i.file_name for i in await list_instants(store, dest) if i.time == instant}
+        states = (
+            (".requested", ".inflight")
+            if op != "compact"
+            else (".compaction.requested", ".compaction.inflight")
+        )
+        assert names == {
+            f"{instant}.{kind}",
+            *(f"{instant}{s}" if op == "compact" else f"{instant}.{kind}{s}" for s in states),
+        }
+        meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, f"{instant}.{kind}")))
         stats = [s for ss in meta.partition_to_write_stats.values() for s in ss]
         logs = [s for s in stats if parse_log_file_name(s.path.rpartition("/")[2])]
         bases = [s for s in stats if s not in logs]
-        assert len(logs) == rep.files_logged and len(bases) == rep.files_created
-        assert all(s.prev_commit == "null" for s in bases)  # new file groups only
+        if op == "compact":
+            assert meta.compacted and not logs
+            tc = instant
+            compacted = {s.file_id: s.prev_commit for s in bases}
+        else:
+            assert len(logs) == rep.files_logged and len(bases) == rep.files_created
+            assert all(s.prev_commit == "null" for s in bases)  # new file groups only
+            for s in logs:  # after the compaction, logs of compacted groups go to the new slices
+                name = parse_log_file_name(s.path.rpartition("/")[2])
+                assert name is not None and name.base_instant == (
+                    tc if s.file_id in compacted else name.base_instant
+                )
         after = await _files(store, dest)
         for rel, size in before.items():  # nothing written before was replaced or removed
             assert after.get(rel) == size, rel
@@ -109,6 +156,8 @@ async def _mor_model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
         before = after
         assert hudi_snapshot(uri, storage=storage) == rows_of(m), op
         assert hudi_read_optimized(uri, storage) == rows_of(ro), op
+        assert _rows(await read_store(store, dest)) == rows_of(m), op
+        assert _rows(await read_store(store, dest, query_type="read_optimized")) == rows_of(ro), op
     # the update step: a log file in each partition whose records it updated (p=a and p=b)
     update_instant = history[1][0]
     meta = decode_commit_metadata(await store.get(join(dest, HOODIE_DIR, f"{update_instant}.deltacommit")))
@@ -121,14 +170,62 @@ async def _mor_model_checked(sut: StoreUnderTest, hudi_uri: Any) -> None:
     assert logged == {"p=a", "p=b"}
     for t, snap in history:
         assert hudi_snapshot(uri, as_of=t, storage=storage) == rows_of(snap), t
-    # clean (KEEP_LATEST_COMMITS): each file group is one slice (its base file and logs,
-    # no compaction yet): a live slice is never cleaned, not one of its files goes
-    from amcommit.table.commit.clean import clean
+        assert _rows(await read_store(store, dest, as_of=t)) == rows_of(snap), t
+    # incremental (a, b] for every pair: the records of b's snapshot last written in (a, b]
+    # (deletes are not emitted, as in hudi-rs 0.5.0; a compaction keeps each record's commit
+    # time); hudi-rs answers the same
+    from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 
+    b_ = HudiTableBuilder.from_base_uri(uri)
+    oracle = (b_.with_storage_options(storage) if storage else b_).build()
+    times = [t for t, _ in history]
+    for i, (b, snap) in enumerate(history):
+        for a in [None, *times[:i]]:
+            want = [r for k, r in snap.items() if a is None or changes[i][k] > a]
+            kw: dict[str, Any] = {"until": b} | ({"since": a} if a else {"query_type": "incremental"})
+            assert _rows(await read_store(store, dest, **kw)) == rows_of(
+                {(r["p"], r["id"]): r for r in want}
+            ), (a, b)
+            o = HudiReadOptions().with_query_type(HudiQueryType.Incremental).with_end_timestamp(b)
+            o = o.with_start_timestamp(a) if a else o
+            theirs = [(r["id"], r["p"], r["v"], r["ts"]) for x in oracle.read(o) for r in x.to_pylist()]
+            assert sorted(theirs) == rows_of({(r["p"], r["id"]): r for r in want}), (a, b)
+    # clean (KEEP_LATEST_COMMITS, the latest commit kept): exactly the slices the compaction
+    # superseded go, each whole (its base file and its log files); every latest slice stays
     kept = await _files(store, dest)
-    await clean(store, dest, retain_commits=1, config=FAST)
-    assert await _files(store, dest) == kept
+
+    def superseded(rel: str) -> bool:
+        name = rel.rpartition("/")[2]
+        b, lg = parse_base_file_name(name), parse_log_file_name(name)
+        fid, base = (b.file_id, b.instant) if b else (lg.file_id, lg.base_instant) if lg else ("", "")
+        return compacted.get(fid) == base
+
+    doomed = {rel for rel in kept if superseded(rel)}
+    assert [r for r in doomed if ".log." in r] and [r for r in doomed if ".log." not in r]
+    crep = await clean(store, dest, retain_commits=1, config=cfg)
+    assert set(crep.files) == doomed
+    assert set(await _files(store, dest)) == set(kept) - doomed
     assert hudi_snapshot(uri, storage=storage) == rows_of(m)
+    assert hudi_read_optimized(uri, storage) == rows_of(ro)
+    assert _rows(await read_store(store, dest)) == rows_of(m)
+    assert _rows(await read_store(store, dest, query_type="read_optimized")) == rows_of(ro)
+
+
+def _mor_steps() -> list[tuple[str, list[dict[str, Any]]]]:
+    """The issue's sequence: insert, upsert (updates across partitions, duplicates in the
+    batch), delete, upsert, compact, upsert, delete."""
+    up3 = [
+        {"id": 6, "p": "a", "v": "u6", "ts": 4},  # a second log version of p=a's slice
+        {"id": 6, "p": "a", "v": "u6-old", "ts": 2},  # a duplicate: ts 4 wins
+        {"id": 7, "p": "b", "v": "u7", "ts": 4},
+        {"id": 200, "p": "c", "v": "new-c2", "ts": 1},
+    ]
+    del2 = [{"id": 2, "p": "a", "v": None, "ts": 0}, {"id": 100, "p": "c", "v": None, "ts": 0}]
+    return [*_steps(), ("compact", []), ("upsert", up3), ("delete", del2)]
+
+
+def _rows(t: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(zip(*(t[c].to_pylist() for c in ("id", "p", "v", "ts")), strict=True))
 
 
 async def test_mor_model_checked_sequence_local(backend_local: StoreUnderTest) -> None:
@@ -294,6 +391,7 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
     before_rows, after_rows = rows_of(model_upsert({}, FIRST)), rows_of(from_model)
     n = 1
     outcomes = set()
+    rolled: set[int] = set()  # kill points whose rollback was recorded as an instant
     while True:
         root = str(tmp_path / f"k{n}")
         os.makedirs(root)
@@ -316,10 +414,24 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
                     await abort_job(store, "tbl", t, config=KILL_CFG)
             seen = hudi_snapshot(uri)
             now = await _files_only(store, "tbl")
-            deltas = [i for i in await list_instants(store, "tbl") if i.completed]
+            deltas = [
+                i for i in await list_instants(store, "tbl") if i.completed and i.action == "deltacommit"
+            ]
             if seen == before_rows:
                 outcomes.add("rolled back")
-                assert now == was and len(deltas) == 1, (n, sorted(set(now) ^ set(was)))
+                # exactly the files before, plus the rollback instant (three files) when the
+                # deltacommit had reached the timeline
+                extra = sorted(set(now) - set(was))
+                assert not set(was) - set(now) and len(deltas) == 1, (n, sorted(set(now) ^ set(was)))
+                if extra:
+                    r = extra[0].split("/")[1].split(".")[0]
+                    assert extra == [f".hoodie/{r}.rollback{s}" for s in ("", ".inflight", ".requested")], n
+                    meta = decode_rollback_metadata(
+                        await store.get(f"tbl/{extra[0]}"), root_uri=join(store.root_uri, "tbl")
+                    )
+                    assert meta.target in pending and meta.action == "deltacommit", n
+                    assert not {d for ds in meta.deleted.values() for d in ds} & set(was), n
+                    rolled.add(n)
             else:
                 outcomes.add("completed")
                 assert seen == after_rows and len(deltas) == 2, n
@@ -332,6 +444,7 @@ async def test_mor_upsert_killed_at_every_request_then_resume_or_roll_back(tmp_p
             break
         n += 1
     assert n > 10 and outcomes == {"rolled back", "completed"}, (n, outcomes)
+    assert rolled, "no kill point left a deltacommit to roll back"
 
 
 def test_spark_table_type_option() -> None:

@@ -17,7 +17,7 @@ import pytest
 from amcommit.api import abort_job, commit_job
 from amcommit.committer.kind import JobKind
 from amcommit.errors import CommitError, PermissionDenied
-from amcommit.paths import join
+from amcommit.paths import basename, join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.local import LocalStore
 from amcommit.table.commit.clean import clean
@@ -28,10 +28,10 @@ from amcommit.table.format.naming import base_file_name, new_file_id, write_toke
 from amcommit.table.settings import TableConfig
 from amcommit.table.timeline.heartbeat import stop_beat
 from amcommit.table.timeline.reader import Timeline
-from amcommit.table.write.direct import IOType, marker_name, parse_marker
+from amcommit.table.write.direct import IOType, attempt_markers_name, marker_name, parse_marker
 from amcommit.table.write.staging import is_table_layout, legacy_table_layout, table_layout
-from amcommit.table.write.task import TableWrite
-from tests.table.directhelpers import direct_tasks
+from amcommit.table.write.task import TableWrite, setup_table_task
+from tests.table.directhelpers import attempt_id_of, direct_tasks, expected_markers, marker_folder
 from tests.table.killstore import KillStore
 from tests.table.writehelpers import (
     begin,
@@ -60,8 +60,10 @@ async def _table(tmp_path: Path, name: str = "root") -> tuple[LocalStore, str, s
 
 async def test_marker_folder_holds_only_markers(tmp_path: Path) -> None:
     """While a direct write is pending (staged files, manifests, job marker written) every
-    file under ``.hoodie/.temp/<instant>/`` is a Hudi marker (``*.marker.CREATE``: what
-    Hudi's ``MarkerBasedRollbackStrategy`` can parse), the job directory and the lock are in
+    file under ``.hoodie/.temp/<instant>/`` is Hudi's: ``MARKERS.type`` saying
+    ``TIMELINE_SERVER_BASED`` and one ``MARKERS<n>`` file per task attempt whose every line
+    is a marker (``<partition>/<file>.marker.CREATE`` of a file there: what Hudi's
+    ``MarkerBasedRollbackStrategy`` reads), the job directory and the lock are in
     ``.hoodie/.aux/amcommit/``; hudi-rs and amcommit's reader ignore both. A staged write
     leaves nothing in ``.hoodie/.temp``."""
     store, uri, _ = await _table(tmp_path)
@@ -69,10 +71,22 @@ async def test_marker_folder_holds_only_markers(tmp_path: Path) -> None:
     await direct_tasks(store, w, SECOND, losers=1)
     names = await listing(store, "tbl")
     temp = [x for x in names if x.startswith(".hoodie/.temp/")]
-    assert temp and all(x.startswith(f".hoodie/.temp/{w.instant}/") for x in temp), temp
-    for x in temp:
-        parsed = parse_marker(x.removeprefix(f".hoodie/.temp/{w.instant}/"))
-        assert parsed is not None and parsed[1] is IOType.CREATE, x
+    folder = await marker_folder(store, "tbl", w.instant)
+    assert sorted(folder) == temp
+    attempts = [attempt_id_of(w, 0, 9), attempt_id_of(w, 0), attempt_id_of(w, 1)]
+    assert sorted(folder) == sorted(
+        [f".hoodie/.temp/{w.instant}/MARKERS.type"]
+        + [f".hoodie/.temp/{w.instant}/{attempt_markers_name(a)}" for a in attempts]
+    )
+    assert folder.pop(f".hoodie/.temp/{w.instant}/MARKERS.type") == b"TIMELINE_SERVER_BASED"
+    marked = []
+    for data in folder.values():
+        assert data.endswith(b"\n")
+        for line in data.decode().splitlines():
+            parsed = parse_marker(line)
+            assert parsed is not None and parsed[1] is IOType.CREATE, line
+            marked.append(parsed[0])
+    assert sorted(marked) == sorted(x for x in names if x.endswith(".parquet") and w.instant in x)
     assert f".hoodie/.aux/amcommit/{w.instant}/_job.json" in names
     assert w.layout.job_dir == f"tbl/.hoodie/.aux/amcommit/{w.instant}"
     assert TableKind().lock_staging(w.instant) == ".hoodie/.aux/amcommit"
@@ -213,25 +227,33 @@ class _Recorder(KillStore):
 
 async def test_direct_commit_requests_do_not_grow_with_files(tmp_path: Path) -> None:
     """Mutating requests of a direct write's ``commit_job`` on local files, for 20 and 200
-    files: those of the commit itself (under the lock: journal, partition metadata,
-    publish, cleanup of the job directory) are the same; only the marker removal after
-    the lock grows (one delete per marker, then the emptied folders). Printed."""
+    files in 2 tasks: those of the commit itself (under the lock: journal, partition
+    metadata, publish, cleanup of the job directory) are the same, and so is the marker
+    removal after the lock (one delete per task attempt's ``MARKERS<n>`` file, one for
+    ``MARKERS.type``, one for the instant's folder). Printed."""
     counts: dict[int, tuple[int, int]] = {}
     for files in (20, 200):
         store, _, _ = await _table(tmp_path, f"n{files}")
         w = await begin(store, "tbl", config=CFG)
-        rs = rows(1000, files * 5, parts=tuple(f"k{i}" for i in range(10)))
-        await direct_tasks(store, w, rs, tasks=files // 10)
+        for t in range(2):  # each task: files/2 base files, spread over 10 partitions
+            task = f"task_{w.instant}_m_{t:06d}"
+            tw = await setup_table_task(store, w, task, f"attempt_{w.instant}_m_{t:06d}_0", config=CFG)
+            for i in range(files // 2):
+                part = f"p=k{i % 10}"
+                rel = tw.new_file(part)
+                one = rows(1000 + t * files + i, 1, parts=(f"k{i % 10}",))
+                await tw.put(rel, parquet_bytes(one, meta=(w.instant, part, basename(rel), t)), rows=1)
+            await tw.commit()
         rec = _Recorder(store)
         report = await commit_job(rec, "tbl", w.instant, config=CFG)  # type: ignore[arg-type]
         assert report.success and report.files == files
         markers = [x for x in rec.seen if "/.hoodie/.temp/" in x]
         counts[files] = (len(rec.seen) - len(markers), len(markers))
-        assert len(markers) == files + 10 + 1  # markers, partition folders, the instant's folder
+        assert len(markers) == 2 + 1 + 1, markers  # MARKERS files, MARKERS.type, the folder
         print(
             f"{files} files: {counts[files][0]} requests at job commit, {counts[files][1]} removing markers"
         )
-    assert counts[20][0] == counts[200][0], counts
+    assert counts[20] == counts[200], counts
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
@@ -246,7 +268,8 @@ async def test_marker_folder_alone_is_no_job_directory(tmp_path: Path) -> None:
     lost = await direct_tasks(store, w, SECOND, losers=1)
     await commit_job(store, "tbl", w.instant, config=CFG)
     kept = sorted(x for x in await listing(store, "tbl") if ".temp/" in x)
-    assert kept == sorted(f".hoodie/.temp/{w.instant}/{marker_name(r, IOType.CREATE)}" for r in lost)
+    folder = await marker_folder(store, "tbl", w.instant)
+    assert folder == expected_markers(w.instant, {attempt_id_of(w, 0, 9): lost}) and sorted(folder) == kept
     again = await commit_job(store, "tbl", w.instant, config=CFG)
     assert again.success and again.already_committed and again.files == 4
     aborted = await abort_job(store, "tbl", w.instant, config=CFG)

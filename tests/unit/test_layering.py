@@ -211,7 +211,16 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
     """The engine's config and report hold no table field; the table's types do, and the
     combined option set users give is exactly the engine's plus the table's."""
     table_fields = set(TableSettings.__struct_fields__)
-    assert table_fields == {"writer_ttl", "clean_retain_commits", "table_commit"}
+    assert table_fields == {
+        "writer_ttl",
+        "clean_retain_commits",
+        "table_commit",
+        "compact_every",
+        "compaction_target_io",
+        "archive",
+        "keep_max_commits",
+        "keep_min_commits",
+    }
     assert not table_fields & set(CommitterConfig.__struct_fields__)
     assert set(TableConfig.__struct_fields__) == set(CommitterConfig.__struct_fields__) | table_fields
     for name in table_fields:
@@ -219,7 +228,7 @@ def test_kind_settings_and_report_fields_are_the_tables() -> None:
     report_fields = {f.name for f in dataclasses.fields(TableReport)} - {
         f.name for f in dataclasses.fields(JobReport)
     }
-    assert report_fields == {"instant", "operation", "label", "skipped_label"}
+    assert report_fields == {"instant", "operation", "label", "skipped_label", "active_writes"}
 
 
 TABLE_FLOORS = ("format", "file_group", "timeline", "query", "write", "commit", "mutate")

@@ -4,6 +4,8 @@
     amcommit changes DEST --since I|000 [--until J] [--json] files added / replaced in (I, J]
     amcommit clean DEST --retain-commits N [--dry-run]   delete files replaced before the latest N commits
     amcommit rollback DEST --instant I [--force]         roll back an inflight instant
+    amcommit compact DEST [--target-io-mb MB] [--json]   compact a Merge-on-Read table's log files
+    amcommit archive DEST [--keep-max N --keep-min M]    move old instants into .hoodie/archived/
 
 Registered by :func:`add_commands` from :func:`amcommit.cli.main.build_parser`; errors go through
 ``amcommit.cli.main`` (one line, no traceback).
@@ -18,11 +20,20 @@ from typing import Any
 
 from amcommit.cli.common import URL_FORMS, committer_config, int_arg, store_args, store_options
 from amcommit.errors import ConfigError
+from amcommit.table.commit.archive import ArchiveReport
 from amcommit.table.commit.clean import CleanReport
 from amcommit.table.timeline.instants import Changes
 from amcommit.table.timeline.reader import COUNT_COLUMNS, InstantInfo
 
-__all__ = ["add_commands", "add_rollback", "changes_json", "cmd_rollback", "format_instants", "instants_json"]
+__all__ = [
+    "add_commands",
+    "add_rollback",
+    "changes_json",
+    "cmd_compact",
+    "cmd_rollback",
+    "format_instants",
+    "instants_json",
+]
 
 _COLUMNS = ("TIME", "ACTION", "STATE", "FILES", "BYTES", "ROWS", *COUNT_COLUMNS, "DURATION", "LABEL")
 
@@ -172,6 +183,64 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compaction_text(r: Any) -> str:
+    out = [f"completed interrupted compaction {t}" for t in r.resumed]
+    out += [f"rolled back pending write {t} (its writer was dead)" for t in r.rolled_back]
+    if r.instant is not None:
+        out.append(
+            f"compaction {r.instant}: {r.file_groups} file slices ({r.log_files} log files) -> "
+            f"{len(r.files)} base files, {r.rows} rows, {r.bytes_written} bytes"
+        )
+    elif not r.resumed:
+        out.append("nothing to compact (no file slice with log files)")
+    return "\n".join(out)
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from amcommit.table.commit.compaction import compact
+
+    report = compact(
+        args.dest,
+        config=committer_config(args),
+        target_io_mb=args.target_io_mb,
+        store_options=store_options(args),
+    )
+    print(json.dumps(asdict(report), indent=2) if args.json else _compaction_text(report))
+    return 0
+
+
+def _archive_text(r: ArchiveReport) -> str:
+    out = []
+    if r.finished:
+        out.append(f"finished an interrupted archival of {len(r.finished)} instants")
+    if r.archived:
+        out.append(
+            f"archived {len(r.archived)} instants ({r.archived[0]} .. {r.archived[-1]}) into {r.file}; "
+            f"{r.active_writes} completed writes stay active"
+        )
+    else:
+        out.append(f"nothing to archive ({r.active_writes} completed writes active)")
+    return "\n".join(out)
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from amcommit.loop import run_blocking
+    from amcommit.store.schemes import open_location
+    from amcommit.table.commit.archive import archive
+
+    opts = store_options(args)
+    config = committer_config(args)
+
+    async def main() -> ArchiveReport:
+        store, dest = open_location(args.dest, **opts)
+        async with store:
+            return await archive(store, dest, config=config, keep_max=args.keep_max, keep_min=args.keep_min)
+
+    report = run_blocking(main)
+    print(json.dumps(asdict(report), indent=2) if args.json else _archive_text(report))
+    return 0
+
+
 def cmd_rollback(args: argparse.Namespace) -> int:
     from amcommit.committer.report import JobReport
     from amcommit.loop import run_blocking
@@ -217,7 +286,7 @@ def add_rollback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``rollback``, ``timeline``, ``changes`` and ``clean`` to the subcommands ``sub``."""
+    """Add ``rollback``, ``timeline``, ``changes``, ``clean`` and ``compact`` to the subcommands ``sub``."""
     add_rollback(sub)
     url_forms = URL_FORMS
 
@@ -267,3 +336,41 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     store_args(sp)
     sp.set_defaults(func=cmd_clean)
+
+    sp = sub.add_parser(
+        "compact",
+        help="compact a Merge-on-Read table: merge file slices' log files into new base files",
+        description="Compact the Merge-on-Read table at DEST as Hudi does (<t>.compaction.requested -> "
+        ".inflight -> <t>.commit with compacted=true): the file slices with the most log bytes first, up "
+        "to --target-io-mb of reads and writes (hoodie.compaction.target.io). Completes an interrupted "
+        "compaction first; waits (up to lock_wait) while other writes are pending. Holds the table's lock.",
+    )
+    sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument(
+        "--target-io-mb", type=float, default=None, metavar="MB", help="IO budget of one run (default 512000)"
+    )
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
+    sp.add_argument(
+        "--conf", action="append", metavar="KEY=VALUE", help="committer option (lock_wait, io_threads, ...)"
+    )
+    store_args(sp)
+    sp.set_defaults(func=cmd_compact)
+
+    sp = sub.add_parser(
+        "archive",
+        help="move completed instants beyond the newest N into .hoodie/archived/ (Hudi's archival)",
+        description="Archive the timeline of the Hudi table at DEST as Hudi does: once more than "
+        "--keep-max completed writes are active, the oldest are moved into .hoodie/archived/ (Hudi's "
+        "archived-timeline log files) until --keep-min remain; never past a pending instant or the "
+        "earliest instant the latest clean keeps. Finishes an interrupted archival first. Holds the "
+        "destination lock.",
+    )
+    sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument("--keep-max", type=int_arg(), metavar="N", help="hoodie.keep.max.commits (default 30)")
+    sp.add_argument("--keep-min", type=int_arg(), metavar="M", help="hoodie.keep.min.commits (default 20)")
+    sp.add_argument("--json", action="store_true", help="print the report as JSON")
+    sp.add_argument(
+        "--conf", action="append", metavar="KEY=VALUE", help="committer option (lock_wait, io_threads, ...)"
+    )
+    store_args(sp)
+    sp.set_defaults(func=cmd_archive)

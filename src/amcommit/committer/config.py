@@ -67,9 +67,10 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     """Concurrent file operations (renames, deletes, mkdirs) during job commit. At the
     default (:data:`DEFAULT_IO_THREADS`), the renames made path by path follow the store's
     limiter instead: its in-flight limit now plus a headroom, never fewer than the default,
-    never more than its ceiling (an HTTP store's adaptive limit: 1,024 requests; see
-    :class:`~amcommit.committer.stages.rename_files.FollowGate`); any other value bounds
-    the renames too."""
+    never more than its ceiling (an HTTP store's adaptive limit: 1,024 requests), and,
+    while the store's write gate binds (a cold GCS bucket), about as many as keep it busy
+    (see :class:`~amcommit.committer.stages.rename_files.FollowGate`); any other value
+    bounds the renames too."""
     io_rate: float | None = None
     """Upper bound on file operations started per second by one job commit (None: none);
     the store's own limiter adapts further to throttling."""
@@ -141,6 +142,11 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     lock_wait: float = 600.0
     """Seconds a commit waits for another job's destination lock before failing with a
     ConflictError naming the holder."""
+    lock_release: Literal["delete", "rewrite"] = "delete"
+    """How a table's commit lock is released: ``delete`` (read, then delete it) or
+    ``rewrite`` (one conditional rewrite to a released state, which stays; the next commit
+    acquires it by a conditional rewrite: :mod:`amcommit.committer.lock`). Plain
+    destinations always delete theirs (a committed output holds no ``_temporary``)."""
 
     def __post_init__(self) -> None:
         for name in (

@@ -36,6 +36,14 @@ writes:
   unchanged for a whole ``ttl`` and we delete only before our safe deadline, so this
   cannot happen unless one clock runs more than ``1/SAFE_FRACTION`` times faster than
   another.
+* **Release by rewrite** (a lease made with ``released``): instead of the delete, replace
+  the version we hold with a *released* body (``UpdateIf(our etag)``: one conditional
+  request, atomic on every backend, no read-then-delete window). The object then stays,
+  and ``view`` reads it as :attr:`Holding.released`; acquiring it is a takeover of that
+  exact version (``UpdateIf``), at once: of several acquirers exactly one wins. An absent
+  object (a store or an older amcommit that releases by delete) is still acquired by
+  ``CREATE``. Both kinds of release change the object once, as the create or takeover
+  that acquires it does: a commit changes the lock object twice either way.
 * **Lost answers**: a create, renewal or takeover whose answer was lost and whose retry met
   ``AlreadyExists``/``PreconditionFailed`` is recognised by our token in the object
   (:meth:`Lease.adopt`): then we hold it, with the deadline of the write that landed.
@@ -129,6 +137,9 @@ class Holding:
     """The ttl the holder announced; None: the observer's own applies."""
     process: ProcessId | None = None
     """The holder's process, when known (dead holders: module doc)."""
+    released: bool = False
+    """The object is a released lease (release by rewrite: module doc); ``token`` is the
+    releaser's. Nobody holds it: it is acquired at once."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,10 @@ def judge(
     return "take" if reclaim or dead or unchanged_for > ttl else "wait"
 
 
+def _released(seen: Seen[object]) -> bool:
+    return seen.holding is not None and seen.holding.released
+
+
 def _never(_: object) -> bool:
     return False
 
@@ -196,7 +211,9 @@ class Lease(Generic[B]):
     ``beats`` (it must carry ``token`` and ``beats`` as ``view`` reads them back).
     ``policy``: every request goes through :func:`~amcommit.store.retry.retry_call` with
     it (None: each request is made once). ``what`` / ``hint`` complete the message of
-    :class:`LeaseLost` (``lost {what} (...); ... {hint}``)."""
+    :class:`LeaseLost` (``lost {what} (...); ... {hint}``). ``released``: the body of our
+    release (read back by ``view`` with :attr:`Holding.released` and our ``token``): the
+    lease is then released by a conditional rewrite (module doc); None: by a delete."""
 
     def __init__(
         self,
@@ -211,6 +228,7 @@ class Lease(Generic[B]):
         policy: RetryPolicy | None = None,
         what: str = "the lease",
         hint: str = "",
+        released: Callable[[], bytes] | None = None,
     ) -> None:
         self.store = store
         self.path = path
@@ -222,6 +240,7 @@ class Lease(Generic[B]):
         self._decode = decode
         self._view = view
         self._encode_body = encode
+        self._released_body = released
         self.etag: str | None = None
         """The etag of the object as we last wrote it (None: not held)."""
         self.safe_until = 0.0
@@ -285,7 +304,7 @@ class Lease(Generic[B]):
         with the lease of the write that landed. Returns None if it is not ours (or
         unreadable), else whether the landed write is our latest one."""
         h = seen.holding
-        if h is None or h.token != self.token or seen.etag is None:
+        if h is None or h.token != self.token or seen.etag is None or h.released:
             return None
         sent = self._sent.get(h.beats)
         if sent is None:  # older than we remember: hold it with an expired lease
@@ -363,9 +382,12 @@ class Lease(Generic[B]):
         took: dict[int, Seen[B]] = {}  # beats of our takeover writes -> the version each replaced
         told: str | None = None  # the holder (token) we said we wait for
         cur: Seen[B] | None = None
+        # released by rewrite, the object stays: look before creating (no create refused)
+        create = self._released_body is None
         while True:
-            if await self.create():
+            if create and await self.create():
                 return None
+            create = True
             try:
                 cur = await self.observe()
             except NotFound:
@@ -377,6 +399,11 @@ class Lease(Generic[B]):
             unchanged, changed = watch.see(cur, now)
             if changed and on_change is not None:
                 on_change(cur)
+            if _released(cur):  # nobody holds it: take exactly this version, at once
+                if await self.take_over(cur, now):
+                    return None
+                create = False  # another acquirer won it (or our write landed, its answer lost)
+                continue
             mine = reclaim(cur.body)
             h = cur.holding
             ttl = h.ttl if h is not None and h.ttl is not None else self.ttl
@@ -459,12 +486,15 @@ class Lease(Generic[B]):
         return await self._call(partial(self.store.put, self.path, data, mode=UpdateIf(etag)))
 
     async def release(self) -> bool:
-        """Delete the object if it still carries our token and our lease has not run out
-        (see the module doc for the read-then-delete window). Returns whether it deleted
-        it; never raises."""
+        """Release the lease if our lease has not run out: rewrite the version we hold to
+        the released body (``released``: one conditional request, atomic), else delete the
+        object if it still carries our token (see the module doc for the read-then-delete
+        window). Returns whether it released it; never raises."""
         if self.lost is not None or time.monotonic() >= self.safe_until:
             return False
         store, path = self.store, self.path
+        if self._released_body is not None:
+            return await self._release_by_rewrite(self._released_body())
 
         async def delete_within_lease() -> bool:
             self.check("delete", path)  # every attempt: no delete starts after the lease
@@ -480,6 +510,29 @@ class Lease(Generic[B]):
             await self._call(delete_within_lease)
         except (StoreError, LockLost):
             return False
+        return True
+
+    async def _release_by_rewrite(self, data: bytes) -> bool:
+        """``UpdateIf(our etag)`` to the released body, fenced like every write. A retry
+        whose precondition failed (our rewrite landed, its answer lost) is recognised by
+        the released body carrying our token."""
+        store, path, etag = self.store, self.path, self.etag
+        assert etag is not None
+
+        async def rewrite_within_lease() -> ObjectInfo:
+            self.check("release", path)  # every attempt: no release starts after the lease
+            return await store.put(path, data, mode=UpdateIf(etag))
+
+        try:
+            try:
+                await self._call(rewrite_within_lease)
+            except (PreconditionFailed, NotFound):
+                cur = await self.observe_or_absent()
+                h = cur.holding
+                return h is not None and h.released and h.token == self.token
+        except (StoreError, LockLost):
+            return False
+        self.etag = None
         return True
 
 

@@ -84,12 +84,14 @@ def table_operation(mode: ConflictMode) -> Operation:
     return Operation.INSERT
 
 
-def keep_write_alive(plan: WritePlan) -> None:
+def keep_write_alive(plan: WritePlan, *, spare: bool = False) -> None:
     """Start the driver's keep-alive process of the table write ``plan.job_id`` (its
     instant): it beats until the write is committed or aborted, or the process that runs
     the write is gone (:func:`amcommit.liveness.write_processes`: the Spark driver's
     JVM, or the Python driver that began the write). If it cannot start, the begun write is aborted
-    (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run."""
+    (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run.
+    ``spare``: more writes follow (a stream's batches): the next one's keep-alive process
+    is started now, off their path (:mod:`amcommit.table.timeline.beater`)."""
     from amcommit.table.timeline import beater
 
     try:
@@ -99,6 +101,7 @@ def keep_write_alive(plan: WritePlan) -> None:
             plan.job_id,
             plan.config().writer_ttl,
             watch=write_processes(),
+            spare=spare,
         )
     except CommitError:
         with contextlib.suppress(Exception):
@@ -210,6 +213,7 @@ def begin_table_write(
     operation: Operation | None = None,
     schema_json: str | None = None,
     properties: TableProperties | None = None,
+    spare: bool = False,
 ) -> WritePlan:
     """Allocate the write's instant (``begin_write``: ``.requested`` and ``.inflight`` on
     the timeline, staging under ``.hoodie/.aux/amcommit/<instant>/``); the plan then carries it.
@@ -217,7 +221,8 @@ def begin_table_write(
     ``operation`` (an upsert's or delete's) replaces the one of the save mode;
     ``schema_json`` (Avro) the schema of the DataFrame (a delete writes the table's).
     ``properties``: the table's, as the driver read them for this write (the destination
-    check): ``begin_write`` then does not read them again."""
+    check): ``begin_write`` then does not read them again. ``spare``: more writes follow
+    from this process (:func:`keep_write_alive`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
@@ -277,5 +282,5 @@ def begin_table_write(
         partition_dir_names=(),
         table=replace(table, instant=write.instant, operation=operation.value),
     )
-    keep_write_alive(begun)  # the driver's beats until commit/abort (or the driver is gone)
+    keep_write_alive(begun, spare=spare)  # the driver's beats until commit/abort (or the driver is gone)
     return begun

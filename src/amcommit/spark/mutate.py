@@ -142,13 +142,13 @@ def prepare_mutation(
     check_columns(empty, keys, plan.partition_columns, precombine)
 
     async def schema() -> str | None:
-        from amcommit.table.timeline.instants import list_instants
+        from amcommit.table.timeline.reader import timeline_files
 
         store, root = open_location(plan.url, **plan.store_options)
         async with store:
             if await read_properties(store, root, plan.config()) is None:
                 return None
-            instants = await list_instants(store, root)
+            instants = await timeline_files(store, root, config=plan.config())
             return await committed_schema(store, root, latest_write(instants), plan.config())
 
     table_schema = run_blocking(schema)
@@ -335,7 +335,7 @@ async def _rewrite_one(
     from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
     from amcommit.table.mutate.engine import IndexReader, rewrite_group
     from amcommit.table.settings import Placement, table_settings
-    from amcommit.table.write.direct import IOType, commit_direct_task, write_in_place
+    from amcommit.table.write.direct import AttemptMarkers, IOType, commit_direct_task, write_in_place
     from amcommit.table.write.task import read_marker, write_schema
 
     t0 = time.perf_counter()
@@ -389,7 +389,14 @@ async def _rewrite_one(
             check_footer(rel, body, write_schema(await read_marker(store, layout)))
             if direct:
                 got = await write_in_place(
-                    store, dest, instant, rel, body, io_type=IOType.MERGE, config=config
+                    store,
+                    dest,
+                    instant,
+                    rel,
+                    body,
+                    io_type=IOType.MERGE,
+                    config=config,
+                    markers=AttemptMarkers(store, dest, instant, attempt_id, config),
                 )
                 if got is None:
                     raise CommitError(
@@ -531,7 +538,8 @@ def run_mutation(
     from amcommit.parallel import run_parallel
     from amcommit.store.schemes import open_location
     from amcommit.table.mutate.engine import IndexReader
-    from amcommit.table.timeline.instants import load_timeline, snapshot
+    from amcommit.table.timeline.instants import snapshot
+    from amcommit.table.timeline.reader import Timeline
 
     sc = df.sparkSession.sparkContext
     report = MutateReport(
@@ -555,7 +563,7 @@ def run_mutation(
         async def footers() -> dict[str, list[Any]]:
             store, dest = open_location(plan.url, **plan.store_options)
             async with store:
-                _, commits = await load_timeline(store, dest)
+                commits = await Timeline(store, dest, config=plan.config()).commits()
                 files = [f for f in snapshot(commits) if f.partition in parts]
                 reader = IndexReader(store, dest, plan.config())
                 out: dict[str, Any] = {}

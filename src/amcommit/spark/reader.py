@@ -59,8 +59,6 @@ from amcommit.table.format.naming import PROPERTIES_FILE, check_instant
 from amcommit.table.timeline.instants import (
     LoadedCommit,
     changes,
-    list_instants,
-    load_timeline,
     snapshot,
 )
 
@@ -264,28 +262,32 @@ def schema_instant(query: Query, writes: Sequence[str]) -> str | None:
 
 async def _plan(
     store: Any, dest: str, query: Query
-) -> tuple[list[FileVersion], list[FileVersion], Instant | None]:
+) -> tuple[list[FileVersion], list[FileVersion], Instant | None, str | None]:
     """``(files the query reads, files of the latest snapshot, the write instant whose
-    schema the query reads with)``.
+    schema the query reads with, that instant's recorded schema when it is archived: its
+    instant file is gone from .hoodie/)``.
 
     With the reading API (:class:`amcommit.table.timeline.reader.Timeline`, when present) a time
     travel or incremental query reaching past what a clean deleted is refused
     (``CleanedPast``, one line); otherwise the timeline is loaded whole."""
-    done = {i.time: i for i in await list_instants(store, dest) if i.completed and i.action in WRITE_ACTIONS}
+    from amcommit.table.timeline.reader import Timeline
+
+    tl = await Timeline.open(store, dest)  # one handle: its listing serves the plan below
+    lst = await tl.current()
+    done = {i.time: i for i in lst.instants if i.completed and i.action in WRITE_ACTIONS}
+    # (archived writes too: a time travel or incremental read may start before the active timeline)
+    archived = {c.instant.time: c for c in await tl.archived_commits(lst)}
+    done = {**{t: c.instant for t, c in archived.items()}, **done}
     writes = sorted(done)
     q = snap(query, writes)
     at = schema_instant(q, writes)
-    files, latest = await _plan_files(store, dest, q)
-    return files, latest, None if at is None else done.get(at)
+    files, latest = await _plan_files(tl, q)
+    old = archived.get(at) if at is not None else None
+    old_schema = None if old is None else old.metadata.extra_metadata.get("schema") or None
+    return files, latest, None if at is None else done.get(at), old_schema
 
 
-async def _plan_files(store: Any, dest: str, q: Query) -> tuple[list[FileVersion], list[FileVersion]]:
-    try:
-        from amcommit.table.timeline.reader import Timeline  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        _, commits = await load_timeline(store, dest)
-        return plan_files(commits, q), snapshot(commits)
-    tl = await Timeline.open(store, dest)
+async def _plan_files(tl: Any, q: Query) -> tuple[list[FileVersion], list[FileVersion]]:
     latest = await tl.snapshot()
     if q.incremental:
         if q.until == _BEFORE_ALL or (q.since is not None and q.since == q.until):
@@ -308,7 +310,7 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
                 f"{plan.url!r} holds no Hudi table (no {PROPERTIES_FILE}); "
                 "plain folders are read with spark.read.parquet"
             ) from None
-        files, latest, at = await _plan(store, dest, plan.query)
+        files, latest, at, archived_schema = await _plan(store, dest, plan.query)
         # the newest file written at or before the instant whose schema is read
         upto = [f for f in (*files, *latest) if at is None or f.instant <= at.time]
         newest = max(upto or latest or files, key=lambda f: (f.instant, f.path), default=None)
@@ -316,7 +318,7 @@ async def _load(plan: ReadPlan) -> tuple[list[FileVersion], str | None]:
         if schema_json is not None and at is not None:
             from amcommit.table.write.task import committed_schema
 
-            avro = await committed_schema(store, dest, at)
+            avro = archived_schema or await committed_schema(store, dest, at)
             if avro is not None:
                 schema_json = table_spark_schema(schema_json, avro)
         return files, schema_json

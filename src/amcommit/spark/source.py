@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -42,22 +41,22 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from amcommit.api import setup_job
 from amcommit.errors import AmcommitError, BucketNotFound, ConfigError, NotFound
-from amcommit.loop import run_blocking
 from amcommit.messages import for_user
-from amcommit.paths import basename, join
-from amcommit.spark.driver import abort_write, begin_table_write, commit_write, open_driver_store
-from amcommit.spark.options import SOURCE_NAME, WritePlan, build_plan, check_table_options
-from amcommit.spark.parquet import nullable_voids, unwritable_column
-from amcommit.spark.reader import FilePart, ReadPlan, build_read_plan, load_plan, read_files
-from amcommit.spark.sqlconf import SESSION_KEYS
-from amcommit.spark.task import TaskResult, run_task
-from amcommit.store.schemes import open_location
-from amcommit.table.format.naming import HOODIE_DIR, PROPERTIES_FILE
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from amcommit.spark.options import WritePlan
+    from amcommit.spark.reader import FilePart, ReadPlan
+    from amcommit.spark.task import TaskResult
     from amcommit.table.format.properties import TableProperties
+
+# Spark starts a Python process to look this source up (``name()``) and one to create it for
+# each streaming query, before the one that plans its writer: the engine, pyarrow and the
+# write and read paths load only in the methods that use them (:mod:`amcommit.spark`).
+SOURCE_NAME = "amcommit"
+"""``format("amcommit")`` (:data:`amcommit.spark.options.SOURCE_NAME`)."""
 
 
 @dataclass
@@ -80,12 +79,17 @@ class AmcommitWriter(DataSourceArrowWriter):
     def _empty_schema(self) -> pa.Schema:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from amcommit.spark.parquet import nullable_voids
+
         schema = StructType.fromJson(nullable_voids(json.loads(self.plan.data_schema_json)))
         return to_arrow_schema(schema, timezone="UTC")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AmcommitCommitMessage:
         """Write this task attempt's rows and commit the task (manifest published)."""
         from pyspark import TaskContext
+
+        from amcommit.spark.sqlconf import SESSION_KEYS
+        from amcommit.spark.task import run_task
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
@@ -110,6 +114,8 @@ class AmcommitWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Job commit on the authorised attempts' manifests; writes ``_SUCCESS``."""
+        from amcommit.spark.driver import commit_write
+
         try:
             commit_write(
                 self.plan, [m.result if isinstance(m, AmcommitCommitMessage) else None for m in messages]
@@ -119,6 +125,8 @@ class AmcommitWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Roll back (or complete, past the point of no return) and clean up."""
+        from amcommit.spark.driver import abort_write
+
         try:
             abort_write(self.plan)
         except AmcommitError as e:
@@ -149,6 +157,8 @@ class TableReader(DataSourceReader):
         """The rows of the partition's files, as Arrow batches of the table's schema."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from amcommit.spark.reader import read_files
+
         assert isinstance(partition, TablePartition)
         schema = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)), timezone="UTC")
         try:
@@ -161,6 +171,10 @@ def _check_destination(plan: WritePlan) -> TableProperties | None:
     """Open the store and list the destination once: bad URLs, options and credentials fail
     on the driver before any task starts. Messages never contain option values. Returns
     the destination's table properties if it holds a Hudi table (``.hoodie/hoodie.properties``)."""
+    from amcommit.loop import run_blocking
+    from amcommit.paths import basename, join
+    from amcommit.spark.driver import open_driver_store
+    from amcommit.table.format.naming import HOODIE_DIR, PROPERTIES_FILE
 
     async def probe() -> tuple[TableProperties | None, bool]:
         store, dest = open_driver_store(plan, "check")
@@ -240,6 +254,9 @@ def _continue_table(
 def _setup_job(plan: WritePlan) -> None:
     """Create the job directory (once, on the driver). Tasks refuse to write once its marker
     is gone: after the job was committed or aborted."""
+    from amcommit.api import setup_job
+    from amcommit.loop import run_blocking
+    from amcommit.store.schemes import open_location
 
     async def setup() -> None:
         store, dest = open_location(plan.url, **plan.store_options)
@@ -294,6 +311,8 @@ class AmcommitDataSource(DataSource):
 
     def schema(self) -> StructType:
         """The table's schema: that of its newest committed files (meta columns first)."""
+        from amcommit.spark.reader import build_read_plan, load_plan
+
         try:
             schema_json, _ = load_plan(build_read_plan(dict(self.options)))
         except AmcommitError as e:
@@ -302,6 +321,8 @@ class AmcommitDataSource(DataSource):
 
     def reader(self, schema: StructType) -> TableReader:
         """Plan the query (snapshot, time travel or incremental) on the driver."""
+        from amcommit.spark.reader import build_read_plan, load_plan
+
         try:
             plan = build_read_plan(dict(self.options))
             schema_json, parts = load_plan(plan)
@@ -331,6 +352,10 @@ class AmcommitDataSource(DataSource):
         """The checked plan; ``begin=False``: a table write's instant is not allocated yet
         (the streaming sink allocates it later, :mod:`amcommit.spark.stream`)."""
         import pyspark
+
+        from amcommit.spark.driver import begin_table_write
+        from amcommit.spark.options import build_plan, check_table_options
+        from amcommit.spark.parquet import unwritable_column
 
         plan = build_plan(
             dict(self.options),
@@ -399,4 +424,4 @@ def register(spark: Any) -> type[AmcommitDataSource]:
     return cls
 
 
-__all__ = ["AmcommitCommitMessage", "AmcommitDataSource", "AmcommitWriter", "begin_table_write", "register"]
+__all__ = ["AmcommitCommitMessage", "AmcommitDataSource", "AmcommitWriter", "register"]

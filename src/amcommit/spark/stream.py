@@ -507,6 +507,8 @@ def begin_batch(
 
     ck = checkpoint_app(checkpoint) if checkpoint else None
     owner = Owner(app=app, checkpoint=ck, driver=driver or driver_id())
-    plan = begin_table_write(plan, owner=owner_fields(owner), operation=operation, schema_json=schema_json)
+    plan = begin_table_write(
+        plan, owner=owner_fields(owner), operation=operation, schema_json=schema_json, spare=True
+    )  # the next batch's keep-alive process starts now, off its path
     hooks.current.stream_begun(batch, checkpoint)
     return plan

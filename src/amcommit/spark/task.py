@@ -74,9 +74,9 @@ from amcommit.store.schemes import open_location
 from amcommit.table.format.naming import base_file_name, new_file_id, write_token
 from amcommit.table.settings import Placement, table_settings
 from amcommit.table.write.direct import (
+    AttemptMarkers,
     IOType,
     commit_direct_task,
-    create_marker,
     upload_stays,
     write_in_place,
 )
@@ -344,10 +344,18 @@ def run_task(
             # the same setting, and a write is direct or staged as a whole
             direct = plan.table is not None and table_settings(config).placement is Placement.DIRECT
             placed: dict[str, tuple[int, str | None]] = {}  # direct: rel -> (size, etag)
+            # direct: the attempt's one marker file (MARKERS<n>), rewritten before each upload
+            markers = (
+                AttemptMarkers(store, dest, plan.table.instant, attempt_id, config)
+                if direct and plan.table is not None
+                else None
+            )
 
             async def put_in_place(rel: str, data: bytes) -> None:
                 assert plan.table is not None
-                got = await write_in_place(store, dest, plan.table.instant, rel, data, config=config)
+                got = await write_in_place(
+                    store, dest, plan.table.instant, rel, data, config=config, markers=markers
+                )
                 if got is None:
                     raise _decided(plan.table.instant, attempt_id)
                 placed[rel] = (got.size, got.etag)
@@ -367,9 +375,11 @@ def run_task(
             elif direct:
                 assert plan.table is not None
                 instant = plan.table.instant
+                assert markers is not None
+                marks = markers
 
                 def local_path(rel: str) -> str:
-                    portal.call(lambda: create_marker(store, dest, instant, rel, IOType.CREATE, config))
+                    portal.call(lambda: marks.mark(rel, IOType.CREATE))
                     os_path = local_os_path(store, join(dest, rel))
                     assert os_path is not None
                     return os_path
@@ -377,6 +387,7 @@ def run_task(
                 def on_closed(rel: str, local: str) -> None:
                     if not portal.call(upload_stays, store, dest, instant):
                         os.unlink(local)
+                        portal.call(lambda: marks.unmark(rel, IOType.CREATE))
                         raise _decided(instant, attempt_id)
                     placed[rel] = (os.path.getsize(local), None)
             else:

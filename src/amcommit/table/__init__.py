@@ -16,7 +16,8 @@ first use (importing :mod:`amcommit.table` costs nothing). The layout underneath
 - :mod:`amcommit.table.query` -- reading rows: snapshot (base files merged with their log
   blocks), read-optimized, time travel, incremental (:func:`read`, :func:`read_async`);
 - :mod:`amcommit.table.write` -- begin a write, staging, the task writer, markers;
-- :mod:`amcommit.table.commit` -- the table kind's job commit, rollback, clean, labels;
+- :mod:`amcommit.table.commit` -- the table kind's job commit, rollback, clean, labels,
+  compaction of Merge-on-Read tables (:func:`compact`, :func:`compact_async`);
 - :mod:`amcommit.table.mutate` -- upsert and delete by record key.
 
 Beside them: :mod:`.errors`, :mod:`.settings` (``TableConfig``) and :mod:`.report`.
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from amcommit.table.commit.clean import CleanReport
+    from amcommit.table.commit.compaction import CompactionReport, compact, compact_async
     from amcommit.table.commit.labels import Label, last_committed, recover
     from amcommit.table.errors import (
         CleanedPast,
@@ -70,6 +72,9 @@ if TYPE_CHECKING:
 _FACE: dict[str, str] = {
     "BloomSettings": "amcommit.table.format.bloom",
     "CleanReport": "amcommit.table.commit.clean",
+    "CompactionReport": "amcommit.table.commit.compaction",
+    "compact": "amcommit.table.commit.compaction",
+    "compact_async": "amcommit.table.commit.compaction",
     "Payload": "amcommit.table.file_group.merge",
     "TableWrite": "amcommit.table.write.task",
     "Label": "amcommit.table.commit.labels",
@@ -109,6 +114,7 @@ __all__ = [
     "BloomSettings",
     "CleanReport",
     "CleanedPast",
+    "CompactionReport",
     "Label",
     "MutateReport",
     "MutationError",
@@ -128,6 +134,8 @@ __all__ = [
     "WriteConflict",
     "avro_schema",
     "begin_write",
+    "compact",
+    "compact_async",
     "delete",
     "delete_blocking",
     "last_committed",

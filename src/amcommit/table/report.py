@@ -25,6 +25,11 @@ class TableReport(JobReport):
     """Set only when this labelled write was skipped because its label was already committed:
     the instant that had committed it. This write was rolled back (``files`` 0, ``success``
     True, ``instant`` this write's rolled-back instant)."""
+    active_writes: int | None = None
+    """Completed writes in the active timeline once this commit published (this one
+    included), as its listing under the lock said; None when it did not list (a resumed
+    commit, a skip). Archival after the commit looks at the timeline only when it is over
+    ``keep_max_commits`` (:func:`~amcommit.table.commit.archive.archive_after_commit`)."""
 
 
 def table_report(report: JobReport) -> TableReport:

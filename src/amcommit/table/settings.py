@@ -40,8 +40,23 @@ class Placement(enum.Enum):
 TABLE_COMMITS = tuple(p.value for p in Placement)
 
 
-def _check(writer_ttl: float, table_commit: str = "direct") -> None:
+def _check(
+    writer_ttl: float,
+    table_commit: str = "direct",
+    compact_every: int = 5,
+    compaction_target_io: float = 1.0,
+    keep: tuple[int, int] = (30, 20),
+) -> None:
     # (no message shows the value given: it may be a secret given to the wrong option)
+    if isinstance(compact_every, bool) or not isinstance(compact_every, int) or compact_every < 0:
+        raise ConfigError("committer option 'compact_every' must be an integer >= 0 (0: never)")
+    if not compaction_target_io > 0:
+        raise ConfigError("committer option 'compaction_target_io' must be a number of megabytes > 0")
+    keep_max, keep_min = keep
+    if isinstance(keep_min, bool) or not isinstance(keep_min, int) or keep_min < 1:
+        raise ConfigError("committer option 'keep_min_commits' must be an integer >= 1")
+    if isinstance(keep_max, bool) or not isinstance(keep_max, int) or keep_max <= keep_min:
+        raise ConfigError("committer option 'keep_max_commits' must be an integer > keep_min_commits")
     if not writer_ttl > 0:
         raise ConfigError("committer option 'writer_ttl' must be a number of seconds > 0")
     if table_commit not in TABLE_COMMITS:
@@ -83,9 +98,35 @@ class TableSettings(Options, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     zombie) removes its own late upload, and a later commit, clean or rollback removes
     what it left (:mod:`amcommit.table.write.direct`: the window that remains), where a staged
     zombie's files never leave its attempt directory."""
+    compact_every: int = 5
+    """Inline compaction of a Merge-on-Read table: after a deltacommit commits, once this
+    many deltacommits completed since the latest compaction, the writer compacts the table
+    (:func:`amcommit.table.commit.compaction.compact_if_due`; Hudi's
+    ``hoodie.compact.inline.max.delta.commits``, default 5; 0: never). Copy-on-Write tables
+    are never compacted."""
+    compaction_target_io: float = 512000.0
+    """Megabytes of IO (reads and writes) one compaction plans at most (Hudi's
+    ``hoodie.compaction.target.io``, default 500 GB); the file slices with the most log bytes
+    go first (:mod:`amcommit.table.commit.compaction_plan`)."""
+
+    archive: bool = True
+    """After each commit, archive the timeline as Hudi does (``hoodie.archive.automatic``):
+    once it holds more than ``keep_max_commits`` completed writes, the oldest are moved
+    into ``.hoodie/archived/`` until ``keep_min_commits`` remain
+    (:mod:`amcommit.table.commit.archive`)."""
+    keep_max_commits: int = 30
+    """Hudi's ``hoodie.keep.max.commits``: archive once more completed writes are active."""
+    keep_min_commits: int = 20
+    """Hudi's ``hoodie.keep.min.commits``: the completed writes an archival keeps active."""
 
     def __post_init__(self) -> None:
-        _check(self.writer_ttl, self.table_commit)
+        _check(
+            self.writer_ttl,
+            self.table_commit,
+            self.compact_every,
+            self.compaction_target_io,
+            (self.keep_max_commits, self.keep_min_commits),
+        )
 
     @property
     def placement(self) -> Placement:
@@ -110,10 +151,27 @@ class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fie
     """:attr:`TableSettings.clean_retain_commits`."""
     table_commit: str = DEFAULT_SETTINGS.table_commit
     """:attr:`TableSettings.table_commit`."""
+    compact_every: int = DEFAULT_SETTINGS.compact_every
+    """:attr:`TableSettings.compact_every`."""
+    compaction_target_io: float = DEFAULT_SETTINGS.compaction_target_io
+    """:attr:`TableSettings.compaction_target_io`."""
+
+    archive: bool = DEFAULT_SETTINGS.archive
+    """:attr:`TableSettings.archive`."""
+    keep_max_commits: int = DEFAULT_SETTINGS.keep_max_commits
+    """:attr:`TableSettings.keep_max_commits`."""
+    keep_min_commits: int = DEFAULT_SETTINGS.keep_min_commits
+    """:attr:`TableSettings.keep_min_commits`."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check(self.writer_ttl, self.table_commit)
+        _check(
+            self.writer_ttl,
+            self.table_commit,
+            self.compact_every,
+            self.compaction_target_io,
+            (self.keep_max_commits, self.keep_min_commits),
+        )
 
     def settings(self) -> TableSettings:
         """The table's part of this config."""
@@ -121,6 +179,11 @@ class TableConfig(CommitterConfig, frozen=True, kw_only=True, forbid_unknown_fie
             writer_ttl=self.writer_ttl,
             clean_retain_commits=self.clean_retain_commits,
             table_commit=self.table_commit,
+            compact_every=self.compact_every,
+            compaction_target_io=self.compaction_target_io,
+            archive=self.archive,
+            keep_max_commits=self.keep_max_commits,
+            keep_min_commits=self.keep_min_commits,
         )
 
 

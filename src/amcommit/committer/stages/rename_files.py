@@ -27,8 +27,10 @@ What happens when a rename does not simply succeed:
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
@@ -247,6 +249,34 @@ HEADROOM_MIN = 8
 """Renames admitted above the store's in-flight limit: at least this many, or a quarter of
 the limit (see :class:`FollowGate`)."""
 
+WRITE_MARGIN = 1.5
+"""Renames admitted while the store's write gate binds: this many times the renames that
+were, on average over the last window, in flight and *not* waiting at the gate (see
+:class:`FollowGate`)."""
+WRITE_WINDOW = 0.25
+"""Seconds (at least) over which :class:`FollowGate` measures the write gate's queue."""
+WRITE_MIN_SAMPLES = 32
+"""Renames that end (at least) in a window before it is judged."""
+WRITE_BINDS = 0.1
+"""The write gate binds when, on average over a window, at least this share of the renames
+in flight were waiting at it (below that the gate is left unbounded by it)."""
+WRITE_FLOOR = 16
+"""The fewest renames the write-gate bound admits."""
+
+
+def store_write_gate(store: object, *, depth: int = 8) -> Limiter | None:
+    """The write gate of ``store`` (a rate limit on its writes only, e.g. a cold GCS
+    bucket's 1,000 writes/s: its ``write_limiter``), or of the store it wraps; None if
+    there is none (``bucket_warm=true``, or a store without one)."""
+    for _ in range(depth):
+        gate = getattr(store, "write_limiter", None)
+        if isinstance(gate, Limiter):
+            return gate
+        store = getattr(store, "inner", None)
+        if store is None:
+            return None
+    return None
+
 
 class FollowGate:
     """Admits renames while fewer than the store limiter's in-flight limit *now*, plus a
@@ -261,20 +291,53 @@ class FollowGate:
     about 4 requests each bound fake-gcs-server's commit at 50 ms per request to 2.0-2.3x
     the SDK committer). The headroom keeps the limiter's gate reached (a rename sends its
     requests one after another, with client work between them: exactly as many renames
-    as the limit would leave it short, and it would never grow). Not thread-safe (one
-    event loop)."""
+    as the limit would leave it short, and it would never grow).
 
-    def __init__(self, limiter: Limiter) -> None:
+    **The store's write ceiling** (``write_gate``: a cold GCS bucket's 1,000 writes/s, two
+    writes per rename): when the renames wait at the write gate, more of them in flight
+    only lengthen its queue (and every waiter costs the event loop wake-ups), the rate
+    stays the gate's. Over windows of at least :data:`WRITE_WINDOW` seconds and
+    :data:`WRITE_MIN_SAMPLES` ended renames, the gate measures the renames in flight on
+    average, ``N`` (the integral of the count over time, by the injected ``clock``) and
+    the writes waiting at the write gate on average, ``Q`` (its ``waited_seconds`` over the
+    window's length); when ``Q`` is at least :data:`WRITE_BINDS` of ``N`` the write gate
+    binds, and the renames admitted are bounded by :data:`WRITE_MARGIN` × (``N`` − ``Q``)
+    (Little's law: the renames that keep the write gate busy at its rate, with a margin
+    that keeps a queue at it, about a third of the renames), never below
+    :data:`WRITE_FLOOR`; below the share the bound is lifted (``write_cap`` None) and the
+    renames follow the in-flight limit again (a bucket warmed up, a rate restored). This
+    bound may be below the 128. Without a write gate (``bucket_warm=true``, Blob) there is
+    no such bound. Not thread-safe (one event loop)."""
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        write_gate: Limiter | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limiter = limiter
+        self.write_gate = write_gate
         self.ceiling = limiter.concurrency_ceiling or DEFAULT_IO_THREADS
         self.active = 0
         self.peak = 0
+        self.write_cap: int | None = None
+        """The bound the write gate sets now (None: none; see the class docstring)."""
         self._waiters: deque[anyio.Event] = deque()
+        self._clock = clock
+        now = clock()
+        self._last = now  # the last change of ``active``
+        self._win_start = now
+        self._win_area = 0.0  # integral of ``active`` over the window (rename-seconds)
+        self._win_ended = 0
+        self._win_waited = write_gate.waited_seconds if write_gate is not None else 0.0
 
     def allowed(self) -> int:
         """Renames admitted at once now."""
         limit = self.limiter.concurrency_limit or self.ceiling
-        return min(self.ceiling, max(DEFAULT_IO_THREADS, limit + max(HEADROOM_MIN, limit // 4)))
+        n = min(self.ceiling, max(DEFAULT_IO_THREADS, limit + max(HEADROOM_MIN, limit // 4)))
+        cap = self.write_cap
+        return n if cap is None else min(n, cap)
 
     async def __aenter__(self) -> None:
         if self.active < self.allowed() and not self._waiters:
@@ -286,19 +349,49 @@ class FollowGate:
             await ev.wait()  # the turn is counted for us by _wake
         except BaseException:
             if ev.is_set():
-                self.active -= 1  # handed a turn while being cancelled: pass it on
-                self._wake()
+                self._leave(ended=False)  # handed a turn while being cancelled: pass it on
             else:
                 self._waiters.remove(ev)
             raise
 
     async def __aexit__(self, *exc: object) -> None:
+        self._leave()
+
+    def _tick(self) -> float:
+        """Account the renames in flight since the last change; the time now."""
+        now = self._clock()
+        self._win_area += self.active * (now - self._last)
+        self._last = now
+        return now
+
+    def _admit(self) -> None:
+        if self.write_gate is not None:
+            self._tick()
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+
+    def _leave(self, *, ended: bool = True) -> None:
+        if self.write_gate is not None:
+            now = self._tick()
+            self._win_ended += ended
+            if now - self._win_start >= WRITE_WINDOW and self._win_ended >= WRITE_MIN_SAMPLES:
+                self._judge(now)
         self.active -= 1
         self._wake()
 
-    def _admit(self) -> None:
-        self.active += 1
-        self.peak = max(self.peak, self.active)
+    def _judge(self, now: float) -> None:
+        """Close the window: set or lift the write-gate bound (see the class docstring)."""
+        gate = self.write_gate
+        assert gate is not None
+        span = now - self._win_start
+        waited = gate.waited_seconds
+        in_flight = self._win_area / span
+        queued = min(in_flight, max(0.0, waited - self._win_waited) / span)
+        if in_flight > 0 and queued >= WRITE_BINDS * in_flight:
+            self.write_cap = max(WRITE_FLOOR, math.ceil(WRITE_MARGIN * (in_flight - queued)))
+        else:
+            self.write_cap = None
+        self._win_start, self._win_area, self._win_ended, self._win_waited = now, 0.0, 0, waited
 
     def _wake(self) -> None:
         """Hand the free turns (the limit may have grown) to waiters, in order."""
@@ -310,7 +403,7 @@ class FollowGate:
 
 def _follow_gate(ctx: JobContext) -> FollowGate | None:
     lim = _following(ctx)
-    return FollowGate(lim) if lim is not None else None
+    return FollowGate(lim, store_write_gate(ctx.store)) if lim is not None else None
 
 
 BATCH_WORKERS = 2

@@ -13,6 +13,13 @@ deletes
   always stays, every version written at or after ``E`` stays (the snapshots as of the retained
   commits read them), and so does the one a query that began just before ``E`` reads.
 
+On a Merge-on-Read table a "version" is a **file slice**: a base file and the log files
+written against its base instant (a log file's name carries it). A slice is kept or deleted
+whole: a slice superseded by a newer one (a compaction's base file, or a rewrite) goes with
+all its logs, as Hudi's ``getFilesToCleanKeepingLatestCommits`` deletes a slice's base and log
+files together; the latest slice of a group never goes, logs and all. The plan and the
+clean metadata name every file deleted, log files included.
+
 No read that starts at or after ``E`` needs what it deletes. Reads that reach before ``E`` are
 refused by amcommit's readers afterwards (:class:`~amcommit.table.errors.CleanedPast`).
 
@@ -58,7 +65,12 @@ from amcommit.parallel import gather_limited
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryingStore
-from amcommit.table.commit.orphans import OrphanScan, remove_orphans, roll_back_failed_writes
+from amcommit.table.commit.orphans import (
+    OrphanScan,
+    finish_pending_rollbacks,
+    remove_orphans,
+    roll_back_failed_writes,
+)
 from amcommit.table.format import avro_meta
 from amcommit.table.format.avro_meta import CleanerPlan, CleanMetadata, CleanPartition
 from amcommit.table.format.model import Action, Instant, State
@@ -120,10 +132,17 @@ def plan_clean(
     keep = ordered[-retain_commits]
     e = keep.instant.time
     prev = previous_earliest or ""
-    versions: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    # per file group, its file slices by base instant: the base file and the log files
+    # written against it (Merge-on-Read); a slice is kept or deleted whole
+    slices: dict[tuple[str, str], dict[str, list[str]]] = {}
     for c in ordered:
         for f in c.added():
-            versions.setdefault((f.partition, f.file_id), []).append((f.instant, f.path))
+            slices.setdefault((f.partition, f.file_id), {}).setdefault(f.instant, []).append(f.path)
+        for log in c.logs():
+            slices.setdefault((log.partition, log.file_id), {}).setdefault(log.base_instant, []).append(
+                log.path
+            )
+    versions = {g: sorted(ss.items()) for g, ss in slices.items()}
     replaced_at: dict[tuple[str, str], str] = {}
     for c in ordered:
         for group in c.replaced():
@@ -133,13 +152,12 @@ def plan_clean(
         r = replaced_at.get(group)
         if r is not None and r <= prev:
             continue  # replaced before the previous clean's E: deleted whole then
-        vs.sort()
-        for k, (_, path) in enumerate(vs):
+        for k, (_, paths) in enumerate(vs):
             newer = vs[k + 1][0] if k + 1 < len(vs) else None
             if newer is not None and newer < prev:
                 continue  # superseded before the previous clean's E: deleted then
             if (r is not None and r <= e) or (newer is not None and newer < e):
-                doomed.setdefault(group[0], set()).add(path)
+                doomed.setdefault(group[0], set()).update(paths)
     if not doomed:
         return None
     return CleanerPlan(
@@ -256,8 +274,11 @@ async def _clean_unlocked(
         lst = await tl.listing()
     if not dry_run:
         # other writers' failed writes first, as Hudi's clean rolls them back (lazy policy)
+        resumed = await finish_pending_rollbacks(store, dest, lst.instants, config=config)
+        if resumed:
+            lst = await tl.listing()
         failed = await roll_back_failed_writes(store, dest, lst.instants, ttl=ttl, config=config)
-        report.rolled_back, report.pending_alive = failed.rolled_back, failed.alive
+        report.rolled_back, report.pending_alive = [*resumed, *failed.rolled_back], failed.alive
         if failed.rolled_back:
             lst = await tl.listing()
     commits = await tl.load([i for i in lst.instants if i.time in set(lst.writes)])

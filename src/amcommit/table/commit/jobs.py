@@ -26,7 +26,7 @@ from amcommit.store.retry import RetryingStore
 from amcommit.table.format.model import State
 from amcommit.table.format.naming import PROPERTIES_FILE, STAGING_DIR, heartbeat_path
 from amcommit.table.timeline.heartbeat import STOPPED, last_beats
-from amcommit.table.timeline.instants import list_instants
+from amcommit.table.timeline.reader import timeline_files
 from amcommit.table.write.staging import legacy_table_layout, staged_instants, table_layout
 
 BeatState = Literal["alive", "stopped", "expired", "none"]
@@ -93,7 +93,7 @@ async def _table_writes(
     the committer's helpers make are retried by them, with the handle's policy; the
     heartbeat listing is not retried (as before)."""
     store, policy = rs.inner, rs.policy
-    instants = await list_instants(rs, dest)
+    instants = await timeline_files(rs, dest)
     rank = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
     best: dict[str, tuple[str, State]] = {}
     for i in instants:
@@ -147,11 +147,13 @@ async def list_table_jobs(
         return None
     lock_data = await read_optional(store, lock_path(dest, staging=STAGING_DIR), policy)
     table_lock = decode_lock(lock_data) if lock_data is not None else None
+    if table_lock is not None and table_lock.released:
+        table_lock = None  # released by rewrite: nobody holds it
     writes, last_instant = await _table_writes(rs, dest, table_lock, writer_ttl)
     return TableJobs(
         dest_uri=path_to_uri(store.root_uri, dest),
         lock=lock_info(table_lock) if table_lock is not None else None,
-        lock_unreadable=lock_data is not None and table_lock is None,
+        lock_unreadable=lock_data is not None and decode_lock(lock_data) is None,
         table_writes=writes,
         last_instant=last_instant,
     )

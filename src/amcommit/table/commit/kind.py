@@ -36,6 +36,7 @@ from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, StoreError
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
+from amcommit.table.commit.archive import archive_after_commit
 from amcommit.table.commit.clean import clean_after_commit
 from amcommit.table.commit.jobs import list_table_jobs
 from amcommit.table.commit.table_commit import (
@@ -284,6 +285,9 @@ class TableKind:
             await _markers_after(store, dest, job_id, config, settings.writer_ttl)
         if settings.clean_retain_commits is not None and not report.already_committed:
             await _clean_after(store, dest, config, settings.clean_retain_commits)
+        if report.success and not report.already_committed:
+            # (as Hudi's postCommit: clean, then archive; outside the lock, never failing it)
+            await archive_after_commit(store, dest, config, table_report(report).active_writes, settings)
         return report
 
     async def _commit_guarded(

@@ -21,7 +21,6 @@ from amcommit.table.commit.kind import TableKind
 from amcommit.table.commit.table_commit import PLAN_NAME
 from amcommit.table.format.model import WRITE_ACTIONS
 from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR
-from amcommit.table.timeline.instants import list_instants
 from amcommit.table.timeline.labelmeta import (
     EXTRA_APP,
     EXTRA_LABEL,
@@ -37,6 +36,7 @@ from amcommit.table.timeline.labelmeta import (
     last_committed,
     newest_first,
 )
+from amcommit.table.timeline.reader import timeline_files
 from amcommit.table.write.staging import legacy_table_layout, staged_instants, table_layout
 from amcommit.table.write.task import read_marker
 
@@ -72,10 +72,7 @@ async def pending_of(
     rs = RetryingStore.of(store, config)
     new, legacy = await staged_instants(rs, dest)
     staged = sorted(new | legacy)
-    try:
-        instants = await list_instants(rs, dest)
-    except NotFound:
-        instants = []
+    instants = await timeline_files(rs, dest, config=config)
     done = {i.time for i in instants if i.completed}
     out = {i.time for i in instants if i.action in WRITE_ACTIONS and i.time not in done} - set(staged)
     for t in staged:
@@ -137,7 +134,7 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
         body = decode_lock(await RetryingStore.of(store, config).get(path))
     except NotFound:
         return
-    if body is None or not proven_dead(body.process()):
+    if body is None or body.released or not proven_dead(body.process()):
         return
 
     async def nothing(_: Store) -> None:

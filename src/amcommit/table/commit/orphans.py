@@ -126,6 +126,58 @@ async def roll_back_failed_writes(
     return out
 
 
+def _target_file(rel: str, target: str) -> bool:
+    """True if ``rel`` (a stored plan's path, input) names a file the write ``target`` created
+    whole: a base file stamped with it or a log file of its own
+    (:func:`~amcommit.table.format.naming.own_log_file`), in no hidden, ``_`` or ``..``
+    folder. Pure."""
+    from amcommit.table.format.naming import own_log_file
+
+    *folders, name = rel.split("/")
+    if any(not f or f.startswith((".", "_")) for f in folders):
+        return False
+    base = parse_base_file_name(name)
+    return (base is not None and base.instant == target) or own_log_file(name, target)
+
+
+async def finish_pending_rollbacks(
+    store: Store, dest: str, instants: Sequence[Instant], *, config: CommitterConfig
+) -> list[str]:
+    """Complete every pending rollback instant of a Merge-on-Read write (a rollback killed
+    part way, :mod:`amcommit.table.commit.rollback_record`) from its stored plan: the plan's
+    files, then what :func:`roll_back_foreign` removes of its target, then the completed
+    rollback instant. The caller holds the table's lock (a clean): no rollback is running.
+    A rollback whose target still has a staging folder of amcommit's is left to the job's
+    abort (``amcommit abort-job`` / ``amcommit rollback``, which finish it from the same plan),
+    as a pending write of ours is. Returns the targets rolled back; costs nothing when no
+    rollback is pending."""
+    from amcommit.table.commit.rollback_record import pending_rollbacks
+
+    rs = RetryingStore.of(store, config)
+    done: list[str] = []
+    recs = await pending_rollbacks(store, dest, instants)
+    staged = await _staged(store, dest) if recs else set()
+    for rec in recs:
+        target = rec.plan.target
+        if target in staged:
+            continue  # its staging folder is there: `amcommit abort-job` / rollback finishes it
+        for rels in rec.plan.files.values():
+            for rel in rels:
+                if not _target_file(rel, target):
+                    log.warning(
+                        "rollback %s of %s: %r is no file of %s, left alone", rec.instant, dest, rel, target
+                    )
+                    continue
+                try:
+                    await rs.delete(join(dest, rel))
+                except NotFound:
+                    pass
+        await roll_back_foreign(store, dest, target, config)
+        log.info("completed rollback %s of %s: instant %s rolled back", rec.instant, dest, target)
+        done.append(target)
+    return done
+
+
 async def _staged(store: Store, dest: str) -> set[str]:
     """Instants with a staging folder of amcommit's (either layout): two listings."""
     from amcommit.table.write.staging import staged_instants
@@ -142,9 +194,11 @@ async def roll_back_foreign(store: Store, dest: str, instant: str, config: Commi
     inflight, then its requested file. Never a completed instant (False). Each step
     idempotent; a crash leaves a pending instant the next judge rolls back again."""
     from amcommit.paths import parent
+    from amcommit.table.commit.rollback_record import begin_rollback
     from amcommit.table.commit.undo import finish_rollback
     from amcommit.table.write.direct import rollback_from_markers
 
+    await begin_rollback(store, dest, instant, config)  # a deltacommit's: recorded first
     marked = await rollback_from_markers(store, dest, instant, config)
     parts = None if marked is None else {parent(r) if "/" in r else "" for r in marked}
     return await finish_rollback(store, dest, instant, partitions=parts, config=config)

@@ -104,8 +104,9 @@ from amcommit.table.format.writestats import (
 from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import DEFAULT_SETTINGS, TableSettings
 from amcommit.table.timeline.heartbeat import delete_beat, judge_writers, writer_alive
-from amcommit.table.timeline.instants import LoadedCommit, completed_instant, list_instants, snapshot
+from amcommit.table.timeline.instants import LoadedCommit, completed_instant, snapshot
 from amcommit.table.timeline.labelmeta import Label, committed_by, label_metadata, label_of
+from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.direct import (
     check_markers,
     check_one_mode,
@@ -190,14 +191,13 @@ async def staged_times(store: Store, dest: str) -> set[str]:
 
 
 async def _order_inputs(store: Store, dest: str) -> tuple[list[Instant], set[str]]:
-    """The timeline and the staged instants: two listings, sent together."""
-    from amcommit.table.timeline.instants import list_instants
-
+    """The timeline and the staged instants: two listings (``.hoodie/`` once, through the
+    timeline handle, and the staging folders), sent together."""
     instants: list[Instant] = []
     staged: set[str] = set()
 
     async def timeline() -> None:
-        instants.extend(await list_instants(store, dest))
+        instants.extend(await Timeline(store, dest).files())
 
     async def staging() -> None:
         staged.update(await staged_times(store, dest))
@@ -499,7 +499,7 @@ async def plan_commit(
     stats = _write_stats(ctx, loaded, props.partition_fields) if spliced is None else {}
     written = spliced if spliced is not None else stats
     if instants is None:
-        instants = await list_instants(ctx.store, dest)
+        instants = await Timeline(ctx.store, dest, config=ctx.config).files()
     writes = [i for i in instants if i.completed and i.action in WRITE_ACTIONS]
     replacing = op.action is Action.REPLACE_COMMIT
     commits = await _load_commits(ctx, writes) if replacing else []
@@ -733,6 +733,8 @@ class TablePlan:
         self.written: list[str] = []
         """The partitions written."""
         self.direct = False
+        self.listed: list[Instant] | None = None
+        """The timeline this run listed under the lock (the order check's), if it ran one."""
 
     async def begin(self, ctx: JobContext) -> bool:
         """The write's marker (its operation, its label), then the table's properties and
@@ -832,9 +834,12 @@ class TablePlan:
         else:
             async with ctx.stage("check_order"):
                 instants = await check_order(ctx, self.kind, self.settings.writer_ttl)
+        self.listed = instants
         if label is not None:
             async with ctx.stage("check_label"):
-                by = await committed_by(store, dest, label, config=ctx.config)
+                # the label is looked up in the timeline the order check listed (the
+                # lock is held since: no amcommit writer completed meanwhile)
+                by = await committed_by(store, dest, label, config=ctx.config, instants=instants)
             if by is not None:
                 assert ctx.journal is None
                 await skip_labelled(ctx, by, _run_of(loaded))
@@ -900,9 +905,17 @@ class TablePlan:
     async def publish(self, ctx: JobContext, loaded: LoadedManifests, journal: Journal) -> None:
         store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
         async with ctx.stage("publish"):
-            # only a later completed instant matters here (one listing): cannot happen under
-            # the lock discipline, checked anyway right before the instant is published
-            later = later_completed(instant, await list_instants(store, dest))
+            # only a later completed instant matters here: it cannot happen under the lock
+            # discipline. A first run judged the timeline it listed under this lock hold (the
+            # order check refused a later completed instant there): that listing is used, not
+            # taken again. A resumed run lists it (once) right before the instant is published.
+            listed = self.listed
+            if listed is None:
+                listed = await Timeline(store, dest, config=ctx.config).files()
+            later = later_completed(instant, listed)
+            table_report(ctx.report).active_writes = 1 + len(
+                {i.time for i in listed if i.completed and i.action in WRITE_ACTIONS}
+            )
             if later is not None:
                 raise CommitError(
                     f"instant {instant} is ready but the later instant {later} completed "

@@ -17,6 +17,10 @@ rollback finishes, because the instant files go last):
 4. the heartbeat ``.hoodie/.heartbeat/<instant>``;
 5. the inflight file, then the ``.requested`` file.
 
+A deltacommit's rollback is recorded as a rollback instant of its own
+(:mod:`amcommit.table.commit.rollback_record`): its plan and inflight file before step 0,
+its completed file after step 5.
+
 A completed instant is never rolled back here.
 """
 
@@ -30,6 +34,7 @@ from amcommit.errors import ManifestError, NotFound, StoreError
 from amcommit.paths import basename, is_within, join, parent, relative_to
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
+from amcommit.table.commit.rollback_record import begin_rollback, complete_rollback
 from amcommit.table.format.naming import (
     HOODIE_DIR,
     PARTITION_METADATA_FILE,
@@ -137,6 +142,7 @@ async def finish_rollback(
     a write whose staging is gone may have been committed and cleaned up."""
     if await completed_instant(store, dest, instant) is not None:
         return False
+    record = await begin_rollback(store, dest, instant, config)
     rs = RetryingStore.of(store, config)
     touched = await remove_stamped(store, dest, instant, partitions, config)
     await _remove_empty(store, dest, touched)
@@ -150,6 +156,9 @@ async def finish_rollback(
                 found = True
         except NotFound:
             pass
+    if record is not None:
+        await complete_rollback(store, dest, record, config)
+        found = True
     return found
 
 
@@ -180,6 +189,8 @@ async def rollback_table_write(ctx: JobContext, journal: Journal | None, *, run:
         # written in place lacks the mark a rename leaves). The caller completes it.
         return True
     async with ctx.stage("rollback_markers"):
+        # a deltacommit's rollback is an instant of its own, begun before anything is deleted
+        await begin_rollback(store, dest, instant, ctx.config)
         # files written in place (amcommit.table.write.direct): every marked one, winner or not
         marked = await rollback_from_markers(store, dest, instant, ctx.config)
     if marked is not None:

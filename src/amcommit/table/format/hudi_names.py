@@ -50,7 +50,12 @@ HUDI_WRITE_NAMES: dict[str, tuple[str | None, str | None]] = {
     "hoodie.bloom.index.filter.type": ("bloom.type_code", None),
     "hoodie.clean.commits.retained": ("clean_retain_commits", "clean_retain_commits"),
     "hoodie.cleaner.commits.retained": ("clean_retain_commits", "clean_retain_commits"),
+    "hoodie.keep.max.commits": ("keep_max_commits", "keep_max_commits"),
+    "hoodie.keep.min.commits": ("keep_min_commits", "keep_min_commits"),
+    "hoodie.archive.automatic": ("archive", "archive"),
     "hoodie.parquet.small.file.limit": ("small_file_limit", None),
+    "hoodie.compact.inline.max.delta.commits": ("compact_every", "compact_every"),
+    "hoodie.compaction.target.io": ("compaction_target_io", "compaction_target_io"),
     "hoodie.parquet.max.file.size": ("max_file_size", "maxFileBytes"),
 }
 """Hudi's name (lowercase) -> (amcommit's name in the engine, in Spark); None: not on that

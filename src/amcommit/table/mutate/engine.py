@@ -65,9 +65,15 @@ group go to **one new log file** of its latest slice,
 ``.<fileId>_<baseInstant>.log.<next version>_<task>-<instant>-0`` (a token holding the
 instant: no two writes share a name, and the file is created, never put over another):
 an Avro data block of the incoming records (meta fields as Hudi's Java writer fills them,
-``_hoodie_file_name`` = the file id) and a delete block (ordering value ``IntWrapper(0)``,
-Hudi's "natural order": the delete wins). Readers merge them with the base file by the
-table's payload; until the deltacommit completes they skip its blocks. The log files are
+``_hoodie_file_name`` = the file id) and a delete block. A delete's ordering value is
+``IntWrapper(0)``, Hudi's "natural order" (the delete wins), unless the table's payload is
+``DefaultHoodieRecordPayload`` and the delete's rows hold the table's precombine field: then
+each deleted key carries its value in Hudi's wrapper of the field's type (``LongWrapper``
+for a ``long``...), and a stored record whose precombine value (in its base file or a log,
+as readers merge the slice) is greater stays: :attr:`MutateReport.kept_stored` counts it,
+:attr:`MutateReport.deleted` does not (the slice is read for that). Readers merge the blocks
+with the base file by the table's payload (an update older than the stored record loses on
+read); until the deltacommit completes they skip its blocks. The log files are
 written in place under Hudi's ``APPEND`` markers; a rollback (or a reconcile) deletes a
 log file only when its write created it whole (:func:`~amcommit.table.format.naming.own_log_file`).
 The conflict check also fails a write whose file slice got a log file it did not see.
@@ -118,11 +124,14 @@ from amcommit.table.format.naming import (
 )
 from amcommit.table.format.properties import new_properties
 from amcommit.table.report import table_report
-from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import file_groups, list_instants, load_timeline, snapshot
+from amcommit.table.settings import Placement, table_settings
+from amcommit.table.timeline.instants import file_groups, snapshot
+from amcommit.table.timeline.reader import Timeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from amcommit.table.commit.compaction import CompactionReport
 from amcommit.table.errors import MutationError
 from amcommit.table.file_group.index import IndexReader
 from amcommit.table.file_group.merge import (
@@ -269,6 +278,12 @@ class MutateReport:
     files, which are read in place)."""
     job: JobReport | None = None
     """The job commit's report (label, skipped_label, timings)."""
+    compaction: CompactionReport | None = None
+    """The inline compaction run after this deltacommit (``compact_every``), if it was due."""
+    compaction_error: str | None = None
+    """Why the inline compaction failed (the deltacommit is committed all the same)."""
+    merge_on_read: bool = False
+    """The table is a Merge-on-Read table (this write is a deltacommit)."""
 
     @property
     def skipped_label(self) -> str | None:
@@ -363,11 +378,12 @@ async def _mutate(
     elif table_type is not None:
         check_table_type(new_properties("t", table_type=str(table_type).strip().upper()), table_type, dest)
     mor = props.merge_on_read if props is not None else str(table_type or "").strip().upper() == MERGE_ON_READ
-    if mor and table_settings(config).table_commit != "direct":
+    if mor and table_settings(config).placement is not Placement.DIRECT:
         raise MutationError(
             "a Merge-on-Read table's log files are written in place: table_commit must be 'direct'"
         )
-    instants = await list_instants(store, dest) if props is not None else []
+    timeline = Timeline(store, dest, config=config)  # this upsert's one listing of .hoodie/
+    instants = await timeline.files() if props is not None else []
     table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
     for c in check_key_types(table_schema, data, keys_f, name):
         data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
@@ -403,13 +419,27 @@ async def _mutate(
         label=label,
         expected_tasks=MUTATION_TASKS,
         merge_on_read=mor,
+        timeline=timeline,
     )
     instant = w.instant
-    report = MutateReport(instant=instant, operation=operation.value, duplicates_dropped=batch.dropped)
+    report = MutateReport(
+        instant=instant, operation=operation.value, duplicates_dropped=batch.dropped, merge_on_read=mor
+    )
     try:
         # the writer stays alive (its heartbeat) while it reads and writes, however long
         async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
-            _, commits = await load_timeline(store, dest)
+            if mor:  # its log files go to the slices a pending compaction makes: complete it first
+                from amcommit.table.commit.compaction import finish_pending_compactions, pending_compactions
+
+                # listed again after this write's own instant is on the timeline: a compaction
+                # planned before it is seen here (and completed first); one planned after it
+                # sees this write pending and waits for it (amcommit.table.commit.compaction)
+                listed = (await timeline.refresh()).files
+                if pending_compactions(listed):
+                    await finish_pending_compactions(store, dest, config, instants=listed)
+                    # completed here or by its compactor meanwhile: the slices to write against
+                    await timeline.refresh()
+            commits = await timeline.commits_held()
             snap = snapshot(commits)
             parts = await anyio.to_thread.run_sync(partition_batches, batch)
             files_of: dict[str, list[FileVersion]] = {}
@@ -420,6 +450,12 @@ async def _mutate(
             report.footers_read = len(files)
             reader = IndexReader(store, dest, config)
             slices = {(g.partition, g.file_id): g.latest for g in file_groups(commits)} if mor else {}
+            ordered = (
+                _delete_ordering(data, keys, partitions, props)
+                if mor and delete_op and props is not None
+                else None
+            )
+            trusted = {c.instant.time for c in commits}
             # -- write the task's files --------------------------------------------------------
             task = 0
             attempt = f"attempt_{instant}_m_{task:06d}_0"
@@ -471,7 +507,7 @@ async def _mutate(
                 """The log blocks of ``rw``'s file group: its updates (one Avro data block,
                 meta fields filled as Hudi's Java writer fills them: ``_hoodie_file_name``
                 holds the file id) and its deletes (one delete block)."""
-                from amcommit.table.format.logblock import DeleteRecord, avro_data_block, delete_block
+                from amcommit.table.format.logblock import avro_data_block, delete_block
 
                 f = rw.version
                 blocks: list[bytes] = []
@@ -481,8 +517,9 @@ async def _mutate(
                     t = with_meta(rows, up_keys, instant, task, first, f.partition, f.file_id)
                     blocks.append(avro_data_block(instant, log_schema, t.to_pylist()))
                 if rw.deletes:
-                    dels = [DeleteRecord(k, f.partition, 0, "IntWrapper") for k in sorted(rw.deletes)]
-                    blocks.append(delete_block(instant, log_schema, dels))
+                    blocks.append(
+                        delete_block(instant, log_schema, _delete_records(f.partition, rw.deletes, ordered))
+                    )
                 return b"".join(blocks), len(up_keys)
 
             async def one_log(first: int, rw: FileRewrite) -> None:
@@ -507,9 +544,14 @@ async def _mutate(
                     base_file=basename(f.path),
                     log_files=[*(basename(lg.path) for lg in logs), name],
                 )
+                stays = 0
+                if ordered is not None and rw.deletes and sl is not None:
+                    # ordering-aware: a stored record newer than its delete stays (readers agree)
+                    stays = await _kept_by_order(store, dest, sl, rw, ordered, trusted)
                 await tt.put_log(rel, body, rows=n, mutation=mutation)
                 report.updated += n
-                report.deleted += len(rw.deletes)
+                report.deleted += len(rw.deletes) - stays
+                report.kept_stored += stays
                 report.files_logged += 1
 
             async def one(
@@ -674,7 +716,126 @@ async def _mutate(
     except BaseException:
         await _abort(store, dest, instant, config)
         raise
+    if commit and mor:
+        await _inline_compaction(store, dest, config, report)
     return report
+
+
+_ORDERING_WRAPPERS: dict[str, str] = {
+    "bool": "BooleanWrapper",
+    "int8": "IntWrapper",
+    "int16": "IntWrapper",
+    "int32": "IntWrapper",
+    "int64": "LongWrapper",
+    "float": "FloatWrapper",
+    "double": "DoubleWrapper",
+    "string": "StringWrapper",
+    "large_string": "StringWrapper",
+}
+"""Hudi's ordering value wrapper of a precombine column, by its Arrow type (the wrapper of
+the field's Avro type, as Java's writer picks it); other types: none (natural order)."""
+
+
+@dataclass(frozen=True)
+class DeleteOrdering:
+    """The ordering values of a Merge-on-Read delete under ``DefaultHoodieRecordPayload``."""
+
+    field: str
+    wrapper: str
+    values: dict[tuple[str, str], Any]
+    """(partition, key) -> the delete's ordering value (the greatest of its rows; None: no
+    value, the delete is in natural order)."""
+
+
+def _delete_ordering(
+    data: pa.Table, keys: Sequence[str], parts: Sequence[str], props: Any
+) -> DeleteOrdering | None:
+    """The ordering of a delete of a Merge-on-Read table: when the table's payload is
+    ``DefaultHoodieRecordPayload`` and the delete's rows hold the table's precombine field
+    (of a type with a Hudi wrapper), each deleted key carries the greatest value of its
+    rows; otherwise None (Hudi's natural order, ``IntWrapper(0)``: the delete always wins,
+    as Java's Spark SQL DELETE writes it). Pure."""
+    from amcommit.table.format.properties import PAYLOAD_CLASS, PRECOMBINE_FIELD
+    from amcommit.table.mutate.plan import precombine_key
+    from amcommit.table.query.merge import payload_of
+
+    field = props.values.get(PRECOMBINE_FIELD) or None
+    if payload_of(props.values.get(PAYLOAD_CLASS)) is not Payload.DEFAULT or not field:
+        return None
+    if field not in data.column_names:
+        return None
+    wrapper = _ORDERING_WRAPPERS.get(str(data.schema.field(field).type))
+    if wrapper is None:
+        return None
+    col = data.column(field).to_pylist()
+    values: dict[tuple[str, str], Any] = {}
+    for k, p, v in zip(keys, parts, col, strict=True):
+        old = values.get((p, k))
+        if v is not None and (old is None or precombine_key(v) > precombine_key(old)):
+            values[(p, k)] = v
+        else:
+            values.setdefault((p, k), old)
+    return DeleteOrdering(field, wrapper, values)
+
+
+def _delete_records(partition: str, keys: set[str], ordered: DeleteOrdering | None) -> list[Any]:
+    """The delete block's records of ``keys`` (sorted): each with its ordering value in its
+    wrapper, or ``IntWrapper(0)`` (natural order). Pure."""
+    from amcommit.table.format.logblock import DeleteRecord
+
+    out = []
+    for k in sorted(keys):
+        v = None if ordered is None else ordered.values.get((partition, k))
+        if v is None or ordered is None:
+            out.append(DeleteRecord(k, partition, 0, "IntWrapper"))
+        else:
+            out.append(DeleteRecord(k, partition, v, ordered.wrapper))
+    return out
+
+
+async def _kept_by_order(
+    store: Store, dest: str, sl: Any, rw: FileRewrite, ordered: DeleteOrdering, trusted: set[str]
+) -> int:
+    """How many of ``rw``'s deleted keys keep their stored record: its current value in the
+    slice ``sl`` (base file merged with its completed log blocks, as readers merge it) has a
+    greater precombine value than the delete's. Reads the slice's base file and logs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from amcommit.paths import join
+    from amcommit.table.format import logblock as lb
+    from amcommit.table.query.merge import LogBytes, SliceRecipe, live_blocks, merge_slice
+
+    base = None
+    if sl.base is not None:
+        base = pq.read_table(pa.BufferReader(await store.get(join(dest, sl.base.path))))
+    logs = [LogBytes(lg.path, await store.get(join(dest, lg.path))) for lg in sl.logs]
+    recipe = SliceRecipe(key_fields=(), payload=Payload.DEFAULT, precombine=ordered.field)
+    state = merge_slice(base, live_blocks(logs, trusted.__contains__), recipe)
+    if state is None or not state.num_rows:
+        return 0
+    block = lb.decode_block(
+        lb.delete_block("0", "", _delete_records(rw.version.partition, rw.deletes, ordered))
+    )
+    after = merge_slice(state, [("delete", block)], recipe)
+    left = set() if after is None else set(after.column("_hoodie_record_key").to_pylist())
+    return len(rw.deletes & left)
+
+
+async def _inline_compaction(store: Store, dest: str, config: CommitterConfig, report: MutateReport) -> None:
+    """After a deltacommit committed: compact if ``compact_every`` deltacommits are due
+    (:func:`amcommit.table.commit.compaction.compact_if_due`). The deltacommit stays
+    committed whatever happens here; a failure is logged and kept in
+    ``report.compaction_error`` (a later write or compaction completes what it left)."""
+    import logging
+
+    from amcommit.table.commit.compaction import compact_if_due
+
+    try:
+        report.compaction = await compact_if_due(store, dest, config)
+    except AmcommitError as e:
+        report.compaction_error = str(e)
+        logging.getLogger(__name__).warning("inline compaction after %s failed: %s", report.instant, e)
 
 
 async def _commit(store: Store, dest: str, instant: str, config: CommitterConfig) -> JobReport:
@@ -708,6 +869,7 @@ class PreparedMutation:
     dest: str
     report: MutateReport
     config: CommitterConfig
+    merge_on_read: bool = False
 
     async def commit(self) -> MutateReport:
         try:
@@ -715,6 +877,8 @@ class PreparedMutation:
         except BaseException:
             await _abort(self.store, self.dest, self.report.instant, self.config)
             raise
+        if self.merge_on_read:
+            await _inline_compaction(self.store, self.dest, self.config, self.report)
         return self.report
 
     async def abort(self) -> None:
@@ -758,10 +922,17 @@ def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, An
             field = k[len("bloom.") :]
             typed = float(v) if field == "fpp" else (str(v) if field == "type_code" else int(v))
             out["bloom"] = dataclasses.replace(out["bloom"], **{field: typed})
-        elif k == "clean_retain_commits":
-            base = kw["config"]
-            mapping = {**base.given(), "clean_retain_commits": v} if isinstance(base, TableConfig) else None
-            out["config"] = TableConfig.from_mapping(mapping or {"clean_retain_commits": v})
+        elif k in (
+            "clean_retain_commits",
+            "compact_every",
+            "compaction_target_io",
+            "keep_max_commits",
+            "keep_min_commits",
+            "archive",
+        ):
+            base = out["config"]
+            mapping = {**base.given(), k: v} if isinstance(base, TableConfig) else None
+            out["config"] = TableConfig.from_mapping(mapping or {k: v})
         elif k in ("small_file_limit", "max_file_size"):
             out[k] = int(v)
         else:
@@ -816,7 +987,7 @@ async def prepare(
         ),
     )
     report = await _mutate(store, dest, data, **kw)
-    return PreparedMutation(store, dest, report, kw["config"])
+    return PreparedMutation(store, dest, report, kw["config"], report.merge_on_read)
 
 
 async def upsert(

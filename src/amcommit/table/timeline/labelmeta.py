@@ -33,7 +33,7 @@ time (a caller may ask before doing the work), but only the check inside the com
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -42,8 +42,10 @@ from amcommit.errors import ConfigError, ManifestError, NotFound
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
+from amcommit.table.format.archive import ArchivedEntry
 from amcommit.table.format.model import WRITE_ACTIONS, Instant
 from amcommit.table.format.naming import HOODIE_DIR
+from amcommit.table.timeline.archived import read_archive
 from amcommit.table.timeline.instants import list_instants
 
 __all__ = [
@@ -147,22 +149,44 @@ async def find_last(
 
 
 async def last_committed(
-    store: Store, dest: str, app_id: str, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    app_id: str,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    instants: Sequence[Instant] | None = None,
 ) -> tuple[int, str] | None:
     """(version, instant) of ``app_id``'s newest completed write instant, scanning the
     completed timeline newest first; None if ``app_id`` never committed (or ``dest`` holds
     no table yet). Cost: see the module doc. Reads only; each request retried per ``config``."""
     rs = RetryingStore.of(store, config)
-    try:
-        instants = await list_instants(rs, dest)
-    except NotFound:
-        return None
+    if instants is None:
+        try:
+            instants = await list_instants(rs, dest)
+        except NotFound:
+            return None
 
     async def read_extra(i: Instant) -> Mapping[str, str]:
         path = join(dest, HOODIE_DIR, i.file_name)
         return decode_extra(await rs.get(path), path)
 
-    return await find_last(newest_first(instants), app_id, read_extra)
+    found = await find_last(newest_first(instants), app_id, read_extra)
+    if found is None:  # older than the active timeline? archival keeps labels readable
+        found = last_archived(await read_archive(rs, dest, config=config), app_id)
+    return found
+
+
+def last_archived(entries: Sequence[ArchivedEntry], app_id: str) -> tuple[int, str] | None:
+    """``(version, instant)`` of ``app_id``'s newest completed write among archived
+    ``entries`` (:mod:`amcommit.table.timeline.archived`), None if none carries its label. Pure."""
+    best: tuple[int, str] | None = None
+    for e in entries:
+        if e.commit is None or not e.instant.completed or e.instant.action not in WRITE_ACTIONS:
+            continue
+        label = label_of(e.commit.extra_metadata)
+        if label is not None and label.app_id == app_id and (best is None or e.instant.time > best[1]):
+            best = (label.version, e.instant.time)
+    return best
 
 
 def covers(last: tuple[int, str] | None, label: Label) -> str | None:
@@ -174,7 +198,12 @@ def covers(last: tuple[int, str] | None, label: Label) -> str | None:
 
 
 async def committed_by(
-    store: Store, dest: str, label: Label, *, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    label: Label,
+    *,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    instants: Sequence[Instant] | None = None,
 ) -> str | None:
     """The instant that already committed ``label``, else None.
 
@@ -182,5 +211,7 @@ async def committed_by(
     ``>= label.version`` (versions of one application commit in order, Delta's
     ``txnVersion`` rule); that instant (the application's newest) is returned. Cost: see the
     module doc. Advisory outside the commit lock (a concurrent commit may land right after).
+    ``instants``: the timeline's instant files as the caller listed them for this operation
+    (not listed again); None: listed here.
     """
-    return covers(await last_committed(store, dest, label.app_id, config=config), label)
+    return covers(await last_committed(store, dest, label.app_id, config=config, instants=instants), label)

@@ -13,9 +13,20 @@ Cost of each query (the store is asked nothing else):
 - :meth:`Timeline.snapshot`: one read per completed write instant up to ``as_of``;
 - :meth:`Timeline.instants`: one read per completed instant.
 
+- the archived timeline (``.hoodie/archived/``, :mod:`amcommit.table.commit.archive`): one
+  listing of that folder and one read per archive file, once per :class:`Timeline`, for
+  :meth:`Timeline.snapshot` and :meth:`Timeline.commits` (the file groups archived commits
+  wrote), and for time travel or incremental queries that reach before the active timeline.
+
 Completed instants never change, so their metadata is cached by the :class:`Timeline`
 object; the listing is taken again by every query (the first query after :meth:`open`
 uses the listing ``open`` took).
+
+Writers hold one :class:`Timeline` per operation as their handle on the timeline: it lists
+``.hoodie/`` once (:meth:`Timeline.current`, on first use) and again only when asked
+(:meth:`Timeline.refresh`); every stage of the operation reads the instants it needs from
+that listing (:meth:`Timeline.files`, :meth:`Timeline.commits_held`). Listing instant files
+happens only in this folder (:func:`timeline_files` for one-off readers).
 
 Queries are read-only and never atomic with respect to writers: a commit completing during a
 query is either in its listing or not (it appears whole or not at all, because the
@@ -32,7 +43,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -44,6 +55,7 @@ from amcommit.store.retry import RetryingStore
 from amcommit.table.errors import CleanedPast, NotATable, RangeReversed, UnknownInstant
 from amcommit.table.file_group.model import FileGroup, FileVersion
 from amcommit.table.format import avro_meta
+from amcommit.table.format.archive import ArchivedEntry
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
     Action,
@@ -54,6 +66,7 @@ from amcommit.table.format.model import (
     parse_instant_file,
 )
 from amcommit.table.format.naming import HOODIE_DIR, check_instant, parse_instant
+from amcommit.table.timeline.archived import read_archive
 from amcommit.table.timeline.instants import Changes, LoadedCommit, changes, file_groups, snapshot
 
 FROM_START = frozenset({"0", "00", "000"})
@@ -72,6 +85,7 @@ __all__ = [
     "open_timeline",
     "record_counts",
     "table_uri",
+    "timeline_files",
 ]
 
 T = TypeVar("T")
@@ -149,6 +163,9 @@ class Listing:
     """File name in ``.hoodie/`` -> what the listing said about it."""
     writes: list[str]
     """Times of the completed write instants (commit, replacecommit, deltacommit), sorted."""
+    files: list[Instant] = field(default_factory=list)
+    """Every instant file of the listing (all states: requested, inflight, completed), sorted
+    (what :func:`~amcommit.table.timeline.instants.list_instants` answers)."""
 
     def completed_times(self) -> set[str]:
         return {i.time for i in self.instants if i.completed}
@@ -200,16 +217,30 @@ async def list_timeline(store: Store, dest: str, *, config: CommitterConfig = DE
                 raise NotATable(f"{dest!r} does not exist (nothing is stored there)", dest=dest)
         raise NotATable.make(dest)
     best: dict[str, Instant] = {}
+    files: list[Instant] = []
     for name in objects:
         i = parse_instant_file(name)
         if i is None:
             continue
+        files.append(i)
         cur = best.get(i.time)
         if cur is None or _STATE_RANK[i.state] > _STATE_RANK[cur.state]:
             best[i.time] = i
     instants = sorted(best.values())
     writes = [i.time for i in instants if i.completed and i.action in WRITE_ACTIONS]
-    return Listing(instants, objects, writes)
+    files.sort()
+    return Listing(instants, objects, writes, files)
+
+
+async def timeline_files(
+    store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG
+) -> list[Instant]:
+    """Every instant file of ``dest``'s timeline (all states), sorted: one listing of
+    ``.hoodie/`` through :class:`Timeline` (retried); empty when ``dest`` holds no table."""
+    try:
+        return await Timeline(store, dest, config=config).files()
+    except NotATable:
+        return []
 
 
 class Timeline:
@@ -223,12 +254,14 @@ class Timeline:
         self._meta: dict[str, CommitMetadata] = {}
         self._cleans: dict[str, CleanMark | None] = {}
         self._listing: Listing | None = None
+        self._current: Listing | None = None
+        self._archived: list[ArchivedEntry] | None = None
 
     @classmethod
     async def open(cls, store: Store, dest: str, *, config: CommitterConfig = DEFAULT_CONFIG) -> Timeline:
         """List the timeline; NotATable if ``dest`` holds no table."""
         t = cls(store, dest, config=config)
-        t._listing = await list_timeline(t.store, dest, config=config)
+        t._listing = t._current = await list_timeline(t.store, dest, config=config)
         return t
 
     async def listing(self) -> Listing:
@@ -236,7 +269,44 @@ class Timeline:
         if self._listing is not None:
             lst, self._listing = self._listing, None
             return lst
-        return await list_timeline(self.store, self.dest, config=self.config)
+        return await self.refresh()
+
+    async def refresh(self) -> Listing:
+        """List ``.hoodie/`` again, on purpose (one listing), and keep it as :meth:`current`."""
+        self._listing = None
+        self._current = await list_timeline(self.store, self.dest, config=self.config)
+        return self._current
+
+    async def current(self) -> Listing:
+        """The listing this handle holds (listed once, on first use; :meth:`refresh` takes
+        a new one). A writer holds one handle per operation: its stages read the instants
+        they need from this one listing instead of listing ``.hoodie/`` each."""
+        if self._current is None:
+            return await self.refresh()
+        return self._current
+
+    async def files(self) -> list[Instant]:
+        """Every instant file of :meth:`current` (all states), sorted."""
+        return (await self.current()).files
+
+    async def archived(self) -> list[ArchivedEntry]:
+        """The archived timeline's entries (``.hoodie/archived/``: one listing and one read
+        per archive file, the first time; cached by this handle)."""
+        if self._archived is None:
+            self._archived = await read_archive(self.store, self.dest, config=self.config)
+        return self._archived
+
+    async def archived_commits(self, lst: Listing) -> list[LoadedCommit]:
+        """The completed write instants of the archive that ``lst`` (an active listing) does
+        not hold, with their metadata, in timeline order (an instant archived twice, or still
+        active after an archival cut short, counts once: the active one wins)."""
+        active = {i.time for i in lst.instants}
+        seen: dict[str, LoadedCommit] = {}
+        for e in await self.archived():
+            i = e.instant
+            if e.commit is not None and i.completed and i.action in WRITE_ACTIONS and i.time not in active:
+                seen.setdefault(i.time, LoadedCommit(i, e.commit))
+        return [seen[t] for t in sorted(seen)]
 
     async def _get(self, name: str) -> bytes:
         path = join(self.dest, HOODIE_DIR, name)
@@ -278,7 +348,7 @@ class Timeline:
             self._cleans[key] = mark
         return mark
 
-    def _check_known(self, lst: Listing, t: str | None) -> None:
+    async def _check_known(self, lst: Listing, t: str | None) -> None:
         if t is None:
             return
         check_instant(t)
@@ -289,11 +359,25 @@ class Timeline:
                         t, self.dest, f"the {i.action} is {i.state.value}, not completed"
                     )
                 return
-        if lst.instants and t < lst.instants[0].time:
-            raise UnknownInstant.make(
-                t, self.dest, f"it is before the active timeline, which starts at {lst.instants[0].time}"
-            )
+        if not lst.instants or t < lst.instants[0].time:  # before the active timeline: archived?
+            if any(e.instant.time == t and e.instant.completed for e in await self.archived()):
+                return
+            if lst.instants:
+                raise UnknownInstant.make(
+                    t,
+                    self.dest,
+                    f"it is before the active timeline, which starts at {lst.instants[0].time}, "
+                    "and not a completed instant of the archived timeline",
+                )
         raise UnknownInstant.make(t, self.dest)
+
+    async def _before_active(self, lst: Listing, since: str | None) -> list[LoadedCommit]:
+        """The archived write instants a query from ``since`` (None: the start) reaches,
+        when it reaches before the active timeline's first write; else none (no read)."""
+        first = lst.writes[0] if lst.writes else None
+        if since is not None and first is not None and since >= first:
+            return []
+        return await self.archived_commits(lst)
 
     def _write_instants(self, lst: Listing, since: str | None, until: str | None) -> list[Instant]:
         lo = 0 if since is None else bisect.bisect_right(lst.writes, since)
@@ -320,30 +404,44 @@ class Timeline:
         if since is not None and until is not None and since > until:
             raise RangeReversed.make(since, until)
         lst = await self.listing()
-        self._check_known(lst, since)
-        self._check_known(lst, until)
+        await self._check_known(lst, since)
+        await self._check_known(lst, until)
         picked = self._write_instants(lst, since, until)
-        if picked:
+        archived = [
+            c
+            for c in await self._before_active(lst, since)
+            if (since is None or c.instant.time > since) and (until is None or c.instant.time <= until)
+        ]
+        first = archived[0].instant.time if archived else picked[0].time if picked else None
+        if first is not None:
             mark = await self.cleaned(lst)
-            if mark is not None and picked[0].time < mark.earliest:
+            if mark is not None and first < mark.earliest:
                 raise CleanedPast.make(
-                    f"changes since {since or 'the start'} (first commit {picked[0].time})",
+                    f"changes since {since or 'the start'} (first commit {first})",
                     mark.earliest,
                     mark.clean,
                 )
-        return changes(await self.load(picked), since, until)
+        return changes([*archived, *await self.load(picked)], since, until)
 
     async def snapshot(self, as_of: str | None = None) -> list[FileVersion]:
         """The base files a snapshot read sees as of ``as_of`` (inclusive; None: latest),
         sorted by partition and path. CleanedPast if ``as_of`` is older than the earliest
         instant the latest clean kept whole."""
         lst = await self.listing()
-        self._check_known(lst, as_of)
+        await self._check_known(lst, as_of)
         if as_of is not None:
             mark = await self.cleaned(lst)
             if mark is not None and as_of < mark.earliest:
                 raise CleanedPast.make(f"time travel to {as_of}", mark.earliest, mark.clean)
-        return snapshot(await self.load(self._write_instants(lst, None, as_of)), as_of)
+        archived = await self.archived_commits(lst)
+        active = await self.load(self._write_instants(lst, None, as_of))
+        return snapshot([*archived, *active], as_of)
+
+    async def commits_held(self) -> list[LoadedCommit]:
+        """Every completed write instant of :meth:`current` with its metadata, in timeline
+        order (no new listing: a writer's view as of the listing its operation took)."""
+        lst = await self.current()
+        return [*await self.archived_commits(lst), *await self.load(self._write_instants(lst, None, None))]
 
     async def file_groups(self, as_of: str | None = None, *, since: str | None = None) -> SliceView:
         """Every file group as of ``as_of`` (inclusive; None: latest) with its slices, base
@@ -360,8 +458,8 @@ class Timeline:
         if since is not None and as_of is not None and since > as_of:
             raise RangeReversed.make(since, as_of)
         lst = await self.listing()
-        self._check_known(lst, as_of)
-        self._check_known(lst, since)
+        await self._check_known(lst, as_of)
+        await self._check_known(lst, since)
         lowest = since if since is not None else as_of
         picked = self._write_instants(lst, None, as_of)
         if picked:
@@ -376,9 +474,10 @@ class Timeline:
         return SliceView(groups, done, start, as_of)
 
     async def commits(self) -> list[LoadedCommit]:
-        """Every completed write instant with its metadata, in timeline order."""
+        """Every completed write instant with its metadata, in timeline order (the archived
+        ones first: :meth:`archived_commits`)."""
         lst = await self.listing()
-        return await self.load(self._write_instants(lst, None, None))
+        return [*await self.archived_commits(lst), *await self.load(self._write_instants(lst, None, None))]
 
     async def instants(self) -> list[InstantInfo]:
         """Every instant (most advanced state per time), oldest first, with what it did."""

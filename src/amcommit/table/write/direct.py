@@ -18,23 +18,34 @@ marker and fails on any other.
 
 Design (as Hudi's own Spark writer does it, ``WriteMarkers`` / ``DirectWriteMarkers``)
 ------------------------------------------------------------------------------------
-Markers are Hudi's *direct* markers, named as Hudi names them, so Hudi's own rollback
-(``MarkerBasedRollbackStrategy``) finds our files::
+Markers are Hudi's *timeline-server-based* markers (issue 35 item 2: markers that cost
+O(task attempts), not O(files)), written as Hudi's timeline server writes them, so Hudi's own
+rollback (``MarkerBasedRollbackStrategy``, which reads ``MARKERS.type``) finds our files::
 
-    .hoodie/.temp/<instant>/<partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
+    .hoodie/.temp/<instant>/MARKERS.type     TIMELINE_SERVER_BASED (no newline)
+    .hoodie/.temp/<instant>/MARKERS<n>       one per task attempt, a line per file:
+        <partition>/<fileId>_<writeToken>_<instant>.parquet.marker.CREATE
+
+(:class:`AttemptMarkers`: the attempt rewrites its whole file before each upload, or each
+batch of concurrent uploads, so a crash leaves every file it may have written named.)
+The previous version's *direct* markers, one empty file per base file
+(``.hoodie/.temp/<instant>/<partition>/<file>.marker.CREATE``), are still read by every
+step here (a write begun by that version and committed, resumed or rolled back by this
+one); Hudi itself reads only the ``MARKERS<n>`` files of a folder with ``MARKERS.type``, so
+a Hudi rollback of such a mixed write misses the older attempts' files (amcommit's own
+rollback does not; the next ``clean`` removes them as orphans).
 
 (``MERGE`` for a base file that rewrites a file group, i.e. upserts; ``APPEND`` is Hudi's
 log-file marker of Merge-on-Read tables: amcommit's deltacommits write each log file whole,
 named with a write token holding their instant, and only such a file of the marker's own
-instant is ever deleted by a reconcile or rollback; one Hudi appended to never is.) No ``MARKERS.type`` file
-is written: Hudi reads its absence as direct markers.
+instant is ever deleted by a reconcile or rollback; one Hudi appended to never is.)
 
-1. **Task** (:func:`write_in_place`): create the marker (empty; idempotent), then upload
+1. **Task** (:func:`write_in_place`): rewrite the attempt's marker file, then upload
    the file straight to its final name ``<partition>/<fileId>_<writeToken>_<instant>.parquet``
    (the write token names the attempt, so two attempts never share a name), then check the
    instant (:func:`instant_state`): if it is no longer pending (completed, or rolled back)
    the upload finished after the job was decided, so the file is no winner's: the attempt
-   deletes it, then its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
+   deletes it, then drops its marker (a zombie removes its own file). Readers ignore the file meanwhile: it is
    stamped with an instant that is not completed (measured with hudi-rs: uncommitted files
    stamped at or after the first active instant are hidden; before it they would show).
 2. **Job commit**: :func:`marked_files` lists ``.hoodie/.temp/<instant>/`` once (never the
@@ -45,20 +56,23 @@ is written: Hudi reads its absence as direct markers.
    markers are removed **after the lock is released** (as Hudi deletes its marker folder
    after the commit), by the writer's ``commit_job``
    (:meth:`~amcommit.table.commit.kind.TableKind.guard`, through :func:`sweep_late_markers`):
-   one fresh listing of the marker folder (a zombie may have added markers since the
-   reconcile), the files of markers no winner names deleted (uploads landed since the
-   reconcile), then every listed marker by name (:func:`judge_markers`: batch deletes on
-   Azure Blob, one delete per marker on GCS, local files and ADLS Gen2, then the emptied
+   one fresh listing of the marker folder and read of its ``MARKERS<n>`` files (a zombie
+   may have added markers since the reconcile), the files of markers no winner names
+   deleted (uploads landed since the reconcile), then every listed marker file by name
+   (:func:`judge_markers`: batch deletes on Azure Blob, one delete per marker file (per
+   task attempt, and ``MARKERS.type``) on GCS, local files and ADLS Gen2, then the emptied
    folders by non-recursive deletes on stores with directories), except a loser's marker
    whose file was not found and that is younger than ``grace`` = ``writer_ttl``: its
    upload may still land. The folder is never deleted recursively: a marker created after
    the listing stays for the next sweep. A commit the engine completes for another (an
    abort past the point of no return, a later writer finishing a dead one) removes the
    markers itself right after the publish. Mutating requests on local files
-   (``tests/table/test_staging_layout.py``): the job commit 23 for 20 and for 200 files
-   (reconcile's listing and loser deletes, partition metadata, journal, publish, cleanup
-   of the job directory, lock), then the marker removal one per marker plus one per
-   partition folder and one for the instant's folder (31 and 211).
+   (``tests/table/test_staging_layout.py``, 2 task attempts): the job commit 23 for 20
+   and for 200 files (reconcile's loser deletes, partition metadata, journal, publish,
+   cleanup of the job directory, lock), then the marker removal 4 for both (one per
+   attempt's marker file, ``MARKERS.type``, the instant's folder; 31 and 211 with the
+   previous version's per-file markers). Reads: each of the three passes (check,
+   reconcile, removal) lists the folder once and reads one file per attempt.
 3. **Rollback** (:func:`rollback_from_markers`): every marked base file, then its marker;
    without markers (the marker folder gone), the caller lists the partitions
    (:func:`~amcommit.table.commit.undo.remove_stamped`).
@@ -110,8 +124,12 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+import anyio
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
@@ -145,11 +163,18 @@ from amcommit.table.timeline.instants import completed_instant
 __all__ = [
     "COMMIT_KEY",
     "DIRECT",
+    "MARKERS_PREFIX",
     "MARKER_INFIX",
+    "MARKER_TYPE_FILE",
+    "TIMELINE_SERVER_BASED",
+    "AttemptMarkers",
     "IOType",
+    "attempt_markers_name",
     "check_markers",
     "commit_direct_task",
     "create_marker",
+    "decode_markers",
+    "encode_markers",
     "instant_state",
     "is_direct",
     "judge_markers",
@@ -158,6 +183,7 @@ __all__ = [
     "marker_dir",
     "marker_name",
     "marker_problem",
+    "markers_file",
     "parse_marker",
     "pending_on_timeline",
     "reconcile",
@@ -173,6 +199,15 @@ log = logging.getLogger("amcommit.table.write.direct")
 
 MARKER_INFIX = ".marker."
 """Hudi's ``HoodieTableMetaClient.MARKER_EXTN``: ``<data file name>.marker.<IOType>``."""
+
+MARKERS_PREFIX = "MARKERS"
+"""Hudi's ``MarkerUtils.MARKERS_FILENAME_PREFIX``: a file of the marker folder (top level)
+whose name starts so, other than :data:`MARKER_TYPE_FILE`, holds markers, one a line."""
+MARKER_TYPE_FILE = "MARKERS.type"
+"""Hudi's ``MarkerUtils.MARKER_TYPE_FILENAME``: names the folder's marker type."""
+TIMELINE_SERVER_BASED = "TIMELINE_SERVER_BASED"
+"""The content of :data:`MARKER_TYPE_FILE` (Hudi's ``MarkerType`` name, no newline): Hudi's
+rollback then reads the markers from the ``MARKERS<n>`` files only."""
 
 COMMIT_KEY = "amcommit.tableCommit"
 """The manifest ``extra_data`` key naming how the task wrote its files: :data:`DIRECT`
@@ -215,6 +250,34 @@ def parse_marker(rel_marker: str) -> tuple[str, IOType] | None:
     except ValueError:
         return None
     return head, io
+
+
+def markers_file(name: str) -> bool:
+    """True for a marker folder's file (top level) that Hudi reads as a ``MARKERS<n>`` file
+    of timeline-server markers: its name starts with ``MARKERS`` and is not
+    ``MARKERS.type`` (``MarkerUtils.readTimelineServerBasedMarkersFromFileSystem``). Pure."""
+    return name.startswith(MARKERS_PREFIX) and name != MARKER_TYPE_FILE
+
+
+def attempt_markers_name(attempt_id: str) -> str:
+    """The ``MARKERS<n>`` file name task attempt ``attempt_id`` tries first: ``n`` its
+    CRC-32, 31 bits (Hudi parses ``n`` as a Java int; :class:`AttemptMarkers` takes the next
+    free one if that name exists already). Pure."""
+    return f"{MARKERS_PREFIX}{zlib.crc32(attempt_id.encode()) & 0x7FFFFFFF}"
+
+
+def encode_markers(lines: Iterable[str]) -> bytes:
+    """A ``MARKERS<n>`` file holding ``lines`` (markers named relative to the marker folder,
+    :func:`marker_name`): each followed by a newline, sorted, UTF-8 (as Hudi's
+    ``MarkerDirState`` writes them). Pure."""
+    return "".join(f"{line}\n" for line in sorted(set(lines))).encode()
+
+
+def decode_markers(data: bytes) -> list[str]:
+    """The lines of a ``MARKERS<n>`` file (empty ones skipped, as Hudi's line reader yields
+    no trailing one); bytes that are not UTF-8 become U+FFFD (such a line then names no
+    marker). Pure."""
+    return [line for line in data.decode("utf-8", errors="replace").splitlines() if line]
 
 
 def marker_problem(rel: str, io: IOType, instant: str, depth: int | None) -> str | None:
@@ -363,6 +426,96 @@ async def create_marker(
     return path
 
 
+@dataclass(eq=False)
+class AttemptMarkers:
+    """The markers of one task attempt of ``instant``: one ``MARKERS<n>`` file in the marker
+    folder (Hudi's timeline-server-based format, read by Hudi's rollback through
+    ``MARKERS.type``), holding a line for every file the attempt may have written.
+
+    :meth:`mark` adds a file's marker and rewrites the attempt's file (one whole-object
+    put) before the caller uploads the file: a crash at any point leaves every file the
+    attempt may have written named. Marks of uploads running at the same time share one
+    rewrite (the first waiting one writes all of them). The first write of an attempt
+    creates ``MARKERS.type`` (create-only; one there already is fine) and then its file
+    by a create-only put at ``MARKERS<n>``, ``n`` from the attempt id (CRC-32, 31 bits;
+    the next free ``n`` if that one exists: an attempt never writes over another's file);
+    later writes overwrite only its own file. Cost: one request per rewrite (per upload,
+    or per batch of concurrent uploads) plus two for the first; the job commit reads,
+    and deletes, one file per attempt.
+
+    What is atomic: each rewrite is one whole-object put (a reader sees the old or the
+    new list, never a part); the lines only grow until :meth:`unmark` (a zombie removing
+    its own file again)."""
+
+    store: Store
+    dest: str
+    instant: str
+    attempt_id: str
+    config: CommitterConfig = DEFAULT_CONFIG
+    _lines: set[str] = field(default_factory=set)
+    _written: frozenset[str] = frozenset()
+    _path: str | None = None
+    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+    @property
+    def path(self) -> str | None:
+        """The attempt's ``MARKERS<n>`` file, once written."""
+        return self._path
+
+    def lines(self) -> frozenset[str]:
+        """The markers the attempt's file holds (as last written)."""
+        return self._written
+
+    async def mark(self, rel_path: str, io_type: IOType) -> str:
+        """Name base (or log) file ``rel_path`` in the attempt's marker file, written before
+        this returns. Returns the file's store path."""
+        line = marker_name(rel_path, io_type)
+        self._lines.add(line)
+        async with self._lock:
+            if line not in self._written:
+                await self._write(frozenset(self._lines))
+        assert self._path is not None
+        return self._path
+
+    async def unmark(self, rel_path: str, io_type: IOType) -> None:
+        """Drop ``rel_path``'s marker again (the write was decided and this attempt deleted
+        its file again): the attempt's file rewritten without it, or, when it names nothing
+        more, deleted (``MARKERS.type`` stays: other attempts' kept files may need it; a
+        sweep removes it with the folder's last marker file)."""
+        self._lines.discard(marker_name(rel_path, io_type))
+        async with self._lock:
+            if self._path is None or self._written == self._lines:
+                return
+            if self._lines:
+                await self._write(frozenset(self._lines))
+            else:
+                await RetryingStore.of(self.store, self.config).delete(self._path)
+                self._written = frozenset()
+
+    async def _write(self, lines: frozenset[str]) -> None:
+        rs = RetryingStore.of(self.store, self.config)
+        data = encode_markers(lines)
+        if self._path is not None:
+            await rs.put(self._path, data, mode=PutMode.OVERWRITE)
+            self._written = lines
+            return
+        folder = marker_dir(self.dest, self.instant)
+        try:  # before any MARKERS<n> file: Hudi reads the folder's files by it
+            await rs.put(join(folder, MARKER_TYPE_FILE), TIMELINE_SERVER_BASED.encode(), mode=PutMode.CREATE)
+        except AlreadyExists:
+            pass
+        n = int(attempt_markers_name(self.attempt_id).removeprefix(MARKERS_PREFIX))
+        while True:
+            path = join(folder, f"{MARKERS_PREFIX}{n}")
+            try:
+                await rs.put(path, data, mode=PutMode.CREATE)
+            except AlreadyExists:  # another attempt's (or our own, its answer lost: a copy that stays)
+                n = (n + 1) & 0x7FFFFFFF
+                continue
+            self._path, self._written = path, lines
+            return
+
+
 async def instant_state(store: Store, dest: str, instant: str) -> str:
     """``"completed"``, ``"pending"`` (the write's job marker is there, in its staging
     folder ``.hoodie/.aux/amcommit/<instant>/`` or an earlier version's, its instant not
@@ -403,13 +556,16 @@ async def write_in_place(
     *,
     io_type: IOType = IOType.CREATE,
     config: CommitterConfig = DEFAULT_CONFIG,
+    markers: AttemptMarkers | None = None,
 ) -> ObjectInfo | None:
     """A task attempt's upload of base file ``rel_path`` (relative to the table; its name
-    carries the instant and the attempt's write token): marker first, then the file at its
-    final name, then the instant is checked. Returns the file's listing, or None if the
-    write was decided meanwhile (the file is then deleted again: a late attempt's upload
-    never stays). Not atomic: a crash between the steps leaves a marker (and maybe the
-    file) that the job commit's reconcile or a rollback removes."""
+    carries the instant and the attempt's write token): marker first (the attempt's
+    ``markers`` file rewritten, :meth:`AttemptMarkers.mark`; None: a marker file of this
+    upload alone), then the file at its final name, then the instant is checked. Returns
+    the file's listing, or None if the write was decided meanwhile (the file is then
+    deleted again, then its marker: a late attempt's upload never stays). Not atomic: a
+    crash between the steps leaves a marker (and maybe the file) that the job commit's
+    reconcile or a rollback removes."""
     if io_type is IOType.APPEND:  # a Merge-on-Read log file: its name carries the base instant
         if parse_log_file_name(basename(rel_path)) is None:
             raise ValueError(f"{rel_path!r} is not a log file name")
@@ -418,7 +574,9 @@ async def write_in_place(
         if parsed is None or parsed.instant != instant:
             raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
     rs = RetryingStore.of(store, config)
-    marker = await create_marker(rs, dest, instant, rel_path, io_type, config)
+    if markers is None:
+        markers = AttemptMarkers(store, dest, instant, rel_path, config)
+    await markers.mark(rel_path, io_type)
     path = join(dest, rel_path)
     if io_type is IOType.APPEND:
         # never over another file: a log file found there is kept unless it is this very
@@ -438,7 +596,7 @@ async def write_in_place(
         # the file first: a crash between the two leaves a marker without a file, which a
         # sweep removes once it is older than its grace
         await rs.delete(path)
-        await rs.delete(marker)
+        await markers.unmark(rel_path, io_type)
         return None
     return info
 
@@ -482,19 +640,61 @@ async def commit_direct_task(
     return manifest
 
 
-async def _list_markers(store: Store, dest: str, instant: str) -> list[Marker]:
+@dataclass
+class _Listed:
+    """What one listing of a marker folder found (:func:`_list_markers`)."""
+
+    markers: list[Marker] = field(default_factory=list)
+    bad: list[Untrusted] = field(default_factory=list)
+    """Lines of ``MARKERS<n>`` files that name no marker."""
+    empty: list[ObjectInfo] = field(default_factory=list)
+    """``MARKERS.type`` and ``MARKERS<n>`` files without a line: nothing to judge, removed
+    with the markers."""
+
+
+async def _list_markers(store: Store, dest: str, instant: str, config: CommitterConfig) -> _Listed:
+    """The markers of ``instant``: one recursive listing of its marker folder, then every
+    ``MARKERS<n>`` file found at its top level read (one request each, ``io_threads`` at a
+    time; one gone meanwhile is skipped): each line a marker held by that file. Per-file
+    (direct) markers, the previous version's (and Hudi's ``DIRECT`` ones), are read from
+    their names as before, so a folder holding both kinds is read whole."""
     folder = marker_dir(dest, instant)
-    found: list[Marker] = []
+    out = _Listed()
+    holders: list[ObjectInfo] = []
     try:
         async for info in store.list(folder, recursive=True):
             if info.is_dir:
                 continue
-            parsed = parse_marker(relative_to(info.path, folder))
-            if parsed is not None:
-                found.append((info, parsed[0], parsed[1]))
+            rel = relative_to(info.path, folder)
+            if rel == MARKER_TYPE_FILE:
+                out.empty.append(info)
+            elif "/" not in rel and markers_file(rel):
+                holders.append(info)
+            else:
+                parsed = parse_marker(rel)
+                if parsed is not None:
+                    out.markers.append((info, parsed[0], parsed[1]))
     except NotFound:
         pass
-    return found
+    rs = RetryingStore.of(store, config)
+
+    async def read(info: ObjectInfo) -> None:
+        try:
+            data = await rs.get(info.path)
+        except NotFound:
+            return
+        lines = decode_markers(data)
+        if not lines:
+            out.empty.append(info)
+        for line in lines:
+            parsed = parse_marker(line)
+            if parsed is None:
+                out.bad.append((info, line, "not a marker (<partition>/<file name>.marker.<IOType>)"))
+            else:
+                out.markers.append((info, parsed[0], parsed[1]))
+
+    await run_parallel(holders, read, config.io_threads)
+    return out
 
 
 async def _table_depth(store: Store, dest: str, config: CommitterConfig) -> int | None:
@@ -518,20 +718,23 @@ async def _judged_markers(
     *,
     what: str | None,
     depth: int | None = None,
-) -> tuple[list[Marker], list[Untrusted]]:
-    """The markers of ``instant`` (one listing), split into trusted and untrusted
-    (:func:`marker_problem`; ``depth``: the table's partition field count, else one read
-    of ``hoodie.properties`` if there are markers). Untrusted ones are logged (WARNING, one
-    line) as left alone by ``what``, unless it is None."""
-    markers = await _list_markers(store, dest, instant)
-    if not markers:
-        return [], []
+) -> tuple[list[Marker], list[Untrusted], list[ObjectInfo]]:
+    """The markers of ``instant`` (:func:`_list_markers`), split into trusted and untrusted
+    (:func:`marker_problem`, and lines of ``MARKERS<n>`` files naming no marker;
+    ``depth``: the table's partition field count, else one read of ``hoodie.properties``
+    if there are markers), and the marker folder's files that hold no marker. Untrusted
+    ones are logged (WARNING, one line) as left alone by ``what``, unless it is None."""
+    listed = await _list_markers(store, dest, instant, config)
+    markers = listed.markers
+    if not markers and not listed.bad:
+        return [], [], listed.empty
     if depth is None and any(deletes(m[1], m[2], instant) for m in markers):
         depth = await _table_depth(store, dest, config)
     good, bad = split_markers(markers, instant, depth)
+    bad = listed.bad + bad
     if bad and what is not None:
         log.warning("%s left its file alone: %s", what, untrusted_line(dest, instant, bad))
-    return good, bad
+    return good, bad, listed.empty
 
 
 async def check_markers(
@@ -547,7 +750,7 @@ async def check_markers(
     checks its markers so before anything is planned, reconciled or published (one
     listing of the marker folder). Nothing is changed; the write stays pending, and its
     abort (``amcommit abort-job``) removes the write's own files only."""
-    _, bad = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
+    _, bad, _ = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
     if bad:
         raise CommitError(
             f"table write {instant} refused: {untrusted_line(dest, instant, bad)}; nothing was deleted "
@@ -563,10 +766,11 @@ async def marked_files(
     ``instant`` names (:func:`marker_problem`; untrusted ones are logged and left out):
     what any attempt of the write may have created (one recursive listing of the marker
     folder, never of the table). None if the folder holds no marker at all."""
-    markers = await _list_markers(store, dest, instant)
-    if not markers:
+    listed = await _list_markers(store, dest, instant, config)
+    if not listed.markers and not listed.bad:
         return None
-    good, bad = split_markers(markers, instant, await _table_depth(store, dest, config))
+    good, bad = split_markers(listed.markers, instant, await _table_depth(store, dest, config))
+    bad = listed.bad + bad
     if bad:
         log.warning("markers of %s: %s (left alone)", dest, untrusted_line(dest, instant, bad))
     return {rel for _, rel, io in good if deletes(rel, io, instant)}
@@ -607,7 +811,7 @@ async def reconcile(
     crash midway is repeated by the resumed commit. Untrusted markers
     (:func:`marker_problem`, checked before the plan by :func:`check_markers`; one written
     since) get nothing deleted (logged, one line)."""
-    good, _ = await _judged_markers(
+    good, _, _ = await _judged_markers(
         store, dest, instant, config, what=f"the commit of {instant}", depth=depth
     )
     doomed = losers({rel for _, rel, io in good if deletes(rel, io, instant)}, winners)
@@ -629,7 +833,7 @@ async def remove_markers(
     """After ``instant`` was decided (published or rolled back): one listing of its marker
     folder, then :func:`judge_markers` (untrusted markers: removed, their files left alone,
     logged). Returns ``(files deleted, markers kept)``."""
-    markers, bad = await _judged_markers(
+    markers, bad, empty = await _judged_markers(
         store, dest, instant, config, what=f"removing the markers of {instant}"
     )
     return await judge_markers(
@@ -643,6 +847,7 @@ async def remove_markers(
         delete_markers=delete_markers,
         config=config,
         untrusted=bad,
+        empty=empty,
     )
 
 
@@ -658,6 +863,7 @@ async def judge_markers(
     delete_markers: bool = True,
     config: CommitterConfig = DEFAULT_CONFIG,
     untrusted: Sequence[Untrusted] = (),
+    empty: Sequence[ObjectInfo] = (),
 ) -> tuple[list[str], int]:
     """The listed ``markers`` of decided ``instant`` (trusted ones:
     :func:`marker_problem`; the ``untrusted`` ones are only removed, never their files):
@@ -665,44 +871,47 @@ async def judge_markers(
     ``winners`` is deleted (an upload that landed after the reconcile), then the markers
     (``delete_markers``) and the marker folders they emptied. A loser's marker whose file
     was not found is kept while it is younger than ``grace`` seconds (its upload may still
-    land; a later :func:`sweep_late_markers` removes it).
+    land; a later :func:`sweep_late_markers` removes it). A ``MARKERS<n>`` file holding
+    such a marker is kept whole (its age is its last rewrite's, never older than any of
+    its lines), and ``MARKERS.type`` with it; ``empty``: the folder's files that hold no
+    marker, removed with the rest.
 
-    Each listed marker is deleted by name (batch deletes on Azure Blob, one delete per
-    marker elsewhere), never the folder recursively: a marker a late attempt creates
-    after the listing stays for the next sweep. Then the emptied folders (stores with
-    directories: local files, ADLS Gen2), deepest first, each by a non-recursive delete
-    that fails, and is left, if anything was written into it meanwhile. Not atomic; every
-    step is idempotent. Returns ``(files deleted, markers kept)``."""
+    Each listed marker file is deleted by name (batch deletes on Azure Blob, one delete
+    per file elsewhere: one per task attempt for ``MARKERS<n>`` files), never the folder
+    recursively: a marker file a late attempt creates after the listing stays for the next
+    sweep (one it *rewrites* between this listing and the delete is lost with the delete:
+    its own check after the upload deletes that upload, module doc). Then the emptied
+    folders (stores with directories: local files, ADLS Gen2), deepest first, each by a
+    non-recursive delete that fails, and is left, if anything was written into it
+    meanwhile. Not atomic; every step is idempotent. Returns ``(files deleted, marker
+    files kept)``."""
     rs = RetryingStore.of(store, config)
     win = set(winners)
     now = time.time() if now is None else now
     deleted: list[str] = []
-    kept = 0
-    remove: list[str] = []
+    keep: set[str] = set()
 
     async def judge(item: Marker) -> None:
-        nonlocal kept
         info, rel, io = item
         if rel in win or not deletes(rel, io, instant):
-            remove.append(info.path)
             return
         found = await rs.delete(join(dest, rel))
         if found:
             deleted.append(rel)
         young = info.mtime is not None and now - info.mtime < grace
-        if found or not young:
-            remove.append(info.path)
-        else:
-            kept += 1
+        if not found and young:
+            keep.add(info.path)
 
     await run_parallel(markers, judge, config.io_threads)
     if delete_markers:
-        remove.extend(b[0].path for b in untrusted)
+        listed = {m[0].path for m in markers} | {b[0].path for b in untrusted} | {e.path for e in empty}
+        remove = listed - keep
+        if keep:  # the kept MARKERS<n> files stay readable as Hudi reads them
+            remove.discard(join(marker_dir(dest, instant), MARKER_TYPE_FILE))
         await _delete_all(store, sorted(remove), config)
-        listed = [m[0].path for m in markers] + [b[0].path for b in untrusted]
         if store.capabilities.directories and listed:
-            await _remove_empty_dirs(store, marker_dir(dest, instant), listed)
-    return sorted(deleted), kept
+            await _remove_empty_dirs(store, marker_dir(dest, instant), sorted(listed))
+    return sorted(deleted), len(keep)
 
 
 async def _remove_empty_dirs(store: Store, folder: str, paths: Sequence[str]) -> None:
@@ -730,12 +939,14 @@ async def rollback_from_markers(
     completed (the caller checks). An untrusted marker (:func:`marker_problem`: naming a file
     this write may not delete) gets nothing deleted but itself (logged, one line): the
     rollback goes on, never outside the write's own files."""
-    good, bad = await _judged_markers(store, dest, instant, config, what=f"the rollback of {instant}")
+    good, bad, empty = await _judged_markers(store, dest, instant, config, what=f"the rollback of {instant}")
     if not good and not bad:
+        if empty:  # MARKERS.type alone (an attempt cut short before its first marker file)
+            await judge_markers(store, dest, instant, (), (), grace=0.0, config=config, empty=empty)
         return None
     doomed = sorted({rel for _, rel, io in good if deletes(rel, io, instant)})
     await _delete_all(store, [join(dest, r) for r in doomed], config)
-    await judge_markers(store, dest, instant, good, (), grace=0.0, config=config, untrusted=bad)
+    await judge_markers(store, dest, instant, good, (), grace=0.0, config=config, untrusted=bad, empty=empty)
     return doomed
 
 
@@ -794,12 +1005,16 @@ async def sweep_instant(
         # its files are deleted only by a rollback of it (a clean's or a commit's, once its
         # writer is judged dead: amcommit.table.timeline.heartbeat), never by a sweep
         return []
-    markers, bad = await _judged_markers(store, dest, instant, config, what=f"the marker sweep of {instant}")
+    markers, bad, empty = await _judged_markers(
+        store, dest, instant, config, what=f"the marker sweep of {instant}"
+    )
     if not markers and not bad:
+        if empty:
+            await judge_markers(store, dest, instant, (), (), grace=grace, config=config, empty=empty)
         return []
     winners = await _winners_of(store, dest, instant) if state == "completed" else set()
     deleted, _ = await judge_markers(
-        store, dest, instant, markers, winners or (), grace=grace, config=config, untrusted=bad
+        store, dest, instant, markers, winners or (), grace=grace, config=config, untrusted=bad, empty=empty
     )
     return deleted
 

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -82,9 +83,12 @@ from amcommit.table.format.tasknames import ROWS_KEY, task_write_token
 from amcommit.table.format.writestats import MUTATIONS_KEY, MutationFields
 from amcommit.table.settings import Placement, table_settings
 from amcommit.table.timeline.heartbeat import beat
-from amcommit.table.timeline.instants import list_instants
 from amcommit.table.timeline.labelmeta import Label
+from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.staging import instant_dirs, table_layout
+
+if TYPE_CHECKING:
+    from amcommit.table.write.direct import AttemptMarkers
 
 __all__ = [
     "MutationFields",
@@ -331,14 +335,20 @@ async def committed_schema(
     return meta.extra_metadata.get("schema") or None
 
 
-async def _taken_times(store: Store, dest: str) -> set[str]:
-    """Times of every instant in ``.hoodie/``, every staging folder in
-    ``.hoodie/.aux/amcommit/`` and every folder in ``.hoodie/.temp/`` (an earlier version's
-    staging, or a marker folder)."""
-    times = {i.time for i in await list_instants(store, dest)}
+async def _claimed_times(store: Store, dest: str) -> set[str]:
+    """Times of every staging folder in ``.hoodie/.aux/amcommit/`` and every folder in
+    ``.hoodie/.temp/`` (an earlier version's staging, or a marker folder): every amcommit
+    writer claims one before its instant files appear in ``.hoodie/``."""
+    times: set[str] = set()
     for folder in (STAGING_DIR, TEMP_DIR):
         times |= await instant_dirs(store, join(dest, folder))
     return times
+
+
+async def _taken_times(store: Store, dest: str, instants: Sequence[Instant]) -> set[str]:
+    """Times of every instant of ``instants`` (the timeline as listed) and of every staging
+    or marker folder (:func:`_claimed_times`)."""
+    return {i.time for i in instants} | await _claimed_times(store, dest)
 
 
 async def begin_write(
@@ -357,6 +367,7 @@ async def begin_write(
     owner: Mapping[str, str] | None = None,
     properties: TableProperties | None = None,
     merge_on_read: bool = False,
+    timeline: Timeline | None = None,
 ) -> TableWrite:
     """Begin a write into the table at ``dest`` (created on its first write from ``spec``);
     see the module doc for what is atomic.
@@ -380,6 +391,11 @@ async def begin_write(
     ``merge_on_read``: the caller writes Merge-on-Read tables (their updates into log files:
     :mod:`amcommit.table.mutate.engine`); other callers are refused such a table in one line.
     On a Merge-on-Read table the instant is a ``deltacommit`` (overwrites: ``replacecommit``).
+    ``timeline``: the operation's timeline handle, when the caller listed the timeline for
+    this very write (an upsert planning from it): its listing is used, not taken again.
+    None: one listing of ``.hoodie/`` here. The instant is claimed by a create-only put of
+    the job marker (atomic: one writer per time); a second claim after a lost race lists
+    again.
     """
     check_path(dest)
     operation = Operation(operation)
@@ -397,7 +413,8 @@ async def begin_write(
         _check_compatible(props, spec, dest)
     props.check_supported(dest, merge_on_read=merge_on_read)
     action = write_action(operation, props.merge_on_read)
-    instants = await list_instants(store, dest)
+    tl = timeline if timeline is not None else Timeline(rs, dest, config=config)
+    instants = await tl.files()
     if error_if_exists and any(i.completed and i.action in WRITE_ACTIONS for i in instants):
         raise CommitError(
             f"table {dest!r} already holds data and the write mode refuses existing data "
@@ -414,8 +431,10 @@ async def begin_write(
         recorded = evolve_schema(table_schema, avro_schema, allow_missing=allow_missing_columns)
         schema_base = "" if base is None else base.time
     after: str | None = None
-    for _ in range(_MAX_CLAIMS):
-        taken = await _taken_times(store, dest)
+    for claim in range(_MAX_CLAIMS):
+        if claim:  # a lost race: the timeline moved on, look again
+            instants = (await tl.refresh()).files
+        taken = await _taken_times(store, dest, instants)
         floor = max([*taken, *([after] if after else [])], default=None)
         instant = next_instant(datetime.now(UTC), floor)
         layout = table_layout(dest, instant)
@@ -441,7 +460,10 @@ async def begin_write(
         except AlreadyExists:
             after = instant
             continue
-        later = [t for t in await _taken_times(store, dest) if t > instant]
+        # amcommit writers claim a staging folder before their instant files appear in
+        # .hoodie/: the folders alone say whether one allocated past us meanwhile (a foreign
+        # writer's later instant is judged by the commit's order check, under the lock)
+        later = [t for t in await _claimed_times(store, dest) if t > instant]
         if later:  # a concurrent writer allocated past us meanwhile: give this time up
             await rs.delete(layout.job_dir, recursive=True)
             after = max(later)
@@ -547,6 +569,9 @@ class TableTask:
     """Path relative to the table (staged: to the attempt directory) -> (size, etag, rows)."""
     mutations: dict[str, MutationFields] = field(default_factory=dict)
     """A record-level write's own write stat fields by the same path."""
+    markers: AttemptMarkers | None = None
+    """A direct attempt's marker file (:class:`~amcommit.table.write.direct.AttemptMarkers`:
+    one ``MARKERS<n>`` file, rewritten before each upload), made at its first :meth:`put`."""
     schema: str | None = None
     """The Avro schema (JSON) the write records (:func:`write_schema`), against which
     :meth:`put` checks each file's footer; None: not checked (a write without a declared
@@ -616,6 +641,7 @@ class TableTask:
                 data,
                 io_type=io_type,
                 config=self.config,
+                markers=self._markers(),
             )
             if got is None:
                 raise CommitError(
@@ -656,6 +682,7 @@ class TableTask:
             data,
             io_type=IOType.APPEND,
             config=self.config,
+            markers=self._markers(),
         )
         if got is None:
             raise CommitError(
@@ -666,6 +693,16 @@ class TableTask:
         self.files[rel] = (got.size, got.etag, rows)
         self.mutations[rel] = mutation
         return got
+
+    def _markers(self) -> AttemptMarkers:
+        """The attempt's marker file (made once)."""
+        from amcommit.table.write.direct import AttemptMarkers
+
+        if self.markers is None:
+            self.markers = AttemptMarkers(
+                self.store, self.write.dest, self.write.instant, self.task_attempt_id, self.config
+            )
+        return self.markers
 
     async def commit(self, extra_data: Mapping[str, str] | None = None) -> TaskManifest:
         """Commit the task attempt: publish its manifest (one atomic step; the last attempt
