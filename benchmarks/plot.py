@@ -498,7 +498,7 @@ def plot_table_upsert(results: Path, path: Path) -> Path | None:
     panels = list(dict.fromkeys((r["backend"], r["scenario"]) for r in d["summary"]))
     title = f"Upsert against rewriting the whole table ({d['rows_in_table']:,} rows, {d['files']} files)"
     fig, axes = _figure(len(panels), 2, [run_of(d)], title)
-    names = {"local": "local files", "gcs": "fake-gcs-server"}
+    names = {"local": "local files", "gcs": "fake-gcs-server", "gcs+50ms": "fake-gcs +50 ms"}
     for ax, (be, sc) in zip(axes, panels, strict=True):
         rows = [r for r in d["summary"] if (r["backend"], r["scenario"]) == (be, sc)]
         bs = [

@@ -27,6 +27,7 @@ each run's snapshot (row count, file count; ``late``: exactly the 10 files have 
 
     python -m benchmarks.table_upsert                       # local and fake-gcs-server
     python -m benchmarks.table_upsert --backends local --rounds 3
+    python -m benchmarks.table_upsert --backends local,gcs --delay 0.05   # 50 ms per GCS request
     python -m benchmarks.table_upsert --quick               # 20,000 rows x 20 files (smoke test)
     python -m benchmarks.table_upsert --profile late        # cProfile of one local late-data upsert
 """
@@ -118,27 +119,41 @@ def updates(base: pa.Table, which: str, rows: int, files: int) -> pa.Table:
 
 
 class Backend:
-    """Where the tables live: ``local`` (a folder under /dev/shm) or ``gcs`` (fake-gcs-server)."""
+    """Where the tables live: ``local`` (a folder under /dev/shm) or ``gcs`` (fake-gcs-server;
+    with ``delay``, behind :mod:`benchmarks.latency_proxy` adding ``delay`` seconds to every
+    request the contenders make: backend ``gcs+<ms>ms``; the copies of the table are uploaded
+    around the proxy)."""
 
-    def __init__(self, name: str, work: Path) -> None:
-        self.name = name
+    def __init__(self, name: str, work: Path, delay: float = 0.0) -> None:
+        self.name = name if name == "local" or not delay else f"{name}+{round(delay * 1000)}ms"
         self.work = work
         self.server: Any = None
+        self.proxy: Any = None
+        self.endpoint = ""
         self.n = 0
         if name == "gcs":
             from amcommit.emulators.fakegcs import FakeGcsServer
 
             self.server = FakeGcsServer().start()
             self.server.create_bucket("bench")
+            self.endpoint = self.server.url
+            if delay:
+                from benchmarks.clients import Target
+                from benchmarks.latency_proxy import proxied
 
-    def store(self) -> Any:
+                self.proxy = proxied(Target("gcs", self.server.url, "bench"), delay=delay)
+                target, _ = self.proxy.__enter__()
+                self.endpoint = target.endpoint
+
+    def store(self, direct: bool = False) -> Any:
+        """The contenders' store (``direct``: around the latency proxy)."""
         from amcommit.store.local import LocalStore
 
         if self.name == "local":
             return LocalStore(str(self.work / "runs"), fsync=False)
         from amcommit.store.gcs import GcsStore
 
-        return GcsStore("bench", endpoint=self.server.url, use_move=False)
+        return GcsStore("bench", endpoint=self.server.url if direct else self.endpoint, use_move=False)
 
     async def fresh(self, built: Path) -> str:
         """A fresh copy of the table built at ``built``: its path in :meth:`store`."""
@@ -148,7 +163,7 @@ class Backend:
             await anyio.to_thread.run_sync(lambda: shutil.copytree(built, self.work / "runs" / dest))
             return dest
         files = await anyio.to_thread.run_sync(lambda: [p for p in built.rglob("*") if p.is_file()])
-        store = self.store()
+        store = self.store(direct=True)
         async with store:
             limit = anyio.Semaphore(32)
 
@@ -167,6 +182,8 @@ class Backend:
             shutil.rmtree(self.work / "runs" / dest, ignore_errors=True)
 
     def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.__exit__(None, None, None)
         if self.server is not None:
             self.server.stop()
 
@@ -219,12 +236,12 @@ async def run_whole_rewrite(store: Any, dest: str, batch: pa.Table) -> dict[str,
     from amcommit.committer.task import commit_task, setup_task
     from amcommit.paths import join
     from amcommit.store.base import local_os_path
+    from amcommit.table.file_group.merge import KEY_COLUMN, parquet_with_index, with_meta
     from amcommit.table.format.keys import partition_dir
     from amcommit.table.format.model import Operation
     from amcommit.table.format.naming import META_COLUMNS, base_file_name, new_file_id, write_token
     from amcommit.table.format.schema import avro_schema
     from amcommit.table.format.tasknames import ROWS_KEY
-    from amcommit.table.mutate.engine import KEY_COLUMN, parquet_with_index, with_meta
     from amcommit.table.settings import TableConfig
     from amcommit.table.timeline.heartbeat import heartbeat
     from amcommit.table.timeline.instants import load_timeline, snapshot
@@ -453,6 +470,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--backends", default="local,gcs", help="local, gcs (fake-gcs-server), comma-separated")
     p.add_argument("--scenarios", default="late,spread")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--delay", type=float, default=0.0, help="seconds added to every fake-gcs-server request (a proxy)"
+    )
     p.add_argument("--quick", action="store_true", help="20,000 rows x 20 files, local, 1 round (smoke test)")
     p.add_argument("--profile", choices=["late", "spread"], help="profile one local upsert instead")
     p.add_argument(
@@ -478,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
         tiny = base_rows(2000, 20)
         build(work / "tiny", 2000, 20)
         for be_name in args.backends.split(","):
-            backend = Backend(be_name, work)
+            backend = Backend(be_name, work, args.delay)
             try:
                 measure(backend, work / "tiny" / "t", tiny, "late", 2000, 20, 1, record=False)
                 for sc in args.scenarios.split(","):

@@ -3,8 +3,9 @@ their footers), confirmed by reading only the ``_hoodie_record_key`` column. Rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from amcommit.committer.config import CommitterConfig
 from amcommit.paths import join
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 from amcommit.table.file_group.merge import KEY_COLUMN
 
+T = TypeVar("T")
+
 # -- I/O --------------------------------------------------------------------------------
 
 
@@ -28,6 +31,11 @@ a file of up to ~8,000 keys). A longer footer (Hudi's writers', and amcommit's b
 sized filters: ~432 KB with the default filter) costs one more read, of exactly the footer,
 and raises :attr:`IndexReader.tail_guess` for the files read after it (a table of such files
 costs one read a footer after the first)."""
+
+
+WHOLE_READ_BUDGET = 256 * 1024 * 1024
+"""Bytes of whole base files :meth:`IndexReader.key_array` may hold at once, read ahead for
+their rewrite (:attr:`IndexReader.whole`)."""
 
 
 def key_chunks(md: Any, column: str) -> list[tuple[int, int]]:
@@ -67,6 +75,13 @@ class IndexReader:
     """Path -> its key column as :meth:`key_array` read it, until :meth:`table` reads the
     rest of the file (the key column is not decoded twice)."""
     bytes_read: int = 0
+    index_bytes_read: int = 0
+    """Of :attr:`bytes_read`, what footers and key columns took (not whole base files)."""
+    whole: dict[str, bytes] = field(default_factory=dict)
+    """Path -> the whole file, read by :meth:`key_array` (``whole=True``) for its rewrite,
+    until :meth:`table` takes it."""
+    whole_budget: int = WHOLE_READ_BUDGET
+    """The most bytes :attr:`whole` holds at once; past it key columns are read alone."""
     tail_guess: int = TAIL_GUESS
     """Bytes read from a file's end for its footer: :data:`TAIL_GUESS`, raised to the
     longest footer met so far (a table's files tend to have footers of one size)."""
@@ -74,11 +89,16 @@ class IndexReader:
     def _local(self, rel: str) -> str | None:
         return local_os_path(self.store, join(self.dest, rel))
 
+    def local_path(self, rel: str) -> str | None:
+        """The OS path of base file ``rel`` where the store is local files, else None."""
+        return self._local(rel)
+
     async def _range(self, rel: str, start: int, length: int) -> bytes:
         from amcommit.store.retry import RetryingStore
 
         data = await RetryingStore.of(self.store, self.config).get_range(join(self.dest, rel), start, length)
         self.bytes_read += len(data)
+        self.index_bytes_read += len(data)
         return data
 
     async def _size(self, rel: str, known: int) -> int:
@@ -118,8 +138,12 @@ class IndexReader:
         col: list[str] = (await self.key_array(rel)).to_pylist()
         return col
 
-    async def key_array(self, rel: str) -> pa.ChunkedArray:
-        """The file's ``_hoodie_record_key`` column (only that column is read)."""
+    async def key_array(self, rel: str, *, whole: bool = False) -> pa.ChunkedArray:
+        """The file's ``_hoodie_record_key`` column (only that column is read). ``whole``:
+        the file will most likely be rewritten (its footer's bloom filter holds a key of the
+        batch): on an object store the whole file is read in one request instead, kept for
+        :meth:`table` (one request less per rewritten file), while :attr:`whole` holds less
+        than :attr:`whole_budget`."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -133,6 +157,19 @@ class IndexReader:
         if rel not in self.footers:
             await self.footer(rel)
         md, footer, size = self.footers[rel]
+        if whole and sum(map(len, self.whole.values())) + size <= self.whole_budget:
+            import anyio
+
+            from amcommit.store.retry import RetryingStore
+
+            data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
+            self.bytes_read += len(data)
+            self.whole[rel] = data
+            t = await anyio.to_thread.run_sync(
+                lambda: pq.read_table(pa.BufferReader(data), columns=[KEY_COLUMN])
+            )
+            self.key_columns[rel] = t.column(0)
+            return t.column(0)
         # a file of the same size holding only the footer and the key column's chunks:
         # Parquet's reader reads nothing else for one column
         sparse = bytearray(size)
@@ -146,18 +183,30 @@ class IndexReader:
     async def table(self, rel: str) -> pa.Table:
         """The whole base file (decoded in a worker thread; its key column taken from
         :attr:`key_columns` if :meth:`key_array` read it)."""
+        return await self.apply(rel, _same)
+
+    async def apply(self, rel: str, fn: Callable[[pa.Table], T], limiter: Any = None) -> T:
+        """``fn`` of the whole base file (:meth:`table`), decoded and passed to ``fn`` in one
+        worker-thread call (``limiter``: the anyio capacity limiter of that call)."""
         import anyio
         import pyarrow as pa
 
         keys = self.key_columns.pop(rel, None)
         local = self._local(rel)
         if local is not None:
-            return await anyio.to_thread.run_sync(_read_base_file, local, keys)
+            return await anyio.to_thread.run_sync(lambda: fn(_read_base_file(local, keys)), limiter=limiter)
         from amcommit.store.retry import RetryingStore
 
-        data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
-        self.bytes_read += len(data)
-        return await anyio.to_thread.run_sync(_read_base_file, pa.BufferReader(data), keys)
+        data = self.whole.pop(rel, None)  # read by key_array already
+        if data is None:
+            data = await RetryingStore.of(self.store, self.config).get(join(self.dest, rel))
+            self.bytes_read += len(data)
+        source = pa.BufferReader(data)
+        return await anyio.to_thread.run_sync(lambda: fn(_read_base_file(source, keys)), limiter=limiter)
+
+
+def _same(t: pa.Table) -> pa.Table:
+    return t
 
 
 def _read_base_file(source: Any, keys: pa.ChunkedArray | None) -> pa.Table:

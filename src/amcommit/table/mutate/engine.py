@@ -36,7 +36,18 @@ Hudi's semantics (version 0.14 / 0.15 defaults), followed here:
   the footer, elsewhere a ranged read of the object's end, :data:`TAIL_GUESS`;
   :attr:`MutateReport.footers_read`); a candidate is
   confirmed by reading only its ``_hoodie_record_key`` column
-  (:attr:`MutateReport.key_columns_read`).
+  (:attr:`MutateReport.key_columns_read`); on object stores a candidate of a Copy-on-Write
+  table whose bloom filter holds a key (a hit but for fpp 1e-9) is read whole instead, once,
+  for its rewrite too (:data:`~amcommit.table.file_group.index.WHOLE_READ_BUDGET` at once).
+- **Pipeline**: the lookup runs file by file in partition order; each partition is planned
+  (:func:`~amcommit.table.mutate.plan.plan_partition`: Arrow joins of its keys to its file
+  groups) as soon as its last file is confirmed, and its file groups are written while
+  later partitions are still looked up. The CPU work (batch reduction, bloom hashes, joins,
+  plans, rewrites) runs in worker threads, not on the event loop. At most 8 file groups
+  are rewritten at once (their rows in memory); encoded files upload within
+  :data:`UPLOAD_BUDGET` bytes. New records' ``_hoodie_commit_seqno`` are unique within the
+  write, each partition numbered from its own range
+  (:func:`~amcommit.table.mutate.plan.seq_bases`; not contiguous across partitions).
 - **Concurrency** (Hudi's ``SimpleConcurrentFileWritesConflictResolutionStrategy``): the
   commit fails with :class:`~amcommit.table.errors.WriteConflict` (one line, nothing
   published, the write rolled back) if a file group it rewrites got a newer version, or
@@ -82,16 +93,19 @@ began rolls it back (``abort_job``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError
-from amcommit.parallel import run_parallel
+from amcommit.parallel import first_error, run_parallel
 from amcommit.paths import basename
 from amcommit.store.base import Store
 from amcommit.table.commit.labels import Label
@@ -99,7 +113,6 @@ from amcommit.table.file_group.model import FileVersion
 from amcommit.table.format.bloom import (
     DEFAULT_SETTINGS,
     BloomSettings,
-    FooterIndex,
 )
 from amcommit.table.format.model import Operation
 from amcommit.table.format.naming import (
@@ -122,6 +135,7 @@ if TYPE_CHECKING:
 from amcommit.table.errors import MutationError
 from amcommit.table.file_group.index import IndexReader
 from amcommit.table.file_group.merge import (
+    KEY_COLUMN,
     Payload,
     merge_file,
     parquet_with_index,
@@ -141,10 +155,17 @@ from amcommit.table.mutate.plan import (
     SMALL_FILE_LIMIT,
     FileRewrite,
     MutationPlan,
+    PartitionBatch,
     assign_inserts,
+    confirm_keys,
+    file_candidates,
+    partition_batches,
     plan_candidates,
     plan_mutation,
+    plan_partition,
     reduce_batch,
+    reduce_batch_columns,
+    seq_bases,
 )
 
 __all__ = [
@@ -170,6 +191,56 @@ __all__ = [
     "upsert",
     "upsert_blocking",
 ]
+
+
+UPLOAD_BUDGET = 256 * 1024 * 1024
+"""Bytes of encoded files an upsert or delete uploads at once (their rows already released)."""
+
+
+def _nothing() -> None:
+    return None
+
+
+def _look_up_local(local: str, rel: str, part: PartitionBatch) -> tuple[list[str], Any, Any] | None:
+    """The index lookup of a base file on local files (``local``: its OS path) in one call:
+    the keys of ``part`` its footer cannot rule out, then, if any, ``(those keys, its key
+    column, the keys it holds)``; None when the footer rules every key out. Reads only."""
+    import pyarrow.parquet as pq
+
+    from amcommit.table.format.bloom import parse_footer
+
+    asked = file_candidates(part, parse_footer(pq.read_metadata(local).metadata, where=rel))
+    if not asked:
+        return None
+    held = pq.read_table(local, columns=[KEY_COLUMN]).column(0)
+    return asked, held, confirm_keys(asked, held)
+
+
+class ByteBudget:
+    """At most ``limit`` bytes held at once by :meth:`hold` (a holder of more than
+    ``limit`` goes alone): a bound on the memory of uploads in flight, not on their number."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._freed: Any = None
+
+    @contextlib.asynccontextmanager
+    async def hold(self, n: int) -> AsyncIterator[None]:
+        import anyio
+
+        while self.held and self.held + n > self.limit:
+            if self._freed is None:
+                self._freed = anyio.Event()
+            await self._freed.wait()
+        self.held += n
+        try:
+            yield
+        finally:
+            self.held -= n
+            if self._freed is not None:  # every waiter checks again
+                self._freed.set()
+                self._freed = None
 
 
 MUTATION_TASKS = 1
@@ -266,6 +337,7 @@ async def _mutate(
     commit: bool = True,
     table_type: str | None = None,
 ) -> MutateReport:
+    import anyio
     import pyarrow as pa
 
     from amcommit.table.format.properties import MERGE_ON_READ
@@ -317,8 +389,9 @@ async def _mutate(
         data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
     keys = record_key_strings(data, keys_f)
     partitions = partition_paths(data, parts_f)
-    order = data.column(precombine_field).to_pylist() if precombine_field else None
-    batch = reduce_batch(keys, partitions, order)
+    batch = reduce_batch_columns(
+        keys, partitions, data.column(precombine_field) if precombine_field else None
+    )
     if delete_op:
         schema_json = table_schema
         if not schema_json:
@@ -368,39 +441,14 @@ async def _mutate(
                     await timeline.refresh()
             commits = await timeline.commits_held()
             snap = snapshot(commits)
-            wanted: dict[str, list[str]] = {}
-            for k, p in zip(batch.keys, batch.partitions, strict=True):
-                wanted.setdefault(p, []).append(k)
-            reader = IndexReader(store, dest, config)
-            files = [f for f in snap if f.partition in wanted]
-            footers: dict[str, FooterIndex] = {}
-
-            async def footer(f: FileVersion) -> None:
-                footers[f.path] = await reader.footer(f.path, f.size)
-
-            await run_parallel(files, footer, config.io_threads)
+            parts = await anyio.to_thread.run_sync(partition_batches, batch)
+            files_of: dict[str, list[FileVersion]] = {}
+            for f in snap:
+                if f.partition in parts:
+                    files_of.setdefault(f.partition, []).append(f)
+            files = [f for p in sorted(files_of) for f in files_of[p]]
             report.footers_read = len(files)
-            cands = plan_candidates(wanted, [(f, footers[f.path]) for f in files])
-            report.candidates = len(cands)
-            by_path = {f.path: f for f in files}
-            located: dict[tuple[str, str], list[FileVersion]] = {}
-
-            async def confirm(rel: str) -> None:
-                import pyarrow.compute as pc
-
-                held = await reader.key_array(rel)
-                f = by_path[rel]
-                asked = cands[rel]
-                found = pc.is_in(pa.array(asked, pa.string()), value_set=held).to_numpy(zero_copy_only=False)
-                for i in found.nonzero()[0].tolist():
-                    located.setdefault((f.partition, asked[i]), []).append(f)
-
-            await run_parallel(list(cands), confirm, config.io_threads)
-            report.key_columns_read = len(cands)
-            report.index_bytes_read = reader.bytes_read
-            plan = plan_mutation(batch, located, delete=delete_op)
-            if not mor:  # on Merge-on-Read no deltacommit rewrites a base file
-                assign_inserts(plan, files, small_file_limit=small_file_limit, max_file_size=max_file_size)
+            reader = IndexReader(store, dest, config)
             slices = {(g.partition, g.file_id): g.latest for g in file_groups(commits)} if mor else {}
             ordered = (
                 _delete_ordering(data, keys, partitions, props)
@@ -408,7 +456,6 @@ async def _mutate(
                 else None
             )
             trusted = {c.instant.time for c in commits}
-            report.absent_deletes = plan.absent_deletes
             # -- write the task's files --------------------------------------------------------
             task = 0
             attempt = f"attempt_{instant}_m_{task:06d}_0"
@@ -416,20 +463,13 @@ async def _mutate(
             # MERGE for a file group's new version, CREATE for a new group), as table_commit says
             tt = await setup_table_task(store, w, f"task_{instant}_m_{task:06d}", attempt, config=config)
             token = write_token(task, 0, 0)
-            seq = 0
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
-
-            # each new base file gets its own range of seqnos, fixed before any is written
-            jobs: list[tuple[int, str, FileRewrite | None, list[int]]] = []
-            for rel, rw in sorted(plan.rewrites.items()):
-                jobs.append((seq, rel, rw, []))
-                seq += len(rw.updates) + len(rw.inserts)
-            for part, rows_idx in sorted(plan.inserts.items()):
-                step = max(1, max_file_rows)
-                for start in range(0, len(rows_idx), step):
-                    chunk = rows_idx[start : start + step]
-                    jobs.append((seq, part, None, chunk))
-                    seq += len(chunk)
+            uploads = ByteBudget(UPLOAD_BUDGET)
+            # the CPU-bound worker-thread calls, a few at once (more only contend for the GIL)
+            cpu = anyio.CapacityLimiter(max(2, os.cpu_count() or 2))
+            # each partition's new records get their own range of seqnos, fixed before any
+            # partition is planned (partitions are written in the order they are planned)
+            bases = seq_bases(parts, files_of)
 
             def rewritten(first: int, stored: pa.Table, rw: FileRewrite) -> tuple[bytes, int, dict[str, int]]:
                 up_keys = list(rw.updates)
@@ -514,7 +554,11 @@ async def _mutate(
                 report.kept_stored += stays
                 report.files_logged += 1
 
-            async def one(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
+            async def one(
+                job: tuple[int, str, FileRewrite | None, list[int]], encoded: Callable[[], None] = _nothing
+            ) -> None:
+                """Write one job's file; ``encoded`` is called once its bytes are made (its
+                rows no longer held: the upload waits for the byte budget, not a slot)."""
                 import anyio
 
                 first, where, rw, chunk = job
@@ -522,8 +566,11 @@ async def _mutate(
                     await one_log(first, rw)
                 elif rw is not None:  # a new version of a file group
                     f = rw.version
-                    stored = await reader.table(where)
-                    body, n, counts = await anyio.to_thread.run_sync(rewritten, first, stored, rw)
+                    # read (or decoded, if read ahead) and rewritten in one worker-thread call
+                    body, n, counts = await reader.apply(
+                        where, functools.partial(rewritten, first, rw=rw), limiter=cpu
+                    )
+                    encoded()
                     report.kept_stored += counts["kept_stored"]
                     if not body:
                         return
@@ -534,22 +581,135 @@ async def _mutate(
                         num_update_writes=counts["updated"],
                         num_deletes=counts["deleted"],
                     )
-                    await tt.put(new_rel, body, rows=n, new_version=True, mutation=mutation)
+                    async with uploads.hold(len(body)):
+                        await tt.put(new_rel, body, rows=n, new_version=True, mutation=mutation)
                     report.updated += counts["updated"]
                     report.deleted += counts["deleted"]
                     report.inserted += counts["inserted"]
                     report.files_rewritten += 1
                 else:  # a new file group
-                    fname, body = await anyio.to_thread.run_sync(created, first, where, chunk)
+                    fname, body = await anyio.to_thread.run_sync(created, first, where, chunk, limiter=cpu)
+                    encoded()
                     new_rel = f"{where}/{fname}" if where else fname
-                    await tt.put(
-                        new_rel, body, rows=len(chunk), mutation=MutationFields(num_inserts=len(chunk))
-                    )
+                    async with uploads.hold(len(body)):
+                        await tt.put(
+                            new_rel, body, rows=len(chunk), mutation=MutationFields(num_inserts=len(chunk))
+                        )
                     report.inserted += len(chunk)
                     report.files_created += 1
 
-            # a few at a time: each holds a file group's rows in memory while it is rewritten
-            await run_parallel(jobs, one, max(1, min(config.io_threads, 8)))
+            def partition_jobs(
+                part: str, plan: MutationPlan
+            ) -> list[tuple[int, str, FileRewrite | None, list[int]]]:
+                """The writes of one partition's plan, each with the first seqno of its records."""
+                seq = bases[part]
+                jobs: list[tuple[int, str, FileRewrite | None, list[int]]] = []
+                for rel, rw in sorted(plan.rewrites.items()):
+                    jobs.append((seq, rel, rw, []))
+                    seq += len(rw.updates) + len(rw.inserts)
+                for p, rows_idx in sorted(plan.inserts.items()):
+                    step = max(1, max_file_rows)
+                    for start in range(0, len(rows_idx), step):
+                        chunk = rows_idx[start : start + step]
+                        jobs.append((seq, p, None, chunk))
+                        seq += len(chunk)
+                return jobs
+
+            # -- the pipeline: the index lookup of each base file (footer, candidates, key
+            # column, confirmation), in partition order; each partition planned as soon as
+            # its last file is confirmed, and its file groups written while the next
+            # partitions are looked up. The CPU work (bloom hashes, joins, the plan, the
+            # rewrites) runs in worker threads, never on the event loop.
+            found: dict[str, list[tuple[FileVersion, Any]]] = {p: [] for p in parts}
+            left = {p: len(files_of.get(p, ())) for p in parts}
+            ready_send, ready = anyio.create_memory_object_stream[str](max(1, len(parts)))
+
+            async def index_one(f: FileVersion) -> None:
+                local = reader.local_path(f.path)
+                if local is not None:  # footer, candidates, key column, confirmed: one call
+                    looked = await anyio.to_thread.run_sync(
+                        _look_up_local, local, f.path, parts[f.partition], limiter=cpu
+                    )
+                    asked: list[str] = []
+                    if looked is not None:
+                        asked, held, got = looked
+                        reader.key_columns[f.path] = held  # not decoded again by the rewrite
+                else:
+                    idx = await reader.footer(f.path, f.size)
+                    asked = await anyio.to_thread.run_sync(
+                        file_candidates, parts[f.partition], idx, limiter=cpu
+                    )
+                    if asked:
+                        # a filter's "maybe" is almost surely a hit (fpp 1e-9): the file is read
+                        # whole now, not again for its rewrite (MoR rewrites none)
+                        held = await reader.key_array(f.path, whole=idx.has_bloom and not mor)
+                        got = await anyio.to_thread.run_sync(confirm_keys, asked, held, limiter=cpu)
+                if asked:
+                    report.candidates += 1
+                    if len(got):
+                        found[f.partition].append((f, got))
+                    else:  # the filter's false positives only: the file is not rewritten
+                        reader.whole.pop(f.path, None)
+                        reader.key_columns.pop(f.path, None)
+                left[f.partition] -= 1
+                if not left[f.partition]:
+                    ready_send.send_nowait(f.partition)
+
+            async def look_up() -> None:
+                with ready_send:
+                    for p in sorted(parts):
+                        if not left[p]:  # no base file: all inserts (or absent deletes)
+                            ready_send.send_nowait(p)
+                    await run_parallel(files, index_one, config.io_threads)
+
+            async def write() -> None:
+                # a few at a time: each holds a file group's rows in memory while it is
+                # rewritten; its upload then waits for the byte budget instead (latency bound)
+                slots = anyio.Semaphore(max(1, min(config.io_threads, 8)))
+
+                async def run(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
+                    held = True
+
+                    def release() -> None:
+                        nonlocal held
+                        if held:
+                            held = False
+                            slots.release()
+
+                    try:
+                        await one(job, release)
+                    finally:
+                        release()
+
+                async with anyio.create_task_group() as tg:
+                    with ready:
+                        async for p in ready:
+                            plan = await anyio.to_thread.run_sync(
+                                functools.partial(
+                                    plan_partition,
+                                    parts[p],
+                                    found.pop(p),
+                                    files_of.get(p, []),
+                                    delete=delete_op,
+                                    small_file_limit=small_file_limit,
+                                    max_file_size=max_file_size,
+                                    # on Merge-on-Read no deltacommit rewrites a base file
+                                    fill_small_files=not mor,
+                                )
+                            )
+                            report.absent_deletes += plan.absent_deletes
+                            for job in partition_jobs(p, plan):
+                                await slots.acquire()
+                                tg.start_soon(run, job)
+
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(look_up)
+                    tg.start_soon(write)
+            except BaseExceptionGroup as eg:
+                raise first_error(eg) from None
+            report.key_columns_read = report.candidates
+            report.index_bytes_read = reader.index_bytes_read
             await tt.commit()
         if commit:
             report.job = await _commit(store, dest, instant, config)

@@ -616,10 +616,13 @@ class TableTask:
         file whose own schema differs (a column the schema lacks, a type other than the
         schema's or narrower) fails with SchemaMismatch naming the file and the column, and
         nothing of it is written."""
+        import anyio
+
         from amcommit.table.format.schema import check_footer
         from amcommit.table.write.direct import IOType, write_in_place
 
-        check_footer(rel, data, self.schema)
+        if self.schema:  # the footer parsed in a worker thread, not on the event loop
+            await anyio.to_thread.run_sync(check_footer, rel, data, self.schema)
 
         if self.direct:
             parsed = parse_base_file_name(basename(rel))
