@@ -98,7 +98,11 @@ async def test_upsert_commit_killed_at_every_request_then_resume_or_abort(
     store, _, first, second = await _fresh(tmp_path, "ref-commit", table_commit)
     if table_commit == "direct":
         names = await listing(store, "tbl")
-        marks = sorted(n.rpartition(".")[2] for n in names if ".parquet.marker." in n)
+        attempt_files = [
+            n for n in names if "/.temp/" in n and "/MARKERS" in n and not n.endswith("MARKERS.type")
+        ]
+        lines = [ln for n in attempt_files for ln in (await store.get(f"tbl/{n}")).decode().splitlines()]
+        marks = sorted(ln.rpartition(".")[2] for ln in lines if ".parquet.marker." in ln)
         assert marks == ["MERGE"] * 3, names  # (the insert goes into c's small file group)
     await commit_job(store, "tbl", second, config=CFG)
     committed = await _normal(store, first, second)
@@ -210,7 +214,16 @@ def test_upsert_commit_killed_on_emulators(
         store = open_store(info)
         async with store:
             first, second = await _fresh_on(store, "ref-commit", table_commit)
-            marks = [n for n in await listing(store, "ref-commit") if n.endswith(".parquet.marker.MERGE")]
+            names = await listing(store, "ref-commit")
+            attempt_files = [
+                n for n in names if "/.temp/" in n and "/MARKERS" in n and not n.endswith("MARKERS.type")
+            ]
+            marks = [
+                ln
+                for n in attempt_files
+                for ln in (await store.get(f"ref-commit/{n}")).decode().splitlines()
+                if ln.endswith(".parquet.marker.MERGE")
+            ]
             assert len(marks) == (3 if table_commit == "direct" else 0), marks
             count = KillAt(store, 10**9)
             await commit_job(count, "ref-commit", second, config=CFG)  # type: ignore[arg-type]

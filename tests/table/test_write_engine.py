@@ -348,6 +348,14 @@ async def _api_tasks(
     return lost
 
 
+async def _marker_lines(store: Any, dest: str, names: list[str], instant: str) -> list[str]:
+    """The marker lines (``<partition>/<file>.marker.<IOType>``) of the attempts' ``MARKERS<n>``
+    files of ``instant`` among ``names`` (Hudi's timeline-server marker format)."""
+    folder = f".hoodie/.temp/{instant}/"
+    files = [n for n in names if n.startswith(folder + "MARKERS") and n != folder + "MARKERS.type"]
+    return [ln for n in files for ln in (await store.get(join(dest, n))).decode().splitlines()]
+
+
 @pytest.mark.parametrize("table_commit", ["staged", "direct"])
 async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, table_commit: str) -> None:
     """The engine's task API (setup_table_task / TableTask) writes as table_commit says.
@@ -370,12 +378,10 @@ async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, t
     lost = await _api_tasks(store, w, data, cfg)
     before = await listing(store, dest)  # type: ignore[arg-type]
     placed = [n for n in before if n.startswith("p=") and n.endswith(".parquet")]
-    markers = [n for n in before if n.endswith(".marker.CREATE")]
+    markers = await _marker_lines(store, dest, before, w.instant)
     if table_commit == "direct":
         assert len(placed) == 6 and set(lost) < set(placed)
-        marked = [
-            m.removeprefix(f".hoodie/.temp/{w.instant}/").removesuffix(".marker.CREATE") for m in markers
-        ]
+        marked = [m.removesuffix(".marker.CREATE") for m in markers if m.endswith(".marker.CREATE")]
         # every file has its marker; the aborted attempt's markers stay (its files are gone)
         assert set(placed) < set(marked)
         assert len(set(marked) - set(placed)) == 2 and all(
@@ -394,10 +400,10 @@ async def test_engine_task_api_staged_or_direct(backend_local: StoreUnderTest, t
     uuid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-0")
     # a direct write keeps only the markers of losers whose files are gone (young: a sweep
     # past writer_ttl removes them); never a winner's
-    kept = [n for n in after if ".marker." in n]
+    kept = [n for n in after if n.startswith(f".hoodie/.temp/{w.instant}/MARKERS")]
     if table_commit == "direct":
         kept_files = {
-            m.removeprefix(f".hoodie/.temp/{w.instant}/").removesuffix(".marker.CREATE") for m in kept
+            m.removesuffix(".marker.CREATE") for m in await _marker_lines(store, dest, after, w.instant)
         }
         assert kept_files and not kept_files & set(files) and kept_files <= set(marked) - set(files)
     else:
