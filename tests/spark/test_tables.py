@@ -613,9 +613,17 @@ def test_two_writers_into_one_table(spark: Any, tmp_path: Path, commit: str) -> 
         try:
             # this write's tasks wrote their six files (two tasks, three partitions) in place
             deadline = time.monotonic() + 120
-            while (
-                len(glob.glob(str(dest / ".hoodie" / ".temp" / "2*" / "cat=*" / "*.marker.CREATE"))) < 3 + 6
-            ):
+
+            def marked() -> int:  # CREATE lines of the attempts' MARKERS<n> files (and per-file markers)
+                n = len(glob.glob(str(dest / ".hoodie" / ".temp" / "2*" / "cat=*" / "*.marker.CREATE")))
+                for f in glob.glob(str(dest / ".hoodie" / ".temp" / "2*" / "MARKERS[0-9]*")):
+                    try:
+                        n += sum(ln.endswith(".marker.CREATE") for ln in Path(f).read_text().splitlines())
+                    except FileNotFoundError:  # rewritten (replaced) meanwhile
+                        pass
+                return n
+
+            while marked() < 3 + 6:
                 assert time.monotonic() < deadline, "this write's tasks never wrote"
                 time.sleep(0.05)
             seen.extend(pending(dest))
