@@ -521,3 +521,63 @@ async def test_compaction_killed_before_each_request_then_completed(tmp_path: Pa
             break
         n += 1
     assert n >= 5 and "resumed" in outcomes, (n, outcomes)
+
+
+# --- one time, one instant: a write and a compaction claiming the same time -----------------------
+
+
+def _times(monkeypatch: pytest.MonkeyPatch, module: Any, first: str) -> None:
+    """``next_instant`` in ``module`` answers ``first`` once, then its real answer (after it)."""
+    real = module.next_instant
+    calls = {"n": 0}
+
+    def fake(now: Any, after: str | None = None) -> str:
+        calls["n"] += 1
+        return first if calls["n"] == 1 else real(now, max(after or first, first))
+
+    monkeypatch.setattr(module, "next_instant", fake)
+
+
+async def test_a_compaction_gives_up_a_time_a_write_claimed(
+    backend_local: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer's staging claim of time T exists: the compaction's claim of T is withdrawn and
+    it takes a later time; no two instants ever share a time (T held a deltacommit and a
+    compaction before, and a commit of either found the other's)."""
+    from amcommit.table.commit import compaction as comp
+    from amcommit.table.write.staging import table_layout
+
+    store, dest = backend_local.store, join(backend_local.base, "claim-c")
+    await _mor_table(store, dest)
+    t = "20991231235959000"
+    await store.put(table_layout(dest, t).job_marker, b"{}")  # a writer's claim of t
+    _times(monkeypatch, comp, t)
+    rep = await compact_store(store, dest, config=CFG)
+    assert rep.instant is not None and rep.instant > t
+    names = [i.file_name for i in await list_instants(store, dest)]
+    assert not [n for n in names if n.startswith(t)], names
+
+
+async def test_a_merge_on_read_write_gives_up_a_time_a_compaction_claimed(
+    backend_local: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction's claim of time T exists (``T.compaction.requested``): a Merge-on-Read
+    write that picks T gives it up and writes at a later time."""
+    from amcommit.table.write import task
+
+    store, dest = backend_local.store, join(backend_local.base, "claim-w")
+    await _mor_table(store, dest)
+    t = "20991231235959000"
+    requested = join(dest, HOODIE_DIR, Instant(t, Action.COMPACTION.value, State.REQUESTED).file_name)
+    await store.put(requested, b"")
+    _times(monkeypatch, task, t)
+    assert await task.compaction_claimed(store, dest, t)
+    w = await task.begin_write(
+        store,
+        dest,
+        operation="UPSERT",
+        merge_on_read=True,
+        config=CFG,
+    )
+    assert w.instant > t
+    assert not await task.write_claimed(store, dest, t)

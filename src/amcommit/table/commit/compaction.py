@@ -112,6 +112,7 @@ from amcommit.table.query.merge import LogBytes, SliceRecipe, live_blocks, merge
 from amcommit.table.settings import table_settings
 from amcommit.table.timeline.instants import file_groups
 from amcommit.table.timeline.reader import Timeline
+from amcommit.table.write.task import write_claimed
 
 __all__ = [
     "CompactionReport",
@@ -343,11 +344,17 @@ async def _claim(rs: Store, dest: str, data: bytes, after: str | None) -> str:
         path = join(dest, HOODIE_DIR, Instant(t, Action.COMPACTION.value, State.REQUESTED).file_name)
         try:
             await rs.put(path, data, mode=PutMode.CREATE)
-            return t
         except AlreadyExists:
-            if await rs.get(path) == data:  # ours (a retried create whose answer was lost)
-                return t
+            if await rs.get(path) != data:  # not ours (a retried create whose answer was lost)
+                after = t
+                continue
+        if await write_claimed(rs, dest, t):
+            # a write claimed this very time (writers claim a staging folder, then look for
+            # a compaction's claim of their time, as this looks for theirs): give it up
+            await rs.delete(path)
             after = t
+            continue
+        return t
     raise ConflictError(f"compaction of {dest!r}: no free instant time to claim")
 
 

@@ -468,6 +468,13 @@ async def begin_write(
             await rs.delete(layout.job_dir, recursive=True)
             after = max(later)
             continue
+        if props.merge_on_read and await compaction_claimed(rs, dest, instant):
+            # a compaction claimed this very time (it claims by creating its requested
+            # file, then checks for a writer's staging folder of the same time, as this
+            # write checks for its file after its own claim): at least one gives it up
+            await rs.delete(layout.job_dir, recursive=True)
+            after = instant
+            continue
         break
     else:
         raise CommitError(f"could not allocate an instant in {dest!r} (too many concurrent writers)")
@@ -779,3 +786,26 @@ def write_schema(marker: WriteMarker) -> str | None:
     columns and the write's, widened), else the declared one, None if the write declared
     none."""
     return marker.recorded_schema or marker.avro_schema or None
+
+
+async def compaction_claimed(store: Store, dest: str, instant: str) -> bool:
+    """True if a compaction claimed the time ``instant`` (its ``.compaction.requested``
+    exists): one stat. A write and a compaction that claim one time each look for the
+    other's claim after making their own, so at least one of them gives the time up and
+    two instants never share a time (:func:`amcommit.table.commit.compaction`'s claim)."""
+    name = Instant(instant, Action.COMPACTION.value, State.REQUESTED).file_name
+    try:
+        await store.stat(join(dest, HOODIE_DIR, name))
+        return True
+    except NotFound:
+        return False
+
+
+async def write_claimed(store: Store, dest: str, instant: str) -> bool:
+    """True if an amcommit write claimed the time ``instant`` (its staging marker exists):
+    one stat (see :func:`compaction_claimed`)."""
+    try:
+        await store.stat(table_layout(dest, instant).job_marker)
+        return True
+    except NotFound:
+        return False
