@@ -40,6 +40,13 @@ import msgspec
 
 from amcommit.errors import ManifestError
 from amcommit.table.format.avro_meta import CLEAN_METADATA_SCHEMA
+from amcommit.table.format.logblock import (
+    BlockType,
+    HeaderKey,
+    encode_avro_records,
+    encode_block,
+    read_blocks,
+)
 from amcommit.table.format.model import Action, CommitMetadata, Instant, State, decode_commit_metadata
 
 __all__ = [
@@ -56,9 +63,6 @@ __all__ = [
 ARCHIVE_DIR = ".hoodie/archived"
 """Where Hudi 0.x keeps the archived timeline (``hoodie.archivelog.folder`` default)."""
 
-MAGIC = b"#HUDI#"
-LOG_FORMAT_VERSION = 1
-AVRO_DATA_BLOCK = 3
 CONTENT_VERSION = 3
 HEADER_SCHEMA = 2
 WRITE_TOKEN = "1-0-1"
@@ -200,36 +204,15 @@ def entry_record(entry: ArchivedEntry) -> dict[str, Any]:
     return rec
 
 
-def _map(entries: Sequence[tuple[int, str]]) -> bytes:
-    out = [struct.pack(">i", len(entries))]
-    for key, value in entries:
-        v = value.encode()
-        out.append(struct.pack(">ii", key, len(v)) + v)
-    return b"".join(out)
-
-
 def encode_archive_block(entries: Sequence[ArchivedEntry]) -> bytes:
     """One Avro data log block holding ``entries`` (the whole of one archive file as
-    amcommit writes it: files are written whole, never appended to). Pure."""
-    records = []
-    for e in entries:
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, _PARSED, entry_record(e))
-        d = buf.getvalue()
-        records.append(struct.pack(">i", len(d)) + d)
-    content = struct.pack(">ii", CONTENT_VERSION, len(records)) + b"".join(records)
-    header = _map([(HEADER_SCHEMA, _SCHEMA_TEXT)])
-    footer = _map([])
-    body = (
-        struct.pack(">ii", LOG_FORMAT_VERSION, AVRO_DATA_BLOCK)
-        + header
-        + struct.pack(">q", len(content))
-        + content
-        + footer
+    amcommit writes it: files are written whole, never appended to), framed by the log
+    block codec (:mod:`amcommit.table.format.logblock`). Pure."""
+    return encode_block(
+        BlockType.AVRO_DATA,
+        ((HeaderKey.SCHEMA, _SCHEMA_TEXT),),
+        encode_avro_records(_SCHEMA_TEXT, [entry_record(e) for e in entries]),
     )
-    length = len(body) + 8  # the block length counts the trailing total-length field
-    total = len(MAGIC) + 8 + len(body)
-    return MAGIC + struct.pack(">q", length) + body + struct.pack(">q", total)
 
 
 class _Reader:
@@ -258,23 +241,11 @@ class _Reader:
 
 
 def _blocks(data: bytes, where: str) -> Iterator[tuple[dict[int, str], bytes]]:
-    r = _Reader(data, where)
-    while r.pos < len(data):
-        start = r.pos
-        if r.take(6) != MAGIC:
-            raise ManifestError(f"{where}: no log block magic at byte {start}")
-        length = r.int64()
-        end = r.pos + length
-        version, kind = r.int32(), r.int32()
-        if version != LOG_FORMAT_VERSION:
-            raise ManifestError(f"{where}: log format version {version}, expected {LOG_FORMAT_VERSION}")
-        header = r.map()
-        content = r.take(r.int64())
-        r.map()  # footer
-        if r.int64() != length + len(MAGIC) + 8 - 8 or r.pos != end:
-            raise ManifestError(f"{where}: corrupt log block at byte {start} (lengths disagree)")
-        if kind == AVRO_DATA_BLOCK:
-            yield header, content
+    """The header and content of each Avro data block (the codec checks the frames as
+    Java does; a corrupt one is refused, naming ``where`` and its offset)."""
+    for block in read_blocks(data, path=where, strict=True).blocks:
+        if block.type == BlockType.AVRO_DATA:
+            yield {int(k): v for k, v in block.header}, block.content
 
 
 def _commit_of(rec: dict[str, Any], where: str) -> CommitMetadata | None:
