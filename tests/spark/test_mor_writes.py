@@ -27,6 +27,7 @@ from tests.table.test_mutate import Model, hudi_snapshot, model_delete, model_up
 pytestmark = pytest.mark.spark
 
 MOR = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts", "tableType": "MERGE_ON_READ"}
+EVERY3 = {"hoodie.compact.inline.max.delta.commits": "3"}
 
 
 def _files(dest: Path) -> tuple[set[str], set[str]]:
@@ -128,19 +129,28 @@ def test_foreach_batch_upserts_into_mor_exactly_once(spark: Any, tmp_path: Path)
     m: Model = {}
     try:
         for n, rows in enumerate(batches):
-            rep = amspark.write_batch(_df(spark, rows), n, str(dest), operation="upsert", **MOR)
+            # inline compaction once 3 deltacommits are due (Hudi's option name)
+            rep = amspark.write_batch(_df(spark, rows), n, str(dest), operation="upsert", **MOR, **EVERY3)
             assert rep.success and not getattr(rep, "skipped_label", None)
             m = model_upsert(m, rows)
             if n == 1:  # the batch replayed (a restarted query): its label is committed
                 again = [dict(r, v="replayed") for r in rows]
-                rep = amspark.write_batch(_df(spark, again), n, str(dest), operation="upsert", **MOR)
+                rep = amspark.write_batch(
+                    _df(spark, again), n, str(dest), operation="upsert", **MOR, **EVERY3
+                )
                 assert rep.skipped_label
     finally:
         sc.setLocalProperty(QUERY_ID_KEY, None)
     assert hudi_snapshot(str(dest)) == rows_of(m) == _snapshot(spark, str(dest))
     done = _completed(dest)
-    assert len(done) == 3 and all(n.endswith(".deltacommit") for n in done)
+    # three deltacommits, then the inline compaction's commit (write_batch compacts as
+    # upsert/delete do); the read-optimized view then holds every update
+    assert [n.rpartition(".")[2] for n in done] == ["deltacommit"] * 3 + ["commit"], done
     assert _files(dest)[1], "the updates of batches 1 and 2 are in log files"
+    ro = (
+        spark.read.format("amcommit").option("hoodie.datasource.query.type", "read_optimized").load(str(dest))
+    )
+    assert sorted((r.id, r.v) for r in ro.collect()) == sorted((k[1], v["v"]) for k, v in m.items())
 
 
 def test_spark_upsert_completes_a_pending_compaction_first(spark: Any, tmp_path: Path) -> None:

@@ -111,11 +111,18 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
             # while they run (the insert's tasks renew it themselves, _run_tasks)
             with writer._renewing(ids):
                 results, _ = run_mutation(df, plan, spec)
-        return commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver, operation=op)
+        job = commit_batch(plan, results, ids, int(batch_id), ttl, writer.driver, operation=op)
     except BaseException:
         with contextlib.suppress(Exception):
             abort_write(plan)
         raise
+    if spec is not None and spec.merge_on_read and job.success:
+        # a Merge-on-Read batch: inline compaction once compact_every deltacommits are due,
+        # as upsert/delete do (a failure is logged; the batch stays committed)
+        from amcommit.spark.mutate import compact_if_due_after
+
+        compact_if_due_after(plan, plan.job_id)
+    return job
 
 
 def _run_tasks(

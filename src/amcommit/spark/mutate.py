@@ -921,6 +921,13 @@ def _inline_compaction(plan: WritePlan, report: MutateReport) -> None:
     deltacommits are due (:func:`amcommit.table.commit.compaction.compact_if_due`, as the
     engine's writes do). The deltacommit stays committed if it fails:
     ``report.compaction_error`` (a later write or compaction completes what it left)."""
+    report.compaction, report.compaction_error = compact_if_due_after(plan, report.instant)
+
+
+def compact_if_due_after(plan: WritePlan, instant: str) -> tuple[Any, str | None]:
+    """Inline compaction after the Merge-on-Read deltacommit ``instant`` of ``plan``
+    committed (``upsert``/``delete`` and ``write_batch``): ``(its report or None, the
+    error's text or None)``; a failure is logged, never raised (the deltacommit stays)."""
     import logging
 
     from amcommit.loop import run_blocking
@@ -933,10 +940,10 @@ def _inline_compaction(plan: WritePlan, report: MutateReport) -> None:
             return await compact_if_due(store, dest, plan.config())
 
     try:
-        report.compaction = run_blocking(due)
+        return run_blocking(due), None
     except AmcommitError as e:
-        report.compaction_error = str(e)
-        logging.getLogger(__name__).warning("inline compaction after %s failed: %s", report.instant, e)
+        logging.getLogger(__name__).warning("inline compaction after %s failed: %s", instant, e)
+        return None, str(e)
 
 
 def upsert(df: Any, dest: str, *, label: Label | None = None, **options: Any) -> MutateReport:
