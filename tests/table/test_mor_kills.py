@@ -64,7 +64,9 @@ def _fork(target: Any, spec: dict[str, Any]) -> bool:
     return proc.exitcode == 0
 
 
-def _child(info: dict[str, Any], dest: str, op: str, n: int, rows: list[dict[str, Any]] | None = None) -> bool:
+def _child(
+    info: dict[str, Any], dest: str, op: str, n: int, rows: list[dict[str, Any]] | None = None
+) -> bool:
     from tests.table import mor_emu_child
 
     return _fork(mor_emu_child.run_spec, {"backend": info, "dest": dest, "op": op, "n": n, "rows": rows})
@@ -73,7 +75,8 @@ def _child(info: dict[str, Any], dest: str, op: str, n: int, rows: list[dict[str
 def _abort_child(info: dict[str, Any], dest: str, instant: str, n: int) -> bool:
     from tests.table import kill_child
 
-    cfg = {k: v for k, v in CHILD_CFG.items() if k not in ("table_commit", "compact_every")}
+    # (kill_child.run_spec takes the committer's options: a table's come from its properties)
+    cfg = {k: CHILD_CFG[k] for k in ("io_threads", "load_threads", "retry_base_delay", "retry_max_delay")}
     spec = {"backend": info, "dest": dest, "instant": instant, "what": "abort", "n": n, "config": cfg}
     return _fork(kill_child.run_spec, spec)
 
@@ -168,7 +171,9 @@ def test_mor_upsert_killed_on_emulators(backend: str, request: pytest.FixtureReq
                 assert await _ours(store, dest) == seen, n
                 now = await _files(store, dest)
                 deltas = [
-                    i.time for i in await list_instants(store, dest) if i.completed and i.action == "deltacommit"
+                    i.time
+                    for i in await list_instants(store, dest)
+                    if i.completed and i.action == "deltacommit"
                 ]
                 if seen == BEFORE:
                     outcomes.add("rolled back")
@@ -191,10 +196,160 @@ def test_mor_upsert_killed_on_emulators(backend: str, request: pytest.FixtureReq
                     assert got == committed, (n, k, total, sorted(set(got) ^ set(committed)), now)
                 # the table goes on
                 await mutate.upsert(store, dest, _t(LATER), **W)
-                want = model_upsert(model_upsert({}, FIRST), UPSERT) if seen == AFTER else model_upsert({}, FIRST)
+                want = (
+                    model_upsert(model_upsert({}, FIRST), UPSERT)
+                    if seen == AFTER
+                    else model_upsert({}, FIRST)
+                )
                 seen = await anyio.to_thread.run_sync(_hudi, backend, info, dest)
                 assert seen == rows_of(model_upsert(want, LATER)) == await _ours(store, dest), n
             assert outcomes == {"rolled back", "completed", "rollback recorded"}, outcomes
+            print(f"{backend}: {total} requests")
+
+    anyio.run(go)
+
+
+async def _data(store: Store, dest: str) -> set[str]:
+    return {f for f in await _files(store, dest) if not f.startswith(".hoodie/")}
+
+
+@pytest.mark.timeout(300)
+@BACKENDS
+def test_compaction_killed_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+    """A compaction of two slices with log files killed before the n-th of its mutating
+    requests, for a spread of n: hudi-rs and amcommit read the same records throughout, the
+    read-optimized view is the whole compaction or none of it. Then the next compaction
+    (alternately) or the next deltacommit completes it with its stored plan: the data files
+    are exactly those before plus the plan's base files (none when killed before the plan
+    existed) and the write's, every compaction instant is requested/inflight/commit, no lock
+    is left, and the snapshot is every write's."""
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+    m = model_upsert(model_upsert({}, FIRST), UPSERT)
+
+    async def table(store: Store, dest: str) -> None:
+        await mutate.upsert(store, dest, _t(FIRST), **W)
+        await mutate.upsert(store, dest, _t(UPSERT), **W)
+
+    async def go() -> None:
+        store = open_store(info)
+        async with store:
+            await table(store, "ref")
+            total = await _count(store, lambda s: compact_store(s, "ref", config=CFG))
+            assert total >= 5, total
+            outcomes: set[str] = set()
+            for k, n in enumerate(_spread(total, 4)):
+                dest = f"c{n}"
+                want = m
+                await table(store, dest)
+                was = await _data(store, dest)
+                ro_before = await anyio.to_thread.run_sync(_hudi, backend, info, dest, True)
+                assert not await anyio.to_thread.run_sync(_child, info, dest, "compact", n), n
+                assert await anyio.to_thread.run_sync(_hudi, backend, info, dest) == rows_of(m), n
+                assert await _ours(store, dest) == rows_of(m), n
+                ro = await anyio.to_thread.run_sync(_hudi, backend, info, dest, True)
+                assert ro in (ro_before, rows_of(m)), n  # the whole compaction or none of it
+                assert await _ours(store, dest, query_type="read_optimized") == ro, n
+                instants = await list_instants(store, dest)
+                planned = {i.time for i in instants if i.action == Action.COMPACTION.value}
+                added: set[str] = set()
+                if k % 2:
+                    rep = await compact_store(store, dest, config=CFG)
+                    assert rep.resumed == sorted(pending_compactions(instants)), n
+                else:
+                    r = await mutate.upsert(store, dest, _t(LATER), **W)
+                    want = model_upsert(m, LATER)
+                    meta = decode_commit_metadata(
+                        await store.get(join(dest, HOODIE_DIR, f"{r.instant}.deltacommit"))
+                    )
+                    added = {s.path for s in meta.write_stats()}
+                instants = await list_instants(store, dest)
+                assert pending_compactions(instants) == [], n
+                tcs = sorted({i.time for i in instants if i.action == Action.COMPACTION.value})
+                for tc in tcs:
+                    plan = decode_compaction_plan(
+                        await store.get(
+                            join(dest, HOODIE_DIR, Instant(tc, "compaction", State.REQUESTED).file_name)
+                        )
+                    )
+                    added |= {
+                        (f"{op.partition}/" if op.partition else "") + f"{op.file_id}_{j}-0-0_{tc}.parquet"
+                        for j, op in enumerate(plan.operations)
+                    }
+                    names = {i.file_name for i in instants if i.time == tc}
+                    assert names == {
+                        f"{tc}.compaction.requested",
+                        f"{tc}.compaction.inflight",
+                        f"{tc}.commit",
+                    }, n
+                got = await _data(store, dest)
+                assert got == was | added, (n, sorted(got ^ (was | added)))
+                outcomes.add("resumed" if planned else ("fresh" if tcs else "none"))
+                assert not [p for p in await _files(store, dest) if p.endswith("_commit.lock")], n
+                assert await anyio.to_thread.run_sync(_hudi, backend, info, dest) == rows_of(want), n
+                assert await _ours(store, dest) == rows_of(want), n
+                if tcs and k % 2:
+                    assert await anyio.to_thread.run_sync(_hudi, backend, info, dest, True) == rows_of(
+                        want
+                    ), n
+            assert "resumed" in outcomes, outcomes
+            print(f"{backend}: {total} requests, {sorted(outcomes)}")
+
+    anyio.run(go)
+
+
+@pytest.mark.timeout(300)
+@BACKENDS
+def test_rollback_killed_on_emulators(backend: str, request: pytest.FixtureRequest) -> None:
+    """The rollback (``abort_job``) of a prepared deltacommit with base and log files killed
+    before the n-th of its mutating requests, for a spread of n: both readers see the table
+    as before the write; then ``abort_job`` here resumes it: the listing is exactly the one
+    before the write plus one rollback instant (three files) whose metadata names the
+    target and exactly the write's data files; a later deltacommit into the same slices
+    reads right."""
+    info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
+
+    async def prepared(store: Store, dest: str) -> tuple[list[str], list[str], str]:
+        await mutate.upsert(store, dest, _t(FIRST), **W)
+        was = await _files(store, dest)
+        prep = await mutate.prepare(store, dest, _t(UPSERT), operation="UPSERT", **W)
+        written = sorted(f for f in set(await _files(store, dest)) - set(was) if not f.startswith(".hoodie/"))
+        assert [f for f in written if ".log." in f] and [f for f in written if f.endswith(".parquet")]
+        return was, written, prep.report.instant
+
+    async def go() -> None:
+        store = open_store(info)
+        async with store:
+            _, _, t = await prepared(store, "ref")
+            total = await _count(store, lambda s: abort_job(s, "ref", t, config=CFG))
+            assert total >= 5, total
+            for n in _spread(total, 3):
+                dest = f"r{n}"
+                was, written, t = await prepared(store, dest)
+                assert not await anyio.to_thread.run_sync(_abort_child, info, dest, t, n), n
+                assert await anyio.to_thread.run_sync(_hudi, backend, info, dest) == BEFORE, n
+                assert await _ours(store, dest) == BEFORE, n
+                await abort_job(store, dest, t, config=CFG)  # resume the rollback
+                now = await _files(store, dest)
+                extra = sorted(set(now) - set(was))
+                assert not set(was) - set(now), n
+                rb = extra[0].split("/")[1].split(".")[0]
+                assert extra == [f".hoodie/{rb}.rollback{s}" for s in ("", ".inflight", ".requested")], (
+                    n,
+                    extra,
+                )
+                assert rb > t
+                meta = decode_rollback_metadata(
+                    await store.get(f"{dest}/.hoodie/{rb}.rollback"), root_uri=join(store.root_uri, dest)
+                )
+                assert (meta.instant, meta.target, meta.action) == (rb, t, "deltacommit")
+                assert sorted(f for fs in meta.deleted.values() for f in fs) == written, n
+                assert await anyio.to_thread.run_sync(_hudi, backend, info, dest) == BEFORE, n
+                assert await _ours(store, dest) == BEFORE, n
+                rep = await mutate.upsert(store, dest, _t(LATER), **W)
+                assert rep.files_logged == 1
+                want = rows_of(model_upsert(model_upsert({}, FIRST), LATER))
+                assert await anyio.to_thread.run_sync(_hudi, backend, info, dest) == want, n
+                assert await _ours(store, dest) == want, n
             print(f"{backend}: {total} requests")
 
     anyio.run(go)
