@@ -275,3 +275,23 @@ async def test_archival_and_writers_at_once_lose_nothing(tmp_path: Path) -> None
     assert await amcommit_rows(store, "t") == keys(written)
     assert len(await (await Timeline.open(store, "t")).commits()) == 12
     assert _archived(root)  # the archiver did move instants while the writers wrote
+
+
+async def test_a_handle_listed_before_an_archival_still_loads_every_commit(tmp_path: Path) -> None:
+    """A writer's timeline handle listed the active timeline; another writer's archival then
+    moved some of those instants into .hoodie/archived/: the handle's load of their
+    metadata reads them from the archive instead of failing with NotFound (seen in the
+    concurrent-upsert test on fake-gcs-server)."""
+    store = LocalStore(str(tmp_path), fsync=False)
+    no_auto = SMALL.with_options(archive=False)
+    instants = []
+    for k in range(6):
+        w, report = await write(store, "t", rows(10 * k, 4, tag=f"w{k}"), config=no_auto)
+        assert report.success
+        instants.append(w.instant)
+    handle = Timeline(store, "t", config=no_auto)
+    await handle.current()  # listed: all six active
+    assert (await archive(store, "t", config=no_auto, keep_max=4, keep_min=2)).archived
+    assert not (tmp_path / "t" / ".hoodie" / f"{instants[0]}.commit").exists()
+    held = await handle.commits_held()
+    assert [c.instant.time for c in held] == instants

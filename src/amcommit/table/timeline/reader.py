@@ -48,7 +48,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.errors import AmcommitError
+from amcommit.errors import AmcommitError, NotFound
 from amcommit.parallel import gather_limited
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
@@ -323,7 +323,18 @@ class Timeline:
         meta = self._meta.get(name)
         if meta is None:
             where = join(self.dest, HOODIE_DIR, name)
-            meta = decode_commit_metadata(await self._get(name), where=where)
+            try:
+                data = await self._get(name)
+            except NotFound:
+                # archived since this handle listed it (an archival by another writer moves
+                # completed instants into .hoodie/archived/): read the archive again
+                self._archived = None
+                for e in await self.archived():
+                    if e.instant.time == instant.time and e.instant.completed and e.commit is not None:
+                        self._meta[name] = e.commit
+                        return e.commit
+                raise
+            meta = decode_commit_metadata(data, where=where)
             self._meta[name] = meta
         return meta
 
