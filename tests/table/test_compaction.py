@@ -349,7 +349,7 @@ async def test_compaction_fetches_a_slices_files_at_once(backend_local: StoreUnd
         r = await mutate.upsert(store, dest, _t(up), precombine_field="ts", **NOCOMPACT)
         assert r.files_logged == 1
         m = model_upsert(m, up)
-    overlap = _Overlap(store, want=4, hold=2.0)
+    overlap = _Overlap(store, want=4, hold=5.0)  # ends as soon as all 4 are in flight
     rep = await compact_store(overlap, dest, config=CFG)  # type: ignore[arg-type]
     assert rep.instant is not None and rep.file_groups == 1 and rep.log_files == 3
     assert overlap.most == 4
