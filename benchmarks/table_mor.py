@@ -29,7 +29,16 @@ once). Every read is checked: row count, and the snapshot holds exactly the upda
 the keys the deltacommits updated (their ``_hoodie_commit_time`` the deltacommit's), the
 read-optimized read none of them. Results: ``table_mor_reads.json``.
 
-    python -m benchmarks.table_mor                       # both scenarios, 1,000,000 rows x 200 files
+``upserts`` (:func:`upserts`): the same batch upserted into a Merge-on-Read table (a log file
+per touched file group) and into a Copy-on-Write one (every touched file group rewritten), each
+into a fresh copy of the same rows (``--rows`` in ``--files`` base files, local files under
+/dev/shm), alternating (``--rounds``, default 1; a warm-up pair first, not recorded): ``spread``, 10% of the keys over every file
+(target: MoR <= 0.25x CoW), and ``late``, 10,000 keys in 10 files (target <= 0.5x); the batches
+of :func:`benchmarks.table_upsert.updates`. Reported: wall and CPU seconds, bytes put, store
+requests, load; checked: the MoR snapshot equals the CoW table.
+
+    python -m benchmarks.table_mor --scenario upserts --rows 200000 --files 40
+    python -m benchmarks.table_mor                       # every scenario, 1,000,000 rows x 200 files
     python -m benchmarks.table_mor --scenario compaction --rows 200000 --files 40
     python -m benchmarks.table_mor --scenario reads --quick   # 20,000 rows x 20 files, local, 1 round
 """
@@ -187,6 +196,102 @@ def compaction_main(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="table_mor-") as d:
             res = anyio.run(run, args.rows, args.files, args.partitions, Path(d))
         print(json.dumps(res, indent=2), flush=True)
+
+
+# -- scenario: MoR upsert against CoW upsert -----------------------------------------------------
+
+UPSERT_TARGETS = {"spread": 0.25, "late": 0.5}
+"""Issue 34's targets: a MoR upsert's time over the CoW upsert's of the same batch."""
+
+
+async def _upsert_timed(root: Path, dest: str, batch: pa.Table, table_type: str | None) -> dict[str, Any]:
+    async with LocalStore(str(root), fsync=False) as local:
+        cs = Counting(local)
+        load = load_average()
+        t0, c0 = time.perf_counter(), time.process_time()
+        kw = {"table_type": table_type} if table_type else {}
+        r = await mutate.upsert(cs, dest, batch, config=_mor_config(), **kw, **KW)  # type: ignore[arg-type]
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        got = (await read_store(local, dest)).select(["id", "p", "v", "x", "ts"]).sort_by("id")
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "bytes_put": cs.bytes_put,
+        "requests": cs.requests,
+        "updated": r.updated,
+        "files_rewritten": r.files_rewritten,
+        "files_logged": r.files_logged,
+        "load_1m": load[0] if load else None,
+        "_table": got,
+    }
+
+
+def upserts(rows: int, files: int, rounds: int, work: Path) -> list[dict[str, Any]]:
+    """For ``spread`` (10% of the keys over every file) and ``late`` (10,000 keys in 10
+    files; :func:`benchmarks.table_upsert.updates`): the upsert of the batch into a fresh
+    copy of a Merge-on-Read table (log files) against one into a fresh copy of the same rows
+    as a Copy-on-Write table (file groups rewritten); alternating, ``rounds`` each. Checked:
+    both tables then read the same records (MoR: its snapshot)."""
+    from benchmarks.table_upsert import updates
+
+    base = base_rows(rows, files)
+    _, per_file = shape(rows, files)
+
+    async def build(dest: str, table_type: str | None) -> None:
+        async with LocalStore(str(work / "built"), fsync=False) as local:
+            kw = {"table_type": table_type} if table_type else {}
+            await mutate.upsert(
+                local,
+                dest,
+                base,
+                max_file_rows=per_file,
+                small_file_limit=0,
+                config=_mor_config(),
+                **kw,
+                **KW,
+            )
+
+    anyio.run(build, "mor", "MERGE_ON_READ")
+    anyio.run(build, "cow", None)
+    out = []
+    for which in ("spread", "late"):
+        batch = updates(base, which, rows, files)
+        for rnd in range(-1 if which == "spread" else 0, rounds):  # -1: a warm-up, not recorded
+            res: dict[str, Any] = {"scenario": f"upsert_{which}", "round": rnd, "keys": batch.num_rows}
+            for kind in ("mor", "cow") if rnd % 2 == 0 else ("cow", "mor"):
+                root = work / f"run-{kind}"
+                shutil.rmtree(root, ignore_errors=True)
+                shutil.copytree(work / "built", root)
+                res[kind] = anyio.run(
+                    _upsert_timed, root, kind, batch, "MERGE_ON_READ" if kind == "mor" else None
+                )
+                shutil.rmtree(root, ignore_errors=True)
+            same = res["mor"].pop("_table").equals(res["cow"].pop("_table"))
+            res["verified"] = "exact" if same else "WRONG: the MoR snapshot and the CoW table differ"
+            res["mor_over_cow"] = round(res["mor"]["wall_s"] / res["cow"]["wall_s"], 3)
+            res["target"] = UPSERT_TARGETS[which]
+            print(
+                f"  {which} round {rnd + 1}: MoR {res['mor']['wall_s']:.2f} s ({res['mor']['files_logged']} logs), "
+                f"CoW {res['cow']['wall_s']:.2f} s ({res['cow']['files_rewritten']} rewritten), "
+                f"MoR/CoW {res['mor_over_cow']:.3f} (target <= {res['target']}), {res['verified']} "
+                f"(load {res['mor']['load_1m']})",
+                flush=True,
+            )
+            if rnd >= 0:
+                out.append(res)
+    return out
+
+
+def upserts_main(args: argparse.Namespace) -> None:
+    """The ``upserts`` scenario (:func:`upserts`): each round printed, then the medians."""
+    with tempfile.TemporaryDirectory(
+        prefix="table_mor_up-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    ) as d:
+        runs = upserts(args.rows, args.files, args.rounds or 1, Path(d))
+    for which in ("spread", "late"):
+        mine = [r for r in runs if r["scenario"] == f"upsert_{which}"]
+        med = statistics.median(r["mor_over_cow"] for r in mine)
+        print(json.dumps({"scenario": f"upsert_{which}", "median_mor_over_cow": med, "runs": mine}, indent=2))
 
 
 # -- scenario: snapshot vs read-optimized reads ----------------------------------------------
@@ -491,7 +596,7 @@ def reads_main(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--scenario", choices=["compaction", "reads", "all"], default="all")
+    p.add_argument("--scenario", choices=["compaction", "reads", "upserts", "all"], default="all")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--files", type=int, default=200)
     p.add_argument("--partitions", type=int, default=20, help="compaction: partitions")
@@ -511,6 +616,8 @@ def main(argv: list[str] | None = None) -> None:
         compaction_main(args)
     if args.scenario in ("reads", "all"):
         reads_main(args)
+    if args.scenario in ("upserts", "all"):
+        upserts_main(args)
 
 
 if __name__ == "__main__":

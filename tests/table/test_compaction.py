@@ -310,6 +310,53 @@ async def test_inline_compaction_after_every_n_deltacommits(backend_local: Store
 # --- concurrency ---------------------------------------------------------------------------------
 
 
+class _Overlap(KillStore):
+    """A store whose GETs of a slice's files (base and log files, not ``.hoodie/``) wait,
+    at most ``hold`` seconds, until ``want`` of them are in flight at once; ``most``: the
+    most that were."""
+
+    def __init__(self, inner: Store, want: int, hold: float) -> None:
+        super().__init__(inner, "^$", 1 << 30)
+        self.want, self.hold = want, hold
+        self.inflight = self.most = 0
+        self.all_in = anyio.Event()
+
+    async def get(self, path: str, *a: Any, **kw: Any) -> Any:
+        if HOODIE_DIR in path or not (path.endswith(".parquet") or ".log." in path):
+            return await self.inner.get(path, *a, **kw)
+        self.inflight += 1
+        self.most = max(self.most, self.inflight)
+        if self.inflight >= self.want:
+            self.all_in.set()
+        try:
+            with anyio.move_on_after(self.hold):
+                await self.all_in.wait()
+            return await self.inner.get(path, *a, **kw)
+        finally:
+            self.inflight -= 1
+
+
+async def test_compaction_fetches_a_slices_files_at_once(backend_local: StoreUnderTest) -> None:
+    """A file slice's base file and its log files are fetched concurrently, not one after
+    another (one file group, 3 log files: 4 GETs in flight together); the compacted table
+    holds every update."""
+    store, dest = backend_local.store, join(backend_local.base, "overlap")
+    rows = [{"id": i, "p": "a", "v": "0", "ts": 1} for i in range(6)]
+    m = model_upsert({}, rows)
+    await mutate.upsert(store, dest, _t(rows), precombine_field="ts", **NOCOMPACT)
+    for k in range(3):
+        up = [{"id": k, "p": "a", "v": f"u{k}", "ts": 2 + k}, {"id": 5, "p": "a", "v": f"w{k}", "ts": 2 + k}]
+        r = await mutate.upsert(store, dest, _t(up), precombine_field="ts", **NOCOMPACT)
+        assert r.files_logged == 1
+        m = model_upsert(m, up)
+    overlap = _Overlap(store, want=4, hold=5.0)  # ends as soon as all 4 are in flight
+    rep = await compact_store(overlap, dest, config=CFG)  # type: ignore[arg-type]
+    assert rep.instant is not None and rep.file_groups == 1 and rep.log_files == 3
+    assert overlap.most == 4
+    ours = await read_store(store, dest, query_type="read_optimized")
+    assert sorted((r["id"], r["p"], r["v"], r["ts"]) for r in ours.to_pylist()) == rows_of(m)
+
+
 class _Gate(KillStore):
     """A store that holds the put of a ``.compaction.inflight`` file until ``go`` is set."""
 

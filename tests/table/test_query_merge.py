@@ -19,7 +19,14 @@ from amcommit.table.errors import NotATable, RangeReversed, UnknownInstant
 from amcommit.table.file_group.merge import Payload
 from amcommit.table.file_group.model import FileGroup, FileSlice, FileVersion, LogFile
 from amcommit.table.format import logblock as lb
-from amcommit.table.query.merge import LogBytes, SliceRecipe, live_blocks, merge_slice, payload_of
+from amcommit.table.query.merge import (
+    LogBytes,
+    SliceRecipe,
+    arrow_schema_of_avro,
+    live_blocks,
+    merge_slice,
+    payload_of,
+)
 from amcommit.table.query.read import UnknownQueryType, _effective
 from amcommit.table.timeline.reader import SliceView
 
@@ -120,6 +127,42 @@ def test_blocks_apply_in_order_across_log_files() -> None:
         data(T4, rec(T4, "a", 2, "a4"), rec(T4, "a", 3, "a5")),
     ]
     assert merged(logs)["a"] == (3, "a5", T4)  # re-inserted after the delete; the last copy of a key wins
+
+
+def test_schema_parsed_and_converted_once_per_schema_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks in one schema string (every block of a write, of every write that keeps the
+    schema) parse it once and convert it to Arrow once; a block in another schema string
+    between them (a column added) still merges in order."""
+    wider = json.loads(SCHEMA)
+    wider["name"] = "r_once"  # a schema string no other test has parsed
+    one = json.dumps(wider)
+    wider["fields"] = [*wider["fields"], {"name": "x", "type": ["null", "long"], "default": None}]
+    two = json.dumps(wider)
+    parsed: list[object] = []
+    real = lb.fastavro.parse_schema
+
+    def counting(schema: object, *a: object, **kw: object) -> object:
+        parsed.append(schema)
+        return real(schema, *a, **kw)
+
+    monkeypatch.setattr(lb.fastavro, "parse_schema", counting)
+    logs = [
+        lb.avro_data_block(T2, one, [rec(T2, "a", 11, "a2")]),
+        lb.avro_data_block(T3, one, [rec(T3, "b", 12, "b3"), rec(T3, "a", 13, "a3")]),
+        lb.avro_data_block(T3, two, [rec(T3, "c", 14, "c3") | {"x": 7}]),
+        lb.avro_data_block(T4, one, [rec(T4, "d", 15, "d4")]),
+    ]
+    encodes = len(parsed)  # writing the blocks parsed each schema string once
+    assert encodes == 2
+    assert merged(logs) == {
+        "a": (13, "a3", T3),
+        "b": (12, "b3", T3),
+        "c": (14, "c3", T3),
+        "d": (15, "d4", T4),
+    }
+    assert len(parsed) == encodes  # reading them parsed none again
+    assert arrow_schema_of_avro(one) is arrow_schema_of_avro(one)
+    assert arrow_schema_of_avro(two).names[-1] == "x"
 
 
 def test_blocks_of_untrusted_instants_are_skipped() -> None:

@@ -70,6 +70,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import anyio
@@ -80,7 +81,7 @@ import pyarrow.parquet as pq
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.lock import run_locked
 from amcommit.errors import AlreadyExists, ConflictError, NotFound
-from amcommit.parallel import run_parallel
+from amcommit.parallel import gather_limited, run_parallel
 from amcommit.paths import join
 from amcommit.store.base import PutMode, Store
 from amcommit.store.retry import RetryingStore
@@ -205,7 +206,7 @@ async def _latest_schema(rs: Store, dest: str, instants: list[Instant]) -> str |
 
 
 def _merged_file(
-    base: pa.Table | None,
+    base_bytes: bytes | None,
     logs: list[LogBytes],
     trusted: frozenset[str],
     recipe: SliceRecipe,
@@ -214,7 +215,9 @@ def _merged_file(
 ) -> tuple[bytes, int, int]:
     """The new base file of one operation: (Parquet bytes with the bloom footer, rows,
     rows written by the logs); empty bytes when the slice holds no record and has no base
-    file. Pure (runs in a worker thread)."""
+    file. ``base_bytes``: the base file's Parquet bytes (None: a log-only slice), decoded
+    here. Pure (runs in a worker thread, off the event loop)."""
+    base = pq.read_table(pa.BufferReader(base_bytes)) if base_bytes is not None else None
     merged = merge_slice(base, live_blocks(logs, trusted.__contains__), recipe)
     if merged is None:
         return b"", 0, 0
@@ -260,14 +263,15 @@ async def _execute(
 
     async def one(job: tuple[int, Any]) -> None:
         idx, op = job
-        base = None
-        if op.data_file:
-            data = await rs.get(join(dest, _rel(op.partition, op.data_file)))
-            base = pq.read_table(pa.BufferReader(data))
-        logs = []
-        for n in op.delta_files:
-            rel = _rel(op.partition, n)
-            logs.append(LogBytes(rel, await rs.get(join(dest, rel))))
+        # the base file and every log file of the slice fetched at once (not one after
+        # another); the logs are merged in their plan order whatever order they arrive in
+        rels = [_rel(op.partition, n) for n in op.delta_files]
+        paths = ([_rel(op.partition, op.data_file)] if op.data_file else []) + rels
+        fetched = await gather_limited([partial(rs.get, join(dest, p)) for p in paths], len(paths))
+        base = fetched[0] if op.data_file else None
+        logs = [
+            LogBytes(rel, data) for rel, data in zip(rels, fetched[len(paths) - len(rels) :], strict=True)
+        ]
         name = base_file_name(op.file_id, write_token(idx, 0, 0), tc)
         body, rows, from_logs = await anyio.to_thread.run_sync(
             _merged_file, base, logs, trusted, recipe, name, op.base_instant

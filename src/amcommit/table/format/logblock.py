@@ -40,6 +40,7 @@ Every function here is pure and thread-safe; nothing is atomic because nothing i
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import struct
@@ -320,9 +321,18 @@ def read_blocks(data: bytes, *, path: str = "log file", strict: bool = False) ->
 # --- Avro data blocks ----------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_schema_text(schema: str) -> Any:
+    """The parsed form of a schema string, parsed once per string (every block of a
+    write carries the same SCHEMA header). fastavro's parsed schemas are not changed by
+    reading or writing, so one may be shared between threads."""
+    return fastavro.parse_schema(json.loads(schema))
+
+
 def _parse_schema(schema: str | dict[str, Any]) -> Any:
-    obj = json.loads(schema) if isinstance(schema, str) else schema
-    return fastavro.parse_schema(obj)
+    if isinstance(schema, str):
+        return _parse_schema_text(schema)
+    return fastavro.parse_schema(schema)
 
 
 def encode_avro_records(schema: str | dict[str, Any], records: Iterable[dict[str, Any]]) -> bytes:

@@ -21,6 +21,7 @@ is its file id, as Java writes it). Nothing here does I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -119,9 +120,23 @@ def _arrow_type(t: Any) -> pa.DataType:
 
 
 def arrow_schema_of_avro(schema: str | dict[str, Any]) -> pa.Schema:
-    """The Arrow schema of an Avro record schema (as Hudi's readers map the types)."""
-    obj = json.loads(schema) if isinstance(schema, str) else schema
-    return pa.schema([pa.field(f["name"], _arrow_type(f["type"])) for f in obj["fields"]])
+    """The Arrow schema of an Avro record schema (as Hudi's readers map the types); a
+    schema string is converted once (:func:`_arrow_schema_of_text`)."""
+    if isinstance(schema, str):
+        return _arrow_schema_of_text(schema)
+    return pa.schema([pa.field(f["name"], _arrow_type(f["type"])) for f in schema["fields"]])
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_schema_of_text(schema: str) -> pa.Schema:
+    """The Arrow schema of an Avro schema string, converted once per string (every block
+    of a write carries the same SCHEMA header; Arrow schemas are immutable)."""
+    return arrow_schema_of_avro(json.loads(schema))
+
+
+@functools.lru_cache(maxsize=256)
+def _map_columns(schema: pa.Schema) -> tuple[str, ...]:
+    return tuple(f.name for f in schema if pa.types.is_map(f.type))
 
 
 def _fit(t: pa.Table, like: pa.Schema | None) -> pa.Table:
@@ -145,7 +160,7 @@ def _fit(t: pa.Table, like: pa.Schema | None) -> pa.Table:
 
 def _map_values(records: list[dict[str, Any]], schema: pa.Schema) -> list[dict[str, Any]]:
     """Avro maps decode as dicts; Arrow builds a map column from (key, value) pairs."""
-    maps = [f.name for f in schema if pa.types.is_map(f.type)]
+    maps = _map_columns(schema)
     if not maps:
         return records
     out = []
@@ -163,8 +178,16 @@ def _block_table(block: lb.LogBlock, path: str, like: pa.Schema | None) -> pa.Ta
     if block.type == lb.BlockType.PARQUET_DATA:
         t: pa.Table = lb.decode_parquet_records(block, path=path)
         return _fit(t.replace_schema_metadata(None), like)
-    records = lb.decode_avro_records(block, path=path)
-    schema = arrow_schema_of_avro(block.schema)
+    return _avro_table([(path, block)], like)
+
+
+def _avro_table(blocks: Sequence[tuple[str, lb.LogBlock]], like: pa.Schema | None) -> pa.Table:
+    """The records of Avro data blocks written in one schema, in order, as one table
+    (one conversion to Arrow for all of them)."""
+    records: list[dict[str, Any]] = []
+    for path, block in blocks:
+        records += lb.decode_avro_records(block, path=path)
+    schema = arrow_schema_of_avro(blocks[0][1].schema)
     t = pa.Table.from_pylist(_map_values(records, schema), schema=schema)
     return _fit(t, like)
 
@@ -255,12 +278,28 @@ def _runs(
     merged with its base rows once per run, not once per block."""
     out: list[tuple[str, lb.LogBlock, pa.Table]] = []
     joinable = False
-    for path, block in blocks:
+    overwrite = recipe.payload is Payload.OVERWRITE_WITH_LATEST
+    i = 0
+    while i < len(blocks):
+        path, block = blocks[i]
+        i += 1
         if block.type == lb.BlockType.DELETE:
             out.append((path, block, pa.table({})))
             joinable = False
             continue
-        t = _block_table(block, path, like)
+        if block.type == lb.BlockType.AVRO_DATA and overwrite:
+            # the Avro blocks that follow in the same schema: decoded into one table at once
+            same = [(path, block)]
+            while (
+                i < len(blocks)
+                and blocks[i][1].type == lb.BlockType.AVRO_DATA
+                and blocks[i][1].schema == block.schema
+            ):
+                same.append(blocks[i])
+                i += 1
+            t = _avro_table(same, like)
+        else:
+            t = _block_table(block, path, like)
         if joinable and recipe.payload is Payload.OVERWRITE_WITH_LATEST:
             p0, b0, t0 = out[-1]
             out[-1] = (p0, b0, pa.concat_tables([t0, t], promote_options="permissive"))
