@@ -37,8 +37,9 @@ KEYS, PER_ROUND, ROUNDS = 24, 8, 20
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _writer(info: dict[str, Any], name: str, seed: int) -> subprocess.Popen[str]:
+def _writer(info: dict[str, Any], name: str, seed: int, barrier: Path) -> subprocess.Popen[str]:
     spec = {
+        "barrier": str(barrier),
         "backend": info,
         "dest": "tbl",
         "writer": name,
@@ -59,7 +60,7 @@ def _writer(info: dict[str, Any], name: str, seed: int) -> subprocess.Popen[str]
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["local", "gcs-fake"])
 def test_two_processes_upserting_overlapping_keys_lose_no_update(
-    backend: str, request: pytest.FixtureRequest
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     info = request.getfixturevalue("matrix_" + backend.replace("-", "_"))
     first = batch("init", 0, list(range(KEYS)))
@@ -73,7 +74,8 @@ def test_two_processes_upserting_overlapping_keys_lose_no_update(
             return r.instant
 
     initial = anyio.run(create)
-    procs = {name: _writer(info, name, seed) for name, seed in (("A", 1), ("B", 2))}
+    barrier = tmp_path / "barrier"  # both prepare their first batch before either commits it
+    procs = {name: _writer(info, name, seed, barrier) for name, seed in (("A", 1), ("B", 2))}
     attempts: dict[str, list[dict[str, Any]]] = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=280)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,6 +32,20 @@ CFG = TableConfig(io_threads=4, retry_base_delay=0.005, retry_max_delay=0.1)
 
 def batch(writer: str, rnd: int, keys: list[int]) -> list[dict[str, Any]]:
     return [{"id": k, "p": "ab"[k % 2], "v": f"{writer}:{rnd}", "ts": rnd} for k in keys]
+
+
+def _meet(folder: Path, me: str) -> None:
+    """Wait (at most 60 s) until every writer of the test prepared its first batch: both
+    then commit batches prepared from the same table version, so the writers overlap
+    however busy the machine is (the second commit to a shared file group conflicts).
+    Run in a worker thread: the writer's event loop keeps its heartbeat going."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"ready-{me}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(folder.glob("ready-*"))) < 2:
+        if time.monotonic() > deadline:
+            raise SystemExit("the other writer never prepared its first batch")
+        time.sleep(0.02)
 
 
 def main() -> None:
@@ -49,6 +65,8 @@ def main() -> None:
                         store, spec["dest"], rows, operation="UPSERT", config=CFG, **KW
                     )
                     out = {"round": rnd, "attempt": attempt, "instant": prepared.report.instant, "keys": keys}
+                    if rnd == 0 and attempt == 0 and spec.get("barrier"):
+                        await anyio.to_thread.run_sync(_meet, Path(spec["barrier"]), spec["writer"])
                     try:
                         await prepared.commit()
                     except WriteConflict:
