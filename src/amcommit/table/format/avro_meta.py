@@ -182,17 +182,22 @@ class CleanMetadata:
         return sum(len(p.deleted) for p in self.partitions)
 
 
-def _container(schema: Any, record: dict[str, Any]) -> bytes:
+def avro_container(schema: Any, record: dict[str, Any]) -> bytes:
+    """``record`` as an Avro container file of one record in ``schema`` (how Hudi writes
+    its Avro instant files: clean, rollback, compaction plans). Pure."""
     buf = io.BytesIO()
     fastavro.writer(buf, schema, [record])
     return buf.getvalue()
 
 
-def _one(data: bytes, where: str) -> dict[str, Any]:
+def one_avro_record(data: bytes, where: str, what: str = "clean instant") -> dict[str, Any]:
+    """The one record of an Avro container file, read in the writer's schema;
+    :class:`~amcommit.errors.ManifestError` (one line naming ``where`` and ``what`` it
+    should be) for bytes that are not one."""
     try:
         records = list(fastavro.reader(io.BytesIO(data)))
     except Exception as e:  # fastavro raises several types for corrupt input
-        raise ManifestError(f"{where}: not an Avro clean instant ({type(e).__name__}: {e})") from None
+        raise ManifestError(f"{where}: not an Avro {what} ({type(e).__name__}: {e})") from None
     if len(records) != 1 or not isinstance(records[0], dict):
         raise ManifestError(f"{where}: expected one Avro record, found {len(records)}")
     return cast(dict[str, Any], records[0])
@@ -221,12 +226,12 @@ def encode_cleaner_plan(plan: CleanerPlan, *, root_uri: str) -> bytes:
         },
         "partitionsToBeDeleted": [],
     }
-    return _container(_PLAN, record)
+    return avro_container(_PLAN, record)
 
 
 def decode_cleaner_plan(data: bytes, *, root_uri: str, where: str = "clean plan") -> CleanerPlan:
     """The plan in ``data``; full paths are turned back into table-relative ones."""
-    r = _one(data, where)
+    r = one_avro_record(data, where)
     base = root_uri.rstrip("/") + "/"
     files: dict[str, list[str]] = {}
     for part, infos in (r.get("filePathsToBeDeletedPerPartition") or {}).items():
@@ -269,11 +274,11 @@ def encode_clean_metadata(meta: CleanMetadata) -> bytes:
         "version": METADATA_VERSION,
         "bootstrapPartitionMetadata": {},
     }
-    return _container(_META, record)
+    return avro_container(_META, record)
 
 
 def decode_clean_metadata(data: bytes, *, where: str = "clean metadata") -> CleanMetadata:
-    r = _one(data, where)
+    r = one_avro_record(data, where)
     parts = [
         CleanPartition(
             partition=str(p["partitionPath"]),

@@ -15,7 +15,6 @@ reader resolving its own schema against ours finds every field. A compaction com
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -23,6 +22,7 @@ from typing import Any, cast
 import fastavro
 
 from amcommit.errors import ManifestError
+from amcommit.table.format.avro_meta import avro_container, one_avro_record
 
 __all__ = [
     "COMPACTION_PLAN_SCHEMA",
@@ -131,9 +131,7 @@ def encode_compaction_plan(plan: CompactionPlan) -> bytes:
         "extraMetadata": dict(plan.extra),
         "version": plan.version,
     }
-    buf = io.BytesIO()
-    fastavro.writer(buf, _PLAN, [record])
-    return buf.getvalue()
+    return avro_container(_PLAN, record)
 
 
 def _name(path: str | None) -> str | None:
@@ -144,13 +142,7 @@ def decode_compaction_plan(data: bytes, *, where: str = "compaction plan") -> Co
     """The plan in ``data`` (Avro container, read in the writer's schema). Version-1 full
     paths come back as file names. Raises :class:`~amcommit.errors.ManifestError` (one line
     naming ``where``) for bytes that are no plan."""
-    try:
-        records = list(fastavro.reader(io.BytesIO(data)))
-    except Exception as e:  # fastavro raises several types for corrupt input
-        raise ManifestError(f"{where}: not an Avro compaction plan ({type(e).__name__}: {e})") from None
-    if len(records) != 1 or not isinstance(records[0], dict):
-        raise ManifestError(f"{where}: expected one Avro record, found {len(records)}")
-    r = cast(dict[str, Any], records[0])
+    r = one_avro_record(data, where, "compaction plan")
     ops = []
     for o in r.get("operations") or []:
         if not o.get("fileId") or o.get("baseInstantTime") is None:

@@ -16,13 +16,13 @@ Java-written ``v6_nonpartitioned_rollback`` table (``tests/data/hudi-java/mor-v6
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import fastavro
 
 from amcommit.errors import ManifestError
+from amcommit.table.format.avro_meta import avro_container, one_avro_record
 
 __all__ = [
     "ROLLBACK_METADATA_SCHEMA",
@@ -148,22 +148,6 @@ class RollbackMetadata:
     deleted: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _container(schema: Any, record: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    fastavro.writer(buf, schema, [record])
-    return buf.getvalue()
-
-
-def _one(data: bytes, where: str) -> dict[str, Any]:
-    try:
-        records = list(fastavro.reader(io.BytesIO(data)))
-    except Exception as e:  # fastavro raises several types for corrupt input
-        raise ManifestError(f"{where}: not an Avro rollback instant ({type(e).__name__}: {e})") from None
-    if len(records) != 1 or not isinstance(records[0], dict):
-        raise ManifestError(f"{where}: expected one Avro record, found {len(records)}")
-    return cast(dict[str, Any], records[0])
-
-
 def _rel(path: str, base: str, where: str) -> str:
     if not path.startswith(base):
         raise ManifestError(f"{where}: path {path!r} is outside the table {base.rstrip('/')!r}")
@@ -189,13 +173,13 @@ def encode_rollback_plan(plan: RollbackPlan, *, root_uri: str) -> bytes:
         ],
         "version": 1,
     }
-    return _container(_PLAN, record)
+    return avro_container(_PLAN, record)
 
 
 def decode_rollback_plan(data: bytes, *, root_uri: str, where: str = "rollback plan") -> RollbackPlan:
     """The plan in ``data`` (ManifestError, one line, if it is not one); full paths are
     turned back into table-relative ones (a path outside the table is refused)."""
-    r = _one(data, where)
+    r = one_avro_record(data, where, "rollback instant")
     base = root_uri.rstrip("/") + "/"
     target = r.get("instantToRollback") or {}
     files: dict[str, list[str]] = {}
@@ -227,14 +211,14 @@ def encode_rollback_metadata(meta: RollbackMetadata, *, root_uri: str) -> bytes:
         "version": 1,
         "instantsRollback": [{"commitTime": meta.target, "action": meta.action}],
     }
-    return _container(_META, record)
+    return avro_container(_META, record)
 
 
 def decode_rollback_metadata(
     data: bytes, *, root_uri: str, where: str = "rollback metadata"
 ) -> RollbackMetadata:
     """The metadata in ``data`` (ManifestError, one line, if it is not one)."""
-    r = _one(data, where)
+    r = one_avro_record(data, where, "rollback instant")
     base = root_uri.rstrip("/") + "/"
     infos = r.get("instantsRollback") or [{}]
     commits = r.get("commitsRollback") or [""]
