@@ -864,16 +864,25 @@ class TablePlan:
             await ctx.call(lambda: store.put(plan_path, data, mode=PutMode.OVERWRITE))
         return Fresh(layout="table")
 
+    async def _reconcile(self, ctx: JobContext, loaded: LoadedManifests) -> None:
+        """A direct write's losers deleted: the marked files the winning manifests do not name."""
+        dest = ctx.layout.dest
+        async with ctx.stage("reconcile"):
+            await reconcile(
+                ctx.store,
+                dest,
+                ctx.layout.job_id,
+                _winners(loaded, dest),
+                ctx.config,
+                depth=_depth_of(self.props),
+            )
+
     async def place(self, ctx: JobContext, loaded: LoadedManifests) -> None:
         from amcommit.committer.stages import prepare_dirs, rename_files
 
-        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
         if self.direct:
             # the files are in place already: delete those of attempts that did not win
-            async with ctx.stage("reconcile"):
-                await reconcile(
-                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(self.props)
-                )
+            await self._reconcile(ctx, loaded)
             async with ctx.stage("partition_meta"):
                 await write_partition_metadata(ctx, self.written)
             return
@@ -896,14 +905,10 @@ class TablePlan:
             await write_partition_metadata(ctx, self.written, prepared.new_dirs)
 
     async def placed(self, ctx: JobContext, loaded: LoadedManifests) -> None:
-        store, dest, instant = ctx.store, ctx.layout.dest, ctx.layout.job_id
         if self.direct:
             # (a journal ``renamed`` before any reconcile: an abort found every file in
             # place and completes the write) the losers go before the publish, always
-            async with ctx.stage("reconcile"):
-                await reconcile(
-                    store, dest, instant, _winners(loaded, dest), ctx.config, depth=_depth_of(self.props)
-                )
+            await self._reconcile(ctx, loaded)
         async with ctx.stage("partition_meta"):
             await write_partition_metadata(ctx, self.written)
 
