@@ -346,6 +346,7 @@ async def _mutate(
     from amcommit.table.timeline.heartbeat import heartbeat
     from amcommit.table.write.task import (
         TableSpec,
+        TableTask,
         begin_write,
         check_table_type,
         committed_schema,
@@ -384,7 +385,11 @@ async def _mutate(
         )
     timeline = Timeline(store, dest, config=config)  # this upsert's one listing of .hoodie/
     instants = await timeline.files() if props is not None else []
-    table_schema = await committed_schema(store, dest, latest_write(instants), config) if props else None
+    table_schema = (
+        await committed_schema(store, dest, latest_write(instants), config, timeline=timeline)
+        if props
+        else None
+    )
     for c in check_key_types(table_schema, data, keys_f, name):
         data = data.set_column(data.schema.get_field_index(c), c, data.column(c).cast(pa.int64()))
     keys = record_key_strings(data, keys_f)
@@ -420,6 +425,7 @@ async def _mutate(
         expected_tasks=MUTATION_TASKS,
         merge_on_read=mor,
         timeline=timeline,
+        properties=props,  # read above for this very write: not read again
     )
     instant = w.instant
     report = MutateReport(
@@ -428,17 +434,43 @@ async def _mutate(
     try:
         # the writer stays alive (its heartbeat) while it reads and writes, however long
         async with heartbeat(store, dest, instant, ttl=table_settings(config).writer_ttl):
-            if mor:  # its log files go to the slices a pending compaction makes: complete it first
-                from amcommit.table.commit.compaction import finish_pending_compactions, pending_compactions
+            task = 0
+            attempt = f"attempt_{instant}_m_{task:06d}_0"
+            setup: dict[str, TableTask] = {}
 
-                # listed again after this write's own instant is on the timeline: a compaction
-                # planned before it is seen here (and completed first); one planned after it
-                # sees this write pending and waits for it (amcommit.table.commit.compaction)
-                listed = (await timeline.refresh()).files
-                if pending_compactions(listed):
-                    await finish_pending_compactions(store, dest, config, instants=listed)
-                    # completed here or by its compactor meanwhile: the slices to write against
-                    await timeline.refresh()
+            async def set_up() -> None:
+                # staged (in the attempt directory) or direct (in place, under Hudi's markers:
+                # MERGE for a file group's new version, CREATE for a new group), as table_commit
+                # says. Made while the timeline is read (below): the task's records are this
+                # write's own, and no file is written before both are done.
+                setup["tt"] = await setup_table_task(
+                    store, w, f"task_{instant}_m_{task:06d}", attempt, config=config
+                )
+
+            async def read_timeline() -> None:
+                if mor:  # its log files go to the slices a pending compaction makes: complete it first
+                    from amcommit.table.commit.compaction import (
+                        finish_pending_compactions,
+                        pending_compactions,
+                    )
+
+                    # listed again after this write's own instant is on the timeline: a compaction
+                    # planned before it is seen here (and completed first); one planned after it
+                    # sees this write pending and waits for it (amcommit.table.commit.compaction)
+                    listed = (await timeline.refresh()).files
+                    if pending_compactions(listed):
+                        await finish_pending_compactions(store, dest, config, instants=listed)
+                        # completed here or by its compactor meanwhile: the slices to write against
+                        await timeline.refresh()
+                await timeline.commits_held()
+
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(set_up)
+                    tg.start_soon(read_timeline)
+            except BaseExceptionGroup as eg:
+                raise first_error(eg) from None
+            tt = setup["tt"]
             commits = await timeline.commits_held()
             snap = snapshot(commits)
             parts = await anyio.to_thread.run_sync(partition_batches, batch)
@@ -457,11 +489,6 @@ async def _mutate(
             )
             trusted = {c.instant.time for c in commits}
             # -- write the task's files --------------------------------------------------------
-            task = 0
-            attempt = f"attempt_{instant}_m_{task:06d}_0"
-            # staged (in the attempt directory) or direct (in place, under Hudi's markers:
-            # MERGE for a file group's new version, CREATE for a new group), as table_commit says
-            tt = await setup_table_task(store, w, f"task_{instant}_m_{task:06d}", attempt, config=config)
             token = write_token(task, 0, 0)
             data_cols = data.select([c for c in data.column_names if c not in META_COLUMNS])
             uploads = ByteBudget(UPLOAD_BUDGET)
@@ -711,8 +738,11 @@ async def _mutate(
             report.key_columns_read = report.candidates
             report.index_bytes_read = reader.index_bytes_read
             await tt.commit()
-        if commit:
-            report.job = await _commit(store, dest, instant, config)
+            if commit:
+                # inside this block: the job commit's own heartbeat block nests in it, so this
+                # process stays the write's keeper throughout (no withdraw and new claim of
+                # the keeper record between the task and the job commit: four requests)
+                report.job = await _commit(store, dest, instant, config)
     except BaseException:
         await _abort(store, dest, instant, config)
         raise

@@ -320,12 +320,21 @@ def latest_write(instants: list[Instant]) -> Instant | None:
 
 
 async def committed_schema(
-    store: Store, dest: str, instant: Instant | None, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: Instant | None,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    *,
+    timeline: Timeline | None = None,
 ) -> str | None:
     """The Avro schema (JSON) recorded by the completed write ``instant``
-    (``extraMetadata.schema``); None for no instant or one without a schema. One read."""
+    (``extraMetadata.schema``); None for no instant or one without a schema. One read;
+    none with ``timeline`` (the operation's handle) when it read that instant already (its
+    metadata is cached there, and the operation's later reads of it are then free too)."""
     if instant is None:
         return None
+    if timeline is not None:
+        return (await timeline.commit_metadata(instant)).extra_metadata.get("schema") or None
     path = join(dest, HOODIE_DIR, instant.file_name)
     data = await RetryingStore.of(store, config).get(path)
     try:
@@ -339,9 +348,17 @@ async def _claimed_times(store: Store, dest: str) -> set[str]:
     """Times of every staging folder in ``.hoodie/.aux/amcommit/`` and every folder in
     ``.hoodie/.temp/`` (an earlier version's staging, or a marker folder): every amcommit
     writer claims one before its instant files appear in ``.hoodie/``."""
+    import anyio
+
     times: set[str] = set()
-    for folder in (STAGING_DIR, TEMP_DIR):
-        times |= await instant_dirs(store, join(dest, folder))
+
+    async def one(folder: str) -> None:
+        times.update(await instant_dirs(store, join(dest, folder)))
+
+    # the two listings at once (reads only: their order does not matter)
+    async with anyio.create_task_group() as tg:
+        for folder in (STAGING_DIR, TEMP_DIR):
+            tg.start_soon(one, folder)
     return times
 
 
@@ -349,6 +366,43 @@ async def _taken_times(store: Store, dest: str, instants: Sequence[Instant]) -> 
     """Times of every instant of ``instants`` (the timeline as listed) and of every staging
     or marker folder (:func:`_claimed_times`)."""
     return {i.time for i in instants} | await _claimed_times(store, dest)
+
+
+async def _claims_after(
+    store: Store, dest: str, instant: str, *, look_for_compaction: bool
+) -> tuple[set[str], bool]:
+    """The looks a writer makes right after claiming ``instant`` (its job marker put): the
+    times of every staging or marker folder (:func:`_claimed_times`) and, on a
+    Merge-on-Read table (``look_for_compaction``), whether a compaction claimed the same
+    time (:func:`compaction_claimed`). Reads only, made at once: each was made after the
+    claim, which is what the claim protocol needs (module doc of
+    :mod:`amcommit.table.commit.compaction`)."""
+    import anyio
+
+    compacting = False
+
+    async def compaction() -> None:
+        nonlocal compacting
+        compacting = await compaction_claimed(store, dest, instant)
+
+    async with anyio.create_task_group() as tg:
+        if look_for_compaction:
+            tg.start_soon(compaction)
+        claimed = await _claimed_times(store, dest)
+    return claimed, compacting
+
+
+async def _prepare_write(store: Store, dest: str, instant: str, layout: JobLayout) -> None:
+    """The claimed write's folders (manifests, tasks) and its first heartbeat, at once:
+    none of them is seen by another writer before the instant files that follow (which a
+    reader or a cleaner judges by), so their order among themselves does not matter; all
+    three are done before this returns, so the instant files still come after the beat."""
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.mkdirs, layout.manifests_dir)
+        tg.start_soon(store.mkdirs, layout.tasks_dir)
+        tg.start_soon(beat, store, dest, instant)  # one overwriting put, retried by the handle
 
 
 async def begin_write(
@@ -427,7 +481,7 @@ async def begin_write(
         from amcommit.table.format.schema import evolve_schema
 
         base = latest_write(instants)
-        table_schema = await committed_schema(store, dest, base, config)
+        table_schema = await committed_schema(store, dest, base, config, timeline=tl)
         recorded = evolve_schema(table_schema, avro_schema, allow_missing=allow_missing_columns)
         schema_base = "" if base is None else base.time
     after: str | None = None
@@ -463,12 +517,15 @@ async def begin_write(
         # amcommit writers claim a staging folder before their instant files appear in
         # .hoodie/: the folders alone say whether one allocated past us meanwhile (a foreign
         # writer's later instant is judged by the commit's order check, under the lock)
-        later = [t for t in await _claimed_times(store, dest) if t > instant]
+        # the two looks for another's claim run at once: both are reads made after our own
+        # claim (the put above returned), which is all their argument needs
+        claimed, compacting = await _claims_after(rs, dest, instant, look_for_compaction=props.merge_on_read)
+        later = [t for t in claimed if t > instant]
         if later:  # a concurrent writer allocated past us meanwhile: give this time up
             await rs.delete(layout.job_dir, recursive=True)
             after = max(later)
             continue
-        if props.merge_on_read and await compaction_claimed(rs, dest, instant):
+        if compacting:
             # a compaction claimed this very time (it claims by creating its requested
             # file, then checks for a writer's staging folder of the same time, as this
             # write checks for its file after its own claim): at least one gives it up
@@ -478,9 +535,7 @@ async def begin_write(
         break
     else:
         raise CommitError(f"could not allocate an instant in {dest!r} (too many concurrent writers)")
-    await rs.mkdirs(layout.manifests_dir)
-    await rs.mkdirs(layout.tasks_dir)
-    await beat(rs, dest, instant)  # one overwriting put, retried by the handle
+    await _prepare_write(rs, dest, instant, layout)
     hoodie = join(dest, HOODIE_DIR)
     for name in (
         requested_instant(instant, operation, action).file_name,

@@ -1,0 +1,198 @@
+"""The fixed requests of a table upsert (issue 35 item 5, issue 34): each needed read made
+once, and requests that do not depend on each other made at once.
+
+On an object store every sequential request of an upsert's begin and commit costs a round
+trip; a small upsert (late data) is made of little else. Counted and timed through a real
+local store that records every request (and, for the concurrency checks, holds each
+listing or put for a fixed time, so that requests made one after the other never overlap
+and requests made at once always do).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow as pa
+import pytest
+
+from amcommit.store.base import ObjectInfo
+from amcommit.store.local import LocalStore
+from amcommit.table.mutate.engine import upsert
+from amcommit.table.settings import TableConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+HOLD = 0.2
+"""Seconds each held request takes (far above the time a task switch takes on a busy machine)."""
+
+
+class Recorder(LocalStore):
+    """A local store that records (operation, path, start, end) of every request; requests
+    whose path ends with one of ``held`` take ``HOLD`` seconds more."""
+
+    def __init__(self, root: str, held: tuple[str, ...] = ()) -> None:
+        super().__init__(root, fsync=False)
+        self.log: list[tuple[str, str, float, float]] = []
+        self.held = held
+
+    async def _hold(self, path: str) -> None:
+        # a held name: the end of the path, or (leading "*") any part of it
+        p = path.rstrip("/")
+        if any(p.endswith(h) or (h[:1] == "*" and h[1:] in p) for h in self.held):
+            await anyio.sleep(HOLD)
+
+    async def get(self, path: str, *a: Any, **kw: Any) -> bytes:
+        t0 = time.monotonic()
+        try:
+            return await super().get(path, *a, **kw)
+        finally:
+            self.log.append(("get", path, t0, time.monotonic()))
+
+    async def put(self, path: str, data: bytes, *a: Any, **kw: Any) -> ObjectInfo:
+        t0 = time.monotonic()
+        await self._hold(path)
+        try:
+            return await super().put(path, data, *a, **kw)
+        finally:
+            self.log.append(("put", path, t0, time.monotonic()))
+
+    async def mkdirs(self, path: str) -> None:
+        t0 = time.monotonic()
+        await self._hold(path)
+        try:
+            await super().mkdirs(path)
+        finally:
+            self.log.append(("mkdirs", path, t0, time.monotonic()))
+
+    async def stat(self, path: str) -> ObjectInfo:
+        t0 = time.monotonic()
+        await self._hold(path)
+        try:
+            return await super().stat(path)
+        finally:
+            self.log.append(("stat", path, t0, time.monotonic()))
+
+    async def list(self, prefix: str, *, recursive: bool = True) -> AsyncIterator[ObjectInfo]:  # type: ignore[override]
+        t0 = time.monotonic()
+        await self._hold(prefix)
+        async for o in super().list(prefix, recursive=recursive):
+            yield o
+        self.log.append(("list", prefix, t0, time.monotonic()))
+
+    def calls(self, op: str, suffix: str) -> list[tuple[str, str, float, float]]:
+        return [c for c in self.log if c[0] == op and c[1].rstrip("/").endswith(suffix)]
+
+
+def rows(ids: list[int], v: str) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "p": pa.array([f"p{i % 2}" for i in ids], pa.string()),
+            "v": pa.array([f"{v}{i}" for i in ids], pa.string()),
+            "ts": pa.array([1] * len(ids), pa.int64()),
+        }
+    )
+
+
+KW: dict[str, Any] = {"record_key": "id", "partition_by": "p", "precombine_field": "ts"}
+CFG = TableConfig(compact_every=0)
+
+
+def overlap(a: tuple[str, str, float, float], b: tuple[str, str, float, float]) -> bool:
+    return a[2] < b[3] and b[2] < a[3]
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+async def test_an_upsert_reads_the_properties_and_the_latest_commit_once_before_its_commit(
+    tmp_path: Path, table_type: str
+) -> None:
+    store = Recorder(str(tmp_path))
+    await upsert(store, "t", rows(list(range(10)), "a"), table_type=table_type, config=CFG, **KW)
+    first = sorted(
+        p for p in store.log if p[0] == "put" and p[1].startswith("t/.hoodie/") and "commit" in p[1]
+    )
+    assert first, "the first write completed no instant"
+    store.log.clear()
+    report = await upsert(store, "t", rows([1, 2, 3], "b"), config=CFG, **KW)
+    assert report.updated == 3
+    # the begin (up to the job commit's lock): the table's properties and the latest
+    # completed write's metadata are each read once; the begin, the task and the commit
+    # share the latter through the upsert's timeline handle
+    lock = store.calls("put", "_commit.lock")
+    assert len(lock) == 1
+    before = [c for c in store.log if c[2] < lock[0][2]]
+    props = [c for c in before if c[0] == "get" and c[1] == "t/.hoodie/hoodie.properties"]
+    assert len(props) == 1, props
+    latest = [
+        c for c in before if c[0] == "get" and c[1].startswith("t/.hoodie/") and c[1].endswith("commit")
+    ]
+    assert len(latest) == 1, latest
+    # the keeper record: claimed once, withdrawn once (the job commit nests in the upsert's
+    # heartbeat block, not a new claim after a withdrawal)
+    keeper = [c for c in store.log if c[1].endswith("_keeper.json") and c[0] == "put"]
+    assert len(keeper) == 1, keeper
+    # and the table is exactly as written: 10 records, 3 of them updated
+    from amcommit.table.query.read import read_store
+
+    got = (await read_store(store, "t")).select(["id", "v"]).sort_by("id").to_pylist()
+    assert got == [{"id": i, "v": f"{'b' if i in (1, 2, 3) else 'a'}{i}"} for i in range(10)]
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+async def test_an_upsert_makes_its_independent_begin_requests_at_once(
+    tmp_path: Path, table_type: str
+) -> None:
+    """The claim's listings of the staging and marker folders (and, on Merge-on-Read, the
+    look for a compaction's claim of the same time) overlap; so do the write's folders and
+    its first beat; and the task's setup overlaps the reading of the timeline."""
+    plain = Recorder(str(tmp_path))
+    await upsert(plain, "t", rows(list(range(10)), "a"), table_type=table_type, config=CFG, **KW)
+    held = (
+        "t/.hoodie",
+        "t/.hoodie/archived",
+        "t/.hoodie/.aux/amcommit",
+        "t/.hoodie/.temp",
+        ".compaction.requested",
+        "/manifests",
+        "/tasks",
+        "*/.hoodie/.heartbeat/",
+        "*/task-attempts/",
+    )
+    store = Recorder(str(tmp_path), held=held)
+    report = await upsert(store, "t", rows([1, 2], "b"), config=CFG, **KW)
+    assert report.updated == 2
+    aux = store.calls("list", ".hoodie/.aux/amcommit")
+    temp = store.calls("list", ".hoodie/.temp")
+    # the claim: one look before it (the floor), one after it, each folder
+    assert len(aux) >= 2 and len(temp) >= 2
+    claim = store.calls("put", "_job.json")[0]
+    after = [c for c in aux + temp if c[2] > claim[3]]
+    pairs = [(a, b) for a in after for b in after if a[1] != b[1] and overlap(a, b)]
+    assert pairs, "the looks after the claim ran one after the other"
+    if table_type == "MERGE_ON_READ":
+        (look,) = store.calls("stat", ".compaction.requested")
+        assert look[2] > claim[3]  # after the claim
+        assert any(overlap(look, c) for c in after)
+    dirs = store.calls("mkdirs", "/manifests") + store.calls("mkdirs", "/tasks")
+    beats = store.calls("put", f".heartbeat/{report.instant}")
+    assert len(dirs) >= 2 and beats
+    assert overlap(dirs[0], dirs[1]) and overlap(dirs[0], beats[0])
+    # the instant files come after the beat, as before
+    requested = [
+        c for c in store.log if c[0] == "put" and c[1].endswith(".requested") and report.instant in c[1]
+    ]
+    assert requested and requested[0][2] >= beats[0][3]
+    # the task's setup is made while the timeline is read
+    setup = store.calls("put", f"attempt_{report.instant}_m_000000_0")
+    assert setup
+    reads = [
+        c for c in store.log if c[0] == "list" and c[1].rstrip("/") in ("t/.hoodie", "t/.hoodie/archived")
+    ]
+    assert any(overlap(setup[0], r) for r in reads if r[2] > beats[0][3])
+    # nothing was written into the table before the task was set up
+    data = [c for c in store.log if c[0] == "put" and not c[1].startswith("t/.hoodie/")]
+    assert data and min(c[2] for c in data) >= setup[0][3]
