@@ -196,3 +196,37 @@ async def test_an_upsert_makes_its_independent_begin_requests_at_once(
     # nothing was written into the table before the task was set up
     data = [c for c in store.log if c[0] == "put" and not c[1].startswith("t/.hoodie/")]
     assert data and min(c[2] for c in data) >= setup[0][3]
+
+
+async def test_a_merge_on_read_upsert_shares_its_upload_checks(tmp_path: Path) -> None:
+    """The check after each log file's upload (the write's job marker still there) is shared
+    by the uploads that finished while a check was under way: each upload is followed by a
+    check that started after it finished, and there are fewer checks than log files."""
+    store = Recorder(str(tmp_path))
+    ids = list(range(400))
+    await upsert(
+        store,
+        "t",
+        rows(ids, "a"),
+        table_type="MERGE_ON_READ",
+        config=CFG,
+        max_file_rows=20,
+        small_file_limit=0,
+        **KW,
+    )
+    store.held = ("_job.json",)  # each check of the job marker takes HOLD seconds
+    store.log.clear()
+    report = await upsert(store, "t", rows(ids[::5], "b"), config=CFG, **KW)
+    assert report.files_logged == 20 and report.updated == 80
+    logs = [c for c in store.log if c[0] == "put" and ".log." in c[1]]
+    assert len(logs) == 20
+    lock = store.calls("put", "_commit.lock")[0]
+    checks = [c for c in store.calls("stat", "_job.json") if c[2] < lock[2]]
+    # every log file has a check that started after its upload finished
+    for up in logs:
+        assert any(c[2] >= up[3] for c in checks), up
+    assert len(checks) < len(logs) / 2, f"{len(checks)} checks for {len(logs)} log files"
+    from amcommit.table.query.read import read_store
+
+    got = (await read_store(store, "t")).select(["id", "v"]).sort_by("id").to_pylist()
+    assert got == [{"id": i, "v": f"{'b' if i % 5 == 0 else 'a'}{i}"} for i in ids]

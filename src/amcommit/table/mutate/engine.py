@@ -193,6 +193,9 @@ __all__ = [
 ]
 
 
+LOG_SLOTS = 64
+"""Log files a Merge-on-Read upsert or delete writes at once (within ``io_threads``)."""
+
 UPLOAD_BUDGET = 256 * 1024 * 1024
 """Bytes of encoded files an upsert or delete uploads at once (their rows already released)."""
 
@@ -560,7 +563,7 @@ async def _mutate(
                 # (a log file's name, unlike a base file's, does not carry the instant)
                 name = log_file_name(f.file_id, f.instant, version, log_write_token(instant, task))
                 rel = f"{f.partition}/{name}" if f.partition else name
-                body, n = await anyio.to_thread.run_sync(logged, first, rw)
+                body, n = await anyio.to_thread.run_sync(logged, first, rw, limiter=cpu)
                 mutation = MutationFields(
                     prev_commit=f.instant,
                     num_inserts=0,
@@ -691,8 +694,11 @@ async def _mutate(
 
             async def write() -> None:
                 # a few at a time: each holds a file group's rows in memory while it is
-                # rewritten; its upload then waits for the byte budget instead (latency bound)
-                slots = anyio.Semaphore(max(1, min(config.io_threads, 8)))
+                # rewritten; its upload then waits for the byte budget instead (latency bound).
+                # A Merge-on-Read write holds no base file, only its updates' log blocks (a
+                # small share of the batch): more at once, so that on an object store the
+                # marker, upload and check of many log files overlap
+                slots = anyio.Semaphore(max(1, min(config.io_threads, LOG_SLOTS if mor else 8)))
 
                 async def run(job: tuple[int, str, FileRewrite | None, list[int]]) -> None:
                     held = True

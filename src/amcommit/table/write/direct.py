@@ -456,6 +456,10 @@ class AttemptMarkers:
     _written: frozenset[str] = frozenset()
     _path: str | None = None
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _arrivals: int = 0
+    _covered: int = 0
+    _stays: bool = True
+    _check_lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     @property
     def path(self) -> str | None:
@@ -476,6 +480,23 @@ class AttemptMarkers:
                 await self._write(frozenset(self._lines))
         assert self._path is not None
         return self._path
+
+    async def stays(self) -> bool:
+        """:func:`upload_stays` for an upload of this attempt that has finished: the answer
+        of a check *started after* the caller's upload finished, shared by the uploads that
+        finished while one check was under way (the first waiting one checks for all of
+        them: one request per batch of concurrent uploads, not one per upload). A check
+        that started after an upload finished is all the upload's check needs (the
+        write's job marker, looked for after the file is there: :func:`write_in_place`)."""
+        self._arrivals += 1
+        mine = self._arrivals
+        async with self._check_lock:
+            if self._covered >= mine:  # a check started after this upload finished: its answer
+                return self._stays
+            covered = self._arrivals  # every upload finished so far: the check below is after each
+            stays = await upload_stays(self.store, self.dest, self.instant)
+            self._covered, self._stays = covered, stays
+            return stays
 
     async def unmark(self, rel_path: str, io_type: IOType) -> None:
         """Drop ``rel_path``'s marker again (the write was decided and this attempt deleted
@@ -574,6 +595,7 @@ async def write_in_place(
         if parsed is None or parsed.instant != instant:
             raise ValueError(f"{rel_path!r} is not a base file of instant {instant}")
     rs = RetryingStore.of(store, config)
+    shared = markers is not None  # the attempt's uploads share their checks (AttemptMarkers.stays)
     if markers is None:
         markers = AttemptMarkers(store, dest, instant, rel_path, config)
     await markers.mark(rel_path, io_type)
@@ -592,7 +614,7 @@ async def write_in_place(
             info = await rs.stat(path)
     else:
         info = await rs.put(path, data, mode=PutMode.OVERWRITE)
-    if not await upload_stays(store, dest, instant):
+    if not await (markers.stays() if shared else upload_stays(store, dest, instant)):
         # the file first: a crash between the two leaves a marker without a file, which a
         # sweep removes once it is older than its grace
         await rs.delete(path)
