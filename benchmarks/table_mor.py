@@ -34,8 +34,10 @@ per touched file group) and into a Copy-on-Write one (every touched file group r
 into a fresh copy of the same rows (``--rows`` in ``--files`` base files, local files under
 /dev/shm), alternating (``--rounds``, default 1; a warm-up pair first, not recorded): ``spread``, 10% of the keys over every file
 (target: MoR <= 0.25x CoW), and ``late``, 10,000 keys in 10 files (target <= 0.5x); the batches
-of :func:`benchmarks.table_upsert.updates`. Reported: wall and CPU seconds, bytes put, store
-requests, load; checked: the MoR snapshot equals the CoW table.
+of :func:`benchmarks.table_upsert.updates`. On local files and on fake-gcs-server behind the
+latency proxy (``--backends``, ``--delay``: 50 ms per request by default; the copies uploaded
+around the proxy). Reported: wall and CPU seconds, bytes put, store requests, load; checked:
+the MoR snapshot equals the CoW table. Results: ``table_mor_upserts.json``.
 
     python -m benchmarks.table_mor --scenario upserts --rows 200000 --files 40
     python -m benchmarks.table_mor                       # every scenario, 1,000,000 rows x 200 files
@@ -204,15 +206,18 @@ UPSERT_TARGETS = {"spread": 0.25, "late": 0.5}
 """Issue 34's targets: a MoR upsert's time over the CoW upsert's of the same batch."""
 
 
-async def _upsert_timed(root: Path, dest: str, batch: pa.Table, table_type: str | None) -> dict[str, Any]:
-    async with LocalStore(str(root), fsync=False) as local:
-        cs = Counting(local)
+async def _upsert_timed(backend: Any, dest: str, batch: pa.Table, table_type: str | None) -> dict[str, Any]:
+    store = backend.store()
+    async with store:
+        cs = Counting(store)
         load = load_average()
         t0, c0 = time.perf_counter(), time.process_time()
         kw = {"table_type": table_type} if table_type else {}
         r = await mutate.upsert(cs, dest, batch, config=_mor_config(), **kw, **KW)  # type: ignore[arg-type]
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        got = (await read_store(local, dest)).select(["id", "p", "v", "x", "ts"]).sort_by("id")
+    check = backend.store(direct=True)  # the check reads around the latency proxy
+    async with check:
+        got = (await read_store(check, dest)).select(["id", "p", "v", "x", "ts"]).sort_by("id")
     return {
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
@@ -226,19 +231,24 @@ async def _upsert_timed(root: Path, dest: str, batch: pa.Table, table_type: str 
     }
 
 
-def upserts(rows: int, files: int, rounds: int, work: Path) -> list[dict[str, Any]]:
+def upserts(rows: int, files: int, rounds: int, work: Path, backend: Any) -> list[dict[str, Any]]:
     """For ``spread`` (10% of the keys over every file) and ``late`` (10,000 keys in 10
     files; :func:`benchmarks.table_upsert.updates`): the upsert of the batch into a fresh
     copy of a Merge-on-Read table (log files) against one into a fresh copy of the same rows
-    as a Copy-on-Write table (file groups rewritten); alternating, ``rounds`` each. Checked:
-    both tables then read the same records (MoR: its snapshot)."""
+    as a Copy-on-Write table (file groups rewritten); alternating, ``rounds`` each, on
+    ``backend`` (:class:`benchmarks.table_upsert.Backend`: local files, or fake-gcs-server
+    behind the latency proxy; the copies uploaded around it). Checked: both tables then
+    read the same records (MoR: its snapshot)."""
     from benchmarks.table_upsert import updates
 
     base = base_rows(rows, files)
     _, per_file = shape(rows, files)
+    built = work / "built"
 
     async def build(dest: str, table_type: str | None) -> None:
-        async with LocalStore(str(work / "built"), fsync=False) as local:
+        if (built / dest).exists():
+            return
+        async with LocalStore(str(built), fsync=False) as local:
             kw = {"table_type": table_type} if table_type else {}
             await mutate.upsert(
                 local,
@@ -257,24 +267,29 @@ def upserts(rows: int, files: int, rounds: int, work: Path) -> list[dict[str, An
     for which in ("spread", "late"):
         batch = updates(base, which, rows, files)
         for rnd in range(-1 if which == "spread" else 0, rounds):  # -1: a warm-up, not recorded
-            res: dict[str, Any] = {"scenario": f"upsert_{which}", "round": rnd, "keys": batch.num_rows}
+            res: dict[str, Any] = {
+                "scenario": f"upsert_{which}",
+                "backend": backend.name,
+                "round": rnd,
+                "keys": batch.num_rows,
+            }
             for kind in ("mor", "cow") if rnd % 2 == 0 else ("cow", "mor"):
-                root = work / f"run-{kind}"
-                shutil.rmtree(root, ignore_errors=True)
-                shutil.copytree(work / "built", root)
+                dest = anyio.run(backend.fresh, built / kind)
                 res[kind] = anyio.run(
-                    _upsert_timed, root, kind, batch, "MERGE_ON_READ" if kind == "mor" else None
+                    _upsert_timed, backend, dest, batch, "MERGE_ON_READ" if kind == "mor" else None
                 )
-                shutil.rmtree(root, ignore_errors=True)
+                backend.drop(dest)
             same = res["mor"].pop("_table").equals(res["cow"].pop("_table"))
             res["verified"] = "exact" if same else "WRONG: the MoR snapshot and the CoW table differ"
             res["mor_over_cow"] = round(res["mor"]["wall_s"] / res["cow"]["wall_s"], 3)
             res["target"] = UPSERT_TARGETS[which]
             print(
-                f"  {which} round {rnd + 1}: MoR {res['mor']['wall_s']:.2f} s ({res['mor']['files_logged']} logs), "
-                f"CoW {res['cow']['wall_s']:.2f} s ({res['cow']['files_rewritten']} rewritten), "
-                f"MoR/CoW {res['mor_over_cow']:.3f} (target <= {res['target']}), {res['verified']} "
-                f"(load {res['mor']['load_1m']})",
+                f"  {backend.name} {which} round {rnd + 1}: MoR {res['mor']['wall_s']:.2f} s "
+                f"({res['mor']['files_logged']} logs, {res['mor']['requests']} requests, "
+                f"{res['mor']['bytes_put']:,} B), CoW {res['cow']['wall_s']:.2f} s "
+                f"({res['cow']['files_rewritten']} rewritten, {res['cow']['requests']} requests, "
+                f"{res['cow']['bytes_put']:,} B), MoR/CoW {res['mor_over_cow']:.3f} (target <= {res['target']}), "
+                f"{res['verified']} (load {res['mor']['load_1m']})",
                 flush=True,
             )
             if rnd >= 0:
@@ -283,15 +298,55 @@ def upserts(rows: int, files: int, rounds: int, work: Path) -> list[dict[str, An
 
 
 def upserts_main(args: argparse.Namespace) -> None:
-    """The ``upserts`` scenario (:func:`upserts`): each round printed, then the medians."""
+    """The ``upserts`` scenario (:func:`upserts`) on every backend (``--backends``; gcs
+    behind ``--delay``, default 50 ms per request): each round printed, then a table of the
+    medians; results in ``table_mor_upserts.json``."""
+    from benchmarks.table_upsert import Backend as UpsertBackend
+
+    out_dir: Path = args.out or (RESULTS if args.save else TMP)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(
         prefix="table_mor_up-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
     ) as d:
-        runs = upserts(args.rows, args.files, args.rounds or 1, Path(d))
-    for which in ("spread", "late"):
-        mine = [r for r in runs if r["scenario"] == f"upsert_{which}"]
-        med = statistics.median(r["mor_over_cow"] for r in mine)
-        print(json.dumps({"scenario": f"upsert_{which}", "median_mor_over_cow": med, "runs": mine}, indent=2))
+        for be_name in args.backends.split(","):
+            backend = UpsertBackend(be_name, Path(d), args.delay)
+            try:
+                runs += upserts(args.rows, args.files, args.rounds or 1, Path(d), backend)
+            finally:
+                backend.close()
+    rows = []
+    for be in dict.fromkeys(r["backend"] for r in runs):
+        for which in ("spread", "late"):
+            mine = [r for r in runs if r["scenario"] == f"upsert_{which}" and r["backend"] == be]
+            if not mine:
+                continue
+            med = statistics.median(r["mor_over_cow"] for r in mine)
+            rows.append(
+                {
+                    "backend": be,
+                    "scenario": which,
+                    "keys": mine[0]["keys"],
+                    "mor_s": statistics.median(r["mor"]["wall_s"] for r in mine),
+                    "cow_s": statistics.median(r["cow"]["wall_s"] for r in mine),
+                    "mor_over_cow": med,
+                    "spread": f"{min(r['mor_over_cow'] for r in mine):.3f}-{max(r['mor_over_cow'] for r in mine):.3f}",
+                    "target": UPSERT_TARGETS[which],
+                    "mor_requests": mine[0]["mor"]["requests"],
+                    "cow_requests": mine[0]["cow"]["requests"],
+                    "mor_bytes": mine[0]["mor"]["bytes_put"],
+                    "cow_bytes": mine[0]["cow"]["bytes_put"],
+                    "load_1m": statistics.median(r["mor"]["load_1m"] or 0.0 for r in mine),
+                    "verified": "exact" if all(r["verified"] == "exact" for r in mine) else "WRONG",
+                }
+            )
+    cols = list(rows[0]) if rows else []
+    print(table(rows, cols, f"MoR upsert vs CoW upsert, {args.rows:,} rows in {args.files} files (median)"))
+    path = out_dir / "table_mor_upserts.json"
+    path.write_text(json.dumps({"run": run_info(), "summary": rows, "runs": runs}, indent=2) + "\n")
+    print(f"results: {path}")
+    if any(r["verified"] != "exact" for r in rows):
+        sys.exit(1)
 
 
 # -- scenario: snapshot vs read-optimized reads ----------------------------------------------
@@ -602,7 +657,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--partitions", type=int, default=20, help="compaction: partitions")
     p.add_argument("--rounds", type=int, default=None, help="compaction: 1, reads: 3")
     p.add_argument(
-        "--backends", default="local,gcs", help="reads: local, gcs (fake-gcs-server), comma-separated"
+        "--backends",
+        default="local,gcs",
+        help="reads, upserts: local, gcs (fake-gcs-server), comma-separated",
+    )
+    p.add_argument(
+        "--delay", type=float, default=0.05, help="upserts: seconds added to every gcs request (a proxy)"
     )
     p.add_argument("--quick", action="store_true", help="reads: 20,000 rows x 20 files, local, 1 round")
     p.add_argument(
