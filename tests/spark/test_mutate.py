@@ -100,16 +100,26 @@ _NO_BASE_FILE_RENAME = [
 ]
 
 
-@pytest.mark.parametrize("table_commit", ["staged", "direct"])
-def test_upsert_delete_model_checked_local(spark: Any, tmp_path: Path, table_commit: str) -> None:
-    """(direct: the rewrite tasks write each file group's new version in place under a
-    MERGE marker, the insert tasks new groups under CREATE markers; the job commits rename
-    no base file (a driver fault on the first such rename) and leave no marker.)"""
+@pytest.mark.parametrize(
+    ("table_commit", "driver_rows"),
+    [("staged", None), ("direct", None), ("direct", 0)],
+    ids=["staged-driver", "direct-driver", "direct-tasks"],
+)
+def test_upsert_delete_model_checked_local(
+    spark: Any, tmp_path: Path, table_commit: str, driver_rows: int | None
+) -> None:
+    """(direct: each file group's new version is written in place under a MERGE marker,
+    new groups under CREATE markers; the job commits rename no base file (a driver fault on
+    the first such rename) and leave no marker. ``driver_rows`` 0: in Spark tasks, the
+    rewrite tasks and insert tasks; else on the driver.)"""
     from amcommit.testing.spark import armed
 
     dest = tmp_path / "mt"
+    opts: dict[str, Any] = {"table_commit": table_commit}
+    if driver_rows is not None:
+        opts["driverBatchRows"] = driver_rows
     with armed(driver_faults=_NO_BASE_FILE_RENAME if table_commit == "direct" else None):
-        reps = _model_checked(spark, str(dest), str(dest), None, {"table_commit": table_commit})
+        reps = _model_checked(spark, str(dest), str(dest), None, opts)
     assert not (dest / ".hoodie" / ".temp").exists() or not any((dest / ".hoodie" / ".temp").rglob("*.*"))
     ins, up, dele, up2 = reps
     assert (ins.inserted, ins.files_rewritten, ins.footers_read) == (40, 0, 0)
@@ -251,7 +261,8 @@ def test_spark_written_table_upserted_by_spark(spark: Any, tmp_path: Path) -> No
     new = make_df(spark, n=10, start=5_000, parts=1).select("id", "cat", "day", "amount", "name")
     rep = amspark.upsert(upd.unionByName(new), dest)
     assert (rep.updated, rep.inserted) == (30, 10)
-    assert rep.files_rewritten <= rep.key_columns_read <= rep.footers_read
+    # rewritten: the groups holding updated keys, and small groups that took inserts
+    assert rep.key_columns_read <= rep.footers_read and rep.files_rewritten <= rep.footers_read
     got = spark.read.format("amcommit").load(dest)
     assert got.count() == 3_010
     assert sorted(r.id for r in got.where("amount = -1.0").collect()) == list(range(0, 3_000, 100))
@@ -297,3 +308,75 @@ def test_double_and_nan_precombine_as_hudi_orders_them(spark: Any, tmp_path: Pat
     assert (rep.updated, rep.kept_stored) == (1, 2)
     want[2] = (3, "a", "nan3", "nan")
     assert _norm(_snapshot(spark, url)) == _norm(hudi_snapshot(url)) == want
+
+
+def _groups(dest: Path) -> dict[str, dict[str, tuple[str, int]]]:
+    """The snapshot's file groups: partition -> file id -> (instant, rows)."""
+    from amcommit.loop import run_blocking
+    from amcommit.store.local import LocalStore
+    from amcommit.table.timeline.instants import load_timeline, snapshot
+
+    async def go() -> dict[str, dict[str, tuple[str, int]]]:
+        store = LocalStore(str(dest.parent))
+        async with store:
+            _, commits = await load_timeline(store, dest.name)
+            out: dict[str, dict[str, tuple[str, int]]] = {}
+            for f in snapshot(commits):
+                part = f.partition.rsplit("=", 1)[-1]  # "a" or Hive-style "p=a"
+                out.setdefault(part, {})[f.file_id] = (f.instant, f.rows)
+            return out
+
+    return run_blocking(go)
+
+
+@pytest.mark.parametrize("driver", [True, False], ids=["driver", "tasks"])
+def test_inserts_fill_the_smallest_file_group_then_one_new_file_per_partition(
+    spark: Any, tmp_path: Path, driver: bool
+) -> None:
+    """Issue 35 item 5: 500 inserted rows from a DataFrame of 8 Spark partitions into a
+    partitioned table. On the driver (the default for a batch this size): each partition's
+    inserts go into its smallest file group (Hudi's small-file handling: a new version of
+    that group), a new partition gets exactly one new file group, the other groups are
+    untouched. In Spark tasks (``driverBatchRows=0``): one new file group per partition.
+    (Before: one new file per Spark task and partition.)"""
+    from tests.spark.helpers import writer
+
+    dest = tmp_path / "ins"
+    # partition a: two file groups (30 and 5 rows), b: one
+    first = [{"id": i, "p": "a", "v": f"a{i}", "ts": 1} for i in range(30)]
+    second = [{"id": 100 + i, "p": "a", "v": f"s{i}", "ts": 1} for i in range(5)]
+    second += [{"id": 200 + i, "p": "b", "v": f"b{i}", "ts": 1} for i in range(4)]
+    for rows in (first + second[5:], second[:5]):  # two writes: two groups in a
+        df = spark.createDataFrame(rows, SCHEMA).coalesce(1)
+        writer(df, partitionBy="p", recordKey="id", tableFormat="hudi").save(str(dest))
+    before = _groups(dest)
+    (small,) = [fid for fid, (_, n) in before["a"].items() if n == 5]
+    (big,) = [fid for fid, (_, n) in before["a"].items() if n == 30]
+    (b_group,) = before["b"]
+    on_disk = sorted(dest.rglob("*.parquet"))
+    new = [{"id": 1_000 + i, "p": "abc"[i % 3], "v": f"n{i}", "ts": 2} for i in range(500)]
+    opts: dict[str, Any] = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts"}
+    if not driver:
+        opts["driverBatchRows"] = 0
+    rep = amspark.upsert(_df(spark, new, parts=8), str(dest), **opts)
+    assert (rep.inserted, rep.updated) == (500, 0)
+    after = _groups(dest)
+    added = sorted(set(dest.rglob("*.parquet")) - set(on_disk))
+    assert set(on_disk) <= set(dest.rglob("*.parquet"))  # no file removed
+    a_n, b_n, c_n = (len([r for r in new if r["p"] == p]) for p in "abc")
+    (c_group,) = after["c"]
+    assert after["c"] == {c_group: (rep.instant, c_n)}
+    if driver:
+        # a: the smaller group took a's inserts (a new version), the bigger one is untouched
+        assert after["a"] == {small: (rep.instant, 5 + a_n), big: before["a"][big]}
+        assert after["b"] == {b_group: (rep.instant, 4 + b_n)}
+        assert (rep.files_rewritten, rep.files_created) == (2, 1)
+    else:
+        (a_new,) = set(after["a"]) - set(before["a"])
+        (b_new,) = set(after["b"]) - set(before["b"])
+        assert after["a"] == {**before["a"], a_new: (rep.instant, a_n)}
+        assert after["b"] == {**before["b"], b_new: (rep.instant, b_n)}
+        assert (rep.files_rewritten, rep.files_created) == (0, 3)
+    assert len(added) == 3 and all(rep.instant in p.name for p in added)
+    want = {(r["id"], r["p"], r["v"], r["ts"]) for r in [*first, *second, *new]}
+    assert set(hudi_snapshot(str(dest))) == want and len(hudi_snapshot(str(dest))) == len(want)

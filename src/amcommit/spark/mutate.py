@@ -37,9 +37,16 @@ writes the same bytes to the same name, never over another write's file). Insert
 base files as on Copy-on-Write. Needs ``table_commit=direct`` (Spark's default). As the
 engine's deltacommits (:mod:`amcommit.table.mutate.engine`).
 
-No record goes through the driver: it holds the plan (file lists, footers, counts). Inserts
-are not put into existing small file groups here (the engine path does, Hudi's small-file
-handling): every insert goes to a new file group.
+**Where it runs.** A batch of at most ``driverBatchRows`` rows (option; default
+:data:`DRIVER_BATCH_ROWS`, counted by the null checks' job) runs on the driver
+(:func:`_run_on_driver`): its rows are collected as Arrow and the engine's upsert or delete
+runs there (index lookup with async I/O, the plan in Arrow, Hudi's small-file handling:
+each partition's inserts fill its small file groups first, smallest first, then go to one
+new file group per partition), written and committed as one task. A larger batch (or
+``driverBatchRows=0``) runs in Spark tasks as described above; no record goes through the
+driver then (it holds file lists, footers, counts), inserts are not put into existing small
+file groups, and each partition path's inserts are written by one task (one new file group
+per partition path and ``maxRecordsPerFile``, default :data:`INSERT_TASK_ROWS`, rows).
 
 What is atomic: the commit (the instant is published last). A failure before it rolls the
 write back (``abort_write``). A file group rewritten by an instant that completed after
@@ -77,8 +84,18 @@ __all__ = [
     "upsert",
 ]
 
-_OWN_OPTIONS = ("precombinefield", "payload", "operation")
-_OWN_NAMES = {"precombinefield": "precombineField", "payload": "payload", "operation": "operation"}
+_OWN_OPTIONS = ("precombinefield", "payload", "operation", "driverbatchrows")
+_OWN_NAMES = {
+    "precombinefield": "precombineField",
+    "payload": "payload",
+    "operation": "operation",
+    "driverbatchrows": "driverBatchRows",
+}
+
+DRIVER_BATCH_ROWS = 1_000_000
+"""Option ``driverBatchRows``'s default: an upsert or delete of at most this many rows is
+collected to the driver (as Arrow) and planned and written there by the engine
+(:func:`_run_on_driver`); a larger one runs in Spark tasks (:func:`run_mutation`)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,10 @@ class MutationSpec:
     """The table type the write names (option ``tableType``; None: none named)."""
     log_schema: str = ""
     """Merge-on-Read: the writer schema of the log blocks (the instant's, meta fields first)."""
+    rows: int = -1
+    """The DataFrame's rows (counted with the null checks; -1: not counted)."""
+    driver_rows: int = DRIVER_BATCH_ROWS
+    """Option ``driverBatchRows``: the most rows planned and written on the driver (0: none)."""
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -153,6 +174,7 @@ def prepare_mutation(
             f"payload {own['payload']!r}: use {Payload.OVERWRITE_WITH_LATEST.value} or {Payload.DEFAULT.value}"
         ) from None
     precombine = own.get("precombinefield") or None
+    driver_rows = _driver_rows(own.get("driverbatchrows"))
     delete_op = operation is Operation.DELETE
     meta = [c for c in df.columns if c in META_COLUMNS]
     if meta:
@@ -205,7 +227,7 @@ def prepare_mutation(
         widened = avro_schema(arrow, table.name)
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
-    _check_nulls(df, keys, precombine)
+    rows = _check_nulls(df, keys, precombine)
     schema_json = table_schema if delete_op else widened
     log_schema = ""
     if mor:
@@ -221,8 +243,26 @@ def prepare_mutation(
         merge_on_read=mor,
         table_type=table_type,
         log_schema=log_schema,
+        rows=rows,
+        driver_rows=driver_rows,
     )
     return plan, spec
+
+
+def _driver_rows(value: str | None) -> int:
+    """Option ``driverBatchRows`` (a count of rows, 0 or more); MutationError (one line) for
+    anything else. Pure."""
+    if value is None:
+        return DRIVER_BATCH_ROWS
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise MutationError(
+            f"option driverBatchRows={value!r}: give a count of rows (0: never on the driver)"
+        )
+    return n
 
 
 def begin_kwargs(spec: MutationSpec) -> dict[str, Any]:
@@ -253,9 +293,10 @@ def _frame_avro(plan: WritePlan) -> str:
     return avro_schema(arrow, plan.table.name)
 
 
-def _check_nulls(df: Any, keys: tuple[str, ...], precombine: str | None) -> None:
+def _check_nulls(df: Any, keys: tuple[str, ...], precombine: str | None) -> int:
     """One Spark job: MutationError if a key is null (or empty, for a single string key
-    column, as Hudi's key generators refuse) or a precombine value null."""
+    column, as Hudi's key generators refuse) or a precombine value null; else the rows of
+    ``df`` (counted by the same job)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -277,7 +318,10 @@ def _check_nulls(df: Any, keys: tuple[str, ...], precombine: str | None) -> None
             every = gone if every is None else (every & gone)
         assert every is not None
         aggs.append(F.sum(every.cast("long")))
+    aggs.append(F.count(F.lit(1)))
     row = df.agg(*aggs).collect()[0]
+    total = int(row[len(aggs) - 1])
+    aggs.pop()
     if len(keys) == 1 and row[0]:
         raise MutationError(
             f"record key column {keys[0]!r} is null or empty in {row[0]} row(s): every row needs a key"
@@ -290,6 +334,7 @@ def _check_nulls(df: Any, keys: tuple[str, ...], precombine: str | None) -> None
         raise MutationError(
             f"precombine column {precombine!r} is null in {row[len(keys)]} row(s): every row needs a value"
         )
+    return total
 
 
 # -- the tasks -----------------------------------------------------------------------------
@@ -700,6 +745,36 @@ def _insert_task(plan: WritePlan, spec: MutationSpec, first: int) -> Any:
     return fn
 
 
+INSERT_TASK_ROWS = 1_000_000
+"""The most inserted rows of one partition path one insert task of the Spark path writes
+(one new file group each; ``maxRecordsPerFile`` instead when given)."""
+
+
+def _insert_buckets(absent: Any, per_task: int) -> Any:
+    """The inserts (``((partition, key), ((order, count, row), None))`` pairs) shuffled so
+    that each task holds the records of one partition path, at most about ``per_task`` of
+    them (a partition of more is split by key hash): each task writes one new file group
+    (the table task writer opens one file per partition it sees). One small Spark job counts
+    the inserts per partition path."""
+    counts = absent.map(lambda kv: (kv[0][0], 1)).reduceByKey(lambda a, b: a + b).collect()
+    buckets: dict[str, tuple[int, int]] = {}
+    n = 0
+    for part, c in sorted(counts):
+        k = max(1, -(-c // max(1, per_task)))
+        buckets[part] = (n, k)
+        n += k
+    if not n:
+        return absent.map(lambda kv: kv[1][0][2])
+
+    def bucket(pk: tuple[str, str]) -> int:
+        import zlib
+
+        first, k = buckets[pk[0]]
+        return first + (zlib.crc32(pk[1].encode("utf-8")) % k if k > 1 else 0)
+
+    return absent.map(lambda kv: (kv[0], kv[1][0][2])).partitionBy(n, bucket).values()
+
+
 def _candidates(index: Any) -> Any:
     """Task function: keys -> ``(file path, (partition, key))`` for every file of the key's
     partition whose footer cannot rule the key out (:func:`plan_candidates`)."""
@@ -872,7 +947,7 @@ def run_mutation(
             if spec.delete:
                 report.absent_deletes = absent.count()
             else:
-                news = absent.map(lambda kv: kv[1][0][2])
+                news = _insert_buckets(absent, plan.max_records_per_file or INSERT_TASK_ROWS)
                 got = news.mapPartitionsWithIndex(_insert_task(plan, spec, len(rewrite_files))).collect()
                 for r in (pickle.loads(b) for b in got):
                     results.append(r)
@@ -897,6 +972,11 @@ def _run(
 
     try:
         plan, spec = prepare_mutation(df, dest, operation, options)
+    except AmcommitError as e:
+        raise for_user(e, dest) from None
+    if on_driver(plan, spec):
+        return _run_on_driver(df, dest, operation, label, plan, spec)
+    try:
         plan = begin_table_write(
             plan, operation=operation, schema_json=spec.schema_json, **begin_kwargs(spec)
         )
@@ -914,6 +994,73 @@ def _run(
     if spec.merge_on_read and report.job is not None and report.job.success:
         _inline_compaction(plan, report)
     return report
+
+
+def on_driver(plan: WritePlan, spec: MutationSpec) -> bool:
+    """Whether the write ``spec`` describes runs on the driver (:func:`_run_on_driver`): its
+    rows are counted and at most option ``driverBatchRows``, and the table takes no write
+    with missing columns (``allowMissingColumns``, which only the Spark path records). Pure."""
+    assert plan.table is not None
+    return 0 <= spec.rows <= spec.driver_rows and not plan.table.allow_missing_columns
+
+
+def collect_arrow(df: Any, spec: MutationSpec) -> pa.Table:
+    """The rows of ``df`` on the driver as one Arrow table of ``spec``'s columns and types
+    (meta columns left out; a key column widened as ``spec`` says). One Spark job."""
+    meta = [c for c in df.columns if c in META_COLUMNS]
+    if meta:
+        df = df.drop(*meta)
+    got: pa.Table = df.toArrow()
+    return got.cast(spec.arrow_schema)
+
+
+def _run_on_driver(
+    df: Any, dest: str, operation: Operation, label: Label | None, plan: WritePlan, spec: MutationSpec
+) -> MutateReport:
+    """An upsert or delete of a batch that fits the driver (:func:`on_driver`): its rows
+    collected as Arrow (:func:`collect_arrow`), then the engine's upsert or delete
+    (:mod:`amcommit.table.mutate.engine`) on the driver: the index lookup with async I/O,
+    the plan in Arrow (inserts into the partition's small file groups first, then one new
+    file group per partition), the rewrites, log files and new file groups written and
+    committed as one task, the instant published last (with ``label``: once per label).
+    Same semantics and atomicity as the Spark path; no Spark task writes anything."""
+    from amcommit.loop import run_blocking
+    from amcommit.spark.driver import open_driver_store
+    from amcommit.table.mutate import engine
+
+    table = plan.table
+    assert table is not None
+    try:
+        data = collect_arrow(df, spec)
+    except AmcommitError as e:
+        raise for_user(e, dest) from None
+    kw: dict[str, Any] = {
+        "record_key": spec.record_key,
+        "partition_by": spec.partition_by,
+        "precombine_field": spec.precombine,
+        "label": label,
+        "config": plan.config(),
+        "table_type": spec.table_type,
+    }
+    if operation is Operation.UPSERT:
+        kw.update(
+            payload=spec.payload,
+            table_name=table.name,
+            max_file_rows=plan.max_records_per_file or 1_000_000,
+        )
+
+    async def main() -> MutateReport:
+        # the driver's store (its test hooks apply, as to the Spark path's begin and commit)
+        store, root = open_driver_store(plan, "commit")
+        async with store:
+            if operation is Operation.UPSERT:
+                return await engine.upsert(store, root, data, **kw)
+            return await engine.delete(store, root, data, **kw)
+
+    try:
+        return run_blocking(main)
+    except AmcommitError as e:
+        raise for_user(e, dest) from None
 
 
 def _inline_compaction(plan: WritePlan, report: MutateReport) -> None:
