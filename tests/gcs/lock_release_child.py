@@ -6,7 +6,9 @@ it (its answer never read).
 
 argv: ``JSON`` ``{"backend": INFO, "dest", "first", "n", "nth", "when"[, "release"]}`` (a
 backend of ``tests.matrix.stores``; ``release``: the ``lock_release`` setting, default
-``rewrite``); prints ``completed`` if it was not killed."""
+``rewrite``; ``remember``: ``[etag, token]`` of a lock version released by marker that
+this process then acts as if it had released itself); prints ``completed`` if it was not
+killed."""
 
 from __future__ import annotations
 
@@ -68,6 +70,14 @@ def main() -> None:
 
     async def run() -> None:
         async with open_store(spec["backend"]) as inner:
+            if spec.get("remember"):
+                from amcommit.committer.lock import lock_path
+                from amcommit.coord import lease
+                from amcommit.table.format.naming import STAGING_DIR
+
+                path = lock_path(spec["dest"], staging=STAGING_DIR)
+                etag, token = spec["remember"]
+                lease._RELEASED_HERE[(inner.root_uri, path)] = (etag, token)
             store = KillAtLockPut(inner, int(spec["nth"]), spec["when"])
             release = spec.get("release", "rewrite")
             cfg = CommitterConfig(lock_ttl=60.0, lock_wait=60.0, io_threads=2, lock_release=release)

@@ -23,6 +23,7 @@ import pytest
 
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.lock import LOCK_NAME, DestinationLock, LockBody, held_by, lock_path, read_lock
+from amcommit.coord import lease as coord_lease
 from amcommit.coord.lease import marker_path
 from amcommit.errors import ConflictError
 from amcommit.store.base import Store
@@ -167,6 +168,73 @@ async def test_a_late_marker_releases_nothing(gcs_double: GcsDouble) -> None:
         )
 
 
+class _Recording:
+    """The store, recording each request on the lock or a marker as ``(op, name)``."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.capabilities = inner.capabilities
+        self.iostats = inner.iostats
+        self.seen: list[tuple[str, str]] = []
+
+    def _note(self, op: str, path: str) -> None:
+        name = path.rpartition("/")[2]
+        if name.startswith(LOCK_NAME):
+            self.seen.append((op, name if name == LOCK_NAME else "marker"))
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(self.inner, attr)
+        if attr not in ("stat", "get", "put", "delete"):
+            return fn
+
+        async def call(path: str, *a: Any, **kw: Any) -> Any:
+            self._note(attr, path)
+            return await fn(path, *a, **kw)
+
+        return call
+
+
+async def test_a_process_takes_its_own_released_lock_without_reads(gcs_double: GcsDouble) -> None:
+    """Back-to-back commits of one process: the second takes over the version the first
+    released with one conditional put and no read of the lock or a marker, then deletes
+    the first's marker and creates its own. Before: three reads of the lock and a stat of
+    the marker first."""
+    bucket = f"lm{uuid.uuid4().hex[:12]}"
+    gcs_double.create_bucket(bucket)
+    async with open_store({"kind": "gcs", "endpoint": gcs_double.url, "bucket": bucket}) as inner:
+        store = _Recording(inner)
+        await write(store, "tbl", rows(0, 4), config=CFG)  # type: ignore[arg-type]
+        store.seen.clear()
+        await write(store, "tbl", rows(10, 4), config=CFG)  # type: ignore[arg-type]
+        assert store.seen == [("put", LOCK_NAME), ("delete", "marker"), ("put", "marker")]
+        body = await _lock(inner, "tbl")
+        assert await _lock_names(inner, "tbl") == sorted([LOCK_NAME, f"released.{body.token}"])
+
+
+async def test_a_changed_lock_is_looked_at_after_the_remembered_version_fails(gcs_double: GcsDouble) -> None:
+    """The lock this process released was taken over and released by marker by another
+    process since: the remembered version's takeover fails its precondition, the writer
+    reads the lock, finds the other's marker and takes the lock at once (ttl 60 s), and
+    its release leaves only the lock and its own marker."""
+    bucket = f"lm{uuid.uuid4().hex[:12]}"
+    gcs_double.create_bucket(bucket)
+    async with open_store({"kind": "gcs", "endpoint": gcs_double.url, "bucket": bucket}) as store:
+        await write(store, "tbl", rows(0, 4), config=CFG)
+        other = DestinationLock(
+            store, "tbl", "other", staging=STAGING_DIR, ttl=60.0, wait=60.0, release="marker"
+        )
+        seen = await other.lease.observe()
+        assert seen.body is not None and await other.lease.take_over(seen)  # as another process would
+        await store.put(marker_path(other.path, other.token), b"")  # and its release
+        t0 = time.monotonic()
+        w, report = await write(store, "tbl", rows(10, 4), config=CFG)
+        assert report.success and time.monotonic() - t0 < 20
+        body = await _lock(store, "tbl")
+        assert body.released and body.owner == w.instant
+        assert await _lock_names(store, "tbl") == sorted([LOCK_NAME, f"released.{body.token}"])
+        assert await amcommit_rows(store, "tbl") == _rows((0, 4), (10, 4))
+
+
 # -- SIGKILL at each lock request ---------------------------------------------------------
 
 KILLS = [
@@ -183,10 +251,11 @@ KILLS = [
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("remember", [False, True], ids=["looks", "remembers"])
 @pytest.mark.parametrize("backend", BACKENDS, ids=["local", "azurite", "gcs"])
 @pytest.mark.parametrize(("cell", "nth", "when"), KILLS, ids=[k[0] for k in KILLS])
 def test_kill_at_each_marker_lock_request(
-    cell: str, nth: int, when: str, backend: str, request: pytest.FixtureRequest
+    cell: str, nth: int, when: str, backend: str, remember: bool, request: pytest.FixtureRequest
 ) -> None:
     """Write 0 commits (the lock left released by its marker); a child's write 1 is
     SIGKILLed before or after its lock takeover, its delete of write 0's marker, or the
@@ -196,13 +265,23 @@ def test_kill_at_each_marker_lock_request(
     the lock is held by the dead child unless released; write 1 is visible iff its
     commit got to its release. The next write commits at once (the dead holder is proven
     gone on this host; ttl 60 s), sweeps every other marker and leaves exactly the lock
-    and its own marker; readers see exactly what was committed."""
+    and its own marker; readers see exactly what was committed. ``remembers``: the child
+    acts as the process that released write 0's lock (its takeover is the remembered
+    version's, without reads); ``looks``: it reads the lock and the marker first."""
     info: BackendInfo = request.getfixturevalue(backend)
     dest = f"km-{uuid.uuid4().hex[:8]}/tbl"
-    spec = {"backend": info, "dest": dest, "first": 10, "n": 4, "nth": nth, "when": when, "release": "marker"}
-    argv = [sys.executable, "-m", "tests.gcs.lock_release_child", json.dumps(spec)]
+    spec: dict[str, Any] = {
+        "backend": info,
+        "dest": dest,
+        "first": 10,
+        "n": 4,
+        "nth": nth,
+        "when": when,
+        "release": "marker",
+    }
 
     def kill_run() -> None:
+        argv = [sys.executable, "-m", "tests.gcs.lock_release_child", json.dumps(spec)]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ}, cwd=REPO)
         assert r.returncode == -9, (r.returncode, r.stdout, r.stderr[-2000:])
 
@@ -215,6 +294,9 @@ def test_kill_at_each_marker_lock_request(
             assert body0.released and body0.owner == w0.instant
             m0 = f"released.{body0.token}"
             assert await _lock_names(store, dest) == sorted([LOCK_NAME, m0])
+            if remember:
+                spec["remember"] = [etag0, body0.token]
+            coord_lease._RELEASED_HERE.clear()  # this process's write 2 reads the lock
             kill_run()
             body1 = await _lock(store, dest)
             names = await _lock_names(store, dest)

@@ -60,7 +60,11 @@ writes:
   object, took over an expired or dead holder's, or its own), every marker found by a
   listing (a holder killed between its takeover and that delete leaves one). Deleting a
   marker whose token the object does not carry changes nothing. Readers that must tell
-  a held lease from a released one stat the marker of the token they read.
+  a held lease from a released one stat the marker of the token they read. A process
+  remembers the version it released by marker (store root, path -> etag, token); its
+  next acquirer of that lease first tries to take exactly that version over (one
+  ``UpdateIf``, no reads: back-to-back commits of one process), and looks as above if
+  the object changed since.
 * **Lost answers**: a create, renewal or takeover whose answer was lost and whose retry met
   ``AlreadyExists``/``PreconditionFailed`` is recognised by our token in the object
   (:meth:`Lease.adopt`): then we hold it, with the deadline of the write that landed.
@@ -179,6 +183,12 @@ ABSENT: Seen[Never] = Seen(None, None, None, present=False)
 
 MARKER_INFIX = ".released."
 """A release marker's name: the lease object's name, this, the releaser's token."""
+
+
+_RELEASED_HERE: dict[tuple[str, str], tuple[str, str]] = {}
+"""(store root, lease path) -> (etag, token) of the version this process last released by
+marker (release by marker: module doc)."""
+_RELEASED_HERE_MAX = 1024
 
 
 def marker_path(path: str, token: str) -> str:
@@ -421,6 +431,13 @@ class Lease(Generic[B]):
         # released by rewrite or by marker, the object stays: look before creating
         create = self._released_body is None and not self.markers
         self._sweep = self.markers  # unless acquired by a marker: see tidy
+        hint = _RELEASED_HERE.pop((self.store.root_uri, self.path), None) if self.markers else None
+        if hint is not None:  # the version this process released: take it over, no reads
+            self._stale.add(marker_path(self.path, hint[1]))
+            self._sweep = False
+            if await self.take_over(Seen(hint[0], None, None)):
+                return None
+            self._sweep = True  # changed since (or our takeover's answer was lost): look
         while True:
             if create and await self.create():
                 return None
@@ -657,6 +674,10 @@ class Lease(Generic[B]):
                 pass
         except (StoreError, LockLost):
             return False
+        if self.etag is not None:
+            if len(_RELEASED_HERE) >= _RELEASED_HERE_MAX:
+                _RELEASED_HERE.pop(next(iter(_RELEASED_HERE)))
+            _RELEASED_HERE[(store.root_uri, self.path)] = (self.etag, self.token)
         self.etag = None
         return True
 
