@@ -235,6 +235,36 @@ async def test_a_changed_lock_is_looked_at_after_the_remembered_version_fails(gc
         assert await amcommit_rows(store, "tbl") == _rows((0, 4), (10, 4))
 
 
+@pytest.mark.parametrize("then", ["delete", "rewrite"])
+async def test_writers_with_other_settings_take_a_marked_lock_at_once(
+    gcs_double: GcsDouble, then: str
+) -> None:
+    """A write with ``lock_release=marker``, then one with ``delete`` / ``rewrite`` (the
+    writers of one table may differ; ttl 60 s): the second takes the marked lock at once,
+    deletes the marker, and releases its own way (no lock left / the lock released in its
+    body, no marker). Then a marker write again: the lock and its marker only."""
+    bucket = f"lm{uuid.uuid4().hex[:12]}"
+    gcs_double.create_bucket(bucket)
+    async with open_store({"kind": "gcs", "endpoint": gcs_double.url, "bucket": bucket}) as store:
+        await write(store, "tbl", rows(0, 4), config=CFG)
+        coord_lease._RELEASED_HERE.clear()  # as another process
+        other = CommitterConfig(lock_ttl=60.0, lock_wait=60.0, io_threads=2, lock_release=then)  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        w, report = await write(store, "tbl", rows(10, 4), config=other)
+        assert report.success and time.monotonic() - t0 < 20
+        if then == "delete":
+            assert await _lock_names(store, "tbl") == []
+        else:
+            body = await _lock(store, "tbl")
+            assert body.released and body.owner == w.instant
+            assert await _lock_names(store, "tbl") == [LOCK_NAME]
+        w, report = await write(store, "tbl", rows(20, 4), config=CFG)
+        body = await _lock(store, "tbl")
+        assert body.released and body.owner == w.instant
+        assert await _lock_names(store, "tbl") == sorted([LOCK_NAME, f"released.{body.token}"])
+        assert await amcommit_rows(store, "tbl") == _rows((0, 4), (10, 4), (20, 4))
+
+
 # -- SIGKILL at each lock request ---------------------------------------------------------
 
 KILLS = [

@@ -49,8 +49,9 @@ protocol, its one clock rule and what is atomic on each store), with these rules
   released (:mod:`amcommit.coord.lease` states why this is safe): the next writer takes
   that exact generation over at once, and deletes the marker while it holds the lock.
   Readers (:func:`read_lock`, :func:`held_by`, ``amcommit jobs``) stat the marker of the
-  token they read. An older amcommit that meets such a lock sees an unrenewed one (as
-  with release by rewrite).
+  token they read. A table lock released by delete or rewrite also takes a marked lock at
+  once (the settings may differ between writers of one table). An older amcommit that
+  meets a marked lock sees an unrenewed one (as with release by rewrite).
 
 Fence: the guarded work gets a :class:`FencedStore` (:class:`amcommit.coord.lease.FencedStore`)
 that checks the lease synchronously before every write, so no write *starts* after the
@@ -244,6 +245,7 @@ class DestinationLock:
             hint="run the commit again to resume",
             released=self._released if rewrite else None,
             markers=staged and release == "marker",
+            see_markers=staged,  # any table lock follows one released by marker at once
         )
 
     @property

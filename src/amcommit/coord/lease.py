@@ -253,7 +253,8 @@ class Lease(Generic[B]):
     release (read back by ``view`` with :attr:`Holding.released` and our ``token``): the
     lease is then released by a conditional rewrite (module doc); None: by a delete.
     ``markers``: released by creating a release marker instead (module doc; the marker's
-    content is ``released()``'s body when given, for people)."""
+    content is ``released()``'s body when given, for people). ``see_markers`` (default:
+    ``markers``): a version whose token has a marker is released, whichever way we release."""
 
     def __init__(
         self,
@@ -270,6 +271,7 @@ class Lease(Generic[B]):
         hint: str = "",
         released: Callable[[], bytes] | None = None,
         markers: bool = False,
+        see_markers: bool | None = None,
     ) -> None:
         self.store = store
         self.path = path
@@ -283,6 +285,10 @@ class Lease(Generic[B]):
         self._encode_body = encode
         self._released_body = released
         self.markers = markers
+        self.see_markers = markers if see_markers is None else see_markers
+        """Whether a version whose token has a release marker counts as released (also
+        for a lease released by delete or rewrite: it then follows one released by marker
+        at once, and deletes that marker)."""
         self._stale: set[str] = set()
         """Release markers of earlier holders to delete while we hold the lease."""
         self._sweep = False
@@ -458,7 +464,7 @@ class Lease(Generic[B]):
                     return None
                 create = False  # another acquirer won it (or our write landed, its answer lost)
                 continue
-            if self.markers and await self._marked(cur):  # released by marker: at once
+            if self.see_markers and await self._marked(cur):  # released by marker: at once
                 assert cur.holding is not None
                 self._stale.add(marker_path(self.path, cur.holding.token))
                 self._sweep = False
@@ -510,7 +516,7 @@ class Lease(Generic[B]):
         while we hold the lease: each delete is fenced (:meth:`check`). Lists the markers
         first if we acquired other than by a marker. StoreError / LeaseLost propagate;
         what is not deleted yet stays to delete (a later call, or our release, retries)."""
-        if not self.markers:
+        if not self.see_markers:
             return
         store = self.store
         if self._sweep:
@@ -609,6 +615,11 @@ class Lease(Generic[B]):
         store, path = self.store, self.path
         if self.markers:
             return await self._release_by_marker()
+        if self._stale:  # we followed a release by marker: its marker first (_release_by_marker)
+            try:
+                await self.tidy()
+            except (StoreError, LockLost):
+                pass
         if self._released_body is not None:
             return await self._release_by_rewrite(self._released_body())
 
