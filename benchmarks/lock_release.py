@@ -1,7 +1,7 @@
 """Back-to-back table commits into one destination on the GCS double with GCS's per-object
 limit on (about one change per second of one object name): the table lock released by a
-conditional rewrite (``lock_release="rewrite"``) against the default delete-based release,
-same run.
+create-only marker (``lock_release="marker"``) and by a conditional rewrite
+(``lock_release="rewrite"``) against the default delete-based release, same run.
 
 Each round, each contender gets a fresh bucket on one in-process
 :class:`~amcommit.testing.gcs_double.GcsDouble` (``object_rate=OBJECT_RATE``, bursts of
@@ -9,14 +9,19 @@ Each round, each contender gets a fresh bucket on one in-process
 ``begin_write`` + one task of one file + ``commit_job``, through a store with the default
 retry policy (a refused change waits out GCS's window, 1 s):
 
+* ``marker``: released by creating ``<lock>.released.<token>`` (a new name each commit),
+  acquired by a conditional rewrite: the lock object changes once per commit;
 * ``rewrite``: the lock acquired and released by conditional rewrites (``ifGenerationMatch``);
 * ``delete``: the default release (read, then delete), re-created by the next commit;
-* ``unlimited``: ``rewrite`` with the per-object limit off (what the limit costs).
+* ``unlimited`` / ``unlimited-delete``: ``marker`` / ``delete`` with the per-object limit
+  off (what the limit costs, and what each release costs without it).
 
 Printed and saved: commits/s (commits / the whole loop's seconds), median seconds per
-commit, changes of the lock object per commit, refusals (429) of each name, load average.
-Both limited contenders change the lock twice per commit (acquire, release): under one
-change per second of one name neither can pass ~0.5 commits/s in the steady state.
+commit, changes of the lock object per commit, requests to the double per commit (429s
+included), refusals (429) of each name, load average.
+``rewrite`` and ``delete`` change the lock twice per commit (acquire, release): under one
+change per second of one name neither can pass ~0.5 commits/s in the steady state;
+``marker`` changes it once (~1 commit/s).
 
     python -m benchmarks.lock_release [--commits 20] [--rounds 2] [--save]
 """
@@ -52,7 +57,7 @@ AVRO = json.dumps(
         "fields": [{"name": "day", "type": ["null", "string"], "default": None}],
     }
 )
-CONTENDERS = ("rewrite", "delete", "unlimited")
+CONTENDERS = ("marker", "rewrite", "delete", "unlimited", "unlimited-delete")
 
 
 async def _one_write(store: GcsStore, dest: str, config: CommitterConfig) -> None:
@@ -71,7 +76,7 @@ async def _one_write(store: GcsStore, dest: str, config: CommitterConfig) -> Non
 async def run_contender(double: GcsDouble, kind: str, commits: int, round_: int) -> dict[str, Any]:
     bucket = f"lock-{kind}-{round_}"
     double.create_bucket(bucket)
-    double.object_rate = None if kind == "unlimited" else OBJECT_RATE
+    double.object_rate = None if kind.startswith("unlimited") else OBJECT_RATE
     store = GcsStore(
         bucket,
         endpoint=double.url,
@@ -80,8 +85,10 @@ async def run_contender(double: GcsDouble, kind: str, commits: int, round_: int)
         limiter=Limiter(max_concurrency=64),
         write_limiter=Limiter(max_concurrency=None, rate=1000.0, burst=100.0),
     )
-    config = CommitterConfig(lock_release="delete" if kind == "delete" else "rewrite")
+    release = {"delete": "delete", "rewrite": "rewrite", "unlimited-delete": "delete"}.get(kind, "marker")
+    config = CommitterConfig(lock_release=release)  # type: ignore[arg-type]
     seconds: list[float] = []
+    calls0 = sum(double.calls.values())
     async with store:
         t0 = time.monotonic()
         for _ in range(commits):
@@ -99,6 +106,7 @@ async def run_contender(double: GcsDouble, kind: str, commits: int, round_: int)
         "median_s": round(statistics.median(seconds), 3),
         "max_s": round(max(seconds), 3),
         "lock_changes_per_commit": round(double.changes[name] / commits, 2),
+        "requests_per_commit": round((sum(double.calls.values()) - calls0) / commits, 1),
         "refused_429": sum(refused.values()),
         "refused_names": sorted(refused),
         "load": load_average(),
@@ -127,6 +135,7 @@ def main() -> None:
         "median_s",
         "max_s",
         "lock_changes_per_commit",
+        "requests_per_commit",
         "refused_429",
         "load",
     ]
@@ -138,8 +147,9 @@ def main() -> None:
         )
     )
     best = {k: max(r["commits_per_s"] for r in rows if r["contender"] == k) for k in CONTENDERS}
-    print(f"\nbest commits/s: {best}; rewrite / delete = {best['rewrite'] / best['delete']:.2f}")
-    path = write_json("lock_release", {"rows": rows, "best": best}, save=a.save)
+    ratios = {k: round(best[k] / best["delete"], 2) for k in ("marker", "rewrite")}
+    print(f"\nbest commits/s: {best}; / delete: {ratios}")
+    path = write_json("lock_release", {"rows": rows, "best": best, "ratio_to_delete": ratios}, save=a.save)
     print(f"results: {path}")
 
 

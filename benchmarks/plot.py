@@ -1028,7 +1028,8 @@ def plot_stream_batches(results: Path, path: Path) -> Path | None:
 
 def plot_lock_release(results: Path, path: Path) -> Path | None:
     """Issue 35 item 6: back-to-back table commits into one GCS destination under the
-    per-object limit, the lock released by a rewrite against a delete (best round)."""
+    per-object limit, the lock released by a marker or a rewrite against a delete (best
+    round)."""
     got = _load(results, "lock_release.json")
     if got is None:
         return None
@@ -1037,7 +1038,13 @@ def plot_lock_release(results: Path, path: Path) -> Path | None:
     for r in d["rows"]:
         if r["contender"] not in best or r["commits_per_s"] > best[r["contender"]]["commits_per_s"]:
             best[r["contender"]] = r
-    kind = {"rewrite": "amcommit", "delete": "before", "unlimited": "raw"}
+    kind = {
+        "marker": "amcommit",
+        "rewrite": "before",
+        "delete": "before",
+        "unlimited": "raw",
+        "unlimited-delete": "raw",
+    }
     bs: list[Bar] = [
         (name, r["commits_per_s"], f"{r['commits_per_s']:.2f} commits/s", kind[name])
         for name, r in best.items()

@@ -142,11 +142,13 @@ class CommitterConfig(Options, frozen=True, kw_only=True, forbid_unknown_fields=
     lock_wait: float = 600.0
     """Seconds a commit waits for another job's destination lock before failing with a
     ConflictError naming the holder."""
-    lock_release: Literal["delete", "rewrite"] = "delete"
-    """How a table's commit lock is released: ``delete`` (read, then delete it) or
+    lock_release: Literal["delete", "rewrite", "marker"] = "delete"
+    """How a table's commit lock is released: ``delete`` (read, then delete it),
     ``rewrite`` (one conditional rewrite to a released state, which stays; the next commit
-    acquires it by a conditional rewrite: :mod:`amcommit.committer.lock`). Plain
-    destinations always delete theirs (a committed output holds no ``_temporary``)."""
+    acquires it by a conditional rewrite) or ``marker`` (a create-only marker named by the
+    holder's token; the lock object changes once per commit, not twice:
+    :mod:`amcommit.committer.lock`). Plain destinations always delete theirs (a committed
+    output holds no ``_temporary``)."""
 
     def __post_init__(self) -> None:
         for name in (

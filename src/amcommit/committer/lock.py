@@ -42,6 +42,16 @@ protocol, its one clock rule and what is atomic on each store), with these rules
   committed output holds no ``_temporary`` folder. It does not make commits faster under
   GCS's one change per second of one object name: a commit changes the lock twice either
   way (acquire, release), so one destination takes at most about 0.5 commits/s there.
+* **Release by marker** (a table's lock, ``lock_release="marker"``): the lock object is
+  left as it is and the holder creates ``<lock>.released.<its token>`` (create-only, a
+  new name per commit), so the lock object changes once per commit (the next acquirer's
+  takeover), about 1 commit/s under GCS's limit. A lock whose token has a marker is
+  released (:mod:`amcommit.coord.lease` states why this is safe): the next writer takes
+  that exact generation over at once, and deletes the marker while it holds the lock.
+  Readers (:func:`read_lock`, :func:`held_by`, ``amcommit jobs``) stat the marker of the
+  token they read. A table lock released by delete or rewrite also takes a marked lock at
+  once (the settings may differ between writers of one table). An older amcommit that
+  meets a marked lock sees an unrenewed one (as with release by rewrite).
 
 Fence: the guarded work gets a :class:`FencedStore` (:class:`amcommit.coord.lease.FencedStore`)
 that checks the lease synchronously before every write, so no write *starts* after the
@@ -84,7 +94,7 @@ import msgspec
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.journal import Journal, decode_journal
 from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
-from amcommit.coord.lease import SAFE_FRACTION, FencedStore, Holding, Lease, Seen
+from amcommit.coord.lease import SAFE_FRACTION, FencedStore, Holding, Lease, Seen, marker_path
 from amcommit.errors import CommitError, ConflictError, LockLost, NotFound, StoreError
 from amcommit.liveness import ProcessId, this_process
 from amcommit.paths import join, path_to_uri
@@ -103,6 +113,7 @@ __all__ = [
     "describe",
     "held_by",
     "lock_path",
+    "read_lock",
     "run_locked",
     "unfinished_journal",
 ]
@@ -176,9 +187,10 @@ def describe(body: LockBody | None) -> str:
 
 class DestinationLock:
     """One writer's handle on the lock of ``dest``: a :class:`~amcommit.coord.lease.Lease`
-    on :func:`lock_path` whose body is a :class:`LockBody`. ``release``: ``"rewrite"`` to
-    release a staged (table) lock by rewrite (module doc). Use :func:`run_locked`; the
-    methods are public for tests."""
+    on :func:`lock_path` whose body is a :class:`LockBody`. ``release``: ``"rewrite"`` /
+    ``"marker"`` to release a staged (table) lock by rewrite / by marker (module doc);
+    plain destinations always delete theirs. Use :func:`run_locked`; the methods are
+    public for tests."""
 
     def __init__(
         self,
@@ -192,7 +204,7 @@ class DestinationLock:
         wait: float = 600.0,
         policy: RetryPolicy = DEFAULT_POLICY,
         staging: str | None = None,
-        release: Literal["delete", "rewrite"] = "delete",
+        release: Literal["delete", "rewrite", "marker"] = "delete",
     ) -> None:
         self.store = store
         self.policy = policy
@@ -218,7 +230,8 @@ class DestinationLock:
             pidns=me.pidns if me else "",
             start=me.start if me else "",
         )
-        rewrite = staging is not None and release == "rewrite"  # release by rewrite: module doc
+        staged = staging is not None  # plain destinations delete theirs: module doc
+        rewrite = staged and release in ("rewrite", "marker")
         self.lease: Lease[LockBody] = Lease(
             store,
             self.path,
@@ -231,6 +244,8 @@ class DestinationLock:
             what=f"the lock of destination {dest!r}",
             hint="run the commit again to resume",
             released=self._released if rewrite else None,
+            markers=staged and release == "marker",
+            see_markers=staged,  # any table lock follows one released by marker at once
         )
 
     @property
@@ -317,6 +332,15 @@ class DestinationLock:
             f"holder stops renewing it for {ttl:g} s (its lock is then taken over)"
         )
 
+    async def tidy(self) -> None:
+        """Delete earlier holders' release markers while we hold the lock (release by
+        marker; :meth:`Lease.tidy`). Never raises: what is left is deleted at our release,
+        and a marker whose token the lock does not carry is harmless."""
+        try:
+            await self.lease.tidy()
+        except (StoreError, LockLost):
+            pass
+
     async def heartbeat(self, on_lost: Callable[[], None]) -> None:
         """Renew the lock every ``ttl/3`` until cancelled; on losing it, set ``lost`` and
         call ``on_lost`` (which cancels the guarded work). See :meth:`Lease.keep`."""
@@ -366,14 +390,28 @@ async def held_by(
     staging: str | None = None,
 ) -> bool:
     """True if the lock of ``dest`` (in ``staging``, see :func:`lock_path`) exists, is not
-    released and names job ``job_id`` (alive or not). The read goes through the engine's retry layer with
-    ``policy``."""
-    path = lock_path(dest, staging=staging)
+    released (:func:`read_lock`) and names job ``job_id`` (alive or not). The reads go
+    through the engine's retry layer with ``policy``."""
     try:
-        body = decode_lock(await retry_call(partial(store.get, path), policy=policy))
+        body = await read_lock(store, lock_path(dest, staging=staging), policy=policy)
     except NotFound:
         return False
     return body is not None and not body.released and body.owner == job_id
+
+
+async def read_lock(store: Store, path: str, *, policy: RetryPolicy = DEFAULT_POLICY) -> LockBody | None:
+    """The lock object at ``path`` (None: not one of ours), with ``released`` set when its
+    holder released it by rewrite or by marker (then one more request: a stat of the
+    marker of its token). NotFound if there is no lock. Not atomic across the two reads:
+    a lock released between them reads as held, as if read a moment earlier."""
+    body = decode_lock(await retry_call(partial(store.get, path), policy=policy))
+    if body is None or body.released or not body.token:
+        return body
+    try:
+        await retry_call(partial(store.stat, marker_path(path, body.token)), policy=policy)
+    except NotFound:
+        return body
+    return msgspec.structs.replace(body, released=True)
 
 
 async def unfinished_journal(
@@ -454,6 +492,7 @@ async def run_locked(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lock.heartbeat, tg.cancel_scope.cancel)
+            tg.start_soon(lock.tidy)  # release by marker: the previous holder's, meanwhile
             try:
                 if previous is not None and finish_previous is not None:
                     if (

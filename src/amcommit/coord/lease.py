@@ -44,6 +44,27 @@ writes:
   object (a store or an older amcommit that releases by delete) is still acquired by
   ``CREATE``. Both kinds of release change the object once, as the create or takeover
   that acquires it does: a commit changes the lock object twice either way.
+* **Release by marker** (a lease made with ``markers=True``): the lease object is left as
+  it is and a *release marker* is created next to it, ``<path>.released.<our token>``
+  (``CREATE``: a new name each time, so one object name changes once per holder, not
+  twice: what GCS's ~1 change per second of one name allows). Only the holder of a token
+  creates its marker, after its guarded work ended and only before its safe deadline
+  (fenced like every write), and it never writes again; tokens are random and never
+  come back into the object (every write of another holder carries its own). So a
+  version of the object whose token has a marker is released: an acquirer that sees one
+  takes exactly that version over (``UpdateIf``) at once, as a released body. A marker
+  that lands late (a release on the wire when its lease ran out and a waiter took over)
+  names a token the object no longer carries: it releases nothing. Markers of earlier
+  holders are deleted by the next holder while it holds the lease (:meth:`Lease.tidy`,
+  fenced): the one it took over, and, when it acquired any other way (created the
+  object, took over an expired or dead holder's, or its own), every marker found by a
+  listing (a holder killed between its takeover and that delete leaves one). Deleting a
+  marker whose token the object does not carry changes nothing. Readers that must tell
+  a held lease from a released one stat the marker of the token they read. A process
+  remembers the version it released by marker (store root, path -> etag, token); its
+  next acquirer of that lease first tries to take exactly that version over (one
+  ``UpdateIf``, no reads: back-to-back commits of one process), and looks as above if
+  the object changed since.
 * **Lost answers**: a create, renewal or takeover whose answer was lost and whose retry met
   ``AlreadyExists``/``PreconditionFailed`` is recognised by our token in the object
   (:meth:`Lease.adopt`): then we hold it, with the deadline of the write that landed.
@@ -98,6 +119,7 @@ from amcommit.store.retry import RetryPolicy, retry_call
 
 __all__ = [
     "ABSENT",
+    "MARKER_INFIX",
     "SAFE_FRACTION",
     "FencedStore",
     "Holding",
@@ -106,6 +128,7 @@ __all__ = [
     "Seen",
     "Watch",
     "judge",
+    "marker_path",
 ]
 
 B = TypeVar("B")
@@ -157,6 +180,21 @@ class Seen(Generic[B_co]):
 
 ABSENT: Seen[Never] = Seen(None, None, None, present=False)
 """An observation of no object."""
+
+MARKER_INFIX = ".released."
+"""A release marker's name: the lease object's name, this, the releaser's token."""
+
+
+_RELEASED_HERE: dict[tuple[str, str], tuple[str, str]] = {}
+"""(store root, lease path) -> (etag, token) of the version this process last released by
+marker (release by marker: module doc)."""
+_RELEASED_HERE_MAX = 1024
+
+
+def marker_path(path: str, token: str) -> str:
+    """Store path of the release marker of ``token`` for the lease object ``path``
+    (release by marker: module doc)."""
+    return f"{path}{MARKER_INFIX}{token}"
 
 
 class Watch:
@@ -213,7 +251,10 @@ class Lease(Generic[B]):
     it (None: each request is made once). ``what`` / ``hint`` complete the message of
     :class:`LeaseLost` (``lost {what} (...); ... {hint}``). ``released``: the body of our
     release (read back by ``view`` with :attr:`Holding.released` and our ``token``): the
-    lease is then released by a conditional rewrite (module doc); None: by a delete."""
+    lease is then released by a conditional rewrite (module doc); None: by a delete.
+    ``markers``: released by creating a release marker instead (module doc; the marker's
+    content is ``released()``'s body when given, for people). ``see_markers`` (default:
+    ``markers``): a version whose token has a marker is released, whichever way we release."""
 
     def __init__(
         self,
@@ -229,6 +270,8 @@ class Lease(Generic[B]):
         what: str = "the lease",
         hint: str = "",
         released: Callable[[], bytes] | None = None,
+        markers: bool = False,
+        see_markers: bool | None = None,
     ) -> None:
         self.store = store
         self.path = path
@@ -241,6 +284,15 @@ class Lease(Generic[B]):
         self._view = view
         self._encode_body = encode
         self._released_body = released
+        self.markers = markers
+        self.see_markers = markers if see_markers is None else see_markers
+        """Whether a version whose token has a release marker counts as released (also
+        for a lease released by delete or rewrite: it then follows one released by marker
+        at once, and deletes that marker)."""
+        self._stale: set[str] = set()
+        """Release markers of earlier holders to delete while we hold the lease."""
+        self._sweep = False
+        """Whether :meth:`tidy` must also list the markers (we did not acquire by one)."""
         self.etag: str | None = None
         """The etag of the object as we last wrote it (None: not held)."""
         self.safe_until = 0.0
@@ -382,8 +434,16 @@ class Lease(Generic[B]):
         took: dict[int, Seen[B]] = {}  # beats of our takeover writes -> the version each replaced
         told: str | None = None  # the holder (token) we said we wait for
         cur: Seen[B] | None = None
-        # released by rewrite, the object stays: look before creating (no create refused)
-        create = self._released_body is None
+        # released by rewrite or by marker, the object stays: look before creating
+        create = self._released_body is None and not self.markers
+        self._sweep = self.markers  # unless acquired by a marker: see tidy
+        hint = _RELEASED_HERE.pop((self.store.root_uri, self.path), None) if self.markers else None
+        if hint is not None:  # the version this process released: take it over, no reads
+            self._stale.add(marker_path(self.path, hint[1]))
+            self._sweep = False
+            if await self.take_over(Seen(hint[0], None, None)):
+                return None
+            self._sweep = True  # changed since (or our takeover's answer was lost): look
         while True:
             if create and await self.create():
                 return None
@@ -403,6 +463,15 @@ class Lease(Generic[B]):
                 if await self.take_over(cur, now):
                     return None
                 create = False  # another acquirer won it (or our write landed, its answer lost)
+                continue
+            if self.see_markers and await self._marked(cur):  # released by marker: at once
+                assert cur.holding is not None
+                self._stale.add(marker_path(self.path, cur.holding.token))
+                self._sweep = False
+                if await self.take_over(cur, now):
+                    return None
+                self._sweep = True
+                create = False
                 continue
             mine = reclaim(cur.body)
             h = cur.holding
@@ -424,6 +493,57 @@ class Lease(Generic[B]):
                     on_wait(cur, deadline - now)
             await anyio.sleep(min(delay * random.uniform(0.5, 1.0), max(0.0, deadline - now)))
             delay = min(delay * 2, max_poll, self.ttl / 4)
+
+    async def _marked(self, seen: Seen[B]) -> bool:
+        """Whether the version ``seen`` is released by marker: its token has one."""
+        h = seen.holding
+        if h is None or seen.etag is None or h.released:
+            return False
+        store, path = self.store, marker_path(self.path, h.token)
+        try:
+            await self._call(lambda: store.stat(path))
+        except NotFound:
+            return False
+        return True
+
+    async def released_by_marker(self, seen: Seen[B]) -> bool:
+        """Whether ``seen`` (the lease object's version) names a holder that released it
+        by marker (readers: module doc). One stat."""
+        return await self._marked(seen)
+
+    async def tidy(self) -> None:
+        """Delete the release markers of earlier holders (release by marker, module doc),
+        while we hold the lease: each delete is fenced (:meth:`check`). Lists the markers
+        first if we acquired other than by a marker. StoreError / LeaseLost propagate;
+        what is not deleted yet stays to delete (a later call, or our release, retries)."""
+        if not self.see_markers:
+            return
+        store = self.store
+        if self._sweep:
+            folder, _, name = self.path.rpartition("/")
+            prefix = name + MARKER_INFIX
+            own = marker_path(self.path, self.token)
+
+            async def markers() -> list[str]:
+                return [
+                    e.path
+                    async for e in store.list(folder, recursive=False)
+                    if not e.is_dir and e.path.rpartition("/")[2].startswith(prefix) and e.path != own
+                ]
+
+            self._stale.update(await self._call(markers))
+            self._sweep = False
+        for path in sorted(self._stale):
+
+            async def delete_within_lease(path: str = path) -> None:
+                self.check("delete", path)
+                try:
+                    await store.delete(path)
+                except NotFound:
+                    pass  # an earlier attempt deleted it; its answer was lost
+
+            await self._call(delete_within_lease)
+            self._stale.discard(path)
 
     async def keep(self, on_lost: Callable[[], None]) -> None:
         """Renew the lease every ``ttl/3`` until cancelled; on losing it, set :attr:`lost`
@@ -493,6 +613,13 @@ class Lease(Generic[B]):
         if self.lost is not None or time.monotonic() >= self.safe_until:
             return False
         store, path = self.store, self.path
+        if self.markers:
+            return await self._release_by_marker()
+        if self._stale:  # we followed a release by marker: its marker first (_release_by_marker)
+            try:
+                await self.tidy()
+            except (StoreError, LockLost):
+                pass
         if self._released_body is not None:
             return await self._release_by_rewrite(self._released_body())
 
@@ -532,6 +659,36 @@ class Lease(Generic[B]):
                 return h is not None and h.released and h.token == self.token
         except (StoreError, LockLost):
             return False
+        self.etag = None
+        return True
+
+    async def _release_by_marker(self) -> bool:
+        """Delete the earlier holders' markers (:meth:`tidy`; one that fails stays: it is
+        harmless, module doc), then create ours (``CREATE``, fenced like every write). A
+        retry that meets AlreadyExists is our own create whose answer was lost: the token
+        is ours alone."""
+        store, path = self.store, marker_path(self.path, self.token)
+        data = self._released_body() if self._released_body is not None else b""
+        try:
+            await self.tidy()
+        except (StoreError, LockLost):
+            pass
+
+        async def create_within_lease() -> ObjectInfo:
+            self.check("release", path)  # every attempt: no release starts after the lease
+            return await store.put(path, data, mode=PutMode.CREATE)
+
+        try:
+            try:
+                await self._call(create_within_lease)
+            except AlreadyExists:
+                pass
+        except (StoreError, LockLost):
+            return False
+        if self.etag is not None:
+            if len(_RELEASED_HERE) >= _RELEASED_HERE_MAX:
+                _RELEASED_HERE.pop(next(iter(_RELEASED_HERE)))
+            _RELEASED_HERE[(store.root_uri, self.path)] = (self.etag, self.token)
         self.etag = None
         return True
 

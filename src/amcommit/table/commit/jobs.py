@@ -20,6 +20,7 @@ from typing import Literal
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.jobs import DestinationJobs, JobInfo, check_exists, job_info, lock_info, read_optional
 from amcommit.committer.lock import LockBody, decode_lock, lock_path
+from amcommit.coord.lease import marker_path
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
@@ -145,10 +146,15 @@ async def list_table_jobs(
     await check_exists(store, dest, policy)
     if await read_optional(store, join(dest, PROPERTIES_FILE), policy) is None:
         return None
-    lock_data = await read_optional(store, lock_path(dest, staging=STAGING_DIR), policy)
+    path = lock_path(dest, staging=STAGING_DIR)
+    lock_data = await read_optional(store, path, policy)
     table_lock = decode_lock(lock_data) if lock_data is not None else None
+    if table_lock is not None and table_lock.token and not table_lock.released:
+        table_lock.released = (
+            await read_optional(store, marker_path(path, table_lock.token), policy) is not None
+        )
     if table_lock is not None and table_lock.released:
-        table_lock = None  # released by rewrite: nobody holds it
+        table_lock = None  # released by rewrite or by marker: nobody holds it
     writes, last_instant = await _table_writes(rs, dest, table_lock, writer_ttl)
     return TableJobs(
         dest_uri=path_to_uri(store.root_uri, dest),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.job import abort_with, finish_previous_job
-from amcommit.committer.lock import decode_lock, lock_path, run_locked
+from amcommit.committer.lock import lock_path, read_lock, run_locked
 from amcommit.errors import ManifestError, NotFound
 from amcommit.liveness import proven_dead
 from amcommit.paths import join
@@ -131,7 +131,7 @@ async def _release_dead_lock(store: Store, dest: str, config: CommitterConfig) -
     :func:`recover`). Atomic: the takeover is the lock's conditional write."""
     path = lock_path(dest, staging=STAGING_DIR)
     try:
-        body = decode_lock(await RetryingStore.of(store, config).get(path))
+        body = await read_lock(store, path, policy=RetryingStore.of(store, config).policy)
     except NotFound:
         return
     if body is None or body.released or not proven_dead(body.process()):
