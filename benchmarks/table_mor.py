@@ -414,21 +414,36 @@ def verify(t: pa.Table, rows: int, expected: dict[int, tuple[str, str]], snapsho
 # -- stores -----------------------------------------------------------------------------------
 
 
+READ_DELAY = 0.05
+"""Seconds the ``gcs50`` backend's loopback proxy adds to every request."""
+
+
 class Backend:
-    """``local`` (the built folder itself, read in place) or ``gcs`` (fake-gcs-server, the
-    table uploaded once)."""
+    """``local`` (the built folder itself, read in place), ``gcs`` (fake-gcs-server, the
+    table uploaded once) or ``gcs50`` (the same, read through a loopback proxy adding
+    :data:`READ_DELAY` to every request; ``benchmarks.latency_proxy``)."""
 
     def __init__(self, name: str, built: Path) -> None:
         self.name = name
         self.built = built
         self.server: Any = None
         self.dest = "t"
-        if name == "gcs":
+        self.endpoint = ""
+        self._proxy: Any = None
+        if name in ("gcs", "gcs50"):
             from amcommit.emulators.fakegcs import FakeGcsServer
 
             self.server = FakeGcsServer().start()
             self.server.create_bucket("bench")
+            self.endpoint = self.server.url
             anyio.run(self._upload)
+        if name == "gcs50":
+            from benchmarks.clients import Target
+            from benchmarks.latency_proxy import proxied
+
+            self._proxy = proxied(Target("gcs", self.server.url, "bench"), delay=READ_DELAY)
+            via, _stats = self._proxy.__enter__()
+            self.endpoint = via.endpoint
 
     def store(self) -> Any:
         if self.name == "local":
@@ -437,7 +452,7 @@ class Backend:
             return LocalStore(str(self.built.parent), fsync=False)
         from amcommit.store.gcs import GcsStore
 
-        return GcsStore("bench", endpoint=self.server.url, use_move=False)
+        return GcsStore("bench", endpoint=self.endpoint, use_move=False)
 
     async def _upload(self) -> None:
         files = [p for p in self.built.rglob("*") if p.is_file()]
@@ -456,6 +471,8 @@ class Backend:
                     tg.start_soon(put, p)
 
     def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.__exit__(None, None, None)
         if self.server is not None:
             self.server.stop()
 
@@ -602,7 +619,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--partitions", type=int, default=20, help="compaction: partitions")
     p.add_argument("--rounds", type=int, default=None, help="compaction: 1, reads: 3")
     p.add_argument(
-        "--backends", default="local,gcs", help="reads: local, gcs (fake-gcs-server), comma-separated"
+        "--backends",
+        default="local,gcs,gcs50",
+        help="reads: local, gcs (fake-gcs-server), gcs50 (the same + 50 ms per request), comma-separated",
     )
     p.add_argument("--quick", action="store_true", help="reads: 20,000 rows x 20 files, local, 1 round")
     p.add_argument(

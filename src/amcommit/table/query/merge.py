@@ -183,7 +183,11 @@ def _block_table(block: lb.LogBlock, path: str, like: pa.Schema | None) -> pa.Ta
 
 def _avro_table(blocks: Sequence[tuple[str, lb.LogBlock]], like: pa.Schema | None) -> pa.Table:
     """The records of Avro data blocks written in one schema, in order, as one table
-    (one conversion to Arrow for all of them)."""
+    (one conversion to Arrow for all of them): column by column when the schema is flat
+    (:func:`~amcommit.table.format.logblock.decode_avro_columns`), else record by record."""
+    fast = lb.decode_avro_columns([b for _, b in blocks])
+    if fast is not None:
+        return _fit(fast, like)
     records: list[dict[str, Any]] = []
     for path, block in blocks:
         records += lb.decode_avro_records(block, path=path)
