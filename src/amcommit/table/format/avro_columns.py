@@ -351,55 +351,53 @@ def _piece(f: Field, col: pa.Array) -> tuple[U8, I64]:
     """The bytes of field ``f`` of every record (in record order, concatenated) and their
     lengths per record."""
     n = len(col)
+    if f.base == "null":  # a null is written as no bytes
+        if col.null_count != n:
+            raise _Fallback(f"a value in the null field {f.name!r}")
+        return np.zeros(0, np.uint8), np.zeros(n, np.int64)
     valid = None
     if col.null_count:
-        if f.null_at < 0 and f.base != "null":
+        if f.null_at < 0:
             raise _Fallback(f"a null in the non-nullable field {f.name!r}")
         valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), bool)
     parts: list[tuple[U8, I64]] = []  # per kind of bytes, for the valid records
-    if f.base == "null":
-        value_bytes = np.zeros(0, np.uint8)
-        value_lengths = np.zeros(n if valid is None else int(valid.sum()), np.int64)
-    else:
-        c = col if valid is None else col.filter(pa.array(valid))
-        if f.base in ("int", "long"):
-            storage = pa.int32() if f.base == "int" else pa.int64()
-            try:
-                if c.type.equals(f.arrow):
-                    ints = c.view(storage)
-                elif pa.types.is_integer(c.type) and f.arrow.equals(storage):
-                    ints = c.cast(storage)  # a safe cast: a value out of range falls back
-                else:
-                    raise _Fallback(f"field {f.name!r} of type {c.type}")
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                raise _Fallback(f"field {f.name!r} of type {c.type}") from None
-            value_bytes, value_lengths = _varint_bytes(
-                np.asarray(ints.to_numpy(zero_copy_only=False), np.int64)
-            )
-        elif f.base == "boolean":
-            if not pa.types.is_boolean(c.type):
+    c = col if valid is None else col.filter(pa.array(valid))
+    if f.base in ("int", "long"):
+        storage = pa.int32() if f.base == "int" else pa.int64()
+        try:
+            if c.type.equals(f.arrow):
+                ints = c.view(storage)
+            elif pa.types.is_integer(c.type) and f.arrow.equals(storage):
+                ints = c.cast(storage)  # a safe cast: a value out of range falls back
+            else:
                 raise _Fallback(f"field {f.name!r} of type {c.type}")
-            value_bytes = np.asarray(c.to_numpy(zero_copy_only=False), np.uint8)
-            value_lengths = np.ones(len(c), np.int64)
-        elif f.base in ("float", "double"):
-            if not (pa.types.is_float32(c.type) or (f.base == "double" and pa.types.is_float64(c.type))):
-                raise _Fallback(f"field {f.name!r} of type {c.type}")
-            dt = "<f4" if f.base == "float" else "<f8"
-            nums = np.asarray(c.to_numpy(zero_copy_only=False))
-            value_bytes = np.ascontiguousarray(nums.astype(dt)).view(np.uint8)
-            value_lengths = np.full(len(c), 4 if f.base == "float" else 8, np.int64)
-        else:  # string, bytes
-            ok = pa.types.is_string(c.type) if f.base == "string" else pa.types.is_binary(c.type)
-            if not ok:
-                raise _Fallback(f"field {f.name!r} of type {c.type}")
-            bufs = c.buffers()
-            offs = np.frombuffer(bufs[1], np.int32)[c.offset : c.offset + len(c) + 1].astype(np.int64)
-            raw = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-            raw = raw[offs[0] : offs[-1]] if len(offs) else raw[:0]
-            lens = np.diff(offs)
-            head, head_lengths = _varint_bytes(lens)
-            parts.append((head, head_lengths))
-            value_bytes, value_lengths = raw, lens
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            raise _Fallback(f"field {f.name!r} of type {c.type}") from None
+        value_bytes, value_lengths = _varint_bytes(np.asarray(ints.to_numpy(zero_copy_only=False), np.int64))
+    elif f.base == "boolean":
+        if not pa.types.is_boolean(c.type):
+            raise _Fallback(f"field {f.name!r} of type {c.type}")
+        value_bytes = np.asarray(c.to_numpy(zero_copy_only=False), np.uint8)
+        value_lengths = np.ones(len(c), np.int64)
+    elif f.base in ("float", "double"):
+        if not (pa.types.is_float32(c.type) or (f.base == "double" and pa.types.is_float64(c.type))):
+            raise _Fallback(f"field {f.name!r} of type {c.type}")
+        dt = "<f4" if f.base == "float" else "<f8"
+        nums = np.asarray(c.to_numpy(zero_copy_only=False))
+        value_bytes = np.ascontiguousarray(nums.astype(dt)).view(np.uint8)
+        value_lengths = np.full(len(c), 4 if f.base == "float" else 8, np.int64)
+    else:  # string, bytes
+        ok = pa.types.is_string(c.type) if f.base == "string" else pa.types.is_binary(c.type)
+        if not ok:
+            raise _Fallback(f"field {f.name!r} of type {c.type}")
+        bufs = c.buffers()
+        offs = np.frombuffer(bufs[1], np.int32)[c.offset : c.offset + len(c) + 1].astype(np.int64)
+        raw = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        raw = raw[offs[0] : offs[-1]] if len(offs) else raw[:0]
+        lens = np.diff(offs)
+        head, head_lengths = _varint_bytes(lens)
+        parts.append((head, head_lengths))
+        value_bytes, value_lengths = raw, lens
     parts.append((value_bytes, value_lengths))
     if f.null_at >= 0:
         branch_val = np.full(len(value_lengths), 2 * f.value_at, np.uint8)
