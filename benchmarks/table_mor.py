@@ -24,8 +24,8 @@ amcommit's MoR writer. Measured on the same table, alternating (``--rounds``, de
 merged with its log files) against ``query_type="read_optimized"`` (the base files only).
 Reported per read: wall seconds, process CPU, bytes read (the bodies of GETs) and requests
 (GET, LIST, stat), the snapshot's time over the read-optimized read's (target <= 2x). Local
-files (a folder under /dev/shm) and fake-gcs-server (``--backends``; the built table uploaded
-once). Every read is checked: row count, and the snapshot holds exactly the updated values of
+files (a folder under /dev/shm), fake-gcs-server and fake-gcs-server behind a loopback proxy
+adding 50 ms to every request (``--backends local,gcs,gcs50``; the built table uploaded once). Every read is checked: row count, and the snapshot holds exactly the updated values of
 the keys the deltacommits updated (their ``_hoodie_commit_time`` the deltacommit's), the
 read-optimized read none of them. Results: ``table_mor_reads.json``.
 
