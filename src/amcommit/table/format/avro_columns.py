@@ -65,6 +65,9 @@ U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
 
 
+_INT32 = struct.Struct(">i")
+
+
 class _Fallback(Exception):
     """Anything the column path does not do (internal: the caller takes the fastavro path)."""
 
@@ -149,6 +152,10 @@ def plan_of(schema: str) -> ColumnPlan | None:
 def _varints(buf: U8, pos: I64) -> tuple[I64, I64]:
     """The zigzag longs starting at ``pos`` (one per record): (values, positions after them)."""
     n = pos.shape[0]
+    first = buf[pos]
+    if not n or int(first.max()) < 0x80:  # every varint one byte (short strings, small values)
+        small = first.astype(np.int64)
+        return (small >> 1) ^ -(small & 1), pos + 1
     acc = np.zeros(n, np.uint64)
     p = pos.copy()
     active = np.arange(n)
@@ -255,8 +262,9 @@ def _records(contents: Sequence[bytes]) -> tuple[U8, I64, I64]:
     """One buffer of every record of ``contents`` (Avro data block contents) and each
     record's start and end in it."""
     starts: list[int] = []
-    ends: list[int] = []
+    lasts: list[tuple[int, int]] = []  # (the index of a content's last record, the content's end)
     base = 0
+    unpack = _INT32.unpack_from
     for data in contents:
         if len(data) < 8:
             raise _Fallback("content too short")
@@ -264,23 +272,27 @@ def _records(contents: Sequence[bytes]) -> tuple[U8, I64, I64]:
         if version != CONTENT_VERSION or count < 0:
             raise _Fallback("content version or count")
         pos = 8
-        size = len(data)
-        unpack = struct.Struct(">i").unpack_from
-        for _ in range(count):
-            if pos + 4 > size:
-                raise _Fallback("record length cut off")
-            (length,) = unpack(data, pos)
-            pos += 4
-            if length < 0 or pos + length > size:
-                raise _Fallback("record runs past the content")
-            starts.append(base + pos)
-            pos += length
-            ends.append(base + pos)
-        if pos != size:
-            raise _Fallback("bytes after the last record")
-        base += size
+        try:
+            for _ in range(count):  # the one walk per record: each length says where the next is
+                (length,) = unpack(data, pos)
+                if length < 0:
+                    raise _Fallback("a negative record length")
+                starts.append(base + pos + 4)
+                pos += 4 + length
+        except struct.error:
+            raise _Fallback("record length cut off") from None
+        if pos != len(data):
+            raise _Fallback("the records do not fill the content")
+        if count:
+            lasts.append((len(starts) - 1, base + pos))
+        base += len(data)
     joined = b"".join(contents) + bytes(16)  # padding: a varint read past the end stays in bounds
-    return np.frombuffer(joined, np.uint8), np.array(starts, np.int64), np.array(ends, np.int64)
+    start = np.array(starts, np.int64)
+    end = np.empty_like(start)
+    end[:-1] = start[1:] - 4  # a record ends where the next one's length field starts
+    for i, e in lasts:  # the last record of a content ends with the content
+        end[i] = e
+    return np.frombuffer(joined, np.uint8), start, end
 
 
 def decode_columns(schema: str, contents: Sequence[bytes]) -> pa.Table | None:

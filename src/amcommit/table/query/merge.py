@@ -319,6 +319,12 @@ def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return len(a) == len(b) and {f.name: f.type for f in a} == {f.name: f.type for f in b}
 
 
+def _mask(keep: npt.NDArray[np.bool_]) -> pa.Array:
+    """A boolean Arrow array of ``keep`` (bits packed by numpy: no per-value conversion)."""
+    bits = np.packbits(keep, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(keep), [None, pa.py_buffer(bits)])
+
+
 def _merge_run(state: pa.Table, incoming: pa.Table, recipe: SliceRecipe) -> pa.Table | None:
     """One data step of a slice in a few vectorised passes (no per-record Python): ``incoming``
     (with its ``_hoodie_record_key``) deduplicated to the last row of each key, the stored
@@ -345,6 +351,8 @@ def _merge_run(state: pa.Table, incoming: pa.Table, recipe: SliceRecipe) -> pa.T
         incoming = incoming.take(pa.array(last, pa.int64()))
         in_keys = incoming.column(KEY_COLUMN)
         n_in = incoming.num_rows
+    if isinstance(stored_keys, pa.ChunkedArray):  # one chunk looks up twice as fast as a chunked one
+        stored_keys = stored_keys.combine_chunks()
     found = pc.index_in(stored_keys, value_set=in_keys)
     at = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), np.int64)
     hit = at >= 0
@@ -370,7 +378,7 @@ def _merge_run(state: pa.Table, incoming: pa.Table, recipe: SliceRecipe) -> pa.T
         t = incoming.take(pa.array(idx, pa.int64()))
         return pa.Table.from_arrays([t.column(f.name) for f in schema], schema=schema)
 
-    parts = [state.filter(pa.array(~replaced)) if replaced.any() else state]
+    parts = [state.filter(_mask(~replaced)) if replaced.any() else state]
     if updated.size:
         parts.append(rows(updated))
     if new.size:
