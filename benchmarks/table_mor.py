@@ -24,8 +24,8 @@ amcommit's MoR writer. Measured on the same table, alternating (``--rounds``, de
 merged with its log files) against ``query_type="read_optimized"`` (the base files only).
 Reported per read: wall seconds, process CPU, bytes read (the bodies of GETs) and requests
 (GET, LIST, stat), the snapshot's time over the read-optimized read's (target <= 2x). Local
-files (a folder under /dev/shm) and fake-gcs-server (``--backends``; the built table uploaded
-once). Every read is checked: row count, and the snapshot holds exactly the updated values of
+files (a folder under /dev/shm), fake-gcs-server and fake-gcs-server behind a loopback proxy
+adding 50 ms to every request (``--backends local,gcs,gcs50``; the built table uploaded once). Every read is checked: row count, and the snapshot holds exactly the updated values of
 the keys the deltacommits updated (their ``_hoodie_commit_time`` the deltacommit's), the
 read-optimized read none of them. Results: ``table_mor_reads.json``.
 
@@ -309,7 +309,9 @@ def upserts_main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(
         prefix="table_mor_up-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
     ) as d:
-        for be_name in args.backends.split(","):
+        # upserts put gcs behind --delay, so gcs50 names the same backend
+        names = dict.fromkeys("gcs" if n == "gcs50" else n for n in args.backends.split(","))
+        for be_name in names:
             backend = UpsertBackend(be_name, Path(d), args.delay)
             try:
                 runs += upserts(args.rows, args.files, args.rounds or 1, Path(d), backend)
@@ -469,21 +471,36 @@ def verify(t: pa.Table, rows: int, expected: dict[int, tuple[str, str]], snapsho
 # -- stores -----------------------------------------------------------------------------------
 
 
+READ_DELAY = 0.05
+"""Seconds the ``gcs50`` backend's loopback proxy adds to every request."""
+
+
 class Backend:
-    """``local`` (the built folder itself, read in place) or ``gcs`` (fake-gcs-server, the
-    table uploaded once)."""
+    """``local`` (the built folder itself, read in place), ``gcs`` (fake-gcs-server, the
+    table uploaded once) or ``gcs50`` (the same, read through a loopback proxy adding
+    :data:`READ_DELAY` to every request; ``benchmarks.latency_proxy``)."""
 
     def __init__(self, name: str, built: Path) -> None:
         self.name = name
         self.built = built
         self.server: Any = None
         self.dest = "t"
-        if name == "gcs":
+        self.endpoint = ""
+        self._proxy: Any = None
+        if name in ("gcs", "gcs50"):
             from amcommit.emulators.fakegcs import FakeGcsServer
 
             self.server = FakeGcsServer().start()
             self.server.create_bucket("bench")
+            self.endpoint = self.server.url
             anyio.run(self._upload)
+        if name == "gcs50":
+            from benchmarks.clients import Target
+            from benchmarks.latency_proxy import proxied
+
+            self._proxy = proxied(Target("gcs", self.server.url, "bench"), delay=READ_DELAY)
+            via, _stats = self._proxy.__enter__()
+            self.endpoint = via.endpoint
 
     def store(self) -> Any:
         if self.name == "local":
@@ -492,7 +509,7 @@ class Backend:
             return LocalStore(str(self.built.parent), fsync=False)
         from amcommit.store.gcs import GcsStore
 
-        return GcsStore("bench", endpoint=self.server.url, use_move=False)
+        return GcsStore("bench", endpoint=self.endpoint, use_move=False)
 
     async def _upload(self) -> None:
         files = [p for p in self.built.rglob("*") if p.is_file()]
@@ -511,6 +528,8 @@ class Backend:
                     tg.start_soon(put, p)
 
     def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.__exit__(None, None, None)
         if self.server is not None:
             self.server.stop()
 
@@ -658,8 +677,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=None, help="compaction: 1, reads: 3")
     p.add_argument(
         "--backends",
-        default="local,gcs",
-        help="reads, upserts: local, gcs (fake-gcs-server), comma-separated",
+        default="local,gcs,gcs50",
+        help=(
+            "reads: local, gcs (fake-gcs-server), gcs50 (the same + 50 ms per request); "
+            "upserts: local, gcs (behind --delay; gcs50 means the same); comma-separated"
+        ),
     )
     p.add_argument(
         "--delay", type=float, default=0.05, help="upserts: seconds added to every gcs request (a proxy)"

@@ -64,6 +64,7 @@ __all__ = [
     "LogBlock",
     "LogFileBlocks",
     "avro_data_block",
+    "decode_avro_columns",
     "decode_avro_records",
     "decode_block",
     "decode_delete_records",
@@ -335,8 +336,21 @@ def _parse_schema(schema: str | dict[str, Any]) -> Any:
     return fastavro.parse_schema(schema)
 
 
-def encode_avro_records(schema: str | dict[str, Any], records: Iterable[dict[str, Any]]) -> bytes:
-    """An Avro data block's content: version 3, the count, each record's length and datum."""
+def encode_avro_records(schema: str | dict[str, Any], records: Iterable[dict[str, Any]] | Any) -> bytes:
+    """An Avro data block's content: version 3, the count, each record's length and datum.
+
+    ``records``: dicts, or a ``pyarrow.Table`` (its columns found by name), which is encoded
+    column by column (:func:`amcommit.table.format.avro_columns.encode_columns`) when the
+    schema's fields are all flat, and else as ``records.to_pylist()`` (the bytes are the
+    same either way)."""
+    if hasattr(records, "column_names") and hasattr(records, "to_pylist"):  # a pyarrow.Table
+        from amcommit.table.format import avro_columns
+
+        text = schema if isinstance(schema, str) else json.dumps(schema)
+        fast = avro_columns.encode_columns(text, records)
+        if fast is not None:
+            return fast
+        records = records.to_pylist()
     parsed = _parse_schema(schema)
     out: list[bytes] = []
     n = 0
@@ -385,11 +399,29 @@ def decode_avro_records(block: LogBlock, *, path: str = "log file") -> list[dict
     return records
 
 
+def decode_avro_columns(blocks: Sequence[LogBlock]) -> Any:
+    """The records of ``AVRO_DATA`` blocks all written in one schema, in order, as one
+    ``pyarrow.Table``, decoded column by column
+    (:func:`amcommit.table.format.avro_columns.decode_columns`: every field nullable, Arrow
+    types as ``amcommit.table.query.merge.arrow_schema_of_avro`` maps them). None when the
+    column path does not take them (a schema with nested or decimal fields, blocks of
+    several schemas, or bytes that do not decode): then decode each with
+    :func:`decode_avro_records`, which names what is wrong."""
+    from amcommit.table.format import avro_columns
+
+    if not blocks or any(b.type != BlockType.AVRO_DATA or b.schema != blocks[0].schema for b in blocks):
+        return None
+    if not blocks[0].schema:
+        return None
+    return avro_columns.decode_columns(blocks[0].schema, [b.content for b in blocks])
+
+
 def avro_data_block(
-    instant: str, schema: str, records: Iterable[dict[str, Any]], *, header: Header | None = None
+    instant: str, schema: str, records: Iterable[dict[str, Any]] | Any, *, header: Header | None = None
 ) -> bytes:
-    """A whole ``AVRO_DATA`` block of ``records`` written by ``instant`` in ``schema`` (JSON
-    text, the full writer schema with the meta fields, stored in the header as given)."""
+    """A whole ``AVRO_DATA`` block of ``records`` (dicts or a ``pyarrow.Table``:
+    :func:`encode_avro_records`) written by ``instant`` in ``schema`` (JSON text, the full
+    writer schema with the meta fields, stored in the header as given)."""
     head = header if header is not None else ((HeaderKey.INSTANT_TIME, instant), (HeaderKey.SCHEMA, schema))
     return encode_block(BlockType.AVRO_DATA, head, encode_avro_records(schema, records))
 

@@ -19,7 +19,7 @@ The meta columns come first, as hudi-rs returns them; rows come file group by fi
 Cost: one listing of ``.hoodie/`` and one read per completed write instant up to ``as_of``
 (the :class:`~amcommit.table.timeline.reader.Timeline`), one read of ``hoodie.properties``,
 then one read per base file and log file of the slices read (at most :data:`READ_CONCURRENCY`
-at once). Read-only: a commit completing during a read is seen whole or not at all.
+slices and :data:`REQUEST_CONCURRENCY` reads at once). Read-only: a commit completing during a read is seen whole or not at all.
 
 Refusals, each one line: :class:`UnknownQueryType`, :class:`~amcommit.errors.ConfigError`
 for arguments that do not go together, :class:`~amcommit.table.errors.RangeReversed`,
@@ -60,8 +60,12 @@ from amcommit.table.timeline.reader import FROM_START, SliceView, Timeline
 __all__ = ["QUERY_TYPES", "UnknownQueryType", "plan_slices", "read", "read_async", "read_store"]
 
 QUERY_TYPES = ("snapshot", "read_optimized", "incremental")
-READ_CONCURRENCY = 8
-"""Slices read at once."""
+READ_CONCURRENCY = 16
+"""Slices read at once (fetched, decoded and merged; a slice's decode runs in a worker thread
+while the others' requests are in flight)."""
+REQUEST_CONCURRENCY = 48
+"""GETs of base and log files in flight at once, over all the slices being read (one slice's
+files are fetched together, and the slices after it start while its requests run)."""
 PAYLOAD_CLASS = "hoodie.compaction.payload.class"
 PRECOMBINE_FIELD = "hoodie.table.precombine.field"
 COMMIT_TIME = META_COLUMNS[0]
@@ -155,11 +159,18 @@ def plan_slices(view: SliceView, query_type: str, since: str | None) -> list[tup
 
 
 async def _slice_rows(
-    store: Store, dest: str, slices: list[FileSlice], view: SliceView, recipe: SliceRecipe, logs: bool
+    store: Store,
+    dest: str,
+    slices: list[FileSlice],
+    view: SliceView,
+    recipe: SliceRecipe,
+    logs: bool,
+    requests: anyio.CapacityLimiter,
 ) -> pa.Table | None:
     """The rows of one file group: its base file and log files fetched at once (one round
-    trip of requests per slice, not one per file), then decoded and merged in a worker
-    thread (the event loop keeps fetching other slices meanwhile)."""
+    trip of requests per slice, not one per file; every GET holds a token of ``requests``,
+    shared by the slices read at once), then decoded and merged in a worker thread (the
+    event loop keeps fetching other slices meanwhile)."""
     first = slices[0]
     paths: list[str] = []
     if logs:
@@ -168,7 +179,12 @@ async def _slice_rows(
                 if log.path not in paths:  # a log file appended by several deltacommits is named by each
                     paths.append(log.path)
     wanted = ([first.base.path] if first.base is not None else []) + paths
-    datas = await gather_limited([partial(store.get, join(dest, p)) for p in wanted], len(wanted) or 1)
+
+    async def get(path: str) -> bytes:
+        async with requests:
+            return await store.get(join(dest, path))
+
+    datas = await gather_limited([partial(get, p) for p in wanted], len(wanted) or 1)
     raw_base = datas[0] if first.base is not None else None
     files = [LogBytes(p, d) for p, d in zip(paths, datas[len(wanted) - len(paths) :], strict=True)]
 
@@ -234,8 +250,9 @@ async def read_store(
         precombine=props.values.get(PRECOMBINE_FIELD) or None,
         meta_fields=props.meta_fields,
     )
+    requests = anyio.CapacityLimiter(REQUEST_CONCURRENCY)
     jobs = [
-        partial(_slice_rows, tl.store, dest, slices, view, recipe, logs)
+        partial(_slice_rows, tl.store, dest, slices, view, recipe, logs, requests)
         for slices, logs in plan_slices(view, q, since)
     ]
     parts = [t for t in await gather_limited(jobs, READ_CONCURRENCY) if t is not None]
