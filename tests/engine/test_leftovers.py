@@ -17,11 +17,13 @@ from amcommit.api import abort_job, commit_job, remove_leftovers, setup_job
 from amcommit.committer.journal import Journal
 from amcommit.committer.layout import JobLayout
 from amcommit.committer.lock import LockBody, lock_path
+from amcommit.committer.task import build_manifest
+from amcommit.manifest import encode_json
 from amcommit.paths import join
 from amcommit.store.base import Store
 from amcommit.store.local import LocalStore
 from tests.backends import StoreUnderTest
-from tests.engine.helpers import run_task, snapshot
+from tests.engine.helpers import run_task, snapshot, task_ids
 
 BACKENDS = ["backend_local", "backend_blob_azurite"]
 
@@ -34,8 +36,9 @@ def two(request: pytest.FixtureRequest) -> StoreUnderTest:
 async def zombie_after_abort(store: Store, dest: str, *jobs: str) -> None:
     """Each job of ``jobs`` (default ``gone``) is set up, one task commits, the job is
     aborted; then an attempt still running (it passed its last check just before the
-    abort) sets up, writes files and commits its task: the job directory is back, without
-    its marker."""
+    abort) sets up, writes files and publishes its task's manifest, and is killed before
+    its task commit's check of the job marker (which would take the manifest back): the
+    job directory is back, without its marker."""
     layouts = []
     for job in jobs or ("gone",):
         layout = await setup_job(store, dest, job, origin="spark")
@@ -46,7 +49,10 @@ async def zombie_after_abort(store: Store, dest: str, *jobs: str) -> None:
         assert not [i async for i in store.list(layout.job_dir, recursive=True)]
     for layout in layouts:
         files = {"cat=b/part-1.parquet": b"zombie", "cat=d/part-1.parquet": b"z"}
-        await run_task(store, layout, 1, files, attempt=2)
+        await run_task(store, layout, 1, files, attempt=2, commit=False)
+        task, attempt = task_ids(layout.job_id, 1, 2)
+        manifest = await build_manifest(store, layout, task, attempt)
+        await store.put(layout.manifest_path(task), encode_json(manifest))
 
 
 async def live_jobs(store: Store, dest: str, *, locked: bool = False) -> None:

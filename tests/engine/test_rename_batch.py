@@ -5,6 +5,7 @@ per-request faults, and a job commit recovers every failed request of a batch.""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -111,21 +112,37 @@ async def test_a_wrapper_without_batches_renames_one_by_one(tmp_path: Path) -> N
     assert await snapshot(inner, "d") == expected
 
 
+def faulted(partition: int, share: float) -> list[str]:
+    """``share`` of the job's new files in ``p=<partition>`` (those ``prepare`` writes),
+    chosen by a seeded draw over their names: the same files in every run."""
+    names = sorted(f"f{i:03d}.bin" for i in range(120) if i % 3 == partition)
+    return sorted(random.Random(f"faults {partition}").sample(names, round(share * len(names))))
+
+
 @pytest.mark.parametrize("batch", [1, 7, 256])
 async def test_commit_recovers_every_failed_request_of_a_batch(tmp_path: Path, batch: int) -> None:
     """Lost answers (the rename happened), transient failures and throttling on a third of
     the renames, a taken destination in overwrite mode: the output is exact, and every
-    lost answer is proven and counted as a recovered rename."""
+    lost answer is proven and counted as a recovered rename.
+
+    The faulted files are drawn per path, not per call (a draw per call depends on the
+    order of the calls, and a file could fail all its attempts): each chosen file's rename
+    fails a fixed number of times, fewer than ``rename_attempts``, in any interleaving."""
     inner = LocalStore(str(tmp_path), fsync=False)
     expected = await prepare(inner, "d")
     store = FaultyStore(inner, seed=7)
-    lost = store.lose_response("rename", path="*/p=0/*", probability=0.3)
-    store.fail("rename", path="*/p=2/*", probability=0.3)
-    store.throttle("rename", path="*/p=1/f*", probability=0.3, retry_after=0.01)
+    lost = [store.lose_response("rename", path=f"*/p=0/{n}", count=1) for n in faulted(0, 0.3)]
+    failed = [store.fail("rename", path=f"*/p=2/{n}", count=2) for n in faulted(2, 0.3)]
+    throttled = [
+        store.throttle("rename", path=f"*/p=1/{n}", count=2, retry_after=0.01) for n in faulted(1, 0.3)
+    ]
     cfg = CommitterConfig(conflict_mode="overwrite", rename_batch_size=batch, retry_base_delay=0.001)
     report = await commit_job(store, "d", JOB, config=cfg)
     assert report.success and report.files == 121
     assert await snapshot(inner, "d") == expected
     assert await temp_files(inner, "d") == []
+    # every chosen file (12 per partition) met its faults, and each lost answer counts
+    assert [r.fired for r in lost] == [1] * 12
+    assert [r.fired for r in failed + throttled] == [2] * 24
     lost_files = {paths[1] for kind, _, paths in store.events if kind == "lost_response"}
-    assert lost.fired > 0 and report.recovered_renames == len(lost_files)
+    assert len(lost_files) == 12 and report.recovered_renames == 12

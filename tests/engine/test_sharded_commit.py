@@ -26,7 +26,7 @@ import pytest
 
 from amcommit.api import abort_job, commit_job, setup_job
 from amcommit.committer import CommitterConfig
-from amcommit.committer.layout import JobLayout
+from amcommit.committer.layout import TEMP_DIR_NAME, JobLayout
 from amcommit.errors import ConflictError
 from amcommit.paths import join
 from amcommit.store.base import Store, local_os_path
@@ -139,13 +139,27 @@ def alive(pid: int) -> bool:
 
 
 async def renamed_count(store: Store, dest: str) -> int:
-    return sum(1 for k in await snapshot(store, dest) if "/f-" in k)
+    """The job's files in the destination (one listing; no file is read)."""
+    n = 0
+    async for info in store.list(dest, recursive=True):
+        rel = info.path[len(dest) + 1 :]
+        n += not info.is_dir and "/f-" in rel and not rel.startswith(TEMP_DIR_NAME + "/")
+    return n
 
 
 async def start_and_kill(sut: StoreUnderTest, dest: str, victim: str, rate: float) -> dict[str, Any] | None:
     """Commit in a child process with two workers under ``io_rate`` ``rate``; once some
     files are renamed (and before all), SIGKILL ``victim`` ("worker": one of the workers;
-    "coordinator": the child itself). Returns the child's JSON result (None if killed)."""
+    "coordinator": the child itself). Returns the child's JSON result (None if killed).
+
+    The workers are stopped (SIGSTOP) as soon as they are seen and let run in short steps
+    (SIGCONT, 0.2 s, SIGSTOP; 0.5 s until the first rename) until the destination, counted
+    while they are stopped, has 20 renamed files: the kill lands mid-shard however slowly
+    the count is read on a busy machine (before, the workers ran on while it was read, and
+    under load finished the shard before the kill: the commit succeeded); a step renames at
+    most ``rate`` x 0.5 s plus a burst of ``rate``/10, far fewer than all. A killed worker's
+    survivor stays stopped: the coordinator stops it (kills it after its grace period of
+    5 s) without it renaming more."""
     spec = {
         "store": child_store(sut),
         "action": "commit",
@@ -155,20 +169,40 @@ async def start_and_kill(sut: StoreUnderTest, dest: str, victim: str, rate: floa
     }
     # forked from the fork server of tests/forkrun.py (its workers are spawned by it as usual)
     proc, out_file, err_file = start_module("tests.crash.child", [json.dumps(spec)])
+    stopped: set[int] = set()
+
+    def pause(pids: list[int]) -> None:
+        for w in pids:
+            if alive(w):
+                os.kill(w, signal.SIGSTOP)
+                stopped.add(w)
+
+    def resume(pids: list[int]) -> None:
+        for w in pids:
+            if alive(w):
+                os.kill(w, signal.SIGCONT)
+
     try:
         deadline = time.monotonic() + 60
-        # both workers started (the second is started after the first got its spec: on a
-        # busy machine the first may have renamed 20 files by then) and some files renamed
-        while (renamed := await renamed_count(sut.store, dest)) < 20 or len(children(proc.pid)) < 2:
+        workers: list[int] = []
+        while True:
             assert proc.exitcode is None, finish(proc, out_file, err_file)
+            workers = children(proc.pid)
+            pause([w for w in workers if w not in stopped])  # stopped on sight
+            renamed = await renamed_count(sut.store, dest) if len(workers) == 2 else 0
+            if renamed >= 20:
+                break
             assert time.monotonic() < deadline, f"no renames seen ({renamed}) or not 2 workers"
-            await anyio.sleep(0.05)
-        workers = children(proc.pid)
+            resume(workers)
+            # (longer while the workers start up: imports, before their first rename)
+            await anyio.sleep(0.2 if renamed else 0.5)
+            pause(workers)
         assert len(workers) == 2, workers
         if victim == "worker":
             os.kill(workers[0], signal.SIGKILL)
         else:
             os.kill(proc.pid, signal.SIGKILL)
+            resume(workers)  # they find their coordinator gone and stop at once
         await anyio.to_thread.run_sync(proc.join, 60)
         assert proc.exitcode is not None, "the commit child still runs 60 s after the kill"
         # the workers are gone too: a worker of a dead coordinator stops at once
@@ -179,6 +213,7 @@ async def start_and_kill(sut: StoreUnderTest, dest: str, victim: str, rate: floa
                 await anyio.sleep(0.05)
             assert not alive(w), f"worker {w} still runs"
     finally:
+        resume(list(stopped))
         if proc.exitcode is None:
             proc.kill()
             proc.join()

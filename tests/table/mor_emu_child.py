@@ -2,7 +2,9 @@
 API) or a compaction on any backend of tests.matrix.stores, SIGKILLed just before its N-th
 mutating store request. The target of a process forked from a fork server
 (:func:`run_spec`, JSON ``{"backend": INFO, "dest": D, "op": "upsert"|"compact", "n": N,
-"rows": [...]}``); exits 0 if it was not killed."""
+"rows": [...]}``, and optionally ``"pattern": P``: only the mutating requests whose
+description matches the regular expression ``P`` count, see tests.table.killstore); exits 0
+if it was not killed."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pyarrow as pa
 
 from amcommit.table.settings import TableConfig
 from tests.table.kill_child import KillAt
+from tests.table.killstore import KillStore
 
 CHILD_CFG: dict[str, Any] = {
     "io_threads": 1,
@@ -39,7 +42,11 @@ def run_spec(text: str) -> None:
     cfg = TableConfig(**CHILD_CFG)
 
     async def run() -> None:
-        store = KillAt(open_store(spec["backend"]), int(spec["n"]))
+        inner = open_store(spec["backend"])
+        pattern = spec.get("pattern")
+        store = (
+            KillAt(inner, int(spec["n"])) if pattern is None else KillStore(inner, pattern, int(spec["n"]))
+        )
         async with store.inner:
             if spec["op"] == "upsert":
                 await mutate.upsert(
@@ -50,7 +57,7 @@ def run_spec(text: str) -> None:
                     partition_by="p",
                     precombine_field="ts",
                     config=cfg,
-                    table_type="MERGE_ON_READ",
+                    table_type=spec.get("table_type", "MERGE_ON_READ"),
                 )
             else:
                 await compact_store(store, spec["dest"], config=cfg)  # type: ignore[arg-type]

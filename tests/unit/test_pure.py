@@ -225,11 +225,16 @@ def test_manifest_validation_fast_and_exact_paths_agree(mutate: object, message:
 
 
 def test_new_limiter_reacts_to_the_first_throttle() -> None:
-    lim = Limiter(max_concurrency=4, rate=1000.0, min_samples=1)
+    """On a clock the test moves (the limiter's cut is computed from the answers per second
+    it saw: on the real clock a busy machine's pause before the first answer lowers it)."""
+    now = [100.0]
+    lim = Limiter(max_concurrency=4, rate=1000.0, min_samples=1, clock=lambda: now[0])
+    now[0] += 0.0005
     lim.throttled()
     assert lim.rate == 500.0 and lim.rate_decreases == 1
-    lim.throttled()  # within the cooldown: one decrease per interval
-    assert lim.rate == 500.0
+    now[0] += 0.5
+    lim.throttled()  # within the cooldown (1 s): one decrease per interval
+    assert lim.rate == 500.0 and lim.rate_decreases == 1
 
 
 @pytest.mark.parametrize(

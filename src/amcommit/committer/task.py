@@ -190,9 +190,23 @@ async def commit_task(
     Idempotent for the same attempt (a repeated commit republishes the same manifest).
     A symbolic link or special file in the attempt directory fails it with CommitError
     (nothing is published; see :func:`scan_attempt`).
+
+    A task of a job that is over (committed or aborted: its marker ``_job.json`` is gone;
+    not checked for a Hadoop job directory, which has none) is refused with
+    :func:`job_not_active` (a CommitError, one line): nothing is published and the
+    attempt's working directory and temporary manifest are deleted. The marker is looked
+    at before the scan and again after the publication (one stat each): a job that ended
+    in between never read the manifest, which is deleted again. Not atomic: an attempt
+    killed between its publication and that second look leaves the manifest in a job
+    directory without a marker, which the next commit or abort of the destination removes
+    (:mod:`amcommit.committer.leftovers`).
     """
     stats = IOStatistics()
     t0 = time.perf_counter()
+    op_policy = policies_of(config)[0]
+    if not await _job_active(store, layout, op_policy):
+        await _discard_zombie(store, layout, task_attempt_id, op_policy)
+        raise job_not_active(layout, task_attempt_id)
     if layout.tasks is not None:
         await layout.tasks.task_started(store, layout, config)
     manifest = await build_manifest(
@@ -204,7 +218,6 @@ async def commit_task(
     tmp = layout.manifest_tmp_path(task_attempt_id)
     final = layout.manifest_path(task_id)
     policy = RetryPolicy(max_attempts=config.manifest_save_attempts, base_delay=0.05, max_delay=2.0)
-    op_policy = policies_of(config)[0]
 
     async def publish(_attempt: int) -> None:
         # each request through the retry layer of job commits (one layer per request);
@@ -231,7 +244,50 @@ async def commit_task(
         raise CommitError(
             f"could not save the manifest of {task_attempt_id}: {e}", stage="commit_task"
         ) from e
+    if not await _job_active(store, layout, op_policy):
+        # the job was committed or aborted while this attempt published: its commit never
+        # read this manifest, and nothing ever will; take it back (and the attempt's files)
+        try:
+            await retry_call(lambda: store.delete(final), policy=op_policy)
+        except NotFound:
+            pass
+        await _discard_zombie(store, layout, task_attempt_id, op_policy)
+        raise job_not_active(layout, task_attempt_id)
     return manifest
+
+
+def job_not_active(layout: JobLayout, task_attempt_id: str) -> CommitError:
+    """The one-line refusal of a task commit whose job is over (its marker is gone)."""
+    return CommitError(
+        f"job {layout.job_id} is not active (already committed or aborted): task attempt "
+        f"{task_attempt_id} is a leftover and publishes nothing",
+        stage="commit_task",
+    )
+
+
+async def _job_active(store: Store, layout: JobLayout, policy: RetryPolicy) -> bool:
+    """True while the job's marker ``_job.json`` exists (set up, neither committed nor
+    aborted: both remove the job directory). A Hadoop job directory has no marker: always
+    True there."""
+    if layout.hadoop:
+        return True
+    try:
+        await retry_call(lambda: store.stat(layout.job_marker), policy=policy)
+    except NotFound:
+        return False
+    return True
+
+
+async def _discard_zombie(store: Store, layout: JobLayout, task_attempt_id: str, policy: RetryPolicy) -> None:
+    """Delete what a task attempt of a job that is over left (its working directory and
+    temporary manifest): nothing would ever commit them."""
+    work = layout.task_attempt_dir(task_attempt_id)
+    tmp = layout.manifest_tmp_path(task_attempt_id)
+    await retry_call(lambda: store.delete(work, recursive=True), policy=policy)
+    try:
+        await retry_call(lambda: store.delete(tmp), policy=policy)
+    except NotFound:
+        pass
 
 
 class _Retry(StoreError):
@@ -254,4 +310,4 @@ async def abort_task(
         pass
 
 
-__all__ = ["abort_task", "build_manifest", "commit_task", "scan_attempt", "setup_task"]
+__all__ = ["abort_task", "build_manifest", "commit_task", "job_not_active", "scan_attempt", "setup_task"]

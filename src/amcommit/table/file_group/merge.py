@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amcommit.errors import AmcommitError
@@ -106,6 +106,7 @@ def merge_file(
     precombine_field: str | None,
     payload: Payload,
     appended: pa.Table | None = None,
+    delete_order: Mapping[str, Any] | None = None,
 ) -> tuple[pa.Table, dict[str, int]]:
     """The new version of a file group: ``stored`` (the current base file, meta columns
     first) without the ``deletes``, its records of ``incoming_keys`` replaced by the rows of
@@ -114,7 +115,10 @@ def merge_file(
     except ``_hoodie_file_name`` (set by the caller). Returns the table (stored rows in
     their order, then the updated ones) and counts ``kept``/``updated``/``deleted``/
     ``kept_stored``. ``appended``: rows inserted into the group (new keys, with their meta
-    columns), after the others. Pure."""
+    columns), after the others. ``delete_order``: a delete's ordering value by key (None,
+    or a key without one: the delete always wins); with the Default payload a stored
+    record whose precombine value is greater than its delete's stays (counted in
+    ``kept_stored``), as a Merge-on-Read delete block is merged. Pure."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -134,9 +138,19 @@ def merge_file(
         if deletes and n
         else pa.repeat(pa.scalar(False), n)
     )
+    ordered = payload is Payload.DEFAULT and precombine_field and precombine_field in stored.column_names
+    kept_deletes: Any = None
+    if ordered and delete_order and deletes and n:
+        # each stored record's delete value (null: not deleted, or no value: natural order)
+        values = [delete_order.get(k) if k in deletes else None for k in stored_keys.to_pylist()]
+        order_del = pa.array(values, stored.column(precombine_field).type)
+        kept_deletes = pc.and_(
+            is_del, pc.fill_null(precombine_greater(stored.column(precombine_field), order_del), False)
+        )
+        is_del = pc.and_(is_del, pc.invert(kept_deletes))
     hit = pc.and_(pc.is_valid(j), pc.invert(is_del))
     keep_stored: Any = pa.repeat(pa.scalar(False), n)
-    if payload is Payload.DEFAULT and precombine_field and precombine_field in stored.column_names and n:
+    if ordered and n:
         order_stored = stored.column(precombine_field)
         order_in = pc.take(incoming.column(precombine_field), pc.fill_null(j, 0)) if len(pos) else None
         if order_in is not None:
@@ -146,6 +160,8 @@ def merge_file(
     keep = pc.invert(pc.or_(is_del, replaced))
     deleted = pc.sum(is_del).as_py() or 0
     kept_stored = pc.sum(keep_stored).as_py() or 0
+    if kept_deletes is not None:
+        kept_stored += pc.sum(kept_deletes).as_py() or 0
     # a key held twice in the file: its copies become one record
     take_incoming: list[int] = sorted(set(pc.filter(j, replaced).to_pylist())) if n else []
     kept = stored.filter(keep) if n else stored
@@ -232,13 +248,15 @@ def rewrite_group(
     inserts: pa.Table | None = None,
     insert_keys: Sequence[str] = (),
     bloom: BloomSettings = DEFAULT_SETTINGS,
+    delete_order: Mapping[str, Any] | None = None,
 ) -> tuple[str, bytes, int, dict[str, int]]:
     """The new base file of the file group ``version`` (its current rows ``stored``):
     ``(file name, Parquet bytes with the footer index, rows, counts)``; the bytes are empty
     when nothing changes in it (no new version). ``updates``: the data columns of the
     incoming records of ``update_keys`` (in that order); ``deletes``: keys removed;
     ``inserts`` (``insert_keys``): new records put into this group. The new records' seqnos
-    are ``<instant>_<task>_<first_seq + i>``; counts as :func:`merge_file`'s."""
+    are ``<instant>_<task>_<first_seq + i>``; ``delete_order``: the deletes' ordering
+    values (:func:`merge_file`); counts as :func:`merge_file`'s."""
     name = base_file_name(version.file_id, token, instant)
     incoming = with_meta(updates, update_keys, instant, task, first_seq, version.partition, name)
     appended = None
@@ -253,6 +271,7 @@ def rewrite_group(
         precombine_field=precombine_field,
         payload=payload,
         appended=appended,
+        delete_order=delete_order,
     )
     if not (counts["updated"] or counts["deleted"] or counts["inserted"]):
         return name, b"", 0, counts

@@ -486,8 +486,8 @@ async def _mutate(
             reader = IndexReader(store, dest, config)
             slices = {(g.partition, g.file_id): g.latest for g in file_groups(commits)} if mor else {}
             ordered = (
-                _delete_ordering(data, keys, partitions, props)
-                if mor and delete_op and props is not None
+                _delete_ordering(data, keys, partitions, props, None if mor else (payload, precombine_field))
+                if delete_op and props is not None
                 else None
             )
             trusted = {c.instant.time for c in commits}
@@ -520,6 +520,9 @@ async def _mutate(
                     inserts=inserts,
                     insert_keys=[keys[i] for i in rw.inserts],
                     bloom=bloom,
+                    delete_order=None
+                    if ordered is None
+                    else {k: ordered.values.get((rw.version.partition, k)) for k in rw.deletes},
                 )
                 return data, n, counts
 
@@ -784,19 +787,30 @@ class DeleteOrdering:
 
 
 def _delete_ordering(
-    data: pa.Table, keys: Sequence[str], parts: Sequence[str], props: Any
+    data: pa.Table,
+    keys: Sequence[str],
+    parts: Sequence[str],
+    props: Any,
+    given: tuple[Payload, str | None] | None = None,
 ) -> DeleteOrdering | None:
-    """The ordering of a delete of a Merge-on-Read table: when the table's payload is
-    ``DefaultHoodieRecordPayload`` and the delete's rows hold the table's precombine field
-    (of a type with a Hudi wrapper), each deleted key carries the greatest value of its
-    rows; otherwise None (Hudi's natural order, ``IntWrapper(0)``: the delete always wins,
-    as Java's Spark SQL DELETE writes it). Pure."""
+    """The ordering of a delete: when the table's payload is ``DefaultHoodieRecordPayload``
+    and the delete's rows hold the table's precombine field (of a type with a Hudi
+    wrapper), each deleted key carries the greatest value of its rows; otherwise None
+    (Hudi's natural order, ``IntWrapper(0)``: the delete always wins, as Java's Spark SQL
+    DELETE writes it). A Merge-on-Read table's payload and precombine field are its
+    properties'; a Copy-on-Write table records neither: ``given`` (the call's) then. Pure."""
     from amcommit.table.format.properties import PAYLOAD_CLASS, PRECOMBINE_FIELD
     from amcommit.table.mutate.plan import precombine_key
     from amcommit.table.query.merge import payload_of
 
-    field = props.values.get(PRECOMBINE_FIELD) or None
-    if payload_of(props.values.get(PAYLOAD_CLASS)) is not Payload.DEFAULT or not field:
+    if given is not None:
+        payload, field = given
+    else:
+        payload, field = (
+            payload_of(props.values.get(PAYLOAD_CLASS)),
+            props.values.get(PRECOMBINE_FIELD) or None,
+        )
+    if payload is not Payload.DEFAULT or not field:
         return None
     if field not in data.column_names:
         return None
