@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
+
 from amcommit.paths import join
 from amcommit.store.local import LocalStore
+from amcommit.table.errors import MutationError
 from amcommit.table.mutate import engine as mutate
 from tests.backends import StoreUnderTest
 from tests.table.test_mor_ordering import _delete, _ours, _upsert
@@ -18,7 +21,7 @@ from tests.table.test_mutate import KW, _t, hudi_snapshot, rows_of
 
 DEFAULT: dict[str, Any] = KW | {"payload": "DefaultHoodieRecordPayload", "precombine_field": "ts"}
 DELETE: dict[str, Any] = KW | {
-    "precombine_field": "ts",  # (delete takes the payload by Hudi's option name only)
+    "precombine_field": "ts",  # the payload by Hudi's option name
     "hoodie.datasource.write.payload.class": "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
 }
 
@@ -55,3 +58,27 @@ async def test_ordering_aware_deletes_on_cow(backend_local: StoreUnderTest) -> N
     del m[("b", 1)]
     assert (rep.deleted, rep.kept_stored) == (1, 0)
     assert hudi_snapshot(uri) == rows_of(m) == _ours(uri)
+
+
+async def test_delete_takes_the_payload_by_keyword(backend_local: StoreUnderTest) -> None:
+    """``delete(payload=...)`` is the keyword spelling of the Hudi option above."""
+    store = backend_local.store
+    assert isinstance(store, LocalStore)
+    dest = join(backend_local.base, "kw")
+    uri = os.path.join(store.root, dest)
+    first = [{"id": i, "p": "a", "v": "0", "ts": 5} for i in range(3)]
+    await mutate.upsert(store, dest, _t(first), **DEFAULT)
+    dele = [{"id": 0, "p": "a", "v": None, "ts": 9}, {"id": 1, "p": "a", "v": None, "ts": 3}]
+    rep = await mutate.delete(store, dest, _t(dele), **DEFAULT)
+    assert (rep.deleted, rep.kept_stored) == (1, 1)
+    assert hudi_snapshot(uri) == rows_of(_delete(_upsert({}, first), dele)) == _ours(uri)
+
+
+async def test_an_upsert_only_option_given_to_delete_is_named(backend_local: StoreUnderTest) -> None:
+    dest = join(backend_local.base, "opt")
+    with pytest.raises(MutationError) as e:
+        await mutate.delete(
+            backend_local.store, dest, _t([{"id": 0, "p": "a", "v": None, "ts": 1}]), **KW, max_file_rows=5
+        )
+    assert str(e.value) == "delete() takes no option 'max_file_rows'"
+    assert not [e async for e in backend_local.store.list(dest)]

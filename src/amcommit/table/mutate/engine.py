@@ -959,7 +959,10 @@ def _with_hudi(hudi_options: dict[str, Any], kw: dict[str, Any]) -> dict[str, An
 
     for k in hudi_options:
         if not k.lower().startswith("hoodie."):
-            raise MutationError(f"unknown option {k!r}{suggest(k, [*_DEFAULTS, 'label', 'config', 'bloom'])}")
+            known = [*_DEFAULTS, "label", "config", "bloom", "max_file_rows"]
+            if k in known:  # a name of upsert() given to a call that does not take it
+                raise MutationError(f"{kw['operation'].value.lower()}() takes no option {k!r}")
+            raise MutationError(f"unknown option {k!r}{suggest(k, known)}")
     op = Operation(kw["operation"])
     given = {k: v for k, v in kw.items() if k in _DEFAULTS and v != _DEFAULTS[k]}
     given["operation"] = op.value.lower()
@@ -1098,6 +1101,7 @@ async def delete(
     record_key: str | Sequence[str] = (),
     partition_by: str | Sequence[str] = (),
     precombine_field: str | None = None,
+    payload: Payload | str = Payload.OVERWRITE_WITH_LATEST,
     label: Label | None = None,
     config: CommitterConfig = DEFAULT_CONFIG,
     bloom: BloomSettings = DEFAULT_SETTINGS,
@@ -1105,8 +1109,10 @@ async def delete(
     **hudi_options: Any,
 ) -> MutateReport:
     """Delete the records whose (partition, key) the rows of ``data`` name (``data`` holds
-    at least the key and partition columns); absent keys are counted no-ops. See the module
-    doc."""
+    at least the key and partition columns); absent keys are counted no-ops. With
+    ``payload="DefaultHoodieRecordPayload"`` and a ``precombine_field`` column in ``data``,
+    a delete older than the stored record (a smaller ordering value) leaves it in place
+    (counted in ``kept_stored``). See the module doc."""
     return await _mutate(
         store,
         dest,
@@ -1118,7 +1124,7 @@ async def delete(
                 record_key=record_key,
                 partition_by=partition_by,
                 precombine_field=precombine_field,
-                payload=Payload.OVERWRITE_WITH_LATEST,
+                payload=payload,
                 label=label,
                 config=config,
                 table_name=None,
