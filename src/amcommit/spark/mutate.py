@@ -59,7 +59,7 @@ import contextlib
 import json
 import pickle
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -121,6 +121,19 @@ class MutationSpec:
     """The DataFrame's rows (counted with the null checks; -1: not counted)."""
     driver_rows: int = DRIVER_BATCH_ROWS
     """Option ``driverBatchRows``: the most rows planned and written on the driver (0: none)."""
+    data: pa.Table | None = field(default=None, compare=False, repr=False)
+    """The batch's rows, collected on the driver (:func:`collect_arrow`) when they are at
+    most ``driver_rows``; None: the batch runs in Spark tasks (left out of the pickled spec
+    the tasks get)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["data"] = None  # the tasks never need the driver's copy of the rows
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -227,7 +240,16 @@ def prepare_mutation(
         widened = avro_schema(arrow, table.name)
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
-    rows = _check_nulls(df, keys, precombine)
+    data: pa.Table | None = None
+    if 0 < driver_rows and not table.allow_missing_columns:
+        # one Spark job: at most driverBatchRows + 1 rows collected as Arrow; a batch that
+        # fits is checked (nulls, count) here and written by the engine on the driver
+        data = collect_arrow(df.limit(driver_rows + 1), arrow)
+        if data.num_rows > driver_rows:
+            data = None  # too many rows for the driver: the Spark-task path
+        else:
+            check_nulls_arrow(data, keys, precombine)
+    rows = data.num_rows if data is not None else _check_nulls(df, keys, precombine)
     schema_json = table_schema if delete_op else widened
     log_schema = ""
     if mor:
@@ -245,6 +267,7 @@ def prepare_mutation(
         log_schema=log_schema,
         rows=rows,
         driver_rows=driver_rows,
+        data=data,
     )
     return plan, spec
 
@@ -998,27 +1021,66 @@ def _run(
 
 def on_driver(plan: WritePlan, spec: MutationSpec) -> bool:
     """Whether the write ``spec`` describes runs on the driver (:func:`_run_on_driver`): its
-    rows are counted and at most option ``driverBatchRows``, and the table takes no write
-    with missing columns (``allowMissingColumns``, which only the Spark path records). Pure."""
-    assert plan.table is not None
-    return 0 <= spec.rows <= spec.driver_rows and not plan.table.allow_missing_columns
+    rows were collected by :func:`prepare_mutation` (at most option ``driverBatchRows``,
+    and the table takes no write with missing columns, ``allowMissingColumns``, which only
+    the Spark path records). Pure."""
+    return spec.data is not None
 
 
-def collect_arrow(df: Any, spec: MutationSpec) -> pa.Table:
-    """The rows of ``df`` on the driver as one Arrow table of ``spec``'s columns and types
-    (meta columns left out; a key column widened as ``spec`` says). One Spark job."""
-    meta = [c for c in df.columns if c in META_COLUMNS]
-    if meta:
-        df = df.drop(*meta)
+def collect_arrow(df: Any, schema: pa.Schema) -> pa.Table:
+    """The rows of ``df`` (no meta columns) on the driver as one Arrow table of ``schema``
+    (its columns' types: a key column widened). One Spark job (``toArrow``: the executors
+    encode Arrow batches, no Python worker)."""
     got: pa.Table = df.toArrow()
-    return got.cast(spec.arrow_schema)
+    return got.cast(schema)
+
+
+def check_nulls_arrow(data: pa.Table, keys: tuple[str, ...], precombine: str | None) -> None:
+    """:func:`_check_nulls` on rows already on the driver: MutationError (one line, the same
+    words) if a key is null (or empty, for a single string key column) or every part of a
+    composite key is, or a precombine value is null. Pure."""
+    import pyarrow.compute as pc
+
+    def gone(c: str, empty: bool) -> pa.ChunkedArray:
+        col = data.column(c)
+        bad = pc.is_null(col)
+        if empty:
+            try:
+                text = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+                return bad  # a type without a text form (never "")
+            bad = pc.or_(bad, pc.fill_null(pc.equal(text, ""), False))
+        return bad
+
+    def count(bad: Any) -> int:
+        return int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0)
+
+    if len(keys) == 1:
+        n = count(gone(keys[0], pa.types.is_string(data.column(keys[0]).type)))
+        if n:
+            raise MutationError(
+                f"record key column {keys[0]!r} is null or empty in {n} row(s): every row needs a key"
+            )
+    elif keys:
+        every = gone(keys[0], True)
+        for c in keys[1:]:
+            every = pc.and_(every, gone(c, True))
+        n = count(every)
+        if n:
+            raise MutationError(f"record key columns {', '.join(keys)} are all null or empty in {n} row(s)")
+    if precombine is not None:
+        n = data.column(precombine).null_count
+        if n:
+            raise MutationError(
+                f"precombine column {precombine!r} is null in {n} row(s): every row needs a value"
+            )
 
 
 def _run_on_driver(
     df: Any, dest: str, operation: Operation, label: Label | None, plan: WritePlan, spec: MutationSpec
 ) -> MutateReport:
-    """An upsert or delete of a batch that fits the driver (:func:`on_driver`): its rows
-    collected as Arrow (:func:`collect_arrow`), then the engine's upsert or delete
+    """An upsert or delete of a batch that fits the driver (:func:`on_driver`): its rows,
+    collected as Arrow by :func:`prepare_mutation`, written by the engine's upsert or delete
     (:mod:`amcommit.table.mutate.engine`) on the driver: the index lookup with async I/O,
     the plan in Arrow (inserts into the partition's small file groups first, then one new
     file group per partition), the rewrites, log files and new file groups written and
@@ -1028,12 +1090,31 @@ def _run_on_driver(
     from amcommit.spark.driver import open_driver_store
     from amcommit.table.mutate import engine
 
-    table = plan.table
-    assert table is not None
+    data = spec.data
+    assert data is not None
+    kw = engine_kwargs(plan, spec, operation, label)
+
+    async def main() -> MutateReport:
+        # the driver's store (its test hooks apply, as to the Spark path's begin and commit)
+        store, root = open_driver_store(plan, "commit")
+        async with store:
+            if operation is Operation.UPSERT:
+                return await engine.upsert(store, root, data, **kw)
+            return await engine.delete(store, root, data, **kw)
+
     try:
-        data = collect_arrow(df, spec)
+        return run_blocking(main)
     except AmcommitError as e:
         raise for_user(e, dest) from None
+
+
+def engine_kwargs(
+    plan: WritePlan, spec: MutationSpec, operation: Operation, label: Label | None
+) -> dict[str, Any]:
+    """The keyword arguments of the engine's ``upsert`` / ``delete`` / ``prepare``
+    (:mod:`amcommit.table.mutate.engine`) for the write ``plan`` and ``spec`` describe. Pure."""
+    table = plan.table
+    assert table is not None
     kw: dict[str, Any] = {
         "record_key": spec.record_key,
         "partition_by": spec.partition_by,
@@ -1048,19 +1129,7 @@ def _run_on_driver(
             table_name=table.name,
             max_file_rows=plan.max_records_per_file or 1_000_000,
         )
-
-    async def main() -> MutateReport:
-        # the driver's store (its test hooks apply, as to the Spark path's begin and commit)
-        store, root = open_driver_store(plan, "commit")
-        async with store:
-            if operation is Operation.UPSERT:
-                return await engine.upsert(store, root, data, **kw)
-            return await engine.delete(store, root, data, **kw)
-
-    try:
-        return run_blocking(main)
-    except AmcommitError as e:
-        raise for_user(e, dest) from None
+    return kw
 
 
 def _inline_compaction(plan: WritePlan, report: MutateReport) -> None:
