@@ -498,7 +498,7 @@ def test_null_checks_on_the_driver_say_what_the_spark_job_says(spark: Any) -> No
         ),
         ({"k": [0, 1, 2], "ts": [1, None, None]}, ("k",), "ts", "precombine column 'ts' is null in 2 row(s)"),
         (
-            {"a": ["", None, "x", None], "b": [None, "", None, 7]},
+            {"a": ["", None, "x", None], "b": [None, "", None, "7"]},
             ("a", "b"),
             None,
             "record key columns a, b are all null or empty in 2 row(s)",

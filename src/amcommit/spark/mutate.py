@@ -8,7 +8,7 @@ index, the input checks) and its readers of base files. Where each step runs:
 
 driver (the caller's process, with the DataFrame's session)
     options and columns checked, the key columns' types against the table's committed
-    schema, null keys and null precombine values counted by one Spark job (one line each,
+    schema, null keys and null precombine values counted (one line each,
     before any instant exists); the instant begun (``begin_table_write``, operation
     ``UPSERT`` / ``DELETE``); the snapshot's files of the batch's partitions listed and their
     footers read (key range and bloom filter, Hudi's index); the job commit
@@ -38,12 +38,15 @@ base files as on Copy-on-Write. Needs ``table_commit=direct`` (Spark's default).
 engine's deltacommits (:mod:`amcommit.table.mutate.engine`).
 
 **Where it runs.** A batch of at most ``driverBatchRows`` rows (option; default
-:data:`DRIVER_BATCH_ROWS`, counted by the null checks' job) runs on the driver
-(:func:`_run_on_driver`): its rows are collected as Arrow and the engine's upsert or delete
+:data:`DRIVER_BATCH_ROWS`) runs on the driver (:func:`_run_on_driver`; ``write_batch``:
+:func:`amcommit.spark.foreach._batch_on_driver`): one Spark job collects at most
+``driverBatchRows + 1`` rows as Arrow (``limit``, ``toArrow``), the null checks and the
+count are made on them (:func:`check_nulls_arrow`), and the engine's upsert or delete
 runs there (index lookup with async I/O, the plan in Arrow, Hudi's small-file handling:
 each partition's inserts fill its small file groups first, smallest first, then go to one
 new file group per partition), written and committed as one task. A larger batch (or
-``driverBatchRows=0``) runs in Spark tasks as described above; no record goes through the
+``driverBatchRows=0``) runs in Spark tasks as described above (the rows collected to find
+that out are dropped, and a Spark job checks the nulls); no record goes through the
 driver then (it holds file lists, footers, counts), inserts are not put into existing small
 file groups, and each partition path's inserts are written by one task (one new file group
 per partition path and ``maxRecordsPerFile``, default :data:`INSERT_TASK_ROWS`, rows).
@@ -164,7 +167,9 @@ def prepare_mutation(
 ) -> tuple[WritePlan, MutationSpec]:
     """The checked plan of an upsert or delete (no instant yet) and its spec; MutationError /
     ConfigError (one line) for bad options or columns. Reads the table's properties and
-    committed schema; runs one Spark job counting null keys and precombine values."""
+    committed schema; runs one Spark job: at most ``driverBatchRows + 1`` rows collected
+    as Arrow (``spec.data`` when they fit, null checks made on them), else one more job
+    counting the null keys and precombine values (:func:`_check_nulls`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from amcommit.loop import run_blocking
