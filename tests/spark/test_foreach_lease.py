@@ -79,7 +79,14 @@ def test_write_batch_upsert_renews_the_lease_while_its_tasks_run(spark: Any, tmp
     watcher = threading.Thread(target=watch, name="lease-watch", daemon=True)
     watcher.start()
     try:
-        opts = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts", "leaseTtl": str(TTL)}
+        # in Spark tasks (a batch this small otherwise runs on the driver, no task to hold)
+        opts = {
+            "recordKey": "id",
+            "partitionBy": "p",
+            "precombineField": "ts",
+            "leaseTtl": str(TTL),
+            "driverBatchRows": "0",
+        }
         rep = amspark.write_batch(df, 0, str(dest), operation="upsert", **opts)
     finally:
         sc.setLocalProperty(QUERY_ID_KEY, None)

@@ -380,3 +380,143 @@ def test_inserts_fill_the_smallest_file_group_then_one_new_file_per_partition(
     assert len(added) == 3 and all(rep.instant in p.name for p in added)
     want = {(r["id"], r["p"], r["v"], r["ts"]) for r in [*first, *second, *new]}
     assert set(hudi_snapshot(str(dest))) == want and len(hudi_snapshot(str(dest))) == len(want)
+
+
+def _last_job(spark: Any) -> int:
+    jobs = spark._jsc.sc().statusStore().jobsList(None)
+    return max((jobs.apply(i).jobId() for i in range(jobs.size())), default=-1)
+
+
+def _jobs_since(spark: Any, since: int) -> list[str]:
+    """The names of Spark's jobs submitted after job id ``since`` (its status store)."""
+    jobs = spark._jsc.sc().statusStore().jobsList(None)
+    return [str(jobs.apply(i).name()) for i in range(jobs.size()) if jobs.apply(i).jobId() > since]
+
+
+@pytest.mark.parametrize("via", ["upsert", "write_batch"])
+def test_driver_batch_is_one_spark_job_and_fills_small_file_groups(
+    spark: Any, tmp_path: Path, via: str
+) -> None:
+    """Issue 35 item 5: a batch of at most ``driverBatchRows`` rows (read from a Parquet
+    file, as a user's DataFrame comes) costs one Spark job: its rows collected as Arrow
+    (``limit(driverBatchRows + 1)``), the null checks and the count made on them; the engine
+    then writes it on the driver, for ``upsert`` and for ``write_batch(operation="upsert")``
+    alike: the updates rewrite their file group, the inserts fill the partition's file
+    group (Hudi's small-file handling), no new file group. ``write_batch`` keeps its label:
+    the batch replayed is skipped, nothing written. (Before: two jobs for ``upsert``;
+    ``write_batch`` ran in Spark tasks, its inserts in a new file group.)"""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from amcommit.spark.stream import QUERY_ID_KEY
+
+    dest = tmp_path / "one"
+    kw: dict[str, Any] = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts"}
+    first = [{"id": i, "p": "ab"[i % 2], "v": f"a{i}", "ts": 1} for i in range(20)]
+    amspark.upsert(_df(spark, first, parts=1), str(dest), **kw)
+    before = _groups(dest)
+    assert [len(before[p]) for p in "ab"] == [1, 1]
+    batch = [
+        {"id": i, "p": "ab"[i % 2], "v": f"u{i}", "ts": 2} for i in (0, 1, 40, 41)
+    ]  # 2 updates, 2 inserts
+    src = tmp_path / "batch.parquet"
+    pq.write_table(pa.Table.from_pylist(batch), src)
+    df = spark.read.parquet(str(src))
+    sc = spark.sparkContext
+    since = _last_job(spark)
+    if via == "upsert":
+        rep = amspark.upsert(df, str(dest), **kw)
+        assert (rep.updated, rep.inserted, rep.files_rewritten, rep.files_created) == (2, 2, 2, 0)
+        jobs = _jobs_since(spark, since)
+    else:
+        sc.setLocalProperty(QUERY_ID_KEY, "q-driver")
+        try:
+            job = amspark.write_batch(df, 0, str(dest), operation="upsert", **kw)
+            assert job.success and not getattr(job, "skipped_label", None)
+            jobs = _jobs_since(spark, since)
+            on_disk = _listing(dest)
+            again = amspark.write_batch(df, 0, str(dest), operation="upsert", **kw)
+            assert again.skipped_label
+            assert [f for f in _listing(dest) if f.endswith(".parquet")] == [
+                f for f in on_disk if f.endswith(".parquet")
+            ]
+        finally:
+            sc.setLocalProperty(QUERY_ID_KEY, None)
+    assert len(jobs) == 1 and jobs[0].startswith("toArrow"), jobs
+    after = _groups(dest)
+    # each partition's one file group took its update and its insert (a new version)
+    assert {p: set(g) for p, g in after.items()} == {p: set(g) for p, g in before.items()}
+    assert all(n == 11 for g in after.values() for _, n in g.values()), after
+    model = model_upsert(model_upsert({}, first), batch)
+    assert hudi_snapshot(str(dest)) == rows_of(model)
+
+
+def test_batch_over_driver_batch_rows_runs_in_spark_tasks(spark: Any, tmp_path: Path) -> None:
+    """A batch of more rows than ``driverBatchRows`` (its ``limit(n + 1)`` collect finds
+    ``n + 1``) runs in Spark tasks, its nulls checked by a Spark job there: refused in one
+    line with nothing written, and a clean batch upserted with one new file group per
+    partition (the task path's inserts), as the model says."""
+    dest = tmp_path / "over"
+    kw: dict[str, Any] = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts"}
+    first = [{"id": i, "p": "ab"[i % 2], "v": f"a{i}", "ts": 1} for i in range(10)]
+    amspark.upsert(_df(spark, first), str(dest), **kw)
+    before = _listing(dest)
+    bad = [{"id": None if i == 3 else 100 + i, "p": "a", "v": "n", "ts": 1} for i in range(5)]
+    with pytest.raises(AmcommitError) as ei:
+        amspark.upsert(_df(spark, bad), str(dest), driverBatchRows=4, **kw)
+    assert "record key column 'id' is null or empty in 1 row" in str(ei.value)
+    assert "\n" not in str(ei.value) and _listing(dest) == before
+    groups = _groups(dest)
+    new = [{"id": 100 + i, "p": "ab"[i % 2], "v": f"n{i}", "ts": 2} for i in range(5)]
+    rep = amspark.upsert(_df(spark, new), str(dest), driverBatchRows=4, **kw)
+    assert (rep.inserted, rep.files_created, rep.files_rewritten) == (5, 2, 0)
+    after = _groups(dest)
+    assert all(len(after[p]) == len(groups[p]) + 1 for p in "ab")
+    assert hudi_snapshot(str(dest)) == rows_of(model_upsert(model_upsert({}, first), new))
+
+
+def test_null_checks_on_the_driver_say_what_the_spark_job_says(spark: Any) -> None:
+    """The Arrow null checks of a driver batch refuse exactly what the Spark job's checks
+    (a batch over ``driverBatchRows``) refuse, in the same words: a null or empty single
+    string key, a composite key with every part null or empty, a null precombine value."""
+    import pyarrow as pa
+
+    from amcommit.spark.mutate import _check_nulls, check_nulls_arrow
+
+    cases: list[tuple[dict[str, list[Any]], tuple[str, ...], str | None, str | None]] = [
+        (
+            {"k": ["x", "", None], "ts": [1, 1, 1]},
+            ("k",),
+            "ts",
+            "record key column 'k' is null or empty in 2 row(s)",
+        ),
+        (
+            {"k": [1, None, 3], "ts": [1, 1, 1]},
+            ("k",),
+            None,
+            "record key column 'k' is null or empty in 1 row(s)",
+        ),
+        ({"k": [0, 1, 2], "ts": [1, None, None]}, ("k",), "ts", "precombine column 'ts' is null in 2 row(s)"),
+        (
+            {"a": ["", None, "x", None], "b": [None, "", None, "7"]},
+            ("a", "b"),
+            None,
+            "record key columns a, b are all null or empty in 2 row(s)",
+        ),
+        ({"a": ["x", None], "b": [None, "y"]}, ("a", "b"), None, None),
+        ({"k": ["x", "y"], "ts": [1.5, float("nan")]}, ("k",), "ts", None),
+    ]
+    for cols, keys, pre, msg in cases:
+        data = pa.table(cols)
+        df = spark.createDataFrame(data)
+        got: list[str | None] = []
+        for check, arg in ((check_nulls_arrow, data), (_check_nulls, df)):
+            try:
+                check(arg, keys, pre)
+                got.append(None)
+            except AmcommitError as e:
+                got.append(str(e))
+        if msg is None:
+            assert got == [None, None], (cols, got)
+        else:
+            assert got[0] == got[1] and got[0] is not None and got[0].startswith(msg), (cols, got)

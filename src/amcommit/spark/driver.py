@@ -111,7 +111,7 @@ def keep_write_alive(plan: WritePlan, *, spare: bool = False) -> None:
 
 def commit_write(
     plan: WritePlan,
-    results: Sequence[TaskResult | None],
+    results: Sequence[TaskResult | None] | None,
     *,
     label: Label | None = None,
     before: Callable[[Store, str], Awaitable[None]] | None = None,
@@ -129,10 +129,15 @@ def commit_write(
     store (test hooks); ``keep_loop``: run on the process's kept event loop
     (:func:`~amcommit.loop.run_kept_loop`: the streaming sink commits every batch
     from one long-lived worker process); ``operation``: the table operation to commit
-    (an upsert's or delete's, :mod:`amcommit.spark.mutate`) instead of the save mode's."""
-    manifests, etags = decode_results(results)
+    (an upsert's or delete's, :mod:`amcommit.spark.mutate`) instead of the save mode's.
+    ``results`` None: the write's tasks ran in this process (the engine's upsert or delete
+    on the driver, ``write_batch``): their manifests are read from the store."""
+    manifests: list[TaskManifest] | None = None
+    etags: list[str | None] | None = None
+    if results is not None:
+        manifests, etags = decode_results(results)
     # the session's partitionOverwriteMode reached the tasks only: they report it
-    mode = job_conflict_mode(plan, [r for r in results if r])
+    mode = job_conflict_mode(plan, [r for r in results or () if r])
     config = plan.config().with_options(conflict_mode=mode)
     # a table's operation: the overwrite mode the tasks settled; commit_job records it in the
     # write's marker before it publishes anything (the action must match the .requested one)

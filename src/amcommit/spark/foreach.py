@@ -19,7 +19,8 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.liveness import driver_id, local_process, this_process
 from amcommit.messages import for_user
 from amcommit.spark.driver import abort_write
-from amcommit.spark.mutate import MutationSpec, begin_kwargs, prepare_mutation, run_mutation
+from amcommit.spark.mutate import MutationSpec, begin_kwargs, on_driver, prepare_mutation, run_mutation
+from amcommit.spark.options import WritePlan
 from amcommit.spark.source import AmcommitDataSource
 from amcommit.spark.stream import (
     QUERY_ID_KEY,
@@ -49,7 +50,9 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
     (:mod:`amcommit.spark.mutate`), with the same label.
 
     Runs in the caller's process (foreachBatch functions run on the driver): the instant is
-    allocated here, the tasks write through ``mapInArrow`` and the commit runs here. A
+    allocated here, the tasks write through ``mapInArrow`` and the commit runs here; an
+    upsert or delete of at most ``driverBatchRows`` rows is written by the engine on this
+    driver instead, as :func:`amcommit.spark.upsert` does (:func:`_batch_on_driver`). A
     replayed batch whose label is committed is skipped by the commit (its files removed);
     ``report.skipped_label`` then names the instant that had committed it.
 
@@ -88,6 +91,9 @@ def write_batch(df: Any, batch_id: int, dest: str, **options: Any) -> JobReport:
         else:
             op = Operation.UPSERT if operation == "upsert" else Operation.DELETE
             plan, spec = prepare_mutation(df, dest, op, rest)
+            if on_driver(plan, spec):
+                assert op is not None
+                return _batch_on_driver(plan, spec, op, ids, int(batch_id), checkpoint, ttl)
         plan = begin_batch(
             plan,
             checkpoint,
@@ -166,3 +172,67 @@ def _run_tasks(
 
     got = df.rdd.mapPartitions(task).collect()
     return [pickle.loads(r) for _, r in sorted(got, key=lambda x: x[0])]
+
+
+def _batch_on_driver(
+    plan: WritePlan,
+    spec: MutationSpec,
+    operation: Operation,
+    ids: StreamIds,
+    batch_id: int,
+    checkpoint: str | None,
+    ttl: float,
+) -> JobReport:
+    """An upsert or delete micro-batch whose rows :func:`prepare_mutation` collected (at
+    most ``driverBatchRows``): the query's lease taken first (a run fenced out writes
+    nothing), then the engine's :func:`~amcommit.table.mutate.engine.prepare` on this driver
+    (the instant begun with the batch's label, the files written and task committed, while
+    this driver renews the lease), the instant's owner recorded, and the batch committed as
+    every batch is (:func:`commit_batch`: lease, dead runs rolled back, committed once per
+    label: a replay is skipped and its files removed). A failure before the commit's point
+    of no return rolls the instant back. Blocking."""
+    from dataclasses import replace
+
+    from amcommit.loop import run_blocking
+    from amcommit.spark import hooks
+    from amcommit.spark.driver import open_driver_store
+    from amcommit.spark.mutate import compact_if_due_after, engine_kwargs
+    from amcommit.spark.stream import batch_label
+    from amcommit.table.mutate import engine
+
+    data = spec.data
+    assert data is not None and plan.table is not None
+    writer = AmcommitStreamWriter(plan, checkpoint, ttl)
+    writer.driver = writer.driver or this_process()  # the Python driver, unless under a JVM
+    kw = engine_kwargs(plan, spec, operation, batch_label(ids.app, batch_id))
+
+    async def write() -> engine.MutateReport:
+        store, root = open_driver_store(plan, "commit")
+        async with store:
+            prepared = await engine.prepare(store, root, data, operation=operation, **kw)
+            return prepared.report
+
+    try:
+        writer._claim(ids, owner=False)  # the lease (no instant yet)
+        with writer._renewing(ids):
+            report = run_blocking(write)
+    except AmcommitError as e:
+        raise for_user(e, plan.url) from None
+    plan = replace(
+        plan,
+        job_id=report.instant,
+        partition_dir_names=(),
+        table=replace(plan.table, instant=report.instant, operation=operation.value),
+    )
+    writer.plan = plan
+    try:
+        writer._claim(ids)  # the instant's owner: a later run rolls it back if this one dies
+        hooks.current.stream_begun(batch_id, checkpoint)
+        job = commit_batch(plan, None, ids, batch_id, ttl, writer.driver, operation=operation)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            abort_write(plan)
+        raise
+    if report.merge_on_read and job.success:
+        compact_if_due_after(plan, plan.job_id)  # as upsert/delete do (a failure is logged)
+    return job

@@ -8,7 +8,7 @@ index, the input checks) and its readers of base files. Where each step runs:
 
 driver (the caller's process, with the DataFrame's session)
     options and columns checked, the key columns' types against the table's committed
-    schema, null keys and null precombine values counted by one Spark job (one line each,
+    schema, null keys and null precombine values counted (one line each,
     before any instant exists); the instant begun (``begin_table_write``, operation
     ``UPSERT`` / ``DELETE``); the snapshot's files of the batch's partitions listed and their
     footers read (key range and bloom filter, Hudi's index); the job commit
@@ -38,12 +38,15 @@ base files as on Copy-on-Write. Needs ``table_commit=direct`` (Spark's default).
 engine's deltacommits (:mod:`amcommit.table.mutate.engine`).
 
 **Where it runs.** A batch of at most ``driverBatchRows`` rows (option; default
-:data:`DRIVER_BATCH_ROWS`, counted by the null checks' job) runs on the driver
-(:func:`_run_on_driver`): its rows are collected as Arrow and the engine's upsert or delete
+:data:`DRIVER_BATCH_ROWS`) runs on the driver (:func:`_run_on_driver`; ``write_batch``:
+:func:`amcommit.spark.foreach._batch_on_driver`): one Spark job collects at most
+``driverBatchRows + 1`` rows as Arrow (``limit``, ``toArrow``), the null checks and the
+count are made on them (:func:`check_nulls_arrow`), and the engine's upsert or delete
 runs there (index lookup with async I/O, the plan in Arrow, Hudi's small-file handling:
 each partition's inserts fill its small file groups first, smallest first, then go to one
 new file group per partition), written and committed as one task. A larger batch (or
-``driverBatchRows=0``) runs in Spark tasks as described above; no record goes through the
+``driverBatchRows=0``) runs in Spark tasks as described above (the rows collected to find
+that out are dropped, and a Spark job checks the nulls); no record goes through the
 driver then (it holds file lists, footers, counts), inserts are not put into existing small
 file groups, and each partition path's inserts are written by one task (one new file group
 per partition path and ``maxRecordsPerFile``, default :data:`INSERT_TASK_ROWS`, rows).
@@ -59,7 +62,7 @@ import contextlib
 import json
 import pickle
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -121,6 +124,19 @@ class MutationSpec:
     """The DataFrame's rows (counted with the null checks; -1: not counted)."""
     driver_rows: int = DRIVER_BATCH_ROWS
     """Option ``driverBatchRows``: the most rows planned and written on the driver (0: none)."""
+    data: pa.Table | None = field(default=None, compare=False, repr=False)
+    """The batch's rows, collected on the driver (:func:`collect_arrow`) when they are at
+    most ``driver_rows``; None: the batch runs in Spark tasks (left out of the pickled spec
+    the tasks get)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["data"] = None  # the tasks never need the driver's copy of the rows
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
 
 
 def _split_options(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -151,7 +167,9 @@ def prepare_mutation(
 ) -> tuple[WritePlan, MutationSpec]:
     """The checked plan of an upsert or delete (no instant yet) and its spec; MutationError /
     ConfigError (one line) for bad options or columns. Reads the table's properties and
-    committed schema; runs one Spark job counting null keys and precombine values."""
+    committed schema; runs one Spark job: at most ``driverBatchRows + 1`` rows collected
+    as Arrow (``spec.data`` when they fit, null checks made on them), else one more job
+    counting the null keys and precombine values (:func:`_check_nulls`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from amcommit.loop import run_blocking
@@ -227,7 +245,16 @@ def prepare_mutation(
         widened = avro_schema(arrow, table.name)
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
-    rows = _check_nulls(df, keys, precombine)
+    data: pa.Table | None = None
+    if 0 < driver_rows and not table.allow_missing_columns:
+        # one Spark job: at most driverBatchRows + 1 rows collected as Arrow; a batch that
+        # fits is checked (nulls, count) here and written by the engine on the driver
+        data = collect_arrow(df.limit(driver_rows + 1), arrow)
+        if data.num_rows > driver_rows:
+            data = None  # too many rows for the driver: the Spark-task path
+        else:
+            check_nulls_arrow(data, keys, precombine)
+    rows = data.num_rows if data is not None else _check_nulls(df, keys, precombine)
     schema_json = table_schema if delete_op else widened
     log_schema = ""
     if mor:
@@ -245,6 +272,7 @@ def prepare_mutation(
         log_schema=log_schema,
         rows=rows,
         driver_rows=driver_rows,
+        data=data,
     )
     return plan, spec
 
@@ -998,27 +1026,66 @@ def _run(
 
 def on_driver(plan: WritePlan, spec: MutationSpec) -> bool:
     """Whether the write ``spec`` describes runs on the driver (:func:`_run_on_driver`): its
-    rows are counted and at most option ``driverBatchRows``, and the table takes no write
-    with missing columns (``allowMissingColumns``, which only the Spark path records). Pure."""
-    assert plan.table is not None
-    return 0 <= spec.rows <= spec.driver_rows and not plan.table.allow_missing_columns
+    rows were collected by :func:`prepare_mutation` (at most option ``driverBatchRows``,
+    and the table takes no write with missing columns, ``allowMissingColumns``, which only
+    the Spark path records). Pure."""
+    return spec.data is not None
 
 
-def collect_arrow(df: Any, spec: MutationSpec) -> pa.Table:
-    """The rows of ``df`` on the driver as one Arrow table of ``spec``'s columns and types
-    (meta columns left out; a key column widened as ``spec`` says). One Spark job."""
-    meta = [c for c in df.columns if c in META_COLUMNS]
-    if meta:
-        df = df.drop(*meta)
+def collect_arrow(df: Any, schema: pa.Schema) -> pa.Table:
+    """The rows of ``df`` (no meta columns) on the driver as one Arrow table of ``schema``
+    (its columns' types: a key column widened). One Spark job (``toArrow``: the executors
+    encode Arrow batches, no Python worker)."""
     got: pa.Table = df.toArrow()
-    return got.cast(spec.arrow_schema)
+    return got.cast(schema)
+
+
+def check_nulls_arrow(data: pa.Table, keys: tuple[str, ...], precombine: str | None) -> None:
+    """:func:`_check_nulls` on rows already on the driver: MutationError (one line, the same
+    words) if a key is null (or empty, for a single string key column) or every part of a
+    composite key is, or a precombine value is null. Pure."""
+    import pyarrow.compute as pc
+
+    def gone(c: str, empty: bool) -> pa.ChunkedArray:
+        col = data.column(c)
+        bad = pc.is_null(col)
+        if empty:
+            try:
+                text = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+                return bad  # a type without a text form (never "")
+            bad = pc.or_(bad, pc.fill_null(pc.equal(text, ""), False))
+        return bad
+
+    def count(bad: Any) -> int:
+        return int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0)
+
+    if len(keys) == 1:
+        n = count(gone(keys[0], pa.types.is_string(data.column(keys[0]).type)))
+        if n:
+            raise MutationError(
+                f"record key column {keys[0]!r} is null or empty in {n} row(s): every row needs a key"
+            )
+    elif keys:
+        every = gone(keys[0], True)
+        for c in keys[1:]:
+            every = pc.and_(every, gone(c, True))
+        n = count(every)
+        if n:
+            raise MutationError(f"record key columns {', '.join(keys)} are all null or empty in {n} row(s)")
+    if precombine is not None:
+        n = data.column(precombine).null_count
+        if n:
+            raise MutationError(
+                f"precombine column {precombine!r} is null in {n} row(s): every row needs a value"
+            )
 
 
 def _run_on_driver(
     df: Any, dest: str, operation: Operation, label: Label | None, plan: WritePlan, spec: MutationSpec
 ) -> MutateReport:
-    """An upsert or delete of a batch that fits the driver (:func:`on_driver`): its rows
-    collected as Arrow (:func:`collect_arrow`), then the engine's upsert or delete
+    """An upsert or delete of a batch that fits the driver (:func:`on_driver`): its rows,
+    collected as Arrow by :func:`prepare_mutation`, written by the engine's upsert or delete
     (:mod:`amcommit.table.mutate.engine`) on the driver: the index lookup with async I/O,
     the plan in Arrow (inserts into the partition's small file groups first, then one new
     file group per partition), the rewrites, log files and new file groups written and
@@ -1028,12 +1095,31 @@ def _run_on_driver(
     from amcommit.spark.driver import open_driver_store
     from amcommit.table.mutate import engine
 
-    table = plan.table
-    assert table is not None
+    data = spec.data
+    assert data is not None
+    kw = engine_kwargs(plan, spec, operation, label)
+
+    async def main() -> MutateReport:
+        # the driver's store (its test hooks apply, as to the Spark path's begin and commit)
+        store, root = open_driver_store(plan, "commit")
+        async with store:
+            if operation is Operation.UPSERT:
+                return await engine.upsert(store, root, data, **kw)
+            return await engine.delete(store, root, data, **kw)
+
     try:
-        data = collect_arrow(df, spec)
+        return run_blocking(main)
     except AmcommitError as e:
         raise for_user(e, dest) from None
+
+
+def engine_kwargs(
+    plan: WritePlan, spec: MutationSpec, operation: Operation, label: Label | None
+) -> dict[str, Any]:
+    """The keyword arguments of the engine's ``upsert`` / ``delete`` / ``prepare``
+    (:mod:`amcommit.table.mutate.engine`) for the write ``plan`` and ``spec`` describe. Pure."""
+    table = plan.table
+    assert table is not None
     kw: dict[str, Any] = {
         "record_key": spec.record_key,
         "partition_by": spec.partition_by,
@@ -1048,19 +1134,7 @@ def _run_on_driver(
             table_name=table.name,
             max_file_rows=plan.max_records_per_file or 1_000_000,
         )
-
-    async def main() -> MutateReport:
-        # the driver's store (its test hooks apply, as to the Spark path's begin and commit)
-        store, root = open_driver_store(plan, "commit")
-        async with store:
-            if operation is Operation.UPSERT:
-                return await engine.upsert(store, root, data, **kw)
-            return await engine.delete(store, root, data, **kw)
-
-    try:
-        return run_blocking(main)
-    except AmcommitError as e:
-        raise for_user(e, dest) from None
+    return kw
 
 
 def _inline_compaction(plan: WritePlan, report: MutateReport) -> None:

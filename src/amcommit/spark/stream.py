@@ -402,7 +402,7 @@ async def _roll_back_dead(
 
 def commit_batch(
     plan: WritePlan,
-    results: list[TaskResult | None],
+    results: list[TaskResult | None] | None,
     ids: StreamIds,
     batch_id: int,
     lease_ttl: float = DEFAULT_LEASE_TTL,
@@ -412,7 +412,8 @@ def commit_batch(
     """The driver side of one micro-batch (see module doc): renew the query's lease (naming
     the run's ``driver`` process), roll back its dead runs' instants, commit with the
     batch's label; one store, one event loop. ``operation``: an upsert's or delete's
-    (``write_batch``), else the save mode's. Blocking."""
+    (``write_batch``), else the save mode's; ``results`` None: its task ran on this driver
+    (manifest read from the store). Blocking."""
     hooks.current.stream_point("before_commit", batch_id)
 
     async def before(store: Store, dest: str) -> None:
