@@ -465,7 +465,8 @@ class Timeline:
         instants a reader of log blocks trusts (:class:`SliceView`). ``since`` (a completed
         instant, or ``"000"``/None: the start) only checks the lower bound of an incremental
         read: known, not after ``as_of``, not cleaned past. Refusals as :meth:`snapshot` and
-        :meth:`changes`. One listing, one read per completed write instant up to ``as_of``."""
+        :meth:`changes`. One listing, one read per completed write instant up to ``as_of``,
+        and the archived timeline's (:meth:`archived`: the groups archived commits wrote)."""
         if isinstance(since, str) and since.strip() in FROM_START:
             since = None
         for t in (since, as_of):
@@ -484,7 +485,9 @@ class Timeline:
                 if lowest is not None and lowest < mark.earliest:
                     what = f"changes since {since}" if since is not None else f"time travel to {as_of}"
                     raise CleanedPast.make(what, mark.earliest, mark.clean)
-        groups = file_groups(await self.load(picked), as_of)
+        # the groups archived commits wrote count too (an archived instant is completed)
+        archived = [c for c in await self.archived_commits(lst) if as_of is None or c.instant.time <= as_of]
+        groups = file_groups([*archived, *await self.load(picked)], as_of)
         done = frozenset(lst.writes)
         start = lst.instants[0].time if lst.instants else None
         return SliceView(groups, done, start, as_of)
