@@ -118,3 +118,30 @@ async def test_an_archive_file_made_again_is_read_again(tmp_path: Path) -> None:
         got = _rows(await read_store(store, "t"))
         assert got == model_rows(gen.snapshot(gen.completed[-1]))
         assert len(_archive_gets(store)) == 1
+
+
+def test_hudi_rs_incremental_read_from_before_the_active_timeline_misses_archived_rows(
+    tmp_path: Path,
+) -> None:
+    """Pins a hudi-rs 0.5 limitation that docs/tables/read.md states: an incremental read
+    starting before the active timeline silently returns only the active commits' rows
+    (amcommit's reader returns them all). Fails when a hudi-rs upgrade changes it: then
+    update the docs' reader table and this test."""
+    from tests.table.test_file_versions import incremental
+
+    gen = generate([Write(files={"a": 1}) for _ in range(12)])
+    root = write_local(gen, tmp_path / "t")
+    done = gen.completed
+    assert _local_archive(root, 8, 5) == done[:7]
+    table = hudi.HudiTable(str(root))
+    for since in (None, done[2]):
+        want = model_rows(gen.incremental(since, done[-1]))
+        got = hudi_read(table, incremental(since, done[-1]))
+        assert len(got) < len(want) and sorted({r[2] for r in got}) == done[7:], since
+        assert got == [r for r in want if r[2] in done[7:]]
+        assert _rows(read(str(root), since=since or "000", until=done[-1], query_type="incremental")) == want
+    # time travel to an archived instant and the snapshot are right
+    assert hudi_read(table, hudi.HudiReadOptions().with_as_of_timestamp(done[2])) == model_rows(
+        gen.snapshot(done[2])
+    )
+    assert hudi_read(table, hudi.HudiReadOptions()) == model_rows(gen.snapshot(done[-1]))
