@@ -295,3 +295,43 @@ async def test_a_handle_listed_before_an_archival_still_loads_every_commit(tmp_p
     assert not (tmp_path / "t" / ".hoodie" / f"{instants[0]}.commit").exists()
     held = await handle.commits_held()
     assert [c.instant.time for c in held] == instants
+
+
+def test_cli_timeline_archived_lists_the_archived_instants_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``amcommit timeline --archived``: the archived instants first (with what each write did,
+    from the archive's metadata), marked; without it, only the active timeline."""
+    import json
+
+    root, done = _generated(tmp_path)
+    assert cli_main(["timeline", str(root), "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert cli_main(["archive", str(root), "--keep-max", "8", "--keep-min", "5"]) == 0
+    capsys.readouterr()
+    assert cli_main(["timeline", str(root), "--json"]) == 0
+    active = json.loads(capsys.readouterr().out)
+    assert [d["time"] for d in active] == done[7:] and not any(d["archived"] for d in active)
+    assert cli_main(["timeline", str(root), "--archived", "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [d["time"] for d in both] == done
+    assert [d["archived"] for d in both] == [True] * 7 + [False] * 5
+    keys = (
+        "time",
+        "action",
+        "state",
+        "operation",
+        "files",
+        "bytes",
+        "rows",
+        "inserted",
+        "updated",
+        "deleted",
+    )
+    assert [{k: d[k] for k in keys} for d in both] == [{k: d[k] for k in keys} for d in full]
+    assert all(d["duration"] is None for d in both[:7])
+    assert cli_main(["timeline", str(root), "--archived"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 13 and "STATE" in lines[0]
+    assert all("completed (archived)" in line for line in lines[1:8])
+    assert not any("archived" in line for line in lines[8:])

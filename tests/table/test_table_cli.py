@@ -68,6 +68,7 @@ def test_timeline_table_and_json(table: tuple[Path, list[str]], capsys: pytest.C
         "updated": 0,
         "deleted": 0,
         "compacted": False,
+        "archived": False,
     }
 
 

@@ -1,6 +1,7 @@
 """Table commands of the ``amcommit`` command line.
 
-    amcommit timeline DEST [--json]                      the instants, newest last (deltacommits, compactions)
+    amcommit timeline DEST [--archived] [--json]         the instants, newest last (deltacommits, compactions);
+                                                         --archived: the archived ones first, marked
     amcommit changes DEST --since I|000 [--until J] [--records] [--json]
                                                          files added / replaced in (I, J]; --records: the
                                                          records changed (an incremental read)
@@ -67,7 +68,8 @@ def _row(i: InstantInfo) -> list[str]:
     else:
         action = f"{i.action} ({i.operation})"
     dur = "-" if i.duration is None else f"{i.duration:.3f} s"
-    return [i.time, action, i.state, *map(_num, (i.files, i.bytes, i.rows, *i.counts)), dur, i.label or ""]
+    state = f"{i.state} (archived)" if i.archived else i.state
+    return [i.time, action, state, *map(_num, (i.files, i.bytes, i.rows, *i.counts)), dur, i.label or ""]
 
 
 def format_instants(instants: list[InstantInfo], *, use_rich: bool | None = None) -> str:
@@ -102,7 +104,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    instants = _open(args).instants()
+    instants = _open(args).instants(archived=args.archived)
     if args.json:
         print(json.dumps(instants_json(instants), indent=2))
     elif not instants:
@@ -342,6 +344,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="List the instants of the Hudi table at DEST, newest last. Reads only.",
     )
     sp.add_argument("dest", help="the table: " + url_forms)
+    sp.add_argument(
+        "--archived",
+        action="store_true",
+        help="also list the archived timeline's instants (.hoodie/archived/), first, marked (archived)",
+    )
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     store_args(sp)
     sp.set_defaults(func=cmd_timeline)

@@ -23,6 +23,12 @@ clean metadata name every file deleted, log files included.
 No read that starts at or after ``E`` needs what it deletes. Reads that reach before ``E`` are
 refused by amcommit's readers afterwards (:class:`~amcommit.table.errors.CleanedPast`).
 
+The commits planned from include the archived ones (``.hoodie/archived/``, read through the
+timeline handle) whenever a file an archived commit wrote may be due (:func:`needs_archive`):
+archival moves commits out of the active timeline whatever cleaning did, so a table archived
+before any clean ran (or a version an archived commit wrote, superseded later) would
+otherwise keep its superseded files forever.
+
 Planning is pure (:func:`plan_clean`): it leaves out what the previous clean (its ``E``)
 already deleted -- groups replaced at or before it, versions superseded before it -- so a clean
 never plans a file an earlier one deleted, and a clean with nothing to delete writes no
@@ -80,7 +86,7 @@ from amcommit.table.timeline.instants import LoadedCommit
 from amcommit.table.timeline.reader import Listing, Timeline, table_uri
 from amcommit.table.write.direct import sweep_after
 
-__all__ = ["CLEAN_LOCK_OWNER", "CleanReport", "clean", "clean_after_commit", "plan_clean"]
+__all__ = ["CLEAN_LOCK_OWNER", "CleanReport", "clean", "clean_after_commit", "needs_archive", "plan_clean"]
 
 CLEAN_LOCK_OWNER = "clean"
 """The job id cleans hold the destination lock under: the same for every clean, so a clean
@@ -166,6 +172,42 @@ def plan_clean(
         files={p: sorted(paths) for p, paths in sorted(doomed.items())},
         last_completed=ordered[-1].instant.time,
     )
+
+
+def needs_archive(active: Sequence[LoadedCommit], writes: Sequence[str], previous: str | None) -> bool:
+    """Whether a clean must plan from the archived write instants too (their metadata is in
+    ``.hoodie/archived/``), not only from the ``active`` ones (``writes``: the active
+    timeline's completed write times, sorted). Pure.
+
+    Hudi's ``CleanPlanner`` plans from a file-system view, which sees the files archived
+    commits wrote; amcommit plans from commit metadata, so it reads the archived ones when a
+    file they wrote may be due:
+
+    - no clean ran yet (``previous`` None), or the previous clean's earliest retained instant
+      is before the active timeline (Hudi's fallback to a full scan there): any archived
+      version may have been superseded since, none was cleaned;
+    - an active commit wrote a new version of (or a log file against, or replaced) a file
+      group whose previous version an archived commit wrote (``prevCommit`` / a log's base
+      instant before the active timeline, a replaced group no active commit wrote): that
+      archived version may now be superseded before the clean's earliest retained instant.
+
+    Otherwise every version an archived commit wrote was either deleted by an earlier clean
+    or is still its group's newest, and the archive is not read."""
+    first = writes[0] if writes else None
+    if first is None:
+        return True
+    if previous is None or previous < first:
+        return True
+    written: set[tuple[str, str]] = set()
+    for c in active:
+        for stats in c.metadata.partition_to_write_stats.values():
+            for s in stats:
+                if s.prev_commit not in ("", "null") and s.prev_commit < first:
+                    return True
+        if any(log.base_instant < first for log in c.logs()):
+            return True
+        written.update((f.partition, f.file_id) for f in c.added())
+    return any(g not in written for c in active for g in c.replaced())
 
 
 async def _previous_earliest(tl: Timeline, lst: Listing) -> str | None:
@@ -287,7 +329,8 @@ async def _clean_unlocked(
         store, dest, lst.instants, commits, previous, ttl=ttl, config=config, dry_run=dry_run
     )
     report.orphan_scan, report.orphans = scan, scan.orphans
-    plan = plan_clean(commits, retain_commits, previous)
+    archived = await tl.archived_commits(lst) if needs_archive(commits, lst.writes, previous) else []
+    plan = plan_clean([*archived, *commits], retain_commits, previous)
     if plan is None:
         return report
     report.earliest_retained = plan.earliest_retained

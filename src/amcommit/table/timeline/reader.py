@@ -128,6 +128,9 @@ class InstantInfo:
     """A completed compaction (a ``commit`` whose metadata says ``"compacted": true``); a
     pending one is action ``compaction``, state ``requested`` or ``inflight``, with ``files``
     the file slices its plan compacts."""
+    archived: bool = False
+    """An instant of the archived timeline (``.hoodie/archived/``; listed only when asked:
+    :meth:`Timeline.instants` with ``archived=True``)."""
 
     @property
     def counts(self) -> tuple[int | None, int | None, int | None]:
@@ -465,7 +468,8 @@ class Timeline:
         instants a reader of log blocks trusts (:class:`SliceView`). ``since`` (a completed
         instant, or ``"000"``/None: the start) only checks the lower bound of an incremental
         read: known, not after ``as_of``, not cleaned past. Refusals as :meth:`snapshot` and
-        :meth:`changes`. One listing, one read per completed write instant up to ``as_of``."""
+        :meth:`changes`. One listing, one read per completed write instant up to ``as_of``,
+        and the archived timeline's (:meth:`archived`: the groups archived commits wrote)."""
         if isinstance(since, str) and since.strip() in FROM_START:
             since = None
         for t in (since, as_of):
@@ -484,7 +488,9 @@ class Timeline:
                 if lowest is not None and lowest < mark.earliest:
                     what = f"changes since {since}" if since is not None else f"time travel to {as_of}"
                     raise CleanedPast.make(what, mark.earliest, mark.clean)
-        groups = file_groups(await self.load(picked), as_of)
+        # the groups archived commits wrote count too (an archived instant is completed)
+        archived = [c for c in await self.archived_commits(lst) if as_of is None or c.instant.time <= as_of]
+        groups = file_groups([*archived, *await self.load(picked)], as_of)
         done = frozenset(lst.writes)
         start = lst.instants[0].time if lst.instants else None
         return SliceView(groups, done, start, as_of)
@@ -495,9 +501,49 @@ class Timeline:
         lst = await self.listing()
         return [*await self.archived_commits(lst), *await self.load(self._write_instants(lst, None, None))]
 
-    async def instants(self) -> list[InstantInfo]:
-        """Every instant (most advanced state per time), oldest first, with what it did."""
+    async def instants(self, *, archived: bool = False) -> list[InstantInfo]:
+        """Every instant (most advanced state per time), oldest first, with what it did.
+        ``archived``: the archived timeline's instants too (marked :attr:`InstantInfo.archived`;
+        one listing of ``.hoodie/archived/`` and a read of each archive file not decoded yet);
+        an instant both archived and still active (an archival cut short) is shown once, active."""
         lst = await self.listing()
+        old = await self._archived_infos(lst) if archived else []
+        return [*old, *await self._active_infos(lst)]
+
+    async def _archived_infos(self, lst: Listing) -> list[InstantInfo]:
+        active = {i.time for i in lst.instants}
+        best: dict[str, ArchivedEntry] = {}
+        for e in await self.archived():
+            i = e.instant
+            cur = best.get(i.time)
+            if i.time not in active and (
+                cur is None or _STATE_RANK[i.state] > _STATE_RANK[cur.instant.state]
+            ):
+                best[i.time] = e
+        out: list[InstantInfo] = []
+        for t in sorted(best):
+            e = best[t]
+            i = e.instant
+            if e.commit is not None and i.completed and i.action in WRITE_ACTIONS:
+                out.append(_write_info(i, e.commit, None, archived=True))
+            elif e.clean is not None and i.completed:
+                deleted = e.clean.get("totalFilesDeleted")
+                files = deleted if isinstance(deleted, int) else None
+                out.append(
+                    InstantInfo(
+                        time=t,
+                        action=i.action,
+                        state=i.state.value,
+                        operation="CLEAN",
+                        files=files,
+                        archived=True,
+                    )
+                )
+            else:
+                out.append(InstantInfo(time=t, action=i.action, state=i.state.value, archived=True))
+        return out
+
+    async def _active_infos(self, lst: Listing) -> list[InstantInfo]:
         writes = self._write_instants(lst, None, None)
         loaded = {c.instant.time: c for c in await self.load(writes)}
         done_cleans = [i for i in lst.instants if i.action == Action.CLEAN.value and i.completed]
@@ -517,29 +563,7 @@ class Timeline:
                 duration = round(d, 3) if d >= 0 else None
             c = loaded.get(i.time)
             if c is not None:
-                stats = c.metadata.write_stats()
-                extra = c.metadata.extra_metadata
-                inserted, updated, deleted = record_counts(c.metadata)
-                out.append(
-                    InstantInfo(
-                        time=i.time,
-                        action=i.action,
-                        state=i.state.value,
-                        operation=c.metadata.operation_type,
-                        files=len(stats),
-                        bytes=sum(s.file_size_in_bytes or s.total_write_bytes for s in stats),
-                        rows=sum(s.num_writes for s in stats),
-                        replaced=len(c.replaced())
-                        if c.metadata.partition_to_replace_file_ids is not None
-                        else None,
-                        duration=duration,
-                        label=next((extra[k] for k in LABEL_KEYS if k in extra), None),
-                        inserted=inserted,
-                        updated=updated,
-                        deleted=deleted,
-                        compacted=c.metadata.compacted,
-                    )
-                )
+                out.append(_write_info(i, c.metadata, duration))
             elif i.time in cleans:
                 out.append(
                     InstantInfo(
@@ -578,6 +602,33 @@ class Timeline:
         return len(plan.operations)
 
 
+def _write_info(
+    i: Instant, meta: CommitMetadata, duration: float | None, *, archived: bool = False
+) -> InstantInfo:
+    """What a completed write instant did, from its metadata. Pure."""
+    stats = meta.write_stats()
+    extra = meta.extra_metadata
+    inserted, updated, deleted = record_counts(meta)
+    replaced = meta.partition_to_replace_file_ids
+    return InstantInfo(
+        time=i.time,
+        action=i.action,
+        state=i.state.value,
+        operation=meta.operation_type,
+        files=len(stats),
+        bytes=sum(s.file_size_in_bytes or s.total_write_bytes for s in stats),
+        rows=sum(s.num_writes for s in stats),
+        replaced=sum(len(v) for v in replaced.values()) if replaced is not None else None,
+        duration=duration,
+        label=next((extra[k] for k in LABEL_KEYS if k in extra), None),
+        inserted=inserted,
+        updated=updated,
+        deleted=deleted,
+        compacted=meta.compacted,
+        archived=archived,
+    )
+
+
 class BlockingTimeline:
     """The blocking facade of :class:`Timeline`: each call opens the store for the URL,
     runs the query in a private event loop (see :func:`amcommit.loop.run_blocking`)
@@ -610,8 +661,8 @@ class BlockingTimeline:
 
         return run_blocking(main)
 
-    def instants(self) -> list[InstantInfo]:
-        return self._run(lambda t: t.instants())
+    def instants(self, *, archived: bool = False) -> list[InstantInfo]:
+        return self._run(lambda t: t.instants(archived=archived))
 
     def changes(self, since: str | None, until: str | None = None) -> Changes:
         return self._run(lambda t: t.changes(since, until))
