@@ -18,6 +18,7 @@ import pytest
 
 from amcommit.api import commit_job, setup_job
 from amcommit.committer import CommitterConfig
+from amcommit.committer.stages.rename_files import HEADROOM_MIN
 from amcommit.store.adaptive import AdaptiveLimit
 from amcommit.store.limits import Limiter
 from tests.azure.conftest import BlobEnv
@@ -28,10 +29,19 @@ TASKS, PER_TASK = 60, 5
 HOLD = 0.5
 
 
-async def _commit(env: BlobEnv, monkeypatch: pytest.MonkeyPatch, config: CommitterConfig) -> int:
-    """Commit TASKS x PER_TASK files with the adaptive limit pinned at 160; returns the most
-    Copy Blob requests in flight at once. Checks the exact output and that no source is left."""
-    limiter = Limiter(max_concurrency=None, adaptive=AdaptiveLimit(initial=160, floor=160, ceiling=160))
+async def _commit(
+    env: BlobEnv,
+    monkeypatch: pytest.MonkeyPatch,
+    config: CommitterConfig,
+    limit: int = 160,
+    ceiling: int = 160,
+) -> int:
+    """Commit TASKS x PER_TASK files with the adaptive limit pinned at ``limit``; returns the
+    most Copy Blob requests in flight at once. Checks the exact output and that no source
+    is left."""
+    limiter = Limiter(
+        max_concurrency=None, adaptive=AdaptiveLimit(initial=limit, floor=limit, ceiling=ceiling)
+    )
     store = env.store(limiter=limiter)
     dest = "out/follow"
     layout = await setup_job(store, dest, JOB)
@@ -78,6 +88,14 @@ async def test_blob_copies_in_flight_follow_the_adaptive_limit(
     stalls while they start), never more; before, two batches: 10."""
     peak = await _commit(blob_env, monkeypatch, CommitterConfig())
     assert 100 <= peak <= 160
+
+
+async def test_blob_batches_get_no_floor_of_128(blob_env: BlobEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit at 32 (Azurite's floor when its own CPU binds), ceiling 1,024: batches are
+    admitted while their copies fit under 32 + 8, so 8 batches of 5 (40 copies at most, at
+    least 3 batches' worth even if the machine stalls), not the 128 single renames get."""
+    peak = await _commit(blob_env, monkeypatch, CommitterConfig(), limit=32, ceiling=1024)
+    assert 3 * PER_TASK <= peak <= 32 + HEADROOM_MIN
 
 
 async def test_explicit_io_threads_keeps_two_batches(

@@ -19,6 +19,7 @@ from anyio.lowlevel import checkpoint
 
 from amcommit.committer.config import DEFAULT_IO_THREADS
 from amcommit.committer.stages.rename_files import (
+    HEADROOM_MIN,
     WRITE_FLOOR,
     WRITE_MARGIN,
     WRITE_MIN_SAMPLES,
@@ -221,8 +222,8 @@ async def test_batches_larger_than_the_limit_still_run_min_holders_at_once() -> 
     ``min_holders`` holds are in progress, one is admitted whatever its size (the batch
     path keeps its two batches going, as before it followed the limit)."""
     gate = FollowGate(_limiter(40, 1024), None)
-    gate.min_holders = 2
-    assert gate.allowed() == DEFAULT_IO_THREADS
+    gate.min_holders, gate.floor = 2, 0
+    assert gate.allowed() == 40 + max(HEADROOM_MIN, 40 // 4) == 50  # no floor of 128 for batches
     await gate._enter(256)
     await gate._enter(256)
     assert gate.active == 512 and gate.holders == 2
