@@ -316,7 +316,12 @@ class FollowGate:
     :data:`WRITE_FLOOR`; below the share the bound is lifted (``write_cap`` None) and the
     renames follow the in-flight limit again (a bucket warmed up, a rate restored). This
     bound may be below the 128. Without a write gate (``bucket_warm=true``, Blob) there is
-    no such bound. Not thread-safe (one event loop)."""
+    no such bound.
+
+    **Batches** (:meth:`hold`, Blob's Copy Blob + Blob Batch): a batch of ``n`` renames
+    takes ``n`` turns at once, admitted when they fit (or while fewer than
+    :attr:`min_holders` holds run), in order with everything waiting. Not thread-safe (one
+    event loop)."""
 
     def __init__(
         self,
