@@ -23,6 +23,14 @@ copy/delete grows with the number of blobs it holds (measured: 4.5 ms server CPU
 with 300 blobs, 10.5 ms with 3,300), so renames/s are emulator-bound and fall with ``--n``;
 client CPU per rename is the figure that carries over to the real service. Results:
 ``benchmarks/results/azure_rename.json``.
+
+``--per-request``: Azurite's own CPU per request of each kind a job commit's rename sends
+(Get Properties, Copy Blob as the rename sends it, conditional Delete Blob, and a Blob
+Batch of conditional deletes, per deleted blob), with ``n`` blobs in the container,
+``--concurrency`` requests at once by amcommit's store, each kind on a fresh Azurite; and the
+ceiling it sets: renames per second with one core of emulator CPU, for amcommit's rename
+(Copy Blob + 1/20 of a Blob Batch of 20: one manifest's) and for the SDK's (Copy Blob +
+Delete Blob). Results: ``benchmarks/results/azure_requests.json``.
 """
 
 from __future__ import annotations
@@ -42,9 +50,10 @@ import anyio
 
 from amcommit.emulators.azurite import Azurite
 from amcommit.store.azure import BlobStore
+from amcommit.store.base import RenameResult
 from amcommit.store.limits import Limiter
 from benchmarks.clients import server_cpu
-from benchmarks.common import add_save_arg, table, timed_renames, write_json
+from benchmarks.common import add_save_arg, load_average, table, timed_renames, write_json
 
 SDK_API_VERSION = "2026-06-06"  # the newest Azurite 3.37 accepts
 
@@ -148,14 +157,127 @@ CLIENTS: dict[str, Callable[..., dict[str, float]]] = {
 }
 
 
+async def _per_request(az: Azurite, container: str, etags: list[str], kind: str, conc: int) -> float:
+    """Send ``len(etags)`` requests of ``kind`` on the blobs ``src/i`` by ``conc`` workers
+    (the store's own request path: signing, limiter, retries); return the wall seconds."""
+    store = _store(az, container, conc)
+    await store.stat("src/000000")  # open the session outside the measurement
+    n = len(etags)
+    if kind == "batch delete":
+        groups = [list(range(i, min(n, i + 20))) for i in range(0, n, 20)]
+    else:
+        groups = [[i] for i in range(n)]
+    it = iter(groups)
+
+    async def one(g: list[int]) -> None:
+        i = g[0]
+        if kind == "get properties":
+            await store.stat(f"src/{i:06d}")
+        elif kind == "copy blob":
+            plan = await store._plan_rename(f"src/{i:06d}", f"dst/{i:06d}", etags[i], f"bench-{i}", False)
+            assert not isinstance(plan, RenameResult)
+            await store._copy(plan)
+        elif kind == "delete blob":
+            await store.request(
+                "delete", "DELETE", store.url(f"src/{i:06d}"), path="", headers={"If-Match": etags[i]}
+            )
+        else:  # batch delete: one Blob Batch of 20 conditional deletes (one manifest's)
+            failed = await store._batch_deletes("rename", [(f"src/{j:06d}", etags[j]) for j in g])
+            assert not any(failed), failed
+
+    async def worker() -> None:
+        for g in it:
+            await one(g)
+
+    w0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(conc):
+            tg.start_soon(worker)
+    wall = time.perf_counter() - w0
+    await store.aclose()
+    return wall
+
+
+REQUEST_KINDS = ("get properties", "copy blob", "delete blob", "batch delete")
+
+
+def per_request(n: int, size: int, rounds: int, conc: int, save: bool) -> int:
+    """The ``--per-request`` scenario (see the module docstring)."""
+    samples: dict[str, list[tuple[float, float, float]]] = {}
+    for rnd in range(rounds):
+        for kind in REQUEST_KINDS if rnd % 2 == 0 else tuple(reversed(REQUEST_KINDS)):
+            with Azurite() as az:
+                container = f"bench{uuid.uuid4().hex[:12]}"
+                etags = anyio.run(_prepare, az, container, n, size)
+                pid = az._proc.pid if az._proc is not None else None
+                s0 = server_cpu(pid)
+                wall = anyio.run(_per_request, az, container, etags, kind, conc)
+                s1 = server_cpu(pid)
+            cpu = (s1 - s0) if s0 is not None and s1 is not None else float("nan")
+            samples.setdefault(kind, []).append((cpu / n * 1000, n / wall, load_average()[0]))
+            print(
+                f"  round {rnd + 1} {kind}: {cpu / n * 1000:.3f} emulator CPU ms per blob, "
+                f"{n / wall:,.0f} blobs/s, load {load_average()[0]:.1f}",
+                file=sys.stderr,
+            )
+    rows = []
+    for kind in REQUEST_KINDS:
+        runs = samples[kind]
+        ms = [r[0] for r in runs]
+        rows.append(
+            {
+                "request": kind + (" (per blob, 20 a batch)" if kind == "batch delete" else ""),
+                "emulator_cpu_ms_per_blob": round(statistics.median(ms), 3),
+                "spread_ms": f"{min(ms):.3f}-{max(ms):.3f}",
+                "blobs_per_s": round(statistics.median(r[1] for r in runs), 1),
+                "load": f"{min(r[2] for r in runs):.1f}-{max(r[2] for r in runs):.1f}",
+            }
+        )
+    cost = {r["request"].split(" (")[0]: r["emulator_cpu_ms_per_blob"] for r in rows}
+    ours = cost["copy blob"] + cost["batch delete"]
+    sdk = cost["copy blob"] + cost["delete blob"]
+    ceiling = {
+        "amcommit_rename_ms": round(ours, 3),
+        "sdk_rename_ms": round(sdk, 3),
+        "amcommit_renames_per_core_s": round(1000 / ours, 1),
+        "sdk_renames_per_core_s": round(1000 / sdk, 1),
+        "ratio_at_the_ceiling": round(sdk / ours, 2),
+    }
+    title = (
+        f"Azurite 3.37 (in memory): emulator CPU per request, {n} blobs of {size} B, "
+        f"c={conc}, median of {rounds} interleaved rounds"
+    )
+    print()
+    print(table(rows, ["request", "emulator_cpu_ms_per_blob", "spread_ms", "blobs_per_s", "load"], title))
+    print("\nceiling with one core of emulator CPU: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
+    out = write_json(
+        "azure_requests",
+        {
+            "benchmark": "azure_requests",
+            "params": {"n": n, "rounds": rounds, "size": size, "concurrency": conc},
+            "emulator": "Azurite 3.37 (azurite-blob --silent --inMemoryPersistence --disableTelemetry)",
+            "rows": rows,
+            "ceiling": ceiling,
+        },
+        save=save,
+    )
+    print(f"\nwrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--n", type=int, default=1000, help="renames per run")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per configuration")
     ap.add_argument("--size", type=int, default=1024, help="blob size in bytes")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    ap.add_argument(
+        "--per-request", action="store_true", help="Azurite's CPU per request kind (first --concurrency)"
+    )
     add_save_arg(ap)
     args = ap.parse_args(argv)
+    if args.per_request:
+        return per_request(args.n, args.size, args.rounds, args.concurrency[0], args.save)
 
     plan = [(label, conc) for conc in args.concurrency for label in CLIENTS]
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}

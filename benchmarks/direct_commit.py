@@ -38,7 +38,7 @@ Scenarios:
   a marker (``*.marker.CREATE``...) are counted apart ("marker removal"), so the rest can
   be seen not to grow with the files. ``to_visible_s``: from the start of the commit to the
   request that published it (the completed instant; ``_SUCCESS`` for plain);
-* ``latency`` (item 3): fake-gcs-server behind ``benchmarks.latency_proxy`` adding
+* ``latency`` (item 3): fake-gcs-server (``--backends azurite``: Azurite) behind ``benchmarks.latency_proxy`` adding
   ``--delay`` to every request of the job commit (the tasks go straight to the emulator):
   direct at ``--files`` files in 20 tasks and at the largest staged size, staged at
   ``--staged-files`` (each size its own rounds); when staged is not measured at ``--files``, its time there is extrapolated
@@ -600,12 +600,18 @@ LATENCY_COLUMNS = [
 
 
 def run_latency_scenario(
-    files: int, staged_files: Sequence[int], tasks: int, delay: float, rounds: int, plain: bool = False
+    files: int,
+    staged_files: Sequence[int],
+    tasks: int,
+    delay: float,
+    rounds: int,
+    plain: bool = False,
+    backend: str = "gcs",
 ) -> dict[str, Any]:
     """Item 3: direct at ``files``, staged at each of ``staged_files`` (and direct at the
-    largest of them too, for a ratio measured at one size), fake-gcs-server with ``delay``
-    per request; ``plain``: the plain commit of the same ``files`` too, same run (issue 35
-    item 2: ``direct_vs_plain``)."""
+    largest of them too, for a ratio measured at one size), fake-gcs-server (``backend``
+    ``azurite``: Azurite) with ``delay`` per request; ``plain``: the plain commit of the same
+    ``files`` too, same run (issue 35 item 2: ``direct_vs_plain``)."""
     from functools import partial
 
     from benchmarks.clients import emulator
@@ -615,7 +621,7 @@ def run_latency_scenario(
     load_before = load_average()
     rows: list[dict[str, Any]] = []
     sizes = sorted({files, *staged_files})
-    with emulator("gcs") as (target, _):
+    with emulator(backend) as (target, _):
         where = json.dumps(target.to_json())
         for n in sizes:
             # direct at ``files`` and at the largest staged size (a ratio measured at one size)
@@ -628,10 +634,10 @@ def run_latency_scenario(
                 or (k == "plain" and plain and n == files)
             ]
             for r, kind in alternate(rounds, kinds):
-                rows.append(one_round("gcs", where, kind, tasks, max(1, n // tasks), r, proxy=proxy))
+                rows.append(one_round(backend, where, kind, tasks, max(1, n // tasks), r, proxy=proxy))
     summary = median_rows(rows)
     for r in summary:
-        r["backend"] = "gcs+latency"
+        r["backend"] = f"{backend}+latency"
     staged = [(r["files"], r["seconds"]) for r in summary if r["contender"] == "staged"]
     direct = {r["files"]: r for r in summary if r["contender"] == "direct"}
     big = direct[max(direct)]
@@ -860,7 +866,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--worker", nargs=5, metavar=("KIND", "BACKEND", "WHERE", "DEST", "JOB"), help=argparse.SUPPRESS
     )
-    ap.add_argument("--backends", default=None, help="commit: local,azurite,gcs; spark: local,gcs")
+    ap.add_argument(
+        "--backends",
+        default=None,
+        help="commit: local,azurite,gcs; latency: gcs or azurite; spark: local,gcs",
+    )
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument(
         "--files", type=int, default=None, help="commit: files per task (100); latency: files (20000)"
@@ -891,7 +901,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif a.scenario == "latency":
         staged = [int(x) for x in a.staged_files.split(",") if x]
-        res = run_latency_scenario(a.files or 20_000, staged, a.tasks, a.delay, a.rounds, a.plain)
+        res = run_latency_scenario(
+            a.files or 20_000,
+            staged,
+            a.tasks,
+            a.delay,
+            a.rounds,
+            a.plain,
+            (a.backends or "gcs").split(",")[0],
+        )
     else:
         sizes = None
         if a.gcs_size:

@@ -19,6 +19,7 @@ from anyio.lowlevel import checkpoint
 
 from amcommit.committer.config import DEFAULT_IO_THREADS
 from amcommit.committer.stages.rename_files import (
+    HEADROOM_MIN,
     WRITE_FLOOR,
     WRITE_MARGIN,
     WRITE_MIN_SAMPLES,
@@ -182,3 +183,53 @@ def test_the_write_gate_is_found_through_wrappers() -> None:
 async def _settle() -> None:
     for _ in range(5):
         await checkpoint()
+
+
+async def test_a_batch_holds_as_many_turns_as_it_has_renames() -> None:
+    """``hold(n)`` (the batch path: Blob's Copy Blob + Blob Batch) counts a batch as ``n``
+    renames in flight: batches are admitted while their renames fit under the limit
+    (200 + a quarter = 250 here), the next waits until one ends, and waiters are served in
+    order (a small batch does not pass a large one waiting before it)."""
+    gate = FollowGate(_limiter(200, 1024), None)
+    assert gate.allowed() == 250
+    order: list[str] = []
+
+    async def batch(name: str, n: int, done: anyio.Event) -> None:
+        async with gate.hold(n):
+            order.append(name)
+            await done.wait()
+
+    ends = {k: anyio.Event() for k in "abcd"}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(batch, "a", 120, ends["a"])
+        tg.start_soon(batch, "b", 120, ends["b"])
+        await _settle()
+        tg.start_soon(batch, "c", 100, ends["c"])  # 340 > 250: waits
+        await _settle()
+        tg.start_soon(batch, "d", 5, ends["d"])  # would fit, but c waits before it
+        await _settle()
+        assert order == ["a", "b"] and gate.active == 240 and gate.holders == 2
+        ends["a"].set()
+        await _settle()
+        assert order == ["a", "b", "c", "d"] and gate.active == 225 and gate.peak == 240
+        for ev in ends.values():
+            ev.set()
+    assert gate.active == 0 and gate.holders == 0
+
+
+async def test_batches_larger_than_the_limit_still_run_min_holders_at_once() -> None:
+    """A batch larger than the whole limit is not kept out for ever: while fewer than
+    ``min_holders`` holds are in progress, one is admitted whatever its size (the batch
+    path keeps its two batches going, as before it followed the limit)."""
+    gate = FollowGate(_limiter(40, 1024), None)
+    gate.min_holders, gate.floor = 2, 0
+    assert gate.allowed() == 40 + max(HEADROOM_MIN, 40 // 4) == 50  # no floor of 128 for batches
+    await gate._enter(256)
+    await gate._enter(256)
+    assert gate.active == 512 and gate.holders == 2
+    with anyio.move_on_after(0.05) as scope:
+        await gate._enter(1)  # a third waits
+    assert scope.cancelled_caught and gate.holders == 2 and not gate._waiters
+    gate._leave(256)
+    await gate._enter(256)
+    assert gate.holders == 2

@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
@@ -200,8 +201,16 @@ async def rename_files(ctx: JobContext, loaded: LoadedManifests) -> None:
                 names.extend(e.dst for e in rows[: limit - len(names)])
             ctx.emit("rename_files", report.renamed, total)
 
-        workers = min(ctx.config.io_threads, BATCH_WORKERS)
-        await run_parallel(_batches(spool, size), batch, workers)
+        if gate is None:
+            await run_parallel(_batches(spool, size), batch, min(ctx.config.io_threads, BATCH_WORKERS))
+        else:  # as many batches in progress as the limit has room for their renames
+
+            async def gated(rows: list[RenameEntry]) -> None:
+                async with gate.hold(len(rows)):
+                    await batch(rows)
+
+            gate.min_holders, gate.floor = BATCH_WORKERS, 0
+            await run_parallel(_batches(spool, size), gated, FOLLOW_BATCHES)
     else:
         await run_parallel(spool.entries(), one, max(1, min(rename_workers(ctx), total)))
     report.filenames = [path_to_uri(ctx.store.root_uri, n) for n in sorted(names)]
@@ -307,7 +316,12 @@ class FollowGate:
     :data:`WRITE_FLOOR`; below the share the bound is lifted (``write_cap`` None) and the
     renames follow the in-flight limit again (a bucket warmed up, a rate restored). This
     bound may be below the 128. Without a write gate (``bucket_warm=true``, Blob) there is
-    no such bound. Not thread-safe (one event loop)."""
+    no such bound.
+
+    **Batches** (:meth:`hold`, Blob's Copy Blob + Blob Batch): a batch of ``n`` renames
+    takes ``n`` turns at once, admitted when they fit (or while fewer than
+    :attr:`min_holders` holds run), in order with everything waiting. Not thread-safe (one
+    event loop)."""
 
     def __init__(
         self,
@@ -323,7 +337,15 @@ class FollowGate:
         self.peak = 0
         self.write_cap: int | None = None
         """The bound the write gate sets now (None: none; see the class docstring)."""
-        self._waiters: deque[anyio.Event] = deque()
+        self.floor = DEFAULT_IO_THREADS
+        """The fewest renames admitted whatever the limit (the batch path: none, see
+        :data:`FOLLOW_BATCHES`)."""
+        self.holders = 0
+        """Holds in progress (:meth:`hold`: a batch of renames each; one per rename)."""
+        self.min_holders = 0
+        """Holds admitted whatever their weight while fewer are in progress (the batch
+        path keeps :data:`BATCH_WORKERS` batches going, as before it followed the limit)."""
+        self._waiters: deque[tuple[anyio.Event, int]] = deque()
         self._clock = clock
         now = clock()
         self._last = now  # the last change of ``active``
@@ -335,27 +357,47 @@ class FollowGate:
     def allowed(self) -> int:
         """Renames admitted at once now."""
         limit = self.limiter.concurrency_limit or self.ceiling
-        n = min(self.ceiling, max(DEFAULT_IO_THREADS, limit + max(HEADROOM_MIN, limit // 4)))
+        n = min(self.ceiling, max(self.floor, limit + max(HEADROOM_MIN, limit // 4)))
         cap = self.write_cap
         return n if cap is None else min(n, cap)
 
     async def __aenter__(self) -> None:
-        if self.active < self.allowed() and not self._waiters:
-            self._admit()  # fast path: a turn is free and nobody is in line
+        await self._enter(1)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._leave(1)
+
+    @asynccontextmanager
+    async def hold(self, renames: int) -> AsyncIterator[None]:
+        """Admit a batch of ``renames`` at once (counted as that many renames in flight):
+        when they fit under :meth:`allowed` beside those in flight, or when fewer than
+        :attr:`min_holders` holds are in progress (a batch larger than the limit is not
+        kept out for ever); in order with the single renames and batches waiting."""
+        n = max(1, renames)
+        await self._enter(n)
+        try:
+            yield
+        finally:
+            self._leave(n)
+
+    def _fits(self, n: int) -> bool:
+        return self.active + n <= self.allowed() or self.holders < self.min_holders
+
+    async def _enter(self, n: int) -> None:
+        if not self._waiters and self._fits(n):
+            self._admit(n)  # fast path: a turn is free and nobody is in line
             return
         ev = anyio.Event()
-        self._waiters.append(ev)
+        entry = (ev, n)
+        self._waiters.append(entry)
         try:
             await ev.wait()  # the turn is counted for us by _wake
         except BaseException:
             if ev.is_set():
-                self._leave(ended=False)  # handed a turn while being cancelled: pass it on
+                self._leave(n, ended=False)  # handed a turn while being cancelled: pass it on
             else:
-                self._waiters.remove(ev)
+                self._waiters.remove(entry)
             raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._leave()
 
     def _tick(self) -> float:
         """Account the renames in flight since the last change; the time now."""
@@ -364,19 +406,21 @@ class FollowGate:
         self._last = now
         return now
 
-    def _admit(self) -> None:
+    def _admit(self, n: int) -> None:
         if self.write_gate is not None:
             self._tick()
-        self.active += 1
+        self.active += n
+        self.holders += 1
         self.peak = max(self.peak, self.active)
 
-    def _leave(self, *, ended: bool = True) -> None:
+    def _leave(self, n: int, *, ended: bool = True) -> None:
         if self.write_gate is not None:
             now = self._tick()
-            self._win_ended += ended
+            self._win_ended += n if ended else 0
             if now - self._win_start >= WRITE_WINDOW and self._win_ended >= WRITE_MIN_SAMPLES:
                 self._judge(now)
-        self.active -= 1
+        self.active -= n
+        self.holders -= 1
         self._wake()
 
     def _judge(self, now: float) -> None:
@@ -396,9 +440,10 @@ class FollowGate:
     def _wake(self) -> None:
         """Hand the free turns (the limit may have grown) to waiters, in order."""
         waiters = self._waiters
-        while waiters and self.active < self.allowed():
-            self._admit()
-            waiters.popleft().set()
+        while waiters and self._fits(waiters[0][1]):
+            ev, n = waiters.popleft()
+            self._admit(n)
+            ev.set()
 
 
 def _follow_gate(ctx: JobContext) -> FollowGate | None:
@@ -412,7 +457,23 @@ prepared while the other renames (the local store renames one batch at a time: s
 :class:`~amcommit.store.local.LocalStore`; Blob copies the files of the batches in
 progress at once, within its limiter, and deletes their sources in one Blob Batch per
 batch). On Blob, as many batches as ``io_threads`` measured the same client CPU
-(2026-11-24, 2,000 files, c=8, alternating runs: 0.40-0.47 vs 0.39-0.47 ms/file)."""
+(2026-11-24, 2,000 files, c=8, alternating runs: 0.40-0.47 vs 0.39-0.47 ms/file). When the
+renames follow the store's limiter (Blob with the default ``io_threads``), this is the
+fewest batches in progress; more run while the limit has room (:data:`FOLLOW_BATCHES`)."""
+
+
+FOLLOW_BATCHES = 64
+"""Batches in progress at most when the renames follow the store's limiter
+(:func:`_following`; Blob's Copy Blob + Blob Batch): each batch takes as many turns of the
+:class:`FollowGate` as it has renames, so the files copied at once follow the adaptive
+limit instead of two batches' worth (2 × 20 files with a task's 20-file manifest: at 50 ms
+per request the commit could never have more than 40 copies in flight, whatever the
+limit). Batches beyond what the gate admits wait holding their rows, so this bounds the
+rows held in memory (64 × ``rename_batch_size``). Unlike single renames, batches get no
+floor of 128 renames (``FollowGate.floor`` 0): a batch's copies wait at the limiter anyway,
+and on an emulator whose own CPU binds (Azurite, limit at its floor of 32) more batches in
+progress only lengthen them; with the limit at 32 and 20-file manifests the commit runs
+the two batches it ran before."""
 
 
 def _batches(spool: EntrySpool, size: int) -> Iterator[list[RenameEntry]]:
