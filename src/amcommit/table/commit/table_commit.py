@@ -108,6 +108,7 @@ from amcommit.table.timeline.instants import LoadedCommit, completed_instant, sn
 from amcommit.table.timeline.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.direct import (
+    Published,
     check_markers,
     check_one_mode,
     is_direct,
@@ -715,8 +716,12 @@ class TablePlan:
         label: Label | None = None,
         settings: TableSettings = DEFAULT_SETTINGS,
         markers_after_lock: bool = False,
+        published: list[Published] | None = None,
     ) -> None:
         self.kind = kind
+        self.published = published
+        """(with ``markers_after_lock``) where :meth:`publish` records what the caller's
+        marker sweep after the lock needs to know of this instant (:class:`Published`)."""
         self.label = label
         self.settings = settings
         self.markers_after_lock = markers_after_lock
@@ -933,6 +938,10 @@ class TablePlan:
                     stage="publish",
                 )
             await publish(ctx, self.action or self.op.action, self.data)
+        if self.published is not None:
+            # the winners of the bytes just published (as the sweep would read them back)
+            winners = frozenset(s.path for s in decode_commit_metadata(self.data).write_stats())
+            self.published.append(Published(winners, _depth_of(self.props)))
         if self.direct and not self.markers_after_lock:
             # completed for another (an abort past the point of no return, a later writer): the
             # markers now (the files of late losers first); see ``markers_after_lock``

@@ -169,6 +169,7 @@ __all__ = [
     "TIMELINE_SERVER_BASED",
     "AttemptMarkers",
     "IOType",
+    "Published",
     "attempt_markers_name",
     "check_markers",
     "commit_direct_task",
@@ -1012,14 +1013,34 @@ async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
     return {s.path for s in meta.write_stats()}
 
 
+@dataclass(frozen=True)
+class Published:
+    """What the writer that published an instant knows of it, handed to its own marker
+    sweep after the lock (:func:`sweep_late_markers` ``first_published``): the instant is
+    completed, ``winners`` are the files its published commit names (decoded from the very
+    bytes published), ``depth`` the table's partition field count (None: not known). The
+    sweep then looks none of them up (the instant's state, its commit, the properties)."""
+
+    winners: frozenset[str]
+    depth: int | None
+
+
 async def sweep_instant(
-    store: Store, dest: str, instant: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    published: Published | None = None,
 ) -> list[str]:
     """The markers of one decided instant (completed: its commit's files are the winners;
     gone: none are), :func:`judge_markers`; nothing for a pending write (its instant and
     job marker are looked at first: its marker folder is never listed) or a folder without
-    markers. Returns the files deleted."""
-    state = await instant_state(store, dest, instant)
+    markers. ``published``: the caller published ``instant`` itself and knows its winners
+    (:class:`Published`), so nothing is looked up first (a completed instant stays
+    completed). Returns the files deleted."""
+    state = "completed" if published is not None else await instant_state(store, dest, instant)
     if state == "pending":
         return []
     if state == "gone" and await pending_on_timeline(store, dest, instant):
@@ -1028,13 +1049,21 @@ async def sweep_instant(
         # writer is judged dead: amcommit.table.timeline.heartbeat), never by a sweep
         return []
     markers, bad, empty = await _judged_markers(
-        store, dest, instant, config, what=f"the marker sweep of {instant}"
+        store,
+        dest,
+        instant,
+        config,
+        what=f"the marker sweep of {instant}",
+        depth=None if published is None else published.depth,
     )
     if not markers and not bad:
         if empty:
             await judge_markers(store, dest, instant, (), (), grace=grace, config=config, empty=empty)
         return []
-    winners = await _winners_of(store, dest, instant) if state == "completed" else set()
+    if published is not None:
+        winners: set[str] | None = set(published.winners)
+    else:
+        winners = await _winners_of(store, dest, instant) if state == "completed" else set()
     deleted, _ = await judge_markers(
         store, dest, instant, markers, winners or (), grace=grace, config=config, untrusted=bad, empty=empty
     )
@@ -1048,11 +1077,16 @@ async def sweep_late_markers(
     grace: float,
     config: CommitterConfig = DEFAULT_CONFIG,
     first: str | None = None,
+    first_published: Published | None = None,
 ) -> dict[str, list[str]]:
     """Remove the markers of decided instants, and the files of those no winner names
     (module doc, step 4): one listing of ``.hoodie/.temp/``, then :func:`sweep_instant` for
     each instant folder there (``first``, if given, is swept first: the caller's own
     write). A pending write's folder is left alone. Returns the files deleted, by instant.
+
+    ``first_published``: ``first`` was published by the caller (:class:`Published`); its
+    sweep then runs while ``.hoodie/.temp/`` is listed (it needs nothing of that listing),
+    and the other instants after the listing, as before.
 
     Called after every table commit (outside the lock) for the committed write's own
     markers, by every clean (:func:`amcommit.table.commit.clean.clean`) and every rollback
@@ -1060,13 +1094,33 @@ async def sweep_late_markers(
     later commit), each with ``grace`` = ``writer_ttl``."""
     temp = join(dest, TEMP_DIR)
     instants: set[str] = set()
-    try:
-        async for info in store.list(temp, recursive=False):
-            if info.is_dir and is_instant(basename(info.path)):
-                instants.add(basename(info.path))
-    except NotFound:
-        return {}
     out: dict[str, list[str]] = {}
+    gone = False
+
+    async def listing() -> None:
+        nonlocal gone
+        try:
+            async for info in store.list(temp, recursive=False):
+                if info.is_dir and is_instant(basename(info.path)):
+                    instants.add(basename(info.path))
+        except NotFound:
+            gone = True
+
+    async def own() -> None:
+        assert first is not None
+        deleted = await sweep_instant(
+            store, dest, first, grace=grace, config=config, published=first_published
+        )
+        if deleted:
+            out[first] = deleted
+
+    if first is not None and first_published is not None:
+        await run_parallel([listing, own], lambda step: step(), 2)
+        instants.discard(first)
+    else:
+        await listing()
+    if gone:
+        return out
     for instant in sorted(instants, key=lambda t: (t != first, t)):
         deleted = await sweep_instant(store, dest, instant, grace=grace, config=config)
         if deleted:
@@ -1082,12 +1136,15 @@ async def sweep_after(
     grace: float,
     config: CommitterConfig = DEFAULT_CONFIG,
     first: str | None = None,
+    first_published: Published | None = None,
 ) -> dict[str, list[str]]:
     """:func:`sweep_late_markers` after ``what`` (a commit, clean or rollback) succeeded: a
     failure never fails ``what``; it is logged (WARNING, one line) and the next sweep
     completes it. Returns the files deleted, by instant ({} after a failure)."""
     try:
-        return await sweep_late_markers(store, dest, grace=grace, config=config, first=first)
+        return await sweep_late_markers(
+            store, dest, grace=grace, config=config, first=first, first_published=first_published
+        )
     except AmcommitError as e:
         log.warning(
             "removing markers in %s after %s failed (%s stands; the next sweep retries): %s",
