@@ -314,3 +314,39 @@ async def test_after_the_lock_an_upsert_sweeps_its_own_markers_without_looking_i
 
     got = (await read_store(store, "t")).select(["id", "v"]).sort_by("id").to_pylist()
     assert got == [{"id": i, "v": f"{'b' if i in (1, 2, 3) else 'a'}{i}"} for i in range(10)]
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+async def test_a_fresh_commit_lists_its_markers_once_under_the_lock(tmp_path: Path, table_type: str) -> None:
+    """The marker check and the reconcile of a fresh job commit share one listing (and
+    read) of the write's marker folder; a loser's file marked in it is still deleted
+    before the publish, and no marker is left after the commit."""
+    plain = Recorder(str(tmp_path))
+    await upsert(plain, "t", rows(list(range(10)), "a"), table_type=table_type, config=CFG, **KW)
+    store = Recorder(str(tmp_path))
+    report = await upsert(store, "t", rows([1, 2], "b"), config=CFG, **KW)
+    assert report.updated == 2
+    instant = report.instant
+    (lock,) = store.calls("put", "_commit.lock")
+    release = [c for c in store.log if c[0] == "delete" and c[1].endswith("_commit.lock")][-1]
+    folder = f"t/.hoodie/.temp/{instant}"
+    under = [c for c in store.log if lock[3] <= c[2] and c[3] <= release[2]]
+    listed = [c for c in under if c[0] == "list" and c[1].rstrip("/") == folder]
+    read = [c for c in under if c[0] == "get" and c[1].startswith(folder + "/MARKERS")]
+    assert len(listed) == 1, listed
+    assert len(read) == 1, read
+    assert not (tmp_path / "t" / ".hoodie" / ".temp" / instant).exists()
+
+
+async def test_a_fresh_commit_leaves_the_beat_to_the_guard_after_the_lock(tmp_path: Path) -> None:
+    """The writer's own commit removes its heartbeat once, after the lock (the guard's,
+    when the beat loop has stopped), not also under the lock."""
+    plain = Recorder(str(tmp_path))
+    await upsert(plain, "t", rows(list(range(10)), "a"), config=CFG, **KW)
+    store = Recorder(str(tmp_path))
+    report = await upsert(store, "t", rows([1, 2], "b"), config=CFG, **KW)
+    beat = f"t/.hoodie/.heartbeat/{report.instant}"
+    release = [c for c in store.log if c[0] == "delete" and c[1].endswith("_commit.lock")][-1]
+    deletes = [c for c in store.log if c[0] == "delete" and c[1] == beat]
+    assert len(deletes) == 1 and deletes[0][2] >= release[3], deletes
+    assert not (tmp_path / "t" / ".hoodie" / ".heartbeat" / report.instant).exists()

@@ -169,6 +169,7 @@ __all__ = [
     "TIMELINE_SERVER_BASED",
     "AttemptMarkers",
     "IOType",
+    "Marker",
     "Published",
     "attempt_markers_name",
     "check_markers",
@@ -767,19 +768,21 @@ async def check_markers(
     config: CommitterConfig = DEFAULT_CONFIG,
     *,
     depth: int | None = None,
-) -> None:
+) -> list[Marker]:
     """CommitError (one line naming the first bad marker) if a marker of ``instant`` names
     a file the write may not delete (:func:`marker_problem`): the commit of a direct write
     checks its markers so before anything is planned, reconciled or published (one
     listing of the marker folder). Nothing is changed; the write stays pending, and its
-    abort (``amcommit abort-job``) removes the write's own files only."""
-    _, bad, _ = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
+    abort (``amcommit abort-job``) removes the write's own files only. Returns the trusted
+    markers listed (for :func:`reconcile` ``checked``)."""
+    good, bad, _ = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
     if bad:
         raise CommitError(
             f"table write {instant} refused: {untrusted_line(dest, instant, bad)}; nothing was deleted "
             "or published (abort it with `amcommit abort-job`: that removes the write's own files only)",
             stage="check_markers",
         )
+    return good
 
 
 async def marked_files(
@@ -828,15 +831,22 @@ async def reconcile(
     config: CommitterConfig = DEFAULT_CONFIG,
     *,
     depth: int | None = None,
+    checked: Sequence[Marker] | None = None,
 ) -> list[str]:
     """Delete the marked base files of ``instant`` that the winning manifests do not name
     (``winners``: paths relative to the table). Returns them (relative). Idempotent; a
     crash midway is repeated by the resumed commit. Untrusted markers
     (:func:`marker_problem`, checked before the plan by :func:`check_markers`; one written
-    since) get nothing deleted (logged, one line)."""
-    good, _, _ = await _judged_markers(
-        store, dest, instant, config, what=f"the commit of {instant}", depth=depth
-    )
+    since) get nothing deleted (logged, one line). ``checked``: the trusted markers
+    :func:`check_markers` listed in this same commit run (no second listing); a marker
+    written since is then left to the sweep after the publish, as one written after a
+    listing made here would be."""
+    if checked is not None:
+        good = list(checked)
+    else:
+        good, _, _ = await _judged_markers(
+            store, dest, instant, config, what=f"the commit of {instant}", depth=depth
+        )
     doomed = losers({rel for _, rel, io in good if deletes(rel, io, instant)}, winners)
     await _delete_all(store, [join(dest, r) for r in doomed], config)
     return doomed
