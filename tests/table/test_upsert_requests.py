@@ -338,15 +338,19 @@ async def test_a_fresh_commit_lists_its_markers_once_under_the_lock(tmp_path: Pa
     assert not (tmp_path / "t" / ".hoodie" / ".temp" / instant).exists()
 
 
-async def test_a_fresh_commit_leaves_the_beat_to_the_guard_after_the_lock(tmp_path: Path) -> None:
-    """The writer's own commit removes its heartbeat once, after the lock (the guard's,
-    when the beat loop has stopped), not also under the lock."""
+async def test_the_task_commit_looks_for_the_completed_instant_and_the_job_marker_at_once(
+    tmp_path: Path,
+) -> None:
+    """The task commit's look at the write's state (:func:`instant_state`): the lookup of
+    the completed instant and the stat of the job marker overlap (one after the other
+    before)."""
     plain = Recorder(str(tmp_path))
     await upsert(plain, "t", rows(list(range(10)), "a"), config=CFG, **KW)
-    store = Recorder(str(tmp_path))
+    store = Recorder(str(tmp_path), held=(".replacecommit", "_job.json"))
     report = await upsert(store, "t", rows([1, 2], "b"), config=CFG, **KW)
-    beat = f"t/.hoodie/.heartbeat/{report.instant}"
-    release = [c for c in store.log if c[0] == "delete" and c[1].endswith("_commit.lock")][-1]
-    deletes = [c for c in store.log if c[0] == "delete" and c[1] == beat]
-    assert len(deletes) == 1 and deletes[0][2] >= release[3], deletes
-    assert not (tmp_path / "t" / ".hoodie" / ".heartbeat" / report.instant).exists()
+    assert report.updated == 2
+    (lock,) = store.calls("put", "_commit.lock")
+    looks = [c for c in store.calls("stat", f"{report.instant}.replacecommit") if c[3] <= lock[2]]
+    markers = [c for c in store.calls("stat", "_job.json") if c[3] <= lock[2]]
+    assert looks and markers
+    assert all(any(overlap(look, m) for m in markers) for look in looks), (looks, markers)

@@ -309,10 +309,10 @@ class TableKind:
         # After the lock, at the same time: the last beat's removal and the marker sweep.
         # Both come after the instant is completed and the lock released, neither reads
         # what the other changes, and each is idempotent: a kill at any point between their
-        # requests leaves a beat of a completed instant (nothing judges a completed
-        # instant's beat; the stat below the heartbeat block left the same one when killed
-        # before its delete) and/or markers of a completed instant (the next commit, clean
-        # or rollback sweeps them, as after a kill before the sweep).
+        # requests leaves at most a beat the heartbeat loop wrote again after the commit
+        # removed it under the lock (as a kill before this stat did) and/or markers of a
+        # completed instant (the next commit, clean or rollback sweeps them, as after a
+        # kill before the sweep).
         await run_parallel([final_beat, markers], lambda step: step(), 2)
         if settings.clean_retain_commits is not None and not report.already_committed:
             await _clean_after(store, dest, config, settings.clean_retain_commits)

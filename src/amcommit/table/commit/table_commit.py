@@ -974,13 +974,9 @@ class TablePlan:
         ctx.report.finished = time.time()
 
     async def committed(self, ctx: JobContext) -> None:
-        if self.markers_after_lock:
-            # the writer's own commit_job (TableKind.guard): the guard removes the beat after
-            # the lock, once its heartbeat loop has stopped (it did so before as well: the
-            # loop may beat again after a removal here), one request less under the lock.
-            # A kill before that leaves a beat of a completed instant, which nothing judges
-            # (beats are read for pending instants only); so did a kill before this delete.
-            return
+        # (under the lock, even for the writer's own commit whose guard removes the beat
+        # again after it: a kill after the lock's release must not leave the beat of a
+        # completed instant, which a commit_job run again would not remove)
         await delete_beat(ctx.store, ctx.layout.dest, ctx.layout.job_id)
 
 

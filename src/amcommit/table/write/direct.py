@@ -146,7 +146,7 @@ from amcommit.paths import basename, is_within, join, parent, path_to_uri, relat
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.names import shorten
 from amcommit.store.retry import RetryingStore
-from amcommit.table.format.model import decode_commit_metadata
+from amcommit.table.format.model import Instant, decode_commit_metadata
 from amcommit.table.format.naming import (
     HOODIE_DIR,
     PROPERTIES_FILE,
@@ -544,12 +544,37 @@ async def instant_state(store: Store, dest: str, instant: str) -> str:
     folder ``.hoodie/.aux/amcommit/<instant>/`` or an earlier version's, its instant not
     completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
     a commit completes its instant before it removes the job marker, a rollback removes the
-    job marker before the instant files."""
+    job marker before the instant files.
+
+    The first look for the completed instant and the look for the job marker are made at
+    the same time (one round trip, not two). Each answer is as sound as before: a completed
+    instant found is completed; "gone" still needs a look for the completed instant made
+    after the job marker was found missing (below), so a commit that completed and removed
+    its job marker meanwhile is seen; "pending" (marker found, no completed instant) was
+    only ever true as of the looks, in either order."""
     from amcommit.table.write.staging import find_table_layout
 
-    if await completed_instant(store, dest, instant) is not None:
+    done: Instant | None = None
+    layout: JobLayout | None = None
+    failed: list[StoreError] = []
+
+    async def completed() -> None:
+        nonlocal done
+        done = await completed_instant(store, dest, instant)
+
+    async def staged() -> None:
+        nonlocal layout
+        try:
+            layout = await find_table_layout(store, dest, instant)
+        except StoreError as e:  # judged below: unused when the instant is completed
+            failed.append(e)
+
+    await run_parallel([completed, staged], lambda step: step(), 2)
+    if done is not None:
         return "completed"
-    if await find_table_layout(store, dest, instant) is None:
+    if failed:
+        raise failed[0]
+    if layout is None:
         # a commit may have completed between the two looks
         return "completed" if await completed_instant(store, dest, instant) is not None else "gone"
     return "pending"
