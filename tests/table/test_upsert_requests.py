@@ -354,3 +354,31 @@ async def test_the_task_commit_looks_for_the_completed_instant_and_the_job_marke
     markers = [c for c in store.calls("stat", "_job.json") if c[3] <= lock[2]]
     assert looks and markers
     assert all(any(overlap(look, m) for m in markers) for look in looks), (looks, markers)
+
+
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+async def test_the_task_setup_reads_the_marker_and_types_the_marker_folder_at_once(
+    tmp_path: Path, table_type: str
+) -> None:
+    """The task's setup (its attempt record), the read of the write's job marker for the
+    schema, and the marker folder's ``MARKERS.type`` overlap; ``MARKERS.type`` still comes
+    after the write's instant files and before the attempt's ``MARKERS<n>`` file, which
+    comes before the first data file."""
+    plain = Recorder(str(tmp_path))
+    await upsert(plain, "t", rows(list(range(10)), "a"), table_type=table_type, config=CFG, **KW)
+    store = Recorder(str(tmp_path), held=("MARKERS.type", "*/task-attempts/", "_job.json"))
+    report = await upsert(store, "t", rows([1, 2], "b"), config=CFG, **KW)
+    assert report.updated == 2
+    instant = report.instant
+    (typed,) = store.calls("put", f".temp/{instant}/MARKERS.type")
+    (record,) = store.calls("put", f"attempt_{instant}_m_000000_0")
+    claim = store.calls("put", "_job.json")[0]
+    reads = [c for c in store.calls("get", f"{instant}/_job.json") if c[2] > claim[3]]
+    assert reads and overlap(reads[0], record), "the job marker was read after the task's setup"
+    assert overlap(typed, record), "MARKERS.type was put after the task's setup"
+    inflight = [c for c in store.log if c[0] == "put" and c[1].startswith(f"t/.hoodie/{instant}.")]
+    assert inflight and typed[2] >= max(c[3] for c in inflight)
+    files = [c for c in store.log if c[0] == "put" and "/MARKERS" in c[1] and not c[1].endswith(".type")]
+    data = [c for c in store.log if c[0] == "put" and not c[1].startswith("t/.hoodie/")]
+    assert files and data
+    assert min(c[2] for c in files) >= typed[3] and min(c[2] for c in data) >= files[0][3]

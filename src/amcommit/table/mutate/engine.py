@@ -446,9 +446,30 @@ async def _mutate(
                 # MERGE for a file group's new version, CREATE for a new group), as table_commit
                 # says. Made while the timeline is read (below): the task's records are this
                 # write's own, and no file is written before both are done.
-                setup["tt"] = await setup_table_task(
-                    store, w, f"task_{instant}_m_{task:06d}", attempt, config=config
+                # A direct attempt's MARKERS.type is created at the same time (its first mark
+                # then writes only its MARKERS<n> file): after the write's instant files, so a
+                # kill leaves a pending write whose MARKERS.type alone its rollback removes
+                # (the state an attempt killed between its first two marker puts left before)
+                from amcommit.table.write.direct import AttemptMarkers
+
+                markers = (
+                    AttemptMarkers(store, dest, instant, attempt, config)
+                    if table_settings(config).placement is Placement.DIRECT
+                    else None
                 )
+
+                async def task_setup() -> None:
+                    setup["tt"] = await setup_table_task(
+                        store, w, f"task_{instant}_m_{task:06d}", attempt, config=config
+                    )
+
+                async def marker_type() -> None:
+                    if markers is not None:
+                        await markers.prepare()
+
+                await run_parallel([task_setup, marker_type], lambda step: step(), 2)
+                if markers is not None:
+                    setup["tt"].markers = markers
 
             async def read_timeline() -> None:
                 if mor:  # its log files go to the slices a pending compaction makes: complete it first

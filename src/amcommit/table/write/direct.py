@@ -462,6 +462,23 @@ class AttemptMarkers:
     _covered: int = 0
     _stays: bool = True
     _check_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _typed: bool = False
+
+    async def prepare(self) -> None:
+        """Create the folder's ``MARKERS.type`` now (create-only; one there already is fine),
+        so that the first :meth:`mark` writes only the attempt's file. A kill after it leaves
+        ``MARKERS.type`` alone: the state an attempt killed between its first two puts left
+        before, which a rollback or sweep removes with the folder."""
+        rs = RetryingStore.of(self.store, self.config)
+        try:
+            await rs.put(
+                join(marker_dir(self.dest, self.instant), MARKER_TYPE_FILE),
+                TIMELINE_SERVER_BASED.encode(),
+                mode=PutMode.CREATE,
+            )
+        except AlreadyExists:
+            pass
+        self._typed = True
 
     @property
     def path(self) -> str | None:
@@ -523,10 +540,8 @@ class AttemptMarkers:
             self._written = lines
             return
         folder = marker_dir(self.dest, self.instant)
-        try:  # before any MARKERS<n> file: Hudi reads the folder's files by it
-            await rs.put(join(folder, MARKER_TYPE_FILE), TIMELINE_SERVER_BASED.encode(), mode=PutMode.CREATE)
-        except AlreadyExists:
-            pass
+        if not self._typed:  # before any MARKERS<n> file: Hudi reads the folder's files by it
+            await self.prepare()
         n = int(attempt_markers_name(self.attempt_id).removeprefix(MARKERS_PREFIX))
         while True:
             path = join(folder, f"{MARKERS_PREFIX}{n}")
