@@ -382,3 +382,22 @@ async def test_the_task_setup_reads_the_marker_and_types_the_marker_folder_at_on
     data = [c for c in store.log if c[0] == "put" and not c[1].startswith("t/.hoodie/")]
     assert files and data
     assert min(c[2] for c in files) >= typed[3] and min(c[2] for c in data) >= files[0][3]
+
+
+async def test_an_upsert_reads_the_properties_and_lists_the_timeline_at_once(tmp_path: Path) -> None:
+    """The upsert's first two reads (the table's properties, the listing of ``.hoodie/``)
+    overlap; into a folder with no table the listing's answer is not used (the write
+    creates the table, and its records are all inserted)."""
+    store = Recorder(str(tmp_path), held=("hoodie.properties", "t/.hoodie"))
+    first = await upsert(store, "t", rows(list(range(10)), "a"), config=CFG, **KW)
+    assert first.inserted == 10
+    store.log.clear()
+    report = await upsert(store, "t", rows([1, 2], "b"), config=CFG, **KW)
+    assert report.updated == 2
+    props = store.calls("get", "t/.hoodie/hoodie.properties")[0]
+    listing = next(c for c in store.log if c[0] == "list" and c[1].rstrip("/") == "t/.hoodie")
+    assert overlap(props, listing), "the timeline was listed after the properties were read"
+    from amcommit.table.query.read import read_store
+
+    got = (await read_store(store, "t")).select(["id", "v"]).sort_by("id").to_pylist()
+    assert got == [{"id": i, "v": f"{'b' if i in (1, 2) else 'a'}{i}"} for i in range(10)]
