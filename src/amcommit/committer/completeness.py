@@ -25,7 +25,8 @@ import json
 from dataclasses import dataclass
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.errors import ConfigError, IncompleteJob, NotFound
+from amcommit.errors import ConfigError, IncompleteJob, NotFound, StoreError
+from amcommit.parallel import run_parallel
 from amcommit.store.base import Store
 from amcommit.store.retry import policies_of, retry_call, retry_list
 
@@ -126,24 +127,50 @@ async def job_completeness(
     """Read the marker and count the manifests of a job to be committed from the store, then
     :func:`check_completeness`. A commit the driver already began (journal present) is a
     resume of an authorised commit: always allowed. Requests go through the engine's retry
-    layer (``config``'s policy)."""
+    layer (``config``'s policy).
+
+    The three reads (the journal's stat, the marker, the manifest listing) are made at the
+    same time (one round trip, not three): they change nothing, and a journal found makes
+    the other two unused (their failures too: before, they were not made then)."""
     policy = policies_of(config)[0]
-    try:
-        await retry_call(lambda: store.stat(layout.journal_path), policy=policy)
-        return "resumed: the commit was begun with its authorised manifests"
-    except NotFound:
-        pass
-    try:
-        data: bytes | None = await retry_call(lambda: store.get(layout.job_marker), policy=policy)
-    except NotFound:
-        data = None
+    resumed = False
+    data: bytes | None = None
     n = 0
-    try:
-        async for info in retry_list(store, layout.manifests_dir, recursive=False, policy=policy):
-            if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
-                n += 1
-    except NotFound:
-        pass
+    failed: list[StoreError] = []
+
+    async def journal() -> None:
+        nonlocal resumed
+        try:
+            await retry_call(lambda: store.stat(layout.journal_path), policy=policy)
+            resumed = True
+        except NotFound:
+            pass
+
+    async def marker() -> None:
+        nonlocal data
+        try:
+            data = await retry_call(lambda: store.get(layout.job_marker), policy=policy)
+        except NotFound:
+            data = None
+        except StoreError as e:
+            failed.append(e)
+
+    async def manifests() -> None:
+        nonlocal n
+        try:
+            async for info in retry_list(store, layout.manifests_dir, recursive=False, policy=policy):
+                if not info.is_dir and info.path.endswith(MANIFEST_SUFFIX):
+                    n += 1
+        except NotFound:
+            pass
+        except StoreError as e:
+            failed.append(e)
+
+    await run_parallel([journal, marker, manifests], lambda step: step(), 3)
+    if resumed:
+        return "resumed: the commit was begun with its authorised manifests"
+    if failed:
+        raise failed[0]
     return check_completeness(parse_marker(data, hadoop=layout.hadoop), n, allow_partial)
 
 

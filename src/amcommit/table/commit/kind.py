@@ -34,6 +34,7 @@ from amcommit.committer.layout import JobLayout
 from amcommit.committer.machine import CommitPlan
 from amcommit.committer.report import JobReport
 from amcommit.errors import AmcommitError, CommitError, LockLost, NotFound, StoreError
+from amcommit.parallel import run_parallel
 from amcommit.paths import join, path_to_uri
 from amcommit.store.base import Store
 from amcommit.table.commit.archive import archive_after_commit
@@ -54,7 +55,7 @@ from amcommit.table.report import TableReport, table_report
 from amcommit.table.settings import TableSettings, table_settings
 from amcommit.table.timeline.heartbeat import delete_beat, heartbeat, stop_beat
 from amcommit.table.timeline.labelmeta import Label
-from amcommit.table.write.direct import sweep_after, sweep_instant
+from amcommit.table.write.direct import Published, sweep_after, sweep_instant
 from amcommit.table.write.staging import (
     find_table_layout,
     is_legacy_layout,
@@ -110,6 +111,10 @@ _GUARDED: ContextVar[str | None] = ContextVar("amcommit_table_guarded", default=
 """The instant whose ``commit_job`` (:meth:`TableKind.guard`) runs in this context: its
 commit body leaves the markers to the guard, which removes them after the lock; a commit
 the engine completes otherwise (an abort, another writer) removes them itself."""
+
+_PUBLISHED: ContextVar[list[Published] | None] = ContextVar("amcommit_table_published", default=None)
+"""(with :data:`_GUARDED`) where the guarded commit's plan records what it published, for
+the guard's marker sweep after the lock (:class:`~amcommit.table.write.direct.Published`)."""
 
 
 def _plain_job_refused(dest: str, job_id: str, stage: str) -> CommitError:
@@ -204,11 +209,13 @@ class TableKind:
             return await FILES.commit_plan(ctx)
         if await _markers_only(ctx):
             return _DecidedMarkers(self.settings_for(ctx.config).writer_ttl)
+        guarded = _GUARDED.get() == ctx.layout.job_id
         return TablePlan(
             kind=self.for_other_job(),
             label=self.label,
             settings=self.settings_for(ctx.config),
-            markers_after_lock=_GUARDED.get() == ctx.layout.job_id,
+            markers_after_lock=guarded,
+            published=_PUBLISHED.get() if guarded else None,
         )
 
     async def roll_back(
@@ -277,12 +284,36 @@ class TableKind:
             raise _plain_job_refused(dest, job_id, "commit_job")
         settings = self.settings_for(config)
         token = _GUARDED.set(job_id)  # this commit removes its markers after the lock (below)
+        published: list[Published] = []
+        token_published = _PUBLISHED.set(published)
+        beat_end: list[Callable[[], Awaitable[None]]] = []
         try:
-            report = await self._commit_guarded(store, dest, job_id, config, settings.writer_ttl, locked)
+            report = await self._commit_guarded(
+                store, dest, job_id, config, settings.writer_ttl, locked, beat_end
+            )
         finally:
+            _PUBLISHED.reset(token_published)
             _GUARDED.reset(token)
-        if report.success:
-            await _markers_after(store, dest, job_id, config, settings.writer_ttl)
+
+        async def final_beat() -> None:
+            with anyio.CancelScope(shield=True):  # as it was inside _commit_guarded's finally
+                for step in beat_end:
+                    await step()
+
+        async def markers() -> None:
+            if report.success:
+                await _markers_after(
+                    store, dest, job_id, config, settings.writer_ttl, published[0] if published else None
+                )
+
+        # After the lock, at the same time: the last beat's removal and the marker sweep.
+        # Both come after the instant is completed and the lock released, neither reads
+        # what the other changes, and each is idempotent: a kill at any point between their
+        # requests leaves at most a beat the heartbeat loop wrote again after the commit
+        # removed it under the lock (as a kill before this stat did) and/or markers of a
+        # completed instant (the next commit, clean or rollback sweeps them, as after a
+        # kill before the sweep).
+        await run_parallel([final_beat, markers], lambda step: step(), 2)
         if settings.clean_retain_commits is not None and not report.already_committed:
             await _clean_after(store, dest, config, settings.clean_retain_commits)
         if report.success and not report.already_committed:
@@ -298,7 +329,11 @@ class TableKind:
         config: CommitterConfig,
         writer_ttl: float,
         attempt: Callable[[], Awaitable[JobReport]],
+        beat_end: list[Callable[[], Awaitable[None]]] | None = None,
     ) -> JobReport:
+        """``attempt`` within the write's heartbeat block (:meth:`guard`). ``beat_end``: where a
+        commit that returned leaves the removal of its last beat, for the caller to run
+        (with its marker sweep); else, and whenever the commit raised, it is done here."""
         deadline = time.monotonic() + config.lock_wait
         staging = await find_table_layout(store, dest, instant)
         if staging is None:
@@ -308,6 +343,25 @@ class TableKind:
                     return skipped
             return await attempt()  # already committed (or never begun): no heartbeat to keep
         stopped = False  # this writer gave up on the write: its heartbeat says so
+        returned = False
+
+        async def end_beat() -> None:
+            # the heartbeat loop has stopped: remove a beat it left after a commit or rollback;
+            # a commit that failed with the write still there says its writer stopped, so that
+            # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
+            try:
+                await store.stat(staging.job_marker)  # (its own layout, legacy or not)
+            except NotFound:
+                await delete_beat(store, dest, instant)
+            except Exception:
+                pass
+            else:
+                if stopped:
+                    try:
+                        await stop_beat(store, dest, instant)
+                    except StoreError:
+                        pass
+
         try:
             # a write an earlier version staged in .hoodie/.temp/ is finished without beats:
             # its keeper record would create a job directory of the new layout
@@ -325,33 +379,28 @@ class TableKind:
                         break
                     except WaitForEarlier as w:
                         await wait_for_earlier(store, dest, instant, w.instant, deadline, writer_ttl)
+            returned = True
         except LockLost:
             raise  # a taker completes or rolls back this very commit: leave the judging to it
         except BaseException:
             stopped = True
             raise
         finally:
-            # the heartbeat loop has stopped: remove a beat it left after a commit or rollback;
-            # a commit that failed with the write still there says its writer stopped, so that
-            # `amcommit rollback` (or the next writer) need not wait writer_ttl for it
-            with anyio.CancelScope(shield=True):
-                try:
-                    await store.stat(staging.job_marker)  # (its own layout, legacy or not)
-                except NotFound:
-                    await delete_beat(store, dest, instant)
-                except Exception:
-                    pass
-                else:
-                    if stopped:
-                        try:
-                            await stop_beat(store, dest, instant)
-                        except StoreError:
-                            pass
+            if returned and beat_end is not None:
+                beat_end.append(end_beat)
+            else:
+                with anyio.CancelScope(shield=True):
+                    await end_beat()
         return report
 
 
 async def _markers_after(
-    store: Store, dest: str, instant: str, config: CommitterConfig, grace: float
+    store: Store,
+    dest: str,
+    instant: str,
+    config: CommitterConfig,
+    grace: float,
+    published: Published | None = None,
 ) -> None:
     """After a table commit, outside its lock (as Hudi deletes its marker folder after the
     commit): the committed write's markers are removed (the files of markers no winner
@@ -360,7 +409,15 @@ async def _markers_after(
     (:func:`~amcommit.table.write.direct.sweep_late_markers`; a staged write has no markers: one
     listing of ``.hoodie/.temp/``). A failure never fails the commit before it: it is
     logged, and the next commit, clean or rollback sweeps what it left."""
-    await sweep_after(store, dest, f"the commit of {instant}", grace=grace, config=config, first=instant)
+    await sweep_after(
+        store,
+        dest,
+        f"the commit of {instant}",
+        grace=grace,
+        config=config,
+        first=instant,
+        first_published=published,
+    )
 
 
 async def _clean_after(store: Store, dest: str, config: CommitterConfig, retain_commits: int) -> None:

@@ -108,6 +108,8 @@ from amcommit.table.timeline.instants import LoadedCommit, completed_instant, sn
 from amcommit.table.timeline.labelmeta import Label, committed_by, label_metadata, label_of
 from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.direct import (
+    Marker,
+    Published,
     check_markers,
     check_one_mode,
     is_direct,
@@ -715,8 +717,12 @@ class TablePlan:
         label: Label | None = None,
         settings: TableSettings = DEFAULT_SETTINGS,
         markers_after_lock: bool = False,
+        published: list[Published] | None = None,
     ) -> None:
         self.kind = kind
+        self.published = published
+        """(with ``markers_after_lock``) where :meth:`publish` records what the caller's
+        marker sweep after the lock needs to know of this instant (:class:`Published`)."""
         self.label = label
         self.settings = settings
         self.markers_after_lock = markers_after_lock
@@ -733,6 +739,9 @@ class TablePlan:
         self.written: list[str] = []
         """The partitions written."""
         self.direct = False
+        self.checked: list[Marker] | None = None
+        """A fresh run's trusted markers, as its marker check listed them (the reconcile
+        uses that listing: see :meth:`place`)."""
         self.listed: list[Instant] | None = None
         """The timeline this run listed under the lock (the order check's), if it ran one."""
 
@@ -823,7 +832,9 @@ class TablePlan:
             # markers are input too: one naming a file this write may not delete refuses the
             # commit here, before anything is planned, reconciled or published
             async with ctx.stage("check_markers"):
-                await check_markers(store, dest, instant, ctx.config, depth=_depth_of(self.props))
+                self.checked = await check_markers(
+                    store, dest, instant, ctx.config, depth=_depth_of(self.props)
+                )
         if journal is not None:  # a resume publishes exactly the saved plan
             plan_path = join(ctx.layout.job_dir, PLAN_NAME)
             self.data = await ctx.call(lambda: store.get(plan_path))
@@ -865,7 +876,16 @@ class TablePlan:
         return Fresh(layout="table")
 
     async def _reconcile(self, ctx: JobContext, loaded: LoadedManifests) -> None:
-        """A direct write's losers deleted: the marked files the winning manifests do not name."""
+        """A direct write's losers deleted: the marked files the winning manifests do not name.
+
+        A fresh run reconciles from the listing its marker check made (:meth:`loaded`, under
+        this lock hold, before the plan and the journal were saved): one listing and read of
+        the marker folder less. Safe at every point: the listing only misses markers that
+        late (losing) attempts wrote in those two requests, and such a marker is one a
+        listing made here could miss as well (written just after it); its file is deleted
+        by the sweep after the publish (the guard's, or the next commit's, clean's or
+        rollback's), as before. A resumed run (a new plan object: ``checked`` is None) and
+        :meth:`placed` list again."""
         dest = ctx.layout.dest
         async with ctx.stage("reconcile"):
             await reconcile(
@@ -875,6 +895,7 @@ class TablePlan:
                 _winners(loaded, dest),
                 ctx.config,
                 depth=_depth_of(self.props),
+                checked=self.checked,
             )
 
     async def place(self, ctx: JobContext, loaded: LoadedManifests) -> None:
@@ -933,6 +954,10 @@ class TablePlan:
                     stage="publish",
                 )
             await publish(ctx, self.action or self.op.action, self.data)
+        if self.published is not None:
+            # the winners of the bytes just published (as the sweep would read them back)
+            winners = frozenset(s.path for s in decode_commit_metadata(self.data).write_stats())
+            self.published.append(Published(winners, _depth_of(self.props)))
         if self.direct and not self.markers_after_lock:
             # completed for another (an abort past the point of no return, a later writer): the
             # markers now (the files of late losers first); see ``markers_after_lock``
@@ -949,6 +974,9 @@ class TablePlan:
         ctx.report.finished = time.time()
 
     async def committed(self, ctx: JobContext) -> None:
+        # (under the lock, even for the writer's own commit whose guard removes the beat
+        # again after it: a kill after the lock's release must not leave the beat of a
+        # completed instant, which a commit_job run again would not remove)
         await delete_beat(ctx.store, ctx.layout.dest, ctx.layout.job_id)
 
 

@@ -114,7 +114,7 @@ from amcommit.table.format.bloom import (
     DEFAULT_SETTINGS,
     BloomSettings,
 )
-from amcommit.table.format.model import Operation
+from amcommit.table.format.model import Instant, Operation
 from amcommit.table.format.naming import (
     META_COLUMNS,
     base_file_name,
@@ -122,7 +122,7 @@ from amcommit.table.format.naming import (
     new_file_id,
     write_token,
 )
-from amcommit.table.format.properties import new_properties
+from amcommit.table.format.properties import TableProperties, new_properties
 from amcommit.table.report import table_report
 from amcommit.table.settings import Placement, table_settings
 from amcommit.table.timeline.instants import file_groups, snapshot
@@ -369,7 +369,28 @@ async def _mutate(
     if payload is Payload.DEFAULT and not precombine_field:
         raise MutationError("payload DefaultHoodieRecordPayload needs a precombine_field")
     name = table_name or _default_name(dest)
-    props = await read_properties(store, dest, config)
+    timeline = Timeline(store, dest, config=config)  # this upsert's one listing of .hoodie/
+    # The properties and the timeline are read at the same time (one round trip, not two);
+    # the listing is used only if the properties say there is a table. A listing made
+    # before the properties read sees what one made right after it would: the properties
+    # are written when the table is created, before any instant, and any instant that
+    # completes after the listing is one that could complete after a later listing too
+    # (the job commit's checks under the lock judge those).
+    props: TableProperties | None = None
+    listed: list[list[Instant]] = []
+    unlisted: list[AmcommitError] = []
+
+    async def props_of() -> None:
+        nonlocal props
+        props = await read_properties(store, dest, config)
+
+    async def listing() -> None:
+        try:
+            listed.append(await timeline.files())
+        except AmcommitError as e:  # (no table yet, NotATable: judged below, with the properties)
+            unlisted.append(e)
+
+    await run_parallel([props_of, listing], lambda step: step(), 2)
     if props is not None:
         check_table_type(props, table_type, dest)  # before anything is written
         name = props.name
@@ -386,8 +407,11 @@ async def _mutate(
         raise MutationError(
             "a Merge-on-Read table's log files are written in place: table_commit must be 'direct'"
         )
-    timeline = Timeline(store, dest, config=config)  # this upsert's one listing of .hoodie/
-    instants = await timeline.files() if props is not None else []
+    if props is not None and unlisted:
+        raise unlisted[0]
+    if props is None:  # no table: the write creates it; its handle lists afresh when asked
+        timeline = Timeline(store, dest, config=config)
+    instants = listed[0] if props is not None else []
     table_schema = (
         await committed_schema(store, dest, latest_write(instants), config, timeline=timeline)
         if props
@@ -446,9 +470,30 @@ async def _mutate(
                 # MERGE for a file group's new version, CREATE for a new group), as table_commit
                 # says. Made while the timeline is read (below): the task's records are this
                 # write's own, and no file is written before both are done.
-                setup["tt"] = await setup_table_task(
-                    store, w, f"task_{instant}_m_{task:06d}", attempt, config=config
+                # A direct attempt's MARKERS.type is created at the same time (its first mark
+                # then writes only its MARKERS<n> file): after the write's instant files, so a
+                # kill leaves a pending write whose MARKERS.type alone its rollback removes
+                # (the state an attempt killed between its first two marker puts left before)
+                from amcommit.table.write.direct import AttemptMarkers
+
+                markers = (
+                    AttemptMarkers(store, dest, instant, attempt, config)
+                    if table_settings(config).placement is Placement.DIRECT
+                    else None
                 )
+
+                async def task_setup() -> None:
+                    setup["tt"] = await setup_table_task(
+                        store, w, f"task_{instant}_m_{task:06d}", attempt, config=config
+                    )
+
+                async def marker_type() -> None:
+                    if markers is not None:
+                        await markers.prepare()
+
+                await run_parallel([task_setup, marker_type], lambda step: step(), 2)
+                if markers is not None:
+                    setup["tt"].markers = markers
 
             async def read_timeline() -> None:
                 if mor:  # its log files go to the slices a pending compaction makes: complete it first

@@ -146,7 +146,7 @@ from amcommit.paths import basename, is_within, join, parent, path_to_uri, relat
 from amcommit.store.base import ObjectInfo, PutMode, Store, batch_deleter
 from amcommit.store.names import shorten
 from amcommit.store.retry import RetryingStore
-from amcommit.table.format.model import decode_commit_metadata
+from amcommit.table.format.model import Instant, decode_commit_metadata
 from amcommit.table.format.naming import (
     HOODIE_DIR,
     PROPERTIES_FILE,
@@ -169,6 +169,8 @@ __all__ = [
     "TIMELINE_SERVER_BASED",
     "AttemptMarkers",
     "IOType",
+    "Marker",
+    "Published",
     "attempt_markers_name",
     "check_markers",
     "commit_direct_task",
@@ -460,6 +462,23 @@ class AttemptMarkers:
     _covered: int = 0
     _stays: bool = True
     _check_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _typed: bool = False
+
+    async def prepare(self) -> None:
+        """Create the folder's ``MARKERS.type`` now (create-only; one there already is fine),
+        so that the first :meth:`mark` writes only the attempt's file. A kill after it leaves
+        ``MARKERS.type`` alone: the state an attempt killed between its first two puts left
+        before, which a rollback or sweep removes with the folder."""
+        rs = RetryingStore.of(self.store, self.config)
+        try:
+            await rs.put(
+                join(marker_dir(self.dest, self.instant), MARKER_TYPE_FILE),
+                TIMELINE_SERVER_BASED.encode(),
+                mode=PutMode.CREATE,
+            )
+        except AlreadyExists:
+            pass
+        self._typed = True
 
     @property
     def path(self) -> str | None:
@@ -521,10 +540,8 @@ class AttemptMarkers:
             self._written = lines
             return
         folder = marker_dir(self.dest, self.instant)
-        try:  # before any MARKERS<n> file: Hudi reads the folder's files by it
-            await rs.put(join(folder, MARKER_TYPE_FILE), TIMELINE_SERVER_BASED.encode(), mode=PutMode.CREATE)
-        except AlreadyExists:
-            pass
+        if not self._typed:  # before any MARKERS<n> file: Hudi reads the folder's files by it
+            await self.prepare()
         n = int(attempt_markers_name(self.attempt_id).removeprefix(MARKERS_PREFIX))
         while True:
             path = join(folder, f"{MARKERS_PREFIX}{n}")
@@ -542,12 +559,37 @@ async def instant_state(store: Store, dest: str, instant: str) -> str:
     folder ``.hoodie/.aux/amcommit/<instant>/`` or an earlier version's, its instant not
     completed) or ``"gone"`` (rolled back, skipped, or never begun). Checked in that order:
     a commit completes its instant before it removes the job marker, a rollback removes the
-    job marker before the instant files."""
+    job marker before the instant files.
+
+    The first look for the completed instant and the look for the job marker are made at
+    the same time (one round trip, not two). Each answer is as sound as before: a completed
+    instant found is completed; "gone" still needs a look for the completed instant made
+    after the job marker was found missing (below), so a commit that completed and removed
+    its job marker meanwhile is seen; "pending" (marker found, no completed instant) was
+    only ever true as of the looks, in either order."""
     from amcommit.table.write.staging import find_table_layout
 
-    if await completed_instant(store, dest, instant) is not None:
+    done: Instant | None = None
+    layout: JobLayout | None = None
+    failed: list[StoreError] = []
+
+    async def completed() -> None:
+        nonlocal done
+        done = await completed_instant(store, dest, instant)
+
+    async def staged() -> None:
+        nonlocal layout
+        try:
+            layout = await find_table_layout(store, dest, instant)
+        except StoreError as e:  # judged below: unused when the instant is completed
+            failed.append(e)
+
+    await run_parallel([completed, staged], lambda step: step(), 2)
+    if done is not None:
         return "completed"
-    if await find_table_layout(store, dest, instant) is None:
+    if failed:
+        raise failed[0]
+    if layout is None:
         # a commit may have completed between the two looks
         return "completed" if await completed_instant(store, dest, instant) is not None else "gone"
     return "pending"
@@ -766,19 +808,21 @@ async def check_markers(
     config: CommitterConfig = DEFAULT_CONFIG,
     *,
     depth: int | None = None,
-) -> None:
+) -> list[Marker]:
     """CommitError (one line naming the first bad marker) if a marker of ``instant`` names
     a file the write may not delete (:func:`marker_problem`): the commit of a direct write
     checks its markers so before anything is planned, reconciled or published (one
     listing of the marker folder). Nothing is changed; the write stays pending, and its
-    abort (``amcommit abort-job``) removes the write's own files only."""
-    _, bad, _ = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
+    abort (``amcommit abort-job``) removes the write's own files only. Returns the trusted
+    markers listed (for :func:`reconcile` ``checked``)."""
+    good, bad, _ = await _judged_markers(store, dest, instant, config, what=None, depth=depth)
     if bad:
         raise CommitError(
             f"table write {instant} refused: {untrusted_line(dest, instant, bad)}; nothing was deleted "
             "or published (abort it with `amcommit abort-job`: that removes the write's own files only)",
             stage="check_markers",
         )
+    return good
 
 
 async def marked_files(
@@ -827,15 +871,22 @@ async def reconcile(
     config: CommitterConfig = DEFAULT_CONFIG,
     *,
     depth: int | None = None,
+    checked: Sequence[Marker] | None = None,
 ) -> list[str]:
     """Delete the marked base files of ``instant`` that the winning manifests do not name
     (``winners``: paths relative to the table). Returns them (relative). Idempotent; a
     crash midway is repeated by the resumed commit. Untrusted markers
     (:func:`marker_problem`, checked before the plan by :func:`check_markers`; one written
-    since) get nothing deleted (logged, one line)."""
-    good, _, _ = await _judged_markers(
-        store, dest, instant, config, what=f"the commit of {instant}", depth=depth
-    )
+    since) get nothing deleted (logged, one line). ``checked``: the trusted markers
+    :func:`check_markers` listed in this same commit run (no second listing); a marker
+    written since is then left to the sweep after the publish, as one written after a
+    listing made here would be."""
+    if checked is not None:
+        good = list(checked)
+    else:
+        good, _, _ = await _judged_markers(
+            store, dest, instant, config, what=f"the commit of {instant}", depth=depth
+        )
     doomed = losers({rel for _, rel, io in good if deletes(rel, io, instant)}, winners)
     await _delete_all(store, [join(dest, r) for r in doomed], config)
     return doomed
@@ -1012,14 +1063,34 @@ async def _winners_of(store: Store, dest: str, instant: str) -> set[str] | None:
     return {s.path for s in meta.write_stats()}
 
 
+@dataclass(frozen=True)
+class Published:
+    """What the writer that published an instant knows of it, handed to its own marker
+    sweep after the lock (:func:`sweep_late_markers` ``first_published``): the instant is
+    completed, ``winners`` are the files its published commit names (decoded from the very
+    bytes published), ``depth`` the table's partition field count (None: not known). The
+    sweep then looks none of them up (the instant's state, its commit, the properties)."""
+
+    winners: frozenset[str]
+    depth: int | None
+
+
 async def sweep_instant(
-    store: Store, dest: str, instant: str, *, grace: float, config: CommitterConfig = DEFAULT_CONFIG
+    store: Store,
+    dest: str,
+    instant: str,
+    *,
+    grace: float,
+    config: CommitterConfig = DEFAULT_CONFIG,
+    published: Published | None = None,
 ) -> list[str]:
     """The markers of one decided instant (completed: its commit's files are the winners;
     gone: none are), :func:`judge_markers`; nothing for a pending write (its instant and
     job marker are looked at first: its marker folder is never listed) or a folder without
-    markers. Returns the files deleted."""
-    state = await instant_state(store, dest, instant)
+    markers. ``published``: the caller published ``instant`` itself and knows its winners
+    (:class:`Published`), so nothing is looked up first (a completed instant stays
+    completed). Returns the files deleted."""
+    state = "completed" if published is not None else await instant_state(store, dest, instant)
     if state == "pending":
         return []
     if state == "gone" and await pending_on_timeline(store, dest, instant):
@@ -1028,13 +1099,21 @@ async def sweep_instant(
         # writer is judged dead: amcommit.table.timeline.heartbeat), never by a sweep
         return []
     markers, bad, empty = await _judged_markers(
-        store, dest, instant, config, what=f"the marker sweep of {instant}"
+        store,
+        dest,
+        instant,
+        config,
+        what=f"the marker sweep of {instant}",
+        depth=None if published is None else published.depth,
     )
     if not markers and not bad:
         if empty:
             await judge_markers(store, dest, instant, (), (), grace=grace, config=config, empty=empty)
         return []
-    winners = await _winners_of(store, dest, instant) if state == "completed" else set()
+    if published is not None:
+        winners: set[str] | None = set(published.winners)
+    else:
+        winners = await _winners_of(store, dest, instant) if state == "completed" else set()
     deleted, _ = await judge_markers(
         store, dest, instant, markers, winners or (), grace=grace, config=config, untrusted=bad, empty=empty
     )
@@ -1048,11 +1127,16 @@ async def sweep_late_markers(
     grace: float,
     config: CommitterConfig = DEFAULT_CONFIG,
     first: str | None = None,
+    first_published: Published | None = None,
 ) -> dict[str, list[str]]:
     """Remove the markers of decided instants, and the files of those no winner names
     (module doc, step 4): one listing of ``.hoodie/.temp/``, then :func:`sweep_instant` for
     each instant folder there (``first``, if given, is swept first: the caller's own
     write). A pending write's folder is left alone. Returns the files deleted, by instant.
+
+    ``first_published``: ``first`` was published by the caller (:class:`Published`); its
+    sweep then runs while ``.hoodie/.temp/`` is listed (it needs nothing of that listing),
+    and the other instants after the listing, as before.
 
     Called after every table commit (outside the lock) for the committed write's own
     markers, by every clean (:func:`amcommit.table.commit.clean.clean`) and every rollback
@@ -1060,13 +1144,33 @@ async def sweep_late_markers(
     later commit), each with ``grace`` = ``writer_ttl``."""
     temp = join(dest, TEMP_DIR)
     instants: set[str] = set()
-    try:
-        async for info in store.list(temp, recursive=False):
-            if info.is_dir and is_instant(basename(info.path)):
-                instants.add(basename(info.path))
-    except NotFound:
-        return {}
     out: dict[str, list[str]] = {}
+    gone = False
+
+    async def listing() -> None:
+        nonlocal gone
+        try:
+            async for info in store.list(temp, recursive=False):
+                if info.is_dir and is_instant(basename(info.path)):
+                    instants.add(basename(info.path))
+        except NotFound:
+            gone = True
+
+    async def own() -> None:
+        assert first is not None
+        deleted = await sweep_instant(
+            store, dest, first, grace=grace, config=config, published=first_published
+        )
+        if deleted:
+            out[first] = deleted
+
+    if first is not None and first_published is not None:
+        await run_parallel([listing, own], lambda step: step(), 2)
+        instants.discard(first)
+    else:
+        await listing()
+    if gone:
+        return out
     for instant in sorted(instants, key=lambda t: (t != first, t)):
         deleted = await sweep_instant(store, dest, instant, grace=grace, config=config)
         if deleted:
@@ -1082,12 +1186,15 @@ async def sweep_after(
     grace: float,
     config: CommitterConfig = DEFAULT_CONFIG,
     first: str | None = None,
+    first_published: Published | None = None,
 ) -> dict[str, list[str]]:
     """:func:`sweep_late_markers` after ``what`` (a commit, clean or rollback) succeeded: a
     failure never fails ``what``; it is logged (WARNING, one line) and the next sweep
     completes it. Returns the files deleted, by instant ({} after a failure)."""
     try:
-        return await sweep_late_markers(store, dest, grace=grace, config=config, first=first)
+        return await sweep_late_markers(
+            store, dest, grace=grace, config=config, first=first, first_published=first_published
+        )
     except AmcommitError as e:
         log.warning(
             "removing markers in %s after %s failed (%s stands; the next sweep retries): %s",

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from amcommit.committer.config import CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import CommitError, NotFound
+from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
 from amcommit.store.base import ObjectInfo, Store
 from amcommit.store.retry import RetryingStore
@@ -147,9 +148,21 @@ async def staged_instants(store: Store, dest: str) -> tuple[set[str], set[str]]:
     folder there holding a job marker; the others are marker folders of direct writes).
     Two listings, and one stat per ``.hoodie/.temp/`` folder without a staging folder of
     its own (normally none: markers of a decided write that are not removed yet). Reads
-    only; not retried."""
-    staged = await instant_dirs(store, join(dest, STAGING_DIR))
-    temp = await instant_dirs(store, join(dest, LEGACY_STAGING_DIR))
+    only; not retried.
+
+    The two listings are made at the same time (one round trip). Any outcome of that is
+    one the listings made one after the other could give too: a write's staging folder
+    is created (its claim) before anything of it lands in ``.hoodie/.temp/`` and deleted
+    (its cleanup) while its markers may still be there, so a folder seen in
+    ``.hoodie/.temp/`` but not in the staging folder is either a decided write's markers
+    or a legacy write, told apart by the stat below exactly as before."""
+    staged: set[str] = set()
+    temp: set[str] = set()
+
+    async def one(which: tuple[set[str], str]) -> None:
+        which[0].update(await instant_dirs(store, join(dest, which[1])))
+
+    await run_parallel([(staged, STAGING_DIR), (temp, LEGACY_STAGING_DIR)], one, 2)
     legacy: set[str] = set()
     for t in sorted(temp - staged):
         try:

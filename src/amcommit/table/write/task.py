@@ -48,7 +48,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -57,6 +57,7 @@ from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.layout import JobLayout
 from amcommit.errors import AlreadyExists, CommitError, ConfigError, ManifestError, NotFound
 from amcommit.manifest import TaskManifest
+from amcommit.parallel import run_parallel
 from amcommit.paths import basename, check_path, join
 from amcommit.store.base import ObjectInfo, PutMode, Store
 from amcommit.store.retry import RetryingStore
@@ -824,14 +825,29 @@ async def setup_table_task(
     heartbeat beaten) and return its :class:`TableTask`, staged or direct as
     ``table_settings(config).placement`` says (every task of one write must use the same
     setting). Reads the write's job marker once, for the schema its files must hold
-    (:func:`write_schema`)."""
+    (:func:`write_schema`), while the attempt is set up (a read: if the setup fails, the
+    read is dropped; no file is written before both are done)."""
     from amcommit.committer.task import setup_task
 
-    work = await setup_task(store, write.layout, task_attempt_id, config=config)
+    got: dict[str, Any] = {}
+
+    async def attempt() -> None:
+        got["work"] = await setup_task(store, write.layout, task_attempt_id, config=config)
+
+    async def marker() -> None:
+        got["marker"] = await read_marker(RetryingStore.of(store, config), write.layout)
+
+    await run_parallel([attempt, marker], lambda step: step(), 2)
     placement = table_settings(config).placement
-    marker = await read_marker(RetryingStore.of(store, config), write.layout)
     return TableTask(
-        store, write, task_id, task_attempt_id, work, placement, config, schema=write_schema(marker)
+        store,
+        write,
+        task_id,
+        task_attempt_id,
+        got["work"],
+        placement,
+        config,
+        schema=write_schema(got["marker"]),
     )
 
 
