@@ -640,7 +640,7 @@ def log_blocks(
     if up_keys:
         rows = pa.Table.from_pylist([updates[k] for k in up_keys], schema=spec.arrow_schema)
         t = with_meta(rows, up_keys, instant, task, 0, partition, file_id)
-        blocks.append(avro_data_block(instant, spec.log_schema, t.to_pylist()))
+        blocks.append(avro_data_block(instant, spec.log_schema, t))
     if deletes:
         dels = [DeleteRecord(k, partition, 0, "IntWrapper") for k in sorted(deletes)]
         blocks.append(delete_block(instant, spec.log_schema, dels))

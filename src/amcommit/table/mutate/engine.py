@@ -593,7 +593,7 @@ async def _mutate(
                 if up_keys:
                     rows = data_cols.take(pa.array([rw.updates[k] for k in up_keys], pa.int64()))
                     t = with_meta(rows, up_keys, instant, task, first, f.partition, f.file_id)
-                    blocks.append(avro_data_block(instant, log_schema, t.to_pylist()))
+                    blocks.append(avro_data_block(instant, log_schema, t))
                 if rw.deletes:
                     blocks.append(
                         delete_block(instant, log_schema, _delete_records(f.partition, rw.deletes, ordered))
