@@ -451,6 +451,48 @@ def test_driver_batch_is_one_spark_job_and_fills_small_file_groups(
     assert hudi_snapshot(str(dest)) == rows_of(model)
 
 
+def test_driver_batch_reads_the_table_while_spark_collects(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 item 5: the driver's reads of the table (properties, timeline, committed
+    schema) overlap the Spark job that collects the batch, instead of running before it (on a
+    remote store they cost as much as the job). Pinned with the order of events: the read
+    of the committed schema is held until the collect has started (at most 20 s); before,
+    the collect started only after it, so the read waited out its bound. The upsert's
+    result is the model's."""
+    import threading
+
+    import anyio.to_thread
+
+    import amcommit.spark.mutate as mutate_mod
+    import amcommit.table.write.task as task_mod
+
+    dest = tmp_path / "overlap"
+    kw: dict[str, Any] = {"recordKey": "id", "partitionBy": "p", "precombineField": "ts"}
+    first = [{"id": i, "p": "ab"[i % 2], "v": f"a{i}", "ts": 1} for i in range(6)]
+    amspark.upsert(_df(spark, first, parts=1), str(dest), **kw)
+    collecting = threading.Event()
+    waited: list[bool] = []
+    real_schema, real_collect = task_mod.committed_schema, mutate_mod.collect_arrow
+
+    async def held_schema(*a: Any, **k: Any) -> Any:
+        waited.append(await anyio.to_thread.run_sync(collecting.wait, 20))
+        return await real_schema(*a, **k)
+
+    def collect(df: Any, schema: Any) -> Any:
+        collecting.set()
+        return real_collect(df, schema)
+
+    monkeypatch.setattr(task_mod, "committed_schema", held_schema)
+    monkeypatch.setattr(mutate_mod, "collect_arrow", collect)
+    batch = [{"id": 1, "p": "b", "v": "u1", "ts": 2}, {"id": 40, "p": "a", "v": "n40", "ts": 1}]
+    rep = amspark.upsert(_df(spark, batch, parts=1), str(dest), **kw)
+    # the first read is the driver's check; later ones (the engine's) follow the collect anyway
+    assert waited and all(waited), "the committed schema was read before the Spark job started"
+    assert (rep.updated, rep.inserted) == (1, 1)
+    assert hudi_snapshot(str(dest)) == rows_of(model_upsert(model_upsert({}, first), batch))
+
+
 def test_batch_over_driver_batch_rows_runs_in_spark_tasks(spark: Any, tmp_path: Path) -> None:
     """A batch of more rows than ``driverBatchRows`` (its ``limit(n + 1)`` collect finds
     ``n + 1``) runs in Spark tasks, its nulls checked by a Spark job there: refused in one

@@ -40,7 +40,8 @@ engine's deltacommits (:mod:`amcommit.table.mutate.engine`).
 **Where it runs.** A batch of at most ``driverBatchRows`` rows (option; default
 :data:`DRIVER_BATCH_ROWS`) runs on the driver (:func:`_run_on_driver`; ``write_batch``:
 :func:`amcommit.spark.foreach._batch_on_driver`): one Spark job collects at most
-``driverBatchRows + 1`` rows as Arrow (``limit``, ``toArrow``), the null checks and the
+``driverBatchRows + 1`` rows as Arrow (``limit``, ``toArrow``; the table's properties,
+timeline and committed schema are read on a thread meanwhile), the null checks and the
 count are made on them (:func:`check_nulls_arrow`), and the engine's upsert or delete
 runs there (index lookup with async I/O, the plan in Arrow, Hudi's small-file handling:
 each partition's inserts fill its small file groups first, smallest first, then go to one
@@ -167,9 +168,12 @@ def prepare_mutation(
 ) -> tuple[WritePlan, MutationSpec]:
     """The checked plan of an upsert or delete (no instant yet) and its spec; MutationError /
     ConfigError (one line) for bad options or columns. Reads the table's properties and
-    committed schema; runs one Spark job: at most ``driverBatchRows + 1`` rows collected
-    as Arrow (``spec.data`` when they fit, null checks made on them), else one more job
-    counting the null keys and precombine values (:func:`_check_nulls`)."""
+    committed schema (on a thread, while this thread runs the Spark job: the two overlap);
+    runs one Spark job: at most ``driverBatchRows + 1`` rows collected as Arrow
+    (``spec.data`` when they fit, null checks made on them), else one more job counting the
+    null keys and precombine values (:func:`_check_nulls`). Reads only: nothing is written."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from amcommit.loop import run_blocking
@@ -228,7 +232,17 @@ def prepare_mutation(
             instants = await timeline_files(store, root, config=plan.config())
             return props, await committed_schema(store, root, latest_write(instants), plan.config())
 
-    props, table_schema = run_blocking(schema)
+    # the table's reads run on a thread while this one runs the Spark job that collects the
+    # rows (on a remote store they cost as much as the job); the rows are cast after both
+    data: pa.Table | None = None
+    collect = 0 < driver_rows and not table.allow_missing_columns
+    with ThreadPoolExecutor(1, thread_name_prefix="amcommit-table-reads") as pool:
+        reads = pool.submit(run_blocking, schema)
+        if collect:
+            # one Spark job: at most driverBatchRows + 1 rows collected as Arrow; a batch
+            # that fits is checked (nulls, count) below and written by the engine on the driver
+            data = collect_arrow(df.limit(driver_rows + 1), arrow)
+        props, table_schema = reads.result()
     table_type = own.get("tabletype")
     if props is not None:
         check_table_type(props, table_type, dest)  # before anything is written
@@ -245,14 +259,12 @@ def prepare_mutation(
         widened = avro_schema(arrow, table.name)
     if delete_op and not table_schema:
         raise MutationError(f"table {dest!r} holds no committed write: nothing to delete")
-    data: pa.Table | None = None
-    if 0 < driver_rows and not table.allow_missing_columns:
-        # one Spark job: at most driverBatchRows + 1 rows collected as Arrow; a batch that
-        # fits is checked (nulls, count) here and written by the engine on the driver
-        data = collect_arrow(df.limit(driver_rows + 1), arrow)
+    if data is not None:
         if data.num_rows > driver_rows:
             data = None  # too many rows for the driver: the Spark-task path
         else:
+            if widened is not None:
+                data = data.cast(arrow)  # a key column widened above
             check_nulls_arrow(data, keys, precombine)
     rows = data.num_rows if data is not None else _check_nulls(df, keys, precombine)
     schema_json = table_schema if delete_op else widened
