@@ -204,30 +204,17 @@ def _nothing() -> None:
     return None
 
 
-PROBE_DENSITY = 16
-"""On local files, a base file's bloom filter is not probed when the keys of the batch
-within its key range number at least 1/``PROBE_DENSITY`` of its rows: its key column is
-read and joined instead (exact, as after a probe). Probing costs ~6x more a key than
-decoding the key column costs a row, and with that many keys in range the file almost
-surely holds one (the probe would rule nothing out and the column be read anyway); if it
-holds none, the read costs at most ~3x the probe skipped."""
-
-
 def _look_up_local(local: str, rel: str, part: PartitionBatch) -> tuple[list[str], Any, Any] | None:
     """The index lookup of a base file on local files (``local``: its OS path) in one call:
     the keys of ``part`` its footer cannot rule out, then, if any, ``(those keys, its key
-    column, the keys it holds)``; None when the footer rules every key out. The bloom
-    filter is probed only for fewer keys in range than 1/:data:`PROBE_DENSITY` of the
-    file's rows (else every key in range is asked: the same keys held). Reads only."""
+    column, the keys it holds)``; None when the footer rules every key out. Its bloom
+    filter is probed only for few keys (:func:`file_candidates` with ``rows``). Reads only."""
     import pyarrow.parquet as pq
 
     from amcommit.table.format.bloom import parse_footer
 
     md = pq.read_metadata(local)
-    idx = parse_footer(md.metadata, where=rel)
-    asked = idx.in_range_sorted(part.sorted_keys, part.odd)
-    if asked and len(asked) * PROBE_DENSITY < md.num_rows:
-        asked = idx.probe(asked)
+    asked = file_candidates(part, parse_footer(md.metadata, where=rel), rows=md.num_rows)
     if not asked:
         return None
     held = pq.read_table(local, columns=[KEY_COLUMN]).column(0)
