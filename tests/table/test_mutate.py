@@ -282,7 +282,8 @@ async def test_index_reads_key_columns_only_of_files_it_cannot_rule_out(
     backend_local: StoreUnderTest,
 ) -> None:
     """10 files in one partition, keys in disjoint ranges: an upsert of keys of 2 files reads
-    10 footers and the key column of just those 2, and rewrites just those 2."""
+    10 footers and the key columns of just those 2 (and of a file whose range holds many of
+    the keys: not probed), and rewrites just those 2."""
     store, dest = backend_local.store, join(backend_local.base, "ix")
     for g in range(10):
         rows = [{"id": g * 1000 + i, "p": "a", "v": "x", "ts": 1} for i in range(50)]
@@ -290,12 +291,19 @@ async def test_index_reads_key_columns_only_of_files_it_cannot_rule_out(
     keys = [{"id": 3000 + i, "p": "a", "v": "y", "ts": 2} for i in range(5)]
     keys += [{"id": 7000 + i, "p": "a", "v": "y", "ts": 2} for i in range(5)]
     rep = await mutate.upsert(store, dest, _t(keys), precombine_field="ts", **KW)
-    assert (rep.footers_read, rep.key_columns_read, rep.files_rewritten, rep.updated) == (10, 2, 2, 10)
+    # 3 key columns: file 0's range ("0".."9") holds all 10 keys, 1/5 of its rows: at least
+    # 1/PROBE_DENSITY, so it is read instead of probed (holding none, it is not rewritten)
+    assert (rep.footers_read, rep.key_columns_read, rep.files_rewritten, rep.updated) == (10, 3, 2, 10)
     # keys in range of files that do not hold them: the bloom filter rules them out
     # ("3000".."3049" sorts between "3000" and "3049"; "30000" is in range, not in the file)
-    odd = [{"id": 30000 + i, "p": "a", "v": "z", "ts": 1} for i in range(20)]
+    odd = [{"id": 30000 + i, "p": "a", "v": "z", "ts": 1} for i in range(3)]
     rep = await mutate.upsert(store, dest, _t(odd), precombine_field="ts", **NEW)
-    assert (rep.footers_read, rep.key_columns_read, rep.inserted, rep.files_rewritten) == (10, 0, 20, 0)
+    assert (rep.footers_read, rep.key_columns_read, rep.inserted, rep.files_rewritten) == (10, 0, 3, 0)
+    # as many such keys as 1/PROBE_DENSITY of the file's rows: no probe, the key column is
+    # read and holds none of them (file 0 too, as above; inserted all the same, nothing rewritten)
+    dense = [{"id": 30100 + i, "p": "a", "v": "z", "ts": 1} for i in range(20)]
+    rep = await mutate.upsert(store, dest, _t(dense), precombine_field="ts", **NEW)
+    assert (rep.footers_read, rep.key_columns_read, rep.inserted, rep.files_rewritten) == (11, 2, 20, 0)
 
 
 async def test_ordering_aware_payload_keeps_newer_stored_record(backend_local: StoreUnderTest) -> None:

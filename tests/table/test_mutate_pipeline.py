@@ -330,3 +330,54 @@ async def test_byte_budget_bounds_the_bytes_in_flight() -> None:
             ev[1].set()
             ev[2].set()
     assert sorted(n for n, _ in log) == ["a", "b", "big"] and budget.held == 0
+
+
+async def test_a_dense_file_is_not_probed(
+    backend_local: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On local files a base file whose key range holds at least 1/PROBE_DENSITY of its rows
+    in keys of the batch is not probed by its bloom filter (its key column is read anyway);
+    a file with fewer keys in range is (both files, one key each). Same result: a key in range that no file holds
+    (``1005``, between ``100`` and ``139``) is inserted, not updated."""
+    from amcommit.table.format.bloom import BloomFilter
+
+    dest = join(backend_local.base, "dense")
+    first = [{"id": i, "p": "a", "v": "old", "ts": 1} for i in range(100, 180)]  # files 100-139, 140-179
+    await mutate.upsert(backend_local.store, dest, _t(first), max_file_rows=40, small_file_limit=0, **KW)
+    probed: list[int] = []
+    real = BloomFilter.might_contain
+
+    def spy(self: BloomFilter, keys: Any) -> Any:
+        probed.append(len(keys))
+        return real(self, keys)
+
+    monkeypatch.setattr(BloomFilter, "might_contain", spy)
+    assert 40 // planning.PROBE_DENSITY < 3
+    dense = [{"id": i, "p": "a", "v": "new", "ts": 2} for i in (100, 101, 102, 1005)]
+    rep = await mutate.upsert(backend_local.store, dest, _t(dense), **KW)
+    assert probed == [] and (rep.updated, rep.inserted, rep.candidates) == (3, 1, 1)
+    sparse = [{"id": i, "p": "a", "v": "newer", "ts": 3} for i in (110, 150)]
+    rep = await mutate.upsert(backend_local.store, dest, _t(sparse), **KW)
+    assert len(probed) == 2 and (rep.updated, rep.inserted, rep.candidates) == (2, 0, 2)
+    _, commits = await load_timeline(backend_local.store, dest)
+    rows = []
+    for f in snapshot(commits):
+        rows += pq.read_table(pa.BufferReader(await backend_local.store.get(join(dest, f.path)))).to_pylist()
+    want = {i: "old" for i in range(100, 180)} | {100: "new", 101: "new", 102: "new", 1005: "new"}
+    want |= {110: "newer", 150: "newer"}
+    assert sorted((r["id"], r["v"]) for r in rows) == sorted(want.items())
+
+
+def test_file_candidates_skips_the_filter_only_when_dense() -> None:
+    """``file_candidates`` with a file's ``rows``: every key in range when they are at least
+    ``rows / PROBE_DENSITY`` (a key the filter rules out included: the key column decides),
+    the filter's maybes below that; without ``rows`` always the filter's."""
+    from amcommit.table.format.bloom import build_footer, parse_footer
+
+    held = [f"k{i:03d}" for i in range(0, 64, 2)]  # 32 keys: k000, k002, ..., k062
+    idx = parse_footer(build_footer(held))
+    asked = ["k001", "k002", "k999"]  # k999 beyond the range
+    part = planning.partition_batches(planning.Batch(asked, ["p"] * 3, [0, 1, 2], 0))["p"]
+    assert planning.file_candidates(part, idx) == ["k002"]
+    assert planning.file_candidates(part, idx, rows=2 * planning.PROBE_DENSITY + 1) == ["k002"]
+    assert planning.file_candidates(part, idx, rows=2 * planning.PROBE_DENSITY) == ["k001", "k002"]

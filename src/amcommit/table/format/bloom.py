@@ -524,19 +524,30 @@ class FooterIndex:
         (found by bisection), then the filter's maybes. Keys with characters beyond U+FFFF
         are never ruled out by the range (:func:`key_in_range`); ``odd``: those among
         ``keys``, if the caller found them already (:func:`beyond_bmp`)."""
+        return self.probe(self.in_range_sorted(keys, odd))
+
+    def in_range_sorted(self, keys: Sequence[str], odd: Sequence[str] | None = None) -> list[str]:
+        """The keys (sorted, in code point order) within the file's key range, found by
+        bisection; keys with characters beyond U+FFFF are never ruled out by the range
+        (:func:`key_in_range`; ``odd``: those among ``keys``, as :meth:`may_hold_sorted`
+        takes it). The first step of :meth:`may_hold_sorted`: no filter is decoded."""
         import bisect
 
         lo, hi = self.min_key, self.max_key
         if lo is None or hi is None or _NON_BMP.search(lo) or _NON_BMP.search(hi):
-            cand = list(keys)
-        else:
-            cand = list(keys[bisect.bisect_left(keys, lo) : bisect.bisect_right(keys, hi)])
-            cand += [k for k in (beyond_bmp(keys) if odd is None else odd) if not lo <= k <= hi]
+            return list(keys)
+        cand = list(keys[bisect.bisect_left(keys, lo) : bisect.bisect_right(keys, hi)])
+        cand += [k for k in (beyond_bmp(keys) if odd is None else odd) if not lo <= k <= hi]
+        return cand
+
+    def probe(self, cand: Sequence[str]) -> list[str]:
+        """Of ``cand``, the keys the filter may hold (all of them without a filter). The
+        second step of :meth:`may_hold_sorted`."""
         if not cand:
             return []
         bloom = self.bloom
         if bloom is None:
-            return cand
+            return list(cand)
         return [k for k, m in zip(cand, bloom.might_contain(cand).tolist(), strict=True) if m]
 
 

@@ -207,12 +207,14 @@ def _nothing() -> None:
 def _look_up_local(local: str, rel: str, part: PartitionBatch) -> tuple[list[str], Any, Any] | None:
     """The index lookup of a base file on local files (``local``: its OS path) in one call:
     the keys of ``part`` its footer cannot rule out, then, if any, ``(those keys, its key
-    column, the keys it holds)``; None when the footer rules every key out. Reads only."""
+    column, the keys it holds)``; None when the footer rules every key out. Its bloom
+    filter is probed only for few keys (:func:`file_candidates` with ``rows``). Reads only."""
     import pyarrow.parquet as pq
 
     from amcommit.table.format.bloom import parse_footer
 
-    asked = file_candidates(part, parse_footer(pq.read_metadata(local).metadata, where=rel))
+    md = pq.read_metadata(local)
+    asked = file_candidates(part, parse_footer(md.metadata, where=rel), rows=md.num_rows)
     if not asked:
         return None
     held = pq.read_table(local, columns=[KEY_COLUMN]).column(0)
