@@ -516,6 +516,6 @@ def begin_batch(
         schema_json=schema_json,
         spare=True,
         **(table_kw or {}),
-    )  # the next batch's keep-alive process starts now, off its path
+    )  # beaten by this worker's kept keep-alive process: a batch starts no process
     hooks.current.stream_begun(batch, checkpoint)
     return plan
