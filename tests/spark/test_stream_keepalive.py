@@ -3,7 +3,8 @@ micro-batch's instant of a Spark driver (:mod:`amcommit.table.timeline.beater`,
 ``start(spare=True)``), so a batch starts no process. Killed with SIGKILL mid batch, the
 query goes on (the next batch gets a fresh one) and commits exactly its input; the driver
 killed mid batch: the kept process stops beating the dead driver's instant and exits, and
-the restart rolls that instant back and commits exactly the input once.
+the restart rolls that instant back and commits exactly the input once. The sink's
+reused Python workers freeze their imports once (``settle_gc``).
 
 The kept processes of this test's drivers are told from any other on the host by a marker
 in their environment (inherited from the driver): only they are signalled.
@@ -11,6 +12,7 @@ in their environment (inherited from the driver): only they are signalled.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -77,7 +79,10 @@ def test_kept_keepalive_killed_mid_batch_or_with_its_driver(
 
     # 1. the kept process SIGKILLed in the middle of batch 1 (a task slowed until released)
     flag, release = tmp_path / "mid-1", tmp_path / "go-1"
-    p = start({**spec, "signal": str(flag), "release": str(release)}, "slow_task@1=300")
+    timings = tmp_path / "timings.jsonl"
+    p = start(
+        {**spec, "signal": str(flag), "release": str(release), "timings": str(timings)}, "slow_task@1=300"
+    )
     try:
         wait_for("batch 1 mid-write", flag.exists, 300, p)
         kept = kept_processes(mark)
@@ -93,6 +98,9 @@ def test_kept_keepalive_killed_mid_batch_or_with_its_driver(
     assert rc == 0, log
     # batch 1 committed; batch 2 with a fresh keep-alive (the readers check once, at the end)
     assert [g.rsplit(":", 1)[1] for g in labels(dest)] == ["0", "1", "2"], log
+    # the commit worker, reused batch after batch, froze its imports (settle_gc)
+    commits = [json.loads(line) for line in timings.read_text().splitlines()]
+    assert [c["batch"] for c in commits] == [0, 1, 2] and all(c["frozen"] > 10_000 for c in commits), commits
     assert unfinished(dest) == [], log
     # the fresh one exits once its driver is gone: nothing beats any more
     wait_for("no kept process left", lambda: not kept_processes(mark), 60)
