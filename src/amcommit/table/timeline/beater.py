@@ -327,7 +327,7 @@ def serve() -> None:
 
         async with anyio.create_task_group() as tg:
             while True:
-                data = await anyio.to_thread.run_sync(_read_job, None if active[0] else SPARE_IDLE)
+                data = await anyio.to_thread.run_sync(_read_job, SPARE_IDLE)
                 if data is None:  # the starter is gone: beat on what was handed, take no more
                     break
                 if data == b"":
