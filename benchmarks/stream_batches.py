@@ -9,7 +9,8 @@ and ``addBatch`` (its tasks and the sink's commit). Reported: the first batch (a
 start-up: what a restart pays again) and the median of the later ones (steady), for each
 sink and as ratios to the file sink's of the same round. Rounds alternate the order of the
 sinks (the first query of the session also warms the JVM: ``--warmup`` runs a throwaway
-file-sink query first). With ``AMCOMMIT_STREAM_TIMINGS`` the sink's ``commit()`` timings
+file-sink query first). Per query also the CPU per batch of Spark's JVM and of its Python
+processes (``/proc``; the first batch included). With ``AMCOMMIT_STREAM_TIMINGS`` the sink's ``commit()`` timings
 go to ``stream_batches_timings.jsonl`` beside the results.
 
     python -m benchmarks.stream_batches [--files 6] [--rounds 2] [--warmup] [--save]
@@ -43,8 +44,57 @@ def _input(folder: Path, files: int) -> None:
         tmp.rename(folder / f"f{f:03d}.json")
 
 
+def _cpu() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process's descendants, live now, by kind:
+    ``jvm`` (Spark's JVM), ``python`` (Spark's Python workers and daemons, amcommit's
+    keep-alive processes); empty where ``/proc`` cannot tell. Pids key the sums (:func:`_spent`)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, float, str]] = {}
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return {}
+    for n in names:
+        try:
+            with open(f"/proc/{n}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1 : st.rindex(")")]
+        rest = st[st.rindex(")") + 2 :].split()
+        procs[int(n)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / hz, name)
+    mine, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, (ppid, _, _) in procs.items():
+            if pid not in mine and ppid in mine:
+                mine.add(pid)
+                grew = True
+    return {
+        f"{'jvm' if procs[p][2] == 'java' else 'python'}:{p}:{procs[p][2]}": procs[p][1]
+        for p in mine
+        if p != os.getpid()
+    }
+
+
+def _spent(before: dict[str, float], after: dict[str, float], batches: int) -> dict[str, float | None]:
+    """CPU ms per batch of the JVM and of the Python processes between two :func:`_cpu`
+    looks (processes that ended meanwhile are not counted)."""
+    if not after or not batches:
+        return {"jvm_cpu_ms": None, "py_cpu_ms": None}
+    out = {"jvm": 0.0, "python": 0.0}
+    for key, cpu in after.items():
+        out[key.split(":", 1)[0]] += cpu - before.get(key, 0.0)
+    return {
+        "jvm_cpu_ms": round(out["jvm"] * 1000 / batches),
+        "py_cpu_ms": round(out["python"] * 1000 / batches),
+    }
+
+
 def run_query(spark: Any, sink: str, src: Path, out: Path) -> dict[str, Any]:
-    """One query to the end of its input; its batches' durations (ms)."""
+    """One query to the end of its input; its batches' durations (ms) and the CPU the
+    session's processes spent per batch (ms; the first batch, with its process start-ups,
+    included)."""
     dest, ck = out / "dest", out / "ck"
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", "1").json(str(src))
     options = {"partitionBy": "day"}
@@ -63,10 +113,12 @@ def run_query(spark: Any, sink: str, src: Path, out: Path) -> dict[str, Any]:
         for k, v in options.items():
             w = w.option(k, v)
     w = w.option("checkpointLocation", str(ck)).trigger(availableNow=True)
+    cpu0 = _cpu()
     query = w.start() if sink != "amcommit" else w.start(dest.as_uri())
     query.awaitTermination()
     wall = time.monotonic() - t0
     batches = [p for p in query.recentProgress if p.numInputRows > 0]
+    cpu = _spent(cpu0, _cpu(), len(batches))
     trig = [int(p.durationMs.get("triggerExecution", 0)) for p in batches]
     add = [int(p.durationMs.get("addBatch", 0)) for p in batches]
     return {
@@ -75,6 +127,7 @@ def run_query(spark: Any, sink: str, src: Path, out: Path) -> dict[str, Any]:
         "trigger_ms": trig,
         "add_ms": add,
         "wall_s": round(wall, 2),
+        **cpu,
     }
 
 
@@ -128,7 +181,18 @@ def main() -> None:
             r["steady_x"] = (
                 round(r["steady_ms"] / ref["steady_ms"], 2) if r["steady_ms"] and ref["steady_ms"] else None
             )
-    cols = ["sink", "round", "first_ms", "steady_ms", "first_x", "steady_x", "add_ms", "wall_s", "load"]
+    cols = [
+        "sink",
+        "round",
+        "first_ms",
+        "steady_ms",
+        "first_x",
+        "steady_x",
+        "jvm_cpu_ms",
+        "py_cpu_ms",
+        "wall_s",
+        "load",
+    ]
     print(table(rows, cols, f"stream batches: {a.files} files of 20 rows, one per trigger, local[2]"))
     path = write_json("stream_batches", {"rows": rows}, save=a.save)
     print(f"results: {path}")

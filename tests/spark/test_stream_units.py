@@ -385,3 +385,31 @@ def test_abort_without_reports_rolls_back_the_batch_and_late_tasks_leave_nothing
     assert not (dest / ".hoodie" / ".aux" / "amcommit" / mine).exists()
     writer(str(tmp_path / "cp-other")).abort([None], 0)
     assert unfinished(dest) == []
+
+
+def test_settle_gc_freezes_once_in_a_spark_daemon_worker_only() -> None:
+    """``settle_gc`` (called at the end of the sink's planner, task and commit calls):
+    in a process whose main module is Spark's daemon (a forked, reused Python worker) it
+    collects once and freezes what is alive, once per process (a second call freezes
+    nothing more); in any other process (a user's driver) it does nothing."""
+    code = (
+        "import gc, importlib.util, json, sys\n"
+        "from amcommit.spark.stream import settle_gc\n"
+        "as_daemon = sys.argv[1] == 'daemon'\n"
+        "if as_daemon:\n"
+        "    sys.modules['__main__'].__spec__ = importlib.util.find_spec('pyspark.daemon')\n"
+        "settle_gc()\n"
+        "first = gc.get_freeze_count()\n"
+        "keep = [[i] for i in range(1000)]\n"
+        "settle_gc()\n"
+        "print(json.dumps([first, gc.get_freeze_count()]))\n"
+    )
+    got = {}
+    for mode in ("daemon", "driver"):
+        r = subprocess.run(
+            [sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60, check=True
+        )
+        got[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+    first, second = got["daemon"]
+    assert first > 10_000 and second == first  # the imports frozen, once
+    assert got["driver"] == [0, 0]

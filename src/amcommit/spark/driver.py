@@ -90,8 +90,9 @@ def keep_write_alive(plan: WritePlan, *, spare: bool = False) -> None:
     the write is gone (:func:`amcommit.liveness.write_processes`: the Spark driver's
     JVM, or the Python driver that began the write). If it cannot start, the begun write is aborted
     (rolled back) and CommitError raised: a write whose liveness cannot be kept is not run.
-    ``spare``: more writes follow (a stream's batches): the next one's keep-alive process
-    is started now, off their path (:mod:`amcommit.table.timeline.beater`)."""
+    ``spare``: more writes follow (a stream's batches): the write is handed to this
+    process's kept keep-alive process, which serves them all, so a batch starts no process
+    (:mod:`amcommit.table.timeline.beater`)."""
     from amcommit.table.timeline import beater
 
     try:
