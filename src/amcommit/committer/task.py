@@ -279,8 +279,9 @@ async def _job_active(store: Store, layout: JobLayout, policy: RetryPolicy) -> b
 
 
 async def _discard_zombie(store: Store, layout: JobLayout, task_attempt_id: str, policy: RetryPolicy) -> None:
-    """Delete what a task attempt of a job that is over left (its working directory and
-    temporary manifest): nothing would ever commit them."""
+    """Delete what a task attempt left (its working directory and temporary manifest): for
+    :func:`abort_task`, and for an attempt of a job that is over, which nothing would ever
+    commit. Idempotent."""
     work = layout.task_attempt_dir(task_attempt_id)
     tmp = layout.manifest_tmp_path(task_attempt_id)
     await retry_call(lambda: store.delete(work, recursive=True), policy=policy)
@@ -300,14 +301,7 @@ async def abort_task(
     """Delete a task attempt's output and temporary manifest. Idempotent (requests go
     through the retry layer); never touches the destination or another attempt's
     committed manifest."""
-    policy = policies_of(config)[0]
-    work = layout.task_attempt_dir(task_attempt_id)
-    tmp = layout.manifest_tmp_path(task_attempt_id)
-    await retry_call(lambda: store.delete(work, recursive=True), policy=policy)
-    try:
-        await retry_call(lambda: store.delete(tmp), policy=policy)
-    except NotFound:
-        pass
+    await _discard_zombie(store, layout, task_attempt_id, policies_of(config)[0])
 
 
 __all__ = ["abort_task", "build_manifest", "commit_task", "job_not_active", "scan_attempt", "setup_task"]
