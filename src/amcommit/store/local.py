@@ -729,14 +729,20 @@ class LocalStore:
                 # renames first: what this put records of them is written after (on a
                 # journaling file system this put's own fsync does it: _sync_dirs)
                 self._sync_dirs(put_dev=_device_of(d))
-            os.makedirs(d, exist_ok=True)
             tmp = os.path.join(d, f"{TMP_PREFIX}{uuid.uuid4().hex}")
             try:
-                with open(tmp, "wb") as f:
+                f = open(tmp, "wb")  # optimistic: the directory usually exists already
+            except (FileNotFoundError, NotADirectoryError):
+                os.makedirs(d, exist_ok=True)  # raises what a missing or blocked directory means
+                f = open(tmp, "wb")
+            try:
+                with f:
                     f.write(data)
+                    f.flush()
                     if self.fsync:
-                        f.flush()
                         os.fsync(f.fileno())
+                    # the published file's stat: a rename keeps its inode, mtime and size
+                    st = os.fstat(f.fileno())
                 if mode is PutMode.CREATE:
                     rename_noreplace(tmp, p)
                 elif isinstance(mode, UpdateIf):
@@ -751,16 +757,14 @@ class LocalStore:
                             )
                         os.replace(tmp, p)
                 else:
-                    if os.path.isdir(p):
-                        raise IsADirectoryError(errno.EISDIR, "is a directory", p)
-                    os.replace(tmp, p)
+                    os.replace(tmp, p)  # a directory at p: IsADirectoryError (EISDIR)
             except BaseException:
                 try:
                     os.unlink(tmp)
                 except FileNotFoundError:
                     pass
                 raise
-            return self._info(path, os.stat(p))
+            return self._info(path, st)
 
         # a small write without fsync is a few system calls, like a rename: inline
         return await self._run("put", path, write, inline=not self.fsync and len(data) <= INLINE_PUT_BYTES)
