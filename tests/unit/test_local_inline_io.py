@@ -138,3 +138,47 @@ def test_put_into_an_existing_directory_makes_no_path_lookups(
         "file",
     ]
     assert (tmp_path / "file").read_bytes() == b"f"
+
+
+def test_put_names_its_temporary_file_without_a_random_system_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put's temporary name needs no ``getrandom`` per put (on the event loop, a system
+    call that releases the GIL); the names stay unique within a process and differ in a
+    forked child (its own random token)."""
+    import os
+
+    from amcommit.store import local
+
+    draws: list[int] = []
+    real = os.urandom
+
+    def counted(n: int) -> bytes:
+        draws.append(n)
+        return real(n)
+
+    monkeypatch.setattr(os, "urandom", counted)
+    store = LocalStore(str(tmp_path), fsync=False)
+
+    async def main() -> None:
+        async with store:
+            for i in range(5):
+                await store.put(f"d/f{i}", b"x")
+
+    anyio.run(main)
+    assert draws == []
+    monkeypatch.undo()
+    names = {local._tmp_name() for _ in range(1000)}
+    assert len(names) == 1000
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first name, then out without running pytest's teardown
+        os.write(w, local._tmp_name().encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        child = f.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert child.startswith(".amcommit-tmp-") and child not in names
+    assert child.rsplit("-", 1)[0] != next(iter(names)).rsplit("-", 1)[0]  # a new token
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [f"f{i}" for i in range(5)]
