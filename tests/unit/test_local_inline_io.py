@@ -83,3 +83,102 @@ def test_put_create_only_inline_or_not(tmp_path: Path, size: int, fsync: bool) -
     assert (tmp_path / "a" / "b").read_bytes() == b"1" * size
     assert [p.name for p in (tmp_path / "a").iterdir()] == ["b"]  # no temporary file left
     assert bool(threads) == (fsync or size > INLINE_PUT_BYTES)
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_put_into_an_existing_directory_makes_no_path_lookups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: bool
+) -> None:
+    """A put into a directory that exists is open, write, fstat, close and rename: no
+    ``stat``/``mkdir`` of the directory or the target (each blocking call on the event loop
+    waits for the GIL behind busy worker threads); the info it returns is the published
+    file's (a later ``stat`` agrees). A missing directory is still made, a directory at the
+    path or a file in the way of the parent still refused, with nothing left behind."""
+    import os
+
+    store = LocalStore(str(tmp_path), fsync=fsync)
+    calls: list[str] = []
+    for name in ("stat", "lstat", "mkdir"):
+        real = getattr(os, name)
+
+        def counted(*a, _real=real, _name=name, **kw):  # type: ignore[no-untyped-def]
+            calls.append(_name)
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(os, name, counted)
+
+    async def main() -> None:
+        async with store:
+            await store.put("a/b/first", b"1")  # makes a/b
+            assert "mkdir" in calls
+            calls.clear()
+            info = await store.put("a/b/second", b"22")
+            info2 = await store.put("a/b/second", b"333", mode=PutMode.OVERWRITE)
+            assert calls == []  # no stat, lstat or mkdir
+            monkeypatch.undo()
+            assert info.size == 2 and info2.size == 3
+            assert (await store.stat("a/b/second")).etag == info2.etag != info.etag
+            assert await store.get("a/b/second") == b"333"
+            (tmp_path / "dir").mkdir()
+            with pytest.raises(StoreError, match="is a directory"):
+                await store.put("dir", b"x")
+            (tmp_path / "file").write_bytes(b"f")
+            with pytest.raises(AlreadyExists):
+                await store.put("file/x", b"x")
+            with pytest.raises(AlreadyExists):
+                await store.put("file/y/z", b"x")
+
+    anyio.run(main)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "a",
+        "a/b",
+        "a/b/first",
+        "a/b/second",
+        "dir",
+        "file",
+    ]
+    assert (tmp_path / "file").read_bytes() == b"f"
+
+
+def test_put_names_its_temporary_file_without_a_random_system_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put's temporary name needs no ``getrandom`` per put (on the event loop, a system
+    call that releases the GIL); the names stay unique within a process and differ in a
+    forked child (its own random token)."""
+    import os
+
+    from amcommit.store import local
+
+    draws: list[int] = []
+    real = os.urandom
+
+    def counted(n: int) -> bytes:
+        draws.append(n)
+        return real(n)
+
+    monkeypatch.setattr(os, "urandom", counted)
+    store = LocalStore(str(tmp_path), fsync=False)
+
+    async def main() -> None:
+        async with store:
+            for i in range(5):
+                await store.put(f"d/f{i}", b"x")
+
+    anyio.run(main)
+    assert draws == []
+    monkeypatch.undo()
+    names = {local._tmp_name() for _ in range(1000)}
+    assert len(names) == 1000
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first name, then out without running pytest's teardown
+        os.write(w, local._tmp_name().encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        child = f.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert child.startswith(".amcommit-tmp-") and child not in names
+    assert child.rsplit("-", 1)[0] != next(iter(names)).rsplit("-", 1)[0]  # a new token
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [f"f{i}" for i in range(5)]

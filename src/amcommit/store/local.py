@@ -517,6 +517,26 @@ INLINE_GET_BYTES = 64 * 1024
 """A get of a file of at most this many bytes runs inline (see :class:`LocalStore`)."""
 
 
+_tmp_token = uuid.uuid4().hex
+_tmp_count = itertools.count()
+
+
+def _new_tmp_token() -> None:
+    global _tmp_token, _tmp_count
+    _tmp_token, _tmp_count = uuid.uuid4().hex, itertools.count()
+
+
+os.register_at_fork(after_in_child=_new_tmp_token)
+
+
+def _tmp_name() -> str:
+    """A put's temporary file name: unique across processes (a random token drawn once per
+    process, again in a forked child) and within one (a counter), without a
+    ``getrandom`` system call per put (``uuid4`` makes one, which releases the GIL: on the
+    event loop, a wait behind busy worker threads)."""
+    return f"{TMP_PREFIX}{_tmp_token}-{next(_tmp_count)}"
+
+
 class _NotSmall(Exception):
     """Raised inside an inline get whose file is larger than :data:`INLINE_GET_BYTES`."""
 
@@ -729,14 +749,20 @@ class LocalStore:
                 # renames first: what this put records of them is written after (on a
                 # journaling file system this put's own fsync does it: _sync_dirs)
                 self._sync_dirs(put_dev=_device_of(d))
-            os.makedirs(d, exist_ok=True)
-            tmp = os.path.join(d, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            tmp = os.path.join(d, _tmp_name())
             try:
-                with open(tmp, "wb") as f:
+                f = open(tmp, "wb")  # optimistic: the directory usually exists already
+            except (FileNotFoundError, NotADirectoryError):
+                os.makedirs(d, exist_ok=True)  # raises what a missing or blocked directory means
+                f = open(tmp, "wb")
+            try:
+                with f:
                     f.write(data)
+                    f.flush()
                     if self.fsync:
-                        f.flush()
                         os.fsync(f.fileno())
+                    # the published file's stat: a rename keeps its inode, mtime and size
+                    st = os.fstat(f.fileno())
                 if mode is PutMode.CREATE:
                     rename_noreplace(tmp, p)
                 elif isinstance(mode, UpdateIf):
@@ -751,16 +777,14 @@ class LocalStore:
                             )
                         os.replace(tmp, p)
                 else:
-                    if os.path.isdir(p):
-                        raise IsADirectoryError(errno.EISDIR, "is a directory", p)
-                    os.replace(tmp, p)
+                    os.replace(tmp, p)  # a directory at p: IsADirectoryError (EISDIR)
             except BaseException:
                 try:
                     os.unlink(tmp)
                 except FileNotFoundError:
                     pass
                 raise
-            return self._info(path, os.stat(p))
+            return self._info(path, st)
 
         # a small write without fsync is a few system calls, like a rename: inline
         return await self._run("put", path, write, inline=not self.fsync and len(data) <= INLINE_PUT_BYTES)
