@@ -66,10 +66,10 @@ from functools import partial
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
 from amcommit.committer.lock import run_locked
 from amcommit.committer.report import Progress, ProgressCallback
-from amcommit.errors import AlreadyExists, ConfigError
+from amcommit.errors import ConfigError
 from amcommit.parallel import gather_limited
 from amcommit.paths import join
-from amcommit.store.base import PutMode, Store
+from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
 from amcommit.table.commit.orphans import (
     OrphanScan,
@@ -82,7 +82,7 @@ from amcommit.table.format.avro_meta import CleanerPlan, CleanMetadata, CleanPar
 from amcommit.table.format.model import Action, Instant, State
 from amcommit.table.format.naming import HOODIE_DIR, STAGING_DIR, next_instant
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import LoadedCommit
+from amcommit.table.timeline.instants import LoadedCommit, create_once
 from amcommit.table.timeline.reader import Listing, Timeline, table_uri
 from amcommit.table.write.direct import sweep_after
 
@@ -215,15 +215,6 @@ async def _previous_earliest(tl: Timeline, lst: Listing) -> str | None:
     return mark.earliest if mark is not None else None
 
 
-async def _put_once(rs: RetryingStore, path: str, data: bytes) -> bool:
-    """Create ``path``; False if it exists already (an earlier run, or a lost answer)."""
-    try:
-        await rs.put(path, data, mode=PutMode.CREATE)
-    except AlreadyExists:
-        return False
-    return True
-
-
 async def _execute(
     store: Store,
     dest: str,
@@ -240,7 +231,7 @@ async def _execute(
     started = time.monotonic()
     hoodie = join(dest, HOODIE_DIR)
     data = avro_meta.encode_cleaner_plan(plan, root_uri=table_uri(store, dest))
-    await _put_once(rs, join(hoodie, f"{instant}.clean.inflight"), data)
+    await create_once(rs, join(hoodie, f"{instant}.clean.inflight"), data)
     files = [rel for rels in plan.files.values() for rel in rels]
     total = len(files)
     done = 0
@@ -269,7 +260,7 @@ async def _execute(
             for p, rels in plan.files.items()
         ],
     )
-    await _put_once(rs, join(hoodie, f"{instant}.clean"), avro_meta.encode_clean_metadata(meta))
+    await create_once(rs, join(hoodie, f"{instant}.clean"), avro_meta.encode_clean_metadata(meta))
     report.files.extend(files)
     report.already_gone += sum(gone)
 
@@ -341,7 +332,7 @@ async def _clean_unlocked(
     data = avro_meta.encode_cleaner_plan(plan, root_uri=table_uri(store, dest))
     while True:
         t = next_instant(datetime.now(UTC), after=after)
-        if await _put_once(tl.store, join(dest, HOODIE_DIR, f"{t}.clean.requested"), data):
+        if await create_once(tl.store, join(dest, HOODIE_DIR, f"{t}.clean.requested"), data):
             break
         after = t  # the time was taken (by another writer): allocate a later one
     await _execute(

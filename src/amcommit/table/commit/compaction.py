@@ -111,7 +111,7 @@ from amcommit.table.format.naming import (
 from amcommit.table.format.properties import TableProperties, decode_properties
 from amcommit.table.query.merge import LogBytes, SliceRecipe, live_blocks, merge_slice, payload_of
 from amcommit.table.settings import table_settings
-from amcommit.table.timeline.instants import file_groups
+from amcommit.table.timeline.instants import create_once, file_groups
 from amcommit.table.timeline.reader import Timeline
 from amcommit.table.write.task import write_claimed
 
@@ -305,12 +305,8 @@ async def _execute(
         extra_metadata=extra,
         operation_type=OPERATION_TYPE,
     )
-    try:  # the commit: created last, once
-        await rs.put(
-            join(hoodie, f"{tc}.{Action.COMMIT.value}"), encode_commit_metadata(meta), mode=PutMode.CREATE
-        )
-    except AlreadyExists:
-        pass  # an earlier run published it (its answer was lost)
+    # the commit: created last, once (an existing one is an earlier run's, its answer lost)
+    await create_once(rs, join(hoodie, f"{tc}.{Action.COMMIT.value}"), encode_commit_metadata(meta))
     report.file_groups += len(plan.operations)
     report.files += [s.path for _, s in sorted(stats.items())]
     report.bytes_written += sum(s.file_size_in_bytes for s in stats.values())

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from amcommit.committer.config import DEFAULT_CONFIG, CommitterConfig
-from amcommit.errors import AlreadyExists, ManifestError, NotFound
+from amcommit.errors import ManifestError, NotFound
 from amcommit.paths import join
-from amcommit.store.base import PutMode, Store
+from amcommit.store.base import Store
 from amcommit.store.retry import RetryingStore
 from amcommit.table.format.avro_meta import partition_of
 from amcommit.table.format.model import Action, Instant, State
@@ -54,7 +54,7 @@ from amcommit.table.format.rollback_meta import (
     encode_rollback_metadata,
     encode_rollback_plan,
 )
-from amcommit.table.timeline.instants import completed_instant
+from amcommit.table.timeline.instants import completed_instant, create_once
 from amcommit.table.timeline.reader import Timeline, table_uri
 from amcommit.table.write.direct import marked_files
 
@@ -105,14 +105,6 @@ async def _pending_for(
     return None
 
 
-async def _put_once(rs: RetryingStore, path: str, data: bytes) -> bool:
-    try:
-        await rs.put(path, data, mode=PutMode.CREATE)
-    except AlreadyExists:
-        return False
-    return True
-
-
 async def begin_rollback(
     store: Store, dest: str, target: str, config: CommitterConfig = DEFAULT_CONFIG
 ) -> RollbackRecord | None:
@@ -137,7 +129,7 @@ async def begin_rollback(
         after = max(i.time for i in instants)
         while True:
             t = next_instant(datetime.now(UTC), after=after)
-            if await _put_once(rs, join(hoodie, f"{t}.rollback.requested"), data):
+            if await create_once(rs, join(hoodie, f"{t}.rollback.requested"), data):
                 break
             after = t  # another writer claimed this time: a later one
         rec = RollbackRecord(t, plan, time.monotonic())
@@ -145,7 +137,7 @@ async def begin_rollback(
         i.time == rec.instant and i.action == Action.ROLLBACK.value and i.state is State.INFLIGHT
         for i in instants
     ):
-        await _put_once(rs, join(hoodie, f"{rec.instant}.rollback.inflight"), b"")
+        await create_once(rs, join(hoodie, f"{rec.instant}.rollback.inflight"), b"")
     return rec
 
 
@@ -162,4 +154,6 @@ async def complete_rollback(
         deleted=rec.plan.files,
     )
     data = encode_rollback_metadata(meta, root_uri=table_uri(store, dest))
-    await _put_once(RetryingStore.of(store, config), join(dest, HOODIE_DIR, f"{rec.instant}.rollback"), data)
+    await create_once(
+        RetryingStore.of(store, config), join(dest, HOODIE_DIR, f"{rec.instant}.rollback"), data
+    )

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from amcommit.errors import NotFound
+from amcommit.errors import AlreadyExists, NotFound
 from amcommit.parallel import run_parallel
 from amcommit.paths import basename, join
-from amcommit.store.base import Store
+from amcommit.store.base import PutMode, Store
 from amcommit.table.file_group.model import FileGroup, FileVersion, LogFile, group_files
 from amcommit.table.format.model import (
     WRITE_ACTIONS,
@@ -49,6 +49,7 @@ __all__ = [
     "LoadedCommit",
     "changes",
     "completed_instant",
+    "create_once",
     "file_groups",
     "load_timeline",
     "snapshot",
@@ -258,3 +259,14 @@ async def completed_instant(store: Store, dest: str, instant: str) -> Instant | 
 
     await run_parallel((Action.COMMIT, Action.REPLACE_COMMIT, Action.DELTA_COMMIT), look, 3)
     return min(found) if found else None
+
+
+async def create_once(store: Store, path: str, data: bytes) -> bool:
+    """Create the instant file ``path`` (create-only); False if it exists already (an earlier
+    run's, or our own whose answer was lost and was retried). The content of an existing file
+    is not compared: callers whose file may be another writer's check it themselves."""
+    try:
+        await store.put(path, data, mode=PutMode.CREATE)
+    except AlreadyExists:
+        return False
+    return True
