@@ -62,7 +62,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -469,6 +469,47 @@ def _rewrite_task(plan: WritePlan, spec: MutationSpec, versions: dict[str, Any])
     return fn
 
 
+@dataclass(frozen=True)
+class _GroupAttempt:
+    """A file group task's attempt (:func:`_group_attempt`)."""
+
+    store: Any
+    layout: Any
+    attempt_id: str
+    work: str
+    task_id: str
+
+    async def published(self) -> Any:
+        """The committed manifest's info, after checking the job is still active (a job
+        that ended meanwhile fails the attempt, which is then discarded)."""
+        from amcommit.spark.task import check_job_active
+
+        info = await self.store.stat(self.layout.manifest_path(self.task_id))
+        await check_job_active(self.store, self.layout)
+        return info
+
+
+@contextlib.asynccontextmanager
+async def _group_attempt(
+    store: Any, dest: str, plan: WritePlan, config: Any, task: int, attempt: int
+) -> AsyncIterator[_GroupAttempt]:
+    """The attempt of a rewrite or log task (:func:`_rewrite_one`, :func:`_log_one`): set up
+    once the job is found active; everything it created is discarded if the body fails
+    (any exception, cancellation included), then the failure goes on."""
+    from amcommit.spark.task import check_job_active, discard_attempt, job_layout, setup_attempt, task_ids
+
+    layout = job_layout(plan, dest)
+    await check_job_active(store, layout)
+    attempt_id, work = await setup_attempt(store, layout, task, attempt, config)
+    task_id, _ = task_ids(plan.job_id, task, 0)
+    try:
+        yield _GroupAttempt(store, layout, attempt_id, work, task_id)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            await discard_attempt(store, layout, attempt_id)
+        raise
+
+
 async def _rewrite_one(
     store: Any,
     dest: str,
@@ -486,14 +527,7 @@ async def _rewrite_one(
     from amcommit.committer.task import commit_task
     from amcommit.errors import CommitError
     from amcommit.paths import join
-    from amcommit.spark.task import (
-        check_job_active,
-        discard_attempt,
-        encode_manifest,
-        job_layout,
-        setup_attempt,
-        task_ids,
-    )
+    from amcommit.spark.task import encode_manifest
     from amcommit.table.format.naming import write_token
     from amcommit.table.format.schema import check_footer
     from amcommit.table.format.tasknames import ROWS_KEY
@@ -506,16 +540,13 @@ async def _rewrite_one(
     t0 = time.perf_counter()
     config = plan.config()
     instant = plan.job_id
-    layout = job_layout(plan, dest)
-    await check_job_active(store, layout)
-    attempt_id, work = await setup_attempt(store, layout, task, attempt, config)
-    task_id, _ = task_ids(plan.job_id, task, 0)
-    # table_commit=direct: the new version goes straight to its final name under a MERGE
-    # marker (amcommit.table.write.direct); the write token then names this attempt alone (a
-    # retried stage's attempt numbers start at 0 again: setup_attempt's n tells them apart)
-    direct = table_settings(config).placement is Placement.DIRECT
-    n_attempt = int(attempt_id.rpartition("_")[2])
-    try:
+    async with _group_attempt(store, dest, plan, config, task, attempt) as a:
+        layout, attempt_id, work, task_id = a.layout, a.attempt_id, a.work, a.task_id
+        # table_commit=direct: the new version goes straight to its final name under a MERGE
+        # marker (amcommit.table.write.direct); the write token then names this attempt alone (a
+        # retried stage's attempt numbers start at 0 again: setup_attempt's n tells them apart)
+        direct = table_settings(config).placement is Placement.DIRECT
+        n_attempt = int(attempt_id.rpartition("_")[2])
         updates = {k: d for _, (k, d) in items if d is not None}
         deletes = {k for _, (k, d) in items if d is None}
         token = write_token(task, n_attempt >> 16, n_attempt & 0xFFFF)
@@ -586,12 +617,7 @@ async def _rewrite_one(
             )
         else:
             manifest = await commit_task(store, layout, task_id, attempt_id, config=config, extra_data=extra)
-        info = await store.stat(layout.manifest_path(task_id))
-        await check_job_active(store, layout)
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            await discard_attempt(store, layout, attempt_id)
-        raise
+        info = await a.published()
     counts["files"] = 1 if body else 0
     result = TaskResult(
         manifest=encode_manifest(manifest),
@@ -680,14 +706,7 @@ async def _log_one(
 
     from amcommit.errors import CommitError
     from amcommit.paths import basename
-    from amcommit.spark.task import (
-        check_job_active,
-        discard_attempt,
-        encode_manifest,
-        job_layout,
-        setup_attempt,
-        task_ids,
-    )
+    from amcommit.spark.task import encode_manifest
     from amcommit.table.format.naming import log_file_name
     from amcommit.table.format.writestats import MutationFields
     from amcommit.table.mutate.engine import log_write_token
@@ -696,11 +715,8 @@ async def _log_one(
     t0 = time.perf_counter()
     config = plan.config()
     instant = plan.job_id
-    layout = job_layout(plan, dest)
-    await check_job_active(store, layout)
-    attempt_id, _ = await setup_attempt(store, layout, task, attempt, config)
-    task_id, _ = task_ids(plan.job_id, task, 0)
-    try:
+    async with _group_attempt(store, dest, plan, config, task, attempt) as a:
+        layout, attempt_id, task_id = a.layout, a.attempt_id, a.task_id
         updates = {k: d for _, (k, d) in items if d is not None}
         deletes = {k for _, (k, d) in items if d is None}
         body, n = await anyio.to_thread.run_sync(
@@ -737,12 +753,7 @@ async def _log_one(
             config=config,
             mutations={rel: fields},
         )
-        info = await store.stat(layout.manifest_path(task_id))
-        await check_job_active(store, layout)
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            await discard_attempt(store, layout, attempt_id)
-        raise
+        info = await a.published()
     result = TaskResult(
         manifest=encode_manifest(manifest),
         manifest_etag=info.etag,
