@@ -8,8 +8,8 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -18,6 +18,11 @@ from amcommit.errors import AmcommitError, ConfigError
 from amcommit.messages import for_user
 from amcommit.redact import redact
 from amcommit.table.settings import TableConfig
+
+if TYPE_CHECKING:
+    from amcommit.store.base import Store
+
+T = TypeVar("T")
 
 
 def int_arg(minimum: int | None = None) -> Callable[[str], int]:
@@ -90,17 +95,23 @@ def committer_config(args: argparse.Namespace) -> CommitterConfig:
     return TableConfig.from_mapping(conf)  # the engine's options and the table's
 
 
-def read_object(url: str, opts: dict[str, Any]) -> bytes:
-    """The bytes of the object at ``url`` (opened with store options ``opts``)."""
+def on_store(url: str, opts: dict[str, Any], work: Callable[[Store, str], Awaitable[T]]) -> T:
+    """``work(store, path)`` on the store of ``url`` (opened with store options ``opts``,
+    closed afterwards), run from a command's synchronous code."""
     from amcommit.loop import run_blocking
     from amcommit.store.schemes import open_location
 
-    async def main() -> bytes:
+    async def main() -> T:
         store, path = open_location(url, **opts)
         async with store:
-            return await store.get(path)
+            return await work(store, path)
 
     return run_blocking(main)
+
+
+def read_object(url: str, opts: dict[str, Any]) -> bytes:
+    """The bytes of the object at ``url`` (opened with store options ``opts``)."""
+    return on_store(url, opts, lambda store, path: store.get(path))
 
 
 URL_FORMS = (

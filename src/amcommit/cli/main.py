@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amcommit import loop
 from amcommit.cli.common import (
@@ -38,6 +38,7 @@ from amcommit.cli.common import (
     committer_config,
     int_arg,
     log_to_stderr,
+    on_store,
     output_closed,
     print_error,
     read_object,
@@ -59,6 +60,9 @@ from amcommit.console import (
 from amcommit.errors import ConfigError, InvalidInput, NotFound
 from amcommit.manifest import decode_manifest, decode_success
 from amcommit.paths import basename
+
+if TYPE_CHECKING:
+    from amcommit.store.base import Store
 
 
 def cmd_success(args: argparse.Namespace) -> int:
@@ -128,27 +132,23 @@ def cmd_abort_job(args: argparse.Namespace) -> int:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from amcommit.api import list_jobs
-    from amcommit.loop import run_blocking
-    from amcommit.store.schemes import open_location
 
     opts = store_options(args)
     config = committer_config(args)
 
     removed: list[str] = []
 
-    async def main() -> DestinationJobs:
-        store, dest = open_location(args.dest, **opts)
-        async with store:
-            if args.remove_leftovers:
-                from amcommit.committer.jobs import check_exists
-                from amcommit.committer.leftovers import remove_leftovers
-                from amcommit.store.retry import policies_of
+    async def main(store: Store, dest: str) -> DestinationJobs:
+        if args.remove_leftovers:
+            from amcommit.committer.jobs import check_exists
+            from amcommit.committer.leftovers import remove_leftovers
+            from amcommit.store.retry import policies_of
 
-                await check_exists(store, dest, policies_of(config)[0])
-                removed.extend((await remove_leftovers(store, dest, config=config)).removed)
-            return await list_jobs(store, dest, config=config)
+            await check_exists(store, dest, policies_of(config)[0])
+            removed.extend((await remove_leftovers(store, dest, config=config)).removed)
+        return await list_jobs(store, dest, config=config)
 
-    result = run_blocking(main)
+    result = on_store(args.dest, opts, main)
     if args.remove_leftovers and not args.json:
         for job_id in removed:
             print(f"removed what task attempts left after job {job_id} was over")

@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from amcommit.cli.common import URL_FORMS, committer_config, int_arg, store_args, store_options
+from amcommit.cli.common import URL_FORMS, committer_config, int_arg, on_store, store_args, store_options
 from amcommit.errors import ConfigError
 from amcommit.table.commit.archive import ArchiveReport
 from amcommit.table.commit.clean import CleanReport
@@ -209,21 +209,17 @@ def _clean_text(r: CleanReport) -> str:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from amcommit.loop import run_blocking
-    from amcommit.store.schemes import open_location
     from amcommit.table.commit.clean import clean
 
     opts = store_options(args)
     config = committer_config(args)
-
-    async def main() -> CleanReport:
-        store, dest = open_location(args.dest, **opts)
-        async with store:
-            return await clean(
-                store, dest, retain_commits=args.retain_commits, config=config, dry_run=args.dry_run
-            )
-
-    report = run_blocking(main)
+    report: CleanReport = on_store(
+        args.dest,
+        opts,
+        lambda store, dest: clean(
+            store, dest, retain_commits=args.retain_commits, config=config, dry_run=args.dry_run
+        ),
+    )
     if args.json:
         print(json.dumps(asdict(report), indent=2))
     else:
@@ -272,37 +268,30 @@ def _archive_text(r: ArchiveReport) -> str:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    from amcommit.loop import run_blocking
-    from amcommit.store.schemes import open_location
     from amcommit.table.commit.archive import archive
 
     opts = store_options(args)
     config = committer_config(args)
-
-    async def main() -> ArchiveReport:
-        store, dest = open_location(args.dest, **opts)
-        async with store:
-            return await archive(store, dest, config=config, keep_max=args.keep_max, keep_min=args.keep_min)
-
-    report = run_blocking(main)
+    report: ArchiveReport = on_store(
+        args.dest,
+        opts,
+        lambda store, dest: archive(
+            store, dest, config=config, keep_max=args.keep_max, keep_min=args.keep_min
+        ),
+    )
     print(json.dumps(asdict(report), indent=2) if args.json else _archive_text(report))
     return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from amcommit.committer.report import JobReport
-    from amcommit.loop import run_blocking
-    from amcommit.store.schemes import open_location
     from amcommit.table.commit.rollback import rollback_instant
 
-    opts = store_options(args)
-
-    async def main() -> JobReport:
-        store, dest = open_location(args.dest, **opts)
-        async with store:
-            return await rollback_instant(store, dest, args.instant, force=args.force)
-
-    report = run_blocking(main)
+    report: JobReport = on_store(
+        args.dest,
+        store_options(args),
+        lambda store, dest: rollback_instant(store, dest, args.instant, force=args.force),
+    )
     if report.rolled_back:
         print(f"instant {args.instant} rolled back: its files, staging, heartbeat and instant files removed")
         return 0
